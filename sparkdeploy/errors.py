@@ -1,0 +1,45 @@
+"""User-facing errors.
+
+A `ConfigError` carries one `Problem` per line of output: the file, the field, what is wrong and how to fix
+it. The CLI prints them without a traceback and exits 2. A `StepFailed` is a check or step that ran and
+failed (exit 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    field: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.field}" if self.field else self.file
+        text = f"{where}: {self.message}"
+        return f"{text} (fix: {self.fix})" if self.fix else text
+
+
+class SparkdeployError(Exception):
+    """Base class for errors the CLI reports without a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(SparkdeployError):
+    """Bad usage or configuration: one or more problems, each reported on its own line."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem] | Problem):
+        self.problems = [problems] if isinstance(problems, Problem) else list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class StepFailed(SparkdeployError):
+    """A step or check ran and failed."""
+
+    exit_code = 1

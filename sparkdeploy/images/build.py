@@ -1,0 +1,171 @@
+"""Build image definitions with the Docker SDK.
+
+`ensure_image(name)` builds the chain of bases first and skips any image whose content-hash tag already
+exists, so a second call costs one API round trip. Two kinds of definition:
+- `dockerfile`: a normal build; pinned wheels are downloaded on this machine first (containers here cannot
+  reach PyPI through the TLS-intercepting proxy, and it keeps builds reproducible and offline);
+- `rootfs`: a Debian root filesystem made with debootstrap and `docker import`ed (no registry needed).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.images.definitions import LABEL, ImageDefinition, load_definition
+
+Progress = Callable[[str], None]
+
+
+def docker_client():
+    import docker
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # the SDK raises several kinds; all mean "no engine"
+        raise StepFailed(
+            f"no Docker engine answers on this machine ({exc.__class__.__name__}); start it "
+            "(for example: bash .ci/start-docker.sh)"
+        ) from None
+    return client
+
+
+def image_exists(client, ref: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def ensure_image(name: str, client=None, progress: Progress | None = None, force: bool = False) -> str:
+    """Build `name` (and its bases) unless its tag is present; return the tag."""
+    client = client or docker_client()
+    say = progress or _print
+    definition = load_definition(name)
+    base = definition.base_definition()
+    base_tag = ensure_image(base.name, client, progress) if base else definition.base
+    tag = definition.tag
+    if not force and image_exists(client, tag):
+        return tag
+    say(f"building {tag}")
+    if definition.kind == "rootfs":
+        _build_rootfs(definition, client, tag, say)
+    else:
+        _build_dockerfile(definition, client, tag, base_tag, say)
+    return tag
+
+
+def _print(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run(argv: list[str], what: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-25:])
+        raise StepFailed(f"{what} failed (exit {result.returncode}):\n{tail}")
+
+
+def download_wheels(definition: ImageDefinition, say: Progress) -> None:
+    """Fetch the pinned wheels for the image into <definition>/wheels (kept between builds)."""
+    if not definition.requirements:
+        return
+    assert definition.directory is not None
+    req = definition.directory / definition.requirements
+    wheels = definition.directory / "wheels"
+    wheels.mkdir(exist_ok=True)
+    stamp = wheels / ".requirements"
+    if stamp.is_file() and stamp.read_text() == req.read_text():
+        return
+    say(f"downloading wheels for {definition.name} ({req.name})")
+    _run([sys.executable, "-m", "pip", "download", "--quiet", "--prefer-binary", "-d", str(wheels), "-r", str(req)],
+         f"pip download for image {definition.name}")
+    stamp.write_text(req.read_text())
+
+
+def build_context(definition: ImageDefinition) -> io.BytesIO:
+    """A tar of the definition's files, its included folders and its downloaded wheels."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for arcname, path in definition.context_files():
+            tar.add(str(path), arcname=arcname, recursive=False)
+        wheels = definition.directory / "wheels" if definition.directory else None
+        if definition.requirements and wheels and wheels.is_dir():
+            for path in sorted(wheels.iterdir()):
+                if path.is_file() and not path.name.startswith("."):
+                    tar.add(str(path), arcname=f"wheels/{path.name}", recursive=False)
+    buf.seek(0)
+    return buf
+
+
+def _build_dockerfile(definition: ImageDefinition, client, tag: str, base_tag: str | None, say: Progress) -> None:
+    download_wheels(definition, say)
+    args = dict(definition.build_args)
+    if base_tag:
+        args["BASE"] = base_tag
+    context = build_context(definition)
+    log: list[str] = []
+    step = "?"
+    for chunk in client.api.build(fileobj=context, custom_context=True, tag=tag, buildargs=args, rm=True,
+                                  forcerm=True, labels={LABEL: definition.name}, decode=True):
+        if "stream" in chunk:
+            for line in chunk["stream"].splitlines():
+                if line.startswith("Step "):
+                    step = line
+                    say(f"  {definition.name}: {line}")
+                log.append(line)
+        if "error" in chunk:
+            tail = "\n".join(log[-30:])
+            raise StepFailed(f"building image {definition.name} failed at {step}: {chunk['error'].strip()}\n{tail}")
+
+
+def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) -> None:
+    opts = definition.rootfs
+    suite = opts.get("suite", "bookworm")
+    mirror = opts.get("mirror", "http://deb.debian.org/debian")
+    argv = ["debootstrap", f"--variant={opts.get('variant', 'minbase')}"]
+    if opts.get("include"):
+        argv.append("--include=" + ",".join(opts["include"]))
+    with tempfile.TemporaryDirectory(prefix="sparkdeploy-rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        say(f"  {definition.name}: debootstrap {suite} (about a minute)")
+        _run(argv + [suite, str(root), mirror], f"debootstrap for image {definition.name}")
+        # Keep the image small and reproducible-ish: no apt lists or caches.
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (root / junk).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        archive = Path(tmp) / "rootfs.tar"
+        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(archive), "."], "packing the root filesystem")
+        repo, version = tag.rsplit(":", 1)
+        changes = [f"LABEL {LABEL}={definition.name}", 'CMD ["/bin/bash"]',
+                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        with open(archive, "rb") as fh:
+            client.api.import_image_from_data(fh, repository=repo, tag=version, changes=changes)
+    if not image_exists(client, tag):
+        raise StepFailed(f"docker import of {definition.name} did not produce {tag}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sparkdeploy.images.build NAME...` builds definitions (the CLI's `images build --local` too)."""
+    names = argv if argv is not None else sys.argv[1:]
+    client = docker_client()
+    for name in names:
+        print(ensure_image(name, client))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())

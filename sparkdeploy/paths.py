@@ -1,0 +1,56 @@
+"""Where recipes, templates and image definitions live.
+
+A checkout keeps them at the top level; an installed wheel carries them in sparkdeploy/data. A user's own
+recipes come first when given with --recipes-dir or SPARKDEPLOY_RECIPES.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _data_root() -> Path:
+    checkout = PACKAGE_DIR.parent
+    if (checkout / "recipes").is_dir() and (checkout / "templates").is_dir():
+        return checkout
+    return PACKAGE_DIR / "data"
+
+
+def data_dir(name: str) -> Path:
+    return _data_root() / name
+
+
+def recipe_dirs(extra: str | os.PathLike | None = None) -> list[Path]:
+    """Search order: --recipes-dir, then SPARKDEPLOY_RECIPES (os.pathsep separated), then the shipped ones."""
+    dirs: list[Path] = []
+    if extra:
+        dirs.append(Path(extra).expanduser())
+    env = os.environ.get("SPARKDEPLOY_RECIPES")
+    if env:
+        dirs.extend(Path(p).expanduser() for p in env.split(os.pathsep) if p)
+    dirs.append(data_dir("recipes"))
+    return dirs
+
+
+def templates_dir() -> Path:
+    return data_dir("templates")
+
+
+def images_dir() -> Path:
+    return data_dir("images")
+
+
+def state_dir() -> Path:
+    """Local state (the lab's keys and inventory, bench results): $SPARKDEPLOY_STATE or XDG state home."""
+    env = os.environ.get("SPARKDEPLOY_STATE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "sparkdeploy"
+
+
+def lab_dir() -> Path:
+    return state_dir() / "lab"
