@@ -72,11 +72,16 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
             msg = err["msg"]
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]
-            fix = ""
-            if " | fix: " in msg:
-                msg, fix = msg.split(" | fix: ", 1)
             shown = err.get("input")
-            if kind not in ("value_error",) and not isinstance(shown, (dict, list)):
-                msg = f"{msg} (got {shown!r})"
-            problems.append(Problem(file, field, msg, fix))
+            # A model-level validator may report several problems, one per line, as "field: message | fix: ..."
+            for line in msg.split("\n"):
+                text, _, fix = line.partition(" | fix: ")
+                where = field
+                if not loc:
+                    head, sep, rest = text.partition(": ")
+                    if sep and " " not in head:
+                        where, text = head, rest
+                if kind != "value_error" and not isinstance(shown, (dict, list)):
+                    text = f"{text} (got {shown!r})"
+                problems.append(Problem(file, where, text, fix))
     return problems

@@ -1,0 +1,112 @@
+"""What a deployment puts on each node: files, and containers started from them.
+
+A `Deployment` is pure data rendered from inventory + recipe + topology. The dry run prints it; `up`
+compares it with what each node has (files by hash, containers by their config-hash label) and applies
+only the differences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass, field
+
+from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.secrets import MASK, Secrets
+
+LABEL_PREFIX = "io.sparkdeploy"
+MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """A file under the node's state dir."""
+
+    name: str
+    content: str
+    mode: int = 0o644
+    secret: bool = False
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+    def shown(self) -> str:
+        """The content as printed: a secret file shows its names, never its values."""
+        if not self.secret:
+            return self.content
+        lines = []
+        for line in self.content.splitlines():
+            key, sep, value = line.partition("=")
+            lines.append(f"{key}={MASK if value else ''}" if sep and not line.startswith("#") else line)
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    role: str  # solo | head | worker | proxy
+    image: str
+    run_script: str  # the file (in the state dir) holding its `docker run`
+    config_hash: str
+    ports: tuple[int, ...] = ()
+    health_port: int | None = None
+
+
+@dataclass
+class NodeDeployment:
+    node: Node
+    state_dir: str
+    files: list[FileSpec] = field(default_factory=list)
+    containers: list[ContainerSpec] = field(default_factory=list)
+
+    def file(self, name: str) -> FileSpec:
+        return next(f for f in self.files if f.name == name)
+
+    def fresh_steps(self) -> list[tuple[str, str]]:
+        """(kind, text) in order for a node that has nothing of ours: what the dry run shows."""
+        steps: list[tuple[str, str]] = [("run", shlex.join(["mkdir", "-p", "-m", "0700", self.state_dir]))]
+        for f in self.files:
+            steps.append(("write", f"{self.state_dir}/{f.name}"))
+        for c in self.containers:
+            steps.append(("run", shlex.join(["docker", "rm", "--force", c.name])))
+            steps.append(("run", shlex.join(["bash", f"{self.state_dir}/{c.run_script}"])))
+        return steps
+
+
+@dataclass
+class Deployment:
+    inventory: Inventory
+    recipe: ResolvedRecipe
+    image: ImageDefinition
+    image_tag: str
+    nodes: list[NodeDeployment]
+    endpoint: str  # the public OpenAI base URL (…/v1)
+    backends: list[str] = field(default_factory=list)  # 2xsolo: each engine's base URL
+    warnings: list[str] = field(default_factory=list)
+    secrets: Secrets = field(default_factory=Secrets)
+
+    @property
+    def topology(self) -> str:
+        return self.recipe.topology
+
+    @property
+    def backend(self) -> str:
+        return self.recipe.backend
+
+    @property
+    def model_name(self) -> str:
+        return self.recipe.recipe.public_name
+
+    def node(self, name: str) -> NodeDeployment:
+        return next(n for n in self.nodes if n.node.name == name)
+
+
+def config_hash(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]

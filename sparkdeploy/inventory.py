@@ -1,0 +1,246 @@
+"""The inventory: which nodes exist, by IP address only, and cluster-wide settings.
+
+Addresses are IPs because mDNS (`*.local`) names crash clients under load and do not resolve inside
+containers, and because a hostname that resolves differently on each node is the classic cross-node hang.
+Everything is validated on load, before anything connects anywhere.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sparkdeploy import paths
+from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.schema import problems_from_validation
+
+IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+LABEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+HCA_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def _not_an_ip(value: str, field: str) -> ValueError:
+    text = str(value)
+    if text.lower().rstrip(".").endswith(".local"):
+        return ValueError(
+            f"{text!r} is an mDNS name: mDNS lookups crash clients at high concurrency and do not resolve inside "
+            f"containers | fix: write the node's IP address in {field}"
+        )
+    return ValueError(f"{text!r} is not an IP address (hostnames are not accepted) | fix: write the IP address")
+
+
+def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(str(value))
+    except ValueError:
+        raise _not_an_ip(value, field) from None
+
+
+class SSHSettings(BaseModel):
+    """Left unset, user, port and key come from ~/.ssh/config and the SSH agent, as with ssh(1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    key: str | None = None
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: Literal["head", "worker"] = "worker"
+    mgmt_ip: str
+    fabric_ip: str
+    fabric_ifaces: list[str] = Field(min_length=1)
+    hcas: list[str] = Field(default_factory=list)
+    gid_index: int | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
+    ssh: SSHSettings = Field(default_factory=SSHSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not LABEL_NAME.match(v):
+            raise ValueError("a node name is a label of letters, digits, '.', '_' and '-' | fix: rename the node")
+        return v
+
+    @field_validator("mgmt_ip")
+    @classmethod
+    def _mgmt(cls, v) -> str:
+        return str(parse_ip(v, "mgmt_ip"))
+
+    @field_validator("fabric_ip")
+    @classmethod
+    def _fabric(cls, v) -> str:
+        text = str(v)
+        if "/" not in text:
+            parse_ip(text, "fabric_ip")
+            raise ValueError(
+                f"{text!r} has no prefix length | fix: write it with its prefix, e.g. {text}/24"
+            )
+        addr, _, _prefix = text.partition("/")
+        parse_ip(addr, "fabric_ip")
+        try:
+            return str(ipaddress.ip_interface(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an address with a prefix length | fix: e.g. 192.168.100.10/24") from None
+
+    @field_validator("fabric_ifaces")
+    @classmethod
+    def _ifaces(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not IFNAME.match(name):
+                raise ValueError(f"{name!r} is not a Linux interface name | fix: use the name `ip link` shows")
+        return v
+
+    @field_validator("hcas")
+    @classmethod
+    def _hcas(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not HCA_NAME.match(name):
+                raise ValueError(f"{name!r} is not an RDMA device name | fix: use a name `ibv_devices` shows")
+        return v
+
+    @property
+    def fabric_address(self) -> str:
+        return str(ipaddress.ip_interface(self.fabric_ip).ip)
+
+    @property
+    def fabric_network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_interface(self.fabric_ip).network
+
+
+class ClusterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "sparks"
+    default_recipe: str | None = None
+    vllm_port: int = Field(default=8000, ge=1, le=65535)
+    proxy_port: int = Field(default=4000, ge=1, le=65535)
+    master_port: int = Field(default=29500, ge=1, le=65535)
+    ray_port: int = Field(default=6379, ge=1, le=65535)
+    hf_cache: str = "~/.cache/huggingface"
+    secrets_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    state_dir: str = ".sparkdeploy"
+    image_override: str | None = None
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir(cls, v: str) -> str:
+        if v.startswith("/") or ".." in Path(v).parts or not re.match(r"^[A-Za-z0-9_./-]+$", v):
+            raise ValueError("state_dir is a plain folder relative to the SSH user's home | fix: e.g. .sparkdeploy")
+        return v
+
+    @field_validator("hf_cache")
+    @classmethod
+    def _hf_cache(cls, v: str) -> str:
+        if not (v.startswith("/") or v.startswith("~/")):
+            raise ValueError("hf_cache is an absolute path or starts with ~/ | fix: e.g. ~/.cache/huggingface")
+        return v
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    nodes: list[Node] = Field(min_length=1)
+
+    path: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Inventory":
+        problems: list[str] = []
+        heads = [n for n in self.nodes if n.role == "head"]
+        if len(heads) != 1:
+            problems.append(f"nodes: {len(heads)} nodes have role head | fix: mark exactly one node role: head")
+        for attr, what in (("name", "name"), ("mgmt_ip", "management IP"), ("fabric_address", "fabric IP")):
+            seen: dict[str, str] = {}
+            for node in self.nodes:
+                value = getattr(node, attr)
+                if value in seen:
+                    problems.append(f"nodes: {node.name} and {seen[value]} share the {what} {value} "
+                                    f"| fix: give each node its own {what}")
+                seen[value] = node.name
+        networks = {str(n.fabric_network) for n in self.nodes}
+        if len(networks) > 1:
+            problems.append(
+                f"nodes: fabric IPs are on different subnets ({', '.join(sorted(networks))}) | fix: put every "
+                "fabric_ip on the one subnet of the ConnectX-7 link"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    # -- lookups -------------------------------------------------------------------------------------
+    @property
+    def head(self) -> Node:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role != "head"]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name or n.mgmt_ip == name:
+                return n
+        raise ConfigError(Problem(self.source, "nodes", f"no node named {name!r}",
+                                  f"known: {', '.join(n.name for n in self.nodes)}"))
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path else "inventory"
+
+    def local_path(self, value: str | None) -> Path | None:
+        """A path on this machine named in the inventory: ~ expanded, relative to the inventory file."""
+        if not value:
+            return None
+        path = Path(os.path.expanduser(value))
+        if not path.is_absolute() and self.path is not None:
+            path = self.path.parent / path
+        return path
+
+
+def resolve_inventory_path(given: str | None) -> Path:
+    """--inventory, then SPARKDEPLOY_INVENTORY, then ./inventory.yaml; `lab` names the lab's inventory."""
+    value = given or os.environ.get("SPARKDEPLOY_INVENTORY")
+    if value == "lab":
+        path = paths.lab_dir() / "inventory.yaml"
+        if not path.is_file():
+            raise ConfigError(Problem(str(path), "", "the lab is not up", "run: sparkdeploy lab up"))
+        return path
+    if value:
+        return Path(value).expanduser()
+    path = Path("inventory.yaml")
+    if path.is_file():
+        return path
+    raise ConfigError(Problem("inventory.yaml", "", "no inventory found",
+                              "pass --inventory PATH, set SPARKDEPLOY_INVENTORY, or use --inventory lab"))
+
+
+def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
+    path = resolve_inventory_path(str(given) if given else None)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(Problem(str(path), "", f"cannot read: {exc.strerror}", "check the path")) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}".replace("\n", " "), "fix the syntax")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(Problem(str(path), "", "must be a mapping with cluster: and nodes:", "see inventory.yaml"))
+    try:
+        inventory = Inventory.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, str(path), Inventory)) from None
+    inventory.path = path.resolve()
+    return inventory

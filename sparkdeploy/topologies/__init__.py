@@ -1,0 +1,51 @@
+"""Topologies, registered in one place: each turns inventory + resolved recipe into files and containers per node.
+
+Adding one is one module with a `build(ctx) -> list[NodeDeployment]` function, listed in REGISTRY below.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sparkdeploy.deployment import Deployment, NodeDeployment
+from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.inventory import Inventory
+from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.secrets import Secrets
+from sparkdeploy.topologies import cluster, solo, twosolo
+from sparkdeploy.topologies.base import Context
+
+REGISTRY: dict[str, Callable[[Context], tuple[list[NodeDeployment], str, list[str]]]] = {
+    "solo": solo.build,
+    "cluster": cluster.build,
+    "2xsolo": twosolo.build,
+}
+
+
+def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Secrets,
+                     solo_node: str | None = None) -> Deployment:
+    """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host."""
+    image = load_definition(resolved.recipe.image)
+    run_image = image
+    warnings = list(resolved.warnings) + list(secrets.warnings)
+    override = inventory.cluster.image_override
+    if override and override != image.name:
+        run_image = load_definition(override)
+        if image.name not in run_image.stands_in_for:
+            raise ConfigError(Problem(inventory.source, "cluster.image_override",
+                                      f"{override} does not stand in for {image.name}",
+                                      f"use an image whose stands_in_for lists {image.name}"))
+    if run_image.simulated:
+        warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
+    if resolved.topology == "cluster" and len(inventory.nodes) < 2:
+        raise ConfigError(Problem(inventory.source, "nodes", "the cluster topology needs at least two nodes",
+                                  "add the second Spark or use --topology solo"))
+    if resolved.topology == "cluster" and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
+        raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
+                                  "declares no torchrun serving launcher", "use --backend ray or native"))
+    ctx = Context(inventory=inventory, resolved=resolved, image=image, run_image=run_image, secrets=secrets,
+                  solo_node=inventory.node(solo_node) if solo_node else None)
+    nodes, endpoint, backends = REGISTRY[resolved.topology](ctx)
+    return Deployment(inventory=inventory, recipe=resolved, image=image, image_tag=run_image.tag, nodes=nodes,
+                      endpoint=endpoint, backends=backends, warnings=warnings + ctx.warnings, secrets=secrets)

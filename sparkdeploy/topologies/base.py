@@ -1,0 +1,105 @@
+"""What every topology shares: the node env file, the secrets file, and one container = run script + entry.
+
+A topology module only decides which containers run where with which entry template and arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkdeploy import __version__
+from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL, ContainerSpec, FileSpec, NodeDeployment, config_hash
+from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.render import render
+from sparkdeploy.secrets import Secrets
+
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+SERVING_CONTAINER = "sparkdeploy-vllm"
+PROXY_CONTAINER = "sparkdeploy-litellm"
+
+
+@dataclass
+class Context:
+    inventory: Inventory
+    resolved: ResolvedRecipe
+    image: ImageDefinition  # the image the recipe targets (its vLLM version and flags)
+    run_image: ImageDefinition  # the image that runs (the same, or the lab's simulator standing in)
+    secrets: Secrets
+    solo_node: Node | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def recipe(self):
+        return self.resolved.recipe
+
+    @property
+    def cluster(self):
+        return self.inventory.cluster
+
+    def fabric_env(self, node: Node) -> dict[str, str]:
+        """The NCCL / gloo / Ray settings the public Spark recipes found necessary for the CX7 link."""
+        ifaces = ",".join(node.fabric_ifaces)
+        head = self.inventory.head
+        env = {
+            "NCCL_SOCKET_IFNAME": ifaces,
+            "GLOO_SOCKET_IFNAME": ifaces,
+            "TP_SOCKET_IFNAME": ifaces,
+            "UCX_NET_DEVICES": ifaces,
+            "OMPI_MCA_btl_tcp_if_include": ifaces,
+            "NCCL_IB_DISABLE": "0",
+        }
+        if node.hcas:
+            env["NCCL_IB_HCA"] = ",".join(node.hcas)  # both RoCE twins of the port: ~23.7 vs ~3 GB/s busbw
+        if node.gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(node.gid_index)
+        env.update({
+            "NCCL_IGNORE_CPU_AFFINITY": "1",
+            "VLLM_HOST_IP": node.fabric_address,
+            "MASTER_ADDR": head.fabric_address,
+            "MASTER_PORT": str(self.cluster.master_port),
+            "RAY_memory_monitor_refresh_ms": "0",  # Ray's OOM killer misreads unified memory
+            "HF_HOME": CONTAINER_HF_HOME,
+        })
+        return env
+
+    def common_files(self, node: Node) -> list[FileSpec]:
+        env = self.fabric_env(node)
+        env.update(self.recipe.env)
+        node_env = render("node.env.j2", node=node, env=env, recipe_name=self.recipe.name,
+                          topology=self.resolved.topology)
+        secrets = {k: v for k, v in sorted(self.secrets.values.items()) if v}
+        secrets_env = render("secrets.env.j2", node=node, secrets=secrets)
+        return [FileSpec("node.env", node_env), FileSpec("secrets.env", secrets_env, mode=0o600, secret=True)]
+
+    def container(self, nd: NodeDeployment, *, role: str, name: str, entry_template: str, entry_name: str,
+                  image_tag: str, gpus: bool, ports: tuple[int, ...], health_port: int | None,
+                  restart: str = "unless-stopped", extra_files: tuple[FileSpec, ...] = (),
+                  **entry_vars: Any) -> None:
+        """Add one container to `nd`: its entry script, any extra files, and the run script that starts it."""
+        common = dict(name=name, node=nd.node, recipe_name=self.recipe.name, topology=self.resolved.topology,
+                      backend=self.resolved.backend)
+        entry = FileSpec(entry_name, render(entry_template, **common, **entry_vars), mode=0o755)
+        depends = [entry, *extra_files, *[f for f in nd.files if f.name in ("node.env", "secrets.env")]]
+        run_vars = dict(common, image=image_tag, restart=restart, gpus=gpus, entry=entry_name,
+                        hf_cache=self.cluster.hf_cache if gpus else None, container_hf_home=CONTAINER_HF_HOME)
+        # The hash covers everything the container is made of, so any change restarts exactly this container.
+        settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")
+        chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + f.sha256 for f in depends))
+        labels = {
+            MANAGED_LABEL: "true",
+            f"{LABEL_PREFIX}.recipe": self.recipe.name,
+            f"{LABEL_PREFIX}.topology": self.resolved.topology,
+            f"{LABEL_PREFIX}.backend": self.resolved.backend or "none",
+            f"{LABEL_PREFIX}.role": role,
+            f"{LABEL_PREFIX}.config-hash": chash,
+        }
+        run_name = f"{name.removeprefix('sparkdeploy-')}.run.sh"
+        run = FileSpec(run_name, render("container-run.sh.j2", labels=labels, **run_vars), mode=0o755)
+        for f in (entry, *extra_files, run):
+            if all(existing.name != f.name for existing in nd.files):
+                nd.files.append(f)
+        nd.containers.append(ContainerSpec(name=name, role=role, image=image_tag, run_script=run_name,
+                                           config_hash=chash, ports=ports, health_port=health_port))

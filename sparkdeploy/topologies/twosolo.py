@@ -1,0 +1,67 @@
+"""2xsolo: one vLLM per node (TP=1 each) behind a LiteLLM proxy on the head.
+
+Wins at high concurrency and for prefill-heavy load: each engine batches its own prefills (seed 002:
++211% prefill and -39% TTFT at c64 against cluster TP=2). The proxy reaches the engines over the management
+network: 2xsolo does not need the fabric link at all.
+"""
+
+from __future__ import annotations
+
+from sparkdeploy.deployment import FileSpec, NodeDeployment
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.render import render
+from sparkdeploy.topologies.base import PROXY_CONTAINER, SERVING_CONTAINER, Context
+from sparkdeploy.vllm_args import check_args, serve_args
+
+PROXY_IMAGE = "litellm-proxy"
+
+
+def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
+    name = ctx.recipe.public_name
+    lite = ctx.recipe.litellm
+    return {
+        "model_list": [
+            {
+                "model_name": name,
+                "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": url, "api_key": "EMPTY"},
+                "model_info": {"id": node_name},
+            }
+            for node_name, url in backends
+        ],
+        "router_settings": {
+            "routing_strategy": lite.routing_strategy,
+            "num_retries": lite.num_retries,
+            "timeout": lite.timeout,
+            "allowed_fails": lite.allowed_fails,
+            "cooldown_time": lite.cooldown_time,
+        },
+        "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
+    }
+
+
+def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
+    port = ctx.cluster.vllm_port
+    proxy_port = ctx.cluster.proxy_port
+    if not ctx.secrets.get("LITELLM_MASTER_KEY"):
+        ctx.warnings.append("LITELLM_MASTER_KEY is not set: `up` will refuse 2xsolo until the secrets file has it")
+    args = serve_args(ctx.resolved, ctx.image, port)
+    check_args(args, ctx.image, str(ctx.resolved.source))
+    nodes = []
+    backends = []
+    for node in ctx.inventory.nodes:
+        nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node))
+        ctx.container(nd, role="backend", name=SERVING_CONTAINER, entry_template="entry-vllm.sh.j2",
+                      entry_name="vllm.entry.sh", image_tag=ctx.run_image.tag, gpus=True, ports=(port,),
+                      health_port=port, args=args, headless=False)
+        nodes.append(nd)
+        backends.append((node.name, f"http://{node.mgmt_ip}:{port}/v1"))
+    head = next(nd for nd in nodes if nd.node.role == "head")
+    config = litellm_config(ctx, backends)
+    config_file = FileSpec("litellm-config.yaml", render(
+        "litellm-config.yaml.j2", config=config, recipe_name=ctx.recipe.name,
+        routing_strategy=ctx.recipe.litellm.routing_strategy))
+    ctx.container(head, role="proxy", name=PROXY_CONTAINER, entry_template="entry-litellm.sh.j2",
+                  entry_name="litellm.entry.sh", image_tag=load_definition(PROXY_IMAGE).tag, gpus=False,
+                  ports=(proxy_port,), health_port=proxy_port, extra_files=(config_file,), port=proxy_port,
+                  num_workers=ctx.recipe.litellm.num_workers)
+    return nodes, f"http://{head.node.mgmt_ip}:{proxy_port}/v1", [url for _, url in backends]
