@@ -69,7 +69,7 @@ class NodeDeployment:
         """(kind, text) in order for a node that has nothing of ours: what the dry run shows."""
         steps: list[tuple[str, str]] = [("run", shlex.join(["mkdir", "-p", "-m", "0700", self.state_dir]))]
         for f in self.files:
-            steps.append(("write", f"{self.state_dir}/{f.name}"))
+            steps.append(("write", f.name))
         for c in self.containers:
             steps.append(("run", shlex.join(["docker", "rm", "--force", c.name])))
             steps.append(("run", shlex.join(["bash", f"{self.state_dir}/{c.run_script}"])))

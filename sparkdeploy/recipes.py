@@ -99,6 +99,13 @@ class Recipe(BaseModel):
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[Literal[TOPOLOGIES], dict[str, Any]] = Field(default_factory=dict)  # type: ignore[valid-type]
 
+    @field_validator("model", "image", "name")
+    @classmethod
+    def _no_leading_dash(cls, v: str) -> str:
+        if not v or v.startswith("-") or any(c.isspace() for c in v):
+            raise ValueError("must be a non-empty name with no spaces, not starting with '-' | fix: check the value")
+        return v
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, v):

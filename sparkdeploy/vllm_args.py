@@ -50,16 +50,23 @@ def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict
     return config or None
 
 
+def _opt(flag: str, value) -> list[str]:
+    """`--flag value`, or `--flag=value` when the value starts with '-' so no parser can take it for a flag."""
+    text = str(value)
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+
+
 def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist: Distributed = Distributed()) -> list[str]:
     """Arguments after `vllm serve` (the model first)."""
     r = resolved.recipe
     v = r.vllm
-    args: list[str] = [r.model, "--served-model-name", r.public_name, "--host", "0.0.0.0", "--port", str(port)]
+    args: list[str] = [r.model, *_opt("--served-model-name", r.public_name), "--host", "0.0.0.0",
+                       "--port", str(port)]
     args += ["--gpu-memory-utilization", f"{v.gpu_memory_utilization:g}"]
     if v.max_model_len:
         args += ["--max-model-len", str(v.max_model_len)]
     if v.kv_cache_dtype:
-        args += ["--kv-cache-dtype", v.kv_cache_dtype]
+        args += _opt("--kv-cache-dtype", v.kv_cache_dtype)
     if v.enforce_eager:
         args.append("--enforce-eager")
     if v.max_num_batched_tokens:
@@ -67,11 +74,11 @@ def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist
     if v.max_num_seqs:
         args += ["--max-num-seqs", str(v.max_num_seqs)]
     if v.quantization:
-        args += ["--quantization", v.quantization]
+        args += _opt("--quantization", v.quantization)
     if v.load_format:
-        args += ["--load-format", v.load_format]
+        args += _opt("--load-format", v.load_format)
     if v.dtype:
-        args += ["--dtype", v.dtype]
+        args += _opt("--dtype", v.dtype)
     if v.trust_remote_code:
         args.append("--trust-remote-code")
     comp = compilation_config(resolved, image)

@@ -1,0 +1,83 @@
+"""Options and helpers shared by the commands: inventory/recipe loading, --json output, error reporting."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from sparkdeploy.errors import ConfigError, Problem
+
+inventory_option = click.option(
+    "--inventory", "-i", "inventory", metavar="PATH|lab", envvar="SPARKDEPLOY_INVENTORY",
+    help="Inventory file (default ./inventory.yaml; `lab` is the lab's). Env: SPARKDEPLOY_INVENTORY.")
+recipes_dir_option = click.option(
+    "--recipes-dir", metavar="DIR", envvar="SPARKDEPLOY_RECIPES_DIR",
+    help="A folder of your own recipes, searched before the shipped ones (also SPARKDEPLOY_RECIPES).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE",
+    help="Override any recipe field, e.g. --set vllm.max_model_len=8192 (repeatable; YAML values).")
+topology_option = click.option(
+    "--topology", "-t", type=click.Choice(["solo", "cluster", "2xsolo"]), default=None,
+    help="solo: one node; cluster: TP over both nodes; 2xsolo: one engine per node behind LiteLLM. "
+         "Default: the recipe's default_topology.")
+backend_option = click.option(
+    "--backend", "-b", type=click.Choice(["ray", "torchrun", "native"]), default=None,
+    help="How cluster launches its ranks (default: the recipe's cluster_backend).")
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def warn(message: str) -> None:
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+def report_error(exc: Exception) -> int:
+    """Print a user error without a traceback; return its exit code."""
+    from sparkdeploy.errors import SparkdeployError
+
+    if isinstance(exc, ConfigError):
+        for problem in exc.problems:
+            click.secho(f"error: {problem}", fg="red", err=True)
+    elif isinstance(exc, SparkdeployError):
+        click.secho(f"error: {exc}", fg="red", err=True)
+    return getattr(exc, "exit_code", 1)
+
+
+def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
+    """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback."""
+    from sparkdeploy.errors import SparkdeployError
+
+    try:
+        command.main(args=argv, standalone_mode=False)
+    except SparkdeployError as exc:
+        return report_error(exc)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    return 0
+
+
+def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
+    from difflib import get_close_matches
+
+    close = get_close_matches(name, known, n=3)
+    return ConfigError(Problem(kind, name, "not found", f"did you mean {', '.join(close)}?" if close else
+                               f"known: {', '.join(known)}"))
+
+
+def exit_with(code: int) -> None:
+    sys.exit(code)

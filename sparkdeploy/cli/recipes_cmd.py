@@ -1,0 +1,97 @@
+"""`sparkdeploy recipes list | show | lint`."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sparkdeploy import recipes as recipes_mod
+from sparkdeploy.cli.common import emit_json, json_option, recipes_dir_option, set_option, topology_option, backend_option, warn
+from sparkdeploy.errors import ConfigError
+
+
+@click.group("recipes")
+def recipes_group():
+    """List, inspect and check recipes (recipes/*.yaml and your --recipes-dir)."""
+
+
+@recipes_group.command("list")
+@recipes_dir_option
+@json_option
+def list_cmd(recipes_dir, as_json):
+    """One line per recipe: model, image, topologies, default, backend."""
+    rows = []
+    for name, path in recipes_mod.recipe_files(recipes_dir).items():
+        recipe, _, _ = recipes_mod.load_recipe(str(path))
+        rows.append({"name": name, "model": recipe.model, "image": recipe.image, "topologies": recipe.topologies,
+                     "default_topology": recipe.default_topology, "cluster_backend": recipe.cluster_backend,
+                     "fits_one_node": recipe.fits_one_node, "description": recipe.description, "file": str(path)})
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title="recipes", title_justify="left")
+    for col in ("name", "model", "image", "topologies", "default", "backend"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["model"], r["image"], ", ".join(r["topologies"]), r["default_topology"],
+                      r["cluster_backend"])
+    Console(width=160).print(table)
+
+
+@recipes_group.command("show")
+@click.argument("name")
+@topology_option
+@backend_option
+@set_option
+@recipes_dir_option
+@json_option
+def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
+    """The merged values of NAME for a topology, and where each value came from
+    (default, the recipe file, its overrides.<topology>, or --set)."""
+    resolved = recipes_mod.resolve(name, topology, backend, sets, recipes_dir)
+    values = recipes_mod._leaves(resolved.recipe.model_dump(exclude={"overrides"}))
+    rows = [{"key": k, "value": v, "source": resolved.sources.get(k, "default")} for k, v in values.items()]
+    if as_json:
+        emit_json({"recipe": resolved.name, "topology": resolved.topology, "backend": resolved.backend or None,
+                   "file": str(resolved.source), "values": rows, "warnings": resolved.warnings})
+        return
+    for w in resolved.warnings:
+        warn(w)
+    table = Table(title=f"{resolved.name} ({resolved.topology}{', ' + resolved.backend if resolved.backend else ''})",
+                  title_justify="left")
+    table.add_column("key")
+    table.add_column("value")
+    table.add_column("from")
+    for r in rows:
+        table.add_row(r["key"], repr(r["value"]) if isinstance(r["value"], str) else str(r["value"]), r["source"])
+    Console(width=160).print(table)
+
+
+@recipes_group.command("lint")
+@recipes_dir_option
+@json_option
+def lint_cmd(recipes_dir, as_json):
+    """Render every recipe for every topology (and every backend of cluster) against the example inventory
+    shape; exit 1 if any combination fails."""
+    from sparkdeploy.lint import lint_all
+
+    results = lint_all(recipes_dir)
+    failed = [r for r in results if not r["ok"]]
+    if as_json:
+        emit_json(results)
+    else:
+        for r in results:
+            mark = click.style("ok  ", fg="green") if r["ok"] else click.style("FAIL", fg="red")
+            combo = f"{r['recipe']} / {r['topology']}" + (f" / {r['backend']}" if r["backend"] else "")
+            click.echo(f"{mark} {combo}")
+            for line in r["problems"]:
+                click.echo(f"       {line}")
+            for line in r["warnings"]:
+                click.echo(f"       warning: {line}")
+        click.echo(f"{len(results) - len(failed)} of {len(results)} combinations render")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+__all__ = ["recipes_group", "ConfigError"]

@@ -1,0 +1,65 @@
+"""Shared fixtures. Tests that need the lab are marked `lab` (see tests/lab/)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkdeploy.cli.common import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+TWO_NODES = {
+    "cluster": {"name": "test", "default_recipe": "openai-gpt-oss-120b", "secrets_file": "secrets.env"},
+    "nodes": [
+        {"name": "spark1", "role": "head", "mgmt_ip": "192.0.2.1", "fabric_ip": "198.51.100.1/24",
+         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
+         "ssh": {"user": "spark", "key": "id_test"}},
+        {"name": "spark2", "role": "worker", "mgmt_ip": "192.0.2.2", "fabric_ip": "198.51.100.2/24",
+         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
+         "ssh": {"user": "spark", "key": "id_test"}},
+    ],
+}
+SECRET_HF = "hf_SECRETtokenVALUE123"
+SECRET_KEY = "sk-SECRETmasterKEY456"
+
+
+@pytest.fixture
+def write_inventory(tmp_path):
+    """Write an inventory (dict or YAML text) next to a 0600 secrets file; return its path."""
+
+    def write(data=None, name="inventory.yaml", secrets=True) -> Path:
+        path = tmp_path / name
+        if isinstance(data, str):
+            path.write_text(textwrap.dedent(data))
+        else:
+            path.write_text(yaml.safe_dump(data if data is not None else TWO_NODES, sort_keys=False))
+        if secrets:
+            s = tmp_path / "secrets.env"
+            s.write_text(f"HF_TOKEN={SECRET_HF}\nLITELLM_MASTER_KEY={SECRET_KEY}\n")
+            s.chmod(0o600)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def inventory_file(write_inventory) -> Path:
+    return write_inventory()
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run a sparkdeploy command in-process with the real error contract; return (code, stdout, stderr)."""
+
+    def invoke(*args: str, command=None):
+        from sparkdeploy.cli.main import cli as main_cli
+
+        code = run_cli(command or main_cli, list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return invoke
