@@ -1,0 +1,98 @@
+"""`sparkdeploy lab up | down | status`: the virtual two-Spark cluster (see sparkdeploy/lab/)."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sparkdeploy.cli.common import emit_json, json_option
+from sparkdeploy.lab import lifecycle
+from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
+
+name_option = click.option("--name", default=DEFAULT_NAME, show_default=True,
+                           help="Lab name: several labs can coexist on their own subnets.")
+
+
+def _spec(name: str, nodes: int = 2, subnet: str = DEFAULT_MGMT_SUBNET, fabric_subnet: str = DEFAULT_FABRIC_SUBNET,
+          images: str = ",".join(DEFAULT_IMAGES)) -> LabSpec:
+    return LabSpec(name=name, nodes=nodes, mgmt_subnet=subnet, fabric_subnet=fabric_subnet,
+                   images=tuple(i.strip() for i in images.split(",") if i.strip()))
+
+
+def _print_table(rows: list[lifecycle.NodeStatus], title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in ("node", "state", "mgmt ip", "fabric ip", "fabric iface", "ssh", "dockerd", "storage"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.node, r.state, r.mgmt_ip, r.fabric_ip, r.fabric_iface or "-", "ok" if r.ssh else "no",
+                      "ok" if r.dockerd else "no", r.storage_driver or "-")
+    out = Console()
+    if not out.is_terminal:  # a pipe or a CI log: don't squeeze the IPs into 80 columns
+        out = Console(width=120)
+    out.print(table)
+
+
+@click.group()
+def lab():
+    """A virtual cluster of DGX Sparks in Docker: real sshd, Docker and jumbo-frame networks; GPU SIMULATED."""
+
+
+@lab.command("up")
+@click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 20), help="How many nodes.")
+@click.option("--rebuild", is_flag=True, help="Rebuild the lab images from scratch and recreate the nodes.")
+@name_option
+@click.option("--subnet", default=DEFAULT_MGMT_SUBNET, show_default=True, help="Management subnet (SSH).")
+@click.option("--fabric-subnet", default=DEFAULT_FABRIC_SUBNET, show_default=True,
+              help="Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).")
+@click.option("--images", default=",".join(DEFAULT_IMAGES), show_default=True,
+              help="Engine images to preload into every node (comma separated; '' for none).")
+@json_option
+def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
+    """Create or repair the lab (idempotent) and write its inventory."""
+    spec = _spec(name, nodes, subnet, fabric_subnet, images)
+    result = lifecycle.up(spec, rebuild=rebuild)
+    if as_json:
+        emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1),
+                   "created": result.created, "started": result.started,
+                   "images": [vars(i) for i in result.images], "nodes": lifecycle.status_dicts(result.nodes)})
+        return
+    _print_table(result.nodes, f"lab {spec.name}: up in {result.seconds:.1f} s "
+                               f"({len(result.created)} created, {len(result.started)} started)")
+    for item in result.images:
+        if item.skipped:
+            click.echo(f"image {item.image}: skipped ({item.skipped})")
+        else:
+            click.echo(f"image {item.tag}: loaded on {', '.join(item.loaded) or 'none'}; "
+                       f"already on {', '.join(item.present) or 'none'}")
+    click.echo(f"inventory: {result.inventory}   (use --inventory lab)")
+    click.echo("GPU, RDMA and link speed on these nodes are SIMULATED.")
+
+
+@lab.command("down")
+@name_option
+@click.option("--all", "all_labs", is_flag=True, help="Every lab on this engine (label io.sparkdeploy.lab=1).")
+@click.option("--purge", is_flag=True, help="Also delete the lab's keys and secrets on this machine.")
+@json_option
+def down_cmd(name, all_labs, purge, as_json):
+    """Remove the lab's containers, networks and volumes, and nothing else."""
+    removed = lifecycle.down(_spec(name), all_labs=all_labs, purge=purge)
+    if as_json:
+        emit_json(removed)
+        return
+    for kind, names in removed.items():
+        click.echo(f"removed {len(names)} {kind}{': ' + ', '.join(names) if names else ''}")
+
+
+@lab.command("status")
+@name_option
+@json_option
+def status_cmd(name, as_json):
+    """Nodes, IPs and state. Exit 1 when the lab is not up or a node is unhealthy."""
+    spec = _spec(name)
+    rows = lifecycle.status(spec)
+    if as_json:
+        emit_json({"name": spec.name, "inventory": str(spec.inventory_path), "nodes": lifecycle.status_dicts(rows)})
+    else:
+        _print_table(rows, f"lab {spec.name}")
+    lifecycle.fail_if_not_up(rows, spec)

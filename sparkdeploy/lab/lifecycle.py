@@ -1,0 +1,302 @@
+"""`lab up`, `lab down`, `lab status`: the order of the steps, progress output, and nothing else.
+
+up: keys -> lab images (built once, content-hash tags) -> networks -> node containers (reused when their
+config hash matches, started when stopped, replaced otherwise) -> wait for sshd and the inner dockerd ->
+engine images into the nodes -> known_hosts, secrets.env, inventory.yaml. Each step checks before it acts, so
+a second `up` changes nothing and an interrupted one is finished by the next.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import docker
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.lab import engine_images, keys, network, nodes
+from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
+from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
+
+_console = Console(stderr=True, highlight=False)
+
+
+def console() -> Console:
+    return _console
+
+
+def _say(msg: str) -> None:
+    _console.print("[dim]lab:[/dim] " + escape(msg), soft_wrap=True)
+
+
+@contextmanager
+def _step(what: str):
+    """A spinner for steps that may take more than a few seconds (image builds, node boot)."""
+    with _console.status(what, spinner="dots"):
+        yield
+
+
+@contextmanager
+def _lab_lock(spec: LabSpec):
+    """One `lab up`/`down` of a given lab at a time on this machine, whatever the state folder."""
+    path = Path(tempfile.gettempdir()) / f"sparkdeploy-lab-{spec.name}.lock"
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(f"waiting for another `lab up/down` of lab {spec.name} to finish")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def docker_client():
+    from sparkdeploy.images.build import docker_client as client
+
+    return client()
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    container: str
+    state: str
+    mgmt_ip: str = ""
+    fabric_ip: str = ""
+    fabric_iface: str = ""
+    ssh: bool = False
+    dockerd: bool = False
+    storage_driver: str = ""
+    image: str = ""
+    started_at: str = ""
+    container_id: str = ""
+
+
+@dataclass
+class UpResult:
+    spec: LabSpec
+    inventory: str
+    nodes: list[NodeStatus]
+    images: list[engine_images.LoadResult] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)  # node names whose container was (re)created
+    started: list[str] = field(default_factory=list)  # node names started by this run
+    seconds: float = 0.0
+
+
+# -- up ------------------------------------------------------------------------------------------------------
+
+def _lab_images(client, rebuild: bool) -> str:
+    from sparkdeploy.images.build import ensure_image
+
+    if rebuild:
+        with _step("rebuilding debian-base (debootstrap, about a minute)"):
+            ensure_image("debian-base", client, progress=_say, force=True)
+    with _step("lab-node image (built once, then reused)"):
+        return ensure_image(NODE_IMAGE, client, progress=_say, force=rebuild)
+
+
+def _check_names(client, spec: LabSpec) -> None:
+    """A container holding a lab node's name but not labelled as this lab's is someone else's: stop."""
+    for node in spec.node_specs():
+        container = nodes.find_container(client, spec, node.name)
+        if container is not None and (container.labels or {}).get(NAME_LABEL) != spec.name:
+            raise ConfigError(Problem("docker", f"container {container.name}", "exists and is not this lab's",
+                                      f"remove it (docker rm -f {container.name}) or choose another --name"))
+
+
+def _adopt_keys(client, spec: LabSpec) -> None:
+    """The keys of an existing lab win over this state folder's (see keys.py): adopt them, don't replace."""
+    have_client = False
+    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
+        found = nodes.read_keys(container)
+        if "host" in found:
+            keys.store_keypair(keys.host_key_path(spec.directory, nodes.node_name(container)), *found["host"])
+        if "client" in found and not have_client:
+            keys.store_keypair(keys.client_key_path(spec.directory), *found["client"])
+            have_client = True
+
+
+def _remove_extra_nodes(client, spec: LabSpec) -> None:
+    wanted = {n.name for n in spec.node_specs()}
+    for container in nodes.list_containers(client, spec):
+        if nodes.node_name(container) not in wanted:
+            _say(f"removing {container.name} (beyond --nodes {spec.nodes})")
+            container.remove(force=True)
+            try:
+                client.volumes.get(spec.volume_name(nodes.node_name(container))).remove(force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+def _ensure_node(client, spec: LabSpec, plan: nodes.NodePlan, result: UpResult):
+    name = plan.node.name
+    container = nodes.find_container(client, spec, name)
+    if container is not None and not nodes.is_current(container, spec, plan):
+        _say(f"{name}: replacing {container.name} (image, keys, addresses or networks changed)")
+        container.remove(force=True)
+        container = None
+    if container is None:
+        container = nodes.create(client, spec, plan)
+        result.created.append(name)
+    container.reload()
+    if container.status != "running":
+        try:
+            container.start()
+        except docker.errors.APIError as exc:  # e.g. a leftover whose network vanished in an engine restart
+            _say(f"{name}: leftover container does not start ({exc.explanation}); recreating it")
+            container.remove(force=True)
+            container = nodes.create(client, spec, plan)
+            result.created.append(name)
+            container.start()
+        result.started.append(name)
+    return container
+
+
+def _bar_factory(progress: Progress):
+    def bar(tag: str, total: int):
+        task = progress.add_task(f"load {tag}", total=total or None)
+        return lambda n: progress.advance(task, n)
+
+    return bar
+
+
+def up(spec: LabSpec | None = None, rebuild: bool = False) -> UpResult:
+    """Bring the lab up (idempotent). Returns what it found and did."""
+    spec = spec or LabSpec()
+    with _lab_lock(spec):
+        return _up(spec, rebuild)
+
+
+def _up(spec: LabSpec, rebuild: bool) -> UpResult:
+    t0 = time.monotonic()
+    client = docker_client()
+    spec.directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(spec.directory, 0o700)
+    _check_names(client, spec)
+    _adopt_keys(client, spec)
+
+    client_key = keys.client_key(spec.directory)
+    host_keys = {n.name: keys.host_key(spec.directory, n.name) for n in spec.node_specs()}
+
+    if rebuild:
+        for container in nodes.list_containers(client, spec):
+            container.remove(force=True)
+    image_tag = _lab_images(client, rebuild)
+    image_id = client.images.get(image_tag).id
+
+    nets = network.ensure_networks(client, spec, say=_say)
+    _remove_extra_nodes(client, spec)
+
+    result = UpResult(spec, str(spec.inventory_path), [])
+    containers = {}
+    for node in spec.node_specs():
+        plan = nodes.NodePlan(node, image_id, image_tag, nets["mgmt"].id, nets["fabric"].id,
+                              host_keys[node.name], client_key)
+        containers[node.name] = _ensure_node(client, spec, plan, result)
+    with _step(f"waiting for sshd and dockerd on {', '.join(containers)}"):
+        for node in spec.node_specs():
+            nodes.wait_ready(containers[node.name], node)
+
+    if spec.images:
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      console=_console, transient=True) as progress:
+            result.images = engine_images.preload(client, list(spec.images), containers, _say,
+                                                  _bar_factory(progress))
+
+    keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
+    ensure_secrets(spec)
+    write_inventory(spec)
+    result.nodes = status(spec, client)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+# -- down ----------------------------------------------------------------------------------------------------
+
+def down(spec: LabSpec | None = None, all_labs: bool = False, purge: bool = False) -> dict[str, list[str]]:
+    """Remove the lab's containers, networks and volumes (selected by label) and its inventory.
+
+    With all_labs, every object labelled io.sparkdeploy.lab=1, whatever its lab. Keys and secrets stay
+    (a later `up` reuses them) unless purge is set.
+    """
+    spec = spec or LabSpec()
+    with _lab_lock(spec):
+        return _down(spec, all_labs, purge)
+
+
+def _down(spec: LabSpec, all_labs: bool, purge: bool) -> dict[str, list[str]]:
+    client = docker_client()
+    filters = {"label": [f"{LAB_LABEL}=1"]} if all_labs else spec.filters
+    removed: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+    for container in client.containers.list(all=True, filters=filters):
+        container.remove(force=True, v=False)
+        removed["containers"].append(container.name)
+    for net in client.networks.list(filters=filters):
+        net.remove()
+        removed["networks"].append(net.name)
+    for volume in client.volumes.list(filters=filters):
+        volume.remove(force=True)
+        removed["volumes"].append(volume.name)
+    for name in ("inventory.yaml", keys.KNOWN_HOSTS):
+        (spec.directory / name).unlink(missing_ok=True)
+    if purge and spec.directory.is_dir():
+        shutil.rmtree(spec.directory)
+    return removed
+
+
+# -- status --------------------------------------------------------------------------------------------------
+
+def _fabric_iface(container) -> str:
+    code, out = container.exec_run(["cat", "/etc/sparkdeploy-lab/node.env"])
+    want = ""
+    for line in out.decode(errors="replace").splitlines() if code == 0 else []:
+        if line.startswith("SPARKDEPLOY_LAB_FABRIC_IFACE="):
+            want = line.split("=", 1)[1]
+    code, _ = container.exec_run(["ip", "link", "show", "dev", want]) if want else (1, b"")
+    return want if code == 0 else ""
+
+
+def status(spec: LabSpec | None = None, client=None) -> list[NodeStatus]:
+    """What each node container is doing: state, addresses, and whether sshd and the inner dockerd answer."""
+    spec = spec or LabSpec()
+    client = client or docker_client()
+    found = []
+    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
+        attrs = container.attrs
+        nets = attrs.get("NetworkSettings", {}).get("Networks") or {}
+        st = NodeStatus(
+            node=nodes.node_name(container), container=container.name, state=container.status,
+            mgmt_ip=(nets.get(spec.mgmt_network) or {}).get("IPAddress", ""),
+            fabric_ip=(nets.get(spec.fabric_network) or {}).get("IPAddress", ""),
+            image=attrs.get("Config", {}).get("Image", ""), started_at=attrs.get("State", {}).get("StartedAt", ""),
+            container_id=container.id,
+        )
+        if container.status == "running":
+            st.ssh = bool(st.mgmt_ip and nodes.ssh_banner(st.mgmt_ip))
+            code, _ = container.exec_run(["docker", "info", "--format", "{{.ServerVersion}}"])
+            st.dockerd = code == 0
+            st.storage_driver = nodes.storage_driver(container)
+            st.fabric_iface = _fabric_iface(container)
+        found.append(st)
+    return found
+
+
+def status_dicts(rows: list[NodeStatus]) -> list[dict]:
+    return [asdict(r) for r in rows]
+
+
+def fail_if_not_up(rows: list[NodeStatus], spec: LabSpec) -> None:
+    if not rows:
+        raise StepFailed(f"lab {spec.name} is not up (run: sparkdeploy lab up)")
+    bad = [r.node for r in rows if r.state != "running" or not r.ssh or not r.dockerd]
+    if bad:
+        raise StepFailed(f"lab {spec.name}: not healthy on {', '.join(bad)} (run: sparkdeploy lab up)")
+

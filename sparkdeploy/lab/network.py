@@ -1,0 +1,127 @@
+"""The lab's two Docker networks: management (SSH, API) and fabric (jumbo frames, the CX7 link's stand-in).
+
+Fixed subnets make node IPs predictable across runs. The fabric network is `internal` (like a point-to-point
+cable it leads nowhere), which also guarantees the nodes' default route goes through the management network,
+and it carries `com.docker.network.driver.mtu=9000`, which gives real jumbo frames on the veth pairs.
+
+Leftovers from an earlier run are reused when they match, recreated when they do not (after removing this
+lab's containers still attached to them), and a network that is not the lab's but holds the name or overlaps
+the subnet is reported as a ConfigError instead of being touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import docker
+from docker.types import IPAMConfig, IPAMPool
+
+from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, LabSpec
+
+MTU_OPTION = "com.docker.network.driver.mtu"
+FABRIC_MTU = 9000
+
+
+@dataclass(frozen=True)
+class NetworkWanted:
+    kind: str  # "mgmt" | "fabric"
+    name: str
+    subnet: str
+    gateway: str
+    internal: bool
+    options: dict[str, str]
+
+
+def wanted_networks(spec: LabSpec) -> list[NetworkWanted]:
+    return [
+        NetworkWanted("mgmt", spec.mgmt_network, spec.mgmt_subnet, spec.gateway(spec.mgmt_subnet), False, {}),
+        NetworkWanted("fabric", spec.fabric_network, spec.fabric_subnet, spec.gateway(spec.fabric_subnet), True,
+                      {MTU_OPTION: str(FABRIC_MTU)}),
+    ]
+
+
+def _matches(net, want: NetworkWanted, spec: LabSpec) -> bool:
+    attrs = net.attrs
+    configs = (attrs.get("IPAM") or {}).get("Config") or []
+    subnets = {c.get("Subnet") for c in configs}
+    options = attrs.get("Options") or {}
+    return (subnets == {want.subnet} and bool(attrs.get("Internal")) == want.internal
+            and all(options.get(k) == v for k, v in want.options.items())
+            and (attrs.get("Labels") or {}).get(NAME_LABEL) == spec.name)
+
+
+def _is_ours(net, spec: LabSpec) -> bool:
+    labels = net.attrs.get("Labels") or {}
+    return labels.get(LAB_LABEL) == "1" and labels.get(NAME_LABEL) == spec.name
+
+
+def _remove_network(client, net, spec: LabSpec) -> None:
+    """Remove one of this lab's networks, first removing this lab's containers that still hold an endpoint."""
+    net.reload()
+    for cid in (net.attrs.get("Containers") or {}):
+        try:
+            container = client.containers.get(cid)
+        except docker.errors.NotFound:
+            continue
+        if (container.labels or {}).get(NAME_LABEL) == spec.name:
+            container.remove(force=True)
+        else:
+            net.disconnect(container, force=True)
+    net.remove()
+
+
+def _overlapping(client, subnet: str, name: str) -> list[str]:
+    wanted = ipaddress.ip_network(subnet)
+    hits = []
+    for net in client.networks.list():
+        if net.name == name:
+            continue
+        for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+            try:
+                if cfg.get("Subnet") and ipaddress.ip_network(cfg["Subnet"]).overlaps(wanted):
+                    hits.append(net.name)
+            except ValueError:
+                continue
+    return hits
+
+
+def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, object]:
+    """Create or reuse both networks; returns {"mgmt": Network, "fabric": Network}."""
+    result = {}
+    for want in wanted_networks(spec):
+        existing = [n for n in client.networks.list(names=[want.name]) if n.name == want.name]
+        for net in existing:
+            net.reload()
+            if not _is_ours(net, spec):
+                raise ConfigError(Problem(
+                    "docker", f"network {want.name}", "exists and was not made by this lab",
+                    f"remove it (docker network rm {want.name}) or choose another --name"))
+            if _matches(net, want, spec):
+                result[want.kind] = net
+            else:
+                say(f"network {want.name}: settings differ from a previous run, recreating it")
+                _remove_network(client, net, spec)
+        if want.kind in result:
+            continue
+        clash = _overlapping(client, want.subnet, want.name)
+        if clash:
+            flag = "--subnet" if want.kind == "mgmt" else "--fabric-subnet"
+            raise ConfigError(Problem(
+                "docker", flag, f"{want.subnet} overlaps the Docker network(s) {', '.join(clash)}",
+                f"remove them or pass another {flag}"))
+        ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=want.subnet, gateway=want.gateway)])
+        say(f"network {want.name} ({want.subnet}{', MTU 9000' if want.options else ''})")
+        result[want.kind] = client.networks.create(
+            want.name, driver="bridge", ipam=ipam, internal=want.internal, options=want.options,
+            labels=spec.labels(), check_duplicate=True)
+    return result
+
+
+def remove_networks(client, spec: LabSpec) -> list[str]:
+    removed = []
+    for net in client.networks.list(filters=spec.filters):
+        _remove_network(client, net, spec)
+        removed.append(net.name)
+    return removed

@@ -1,0 +1,226 @@
+"""Node containers: one virtual DGX Spark each (sshd + an inner Docker engine, see images/lab-node).
+
+Docker-in-Docker without --privileged (CAP_SYS_RESOURCE cannot be granted on the development and CI machines):
+all capabilities but SYS_RESOURCE, no seccomp/apparmor confinement, the host's cgroup tree, and a named volume
+for the inner /var/lib/docker so the inner engine can use overlay2 (not possible on the container's own
+overlay root) and keeps its images when the node container is recreated. /run is a tmpfs, so every start is
+a clean boot (no stale pid files; the node's ready marker lives there).
+
+A container is reused as long as its config hash (image ID, addresses, network IDs, keys, environment)
+matches; otherwise it is replaced. That is what makes `lab up` idempotent and lets it cope with leftovers:
+a stopped container is started again, one whose network was deleted under it (engine restart, manual
+cleanup) fails the hash check and is recreated, keeping its volume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import socket
+import tarfile
+import time
+from dataclasses import dataclass
+
+import docker
+
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.lab.keys import KeyPair
+from sparkdeploy.lab.spec import CONFIG_LABEL, NODE_LABEL, LabSpec, NodeSpec
+
+CLIENT_KEY_COPY = "etc/sparkdeploy-lab/client/lab_ed25519"
+HOST_KEY = "etc/ssh/ssh_host_ed25519_key"
+SPARK_UID = 1000  # the `spark` user of images/lab-node/Dockerfile
+READY = "/run/sparkdeploy-lab/ready"
+FAILED = "/run/sparkdeploy-lab/failed"
+READY_TIMEOUT_S = 120
+
+
+@dataclass
+class NodePlan:
+    """Everything that decides what a node container looks like."""
+
+    node: NodeSpec
+    image_id: str
+    image_tag: str
+    mgmt_net_id: str
+    fabric_net_id: str
+    host_key: KeyPair
+    client_key: KeyPair
+
+    def environment(self, spec: LabSpec) -> dict[str, str]:
+        return {
+            "SPARKDEPLOY_LAB": spec.name,
+            "SPARKDEPLOY_LAB_NODE": self.node.name,
+            "SPARKDEPLOY_LAB_MGMT_IP": self.node.mgmt_ip,
+            "SPARKDEPLOY_LAB_FABRIC_IP": self.node.fabric_ip,
+            "SPARKDEPLOY_LAB_FABRIC_IFACE": spec.fabric_iface,
+            "SPARKDEPLOY_LAB_HCAS": ",".join(spec.hcas),
+        }
+
+    def config_hash(self, spec: LabSpec) -> str:
+        data = {
+            "image": self.image_id,
+            "env": self.environment(spec),
+            "nets": [self.mgmt_net_id, self.fabric_net_id],
+            "ips": [self.node.mgmt_ip, self.node.fabric_ip],
+            "volume": spec.volume_name(self.node.name),
+            "host_key": self.host_key.fingerprint,
+            "client_key": self.client_key.fingerprint,
+            "layout": 2,  # bump when create() changes in a way the fields above do not show
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def find_container(client, spec: LabSpec, node: str):
+    try:
+        return client.containers.get(spec.container_name(node))
+    except docker.errors.NotFound:
+        return None
+
+
+def ensure_volume(client, spec: LabSpec, node: str):
+    name = spec.volume_name(node)
+    try:
+        return client.volumes.get(name)
+    except docker.errors.NotFound:
+        return client.volumes.create(name, labels=spec.labels(node))
+
+
+def _tar(files: list[tuple[str, bytes, int, int]], dirs: list[tuple[str, int, int]]) -> bytes:
+    """A tar of (path, data, mode, uid) files and (path, mode, uid) folders, paths relative to /."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, mode, uid in dirs:
+            info = tarfile.TarInfo(path)
+            info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, mode, uid, uid
+            tar.addfile(info)
+        for path, data, mode, uid in files:
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, uid, uid, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def install_keys(container, plan: NodePlan) -> None:
+    """Put the node's host key and the client's authorized key in place (before the first start).
+
+    A root-only copy of the client key stays on the node so that `lab up` from another state folder can
+    adopt this lab's keys (read_keys) instead of replacing the nodes under whoever else uses them.
+    """
+    archive = _tar(
+        files=[
+            (HOST_KEY, plan.host_key.private, 0o600, 0),
+            (HOST_KEY + ".pub", (plan.host_key.public + "\n").encode(), 0o644, 0),
+            ("home/spark/.ssh/authorized_keys", (plan.client_key.public + "\n").encode(), 0o600, SPARK_UID),
+            (CLIENT_KEY_COPY, plan.client_key.private, 0o600, 0),
+            (CLIENT_KEY_COPY + ".pub", (plan.client_key.public + "\n").encode(), 0o644, 0),
+        ],
+        dirs=[("home/spark/.ssh", 0o700, SPARK_UID), ("etc/sparkdeploy-lab/client", 0o700, 0)],
+    )
+    if not container.put_archive("/", archive):
+        raise StepFailed(f"could not install SSH keys into {container.name}")
+
+
+def _read_file(container, path: str) -> bytes | None:
+    try:
+        stream, _ = container.get_archive("/" + path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            fh = tar.extractfile(member) if member else None
+            return fh.read() if fh else None
+    except (docker.errors.APIError, tarfile.TarError):
+        return None
+
+
+def read_keys(container) -> dict[str, tuple[bytes, str]]:
+    """{"host": (private, public), "client": (private, public)} as installed in a node, where present."""
+    found = {}
+    for kind, path in (("host", HOST_KEY), ("client", CLIENT_KEY_COPY)):
+        private, public = _read_file(container, path), _read_file(container, path + ".pub")
+        if private and public:
+            found[kind] = (private, public.decode().strip())
+    return found
+
+
+def create(client, spec: LabSpec, plan: NodePlan):
+    """Create (not start) the node container on both networks with its fixed addresses."""
+    api = client.api
+    node = plan.node
+    volume = ensure_volume(client, spec, node.name)
+    host_config = api.create_host_config(
+        cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
+        security_opt=["seccomp=unconfined", "apparmor=unconfined"],
+        binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw", f"{volume.name}:/var/lib/docker:rw"],
+        tmpfs={"/run": "rw,nosuid,nodev,exec,size=256m,mode=755"},
+        init=True,
+        network_mode=spec.mgmt_network,
+    )
+    networking = api.create_networking_config(
+        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=node.mgmt_ip)})
+    labels = dict(spec.labels(node.name), **{CONFIG_LABEL: plan.config_hash(spec)})
+    created = api.create_container(
+        plan.image_tag, name=spec.container_name(node.name), hostname=node.name, detach=True,
+        labels=labels, environment=plan.environment(spec), host_config=host_config,
+        networking_config=networking)
+    api.connect_container_to_network(created["Id"], spec.fabric_network, ipv4_address=node.fabric_ip)
+    container = client.containers.get(created["Id"])
+    install_keys(container, plan)
+    return container
+
+
+def is_current(container, spec: LabSpec, plan: NodePlan) -> bool:
+    return (container.labels or {}).get(CONFIG_LABEL) == plan.config_hash(spec)
+
+
+def _exec_text(container, argv: list[str]) -> tuple[int, str]:
+    code, out = container.exec_run(argv, demux=False)
+    return code, (out or b"").decode(errors="replace").strip()
+
+
+def wait_ready(container, node: NodeSpec, timeout: float = READY_TIMEOUT_S) -> None:
+    """Wait for lab-node-init's ready marker, then for sshd to answer on the management IP."""
+    deadline = time.monotonic() + timeout
+    while True:
+        container.reload()
+        if container.status != "running":
+            logs = container.logs(tail=30).decode(errors="replace")
+            raise StepFailed(f"lab node {node.name} stopped while starting (status {container.status}):\n{logs}")
+        code, _ = _exec_text(container, ["test", "-e", READY])
+        if code == 0:
+            break
+        code, reason = _exec_text(container, ["cat", FAILED])
+        if code == 0:
+            _, log = _exec_text(container, ["tail", "-n", "20", "/var/log/sparkdeploy-lab-init.log"])
+            raise StepFailed(f"lab node {node.name} failed to start: {reason}\n{log}")
+        if time.monotonic() > deadline:
+            raise StepFailed(f"lab node {node.name} not ready after {timeout:.0f} s "
+                             f"(see: docker exec {container.name} cat /var/log/sparkdeploy-lab-init.log)")
+        time.sleep(0.3)
+    while not ssh_banner(node.mgmt_ip):
+        if time.monotonic() > deadline:
+            raise StepFailed(f"lab node {node.name}: sshd does not answer on {node.mgmt_ip}:22 from this machine")
+        time.sleep(0.3)
+
+
+def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
+    """The SSH server's identification line, or "" if nothing answers (a cheap liveness check)."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(256).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def list_containers(client, spec: LabSpec) -> list:
+    return client.containers.list(all=True, filters=spec.filters)
+
+
+def node_name(container) -> str:
+    return (container.labels or {}).get(NODE_LABEL, container.name)
+
+
+def storage_driver(container) -> str:
+    code, out = _exec_text(container, ["head", "-n", "1", "/var/lib/docker/.sparkdeploy-lab-storage-driver"])
+    return out if code == 0 else ""

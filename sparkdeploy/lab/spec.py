@@ -1,0 +1,142 @@
+"""What a lab is: its name, node count, subnets and where its keys and inventory live.
+
+Everything the lab creates in the Docker engine is named after the lab (`sparkdeploy-<name>-...`) and carries
+the labels below, so `lab down` can remove exactly what a lab made and nothing else, and several labs (the
+shared test lab, a throw-away one for the `lab down` test, the benchmark's) can live side by side on their
+own subnets.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkdeploy import paths
+from sparkdeploy.errors import ConfigError, Problem
+
+LAB_LABEL = "io.sparkdeploy.lab"  # "1" on every container, network and volume a lab creates
+NAME_LABEL = "io.sparkdeploy.lab.name"
+NODE_LABEL = "io.sparkdeploy.lab.node"
+CONFIG_LABEL = "io.sparkdeploy.lab.config-hash"
+
+DEFAULT_NAME = "lab"
+DEFAULT_MGMT_SUBNET = "172.30.77.0/24"
+DEFAULT_FABRIC_SUBNET = "172.30.78.0/24"
+DEFAULT_IMAGES = ("vllm-sim", "litellm-proxy")
+NODE_IMAGE = "lab-node"
+FIRST_HOST = 11  # spark1 is .11, spark2 .12, ...: away from the gateway (.1) and easy to read
+
+# A DGX Spark's ConnectX-7 port as the OS names it, and the two RoCE "twins" of that port.
+FABRIC_IFACE = "enp1s0f1np1"
+HCAS = ("rocep1s0f1", "roceP2p1s0f1")
+ROCE_V2_GID_INDEX = 3  # show_gids: 0/1 link-local v1/v2, 2/3 the fabric IPv4 v1/v2
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str  # spark1, spark2, ...
+    mgmt_ip: str
+    fabric_ip: str
+    prefixlen: int
+
+    @property
+    def fabric_cidr(self) -> str:
+        return f"{self.fabric_ip}/{self.prefixlen}"
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """A lab's parameters. `state_dir` defaults to paths.lab_dir() for the default lab, a sibling otherwise."""
+
+    name: str = DEFAULT_NAME
+    nodes: int = 2
+    mgmt_subnet: str = DEFAULT_MGMT_SUBNET
+    fabric_subnet: str = DEFAULT_FABRIC_SUBNET
+    images: tuple[str, ...] = DEFAULT_IMAGES
+    state_dir: Path | None = None
+    fabric_iface: str = FABRIC_IFACE
+    hcas: tuple[str, ...] = field(default=HCAS)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not NAME_RE.match(self.name):
+            problems.append(Problem("lab", "--name", f"{self.name!r} is not a lab name",
+                                    "use lower-case letters, digits and '-', at most 31"))
+        if not 1 <= self.nodes <= 20:
+            problems.append(Problem("lab", "--nodes", f"{self.nodes} nodes", "choose 1 to 20"))
+        nets = {}
+        for flag, value in (("--subnet", self.mgmt_subnet), ("--fabric-subnet", self.fabric_subnet)):
+            try:
+                net = ipaddress.IPv4Network(value, strict=True)
+            except ValueError as exc:
+                problems.append(Problem("lab", flag, f"{value!r}: {exc}", "e.g. 172.30.77.0/24"))
+                continue
+            if net.num_addresses < FIRST_HOST + self.nodes + 1:
+                problems.append(Problem("lab", flag, f"{value} is too small for {self.nodes} nodes",
+                                        "use a /24 or larger"))
+            nets[flag] = net
+        if len(nets) == 2 and nets["--subnet"].overlaps(nets["--fabric-subnet"]):
+            problems.append(Problem("lab", "--fabric-subnet", "the management and fabric subnets overlap",
+                                    "give them distinct subnets"))
+        if problems:
+            raise ConfigError(problems)
+        object.__setattr__(self, "images", tuple(self.images))
+
+    # -- names of everything the lab creates -------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"sparkdeploy-{self.name}"
+
+    @property
+    def mgmt_network(self) -> str:
+        return f"{self.prefix}-mgmt"
+
+    @property
+    def fabric_network(self) -> str:
+        return f"{self.prefix}-fabric"
+
+    def container_name(self, node: str) -> str:
+        return f"{self.prefix}-{node}"
+
+    def volume_name(self, node: str) -> str:
+        return f"{self.prefix}-{node}-docker"
+
+    def labels(self, node: str | None = None) -> dict[str, str]:
+        labels = {LAB_LABEL: "1", NAME_LABEL: self.name}
+        if node:
+            labels[NODE_LABEL] = node
+        return labels
+
+    @property
+    def filters(self) -> dict:
+        """Docker list filter selecting this lab's objects only."""
+        return {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={self.name}"]}
+
+    # -- addresses --------------------------------------------------------------------------------------
+    def node_specs(self) -> list[NodeSpec]:
+        mgmt = ipaddress.IPv4Network(self.mgmt_subnet)
+        fabric = ipaddress.IPv4Network(self.fabric_subnet)
+        return [
+            NodeSpec(f"spark{i + 1}", str(mgmt[FIRST_HOST + i]), str(fabric[FIRST_HOST + i]), fabric.prefixlen)
+            for i in range(self.nodes)
+        ]
+
+    def gateway(self, subnet: str) -> str:
+        return str(ipaddress.IPv4Network(subnet)[1])
+
+    # -- files on this machine --------------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        if self.state_dir is not None:
+            return Path(self.state_dir)
+        if self.name == DEFAULT_NAME:
+            return paths.lab_dir()
+        return paths.state_dir() / f"lab-{self.name}"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.directory / "inventory.yaml"
