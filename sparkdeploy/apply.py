@@ -1,0 +1,236 @@
+"""Run a plan on the nodes: phase 1 on every node, then phase 2; per-node results, never stop at the first error.
+
+Also what a run needs around that: one SSH connection per node (remote.NodeConnection, host keys checked),
+reading facts on all nodes in parallel, a lock per inventory that refuses a second concurrent run, and a
+SIGINT handler that lets the steps under way finish, skips the rest, and removes temp files on the nodes.
+
+Nothing here retries a step: a failed step stops that node's remaining steps (reported `skipped`) and the run
+exits 1 naming the node and the step; the next `up` or `down` reads the facts again and converges.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from sparkdeploy import paths
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.plan import CHANGED, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step
+from sparkdeploy.remote import NodeConnection, on_nodes
+
+START_TIMEOUT_S = 300  # `docker run --detach` returns once the container started
+
+
+# -- interrupt and lock ---------------------------------------------------------------------------------
+
+class Interrupt:
+    """First Ctrl-C: set `event` (steps under way finish, the rest are skipped, temp files are cleaned).
+    Second Ctrl-C: KeyboardInterrupt at once."""
+
+    def __init__(self, say: Callable[[str], None] | None = None):
+        self.event = threading.Event()
+        self._old = None
+        self._say = say or (lambda m: print(m, file=sys.stderr, flush=True))
+
+    def _handler(self, signum, frame):
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        self._say("interrupted: finishing the commands under way, then cleaning up (Ctrl-C again to stop at once)")
+
+    def __enter__(self) -> "Interrupt":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+
+    @property
+    def set(self) -> bool:
+        return self.event.is_set()
+
+
+def lock_path(inventory: Inventory) -> Path:
+    key = str(inventory.path or inventory.cluster.name)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return paths.state_dir() / "locks" / f"{inventory.cluster.name}-{digest}.lock"
+
+
+@contextmanager
+def inventory_lock(inventory: Inventory):
+    """One run at a time per inventory (flock: released by the kernel however the process ends)."""
+    path = lock_path(inventory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise StepFailed(f"another sparkdeploy run (pid {holder}) is working on this inventory "
+                             f"({inventory.source}); wait for it to finish (lock: {path})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield path
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+# -- connections and facts ------------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    """One connection per node of the inventory, opened lazily, closed at the end of the run."""
+
+    inventory: Inventory
+    conns: dict[str, NodeConnection]
+
+    @classmethod
+    def open(cls, inventory: Inventory, connect_timeout: float | None = None) -> "Session":
+        kwargs = {"connect_timeout": connect_timeout} if connect_timeout else {}
+        return cls(inventory, {n.name: NodeConnection(n, inventory, **kwargs) for n in inventory.nodes})
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            try:
+                conn.close()
+            except Exception:  # closing a dead connection: nothing to report
+                pass
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def conn(self, node: Node | str) -> NodeConnection:
+        return self.conns[node if isinstance(node, str) else node.name]
+
+
+def gather_facts(session: Session, nodes: list[Node], images_for: Callable[[Node], list[str]] = lambda n: [],
+                 hf_cache: str = "~", model: str = "") -> dict[str, NodeFacts | Exception]:
+    state_dir = session.inventory.cluster.state_dir
+
+    def one(node: Node) -> NodeFacts:
+        return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model)
+
+    return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
+
+
+# -- steps ----------------------------------------------------------------------------------------------
+
+def _no_such_container(text: str) -> bool:
+    return "No such container" in text or "no such container" in text
+
+
+def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    """Do one step; return a short detail. Raises StepFailed (or another error) when it fails."""
+    kind = step.kind
+    path = f"{state_dir}/{step.target}"
+    if kind == "remove-container":
+        r = conn.run(["docker", "rm", "--force", step.container_id or step.target], check=False)
+        if not r.ok and not _no_such_container(r.stderr):
+            raise StepFailed(f"docker rm exited {r.exit_code}: {r.stderr.strip()[-300:]}")
+        return "removed"
+    if kind == "state-dir":
+        conn.run(["mkdir", "-p", "-m", "0700", state_dir])
+        conn.run(["chmod", "0700", state_dir])
+        return "0700"
+    if kind == "remove-file":
+        conn.run(["rm", "-f", "--", path])
+        return "removed"
+    if kind in ("write", "manifest"):
+        assert step.file is not None
+        conn.put(step.file.content, path, mode=step.file.mode)
+        return f"{step.file.mode:04o} sha256 {step.file.sha256[:12]}"
+    if kind == "chmod":
+        conn.run(["chmod", f"{step.mode:04o}", path])
+        return f"{step.mode:04o}"
+    if kind == "rmdir":
+        r = conn.run(["rmdir", "--", state_dir], check=False)
+        return "removed" if r.ok else "kept (not empty)"
+    if kind == "start-container":
+        assert step.container is not None
+        if step.container_id:
+            r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
+            if not r.ok and not _no_such_container(r.stderr):
+                raise StepFailed(f"could not remove the old container: {r.stderr.strip()[-300:]}")
+        r = conn.run(["bash", f"{state_dir}/{step.container.run_script}"], check=False, timeout=START_TIMEOUT_S)
+        if not r.ok:
+            tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
+            raise StepFailed(f"`bash {step.container.run_script}` exited {r.exit_code}: {tail}")
+        new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+        return f"started {new_id[:12]}"
+    raise StepFailed(f"unknown step {kind}")
+
+
+def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: Interrupt | None,
+              mask: Callable[[str], str], say: Callable[[str], None] | None) -> None:
+    steps = node_plan.phase(phase)
+    for i, step in enumerate(steps):
+        if not step.change:
+            step.status = OK
+            continue
+        if interrupt is not None and interrupt.set:
+            step.status, step.detail = SKIPPED, "interrupted"
+            continue
+        try:
+            if say:
+                say(f"{step.node}: {step.label}")
+            step.detail = mask(run_step(conn, step, node_plan.state_dir))
+            step.status = CHANGED
+        except Exception as exc:  # reported per node; nothing else on this node runs after a failure
+            step.status, step.detail = FAILED, mask(f"{exc}" or exc.__class__.__name__)
+            for rest in steps[i + 1:]:
+                rest.status, rest.detail = (OK, "") if not rest.change else (SKIPPED, f"after the failed {step.kind}")
+            return
+
+
+def apply_plan(session: Session, plan: Plan, interrupt: Interrupt | None = None,
+               mask: Callable[[str], str] = lambda s: s, say: Callable[[str], None] | None = None) -> None:
+    """Run phase 1 on every node, then (if every node succeeded) phase 2. Step statuses are set in place."""
+    for phase in (1, 2):
+        todo = [n for n in plan.nodes if n.phase(phase)]
+        if phase == 2 and (plan.failed() or (interrupt is not None and interrupt.set)):
+            why = "interrupted" if not plan.failed() else f"{plan.failed()[0].node} failed in phase 1"
+            for n in todo:
+                for s in n.phase(2):
+                    s.status, s.detail = (OK, "") if not s.change else (SKIPPED, why)
+            break
+        by_node = {n.node.name: n for n in todo}
+        outcomes = on_nodes([n.node for n in todo],
+                            lambda node: _run_node(session.conn(node), by_node[node.name], phase, interrupt, mask, say))
+        for o in outcomes:  # _run_node catches step errors; anything else is a bug, still reported per node
+            if not o.ok:
+                for s in by_node[o.node.name].phase(phase):
+                    if s.status == PENDING:
+                        s.status, s.detail = FAILED, mask(str(o.error))
+
+
+def clean_temp_files(session: Session, nodes: list[Node]) -> None:
+    """Remove `.NAME.sparkdeploy-tmp` files a put interrupted mid-way left in the state dir (best effort)."""
+    state_dir = session.inventory.cluster.state_dir
+    script = 'cd "$HOME/$1" 2>/dev/null || exit 0; for f in .*"$2"; do [ -f "$f" ] && rm -f -- "$f"; done; exit 0'
+
+    def one(node: Node) -> None:
+        session.conn(node).run(["bash", "-c", script, "sparkdeploy-clean", state_dir, TEMP_SUFFIX], check=False,
+                               timeout=20)
+
+    on_nodes(nodes, one)

@@ -1,0 +1,213 @@
+"""The health gate: `up` returns only when the deployment really serves.
+
+Passing means, queried from this machine to the nodes' management IPs:
+- every container of the deployment is running (a rank that died fails the gate at once, with its logs);
+- `/health` answers 200 on every engine that serves HTTP (the LiteLLM proxy: `/health/liveliness`, which
+  needs no key; its `/health` would call every backend);
+- a real one-token chat completion succeeds on the public endpoint (the proxy for 2xsolo, with the master
+  key as Bearer) and, for 2xsolo, on each backend directly: `/health` alone can be 200 on a wedged engine.
+On timeout (or a dead container) the last log lines of every container involved are collected per node.
+Secrets are sent only in the Authorization header, and every text this module returns is masked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sparkdeploy.deployment import Deployment
+from sparkdeploy.remote import on_nodes
+
+POLL_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
+LOG_TAIL = 30
+STATE_FORMAT = "{{.Name}} {{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}"
+
+
+@dataclass
+class Probe:
+    name: str  # what it checks, e.g. "spark1 /health :8000"
+    url: str
+    kind: str  # health | completion
+    bearer: bool = False  # send the proxy's master key
+    ok: bool = False
+    detail: str = "not tried yet"
+    seconds: float | None = None
+
+
+@dataclass
+class GateResult:
+    ok: bool
+    seconds: float
+    probes: list[Probe]
+    reason: str = ""
+    dead: list[str] = field(default_factory=list)  # "node container: state" of containers that stopped
+    logs: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> container -> last lines (masked)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "seconds": round(self.seconds, 2), "reason": self.reason, "dead": self.dead,
+                "probes": [{"name": p.name, "url": p.url, "ok": p.ok, "detail": p.detail} for p in self.probes],
+                "logs": self.logs}
+
+
+def probes_for(dep: Deployment) -> list[Probe]:
+    probes = []
+    for nd in dep.nodes:
+        for c in nd.containers:
+            if c.health_port is None:
+                continue
+            path = "/health/liveliness" if c.role == "proxy" else "/health"
+            probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.mgmt_ip}:{c.health_port}{path}",
+                                "health"))
+    public_bearer = dep.topology == "2xsolo"
+    probes.append(Probe(f"chat completion {dep.endpoint}", dep.endpoint.rstrip("/") + "/chat/completions",
+                        "completion", bearer=public_bearer))
+    for url in dep.backends:
+        probes.append(Probe(f"chat completion {url}", url.rstrip("/") + "/chat/completions", "completion"))
+    return probes
+
+
+def http_get(url: str, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
+            return resp.status, resp.read(2048).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(512).decode(errors="replace") if exc.fp else ""
+
+
+def chat_completion(url: str, model: str, bearer: str | None, timeout: float) -> tuple[bool, str]:
+    """One real generation of one token. (ok, detail)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
+                       "max_tokens": 1, "temperature": 0, "stream": False}).encode()
+    headers = {"Content-Type": "application/json"}
+    if bearer:
+        headers["Authorization"] = f"Bearer {bearer}"
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = json.loads(resp.read().decode(errors="replace") or "{}")
+    except urllib.error.HTTPError as exc:
+        text = exc.read(300).decode(errors="replace") if exc.fp else ""
+        return False, f"HTTP {exc.code} {text.strip()[:200]}"
+    except ValueError:
+        return False, "the answer is not JSON"
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        return False, "no choices in the answer"
+    usage = data.get("usage") or {}
+    return True, f"{usage.get('completion_tokens', '?')} token(s)"
+
+
+def _try(probe: Probe, model: str, key: str | None, timeout: float) -> None:
+    t0 = time.monotonic()
+    try:
+        if probe.kind == "health":
+            code, text = http_get(probe.url, timeout)
+            probe.ok = code == 200
+            probe.detail = f"HTTP {code}" + ("" if probe.ok else f" {text.strip()[:120]}")
+        else:
+            probe.ok, probe.detail = chat_completion(probe.url, model, key if probe.bearer else None, timeout)
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        probe.ok, probe.detail = False, f"{reason.__class__.__name__}: {reason}"
+    probe.seconds = time.monotonic() - t0
+
+
+def container_states(dep: Deployment, conns: dict) -> dict[str, dict[str, tuple[str, int, int]]]:
+    """node -> container -> (status, exit code, restart count), read over SSH (read-only)."""
+    by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
+
+    def one(node):
+        names = [c.name for c in by_name[node.name].containers]
+        r = conns[node.name].run(["docker", "inspect", "--format", STATE_FORMAT, *names], check=False, timeout=30)
+        found = {}
+        for line in r.stdout.splitlines():
+            parts = line.strip().lstrip("/").split()
+            if len(parts) == 4:
+                found[parts[0]] = (parts[1], int(parts[2]), int(parts[3]))
+        return {n: found.get(n, ("missing", -1, 0)) for n in names}
+
+    outcomes = on_nodes([nd.node for nd in by_name.values()], one)
+    return {o.node.name: (o.value if o.ok else {"(ssh)": (f"unreadable: {o.error}", -1, 0)}) for o in outcomes}
+
+
+def _dead(states: dict[str, dict[str, tuple[str, int, int]]]) -> list[str]:
+    out = []
+    for node, per in states.items():
+        for name, (status, code, restarts) in per.items():
+            if status in ("exited", "dead", "missing", "created", "removing"):
+                out.append(f"{node} {name}: {status}" + (f" (exit code {code})" if status == "exited" else ""))
+    return out
+
+
+def collect_logs(dep: Deployment, conns: dict, tail: int = LOG_TAIL) -> dict[str, dict[str, str]]:
+    by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
+
+    def one(node):
+        out = {}
+        for c in by_name[node.name].containers:
+            r = conns[node.name].run(["docker", "logs", "--tail", str(tail), c.name], check=False, timeout=30)
+            text = (r.stdout + ("\n" if r.stdout and r.stderr else "") + r.stderr).rstrip()
+            out[c.name] = dep.secrets.mask(text or f"(no output; docker logs exited {r.exit_code})")
+        return out
+
+    return {o.node.name: (o.value if o.ok else {"(ssh)": dep.secrets.mask(str(o.error))})
+            for o in on_nodes([nd.node for nd in by_name.values()], one)}
+
+
+def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[], bool] = lambda: False,
+                 say: Callable[[str], None] | None = None, states_known_running: bool = False) -> GateResult:
+    """Poll until every probe passes (health first, then completions) or the timeout; see the module doc.
+
+    states_known_running: the containers were seen running a moment ago (nothing was started): skip the first
+    SSH read of container states."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    probes = probes_for(dep)
+    key = dep.secrets.get("LITELLM_MASTER_KEY")
+    model = dep.model_name
+    mask = dep.secrets.mask
+    check_states = not states_known_running
+    last_say = 0.0
+    while True:
+        if stop():
+            return GateResult(False, time.monotonic() - t0, probes, "interrupted")
+        if check_states:
+            states = container_states(dep, conns)
+            dead = _dead(states)
+            if dead:
+                return GateResult(False, time.monotonic() - t0, probes,
+                                  mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
+        check_states = True
+        remaining = max(1.0, deadline - time.monotonic())
+        for p in probes:
+            if p.kind == "health" and not p.ok:
+                _try(p, model, key, min(REQUEST_TIMEOUT_S, remaining))
+        if all(p.ok for p in probes if p.kind == "health"):
+            for p in probes:
+                if p.kind == "completion" and not p.ok:
+                    _try(p, model, key, min(REQUEST_TIMEOUT_S, remaining))
+        for p in probes:
+            p.detail = mask(p.detail)
+        if all(p.ok for p in probes):
+            if not states_known_running:  # a rank may have died after its peer answered: look once more
+                dead = _dead(container_states(dep, conns))
+                if dead:
+                    return GateResult(False, time.monotonic() - t0, probes,
+                                      mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
+            return GateResult(True, time.monotonic() - t0, probes)
+        now = time.monotonic()
+        if now >= deadline:
+            failing = [f"{p.name}: {p.detail}" for p in probes if not p.ok]
+            return GateResult(False, now - t0, probes,
+                              mask(f"not healthy after {timeout:g} s: " + "; ".join(failing)))
+        if say and now - last_say > 10:
+            waiting = [p.name for p in probes if not p.ok]
+            say(f"health: waiting for {', '.join(waiting[:3])}{' ...' if len(waiting) > 3 else ''} "
+                f"({now - t0:.0f} s of {timeout:g} s)")
+            last_say = now
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))

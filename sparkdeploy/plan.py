@@ -1,0 +1,271 @@
+"""Compare a Deployment with what the nodes have (facts) and list, per node and in order, the steps to converge.
+
+Pure logic: no SSH here (apply.py runs the steps). Every step is listed, also those with nothing to do
+(`change=False`: reported `ok`), so each run shows per node what was checked and what changed.
+
+Per node, two phases (apply runs phase 1 on every node before phase 2 starts anywhere):
+  1. remove our containers that are not part of this deployment (another recipe or topology: the old one goes
+     down first, on every node), the state dir (0700), leftover temp files, the manifest (listing new names
+     before they are written), the files (by sha256 and mode), files of ours that are no longer rendered;
+  2. (re)start each container whose config-hash label, image ID or state differs, then the final manifest.
+A node of the inventory that the deployment does not use gets only removals (what `down` does).
+
+Files are compared by sha256, containers by their config-hash label and image ID: the config hash covers
+everything the container is made of, so changing one recipe value restarts only what depends on it. The
+ranks of a cluster are one engine: when one rank restarts, every rank restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
+from sparkdeploy.facts import MANIFEST, NodeFacts, safe_name
+from sparkdeploy.inventory import Node
+
+OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
+STATE_DIR_MODE = 0o700
+
+
+@dataclass
+class Step:
+    node: str
+    phase: int
+    kind: str  # remove-container | state-dir | remove-file | write | chmod | manifest | start-container | rmdir
+    target: str
+    change: bool
+    reason: str = ""
+    file: FileSpec | None = None
+    container: ContainerSpec | None = None
+    container_id: str | None = None  # an existing container this step removes or replaces
+    mode: int | None = None
+    status: str = PENDING
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.target}"
+
+    def as_dict(self) -> dict:
+        return {"node": self.node, "phase": self.phase, "step": self.kind, "target": self.target,
+                "change": self.change, "reason": self.reason, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class NodePlan:
+    node: Node
+    state_dir: str  # absolute path on the node
+    steps: list[Step] = field(default_factory=list)
+    deployment: NodeDeployment | None = None  # None: the node only has things removed
+
+    @property
+    def changes(self) -> list[Step]:
+        return [s for s in self.steps if s.change]
+
+    def phase(self, n: int) -> list[Step]:
+        return [s for s in self.steps if s.phase == n]
+
+
+@dataclass
+class Plan:
+    nodes: list[NodePlan]
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for n in self.nodes for s in n.steps]
+
+    @property
+    def changes(self) -> int:
+        return sum(1 for s in self.steps if s.change)
+
+    def counts(self) -> dict[str, int]:
+        out = {OK: 0, CHANGED: 0, FAILED: 0, SKIPPED: 0, PENDING: 0}
+        for s in self.steps:
+            out[s.status] = out.get(s.status, 0) + 1
+        return out
+
+    def failed(self) -> list[Step]:
+        return [s for s in self.steps if s.status == FAILED]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.node.name == name)
+
+
+def state_dir_path(facts: NodeFacts, state_dir: str) -> str:
+    return f"{facts.home.rstrip('/')}/{state_dir}"
+
+
+def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: list[str] = ()) -> str:
+    """What the manifest says: the files and containers this tool made on the node, and the deployment they
+    belong to (what `down` removes and `status` shows). Deterministic, so an unchanged deployment rewrites
+    nothing. `extra_files`: names written by an earlier run that are still on the node (kept listed until
+    removed, so an interrupted run never loses track of a file)."""
+    names = sorted({f.name for f in nd.files} | {n for n in extra_files if safe_name(n) and n != MANIFEST})
+    data = {
+        "managed_by": "sparkdeploy",
+        "recipe": dep.recipe.name,
+        "topology": dep.topology,
+        "backend": dep.backend or None,
+        "model": dep.model_name,
+        "endpoint": dep.endpoint,
+        "backends": list(dep.backends),
+        "node": nd.node.name,
+        "role": nd.node.role,
+        "files": names,
+        "containers": [{"name": c.name, "role": c.role, "image": c.image, "config_hash": c.config_hash,
+                        "ports": list(c.ports), "health_port": c.health_port} for c in nd.containers],
+    }
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def _manifest_spec(text: str) -> FileSpec:
+    return FileSpec(MANIFEST, text, mode=0o644)
+
+
+def _container_reason(spec: ContainerSpec, facts: NodeFacts) -> str | None:
+    """Why the container must be (re)started, or None when it is as wanted."""
+    have = facts.container(spec.name)
+    if have is None:
+        return "missing"
+    if have.config_hash != spec.config_hash:
+        return f"config-hash {have.config_hash or '(none)'} -> {spec.config_hash}"
+    want_id = facts.images.get(spec.image)
+    if want_id and have.image_id != want_id:
+        return f"image {short_id(have.image_id)} -> {short_id(want_id)}"
+    if not have.running:
+        return f"{have.status or 'not running'} (exit {have.exit_code})"
+    return None
+
+
+def short_id(image_id: str | None) -> str:
+    if not image_id:
+        return "-"
+    return image_id.removeprefix("sha256:")[:12]
+
+
+def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not part of this deployment") -> NodePlan:
+    """Everything of ours goes: containers by label, files listed in the manifest, temp files, the manifest."""
+    sd = state_dir_path(facts, state_dir)
+    plan = NodePlan(node=node, state_dir=sd)
+    for c in facts.containers:
+        plan.steps.append(Step(node.name, 1, "remove-container", c.name, True, _other_reason(c, why),
+                               container_id=c.id))
+    for name in facts.temp_files:
+        plan.steps.append(Step(node.name, 1, "remove-file", name, True, "leftover temp file"))
+    for name in facts.manifest_files:
+        if name in facts.files and name != MANIFEST:
+            plan.steps.append(Step(node.name, 1, "remove-file", name, True, "listed in the manifest"))
+    if MANIFEST in facts.files:
+        plan.steps.append(Step(node.name, 1, "remove-file", MANIFEST, True, "ours"))
+    if facts.state_dir_mode is not None:
+        ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
+        others = [n for n in facts.files if n not in ours]
+        if others:  # never remove what we did not write
+            plan.steps.append(Step(node.name, 1, "rmdir", sd, False,
+                                   f"kept: holds files this tool did not write ({', '.join(sorted(others)[:3])})"))
+        else:
+            plan.steps.append(Step(node.name, 1, "rmdir", sd, True, "empty once our files are gone"))
+    return plan
+
+
+def _other_reason(c, why: str) -> str:
+    if c.recipe or c.topology:
+        return f"{why} ({c.recipe or '?'} / {c.topology or '?'} / {c.role or '?'})"
+    return why
+
+
+def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
+    node = nd.node
+    sd = state_dir_path(facts, nd.state_dir)
+    plan = NodePlan(node=node, state_dir=sd, deployment=nd)
+    steps = plan.steps
+    wanted = {c.name for c in nd.containers}
+
+    # phase 1: the old goes first, then the files
+    for c in facts.containers:
+        if c.name not in wanted:
+            steps.append(Step(node.name, 1, "remove-container", c.name, True,
+                              _other_reason(c, "not part of this deployment"), container_id=c.id))
+    if facts.state_dir_mode is None:
+        steps.append(Step(node.name, 1, "state-dir", sd, True, "missing", mode=STATE_DIR_MODE))
+    elif facts.state_dir_mode != STATE_DIR_MODE:
+        steps.append(Step(node.name, 1, "state-dir", sd, True, f"mode {facts.state_dir_mode:04o} -> 0700",
+                          mode=STATE_DIR_MODE))
+    else:
+        steps.append(Step(node.name, 1, "state-dir", sd, False, "exists, 0700"))
+    for name in facts.temp_files:
+        steps.append(Step(node.name, 1, "remove-file", name, True, "leftover temp file of an interrupted run"))
+
+    names = {f.name for f in nd.files}
+    old = [n for n in facts.manifest_files if n in facts.files]
+    final_manifest = manifest_text(dep, nd)
+    if names - set(facts.manifest_files):
+        # list new names before writing them: an interrupted run never leaves a file of ours unlisted
+        steps.append(Step(node.name, 1, "manifest", MANIFEST, True, "list the new files before writing them",
+                          file=_manifest_spec(manifest_text(dep, nd, old))))
+
+    for f in nd.files:
+        have = facts.files.get(f.name)
+        if have is None:
+            steps.append(Step(node.name, 1, "write", f.name, True, "missing", file=f, mode=f.mode))
+        elif have.sha256 != f.sha256:
+            steps.append(Step(node.name, 1, "write", f.name, True, "content differs (sha256)", file=f, mode=f.mode))
+        elif have.mode != f.mode:
+            steps.append(Step(node.name, 1, "chmod", f.name, True, f"mode {have.mode:04o} -> {f.mode:04o}",
+                              file=f, mode=f.mode))
+        else:
+            steps.append(Step(node.name, 1, "write", f.name, False, "same sha256 and mode", file=f, mode=f.mode))
+    for name in old:
+        if name not in names and name != MANIFEST:
+            steps.append(Step(node.name, 1, "remove-file", name, True, "ours, no longer rendered"))
+
+    # phase 2: containers, then the manifest as it now is
+    for c in nd.containers:
+        reason = _container_reason(c, facts)
+        have = facts.container(c.name)
+        if reason is None:
+            steps.append(Step(node.name, 2, "start-container", c.name, False,
+                              f"running, config-hash {c.config_hash}", container=c, container_id=have.id))
+        else:
+            steps.append(Step(node.name, 2, "start-container", c.name, True, reason, container=c,
+                              container_id=have.id if have else None))
+    have_manifest = facts.files.get(MANIFEST)
+    same = have_manifest is not None and have_manifest.sha256 == _manifest_spec(final_manifest).sha256
+    steps.append(Step(node.name, 2, "manifest", MANIFEST, not same, "up to date" if same else "record this deployment",
+                      file=_manifest_spec(final_manifest)))
+    return plan
+
+
+def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
+    """Steps for every node of the inventory (facts: by node name, one for each)."""
+    by_name = {nd.node.name: nd for nd in dep.nodes}
+    plans = []
+    for node in dep.inventory.nodes:
+        f = facts[node.name]
+        if node.name in by_name:
+            plans.append(plan_node(dep, by_name[node.name], f))
+        else:
+            plans.append(plan_removal(node, f, dep.inventory.cluster.state_dir))
+    plan = Plan(plans)
+    if dep.topology == "cluster":
+        _restart_together(plan)
+    return plan
+
+
+def _restart_together(plan: Plan) -> None:
+    """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa)."""
+    starts = [s for s in plan.steps if s.kind == "start-container"]
+    changed = [s for s in starts if s.change]
+    if not changed:
+        return
+    first = changed[0]
+    for s in starts:
+        if not s.change:
+            s.change = True
+            s.reason = f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} " \
+                       f"(one engine across nodes)"
+
+
+def plan_down(inventory_nodes: list[Node], facts: dict[str, NodeFacts], state_dir: str) -> Plan:
+    return Plan([plan_removal(n, facts[n.name], state_dir, "ours") for n in inventory_nodes if n.name in facts])
