@@ -1,0 +1,275 @@
+"""Which topology to serve a recipe with, for a load of N concurrent requests of P prompt and G generated tokens.
+
+The numbers come from measured results when there are any for the recipe (at least two topologies), else from
+the reference tables shipped with sparkdeploy (the seeds' gpt-oss-120b measurements on two DGX Sparks).
+
+Objective (explicit, `--objective`):
+- latency (default): the shortest request, i.e. the time one request of P prompt and G generated tokens takes
+  at N concurrent: TTFT + (G - 1) / (decode t/s total / N). At a fixed N that is also the most requests
+  finished per second (N / request time), so it weighs prefill and decode the way the workload does.
+- decode: the highest total decode t/s (generation-heavy work: chat, code, long answers).
+- ttft: the lowest time to first token (interactive feel, short answers).
+- prefill: the highest total prefill t/s (prompt-heavy batch work: RAG, summaries).
+Between measured concurrency levels values are interpolated on a log2 scale; beyond them the nearest level is
+used and said so. TTFT is scaled by P / the measured prompt length when they differ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.store import METRICS, Result, load_results, variant_label
+from sparkdeploy.bench.sweep import routing_of
+from sparkdeploy.errors import ConfigError, Problem
+
+OBJECTIVES = {
+    "latency": "shortest request: TTFT + (G-1) / per-request decode rate at N concurrent "
+               "(= most requests finished per second)",
+    "decode": "highest total decode throughput (t/s)",
+    "ttft": "lowest time to first token",
+    "prefill": "highest total prefill throughput (t/s)",
+}
+DEFAULT_MAX_BATCHED_TOKENS = 32768  # vLLM's value in the reference recipe (and the seeds)
+ENGINES = {"solo": 1, "cluster": 1}  # 2xsolo variants: 2
+
+
+@dataclass
+class Estimate:
+    variant: str
+    ttft_ms: float
+    decode_tps: float
+    prefill_tps: float
+    request_s: float
+    level_note: str = ""
+
+    def score(self, objective: str) -> float:
+        """Higher is better."""
+        return {"latency": -self.request_s, "decode": self.decode_tps, "ttft": -self.ttft_ms,
+                "prefill": self.prefill_tps}[objective]
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "label": variant_label(self.variant), "ttft_ms": round(self.ttft_ms, 1),
+                "decode_tps": round(self.decode_tps, 1), "prefill_tps": round(self.prefill_tps, 0),
+                "request_s": round(self.request_s, 2)}
+
+
+@dataclass
+class Advice:
+    concurrency: int
+    prompt_tokens: int
+    gen_tokens: int
+    objective: str
+    recipe: str | None
+    source: dict[str, Any]
+    ranking: list[Estimate]
+    by_objective: dict[str, str]
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Estimate:
+        return self.ranking[0]
+
+    @property
+    def topology(self) -> str:
+        return "2xsolo" if self.best.variant.startswith("2xsolo") else self.best.variant
+
+    def to_json(self) -> dict:
+        b = self.best
+        routing = routing_of(b.variant)
+        cmd = f"sparkdeploy up --recipe {self.recipe or '<recipe>'} --topology {self.topology}"
+        if routing and routing != "simple-shuffle":
+            cmd += f" --set litellm.routing_strategy={routing}"
+        return {"recommendation": {"topology": self.topology, "routing": routing, "variant": b.variant,
+                                   "label": variant_label(b.variant)},
+                "objective": self.objective, "objective_text": OBJECTIVES[self.objective],
+                "concurrency": self.concurrency, "prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
+                "recipe": self.recipe, "source": self.source, "ranking": [e.to_json() for e in self.ranking],
+                "by_objective": self.by_objective, "reasons": self.reasons, "notes": self.notes, "command": cmd}
+
+
+def _interp(points: dict[int, float], n: int) -> tuple[float, str]:
+    levels = sorted(points)
+    if n in points:
+        return points[n], ""
+    if n < levels[0]:
+        return points[levels[0]], f"below the measured range: values of c{levels[0]}"
+    if n > levels[-1]:
+        return points[levels[-1]], f"beyond the measured range: values of c{levels[-1]} (expect worse)"
+    lo = max(c for c in levels if c < n)
+    hi = min(c for c in levels if c > n)
+    t = (math.log2(n) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    return points[lo] + t * (points[hi] - points[lo]), f"interpolated between c{lo} and c{hi}"
+
+
+def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int) -> list[Estimate]:
+    out = []
+    for variant in sorted({r.variant for r in results}):
+        rs = [r for r in results if r.variant == variant and all(m in r.metrics for m in METRICS)]
+        if not rs:
+            continue
+        pts = {m: {r.concurrency: r.metrics[m].mean for r in rs} for m in METRICS}
+        pp = rs[0].pp
+        ttft, note = _interp(pts["ttft_ms"], n)
+        decode, _ = _interp(pts["decode_tps"], n)
+        prefill, _ = _interp(pts["prefill_tps"], n)
+        ttft *= prompt_tokens / pp
+        per_request = decode / n if n else decode
+        request_s = ttft / 1000.0 + max(gen_tokens - 1, 0) / max(per_request, 1e-9)
+        out.append(Estimate(variant, ttft, decode, prefill, request_s, note))
+    return out
+
+
+def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int,
+              gen_tokens: int) -> tuple[list[Result], dict] | None:
+    dirs = [d for d in (results_dirs or []) if Path(d).exists()]
+    if not dirs:
+        return None
+    results, _ = load_results(dirs)
+    if recipe:
+        results = [r for r in results if r.recipe == recipe]
+    if not results:
+        return None
+    # the measured shape closest to the one asked about
+    shapes = sorted({(r.recipe, r.pp, r.tg) for r in results},
+                    key=lambda s: (abs(math.log(s[1] / prompt_tokens)) + abs(math.log(s[2] / gen_tokens))))
+    recipe_, pp, tg = shapes[0]
+    chosen = [r for r in results if (r.recipe, r.pp, r.tg) == (recipe_, pp, tg)]
+    if len({r.variant for r in chosen}) < 2:
+        return None
+    dates = sorted(str(r.metadata.get("date", ""))[:10] for r in chosen if r.metadata.get("date"))
+    simulated = any(r.metadata.get("simulated") for r in chosen)
+    return chosen, {"kind": "measured", "recipe": recipe_, "pp": pp, "tg": tg, "files": len(chosen),
+                    "dirs": [str(d) for d in dirs], "dates": [dates[0], dates[-1]] if dates else [],
+                    "simulated": simulated,
+                    "description": f"measured results for {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
+                                   f"{', '.join(str(d) for d in dirs)})" + (" — SIMULATED engine" if simulated else "")}
+
+
+def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tuple[int, str]:
+    if recipe:
+        try:
+            from sparkdeploy.recipes import load_recipe
+
+            r, path, _ = load_recipe(recipe, recipes_dir)
+            value = getattr(r.vllm, "max_num_batched_tokens", None)
+            if value:
+                return int(value), f"recipe {recipe}"
+        except Exception:
+            pass
+    return DEFAULT_MAX_BATCHED_TOKENS, "the reference recipe"
+
+
+def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, recipe: str | None = None,
+           objective: str = "latency", results_dirs: list[str] | None = None,
+           recipes_dir: str | None = None) -> Advice:
+    if concurrency < 1 or prompt_tokens < 1 or gen_tokens < 1:
+        raise ConfigError(Problem("advise", "", "concurrency, prompt and generated tokens must be >= 1", ""))
+    if objective not in OBJECTIVES:
+        raise ConfigError(Problem("--objective", objective, "unknown", f"use {', '.join(OBJECTIVES)}"))
+    notes: list[str] = []
+    measured = _measured(results_dirs, recipe, prompt_tokens, gen_tokens)
+    if measured:
+        results, source = measured
+    else:
+        ref = seed_reference()
+        results = ref.results
+        source = {"kind": "reference", "recipe": ref.recipe, "pp": ref.pp, "tg": ref.tg,
+                  "description": ref.describe(), "source": ref.source["files"]}
+        if recipe and recipe != ref.recipe:
+            notes.append(f"no measurements of {recipe} here: the reference is {ref.recipe}'s (a sparse MoE that "
+                         "fits one node); run `sparkdeploy bench sweep --recipe " + recipe + "` for its own numbers")
+    ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
+    if len(ests) < 2:
+        raise ConfigError(Problem("advise", "", "fewer than two topologies measured", "run a sweep first"))
+    ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
+    by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
+    advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
+                    ranking, by_obj, notes=notes)
+    advice.reasons = explain(advice, recipe, recipes_dir)
+    if ranking[0].level_note:
+        notes.append(ranking[0].level_note)
+    if (prompt_tokens, gen_tokens) != (source["pp"], source["tg"]):
+        notes.append(f"measured at pp{source['pp']}/tg{source['tg']}: TTFT scaled by {prompt_tokens}/{source['pp']}, "
+                     f"decode rates as measured; a sweep with --pp {prompt_tokens} --tg {gen_tokens} would be exact")
+    return advice
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{(a - b) / b * 100:+.0f}%" if b else "n/a"
+
+
+def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]:
+    best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
+    second = ranking[1]
+    lb = variant_label
+    reasons = []
+    if a.objective == "latency":
+        reasons.append(
+            f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
+            f"(TTFT {best.ttft_ms:.0f} ms + {a.gen_tokens - 1} tokens at {best.decode_tps / n:.1f} t/s each) vs "
+            f"{lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)}).")
+    else:
+        unit = {"decode": ("decode_tps", "t/s"), "ttft": ("ttft_ms", "ms"), "prefill": ("prefill_tps", "t/s")}
+        f, u = unit[a.objective]
+        reasons.append(f"objective: {OBJECTIVES[a.objective]}. At c{n}: {lb(best.variant)} "
+                       f"{getattr(best, f):.1f} {u} vs {lb(second.variant)} {getattr(second, f):.1f} {u} "
+                       f"({_pct(getattr(best, f), getattr(second, f))}).")
+    by = a.by_objective
+    split = {o: v for o, v in by.items() if v != best.variant}
+    if split:
+        reasons.append("other objectives choose differently at this load: " + "; ".join(
+            f"{o} -> {lb(v)}" for o, v in split.items()) + f" (objective used: {a.objective}; pass --objective).")
+    est = {e.variant: e for e in ranking}
+    mnbt, where = max_batched_tokens(recipe, recipes_dir)
+    k = max(mnbt // p, 1)
+    per_engine_2x = math.ceil(n / 2)
+    if n > k:
+        reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
+                       f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
+                       f"steps, the rest queue and TTFT grows; 2xsolo gives each engine ~{per_engine_2x}"
+                       + (", which fits one step." if per_engine_2x <= k else
+                          f" ({math.ceil(per_engine_2x / k)} steps: half the queue)."))
+    else:
+        reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
+                       f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology.")
+    if "cluster" in est and "solo" in est:
+        c, s = est["cluster"], est["solo"]
+        reasons.append(f"TP=2: cluster splits the weights over both GPUs, so each reads half the weights per "
+                       f"decoded token; decode on a Spark is bound by memory bandwidth (273 GB/s), hence "
+                       f"{c.decode_tps:.0f} vs {s.decode_tps:.0f} t/s for solo at c{n} "
+                       f"({_pct(c.decode_tps, s.decode_tps)}), paid for with an all-reduce per layer over CX7 "
+                       "that weighs more as the batch grows.")
+    shuffle = next((e for v, e in est.items() if v == "2xsolo-shuffle"), None)
+    if "2xsolo-least-busy" in est:
+        lbz = est["2xsolo-least-busy"]
+        cmp_ = f" ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for simple-shuffle here)" if shuffle else ""
+        reasons.append("least-busy routing starves a backend with identical engines: one drains, every new request "
+                       f"rushes to it, the other idles{cmp_}; use simple-shuffle.")
+    if best.variant.startswith("2xsolo"):
+        reasons.append("2xsolo runs two independent engines behind LiteLLM: twice the batch budget and no "
+                       "cross-node synchronisation, at the price of per-request speed at low load.")
+    return reasons
+
+
+def render_text(a: Advice) -> str:
+    j = a.to_json()
+    rec = j["recommendation"]
+    lines = [f"recommended: {rec['topology']}" + (f" ({rec['routing']})" if rec["routing"] else "")
+             + f" for c{a.concurrency}, {a.prompt_tokens} prompt / {a.gen_tokens} generated tokens"
+             + f" [objective: {a.objective}]",
+             f"from: {a.source['description']}", "", "why:"]
+    lines += [f"  - {r}" for r in a.reasons]
+    lines += ["", "estimates at this load:",
+              f"  {'topology':<14} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}"]
+    for e in a.ranking:
+        lines.append(f"  {variant_label(e.variant):<14} {e.request_s:>9.2f} {e.ttft_ms:>9.0f} {e.decode_tps:>10.1f} "
+                     f"{e.prefill_tps:>11.0f}")
+    if a.notes:
+        lines += ["", "notes:"] + [f"  - {n}" for n in a.notes]
+    lines += ["", f"deploy it: {j['command']}"]
+    return "\n".join(lines)

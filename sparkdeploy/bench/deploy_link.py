@@ -1,0 +1,127 @@
+"""The link to deploy: the endpoint of what is deployed now (`sparkdeploy status --json`), and bringing a topology
+up for a sweep (`sparkdeploy.cli.up_cmd.deploy`). Metadata comes from the rendered deployment (recipe, topology,
+backend, routing, image tag, vLLM version, simulated, nodes) and from status (image IDs of the containers).
+The proxy master key comes from the inventory's secrets file (or the environment) and stays in memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from sparkdeploy.bench.runner import Endpoint
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+
+
+def status_json(inventory: str | None, timeout_s: float = 120.0) -> dict[str, Any]:
+    """`sparkdeploy status --json` (deploy's public contract), run as a child so its output stays its own."""
+    cmd = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "status", "--json"]
+    if inventory:
+        cmd += ["--inventory", str(inventory)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise StepFailed(f"`sparkdeploy status --json` did not answer within {timeout_s:.0f}s") from None
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        if "No such command 'status'" in (proc.stderr or ""):
+            raise ConfigError(Problem("sparkdeploy status", "", "deploy's status command is not available yet",
+                                      "pass --endpoint URL --model NAME")) from None
+        raise StepFailed(f"`sparkdeploy status --json` failed (exit {proc.returncode}): {tail[0]}") from None
+    return data
+
+
+def _image_ids(status: dict) -> dict[str, str]:
+    out = {}
+    for n in status.get("nodes") or []:
+        for c in n.get("containers") or []:
+            if c.get("image_id") and c.get("role") != "proxy":
+                out[n.get("name", "?")] = c["image_id"]
+    return out
+
+
+def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None, backend: str | None = None,
+                sets: tuple | list = (), recipes_dir: str | None = None, status: dict | None = None) -> Endpoint:
+    """The endpoint and metadata of a deployment (rendered locally; nothing connects anywhere but status)."""
+    from sparkdeploy.context import load_deployment
+
+    dep = load_deployment(inventory, recipe, topology, backend, tuple(sets), recipes_dir)
+    routing = dep.recipe.recipe.litellm.routing_strategy if dep.topology == "2xsolo" else None
+    md: dict[str, Any] = {
+        "recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None, "routing": routing,
+        "image": dep.image_tag, "image_definition": dep.image.name, "vllm_version": dep.image.vllm_version,
+        "simulated": bool(dep.image.simulated), "inventory": dep.inventory.source,
+        "nodes": [{"name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role} for nd in dep.nodes],
+        "backends": list(dep.backends),
+    }
+    if status is not None:
+        ids = _image_ids(status)
+        md["image_ids"] = ids
+        unique = sorted(set(ids.values()))
+        md["image_id"] = unique[0] if len(unique) == 1 else (", ".join(unique) or None)
+    key = dep.secrets.get("LITELLM_MASTER_KEY")
+    return Endpoint(base_url=dep.endpoint, model=dep.model_name, api_key=key, metadata=md)
+
+
+def current_endpoint(inventory: str | None, routing: str | None = None) -> Endpoint:
+    """What `sparkdeploy status` says is deployed now."""
+    status = status_json(inventory)
+    if not status.get("deployed") or not status.get("endpoint"):
+        raise ConfigError(Problem(status.get("inventory") or "inventory", "", "nothing is deployed",
+                                  "run `sparkdeploy up` first, or pass --endpoint URL --model NAME"))
+    if not status.get("healthy"):
+        raise StepFailed(f"the deployment at {status['endpoint']} is not healthy (see `sparkdeploy status`)")
+    sets = [f"litellm.routing_strategy={routing}"] if routing else []
+    ep = endpoint_of(inventory, status.get("recipe"), status.get("topology"), status.get("backend"), sets,
+                     status=status)
+    if status.get("endpoint") and ep.base_url != status["endpoint"].rstrip("/"):
+        ep.metadata["endpoint_rendered"] = ep.base_url
+        ep.base_url = Endpoint(status["endpoint"], ep.model).base_url
+    if status.get("model"):
+        ep.model = status["model"]
+    return ep
+
+
+def api_key_from_env() -> str | None:
+    """--endpoint mode: the key from SPARKDEPLOY_API_KEY, else LITELLM_MASTER_KEY (never a command-line value)."""
+    return os.environ.get("SPARKDEPLOY_API_KEY") or os.environ.get("LITELLM_MASTER_KEY") or None
+
+
+class Deployer:
+    """Brings one topology of a recipe up for a sweep (deploy converges: a different topology replaces the one
+    running) and returns its endpoint."""
+
+    def __init__(self, inventory: str | None, recipe: str, recipes_dir: str | None = None,
+                 timeout_s: float | None = None, sets: tuple = ()):
+        self.inventory, self.recipe, self.recipes_dir = inventory, recipe, recipes_dir
+        self.timeout_s, self.sets = timeout_s, tuple(sets)
+
+    def sets_for(self, routing: str | None) -> tuple:
+        return self.sets + ((f"litellm.routing_strategy={routing}",) if routing else ())
+
+    def __call__(self, topology: str, routing: str | None) -> Endpoint:
+        from sparkdeploy.cli import up_cmd
+
+        sets = self.sets_for(routing)
+        kwargs: dict[str, Any] = dict(recipe=self.recipe, topology=topology, inventory=self.inventory, sets=sets,
+                                      recipes_dir=self.recipes_dir)
+        if self.timeout_s:
+            kwargs["timeout"] = self.timeout_s
+        up_cmd.deploy(**kwargs)
+        try:
+            status = status_json(self.inventory)
+        except (StepFailed, ConfigError):
+            status = None
+        return endpoint_of(self.inventory, self.recipe, topology, None, sets, self.recipes_dir, status=status)
+
+    def down(self) -> None:
+        from sparkdeploy.cli import up_cmd
+
+        cmd = getattr(up_cmd, "down", None)
+        if cmd is None:
+            return
+        cmd.main(args=["--inventory", str(self.inventory)] if self.inventory else [], standalone_mode=False)

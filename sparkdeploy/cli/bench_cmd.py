@@ -1,0 +1,295 @@
+"""`sparkdeploy bench [sweep | report]` and `sparkdeploy advise`.
+
+    bench           llama-benchy (pinned) against the deployed endpoint (or --endpoint URL --model NAME),
+                    one result file per concurrency level
+    bench sweep     each topology in turn: deploy, bench, then the report; resumes where it stopped
+    bench report    tables (mean ± stdev, Winner with margin), PNG charts, Markdown with mermaid charts
+    advise          a topology for N concurrent requests, from measured results or the shipped reference
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+
+DEFAULT_OUT = "bench-results"
+LEVELS = "1,2,4,8,16,32,64"
+
+
+def _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout):
+    from sparkdeploy.bench.runner import BenchSettings, find_corpus, find_tokenizer, installed_llama_benchy
+
+    if pp < 1 or tg < 1 or runs < 1:
+        raise ConfigError(Problem("bench", "", "--pp, --tg and --runs must be >= 1", ""))
+    installed_llama_benchy()
+    return BenchSettings(pp=pp, tg=tg, runs=runs, tokenizer=find_tokenizer(tokenizer), corpus=find_corpus(corpus),
+                         skip_coherence=skip_coherence, timeout_s=timeout)
+
+
+def _common_bench_options(f):
+    options = [
+        click.option("--pp", type=int, default=1024, show_default=True, help="Prompt tokens per request."),
+        click.option("--tg", type=int, default=128, show_default=True, help="Generated tokens per request."),
+        click.option("--concurrency", "-c", default=LEVELS, show_default=True, metavar="N,N,...",
+                     help="Concurrency levels, one result file each."),
+        click.option("--runs", type=int, default=3, show_default=True,
+                     help="Runs per level (llama-benchy --runs; the seeds used 50)."),
+        click.option("--tokenizer", metavar="PATH", help="A local tokenizer.json (or a folder holding one). "
+                     "Default: the simulator's, images/vllm-sim/vllm_sim/data/ (env SPARKDEPLOY_BENCH_TOKENIZER)."),
+        click.option("--corpus", metavar="PATH", help="A local UTF-8 text file the prompts are cut from (given to "
+                     "llama-benchy as its --book-url, read offline). Default: the simulator's corpus "
+                     "(env SPARKDEPLOY_BENCH_CORPUS)."),
+        click.option("--skip-coherence", is_flag=True,
+                     help="Skip llama-benchy's 'capital of France' check (a simulated engine has no knowledge)."),
+        click.option("--timeout", type=float, default=1800.0, show_default=True,
+                     help="Seconds one concurrency level may take."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _progress_console(as_json: bool):
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@click.group("bench", invoke_without_command=True)
+@_common_bench_options
+@click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True, metavar="DIR",
+              help="Where result files go (one JSON per level).")
+@inventory_option
+@click.option("--endpoint", metavar="URL", help="Bench this OpenAI base URL instead of the deployed one "
+              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag.")
+@click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
+@click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
+@click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo"]),
+              help="With --endpoint: the topology recorded in the results.")
+@click.option("--backend", metavar="NAME", help="With --endpoint: the cluster backend recorded (ray, ...).")
+@click.option("--routing", metavar="NAME", help="2xsolo: the proxy's routing strategy, if deployed with a "
+              "--set other than the recipe's.")
+@click.option("--simulated/--not-simulated", default=None, help="With --endpoint: record whether the engine is "
+              "simulated.")
+@json_option
+@click.pass_context
+def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, timeout, out_dir, inventory, endpoint,
+          model, recipe, topology, backend, routing, simulated, as_json):
+    """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
+    one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, vLLM version, nodes,
+    date). Works offline: a local tokenizer and a local prompt corpus.
+
+    \b
+    Subcommands:
+      sparkdeploy bench sweep --recipe NAME --topologies solo,cluster,2xsolo
+      sparkdeploy bench report DIR...
+    """
+    if ctx.invoked_subcommand:
+        given = [p.name for p in ctx.command.params
+                 if ctx.get_parameter_source(p.name) not in (click.core.ParameterSource.DEFAULT,
+                                                             click.core.ParameterSource.DEFAULT_MAP, None)
+                 and p.name != "inventory"]
+        if given:
+            raise click.UsageError(f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
+                                   f"`{ctx.invoked_subcommand}`, not before it")
+        return
+    from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint
+    from sparkdeploy.bench.runner import Endpoint, run_cell
+    from sparkdeploy.bench.sweep import parse_levels
+
+    levels = parse_levels(concurrency)
+    settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
+    if endpoint:
+        if not model:
+            raise ConfigError(Problem("--endpoint", endpoint, "needs --model NAME (the served model name)",
+                                      "add --model"))
+        md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing,
+              "simulated": simulated, "source": "--endpoint"}
+        ep = Endpoint(endpoint, model, api_key_from_env(), md)
+        ep.metadata.setdefault("vllm_version", _vllm_version(ep))
+    else:
+        if model or recipe or topology or backend:
+            raise ConfigError(Problem("bench", "", "--model/--recipe/--topology/--backend describe an --endpoint",
+                                      "drop them: the deployed endpoint's come from `sparkdeploy status`"))
+        ep = current_endpoint(inventory, routing)
+    if ep.metadata.get("vllm_version") is None:
+        ep.metadata["vllm_version"] = _vllm_version(ep)
+    out = Path(out_dir)
+    console = _progress_console(as_json)
+    results = []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        for c in levels:
+            task = progress.add_task(f"{ep.variant} c{c} requests", total=c * settings.runs)
+            r = run_cell(ep, settings, c, out,
+                         on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t))
+            results.append(r)
+            m = r.metrics
+            console.print(f"c{c}: decode {m['decode_tps'].mean:.1f} ± {m['decode_tps'].std or 0:.1f} t/s, prefill "
+                          f"{m['prefill_tps'].mean:.0f} t/s, TTFT {m['ttft_ms'].mean:.0f} ms -> {r.path}",
+                          markup=False, highlight=False)
+    if as_json:
+        emit_json({"endpoint": ep.base_url, "model": ep.model, "variant": ep.variant,
+                   "results": [{"concurrency": r.concurrency, "file": str(r.path),
+                                "metrics": {k: v.to_json() for k, v in r.metrics.items()},
+                                "failed_requests": r.errors} for r in results]})
+    failed = sum(r.errors for r in results)
+    if failed:
+        raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
+
+
+def _vllm_version(ep) -> str | None:
+    """vLLM answers GET /version (not under /v1); a proxy does not: then unknown."""
+    import json
+    import urllib.request
+
+    root = ep.base_url[: -len("/v1")] if ep.base_url.endswith("/v1") else ep.base_url
+    try:
+        with urllib.request.urlopen(root + "/version", timeout=3) as resp:
+            return str(json.loads(resp.read()).get("version")) or None
+    except Exception:
+        return None
+
+
+@bench.command("sweep")
+@click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
+@click.option("--topologies", default="solo,cluster,2xsolo", show_default=True, metavar="T,T,...",
+              help="In this order; 2xsolo uses the recipe's routing, 2xsolo:least-busy another one.")
+@_common_bench_options
+@click.option("--out", "out_dir", metavar="DIR", help=f"Results and report (default {DEFAULT_OUT}/<recipe>).")
+@inventory_option
+@recipes_dir_option
+@click.option("--deploy-timeout", type=float, default=None, help="Seconds deploy's health gate waits (its default "
+              "otherwise).")
+@click.option("--down-after", is_flag=True, help="Remove the deployment when the sweep ends.")
+@click.option("--plain", is_flag=True, help="One line per event instead of the live display.")
+@json_option
+def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, timeout, out_dir,
+              inventory, recipes_dir, deploy_timeout, down_after, plain, as_json):
+    """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
+    Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
+    from sparkdeploy.bench import report as report_mod
+    from sparkdeploy.bench.deploy_link import Deployer
+    from sparkdeploy.bench.runner import run_cell
+    from sparkdeploy.bench.store import load_results
+    from sparkdeploy.bench.sweep import PlainReporter, RichReporter, make_plan, parse_levels, parse_topologies, run_sweep
+    from sparkdeploy.context import recipe_name_for
+    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.recipes import load_recipe
+
+    specs = parse_topologies(topologies)
+    levels = parse_levels(concurrency)
+    inv = load_inventory(inventory)
+    recipe = recipe_name_for(inv, recipe)
+    r, _, _ = load_recipe(recipe, recipes_dir)
+    missing = [s.topology for s in specs if s.topology not in r.topologies]
+    if missing:
+        raise ConfigError(Problem(f"recipe {recipe}", "topologies", f"does not support {', '.join(missing)}",
+                                  f"use {', '.join(r.topologies)}"))
+    settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
+    out = Path(out_dir or Path(DEFAULT_OUT) / recipe)
+    plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy)
+    deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
+
+    def bench_fn(endpoint, c, progress):
+        return run_cell(endpoint, settings, c, out, on_progress=progress)
+
+    def write_report():
+        results, skipped = load_results([out])
+        return report_mod.write_report([x for x in results if x.recipe == recipe], out, skipped)
+
+    use_rich = not plain and not as_json and sys.stderr.isatty()
+    reporter = RichReporter() if use_rich else PlainReporter(lambda s: click.echo(s, err=True))
+    summary = run_sweep(plan, deployer, bench_fn, reporter, write_report)
+    if down_after and summary.status != "interrupted":
+        deployer.down()
+    if as_json:
+        data = summary.to_json()
+        if summary.report:
+            data["agreement"] = [g.get("agreement") for g in summary.report.get("groups", [])]
+        emit_json(data)
+    elif summary.report:
+        for g in summary.report.get("groups", []):
+            a = (g.get("agreement") or {}).get("decode_and_ttft")
+            if a and a.get("cells"):
+                click.echo(f"winners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells "
+                           f"({a['pct']:.0f}%)", err=True)
+        click.echo(f"report: {summary.report['files']['markdown']}", err=True)
+    if summary.status == "interrupted":
+        raise click.exceptions.Exit(130)
+    if summary.status == "failed":
+        raise StepFailed(summary.message())
+
+
+@bench.command("report")
+@click.argument("dirs", nargs=-1, required=True, metavar="DIR...")
+@click.option("--out", "out_dir", metavar="DIR", help="Where report.md, report.json and the charts go "
+              "(default: the first DIR).")
+@click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
+@json_option
+def report_cmd(dirs, out_dir, no_charts, as_json):
+    """Tables of decode t/s, prefill t/s and TTFT by concurrency x topology (mean ± stdev, Winner with margin),
+    PNG line charts and a Markdown report with mermaid charts, from the result files under DIR..."""
+    from sparkdeploy.bench.report import write_report
+    from sparkdeploy.bench.store import load_results
+
+    results, skipped = load_results(dirs)
+    if not results:
+        raise ConfigError(Problem(", ".join(dirs), "", "no benchmark results there",
+                                  "run `sparkdeploy bench` or `sparkdeploy bench sweep` first"))
+    out = Path(out_dir or dirs[0])
+    data = write_report(results, out, skipped, charts=not no_charts)
+    if as_json:
+        emit_json(data)
+        return
+    from sparkdeploy.bench.report import group_results, markdown_table
+
+    for g in group_results(results):
+        click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}")
+        for m, t in g.tables.items():
+            if t.cells:
+                click.echo(f"\n{t.metric.title} ({t.metric.unit})\n{markdown_table(t)}")
+        if g.agreement:
+            a = g.agreement["decode_and_ttft"]
+            click.echo(f"\nwinners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells"
+                       + (f" ({a['pct']:.0f}%)" if a["pct"] is not None else ""))
+    for s in skipped:
+        click.echo(f"skipped: {s}", err=True)
+    click.echo(f"\nreport: {data['files']['markdown']}" + (f"; charts: {', '.join(data['files']['charts'])}"
+                                                             if data["files"]["charts"] else ""))
+
+
+@click.command("advise")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), required=True, help="Concurrent requests.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--gen-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--recipe", "-r", metavar="NAME", help="Use this recipe's measured results and batch settings.")
+@click.option("--objective", type=click.Choice(["latency", "decode", "ttft", "prefill"]), default="latency",
+              show_default=True, help="latency: shortest request (TTFT + generation at N concurrent); decode: most "
+              "t/s generated; ttft: first token soonest; prefill: most prompt t/s.")
+@click.option("--results", "results_dirs", multiple=True, metavar="DIR",
+              help=f"Measured results to use (repeatable; default ./{DEFAULT_OUT} when it exists). Without any: "
+                   "the shipped reference tables.")
+@recipes_dir_option
+@json_option
+def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, recipes_dir, as_json):
+    """Recommend a topology (solo, cluster, 2xsolo) for N concurrent requests and say why."""
+    from sparkdeploy.bench.advisor import advise as advise_fn
+    from sparkdeploy.bench.advisor import render_text
+
+    dirs = list(results_dirs) or ([DEFAULT_OUT] if Path(DEFAULT_OUT).is_dir() else [])
+    a = advise_fn(concurrency, prompt_tokens, gen_tokens, recipe, objective, dirs, recipes_dir)
+    if as_json:
+        emit_json(a.to_json())
+    else:
+        click.echo(render_text(a))
+
+
+__all__ = ["bench", "advise"]
