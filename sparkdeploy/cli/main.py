@@ -44,7 +44,9 @@ def _optional(module: str, attr: str):
         raise
 
 
-for _module, _attr in [("sparkdeploy.cli.lab", "lab"), ("sparkdeploy.cli.up_cmd", "up"), ("sparkdeploy.cli.up_cmd", "down"), ("sparkdeploy.cli.up_cmd", "status"), ("sparkdeploy.cli.trust_cmd", "trust")]:
+for _module, _attr in [("sparkdeploy.cli.lab", "lab"), ("sparkdeploy.cli.up_cmd", "up"), ("sparkdeploy.cli.up_cmd", "down"), ("sparkdeploy.cli.up_cmd", "status"), ("sparkdeploy.cli.trust_cmd", "trust"),
+                       ("sparkdeploy.cli.bench_cmd", "bench"),
+                       ("sparkdeploy.cli.bench_cmd", "advise")]:
     _cmd = _optional(_module, _attr)
     if _cmd is not None:
         COMMANDS.append(_cmd)
