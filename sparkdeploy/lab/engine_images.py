@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 import docker
-from docker.utils.socket import consume_socket_output, frames_iter
+from docker.utils.socket import frames_iter
 
 from sparkdeploy.errors import ConfigError, SparkdeployError, StepFailed
 
@@ -64,8 +64,7 @@ class _LoadStream:
         self.reader.start()
 
     def _read(self) -> None:
-        out, err = consume_socket_output(frames_iter(self.sock, tty=False), demux=True)
-        self.output = (out or b"") + (err or b"")
+        self.output = b"".join(data for _stream, data in frames_iter(self.sock, tty=False))
 
     def send(self, chunk: bytes) -> None:
         self.raw.sendall(chunk)
@@ -108,7 +107,6 @@ def preload(client, names: list[str], containers: dict[str, object], say, bar=No
     for name in names:
         tag, why = resolve(name, client, say)
         if tag is None:
-            say(f"image {name}: skipped ({why})")
             results.append(LoadResult(name, None, [], [], why))
             continue
         host_id = client.images.get(tag).id

@@ -1,0 +1,75 @@
+"""One shared lab per test session (the default lab, as `sparkdeploy lab up` makes it).
+
+`lab up` is idempotent, so the fixture also reuses a lab a developer or another test module already brought
+up; the tests here never take it down (the `lab down` test uses a lab of its own, see test_lifecycle.py).
+Tests that inject faults into the shared lab undo them in a `finally`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sparkdeploy.lab import LabSpec, UpResult, up
+from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
+from sparkdeploy.lab.spec import NodeSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ensure_engine() -> None:
+    probe = subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None
+    if probe is None or probe.returncode != 0:
+        subprocess.run(["bash", str(REPO / ".ci" / "start-docker.sh")], check=True)
+
+
+@dataclass
+class Lab:
+    result: UpResult
+
+    @property
+    def spec(self) -> LabSpec:
+        return self.result.spec
+
+    @property
+    def nodes(self) -> list[NodeSpec]:
+        return self.spec.node_specs()
+
+    @property
+    def key(self) -> Path:
+        return self.spec.directory / CLIENT_KEY
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.spec.directory / KNOWN_HOSTS
+
+    def ssh_argv(self, node: NodeSpec, known_hosts: Path | None = None, user: str = "spark") -> list[str]:
+        return ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={known_hosts or self.known_hosts}",
+                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10", f"{user}@{node.mgmt_ip}"]
+
+    def ssh(self, node: NodeSpec, command: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        """Run `command` on the node over real SSH, as the inventory's user, host-key checking on."""
+        result = subprocess.run(self.ssh_argv(node, **kw) + [command], capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"ssh {node.name} {command!r} exit {result.returncode}:\n{result.stdout}\n"
+                                 f"{result.stderr}")
+        return result
+
+    def docker_exec(self, node: NodeSpec, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        """As root inside the node container, from the host (fault injection), not through SSH."""
+        result = subprocess.run(["docker", "exec", self.spec.container_name(node.name), *argv],
+                                capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"docker exec {node.name} {argv} exit {result.returncode}: {result.stderr}")
+        return result
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    ensure_engine()
+    return Lab(up(LabSpec()))

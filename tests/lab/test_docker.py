@@ -1,0 +1,79 @@
+"""A real Docker engine inside each node, reachable by the SSH user, with the `--gpus` driver registered."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+
+def test_docker_info_over_ssh(lab):
+    for node in lab.nodes:
+        out = lab.ssh(node, "docker info --format '{{.ServerVersion}} {{.Driver}}'").stdout.split()
+        assert out[0].startswith("20.10")
+        assert out[1] in ("overlay2", "vfs")
+
+
+def test_inner_storage_driver_is_overlay2(lab):
+    """overlay2 on the node's volume works on this kernel; vfs is only the fallback (see lab-service)."""
+    for node in lab.nodes:
+        assert lab.docker_exec(node, "head", "-n1", "/var/lib/docker/.sparkdeploy-lab-storage-driver").stdout.strip() \
+            == "overlay2"
+
+
+def _any_image(lab, node) -> str:
+    """An image to run inside the node: the lab's own base, loaded once if the node has none yet."""
+    import docker
+
+    from sparkdeploy.images.definitions import load_definition
+
+    tag = load_definition("debian-base").tag
+    if lab.ssh(node, f"docker image inspect {tag}", check=False).returncode != 0:
+        from sparkdeploy.lab.engine_images import load_into_nodes
+
+        client = docker.from_env()
+        load_into_nodes(client, tag, {node.name: client.containers.get(lab.spec.container_name(node.name))})
+    return tag
+
+
+def test_docker_run_gpus_all(lab):
+    """Docker 20.10 registers its nvidia device driver when nvidia-container-runtime-hook is in PATH."""
+    node = lab.nodes[0]
+    tag = _any_image(lab, node)
+    lab.docker_exec(node, "sh", "-c", ": > /var/log/sparkdeploy-lab-gpu-hook.log")
+    out = lab.ssh(node, f"docker run --rm --gpus all {tag} sh -c 'echo ok; echo $NVIDIA_VISIBLE_DEVICES'").stdout
+    assert out.split() == ["ok", "all"]
+    hook_log = lab.docker_exec(node, "cat", "/var/log/sparkdeploy-lab-gpu-hook.log").stdout
+    assert "SIMULATED prestart" in hook_log  # the daemon really ran the hook as an OCI prestart hook
+
+
+def test_preload_streams_once_then_skips(lab):
+    """save | load into every node lacking the image; a second pass finds the same image ID and skips."""
+    import docker
+
+    from sparkdeploy.lab import engine_images
+
+    client = docker.from_env()
+    containers = {n.name: client.containers.get(lab.spec.container_name(n.name)) for n in lab.nodes}
+    tag = engine_images.resolve("debian-base", client, print)[0]
+    for node in lab.nodes:
+        lab.docker_exec(node, "sh", "-c", f"docker rmi -f {tag} >/dev/null 2>&1 || true")
+    first = engine_images.preload(client, ["debian-base", "no-such-image"], containers, print)
+    assert sorted(first[0].loaded) == sorted(containers) and first[0].present == []
+    assert first[1].tag is None and "no definition" in first[1].skipped
+    for node in lab.nodes:
+        inner = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip()
+        assert inner == client.images.get(tag).id
+    second = engine_images.preload(client, ["debian-base"], containers, print)
+    assert second[0].loaded == [] and sorted(second[0].present) == sorted(containers)
+
+
+def test_engine_images_from_lab_up_are_on_every_node(lab):
+    """What `lab up` reported as loaded or present is really there (definitions not written yet: skipped)."""
+    for item in lab.result.images:
+        if not item.tag:
+            assert item.skipped
+            continue
+        assert sorted(item.loaded + item.present) == sorted(n.name for n in lab.nodes)
+        for node in lab.nodes:
+            assert lab.ssh(node, f"docker image inspect {item.tag}", check=False).returncode == 0
