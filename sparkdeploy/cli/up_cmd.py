@@ -52,13 +52,15 @@ class Out:
 
     def line(self, message: str, style: str | None = None) -> None:
         if not self.as_json:
-            self.console.print(Text(self.mask(message), style=style or ""))
+            self.console.print(Text(self.mask(message), style=style or ""), soft_wrap=True)
 
     def warn(self, message: str) -> None:
         self.err.print(Text(f"warning: {self.mask(message)}", style="yellow"))
 
     def table(self, table: Table) -> None:
         if not self.as_json:
+            for col in table.columns:  # never cut a fingerprint, a path or an error message
+                col.overflow = "fold"
             self.console.print(table)
 
     def cell(self, value: Any, style: str = "") -> Text:
@@ -85,6 +87,9 @@ def _preflight_table(out: Out, checks: list[preflight.Check], only_failures: boo
         table.add_row(out.cell(c.node), out.cell(c.name), out.cell("ok" if c.ok else "FAILED", "green" if c.ok else "red"),
                       out.cell(c.detail), out.cell(c.fix))
     out.table(table)
+    for c in checks:  # in full, one line each (a table folds long fingerprints and paths)
+        if not c.ok:
+            out.line(f"FAILED {c.node} {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else ""), "red")
 
 
 def _steps_table(out: Out, plan: Plan, title: str) -> None:
@@ -431,7 +436,7 @@ def status(inventory, as_json):
         for n in nodes:
             if not n["reachable"]:
                 table.add_row(out.cell(n["name"]), out.cell("-"), out.cell("-"), out.cell("-"),
-                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell(n["error"]))
+                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"))
                 continue
             if not n["containers"]:
                 table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(6)])
@@ -445,6 +450,9 @@ def status(inventory, as_json):
                               out.cell("-" if h is None else ("ok" if h["ok"] else h["detail"]),
                                        "" if h is None else ("green" if h["ok"] else "red")))
         out.table(table)
+        for n in nodes:
+            if not n["reachable"]:
+                out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")
         if data["endpoint"]:
             out.line(f"endpoint: {data['endpoint']} (model {data['model']})" + ("" if data["healthy"] else "  NOT HEALTHY"),
                      "green" if data["healthy"] else "red")
