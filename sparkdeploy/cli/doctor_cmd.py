@@ -1,0 +1,82 @@
+"""`sparkdeploy doctor`: check the nodes, the link and a running topology; `--nccl` measures all-reduce."""
+
+from __future__ import annotations
+
+import click
+
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option, topology_option
+
+
+def _size(text: str | None) -> int | None:
+    if not text:
+        return None
+    from sparkdeploy.doctor.probe.allreduce_probe import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: a size like 64M or 256MiB") from None
+
+
+@click.command("doctor")
+@inventory_option
+@click.option("--recipe", "-r", default=None, metavar="NAME",
+              help="Recipe whose image, memory and ports to check (default: cluster.default_recipe).")
+@topology_option
+@recipes_dir_option
+@click.option("--only", "only", multiple=True, metavar="ID",
+              help="Run only checks whose id starts with ID (repeatable): e.g. --only network --only gpu.driver.")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@click.option("--nccl", is_flag=True,
+              help="Also run the all-reduce probe in the recipe's image over the fabric (SIMULATED gloo/CPU in the lab).")
+@click.option("--nccl-max-bytes", default=None, metavar="SIZE", help="Largest probe message (default 256M; lab 64M).")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@json_option
+def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_max_bytes, list_checks, as_json):
+    """Check every node: access, Docker, GPU, image, fabric link, RoCE, and a running topology's endpoints.
+
+    \b
+    Checks run in parallel over one SSH connection per node (host keys checked). Each row says what was
+    measured, what was expected and, when it is not a pass, a one-line fix.
+    Exit codes: 0 every check passed (warnings allowed unless --strict), 1 a check failed,
+    2 the inventory (or an option) is invalid: the report shows each problem with its fix.
+    """
+    from rich.console import Console
+
+    from sparkdeploy.doctor.api import CHECKS, doctor as run_doctor
+    from sparkdeploy.doctor.report import as_dict, render
+    from sparkdeploy.doctor.session import Options
+
+    if list_checks:
+        if as_json:
+            emit_json([{"id": c.id, "title": c.title, "scope": c.scope, "timeout_s": c.timeout_s,
+                        "opt_in": c.opt_in} for c in CHECKS])
+            return
+        for c in CHECKS:
+            click.echo(f"{c.id:<22} {c.title}" + (f" (--{c.opt_in})" if c.opt_in else ""))
+        return
+    options = Options(recipe=recipe, topology=topology, nccl=nccl, nccl_max_bytes=_size(nccl_max_bytes),
+                      strict=strict)
+    report = run_doctor(inventory, options, tuple(only), recipes_dir)
+    code = 2 if report.run is not None and report.run.inventory_error is not None else report.exit_code(strict)
+    if as_json:
+        emit_json(as_dict(report, strict, code))
+    else:
+        render(report, Console(), strict)
+    if code == 2:
+        raise report.run.inventory_error  # one line per problem on stderr, exit 2 (the table showed them too)
+    if code:
+        raise DoctorFailed(report, strict)
+
+
+class DoctorFailed(StepFailed):
+    """Exit 1: at least one check failed (or warned, with --strict). The table above says which."""
+
+    def __init__(self, report, strict: bool):
+        from sparkdeploy.doctor.model import FAIL, WARN
+
+        bad = [r for r in report.results if r.status == FAIL or (strict and r.status == WARN)]
+        names = sorted({r.check + (f"@{r.node}" if r.node else "") for r in bad})
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        super().__init__(f"doctor: {len(bad)} check(s) did not pass: {shown}")

@@ -1,0 +1,159 @@
+"""endpoint.*: when a topology is up (containers labelled io.sparkdeploy.managed), every engine answers
+/health and a real one-token completion; the 2xsolo proxy answers too and reports every backend healthy.
+
+`/health` alone is not enough: a wedged engine can still answer 200. The completion goes through the same
+port clients use. Requests go from this machine to the node's management IP, each with its own timeout;
+the proxy's master key (secrets file) is sent in a header and never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+from sparkdeploy.inventory import Node
+
+from . import engine
+from .model import FAIL, Result, fail, ok, skip
+from .session import DoctorRun
+
+HTTP_TIMEOUT_S = 10
+COMPLETION_TIMEOUT_S = 60
+SERVING_ROLES = ("solo", "head", "backend")
+
+
+class HttpError(Exception):
+    pass
+
+
+def http(url: str, body: dict | None = None, key: str | None = None, timeout: float = HTTP_TIMEOUT_S):
+    """(status, parsed JSON or text, seconds). Raises HttpError with a one-line reason (no key in it)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read().decode(errors="replace")
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw = exc.read().decode(errors="replace")[:300]
+        raise HttpError(f"HTTP {exc.code}: {raw.strip()[:160]}") from None
+    except (socket.timeout, TimeoutError):
+        raise HttpError(f"no answer within {timeout:g} s") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            raise HttpError(f"no answer within {timeout:g} s") from None
+        raise HttpError(str(reason)) from None
+    except (ConnectionError, OSError) as exc:
+        raise HttpError(str(exc)) from None
+    seconds = time.monotonic() - started
+    try:
+        return status, json.loads(raw), seconds
+    except ValueError:
+        return status, raw, seconds
+
+
+def _ours(run: DoctorRun, node: Node) -> list[dict]:
+    return [c for c in engine.facts(run, node)["containers"] if c["role"] in (*SERVING_ROLES, "proxy", "worker")]
+
+
+def _base(run: DoctorRun, node: Node, role: str) -> str:
+    port = run.inventory.cluster.proxy_port if role == "proxy" else run.inventory.cluster.vllm_port
+    return f"http://{node.mgmt_ip}:{port}"
+
+
+def _none_up(run: DoctorRun, node: Node) -> Result | None:
+    if not engine.facts(run, node)["running"]:
+        return skip("engine not running (see engine.running)")
+    if not _ours(run, node):
+        return skip(f"no sparkdeploy container on {node.name} (no topology up here)")
+    return None
+
+
+def health(run: DoctorRun, node: Node) -> list[Result]:
+    none = _none_up(run, node)
+    if none:
+        return [none]
+    out = []
+    key = run.secrets.get("LITELLM_MASTER_KEY")
+    for c in _ours(run, node):
+        label = f"{c['name']} ({c['role']})"
+        if c["state"] != "running":
+            out.append(fail(f"{label} is {c['status']}", "running", f"docker logs {c['name']} on {node.name}"))
+            continue
+        if c["role"] == "worker":
+            out.append(ok(f"{label} running (served by the head)", "running"))
+            continue
+        base = _base(run, node, c["role"])
+        path = "/health/liveliness" if c["role"] == "proxy" else "/health"
+        try:
+            status, _, secs = http(base + path)
+        except HttpError as exc:
+            out.append(fail(f"{label} {base}{path}: {exc}", "200",
+                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            continue
+        if c["role"] == "proxy" and key:
+            # LiteLLM's /health calls every backend: the proxy's own view of them.
+            try:
+                _, body, _ = http(base + "/health", key=key, timeout=COMPLETION_TIMEOUT_S / 2)
+                good = body.get("healthy_count") if isinstance(body, dict) else None
+                bad = body.get("unhealthy_count") if isinstance(body, dict) else None
+                if bad:
+                    names = [e.get("api_base", "?") for e in body.get("unhealthy_endpoints", [])]
+                    out.append(fail(f"{label}: {bad} backend(s) unhealthy: {', '.join(names)}",
+                                    "every backend healthy", "see those backends' endpoint rows and docker logs"))
+                    continue
+                out.append(ok(f"{label} 200; backends healthy: {good}", "200, every backend healthy"))
+                continue
+            except HttpError as exc:
+                out.append(fail(f"{label} /health (backends): {exc}", "200, every backend healthy",
+                                f"docker logs --tail 50 {c['name']} on {node.name}"))
+                continue
+        out.append(ok(f"{label} {path} {status} in {secs * 1000:.0f} ms", "200"))
+    return out
+
+
+def completion(run: DoctorRun, node: Node) -> list[Result]:
+    none = _none_up(run, node)
+    if none:
+        return [none]
+    out = []
+    key = run.secrets.get("LITELLM_MASTER_KEY")
+    for c in _ours(run, node):
+        if c["role"] == "worker" or c["state"] != "running":
+            continue
+        label = f"{c['name']} ({c['role']})"
+        base = _base(run, node, c["role"])
+        use_key = key if c["role"] == "proxy" else None
+        if c["role"] == "proxy" and not key:
+            out.append(fail(f"{label}: no LITELLM_MASTER_KEY in the secrets file", "a completion",
+                            "add LITELLM_MASTER_KEY to the inventory's secrets_file"))
+            continue
+        try:
+            _, models, _ = http(base + "/v1/models", key=use_key)
+            model = models["data"][0]["id"]
+            _, body, secs = http(base + "/v1/completions", key=use_key, timeout=COMPLETION_TIMEOUT_S,
+                                 body={"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0})
+            text = body["choices"][0].get("text", "")
+            tokens = (body.get("usage") or {}).get("completion_tokens")
+        except HttpError as exc:
+            out.append(fail(f"{label}: {exc}", "a one-token completion",
+                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            continue
+        except (KeyError, IndexError, TypeError, AttributeError):
+            out.append(fail(f"{label}: unexpected answer shape", "an OpenAI completion object",
+                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            continue
+        if tokens == 0:
+            out.append(Result(FAIL, f"{label}: 0 tokens generated", ">= 1 token",
+                              f"docker logs --tail 50 {c['name']} on {node.name}"))
+            continue
+        out.append(ok(f"{label} {model}: {text!r} ({tokens} token) in {secs * 1000:.0f} ms", "a one-token completion"))
+    return out or [skip("no serving endpoint on this node")]

@@ -1,0 +1,173 @@
+"""image.*: the recipe's image (the inventory's image_override when set) is on every node that runs it, with
+the same image ID everywhere; torch and NCCL inside it are the same version on every node.
+
+Versions are read by running the image: `docker run --rm --network none --entrypoint python3 IMAGE -c ...`
+(no GPU needed: torch reports the NCCL version it was built with). NCCL builds that differ between nodes
+are a classic cross-node hang. The lab's vllm-sim image has a CPU torch without NCCL: that is reported as
+such (SIMULATED), not as a pass of an NCCL comparison that did not happen.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sparkdeploy.inventory import Node
+
+from .model import Result, fail, ok, skip, warn
+from .session import DoctorRun, NodeSession
+
+VERSIONS_PY = r"""
+import json
+out = {}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    try:
+        v = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception as exc:
+        out["nccl"] = None
+        out["nccl_error"] = (type(exc).__name__ + ": " + str(exc))[:160]
+    try:
+        import torch.distributed as dist
+        out["nccl_backend"] = bool(dist.is_available() and dist.is_nccl_available())
+    except Exception:
+        out["nccl_backend"] = False
+except Exception as exc:
+    out["torch"] = None
+    out["torch_error"] = (type(exc).__name__ + ": " + str(exc))[:160]
+try:
+    import importlib.metadata as md
+    out["vllm"] = md.version("vllm")
+except Exception:
+    out["vllm"] = None
+print("@@versions@@" + json.dumps(out))
+"""
+
+PRESENT_SCRIPT = r"""
+i=0
+for ref in "$@"; do sec "img$i" docker image inspect --format '{{.Id}}' "$ref"; i=$((i+1)); done
+"""
+
+
+def required(run: DoctorRun, node: Node) -> list[str]:
+    nd = run.node_deployment(node)
+    return sorted({c.image for c in nd.containers}) if nd else []
+
+
+def serving_image(run: DoctorRun, node: Node) -> str | None:
+    nd = run.node_deployment(node)
+    if not nd:
+        return None
+    return next((c.image for c in nd.containers if c.role != "proxy"), None)
+
+
+def _ids(session: NodeSession, refs: list[str]) -> dict[str, str | None]:
+    if not refs:
+        return {}
+    secs = session.script(PRESENT_SCRIPT, refs, timeout=20)
+    out = {}
+    for i, ref in enumerate(refs):
+        sec = secs.get(f"img{i}")
+        out[ref] = sec.out.strip() if sec is not None and sec.rc == 0 and sec.out.strip() else None
+    return out
+
+
+def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
+    refs = required(run, node)
+    return run.facts(node, "image.ids", lambda s: _ids(s, refs))
+
+
+def _versions(session: NodeSession, ref: str) -> dict:
+    res = session.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
+                       VERSIONS_PY], timeout=120)
+    for line in res.stdout.splitlines():
+        if line.startswith("@@versions@@"):
+            return json.loads(line[len("@@versions@@"):])
+    tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit {res.exit_code}"]
+    return {"error": tail[0]}
+
+
+def versions(run: DoctorRun, node: Node) -> dict | None:
+    ref = serving_image(run, node)
+    if ref is None or ids(run, node).get(ref) is None:
+        return None
+    return run.facts(node, "image.versions", lambda s: _versions(s, ref))
+
+
+def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
+    return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p)]
+
+
+def present(run: DoctorRun, node: Node) -> Result:
+    refs = required(run, node)
+    if not refs:
+        return skip(f"this recipe/topology runs nothing on {node.name}")
+    have = ids(run, node)
+    sim = run.deployment.image.name != run.deployment.image_tag.split("/")[-1].split(":")[0]
+    missing = [r for r in refs if have.get(r) is None]
+    expected = "present, same image ID on every node"
+    if missing:
+        user = node.ssh.user or "USER"
+        return fail(f"missing: {', '.join(missing)}", expected,
+                    f"`sparkdeploy up` sends missing images; by hand: docker save {missing[0]} | "
+                    f"ssh {user}@{node.mgmt_ip} docker load", simulated=sim)
+    differ = []
+    for ref in refs:
+        for peer in _peers_needing(run, node, ref):
+            other = ids(run, peer).get(ref)
+            if other is not None and other != have[ref]:
+                differ.append(f"{ref} is {have[ref][7:19]} here, {other[7:19]} on {peer.name}")
+    shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)
+    if differ:
+        return fail("; ".join(differ), expected,
+                    "the same tag holds different content: rebuild or resend one image to every node "
+                    "(sparkdeploy up, or docker save | docker load)", simulated=sim)
+    return ok(shown, expected, simulated=sim)
+
+
+def _fmt(v: dict) -> str:
+    if v.get("torch") is None:
+        return f"no torch ({v.get('torch_error', '?')})"
+    nccl = v.get("nccl") or "none"
+    return f"torch {v['torch']}, NCCL {nccl}" + (f", vLLM {v['vllm']}" if v.get("vllm") else "")
+
+
+def torch_nccl(run: DoctorRun, node: Node) -> Result:
+    ref = serving_image(run, node)
+    if ref is None:
+        return skip(f"no engine of this recipe runs on {node.name}")
+    if ids(run, node).get(ref) is None:
+        return skip("image missing (see image.present)")
+    v = versions(run, node)
+    simulated = run.deployment.image_tag != run.deployment.image.tag
+    expected = "torch and NCCL equal on every node"
+    if "error" in v:
+        return fail(f"could not run python3 in {ref}: {v['error']}", expected,
+                    f"check the image: docker run --rm --entrypoint python3 {ref} -c 'import torch'")
+    if v.get("torch") is None:
+        return fail(_fmt(v), expected, "the serving image needs torch: rebuild it from its definition")
+    differ = []
+    for peer in _peers_needing(run, node, ref):
+        pv = versions(run, peer)
+        if not pv or "error" in pv:
+            continue
+        for key in ("torch", "nccl"):
+            if pv.get(key) != v.get(key):
+                differ.append(f"{key} {v.get(key) or 'none'} here, {pv.get(key) or 'none'} on {peer.name}")
+    measured = _fmt(v)
+    if differ:
+        return fail("; ".join(differ), expected,
+                    "NCCL/torch builds that differ hang or corrupt cross-node all-reduce: run one image ID on "
+                    "every node (resend it)", data=v)
+    if v.get("nccl") is None:
+        why = v.get("nccl_error", "")
+        if simulated:
+            return ok(measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)", expected,
+                      simulated=True, data=v)
+        if run.deployment.topology == "cluster":
+            return fail(measured, expected + ", NCCL present for cluster TP",
+                        f"this torch has no NCCL ({why}): use a CUDA build of the image", data=v)
+        return warn(measured, expected, "this torch has no NCCL: fine for solo/2xsolo, not for cluster", data=v)
+    return ok(measured, expected, data=v)

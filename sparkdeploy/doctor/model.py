@@ -1,0 +1,76 @@
+"""What a check is and what it reports.
+
+A check has an id (`group.name`), a one-line title, a scope (one row per node, or one row for the cluster)
+and a timeout. It returns a `Result`: pass / warn / fail / skip, what it measured, what it expected and,
+unless it passed, a one-line fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+STATUSES = (PASS, WARN, FAIL, SKIP)
+Scope = Literal["node", "cluster"]
+
+
+@dataclass
+class Result:
+    status: str
+    measured: str = ""
+    expected: str = ""
+    fix: str = ""
+    detail: str = ""  # more lines for --json / verbose output
+    simulated: bool = False  # the fact came from a lab stand-in (printed as SIMULATED)
+    data: dict[str, Any] = field(default_factory=dict)  # machine-readable extras (--json)
+    # filled by the runner
+    check: str = ""
+    node: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not out["data"]:
+            out.pop("data")
+        return out
+
+
+def ok(measured: str, expected: str = "", **kw) -> Result:
+    return Result(PASS, measured, expected, **kw)
+
+
+def warn(measured: str, expected: str, fix: str, **kw) -> Result:
+    return Result(WARN, measured, expected, fix, **kw)
+
+
+def fail(measured: str, expected: str, fix: str, **kw) -> Result:
+    return Result(FAIL, measured, expected, fix, **kw)
+
+
+def skip(reason: str, **kw) -> Result:
+    return Result(SKIP, reason, **kw)
+
+
+def worst(statuses) -> str:
+    order = {PASS: 0, SKIP: 0, WARN: 1, FAIL: 2}
+    best = PASS
+    for s in statuses:
+        if order[s] > order[best]:
+            best = s
+    return best
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str  # what it checks, one line
+    fn: Callable[..., Result | list[Result]]
+    scope: Scope = "node"
+    timeout_s: float = 20.0
+    needs_recipe: bool = False  # skipped (with the reason) when no recipe could be rendered
+    opt_in: str | None = None  # only with this option (e.g. "nccl" for --nccl)
+
+    @property
+    def group(self) -> str:
+        return self.id.split(".", 1)[0]

@@ -1,0 +1,229 @@
+"""network.*: the fabric link (up, 200 Gb/s, MTU equal on every node, jumbo frames pass with DF set in both
+directions), management IPs reachable node to node, clocks within 1 s, the topology's ports free or ours."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+
+from sparkdeploy.inventory import Node
+
+from . import engine
+from .model import Result, fail, ok, skip, warn
+from .parsers import Link, parse_ethtool_speed, parse_ip_json, parse_ping
+from .session import DoctorRun, NodeSession
+
+EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark
+RECOMMENDED_MTU = 9000
+MAX_SKEW_S = 1.0
+ICMP_OVERHEAD = 28  # IPv4 header + ICMP header: `ping -s MTU-28` fills one frame exactly
+
+LINK_SCRIPT = r"""
+sec addr ip -j addr show
+i=0
+for iface in "$@"; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
+"""
+
+# $1 interface, $2 payload size, $3... peer fabric IPs
+PING_SCRIPT = r"""
+iface=$1; size=$2; shift 2
+i=0
+for peer in "$@"; do sec "ping$i" ping -M do -s "$size" -c 2 -i 0.2 -W 1 -I "$iface" "$peer"; i=$((i+1)); done
+"""
+
+
+def _gather(session: NodeSession) -> dict:
+    ifaces = list(session.node.fabric_ifaces)
+    secs = session.script(LINK_SCRIPT, ifaces, timeout=20)
+    links = parse_ip_json(secs["addr"].out) if "addr" in secs else {}
+    speeds, simulated = {}, False
+    for i, iface in enumerate(ifaces):
+        sec = secs.get(f"ethtool{i}")
+        speeds[iface] = parse_ethtool_speed(sec.out) if sec else None
+        simulated = simulated or bool(sec and "SIMULATED" in sec.out)
+    return {"links": links, "speeds": speeds, "simulated_speed": simulated}
+
+
+def facts(run: DoctorRun, node: Node) -> dict:
+    return run.facts(node, "network", _gather)
+
+
+def fabric_link(run: DoctorRun, node: Node) -> tuple[str, Link | None]:
+    """The interface holding the node's fabric IP (else the first listed) and its facts."""
+    links = facts(run, node)["links"]
+    for iface in node.fabric_ifaces:
+        link = links.get(iface)
+        if link and any(a.split("/")[0] == node.fabric_address for a in link.addresses):
+            return iface, link
+    iface = node.fabric_ifaces[0]
+    return iface, links.get(iface)
+
+
+def _reachable_peers(run: DoctorRun, node: Node) -> list[Node]:
+    return [p for p in run.peers(node) if run.reachable(p)]
+
+
+def link(run: DoctorRun, node: Node) -> Result:
+    links = facts(run, node)["links"]
+    expected = f"{', '.join(node.fabric_ifaces)} up with {node.fabric_ip}"
+    problems = []
+    for iface in node.fabric_ifaces:
+        lk = links.get(iface)
+        if lk is None:
+            names = ", ".join(n for n in links if n != "lo") or "none"
+            return fail(f"no interface {iface} (has: {names})", expected,
+                        f"set fabric_ifaces to the port holding {node.fabric_address} (`ip -br addr` on {node.name})")
+        if not lk.up:
+            problems.append(f"{iface} is {lk.operstate} ({','.join(lk.flags)})")
+    holder = [n for n, lk in links.items() if any(a.split("/")[0] == node.fabric_address for a in lk.addresses)]
+    if not holder:
+        return fail(f"no interface holds {node.fabric_address}", expected,
+                    f"sudo ip addr add {node.fabric_ip} dev {node.fabric_ifaces[0]} (and persist it in netplan)")
+    if holder[0] not in node.fabric_ifaces:
+        return fail(f"{node.fabric_address} is on {holder[0]}, not on {', '.join(node.fabric_ifaces)}", expected,
+                    f"set fabric_ifaces: [{holder[0]}] in the inventory, or move the address")
+    addr = next(a for a in links[holder[0]].addresses if a.split("/")[0] == node.fabric_address)
+    if ipaddress.ip_interface(addr).network != node.fabric_network:
+        problems.append(f"{addr} has another prefix than the inventory's {node.fabric_ip}")
+    if problems:
+        return fail("; ".join(problems), expected,
+                    f"sudo ip link set {node.fabric_ifaces[0]} up; check the cable (QSFP) and both ports")
+    return ok(f"{holder[0]} up, {addr}", expected)
+
+
+def speed(run: DoctorRun, node: Node) -> Result:
+    f = facts(run, node)
+    expected = f"{EXPECTED_SPEED_MBPS // 1000} Gb/s"
+    out, worst = [], "pass"
+    for iface in node.fabric_ifaces:
+        mbps = f["speeds"].get(iface)
+        if mbps is None:
+            out.append(f"{iface}: unknown")
+            worst = "warn"
+        else:
+            out.append(f"{iface}: {mbps // 1000} Gb/s")
+            if mbps < EXPECTED_SPEED_MBPS:
+                worst = "warn"
+    fix = "check the QSFP cable and that both ends negotiate 200G (ethtool IFACE); a 100G cable halves all-reduce"
+    return Result(worst, "; ".join(out), expected, "" if worst == "pass" else fix, simulated=f["simulated_speed"])
+
+
+def _mtu(run: DoctorRun, node: Node) -> int | None:
+    _, lk = fabric_link(run, node)
+    return lk.mtu if lk else None
+
+
+def mtu(run: DoctorRun, node: Node) -> Result:
+    mine = _mtu(run, node)
+    iface, _ = fabric_link(run, node)
+    if mine is None:
+        return skip("no fabric interface (see network.link)")
+    others = {p.name: _mtu(run, p) for p in _reachable_peers(run, node)}
+    others = {k: v for k, v in others.items() if v is not None}
+    expected = f"equal on every node ({RECOMMENDED_MTU} recommended)"
+    top = max([mine, *others.values()])
+    measured = f"{iface} {mine}" + "".join(f"; {k} {v}" for k, v in others.items())
+    fix = (f"sudo ip link set {iface} mtu {max(top, RECOMMENDED_MTU)} on {node.name} "
+           "(persist it: netplan `mtu:`); both ends of the link must match")
+    if mine < top:
+        return fail(measured, expected, fix)
+    if any(v != mine for v in others.values()):
+        return ok(measured + " (a peer differs: see its row)", expected)
+    if mine < RECOMMENDED_MTU:
+        return warn(measured, expected, fix)
+    return ok(measured, expected)
+
+
+def ping_df(run: DoctorRun, node: Node) -> Result:
+    peers = _reachable_peers(run, node)
+    iface, lk = fabric_link(run, node)
+    if lk is None:
+        return skip("no fabric interface (see network.link)")
+    if not peers:
+        return skip("no other reachable node to ping")
+    mtus = [m for m in [lk.mtu, *(_mtu(run, p) for p in peers)] if m]
+    size = max(mtus) - ICMP_OVERHEAD
+    secs = run.session(node).script(PING_SCRIPT, [iface, str(size), *(p.fabric_address for p in peers)],
+                                    timeout=15)
+    bad, good = [], []
+    for i, peer in enumerate(peers):
+        sec = secs.get(f"ping{i}")
+        p = parse_ping((sec.out + "\n" + sec.err) if sec else "")
+        if p.ok:
+            good.append(f"{peer.name} {p.rtt_avg_ms:.2f} ms" if p.rtt_avg_ms is not None else peer.name)
+        elif p.local_error:
+            bad.append(f"-> {peer.name}: local error: {p.local_error}")
+        elif p.frag_needed_mtu:
+            bad.append(f"-> {peer.name}: path MTU {p.frag_needed_mtu}")
+        else:
+            bad.append(f"-> {peer.name}: {p.transmitted} sent, {p.received} received")
+    expected = f"{size} B + 28 with DF set reaches every peer's fabric IP"
+    if bad:
+        return fail(f"{size} B DF: " + "; ".join(bad), expected,
+                    f"make the MTU {max(mtus)} on both ends of the link (network.mtu), and check the cable/switch "
+                    "passes jumbo frames")
+    return ok(f"{size} B DF ok: " + ", ".join(good), expected)
+
+
+def mgmt(run: DoctorRun, node: Node) -> Result:
+    peers = run.peers(node)
+    if not peers:
+        return ok("single node", "every peer's mgmt IP answers ping")
+    host = run.session(node).host
+    down = [p for p in peers if not host.addr(p.mgmt_ip).is_reachable]
+    expected = "every peer's mgmt IP answers ping"
+    if down:
+        return fail("unreachable: " + ", ".join(f"{p.name} {p.mgmt_ip}" for p in down), expected,
+                    "check the LAN between the nodes (and that ICMP is not filtered)")
+    return ok("reaches " + ", ".join(f"{p.name} {p.mgmt_ip}" for p in peers), expected)
+
+
+def _offset(session: NodeSession) -> tuple[float, float]:
+    t0 = time.time()
+    res = session.run(["date", "+%s.%N"], timeout=10)
+    t1 = time.time()
+    remote = float(res.stdout.strip())
+    return remote - (t0 + t1) / 2, (t1 - t0) / 2
+
+
+def clock(run: DoctorRun, node: Node) -> Result:
+    off, err = run.facts(node, "clock", _offset)
+    ref = run.inventory.head
+    expected = f"within {MAX_SKEW_S:g} s of {ref.name}"
+    if ref.name == node.name or not run.reachable(ref):
+        return ok(f"{off:+.3f} s vs this machine (reference node)", expected)
+    roff, rerr = run.facts(ref, "clock", _offset)
+    skew = off - roff
+    measured = f"{skew:+.3f} s vs {ref.name} (+/- {err + rerr:.3f})"
+    if abs(skew) - (err + rerr) > MAX_SKEW_S:
+        return fail(measured, expected, "enable time sync on every node: sudo timedatectl set-ntp true "
+                    "(chrony or systemd-timesyncd)")
+    return ok(measured, expected)
+
+
+def _listening_ports(session: NodeSession) -> set[int]:
+    ports = set()
+    for spec in session.host.socket.get_listening_sockets():
+        if spec.startswith("tcp://"):
+            try:
+                ports.add(int(spec.rsplit(":", 1)[1]))
+            except ValueError:
+                continue
+    return ports
+
+
+def ports(run: DoctorRun, node: Node) -> Result:
+    nd = run.node_deployment(node)
+    needed = sorted({p for c in nd.containers for p in c.ports}) if nd else []
+    if not needed:
+        return skip(f"this topology opens no port on {node.name}")
+    listening = run.facts(node, "listening", _listening_ports)
+    taken = [p for p in needed if p in listening]
+    expected = f"free or ours: {', '.join(map(str, needed))}"
+    if not taken:
+        return ok(f"free: {', '.join(map(str, needed))}", expected)
+    ours = [c["name"] for c in engine.facts(run, node)["containers"] if c["state"] == "running"]
+    if ours:
+        return ok(f"in use by our running {', '.join(ours)}: {', '.join(map(str, taken))}", expected)
+    return fail(f"taken by another process: {', '.join(map(str, taken))}", expected,
+                f"find it: sudo ss -tlnp 'sport = :{taken[0]}'; stop it or change the port in the inventory's cluster:")

@@ -1,0 +1,55 @@
+"""Every doctor check, registered in one place: id, what it checks, scope, timeout.
+
+Adding a check is one function in its group's module plus one line here. Ids are `group.name`; `--only`
+selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order of the report.
+"""
+
+from __future__ import annotations
+
+from . import access, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
+from .model import Check
+
+CHECKS: list[Check] = [
+    Check("inventory.valid", "the inventory loads: IPs only, no duplicates, fabric IPs on one subnet",
+          inventory.valid, scope="cluster", timeout_s=10),
+    Check("inventory.recipe", "the recipe renders for this inventory and topology", inventory.recipe,
+          scope="cluster", timeout_s=10),
+    Check("access.ssh", "SSH reachable with a known host key (never auto-added)", access.ssh, timeout_s=45),
+    Check("access.docker", "the SSH user runs docker without sudo", access.docker_without_sudo, timeout_s=20),
+    Check("engine.running", "the Docker engine runs (version)", engine.running, timeout_s=20),
+    Check("engine.disk", "free disk on the Docker root", engine.disk, timeout_s=20),
+    Check("gpu.present", "nvidia-smi present and lists a GB10", gpu.present, timeout_s=20),
+    Check("gpu.driver", "driver (and kernel) not in the known-bad list (doctor/data/known_bad.yaml)", gpu.driver,
+          timeout_s=20),
+    Check("gpu.memory", "free unified memory >= gpu_memory_utilization x total + headroom", gpu.memory,
+          timeout_s=20, needs_recipe=True),
+    Check("gpu.temperature", "GPU temperature", gpu.temperature, timeout_s=20),
+    Check("image.present", "the recipe's image is on the node, same image ID on every node", image.present,
+          timeout_s=30, needs_recipe=True),
+    Check("image.torch_nccl", "torch and NCCL versions inside the image equal on every node", image.torch_nccl,
+          timeout_s=150, needs_recipe=True),
+    Check("network.link", "fabric interface present, up, holding the fabric IP", network.link, timeout_s=20),
+    Check("network.speed", "fabric link speed 200 Gb/s", network.speed, timeout_s=20),
+    Check("network.mtu", "fabric MTU equal on every node (9000 recommended)", network.mtu, timeout_s=20),
+    Check("network.ping_df", "don't-fragment ping at the full MTU to every peer's fabric IP (both directions)",
+          network.ping_df, timeout_s=30),
+    Check("network.mgmt", "every peer's management IP reachable from the node", network.mgmt, timeout_s=20),
+    Check("network.clock", "clock within 1 s of the head node", network.clock, timeout_s=20),
+    Check("network.ports", "the topology's ports free or held by our containers", network.ports, timeout_s=20,
+          needs_recipe=True),
+    Check("roce.devices", "RDMA devices present, ports ACTIVE, RoCE MTU 4096", roce.devices, timeout_s=20),
+    Check("roce.hcas", "the inventory's HCA names exist on the node", roce.hcas, timeout_s=20),
+    Check("roce.gid", "a RoCEv2 GID for the fabric IP (and gid_index matches)", roce.gid, timeout_s=20),
+    Check("roce.nccl_env", "NCCL_*/GLOO_* interface and HCA names of the rendered node.env exist", roce.nccl_env,
+          timeout_s=20, needs_recipe=True),
+    Check("endpoint.health", "running sparkdeploy containers answer /health (2xsolo: proxy sees every backend)",
+          endpoint.health, timeout_s=45),
+    Check("endpoint.completion", "a real one-token completion from every serving endpoint", endpoint.completion,
+          timeout_s=90),
+    Check("nccl.allreduce", "all-reduce sweep in the recipe's image over the fabric (doctor --nccl)",
+          nccl_probe.allreduce, scope="cluster", timeout_s=nccl_probe.PROBE_TIMEOUT_S + 120, needs_recipe=True,
+          opt_in="nccl"),
+]
+
+BY_ID = {c.id: c for c in CHECKS}
+assert len(BY_ID) == len(CHECKS), "check ids must be unique"

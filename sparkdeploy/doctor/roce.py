@@ -1,0 +1,168 @@
+"""roce.*: RDMA devices present and ACTIVE, the inventory's HCA names exist, the RoCEv2 GID index of the
+fabric IP, and the NCCL_* interface and HCA names of the rendered node.env exist on the node."""
+
+from __future__ import annotations
+
+from sparkdeploy.inventory import Node
+
+from . import network
+from .model import Result, fail, ok, skip, warn
+from .parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids, rocev2_gid_index
+from .session import DoctorRun, NodeSession
+
+EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024
+
+SCRIPT = r"""
+sec devinfo ibv_devinfo
+gids() {
+  if command -v show_gids >/dev/null 2>&1; then show_gids; return; fi
+  # The same table from sysfs where Mellanox's show_gids script is not installed.
+  for d in /sys/class/infiniband/*; do
+    [ -d "$d" ] || continue; dev=${d##*/}
+    for p in "$d"/ports/*; do port=${p##*/}
+      for g in "$p"/gids/*; do idx=${g##*/}; gid=$(cat "$g" 2>/dev/null) || continue
+        case "$gid" in 0000:0000:0000:0000:0000:0000:0000:0000|"") continue;; esac
+        typ=$(cat "$p/gid_attrs/types/$idx" 2>/dev/null); ndev=$(cat "$p/gid_attrs/ndevs/$idx" 2>/dev/null)
+        case "$typ" in *v2*) ver=v2;; *) ver=v1;; esac
+        echo "$dev $port $idx $gid $ver ${ndev:--}"
+      done
+    done
+  done
+}
+sec gids gids
+"""
+
+
+def _gather(session: NodeSession) -> dict:
+    secs = session.script(SCRIPT, [], timeout=20)
+    dev = secs.get("devinfo")
+    gids = secs.get("gids")
+    return {
+        "rc": dev.rc if dev else None,
+        "error": ((dev.err or dev.out).strip() if dev and dev.rc != 0 else ""),
+        "devices": parse_ibv_devinfo(dev.out) if dev else {},
+        "gids": parse_show_gids(gids.out) if gids else [],
+        "gids_text": gids.out if gids else "",
+    }
+
+
+def facts(run: DoctorRun, node: Node) -> dict:
+    return run.facts(node, "roce", _gather)
+
+
+def _sim(f: dict) -> bool:
+    return any(d.simulated for d in f["devices"].values()) or "SIMULATED" in f["gids_text"]
+
+
+def devices(run: DoctorRun, node: Node) -> Result:
+    f = facts(run, node)
+    sim = _sim(f)
+    expected = "RDMA devices present, ports ACTIVE, active_mtu 4096"
+    if f["rc"] == 127:
+        return fail("ibv_devinfo not found", expected, "sudo apt install ibverbs-utils rdma-core (DGX OS ships them)")
+    devs = f["devices"]
+    if not devs:
+        return fail(f"no RDMA device ({f['error'] or 'ibv_devinfo lists none'})", expected,
+                    "check the ConnectX-7 driver: lsmod | grep mlx5; sudo modprobe mlx5_ib")
+    wanted = [d for d in devs.values() if not node.hcas or d.name in node.hcas] or list(devs.values())
+    down = [d.name for d in wanted if not d.active]
+    mtus = {p.active_mtu for d in wanted for p in d.ports.values() if p.active_mtu}
+    measured = ", ".join(f"{d.name} {'ACTIVE' if d.active else 'DOWN'}" for d in wanted)
+    if mtus:
+        measured += f"; active_mtu {'/'.join(map(str, sorted(mtus)))}"
+    if down:
+        return fail(measured, expected, f"bring the fabric link up (network.link); check the cable on {', '.join(down)}",
+                    simulated=sim)
+    if mtus and min(mtus) < EXPECTED_RDMA_MTU:
+        return warn(measured, expected, "RoCE runs 1024-byte frames on an Ethernet MTU of 1500: set MTU 9000 on the "
+                    "fabric port (network.mtu)", simulated=sim)
+    return ok(measured, expected, simulated=sim)
+
+
+def hcas(run: DoctorRun, node: Node) -> Result:
+    f = facts(run, node)
+    found = sorted(f["devices"])
+    sim = _sim(f)
+    expected = "every inventory hcas name exists on the node"
+    if not node.hcas:
+        if not found:
+            return skip("no hcas in the inventory and no RDMA device")
+        return warn(f"no hcas in the inventory (node has: {', '.join(found)})", "both RoCE twins listed",
+                    f"set hcas: [{', '.join(found)}] for {node.name}: NCCL with one twin only reached ~3 GB/s "
+                    "vs ~23.7 GB/s with both", simulated=sim)
+    missing = [h for h in node.hcas if h not in f["devices"]]
+    if missing:
+        return fail(f"not on {node.name}: {', '.join(missing)} (has: {', '.join(found) or 'none'})", expected,
+                    f"set hcas: [{', '.join(found)}] for {node.name} in the inventory (names from ibv_devices)",
+                    simulated=sim)
+    return ok(", ".join(node.hcas), expected, simulated=sim)
+
+
+def gid(run: DoctorRun, node: Node) -> Result:
+    f = facts(run, node)
+    sim = _sim(f)
+    names = [h for h in node.hcas if h in f["devices"]] or sorted(f["devices"])
+    if not names:
+        return skip("no RDMA device (see roce.devices)")
+    found = {h: rocev2_gid_index(f["gids"], h, node.fabric_address) for h in names}
+    expected = f"a RoCEv2 GID for {node.fabric_address}" + (
+        f" at index {node.gid_index} (gid_index)" if node.gid_index is not None else "")
+    missing = [h for h, i in found.items() if i is None]
+    measured = ", ".join(f"{h}: {i if i is not None else 'none'}" for h, i in found.items())
+    if missing:
+        return fail(measured, expected, f"no RoCEv2 GID for {node.fabric_address} on {', '.join(missing)}: the fabric "
+                    "IP must be on the port's netdev (network.link); check with show_gids", simulated=sim)
+    indexes = set(found.values())
+    if node.gid_index is not None and indexes != {node.gid_index}:
+        return fail(measured, expected, f"set gid_index: {min(indexes)} for {node.name} (NCCL_IB_GID_INDEX)",
+                    simulated=sim)
+    if node.gid_index is None:
+        return ok(measured + " (gid_index not set: NCCL picks; set it to pin the RoCEv2 GID)", expected,
+                  simulated=sim)
+    return ok(measured, expected, simulated=sim)
+
+
+def _names_match(wanted: str, have: list[str]) -> list[str]:
+    """NCCL name lists: `=a,b` exact, `^a` excludes (not checked), otherwise prefixes; `:port` suffixes cut."""
+    if wanted.startswith("^"):
+        return []
+    exact = wanted.startswith("=")
+    missing = []
+    for item in wanted.lstrip("=").split(","):
+        name = item.split(":")[0].strip()
+        if not name:
+            continue
+        ok_ = name in have if exact else any(h.startswith(name) for h in have)
+        if not ok_:
+            missing.append(name)
+    return missing
+
+
+def nccl_env(run: DoctorRun, node: Node) -> Result:
+    nd = run.node_deployment(node)
+    if nd is None or not any(f.name == "node.env" for f in nd.files):
+        return skip(f"no node.env rendered for {node.name}")
+    env = parse_env_lines(nd.file("node.env").content)
+    ifaces = [n for n in network.facts(run, node)["links"]]
+    hca_names = sorted(facts(run, node)["devices"])
+    problems, shown = [], []
+    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+                "OMPI_MCA_btl_tcp_if_include"):
+        if key in env:
+            miss = _names_match(env[key], ifaces)
+            shown.append(f"{key}={env[key]}")
+            if miss:
+                problems.append(f"{key}: no interface {', '.join(miss)}")
+    if "NCCL_IB_HCA" in env:
+        shown.append(f"NCCL_IB_HCA={env['NCCL_IB_HCA']}")
+        miss = _names_match(env["NCCL_IB_HCA"], hca_names)
+        if miss:
+            problems.append(f"NCCL_IB_HCA: no RDMA device {', '.join(miss)} (has: {', '.join(hca_names) or 'none'})")
+    elif env.get("NCCL_IB_DISABLE", "0") != "1":
+        problems.append("NCCL_IB_HCA not set: NCCL may use one RoCE twin only")
+    expected = "every NCCL_*/GLOO interface and HCA name in node.env exists on the node"
+    if problems:
+        return fail("; ".join(problems), expected,
+                    f"fix fabric_ifaces / hcas for {node.name} in the inventory (node.env is rendered from them)",
+                    detail="; ".join(shown))
+    return ok("; ".join(shown), expected, simulated=_sim(facts(run, node)))
