@@ -231,7 +231,12 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
             steps.append(Step(node.name, 2, "start-container", c.name, True, reason, container=c,
                               container_id=have.id if have else None))
     have_manifest = facts.files.get(MANIFEST)
-    same = have_manifest is not None and have_manifest.sha256 == _manifest_spec(final_manifest).sha256
+    final_spec = _manifest_spec(final_manifest)
+    same = have_manifest is not None and have_manifest.sha256 == final_spec.sha256
+    pre = next((s for s in steps if s.kind == "manifest"), None)
+    if pre is not None and pre.file is not None and pre.file.sha256 == final_spec.sha256:
+        steps.append(Step(node.name, 2, "manifest", MANIFEST, False, "written in phase 1", file=final_spec))
+        return plan
     steps.append(Step(node.name, 2, "manifest", MANIFEST, not same, "up to date" if same else "record this deployment",
                       file=_manifest_spec(final_manifest)))
     return plan
