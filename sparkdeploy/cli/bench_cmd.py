@@ -15,9 +15,15 @@ from pathlib import Path
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 
 DEFAULT_OUT = "bench-results"
+
+
+class SweepInterrupted(SparkdeployError):
+    """Ctrl-C during a sweep: what is stored stays; exit 130 like any interrupted command."""
+
+    exit_code = 130
 LEVELS = "1,2,4,8,16,32,64"
 
 
@@ -223,7 +229,7 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
                            f"({a['pct']:.0f}%)", err=True)
         click.echo(f"report: {summary.report['files']['markdown']}", err=True)
     if summary.status == "interrupted":
-        raise click.exceptions.Exit(130)
+        raise SweepInterrupted("interrupted: the levels stored so far are kept; the same command resumes")
     if summary.status == "failed":
         raise StepFailed(summary.message())
 

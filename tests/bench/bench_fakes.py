@@ -1,4 +1,4 @@
-"""Test helpers: a tiny offline tokenizer, a prompt corpus, and a minimal OpenAI-compatible streaming server
+"""Test helpers for tests/bench: a tiny offline tokenizer, a prompt corpus, and a minimal OpenAI-compatible streaming server
 (enough for llama-benchy: /v1/models and streamed /v1/chat/completions with usage). The server is a stand-in
 for the runner's mechanics only; the real engine stand-in is vllm-sim (see test_sim_e2e.py)."""
 
