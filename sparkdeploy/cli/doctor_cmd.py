@@ -42,7 +42,6 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
     Exit codes: 0 every check passed (warnings allowed unless --strict), 1 a check failed,
     2 the inventory (or an option) is invalid: the report shows each problem with its fix.
     """
-    from rich.console import Console
 
     from sparkdeploy.doctor.api import CHECKS, doctor as run_doctor
     from sparkdeploy.doctor.report import as_dict, render
@@ -63,7 +62,7 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
     if as_json:
         emit_json(as_dict(report, strict, code))
     else:
-        render(report, Console(), strict)
+        render(report, strict=strict)
     if code == 2:
         raise report.run.inventory_error  # one line per problem on stderr, exit 2 (the table showed them too)
     if code:

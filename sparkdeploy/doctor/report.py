@@ -39,16 +39,43 @@ def summary(report: Report, strict: bool = False) -> str:
     return text
 
 
+def _collapse(results: list) -> list:
+    """Skipped rows of one check with one reason on every node become one row (node: all)."""
+    out, i = [], 0
+    while i < len(results):
+        j = i
+        while j < len(results) and results[j].check == results[i].check:
+            j += 1
+        group = results[i:j]
+        if len(group) > 1 and all(r.status == SKIP for r in group) and len({r.measured.replace(r.node or "", "N")
+                                                                           for r in group}) == 1:
+            first = group[0]
+            out.append(type(first)(SKIP, first.measured.replace(first.node or "", "each node"), check=first.check,
+                                   node="all"))
+        else:
+            out.extend(group)
+        i = j
+    return out
+
+
+def console_for_output() -> Console:
+    """A terminal keeps its width; piped output gets a width a table of measurements fits in."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    return console
+
+
 def render(report: Report, console: Console | None = None, strict: bool = False) -> None:
-    console = console or Console()
+    console = console or console_for_output()
     console.print(Text(headline(report), style="bold"))
     table = Table(show_lines=False, pad_edge=False, expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("node", no_wrap=True)
     table.add_column("result", no_wrap=True)
-    table.add_column("measured / fix", overflow="fold")
-    table.add_column("expected", style="dim", overflow="fold")
-    results = report.results
+    table.add_column("measured / fix", overflow="fold", ratio=3)
+    table.add_column("expected", style="dim", overflow="fold", ratio=1)
+    results = _collapse(report.results)
     for i, r in enumerate(results):
         first = i == 0 or results[i - 1].check != r.check
         last = i == len(results) - 1 or results[i + 1].check != r.check

@@ -34,6 +34,17 @@ trap 'rm -f "$__t"' EXIT
 """
 
 
+class DoctorConnection(NodeConnection):
+    """remote.NodeConnection (host keys checked, retries) minus one Fabric 3 quirk: a connect timeout given both
+    as `connect_timeout` and in `connect_kwargs` is refused at open() ("Refusing to be ambiguous")."""
+
+    def _fabric(self):
+        conn = super()._fabric()
+        if conn.connect_timeout is not None:
+            conn.connect_kwargs.pop("timeout", None)
+        return conn
+
+
 class _Memo:
     """Compute each key once; concurrent callers of the same key wait for the first one."""
 

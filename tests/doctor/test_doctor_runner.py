@@ -1,0 +1,306 @@
+"""The runner, the registry, check logic on hand-made facts, and the CLI contract (no lab needed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import threading
+import time
+
+import pytest
+import yaml
+
+from sparkdeploy.doctor import endpoint, gpu, network, roce
+from sparkdeploy.doctor.api import prepare
+from sparkdeploy.doctor.model import Check, Result
+from sparkdeploy.doctor.parsers import Link, RdmaDevice, RdmaPort
+from sparkdeploy.doctor.registry import BY_ID, CHECKS
+from sparkdeploy.doctor.runner import _run_tasks, _Task, select
+from sparkdeploy.doctor.session import NodeSession, Options, _testinfra_backend_class
+from sparkdeploy.errors import ConfigError
+from tests.conftest import TWO_NODES
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+class FakeConn:
+    def __init__(self, node, outputs=None):
+        self.node = node
+        self.outputs = outputs or {}
+        self.commands = []
+
+    def run(self, argv, check=False, timeout=None, stdin=None):
+        from sparkdeploy.remote import CommandResult
+
+        command = argv if isinstance(argv, str) else " ".join(argv)
+        self.commands.append(command)
+        for prefix, (code, out) in self.outputs.items():
+            if command.startswith(prefix):
+                return CommandResult(self.node.name, command, code, out, "")
+        return CommandResult(self.node.name, command, 0, "", "")
+
+    def open(self):
+        raise AssertionError("a check must not open a connection of its own in these tests")
+
+    def close(self):
+        pass
+
+
+def make_run(write_inventory, facts: dict[str, dict], data=None, recipe=None, topology=None):
+    path = write_inventory(data)
+    run = prepare(str(path), Options(recipe=recipe, topology=topology))
+    for node in run.nodes:
+        session = NodeSession(node, FakeConn(node))
+        session.connected = True
+        for key, value in facts.get(node.name, {}).items():
+            session.memo.get(key, lambda v=value: v)
+        run.sessions[node.name] = session
+    return run
+
+
+def node(run, name):
+    return next(n for n in run.nodes if n.name == name)
+
+
+# -- registry and selection --------------------------------------------------------------------------------
+
+def test_registry_ids_groups_and_titles():
+    groups = {c.group for c in CHECKS}
+    assert groups == {"inventory", "access", "engine", "gpu", "image", "network", "roce", "endpoint", "nccl"}
+    assert all(c.title and c.timeout_s > 0 for c in CHECKS)
+    assert len(BY_ID) == len(CHECKS)
+
+
+def test_select_prefix_unknown_and_opt_in():
+    assert {c.id for c in select(CHECKS, ["network"])} == {c.id for c in CHECKS if c.id.startswith("network.")}
+    assert [c.id for c in select(CHECKS, ["gpu.mem"])] == ["gpu.memory"]
+    assert "nccl.allreduce" not in {c.id for c in select(CHECKS)}
+    assert "nccl.allreduce" in {c.id for c in select(CHECKS, options=Options(nccl=True))}
+    assert [c.id for c in select(CHECKS, ["nccl"])] == ["nccl.allreduce"]  # asking by name turns it on
+    with pytest.raises(ConfigError) as err:
+        select(CHECKS, ["netwrok"])
+    assert "matches no check" in str(err.value)
+
+
+# -- the runner: timeouts name the check, crashes are rows --------------------------------------------------
+
+def test_a_hung_check_fails_within_its_timeout_naming_it(write_inventory):
+    run = make_run(write_inventory, {})
+    hung = Check("network.hang", "sleeps", lambda r, n: time.sleep(5) or Result("pass"), timeout_s=0.3)
+    quick = Check("network.quick", "returns", lambda r, n: Result("pass", "fine"), timeout_s=5)
+    started = time.monotonic()
+    results = _run_tasks(run, [_Task(hung, node(run, "spark1")), _Task(quick, node(run, "spark2"))])
+    assert time.monotonic() - started < 2
+    by = {r.check: r for r in results}
+    assert by["network.hang"].status == "fail"
+    assert "check network.hang timed out after 0.3 s on spark1" in by["network.hang"].measured
+    assert "--only network.hang" in by["network.hang"].fix
+    assert by["network.quick"].status == "pass" and by["network.quick"].node == "spark2"
+
+
+def test_a_crashing_check_is_a_failed_row_not_a_traceback(write_inventory):
+    run = make_run(write_inventory, {})
+    boom = Check("gpu.boom", "raises", lambda r, n: 1 / 0)
+    [res] = _run_tasks(run, [_Task(boom, node(run, "spark1"))])
+    assert res.status == "fail" and "ZeroDivisionError" in res.measured and res.node == "spark1"
+
+
+# -- a hung endpoint ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def silent_server():
+    """Accepts TCP connections and never answers (a wedged engine)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+    stop = threading.Event()
+
+    def loop():
+        srv.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    stop.set()
+    t.join(1)
+    for c in conns:
+        c.close()
+    srv.close()
+
+
+def test_hung_endpoint_http_times_out(silent_server):
+    started = time.monotonic()
+    with pytest.raises(endpoint.HttpError) as err:
+        endpoint.http(f"http://127.0.0.1:{silent_server}/health", timeout=0.5)
+    assert "no answer within 0.5 s" in str(err.value)
+    assert time.monotonic() - started < 2
+
+
+def test_hung_endpoint_check_fails_within_the_check_timeout(write_inventory, silent_server):
+    run = make_run(write_inventory, {})
+    check = Check("endpoint.health", "hangs", lambda r, n: endpoint.http(
+        f"http://127.0.0.1:{silent_server}/health", timeout=30), timeout_s=0.5)
+    [res] = _run_tasks(run, [_Task(check, node(run, "spark1"))])
+    assert res.status == "fail" and "check endpoint.health timed out after 0.5 s on spark1" in res.measured
+
+
+# -- testinfra over our connection -------------------------------------------------------------------------
+
+def test_testinfra_backend_uses_our_connection_never_its_own(write_inventory, monkeypatch):
+    import paramiko
+
+    def refuse(*a, **kw):
+        raise AssertionError("testinfra tried to open its own SSH connection")
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", refuse)
+    run = make_run(write_inventory, {})
+    n = node(run, "spark1")
+    conn = FakeConn(n, {"id -nu": (0, "spark\n"), "id -Gn": (0, "spark docker\n")})
+    backend = _testinfra_backend_class()(conn)
+    assert backend.get_connection_type() == "paramiko"
+    result = backend.run("id -nu")
+    assert result.rc == 0 and result.stdout == "spark\n"
+    assert conn.commands == ["id -nu"]
+    sentinel = object()
+
+    class Opened:
+        client = sentinel
+
+    conn.open = lambda: Opened()
+    assert backend.client is sentinel  # testinfra's client property is ours (host keys checked)
+
+
+# -- check logic on hand-made facts -------------------------------------------------------------------------
+
+def _net(mtu, addr):
+    return {"links": {"enp1s0f1np1": Link("enp1s0f1np1", mtu, "UP", ["UP", "LOWER_UP"], [addr])},
+            "speeds": {"enp1s0f1np1": 200000}, "simulated_speed": False}
+
+
+def test_mtu_mismatch_fails_the_low_node_only(write_inventory):
+    run = make_run(write_inventory, {"spark1": {"network": _net(9000, "198.51.100.1/24")},
+                                     "spark2": {"network": _net(1500, "198.51.100.2/24")}})
+    low = network.mtu(run, node(run, "spark2"))
+    high = network.mtu(run, node(run, "spark1"))
+    assert low.status == "fail" and "1500" in low.measured and "mtu 9000" in low.fix
+    assert high.status == "pass" and "differs" in high.measured
+    both_small = make_run(write_inventory, {"spark1": {"network": _net(1500, "198.51.100.1/24")},
+                                            "spark2": {"network": _net(1500, "198.51.100.2/24")}})
+    assert network.mtu(both_small, node(both_small, "spark1")).status == "warn"
+
+
+def test_link_missing_and_wrong_address(write_inventory):
+    run = make_run(write_inventory, {"spark1": {"network": {"links": {"eth0": Link("eth0", 1500, "UP", ["UP"])},
+                                                            "speeds": {}, "simulated_speed": False}},
+                                     "spark2": {"network": _net(9000, "10.9.9.9/24")}})
+    r1 = network.link(run, node(run, "spark1"))
+    assert r1.status == "fail" and "no interface enp1s0f1np1" in r1.measured and "eth0" in r1.measured
+    r2 = network.link(run, node(run, "spark2"))
+    assert r2.status == "fail" and "no interface holds 198.51.100.2" in r2.measured
+
+
+def _rdma(names, simulated=False):
+    devs = {}
+    for n in names:
+        d = RdmaDevice(n, board_id="SIMULATED" if simulated else "NVD")
+        d.ports[1] = RdmaPort(1, "PORT_ACTIVE", 4096, 4096, "Ethernet")
+        devs[n] = d
+    return {"rc": 0, "error": "", "devices": devs, "gids": [], "gids_text": ""}
+
+
+def test_wrong_hca_name_fails_with_the_real_names(write_inventory):
+    data = copy.deepcopy(TWO_NODES)
+    data["nodes"][1]["hcas"] = ["rocep1s0f1", "mlx5_bogus"]
+    run = make_run(write_inventory, {"spark2": {"roce": _rdma(["rocep1s0f1", "roceP2p1s0f1"])}}, data=data)
+    res = roce.hcas(run, node(run, "spark2"))
+    assert res.status == "fail" and "mlx5_bogus" in res.measured
+    assert "hcas: [roceP2p1s0f1, rocep1s0f1]" in res.fix
+
+
+def test_driver_against_the_known_bad_list(write_inventory):
+    def facts(version, kernel="6.11.0-1016-nvidia"):
+        return {"gpu": {"rc": 0, "gpus": [{"index": "0", "name": "NVIDIA GB10", "driver_version": version,
+                                           "memory.total": None, "memory.used": None, "memory.free": None,
+                                           "temperature.gpu": "40"}], "error": "", "simulated": False,
+                        "meminfo": {}, "kernel": kernel}}
+
+    for version, kernel, status in [("580.95.05", "6.11.0-1016-nvidia", "pass"), ("590.48.01", "x", "warn"),
+                                    ("575.51.02", "x", "fail"), ("580.126.09", "6.17.0-1008-nvidia", "warn")]:
+        run = make_run(write_inventory, {"spark1": facts(version, kernel)})
+        res = gpu.driver(run, node(run, "spark1"))
+        assert res.status == status, (version, kernel, res)
+        if status != "pass":
+            assert "source:" in res.fix  # every known-bad verdict cites where it comes from
+
+
+def test_known_bad_data_file_is_sourced():
+    data = gpu.known_bad()
+    entries = [data["drivers"]["minimum"], *data["drivers"]["bad"], *data["kernels"]["bad"]]
+    for e in entries:
+        assert e["source"].startswith("http") and e["why"] and e["fix"] and e["severity"] in ("warn", "fail")
+
+
+# -- the CLI contract ------------------------------------------------------------------------------------------
+
+def test_local_name_is_a_failed_inventory_check_exit_2(cli, write_inventory):
+    data = copy.deepcopy(TWO_NODES)
+    data["nodes"][1]["mgmt_ip"] = "spark2.local"
+    path = write_inventory(data)
+    code, out, err = cli("doctor", "-i", str(path))
+    assert code == 2
+    assert "inventory.valid" in out and "FAIL" in out and "mDNS" in out
+    assert "write the node's IP address in mgmt_ip" in out
+    assert "error:" in err and "mDNS" in err  # the ConfigError contract: one line per problem, no traceback
+    code, out, _ = cli("doctor", "-i", str(path), "--json")
+    report = json.loads(out)
+    assert code == 2 and report["exit_code"] == 2 and not report["ok"]
+    first = report["results"][0]
+    assert first["check"] == "inventory.valid" and first["status"] == "fail" and "mgmt_ip" in first["fix"]
+    assert all(r["status"] == "skip" for r in report["results"][1:])
+
+
+def test_unknown_only_is_a_usage_error(cli, inventory_file):
+    code, _, err = cli("doctor", "-i", str(inventory_file), "--only", "nope")
+    assert code == 2 and "matches no check" in err
+
+
+def test_list_checks(cli):
+    code, out, _ = cli("doctor", "--list", "--json")
+    ids = [c["id"] for c in json.loads(out)]
+    assert code == 0 and ids == [c.id for c in CHECKS]
+
+
+def test_unreachable_node_fails_access_and_skips_the_rest(cli, write_inventory):
+    # TEST-NET addresses: nothing answers. access.ssh is included even when --only does not name it.
+    data = copy.deepcopy(TWO_NODES)
+    path = write_inventory(data)
+    import sparkdeploy.doctor.runner as runner
+
+    old = runner.CONNECT_TIMEOUT_S
+    runner.CONNECT_TIMEOUT_S = 0.5
+    try:
+        code, out, _ = cli("doctor", "-i", str(path), "--only", "gpu.present", "--json")
+    finally:
+        runner.CONNECT_TIMEOUT_S = old
+    report = json.loads(out)
+    assert code == 1
+    rows = {(r["check"], r["node"]): r for r in report["results"]}
+    assert rows[("access.ssh", "spark1")]["status"] == "fail"
+    assert "sshd" in rows[("access.ssh", "spark1")]["fix"]
+    assert rows[("gpu.present", "spark2")]["status"] == "skip"
+
+
+def test_json_is_valid_yaml_free_of_secrets(cli, write_inventory):
+    from tests.conftest import SECRET_HF, SECRET_KEY
+
+    path = write_inventory()
+    code, out, _ = cli("doctor", "-i", str(path), "--only", "inventory", "--json")
+    assert SECRET_HF not in out and SECRET_KEY not in out
+    assert yaml.safe_load(out)["results"][0]["check"] == "inventory.valid"
