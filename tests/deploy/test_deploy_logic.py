@@ -386,3 +386,91 @@ def test_known_hosts_lookup_and_replace(tmp_path):
     assert remove_host(path, "192.0.2.1") == 1
     text = path.read_text()
     assert "# comment" in text and "192.0.2.9" in text and hashed not in text
+
+
+# -- apply with fake connections --------------------------------------------------------------------------
+
+class FakeConn:
+    def __init__(self, node, fail_on: str | None = None, hook=None):
+        self.node = node
+        self.calls: list = []
+        self.fail_on = fail_on
+        self.hook = hook
+
+    def _check(self, text):
+        if self.hook:
+            self.hook(text)
+        if self.fail_on and self.fail_on in text:
+            raise StepFailed(f"{self.node.name}: `{text}` exited 1: no space left on device {SECRET_HF}")
+
+    def run(self, argv, check=True, timeout=None, stdin=None):
+        from sparkdeploy.remote import CommandResult
+
+        text = " ".join(argv)
+        self.calls.append(("run", text))
+        self._check(text)
+        return CommandResult(self.node.name, text, 0, "f" * 64 + "\n", "")
+
+    def put(self, content, path, mode=0o644):
+        self.calls.append(("put", path, mode))
+        self._check(f"put {path}")
+
+
+def _session(dep, **per_node):
+    from sparkdeploy.apply import Session
+
+    return Session(dep.inventory, {n.name: per_node.get(n.name) or FakeConn(n) for n in dep.inventory.nodes})
+
+
+def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
+    from sparkdeploy.apply import apply_plan
+
+    dep = make_deployment("cluster")
+    plan = plan_deployment(dep, _facts(dep, empty_facts))
+    order = []
+    s = _session(dep)
+    for c in s.conns.values():
+        c.hook = lambda text, name=c.node.name: order.append((name, text.split()[0] if not text.startswith("put") else "put"))
+    apply_plan(s, plan)
+    assert plan.counts()["changed"] == plan.changes and not plan.failed()
+    first_start = min(i for i, (_, t) in enumerate(order) if t == "bash")
+    last_write = max(i for i, (_, t) in enumerate(order) if t == "put" and i < first_start)
+    assert last_write < first_start
+    puts = [c for c in s.conns["spark1"].calls if c[0] == "put"]
+    assert ("put", "/home/spark/.sparkdeploy/secrets.env", 0o600) in puts
+    runs = [c[1] for c in s.conns["spark1"].calls if c[0] == "run"]
+    assert runs[0] == "mkdir -p -m 0700 /home/spark/.sparkdeploy"
+    assert "bash /home/spark/.sparkdeploy/vllm.run.sh" in runs
+
+
+def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
+    from sparkdeploy.apply import apply_plan
+    from sparkdeploy.plan import FAILED, SKIPPED
+
+    dep = make_deployment("cluster")
+    plan = plan_deployment(dep, _facts(dep, empty_facts))
+    worker = dep.inventory.nodes[1]
+    s = _session(dep, spark2=FakeConn(worker, fail_on="vllm.entry.sh"))
+    apply_plan(s, plan, mask=dep.secrets.mask)
+    [failed] = plan.failed()
+    assert (failed.node, failed.kind, failed.target) == ("spark2", "write", "vllm.entry.sh")
+    assert SECRET_HF not in failed.detail and "********" in failed.detail
+    assert all(st.status == SKIPPED for st in plan.steps if st.phase == 2 and st.change)
+    assert not any(c[1].startswith("bash") for conn in s.conns.values() for c in conn.calls if c[0] == "run")
+    assert failed.status == FAILED
+
+
+def test_apply_interrupted_skips_the_rest():
+    from sparkdeploy.apply import Interrupt, apply_plan
+    from sparkdeploy.plan import SKIPPED
+
+    dep = make_deployment("solo")
+    plan = plan_deployment(dep, _facts(dep, empty_facts))
+    intr = Interrupt()
+    s = _session(dep)
+    s.conns["spark1"].hook = lambda text: intr.event.set() if "node.env" in text else None
+    apply_plan(s, plan, intr)
+    statuses = [(st.kind, st.target, st.status) for st in plan.steps]
+    assert ("write", "node.env", "changed") in statuses
+    assert ("write", "secrets.env", SKIPPED) in statuses
+    assert ("start-container", "sparkdeploy-vllm", SKIPPED) in statuses
