@@ -25,7 +25,10 @@ if docker info >/dev/null 2>&1; then
     exit 0
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
+# A dockerd already starting (pid file of a live process) is waited for, not started twice. No pgrep: procps
+# is not on every fresh machine.
+pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+if [ -z "$pid" ] || [ ! -d "/proc/$pid" ]; then
     logfile=${DOCKERD_LOG:-/var/log/dockerd-ci.log}
     log "starting dockerd (log: $logfile)"
     # setsid: dockerd must outlive this script and the CI step that ran it.

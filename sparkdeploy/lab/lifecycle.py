@@ -239,9 +239,7 @@ def _down(spec: LabSpec, all_labs: bool, purge: bool) -> dict[str, list[str]]:
     for container in client.containers.list(all=True, filters=filters):
         container.remove(force=True, v=False)
         removed["containers"].append(container.name)
-    for net in client.networks.list(filters=filters):
-        net.remove()
-        removed["networks"].append(net.name)
+    removed["networks"] = network.remove_networks(client, filters)
     for volume in client.volumes.list(filters=filters):
         volume.remove(force=True)
         removed["volumes"].append(volume.name)

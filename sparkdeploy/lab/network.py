@@ -119,9 +119,16 @@ def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, o
     return result
 
 
-def remove_networks(client, spec: LabSpec) -> list[str]:
+def remove_networks(client, filters: dict) -> list[str]:
+    """Remove the networks matching `filters` (lab labels), disconnecting anything still attached."""
     removed = []
-    for net in client.networks.list(filters=spec.filters):
-        _remove_network(client, net, spec)
+    for net in client.networks.list(filters=filters):
+        net.reload()
+        for cid in (net.attrs.get("Containers") or {}):
+            try:
+                net.disconnect(cid, force=True)
+            except docker.errors.APIError:
+                pass
+        net.remove()
         removed.append(net.name)
     return removed
