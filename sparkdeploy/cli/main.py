@@ -47,7 +47,8 @@ def _optional(module: str, attr: str):
 for _module, _attr in [("sparkdeploy.cli.lab", "lab"), ("sparkdeploy.cli.up_cmd", "up"), ("sparkdeploy.cli.up_cmd", "down"), ("sparkdeploy.cli.up_cmd", "status"), ("sparkdeploy.cli.trust_cmd", "trust"),
                        ("sparkdeploy.cli.bench_cmd", "bench"),
                        ("sparkdeploy.cli.bench_cmd", "advise"),
-                       ("sparkdeploy.cli.doctor_cmd", "doctor")]:
+                       ("sparkdeploy.cli.doctor_cmd", "doctor"),
+                       ("sparkdeploy.cli.images_cmd", "images")]:
     _cmd = _optional(_module, _attr)
     if _cmd is not None:
         COMMANDS.append(_cmd)

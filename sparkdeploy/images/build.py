@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -155,6 +156,71 @@ def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) 
             client.api.import_image_from_data(fh, repository=repo, tag=version, changes=changes)
     if not image_exists(client, tag):
         raise StepFailed(f"docker import of {definition.name} did not produce {tag}")
+
+
+# -- building on a node -------------------------------------------------------------------------------------
+
+STEP_LINE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+
+
+def remote_build_argv(definition: ImageDefinition, tag: str, base_tag: str | None) -> list[str]:
+    """`docker build -` on the node: the context arrives on stdin; the classic builder, as on this machine."""
+    argv = ["env", "DOCKER_BUILDKIT=0", "docker", "build", "--rm", "--force-rm", "-t", tag,
+            "--label", f"{LABEL}={definition.name}"]
+    args = dict(definition.build_args)
+    if base_tag:
+        args["BASE"] = base_tag
+    for key in sorted(args):
+        argv += ["--build-arg", f"{key}={args[key]}"]
+    return argv + ["-"]
+
+
+def build_on_node(name: str, conn, progress: Progress | None = None, step: Callable[[int, int, str], None] | None
+                  = None, timeout: float = 3600) -> str:
+    """Build definition `name` with the node's own engine: the build context (files, included folders, the
+    wheels downloaded here) is sent over SSH to `docker build -`. Its base must already be on the node (push
+    it first). `step(n, total, text)` is called at each build step. Returns the tag; a failed build raises
+    StepFailed naming the step that failed, with the build's last lines.
+    """
+    from sparkdeploy.images.push import FeedChannel
+
+    say = progress or _print
+    definition = load_definition(name)
+    if definition.kind == "rootfs":
+        raise StepFailed(f"{name} is a root filesystem made with debootstrap on this machine, not a Dockerfile: "
+                         f"build it here and push it (sparkdeploy images push {name})")
+    base = definition.base_definition()
+    base_tag = base.tag if base else definition.base
+    tag = definition.tag
+    download_wheels(definition, say)
+    context = build_context(definition).getvalue()
+    say(f"{conn.node.name}: building {tag} (context {len(context) / 1e6:.1f} MB)")
+    state = {"step": "before the first step", "partial": b""}
+
+    def on_output(data: bytes) -> None:
+        lines = (state["partial"] + data).split(b"\n")
+        state["partial"] = lines.pop()
+        for raw in lines:
+            match = STEP_LINE.match(raw.decode(errors="replace").strip())
+            if match:
+                state["step"] = match.group(0)
+                if step:
+                    step(int(match.group(1)), int(match.group(2)), match.group(3))
+
+    channel = FeedChannel(conn, remote_build_argv(definition, tag, base_tag), on_output=on_output)
+    try:
+        for offset in range(0, len(context), 1 << 20):
+            channel.put(context[offset:offset + (1 << 20)])
+        code, output = channel.finish(timeout)
+    except BaseException:
+        channel.abort()
+        raise
+    if code != 0 or channel.error:
+        lines = [line for line in output.splitlines() if line.strip()]
+        tail = "\n".join(lines[-30:])
+        why = f"exit {code}" if code is not None else (channel.error or "no exit status")
+        raise StepFailed(f"{conn.node.name}: building image {name} failed at {state['step']} ({why}):\n{tail}")
+    return tag
 
 
 def main(argv: list[str] | None = None) -> int:

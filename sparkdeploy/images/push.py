@@ -243,13 +243,19 @@ def _check_tagged(node: str, result, source: SourceImage) -> None:
 
 # -- streaming ----------------------------------------------------------------------------------------------
 
-class LoadChannel:
-    """`docker load` on one node, fed through an SSH channel of the node's connection."""
+class FeedChannel:
+    """A command on a node (`docker load`, `docker build -`) fed through an SSH channel of its connection.
 
-    def __init__(self, conn: NodeConnection, argv: list[str], progress: PushProgress,
-                 stall_timeout: float = STALL_TIMEOUT_S):
+    put() queues bytes for the command's stdin (a sender thread writes them; a node that stops reading for
+    `stall_timeout` fails); its output (stdout and stderr together) is collected, and passed to `on_output`
+    as it comes when given. finish() ends the input and waits for the exit status.
+    """
+
+    def __init__(self, conn: NodeConnection, argv: list[str], progress: PushProgress | None = None,
+                 stall_timeout: float = STALL_TIMEOUT_S, on_output=None):
         self.node = conn.node.name
-        self.progress = progress
+        self.progress = progress or PushProgress()
+        self.on_output = on_output
         transport = conn.open().client.get_transport()
         self.chan = transport.open_session(timeout=conn.connect_timeout)
         self.chan.set_combine_stderr(True)
@@ -310,9 +316,11 @@ class LoadChannel:
             if not data:
                 return
             self.output += data
+            if self.on_output is not None:
+                self.on_output(data)
 
     def finish(self, timeout: float) -> tuple[int | None, str]:
-        """End the input; wait for docker load to exit. Returns (exit status or None, its output)."""
+        """End the input; wait for the command to exit. Returns (exit status or None, its output)."""
         self.put(None)
         self._sender.join()
         if not self.chan.closed:
@@ -336,7 +344,7 @@ class StreamGroup:
     """Nodes that need the same layers with the same compression: one filter and one compressor for all."""
 
     def __init__(self, source: SourceImage, needed: set[str], method: str, temp_tag: str,
-                 channels: list[LoadChannel], progress: PushProgress):
+                 channels: list[FeedChannel], progress: PushProgress):
         self.filter = ArchiveFilter(source.diff_ids, needed, rename_to=temp_tag)
         self.channels = channels
         self.progress = progress
@@ -402,20 +410,20 @@ class StreamGroup:
 
 
 def _stream(source: SourceImage, plans: list[NodePlan], conns: dict[str, NodeConnection], client,
-            progress: PushProgress, temp_tag: str) -> dict[str, tuple[LoadChannel | None, str | None]]:
+            progress: PushProgress, temp_tag: str) -> dict[str, tuple[FeedChannel | None, str | None]]:
     """Send every planned node its archive; returns node -> (its channel, error or None)."""
-    outcome: dict[str, tuple[LoadChannel | None, str | None]] = {}
+    outcome: dict[str, tuple[FeedChannel | None, str | None]] = {}
     by_key: dict[tuple, list[NodePlan]] = {}
     for plan in plans:
         by_key.setdefault((frozenset(plan.needed), plan.compression), []).append(plan)
-    channels: dict[str, LoadChannel] = {}
+    channels: dict[str, FeedChannel] = {}
     groups: list[StreamGroup] = []
     try:
         for (needed, method), members in by_key.items():
             opened = []
             for plan in members:
                 try:
-                    channels[plan.node.name] = LoadChannel(conns[plan.node.name], load_argv(method), progress)
+                    channels[plan.node.name] = FeedChannel(conns[plan.node.name], load_argv(method), progress)
                 except Exception as exc:  # this node fails, the others go on
                     outcome[plan.node.name] = (None, f"could not start docker load over SSH: {exc}")
                     continue
@@ -558,3 +566,50 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} GB"
+
+
+class RichPushProgress(PushProgress):
+    """A bar per node (archive bytes, rate, ETA, bytes on the wire) on stderr, for the CLI and deploy."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self.console = console or Console(stderr=True, highlight=False)
+        self.bar = Progress(TextColumn("{task.description:<10}"), BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[wire]}"),
+                            console=self.console, transient=False)
+        self.tasks: dict[str, int] = {}
+        self.wire: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.stop()
+
+    def note(self, text: str) -> None:
+        self.bar.console.print(f"[dim]{text}[/dim]", highlight=False)
+
+    def begin(self, node: str, total: int) -> None:
+        with self._lock:
+            self.wire[node] = 0
+            self.tasks[node] = self.bar.add_task(node, total=total or None, wire="")
+
+    def advance(self, node: str, raw: int = 0, wire: int = 0) -> None:
+        task = self.tasks.get(node)
+        if task is None:
+            return
+        with self._lock:
+            self.wire[node] += wire
+            sent = self.wire[node]
+        self.bar.update(task, advance=raw, wire=f"sent {_size(sent)}" if sent else "")
+
+    def end(self, node: str, ok: bool, text: str) -> None:
+        task = self.tasks.get(node)
+        if task is not None:
+            done = next((t.completed for t in self.bar.tasks if t.id == task), 0)
+            self.bar.update(task, total=done if ok else None, description=node if ok else f"{node} failed")

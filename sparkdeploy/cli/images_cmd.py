@@ -1,0 +1,183 @@
+"""`sparkdeploy images build | push | list`: image definitions on this machine and on the nodes.
+
+    build NAME [--local]     build with this machine's engine (bases first; skipped when the tag exists)
+    build NAME --on NODE     build with the node's engine: the build context travels over SSH (its base is
+                             pushed there first)
+    push NAME [--to NODE]    send the image to the nodes in parallel, only the layers each one lacks
+    list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
+                             nodes agree on each tag's image ID
+
+Exit codes: 0 ok, 1 a node failed (per-node results are printed), 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+from sparkdeploy.errors import StepFailed
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
+
+
+def _short(image_id: str | None) -> str:
+    return image_id.removeprefix("sha256:")[:12] if image_id else "-"
+
+
+def _size(n: int) -> str:
+    from sparkdeploy.images.push import _size as size
+
+    return size(n) if n else "-"
+
+
+@click.group()
+def images():
+    """Image definitions (images/<name>/): build, push to the nodes (only missing layers), list."""
+
+
+# -- build ----------------------------------------------------------------------------------------------------
+
+@images.command("build")
+@click.argument("name")
+@click.option("--on", "on_node", metavar="NODE", help="Build with this node's Docker engine, over SSH.")
+@click.option("--local", "local", is_flag=True, help="Build with this machine's engine (the default).")
+@click.option("--force", is_flag=True, help="Build even when the tag exists (local builds).")
+@inventory_option
+def build_cmd(name, on_node, local, force, inventory):
+    """Build image definition NAME here (default) or on a node (--on NODE)."""
+    from sparkdeploy.images.definitions import load_definition
+
+    if on_node and local:
+        raise click.UsageError("--on and --local exclude each other")
+    definition = load_definition(name)  # a bad name fails before anything connects
+    err = Console(stderr=True, highlight=False)
+    if not on_node:
+        from sparkdeploy.images.build import ensure_image
+
+        with err.status(f"building {name}", spinner="dots"):
+            tag = ensure_image(name, progress=lambda line: err.print(f"[dim]{line}[/dim]"), force=force)
+        click.echo(tag)
+        return
+    from sparkdeploy.images.build import build_on_node
+    from sparkdeploy.images.inventory_images import select_nodes
+    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.remote import NodeConnection
+
+    inv = load_inventory(inventory)
+    node = select_nodes(inv, [on_node])[0]
+    base = definition.base_definition()
+    if base is not None:
+        err.print(f"[dim]{node.name}: making sure its base {base.name} is there[/dim]")
+        _push_or_fail(base.name, inv, [node.name])
+    with NodeConnection(node, inv) as conn, err.status(f"{node.name}: building {name}", spinner="dots") as status:
+        def step(n: int, total: int, text: str) -> None:
+            err.print(f"[dim]{node.name}: step {n}/{total}: {text[:100]}[/dim]")
+            status.update(f"{node.name}: building {name}: step {n}/{total}")
+
+        tag = build_on_node(name, conn, progress=lambda line: err.print(f"[dim]{line}[/dim]"), step=step)
+    click.echo(f"{node.name}: {tag}")
+
+
+# -- push -----------------------------------------------------------------------------------------------------
+
+def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
+    from sparkdeploy.images.push import RichPushProgress, push_image
+
+    with RichPushProgress() as progress:
+        outcomes = push_image(name, inv, nodes, progress, compression=compression)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise StepFailed("; ".join(str(o.error) for o in failed))
+    return outcomes
+
+
+@images.command("push")
+@click.argument("name")
+@click.option("--to", "to_nodes", multiple=True, metavar="NODE", help="Only these nodes (repeatable; default all).")
+@click.option("--compress", "compression", type=click.Choice(["auto", "zstd", "gzip", "none"]), default="auto",
+              show_default=True, help="auto: zstd where the node has it, else gzip (docker load reads gzip).")
+@inventory_option
+@json_option
+@click.pass_context
+def push_cmd(ctx, name, to_nodes, compression, inventory, as_json):
+    """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
+
+    Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
+    compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
+    """
+    from sparkdeploy.images.inventory_images import select_nodes
+    from sparkdeploy.images.push import PushProgress, RichPushProgress, push_image
+    from sparkdeploy.inventory import load_inventory
+
+    inv = load_inventory(inventory)
+    nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
+    if as_json:
+        outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression)
+    else:
+        with RichPushProgress() as progress:
+            outcomes = push_image(name, inv, nodes, progress, compression=compression)
+    failed = [o for o in outcomes if not o.ok]
+    if as_json:
+        emit_json([dict(o.value.as_dict(), ok=True) if o.ok else
+                   {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes])
+    else:
+        table = Table(title=f"images push {name}", title_justify="left")
+        for col in ("node", "result", "image ID", "layers sent", "sent", "archive", "time", "note"):
+            table.add_column(col, overflow="fold")
+        for o in outcomes:
+            if o.ok:
+                r = o.value
+                table.add_row(o.node.name, Text(r.action, style="green"), _short(r.image_id),
+                              f"{r.layers_sent}/{r.layers_total}", _size(r.bytes_sent), _size(r.raw_bytes),
+                              f"{r.seconds:.1f} s", f"{r.compression}{'; ' + r.note if r.note else ''}"
+                              if r.action == "sent" else r.note)
+            else:
+                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
+        _console().print(table)
+    if failed:
+        ctx.exit(1)
+
+
+# -- list -----------------------------------------------------------------------------------------------------
+
+@images.command("list")
+@inventory_option
+@json_option
+@click.pass_context
+def list_cmd(ctx, inventory, as_json):
+    """Per node the images we manage, their IDs, and whether the nodes agree on each tag."""
+    from sparkdeploy.images.inventory_images import list_images
+    from sparkdeploy.inventory import load_inventory
+
+    inv = load_inventory(inventory)
+    outcomes, rows = list_images(inv)
+    failed = [o for o in outcomes if not o.ok]
+    if as_json:
+        emit_json({
+            "nodes": {o.node.name: ({"ok": True, "images": [
+                {"name": i.name, "tags": i.tags, "id": i.id} for i in o.value.managed()]} if o.ok else
+                {"ok": False, "error": str(o.error)}) for o in outcomes},
+            "tags": [{"tag": r.tag, "name": r.name, "ids": r.ids, "agree": r.agree} for r in rows],
+        })
+    else:
+        readable = [o.node.name for o in outcomes if o.ok]
+        table = Table(title="images on the nodes (label io.sparkdeploy.image)", title_justify="left")
+        table.add_column("tag", overflow="fold")
+        for name in readable:
+            table.add_column(name)
+        table.add_column("nodes agree")
+        for r in rows:
+            table.add_row(r.tag, *[_short(r.ids.get(n)) for n in readable],
+                          Text("yes", style="green") if r.agree else Text("no", style="red"))
+        _console().print(table)
+        if not rows:
+            click.echo("no managed images on the nodes")
+        for o in failed:
+            click.secho(f"error: {o.error}", fg="red", err=True)
+    if failed:
+        ctx.exit(1)
