@@ -103,6 +103,17 @@ def _lab_images(client, rebuild: bool) -> str:
         return ensure_image(NODE_IMAGE, client, progress=_say, force=rebuild)
 
 
+def _prune_replaced_lab_images(client) -> None:
+    """Drop lab images left untagged by a rebuild once no container uses them (Docker keeps the in-use ones)."""
+    from sparkdeploy.images.definitions import LABEL
+
+    for name in (NODE_IMAGE, "debian-base"):
+        try:
+            client.images.prune(filters={"dangling": True, "label": f"{LABEL}={name}"})
+        except docker.errors.APIError:  # another prune running at the same time: try next time
+            pass
+
+
 def _check_names(client, spec: LabSpec) -> None:
     """A container holding a lab node's name but not labelled as this lab's is someone else's: stop."""
     for node in spec.node_specs():
@@ -211,6 +222,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             result.images = engine_images.preload(client, list(spec.images), containers, _say,
                                                   _bar_factory(progress))
 
+    _prune_replaced_lab_images(client)
     keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     ensure_secrets(spec)
     write_inventory(spec)
