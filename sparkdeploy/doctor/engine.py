@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 
-from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
+from sparkdeploy.deployment import LABEL_PREFIX
 from sparkdeploy.inventory import Node
 
+from . import gather
 from .model import Result, fail, ok, warn
 from .parsers import gib, parse_df, version_tuple
-from .session import DoctorRun, NodeSession
+from .session import DoctorRun
 
 MIN_VERSION = (20, 10)
 DISK_FAIL_GIB = 20  # one vLLM GPU image is 15-25 GB unpacked
 DISK_WARN_GIB = 50  # room for a second image version while the first still runs
 
 SCRIPT = r"""
-sec info docker info --format '{{.ServerVersion}}|{{.DockerRootDir}}|{{.Driver}}'
+sec version docker version --format '{{.Server.Version}}'
+sec info docker info --format '{{.DockerRootDir}}|{{.Driver}}'
 root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); [ -n "$root" ] || root=/var/lib/docker
 sec root echo "$root"
 sec df df -PB1 -- "$root"
@@ -24,17 +27,19 @@ sec ps docker ps -a --filter "label=$1=true" --format '{{json .}}'
 """
 
 
-def gather(session: NodeSession) -> dict:
-    secs = session.script(SCRIPT, [MANAGED_LABEL], timeout=20)
-    info = secs.get("info")
+def parse(secs: dict) -> dict:
+    version, info = secs.get("version"), secs.get("info")
     facts: dict = {"running": False, "error": "", "version": "", "root": "", "driver": "", "df": None,
                    "containers": []}
-    if info is not None and info.rc == 0 and info.out.strip() and "|" in info.out:
-        version, root, driver = (info.out.strip().splitlines()[-1].split("|") + ["", ""])[:3]
-        facts.update(running=bool(version), version=version, root=root, driver=driver)
+    if version is not None and version.rc == 0 and version.out.strip():
+        facts.update(running=True, version=version.out.strip().splitlines()[-1])
+        if info is not None and info.rc == 0 and "|" in info.out:
+            root, _, driver = info.out.strip().splitlines()[-1].partition("|")
+            facts.update(root=root, driver=driver)
     else:
-        lines = ((info.err or info.out) if info else "").strip().splitlines()
-        facts["error"] = lines[-1] if lines else "no answer"
+        lines = [ln.strip() for ln in ((version.err or version.out) if version else "").splitlines() if ln.strip()]
+        telling = [ln for ln in lines if re.search(r"cannot connect|permission denied|is the docker daemon", ln, re.I)]
+        facts["error"] = (telling or lines or ["no answer"])[-1]
     facts["root"] = facts["root"] or (secs["root"].out.strip() if "root" in secs else "/var/lib/docker")
     if "df" in secs and secs["df"].rc == 0:
         facts["df"] = parse_df(secs["df"].out)
@@ -54,7 +59,7 @@ def gather(session: NodeSession) -> dict:
 
 
 def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "engine", gather)
+    return run.facts(node, "engine", lambda s: parse(gather.base(run, node)))
 
 
 def running(run: DoctorRun, node: Node) -> Result:

@@ -15,10 +15,10 @@ import yaml
 
 from sparkdeploy.inventory import Node
 
-from . import engine
+from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .parsers import gib, number, parse_meminfo, parse_nvidia_smi_csv, version_tuple
-from .session import DoctorRun, NodeSession
+from .session import DoctorRun
 
 FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
 EXPECTED_NAME = "GB10"
@@ -28,7 +28,7 @@ TEMP_FAIL_C = 95
 DATA = Path(__file__).resolve().parent / "data" / "known_bad.yaml"
 
 SCRIPT = r"""
-sec smi nvidia-smi --query-gpu="$1" --format=csv,noheader,nounits
+sec smi nvidia-smi --query-gpu="$2" --format=csv,noheader,nounits
 sec meminfo grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 sec kernel uname -r
 """
@@ -39,8 +39,7 @@ def known_bad() -> dict:
     return yaml.safe_load(DATA.read_text()) or {}
 
 
-def gather(session: NodeSession) -> dict:
-    secs = session.script(SCRIPT, [",".join(FIELDS)], timeout=20)
+def parse(secs: dict) -> dict:
     smi = secs.get("smi")
     text = (smi.out + "\n" + smi.err) if smi else ""
     return {
@@ -54,7 +53,7 @@ def gather(session: NodeSession) -> dict:
 
 
 def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "gpu", gather)
+    return run.facts(node, "gpu", lambda s: parse(gather.base(run, node)))
 
 
 def _first(run: DoctorRun, node: Node) -> tuple[dict | None, Result | None]:

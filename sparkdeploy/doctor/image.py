@@ -13,6 +13,7 @@ import json
 
 from sparkdeploy.inventory import Node
 
+from . import engine
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
@@ -91,21 +92,24 @@ def _versions(session: NodeSession, ref: str) -> dict:
 
 def versions(run: DoctorRun, node: Node) -> dict | None:
     ref = serving_image(run, node)
-    if ref is None or ids(run, node).get(ref) is None:
+    if ref is None or not engine.facts(run, node)["running"] or ids(run, node).get(ref) is None:
         return None
     return run.facts(node, "image.versions", lambda s: _versions(s, ref))
 
 
 def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
-    return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p)]
+    return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p)
+            and engine.facts(run, p)["running"]]
 
 
 def present(run: DoctorRun, node: Node) -> Result:
     refs = required(run, node)
     if not refs:
         return skip(f"this recipe/topology runs nothing on {node.name}")
+    if not engine.facts(run, node)["running"]:
+        return skip("engine not running (see engine.running)")
     have = ids(run, node)
-    sim = run.deployment.image.name != run.deployment.image_tag.split("/")[-1].split(":")[0]
+    sim = run.simulated_image
     missing = [r for r in refs if have.get(r) is None]
     expected = "present, same image ID on every node"
     if missing:
@@ -138,10 +142,12 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
     ref = serving_image(run, node)
     if ref is None:
         return skip(f"no engine of this recipe runs on {node.name}")
+    if not engine.facts(run, node)["running"]:
+        return skip("engine not running (see engine.running)")
     if ids(run, node).get(ref) is None:
         return skip("image missing (see image.present)")
     v = versions(run, node)
-    simulated = run.deployment.image_tag != run.deployment.image.tag
+    simulated = run.simulated_image
     expected = "torch and NCCL equal on every node"
     if "error" in v:
         return fail(f"could not run python3 in {ref}: {v['error']}", expected,

@@ -8,7 +8,7 @@ import time
 
 from sparkdeploy.inventory import Node
 
-from . import engine
+from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .parsers import Link, parse_ethtool_speed, parse_ip_json, parse_ping
 from .session import DoctorRun, NodeSession
@@ -19,6 +19,7 @@ MAX_SKEW_S = 1.0
 ICMP_OVERHEAD = 28  # IPv4 header + ICMP header: `ping -s MTU-28` fills one frame exactly
 
 LINK_SCRIPT = r"""
+shift 2
 sec addr ip -j addr show
 i=0
 for iface in "$@"; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
@@ -28,13 +29,11 @@ for iface in "$@"; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
 PING_SCRIPT = r"""
 iface=$1; size=$2; shift 2
 i=0
-for peer in "$@"; do sec "ping$i" ping -M do -s "$size" -c 2 -i 0.2 -W 1 -I "$iface" "$peer"; i=$((i+1)); done
+for peer in "$@"; do sec "ping$i" ping -M do -s "$size" -c 2 -i 0.05 -W 1 -I "$iface" "$peer"; i=$((i+1)); done
 """
 
 
-def _gather(session: NodeSession) -> dict:
-    ifaces = list(session.node.fabric_ifaces)
-    secs = session.script(LINK_SCRIPT, ifaces, timeout=20)
+def parse(secs: dict, ifaces: list[str]) -> dict:
     links = parse_ip_json(secs["addr"].out) if "addr" in secs else {}
     speeds, simulated = {}, False
     for i, iface in enumerate(ifaces):
@@ -45,7 +44,7 @@ def _gather(session: NodeSession) -> dict:
 
 
 def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "network", _gather)
+    return run.facts(node, "network", lambda s: parse(gather.base(run, node), list(node.fabric_ifaces)))
 
 
 def fabric_link(run: DoctorRun, node: Node) -> tuple[str, Link | None]:

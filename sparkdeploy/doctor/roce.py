@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sparkdeploy.inventory import Node
 
-from . import network
+from . import gather, network
 from .model import Result, fail, ok, skip, warn
 from .parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids, rocev2_gid_index
-from .session import DoctorRun, NodeSession
+from .session import DoctorRun
 
 EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024
 
@@ -33,8 +33,7 @@ sec gids gids
 """
 
 
-def _gather(session: NodeSession) -> dict:
-    secs = session.script(SCRIPT, [], timeout=20)
+def parse(secs: dict) -> dict:
     dev = secs.get("devinfo")
     gids = secs.get("gids")
     return {
@@ -47,7 +46,7 @@ def _gather(session: NodeSession) -> dict:
 
 
 def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "roce", _gather)
+    return run.facts(node, "roce", lambda s: parse(gather.base(run, node)))
 
 
 def _sim(f: dict) -> bool:

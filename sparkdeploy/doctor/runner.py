@@ -51,7 +51,8 @@ def select(checks: list[Check], only: tuple[str, ...] | list[str] = (), options:
     enabled = [c for c in checks if c.opt_in is None or getattr(options, c.opt_in, False)]
     if not only:
         return enabled
-    chosen = [c for c in checks if any(c.id == p or c.id.startswith(p) for p in only)]
+    # inventory.* always runs (no network, and every other row may point at it)
+    chosen = [c for c in checks if c.group == "inventory" or any(c.id == p or c.id.startswith(p) for p in only)]
     unknown = [p for p in only if not any(c.id == p or c.id.startswith(p) for c in checks)]
     if unknown:
         raise ConfigError([Problem("--only", p, "matches no check", "known: " + ", ".join(c.id for c in checks))

@@ -27,11 +27,20 @@ from .parsers import SECTION, Section, parse_sections
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = r"""
-__t=$(mktemp)
-sec() { local n=$1; shift; printf '\n%s %s\n' '""" + SECTION + r"""' "$n"; "$@" 2>"$__t"; local rc=$?;
-  printf '\n%s %s.err\n' '""" + SECTION + r"""' "$n"; cat "$__t"; printf '\n%s %s.rc %s\n' '""" + SECTION + r"""' "$n" "$rc"; }
-trap 'rm -f "$__t"' EXIT
+sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '""" + SECTION + r"""' "$n"; "$@" 2>"$t"; rc=$?;
+  printf '\n%s %s.err\n' '""" + SECTION + r"""' "$n"; cat "$t"; rm -f "$t"; printf '\n%s %s.rc %s\n' '""" + SECTION + r"""' "$n" "$rc"; }
 """
+
+
+def parallel_script(parts: list[str]) -> str:
+    """One script running each part in its own background subshell, outputs concatenated in order."""
+    lines = ['__d=$(mktemp -d)']
+    for i, part in enumerate(parts):
+        lines.append(f"(\n{part}\n) >\"$__d/{i}\" 2>/dev/null &")
+    lines.append("wait")
+    lines.append("cat " + " ".join(f'"$__d/{i}"' for i in range(len(parts))))
+    lines.append('rm -rf "$__d"')
+    return "\n".join(lines) + "\n"
 
 
 class DoctorConnection(NodeConnection):
@@ -118,6 +127,10 @@ class NodeSession:
         res = self.conn.run(["bash", "-s", "--", *args], check=False, timeout=timeout,
                             stdin=SCRIPT_PRELUDE + script)
         return parse_sections(res.stdout)
+
+    def script_parts(self, parts: list[str], args: list[str], timeout: float = 30) -> dict[str, Section]:
+        """Several gather scripts in ONE command (one SSH channel), run in parallel on the node."""
+        return self.script(parallel_script(parts), args, timeout=timeout)
 
     def facts(self, key: str, fn: Callable[["NodeSession"], Any]):
         return self.memo.get(key, lambda: fn(self))

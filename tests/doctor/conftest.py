@@ -15,9 +15,14 @@ LAB_CONFTEST = Path(__file__).resolve().parents[1] / "lab" / "conftest.py"
 
 def _lab_module():
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location("sparkdeploy_tests_lab_conftest", LAB_CONFTEST)
+    name = "sparkdeploy_tests_lab_conftest"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, LAB_CONFTEST)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses in it look their module up by name
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 

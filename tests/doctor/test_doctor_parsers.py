@@ -150,6 +150,20 @@ def test_sections_protocol_round_trip():
     assert secs["two"].out == "out" and secs["two"].err == "err" and secs["two"].rc == 3
 
 
+def test_parallel_parts_keep_their_order_and_args():
+    import subprocess
+
+    from sparkdeploy.doctor.session import parallel_script
+
+    parts = ["sleep 0.2; sec a echo \"$1\"", "sec b echo \"$2\"", "shift 2; sec c echo \"$@\""]
+    script = SCRIPT_PRELUDE + parallel_script(parts)
+    out = subprocess.run(["bash", "-s", "--", "x y", "z", "i1", "i2"], input=script, capture_output=True,
+                         text=True).stdout
+    secs = parse_sections(out)
+    assert (secs["a"].out, secs["b"].out, secs["c"].out) == ("x y", "z", "i1 i2")
+    assert out.index("sparkdeploy-doctor@@ a") < out.index("sparkdeploy-doctor@@ b")
+
+
 def test_nccl_tests_table(sample):
     parsed = parse_nccl_table(sample("nccl_tests_all_reduce.txt"))
     assert [r["size"] for r in parsed["rows"]] == [8, 4096, 268435456]
