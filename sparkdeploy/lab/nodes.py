@@ -163,14 +163,28 @@ def create(client, spec: LabSpec, plan: NodePlan):
         plan.image_tag, name=spec.container_name(node.name), hostname=node.name, detach=True,
         labels=labels, environment=plan.environment(spec), host_config=host_config,
         networking_config=networking)
-    api.connect_container_to_network(created["Id"], spec.fabric_network, ipv4_address=node.fabric_ip)
-    container = client.containers.get(created["Id"])
-    install_keys(container, plan)
+    try:
+        api.connect_container_to_network(created["Id"], spec.fabric_network, ipv4_address=node.fabric_ip)
+        container = client.containers.get(created["Id"])
+        install_keys(container, plan)
+    except BaseException:  # half-made (no fabric link, no keys): never leave it for a later run to reuse
+        api.remove_container(created["Id"], force=True)
+        raise
     return container
 
 
 def is_current(container, spec: LabSpec, plan: NodePlan) -> bool:
-    return (container.labels or {}).get(CONFIG_LABEL) == plan.config_hash(spec)
+    """Same config hash, and still attached to the current networks at its addresses (a network deleted
+    and recreated since, e.g. by a cleanup while the node was stopped, leaves a stale endpoint)."""
+    if (container.labels or {}).get(CONFIG_LABEL) != plan.config_hash(spec):
+        return False
+    endpoints = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    for name, net_id, ip in ((spec.mgmt_network, plan.mgmt_net_id, plan.node.mgmt_ip),
+                             (spec.fabric_network, plan.fabric_net_id, plan.node.fabric_ip)):
+        ep = endpoints.get(name) or {}
+        if ep.get("NetworkID") != net_id or (ep.get("IPAMConfig") or {}).get("IPv4Address") != ip:
+            return False
+    return True
 
 
 def _exec_text(container, argv: list[str]) -> tuple[int, str]:
