@@ -93,6 +93,6 @@ def status_cmd(name, as_json):
     rows = lifecycle.status(spec)
     if as_json:
         emit_json({"name": spec.name, "inventory": str(spec.inventory_path), "nodes": lifecycle.status_dicts(rows)})
-    else:
+    elif rows:
         _print_table(rows, f"lab {spec.name}")
     lifecycle.fail_if_not_up(rows, spec)

@@ -40,8 +40,8 @@ def resolve(name: str, client, say) -> tuple[str | None, str]:
         return None, f"no definition images/{name}/ in this checkout"
     try:
         return ensure_image(name, client, progress=say), ""
-    except SparkdeployError as exc:
-        return None, f"building it failed: {str(exc).splitlines()[0]}"
+    except (SparkdeployError, docker.errors.DockerException) as exc:
+        return None, f"building it failed: {(str(exc).splitlines() or ['?'])[0]}"
 
 
 def inner_image_id(container, tag: str) -> str:
