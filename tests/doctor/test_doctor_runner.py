@@ -304,3 +304,24 @@ def test_json_is_valid_yaml_free_of_secrets(cli, write_inventory):
     code, out, _ = cli("doctor", "-i", str(path), "--only", "inventory", "--json")
     assert SECRET_HF not in out and SECRET_KEY not in out
     assert yaml.safe_load(out)["results"][0]["check"] == "inventory.valid"
+
+
+def test_clock_skew_over_a_second_fails(write_inventory):
+    run = make_run(write_inventory, {})
+    import sparkdeploy.doctor.network as net
+
+    class Clock(FakeConn):
+        def __init__(self, node, offset):
+            super().__init__(node)
+            self.offset = offset
+
+        def run(self, argv, check=False, timeout=None, stdin=None):
+            from sparkdeploy.remote import CommandResult
+
+            return CommandResult(self.node.name, "date", 0, f"{time.time() + self.offset:.6f}\n", "")
+
+    run.sessions["spark1"].conn = Clock(node(run, "spark1"), 0.0)
+    run.sessions["spark2"].conn = Clock(node(run, "spark2"), 4.0)
+    res = net.clock(run, node(run, "spark2"))
+    assert res.status == "fail" and res.measured.startswith("+4.0") and "timedatectl set-ntp true" in res.fix
+    assert net.clock(run, node(run, "spark1")).status == "pass"

@@ -34,6 +34,7 @@ import threading
 import time
 
 FLOAT_BYTES = 4
+TEARDOWN_TIMEOUT_S = 60
 PHASE = {"name": "start"}
 PARTIAL: dict = {}
 
@@ -94,6 +95,18 @@ def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Time
     return timer
 
 
+def teardown_watchdog(seconds: float, rank: int) -> threading.Timer:
+    def fire():
+        print(f"allreduce_probe: teardown did not finish within {seconds:g} s (rank {rank}); the results are "
+              "complete, exiting anyway", file=sys.stderr, flush=True)
+        os._exit(0)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def mem_available_bytes() -> int | None:
     try:
         with open("/proc/meminfo") as fh:
@@ -107,6 +120,9 @@ def mem_available_bytes() -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = args_parser().parse_args(argv)
+    if "RANK" not in os.environ:  # started without torchrun: one process, a local rendezvous
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT", "29599"))
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -174,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes.append(size)
         size *= 2
     budget = args.budget_bytes or (4 * 2**30 if backend == "nccl" else 512 * 2**20)
-    factor = 2 * (world - 1) / world if world > 1 else 1.0
+    factor = 2 * (world - 1) / world  # nccl-tests all-reduce: 0 for one rank (no bus crossed)
     PARTIAL.update(ok=False, backend=backend, world_size=world, ranks=ranks, rows=[], max_bytes=max_bytes,
                    capped_by=capped_by, simulated=backend != "nccl")
 
@@ -282,12 +298,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.json_path:
             with open(args.json_path, "w") as fh:
                 json.dump(result, fh, indent=1)
+    # The figures are out: from here on a hang in teardown must not turn them into a failure.
+    timer.cancel()
+    teardown = teardown_watchdog(TEARDOWN_TIMEOUT_S, rank)
     PHASE["name"] = "destroy_process_group"
     del small
     sync()
     dist.barrier()
     dist.destroy_process_group()
-    timer.cancel()
+    teardown.cancel()
     return 0
 
 
