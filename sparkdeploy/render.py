@@ -92,11 +92,12 @@ def _template_line(exc: BaseException, name: str) -> int | None:
     return line
 
 
-def render(name: str, **context: Any) -> str:
-    """Render templates/<name>; any failure is a ConfigError naming the template (and line when known)."""
+def render(template: str, /, **context: Any) -> str:
+    """Render templates/<template>; any failure is a ConfigError naming the template (and line when known)."""
     env = environment()
+    name = template
     try:
-        return env.get_template(name).render(**context)
+        return env.get_template(template).render(**context)
     except jinja2.UndefinedError as exc:
         line = _template_line(exc, name)
         where = f"templates/{name}" + (f":{line}" if line else "")

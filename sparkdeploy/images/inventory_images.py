@@ -23,6 +23,7 @@ _FORMAT = ('{"id":{{json .Id}},"tags":{{json .RepoTags}},"layers":{{json .RootFS
            '"labels":{{if .Config}}{{json .Config.Labels}}{{else}}null{{end}},"size":{{.Size}}}')
 FACTS_SCRIPT = r"""
 set -u
+docker version --format '{{.Server.Version}}' >/dev/null || exit 90
 docker info --format 'info {"root":{{json .DockerRootDir}},"driver":{{json .Driver}},"status":{{json .DriverStatus}},"version":{{json .ServerVersion}}}' || exit 90
 root=$(docker info --format '{{.DockerRootDir}}')
 echo "df $(df -PB1 "$root" 2>/dev/null | awk 'NR==2 {print $4}')"
@@ -101,7 +102,8 @@ def read_node_images(conn: NodeConnection, timeout: float = 60) -> NodeImages:
     result = conn.run(["sh", "-c", FACTS_SCRIPT], check=False, timeout=timeout)
     if result.exit_code != 0:
         tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
-        raise StepFailed(f"{conn.node.name}: reading its images failed (exit {result.exit_code}): {tail}")
+        what = "its Docker engine did not answer" if result.exit_code == 90 else "reading its images failed"
+        raise StepFailed(f"{conn.node.name}: {what} (exit {result.exit_code}): {tail}")
     return parse_facts(conn.node.name, result.stdout)
 
 
