@@ -202,6 +202,8 @@ def load_failure(exit_code: int | None, output: str) -> str | None:
         return f"the node ran out of disk space while loading (docker load: no space left on device): {tail}"
     if exit_code is None:
         return f"docker load did not finish: {tail or 'no output'}"
+    if exit_code == -1:  # sshd reported a signal instead of an exit status
+        return f"docker load was killed on the node: {tail or 'no output'}"
     if exit_code != 0:
         return f"docker load exited {exit_code}: {tail or 'no output'}"
     if "Loaded image" not in text:

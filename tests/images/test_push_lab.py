@@ -1,0 +1,205 @@
+"""Layer-aware push against the lab: real sshd, real inner Docker engines, real `docker load`.
+
+The images are small (tests/images/conftest.py): v1 = debian-base + 3 MB + 2 MB random layers + a 1 MB random
+file; v2 = v1 with that file changed; big = v1 + a 24 MB random layer (long enough to cut a transfer midway).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sparkdeploy.images.inventory_images import read_node_images
+from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
+from sparkdeploy.remote import NodeConnection
+
+pytestmark = pytest.mark.lab
+
+
+def node_id(lab, node, ref: str) -> str | None:
+    result = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {ref}", check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def incoming_tags(lab, node) -> list[str]:
+    out = lab.ssh(node, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout
+    return [line for line in out.split() if line.startswith("sparkdeploy-incoming/")]
+
+
+def ok_results(outcomes):
+    failed = [str(o.error) for o in outcomes if not o.ok]
+    assert not failed, failed
+    return {o.node.name: o.value for o in outcomes}
+
+
+def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_images, forget_on_nodes):
+    forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
+    results = ok_results(push_image(test_images.v1, lab_inventory))
+    assert set(results) == {n.name for n in lab.nodes}
+    for node in lab.nodes:
+        r = results[node.name]
+        assert r.action == "sent" and r.layers_sent >= 3, r  # its three own layers (the base may be there)
+        assert node_id(lab, node, test_images.v1) == test_images.ids["v1"]
+        assert incoming_tags(lab, node) == []
+
+    started = time.monotonic()
+    again = ok_results(push_image(test_images.v1, lab_inventory))
+    elapsed = time.monotonic() - started
+    assert {r.action for r in again.values()} == {"present"}
+    assert sum(r.bytes_sent for r in again.values()) == 0
+    assert elapsed < 2.0, f"pushing an image the nodes have took {elapsed:.2f} s"
+
+
+def test_repush_after_small_change_sends_only_that_layer(lab, lab_inventory, test_images):
+    ok_results(push_image(test_images.v1, lab_inventory))
+    results = ok_results(push_image(test_images.v2, lab_inventory))
+    for node in lab.nodes:
+        r = results[node.name]
+        assert r.action == "sent" and r.layers_sent == 1, r
+        # the changed layer is a 1 MB random file: it travels (compression cannot shrink it) and little else
+        assert 0.9 * test_images.changed_bytes <= r.bytes_sent <= 1.2 * test_images.changed_bytes, r
+        assert r.raw_bytes <= 1.2 * test_images.changed_bytes, r
+        assert node_id(lab, node, test_images.v2) == test_images.ids["v2"]
+        assert node_id(lab, node, test_images.v1) == test_images.ids["v1"]  # the other image is untouched
+
+
+def test_preflight_refuses_a_node_without_room_before_sending(lab, lab_inventory, test_images, forget_on_nodes):
+    """Honest simulation: the node's real free space (df on its Docker root, over SSH) and the real estimate of
+    what big needs are read; the required factor is then set just above what that free space allows (and,
+    as a control, just below: then the plan goes ahead). No disk is actually filled."""
+    import docker
+
+    ok_results(push_image(test_images.v1, lab_inventory))
+    forget_on_nodes(f"{test_images.repo}:moving", test_images.big, test_images.ids["big"])
+    node = lab_inventory.nodes[0]
+    source = source_image(test_images.big, docker.from_env(), PushProgress())
+    with NodeConnection(node, lab_inventory) as conn:
+        facts = read_node_images(conn)
+    estimate = plan_node(source, node, facts, free_space_factor=0).estimate
+    assert 24_000_000 <= estimate < 40_000_000  # one 24 MB layer to send, plus the margin
+    room = facts.free_bytes / estimate
+    assert plan_node(source, node, facts, free_space_factor=room * 0.99).action == "send"
+
+    before = lab.ssh(lab.nodes[0], "docker image ls -aq --no-trunc | sort").stdout
+    outcomes = push_image(test_images.big, lab_inventory, nodes=[node.name], free_space_factor=room * 1.01)
+    assert not outcomes[0].ok
+    message = str(outcomes[0].error)
+    assert message.startswith(f"{node.name}: refused before sending") and "free in the Docker root" in message
+    assert lab.ssh(lab.nodes[0], "docker image ls -aq --no-trunc | sort").stdout == before
+
+
+class _CutAfter(PushProgress):
+    """Calls `action` once, when `limit` archive bytes have gone into the streams."""
+
+    def __init__(self, limit: int, action):
+        self.limit, self.action, self.seen, self.done = limit, action, 0, False
+
+    def advance(self, node, raw=0, wire=0):
+        self.seen += raw
+        if not self.done and self.seen >= self.limit:
+            self.done = True
+            self.action()
+
+
+def _retag(tag_source: str, ref: str) -> None:
+    import docker
+
+    repo, tag = ref.rsplit(":", 1)
+    docker.from_env().images.get(tag_source).tag(repo, tag)
+
+
+def test_interrupted_push_keeps_previous_image_and_tags(lab, lab_inventory, test_images, forget_on_nodes):
+    """Ctrl-C (KeyboardInterrupt) a third of the way through: the nodes keep what they had, nothing half-loaded."""
+    moving = f"{test_images.repo}:moving"
+    forget_on_nodes(moving, test_images.big, test_images.ids["big"])
+    _retag(test_images.v1, moving)
+    ok_results(push_image(moving, lab_inventory))
+    _retag(test_images.big, moving)  # the same tag now names a 24 MB bigger image
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, interrupt))
+    time.sleep(1)  # let the nodes' docker load notice the cut archive
+    for node in lab.nodes:
+        assert node_id(lab, node, moving) == test_images.ids["v1"], node.name
+        assert node_id(lab, node, test_images.ids["big"]) is None, f"{node.name}: big was loaded anyway"
+        assert incoming_tags(lab, node) == []
+
+    results = ok_results(push_image(moving, lab_inventory))  # the next push converges
+    assert {r.layers_sent for r in results.values()} == {1}
+    for node in lab.nodes:
+        assert node_id(lab, node, moving) == test_images.ids["big"]
+
+
+def test_load_killed_on_one_node_fails_that_node_only(lab, lab_inventory, test_images, forget_on_nodes):
+    """The node side dies mid-transfer (its docker load process is killed, by PID): that node fails, names
+    itself and why, keeps its tag; the other node completes."""
+    moving = f"{test_images.repo}:moving"
+    forget_on_nodes(moving, test_images.big, test_images.ids["big"])
+    _retag(test_images.v1, moving)
+    ok_results(push_image(moving, lab_inventory))
+    _retag(test_images.big, moving)
+    victim = lab.nodes[0]
+
+    def kill_load():
+        pids = lab.docker_exec(victim, "pgrep", "-u", "spark", "-f", "^docker load$", check=False).stdout.split()
+        assert len(pids) == 1, f"expected one docker load on {victim.name}, found {pids}"
+        lab.docker_exec(victim, "kill", "-9", pids[0])
+
+    outcomes = {o.node.name: o for o in push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, kill_load))}
+    failed = outcomes[victim.name]
+    assert not failed.ok
+    assert str(failed.error).startswith(f"{victim.name}: push of {moving} failed, no tag moved:")
+    assert "docker load was killed on the node" in str(failed.error)
+    assert node_id(lab, victim, moving) == test_images.ids["v1"]
+    assert incoming_tags(lab, victim) == []
+    for node in lab.nodes[1:]:
+        assert outcomes[node.name].ok, outcomes[node.name].error
+        assert node_id(lab, node, moving) == test_images.ids["big"]
+    ok_results(push_image(moving, lab_inventory))  # converges
+    assert node_id(lab, victim, moving) == test_images.ids["big"]
+
+
+def test_no_space_during_load_is_reported(lab, lab_inventory, test_images, forget_on_nodes):
+    """A real ENOSPC: the node engine's temp folder (where docker load unpacks the archive) becomes a 4 MB
+    tmpfs for the duration of the test. The preflight is switched off (factor 0) to reach the load."""
+    ok_results(push_image(test_images.v1, lab_inventory))
+    forget_on_nodes(f"{test_images.repo}:moving", test_images.big, test_images.ids["big"])
+    node = lab.nodes[1]
+    lab.docker_exec(node, "mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", "/var/lib/docker/tmp")
+    try:
+        outcomes = push_image(test_images.big, lab_inventory, nodes=[node.name], free_space_factor=0)
+    finally:
+        lab.docker_exec(node, "umount", "/var/lib/docker/tmp")
+    assert not outcomes[0].ok
+    message = str(outcomes[0].error)
+    assert message.startswith(f"{node.name}: push of {test_images.big} failed, no tag moved:")
+    assert "no space left on device" in message
+    assert node_id(lab, node, test_images.big) is None
+    assert incoming_tags(lab, node) == []
+
+
+def test_images_list_shows_agreement(lab, lab_inventory, test_images, cli):
+    ok_results(push_image(test_images.v1, lab_inventory))
+    code, out, err = cli("images", "list", "--json", "-i", str(lab.spec.inventory_path))
+    assert code == 0, err
+    data = json.loads(out)
+    row = next(r for r in data["tags"] if r["tag"] == test_images.v1)
+    assert row["agree"] and set(row["ids"].values()) == {test_images.ids["v1"]}
+    assert row["name"] == "push-test"
+    for node in lab.nodes:
+        assert data["nodes"][node.name]["ok"]
+
+
+def test_cli_push_table_and_exit_code(lab, lab_inventory, test_images, cli):
+    code, out, err = cli("images", "push", test_images.v1, "-i", str(lab.spec.inventory_path))
+    assert code == 0, err
+    assert "present" in out and all(n.name in out for n in lab.nodes)
+    code, out, _err = cli("images", "push", test_images.v1, "--json", "--to", lab.nodes[0].name,
+                          "-i", str(lab.spec.inventory_path))
+    assert code == 0
+    assert [r["node"] for r in json.loads(out)] == [lab.nodes[0].name]
