@@ -89,7 +89,7 @@ def test_none_is_never_quoted_into_a_command():
 
 def test_undefined_variable_fails_naming_template_and_variable():
     with pytest.raises(ConfigError) as info:
-        render("entry-vllm.sh.j2", name="x")
+        render("entry-vllm.sh.j2", name="x", headless=False)
     (problem,) = info.value.problems
     assert problem.file.startswith("templates/entry-vllm.sh.j2")
     assert "'args' is undefined" in problem.message
