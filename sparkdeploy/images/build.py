@@ -9,6 +9,7 @@ exists, so a second call costs one API round trip. Two kinds of definition:
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import re
@@ -193,7 +194,9 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
     base_tag = base.tag if base else definition.base
     tag = definition.tag
     download_wheels(definition, say)
-    context = build_context(definition).getvalue()
+    # gzip: `docker build -` tells a context from a Dockerfile by its first 1 KiB, and a tar that opens with a
+    # PAX header (Python's default format) does not pass as one; a compressed stream always does.
+    context = gzip.compress(build_context(definition).getvalue(), compresslevel=1)
     say(f"{conn.node.name}: building {tag} (context {len(context) / 1e6:.1f} MB)")
     state = {"step": "before the first step", "partial": b""}
 
