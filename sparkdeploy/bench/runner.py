@@ -156,9 +156,15 @@ def llama_benchy_args(endpoint: Endpoint, settings: BenchSettings, concurrency: 
             "--pp", str(settings.pp), "--tg", str(settings.tg), "--concurrency", str(concurrency),
             "--runs", str(settings.runs), "--latency-mode", settings.latency_mode,
             "--save-result", str(raw_path), "--format", "json", "--emit-progress", str(progress_path)]
-    if settings.skip_coherence:
+    if skips_coherence(endpoint, settings):
         args.append("--skip-coherence")
     return args
+
+
+def skips_coherence(endpoint: Endpoint, settings: BenchSettings) -> bool:
+    """llama-benchy's coherence check asks for the capital of France: a simulated engine (vllm-sim) writes
+    placeholder text, so the check is skipped there (and recorded as skipped)."""
+    return settings.skip_coherence or endpoint.metadata.get("simulated") is True
 
 
 class _ProgressTail:
@@ -289,6 +295,7 @@ def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_
         "concurrency": concurrency, "requests": tail.done, "failed_requests": tail.failed,
         "request_errors": tail.errors, "llama_benchy_version": version,
         "llama_benchy_args": args, "tokenizer": str(tokenizer),
+        "coherence_checked": not skips_coherence(endpoint, settings),
         "corpus": {"path": str(corpus), "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest()},
         "log": str(log_path),
     })

@@ -51,7 +51,8 @@ def _common_bench_options(f):
                      "llama-benchy as its --book-url, read offline). Default: the simulator's corpus "
                      "(env SPARKDEPLOY_BENCH_CORPUS)."),
         click.option("--skip-coherence", is_flag=True,
-                     help="Skip llama-benchy's 'capital of France' check (a simulated engine has no knowledge)."),
+                     help="Skip llama-benchy's 'capital of France' check (always skipped on a simulated engine, which "
+                     "writes placeholder text)."),
         click.option("--timeout", type=float, default=1800.0, show_default=True,
                      help="Seconds one concurrency level may take."),
     ]
@@ -140,7 +141,7 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
             m = r.metrics
             console.print(f"c{c}: decode {m['decode_tps'].mean:.1f} ± {m['decode_tps'].std or 0:.1f} t/s, prefill "
                           f"{m['prefill_tps'].mean:.0f} t/s, TTFT {m['ttft_ms'].mean:.0f} ms -> {r.path}",
-                          markup=False, highlight=False)
+                          markup=False, highlight=False, soft_wrap=True)
     if as_json:
         emit_json({"endpoint": ep.base_url, "model": ep.model, "variant": ep.variant,
                    "results": [{"concurrency": r.concurrency, "file": str(r.path),
