@@ -1,0 +1,313 @@
+"""OpenAI-compatible HTTP front end (aiohttp), shaped like vLLM 0.32's server.
+
+Routes: /v1/models, /v1/chat/completions, /v1/completions (streamed SSE or not; `stream_options.
+include_usage` adds vLLM's final usage chunk; `return_token_ids` adds token ids per chunk, which
+llama-benchy uses to time tokens), /health and /ping (200, 503 while ranks are joining or after the
+engine died), /metrics, /version. aiohttp is a vLLM dependency, so this runs unchanged in the real
+vllm-node images under torchrun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from . import metrics
+from .driver import EngineDead, EngineDriver
+from .protocol import Delta, GenRequest
+
+log = logging.getLogger("sparklaunch.api")
+
+VLLM_VERSION = "0.32.0"
+DEFAULT_OUTPUT_TOKENS = 256  # when a client sets no max_tokens, how long the (simulated) answer runs
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
+                 "frequency_penalty", "repetition_penalty")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+    def response(self) -> web.Response:
+        return web.json_response(
+            {"error": {"message": self.message, "type": self.kind, "param": None, "code": self.status}},
+            status=self.status,
+        )
+
+
+class _Fanout:
+    """Receives deltas on the engine thread and routes them to the request handlers' queues."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queues: dict[str, asyncio.Queue] = {}
+
+    def deltas(self, deltas: list[Delta]) -> None:
+        self.loop.call_soon_threadsafe(self._route, deltas)
+
+    def dead(self, reason: str) -> None:
+        self.loop.call_soon_threadsafe(self._fail_all, reason)
+
+    def _route(self, deltas: list[Delta]) -> None:
+        for d in deltas:
+            q = self.queues.get(d.request_id)
+            if q is not None:
+                q.put_nowait(d)
+
+    def _fail_all(self, reason: str) -> None:
+        for rid, q in list(self.queues.items()):
+            q.put_nowait(Delta(rid, [], "", finished=True, finish_reason="error", error=reason))
+
+
+class OpenAIServer:
+    def __init__(self, driver: EngineDriver, *, api_keys: list[str] | None = None,
+                 default_output_tokens: int = DEFAULT_OUTPUT_TOKENS):
+        self.driver = driver
+        self.adapter = driver.adapter
+        self.api_keys = set(api_keys or [])
+        self.default_output_tokens = default_output_tokens
+        self.fanout: _Fanout | None = None
+        self.created = int(time.time())
+
+    # -- app ------------------------------------------------------------------------------------
+    def app(self, extra_routes: list[web.RouteDef] | None = None) -> web.Application:
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self.health)
+        app.router.add_route("*", "/ping", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        if extra_routes:
+            app.add_routes(extra_routes)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self.fanout = _Fanout(asyncio.get_running_loop())
+        self.driver.start(self.fanout)
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.driver.shutdown)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        if self.api_keys and request.path.startswith("/v1"):
+            auth = request.headers.get("Authorization", "")
+            if not (auth.startswith("Bearer ") and auth[7:] in self.api_keys):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        try:
+            response = await handler(request)
+        except ApiError as e:
+            return e.response()
+        if self.adapter.simulated:
+            response.headers["X-Simulated-By"] = "vllm-sim"
+        return response
+
+    # -- plain endpoints ------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.driver.healthy else 503)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = metrics.render(self.adapter.served_model_names[0], self.driver.stats, self.driver.counters,
+                              simulated=self.adapter.simulated)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = [{
+            "id": name, "object": "model", "created": self.created, "owned_by": "vllm",
+            "root": self.adapter.model_root, "parent": None, "max_model_len": self.adapter.max_model_len,
+            "permission": [],
+        } for name in self.adapter.served_model_names]
+        return web.json_response({"object": "list", "data": data})
+
+    # -- generation -----------------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "messages: a non-empty list is required")
+        prompt = self.adapter.render_chat(messages)
+        return await self._generate(request, body, prompt, self.adapter.encode(prompt), chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = self.adapter.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids, prompt = list(prompt), None
+        else:
+            raise ApiError(400, "prompt: one string or one list of token ids is required")
+        return await self._generate(request, body, prompt, ids, chat=False)
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError(400, "request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model not in self.adapter.served_model_names:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        if int(body.get("n") or 1) != 1:
+            raise ApiError(400, "n > 1 is not supported by this server")
+        return body
+
+    def _request(self, body: dict[str, Any], prompt: str | None, ids: list[int], chat: bool) -> GenRequest:
+        max_len = self.adapter.max_model_len
+        requested = body.get("max_completion_tokens") if chat else None
+        requested = requested if requested is not None else body.get("max_tokens")
+        if requested is not None and (not isinstance(requested, int) or requested < 1):
+            raise ApiError(400, f"max_tokens must be at least 1, got {requested}.")
+        if len(ids) + (requested or 0) > max_len or len(ids) >= max_len:
+            raise ApiError(400, (
+                f"This model's maximum context length is {max_len} tokens. However, you requested "
+                f"{len(ids) + (requested or 0)} tokens ({len(ids)} in the messages, {requested or 0} in the "
+                "completion). Please reduce the length of the messages or completion."))
+        eos = requested is None
+        max_tokens = requested if requested is not None else min(self.default_output_tokens, max_len - len(ids))
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        return GenRequest(
+            request_id=prefix + uuid.uuid4().hex, prompt_token_ids=ids, prompt=prompt, max_tokens=max_tokens,
+            min_tokens=int(body.get("min_tokens") or 0), ignore_eos=bool(body.get("ignore_eos", False)),
+            sampling={k: body[k] for k in SAMPLING_KEYS if k in body}, eos_at_max=eos,
+        )
+
+    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str | None,
+                        ids: list[int], chat: bool) -> web.StreamResponse:
+        req = self._request(body, prompt, ids, chat)
+        assert self.fanout is not None
+        q: asyncio.Queue = asyncio.Queue()
+        self.fanout.queues[req.request_id] = q
+        try:
+            try:
+                self.driver.submit(req)
+            except EngineDead as e:
+                raise ApiError(503, f"engine is not available: {e}", "EngineDeadError") from None
+            shape = _Shape(req, body, chat, body["model"])
+            if body.get("stream"):
+                return await self._stream(request, q, shape)
+            return await self._collect(q, shape)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.driver.abort(req.request_id)
+            raise
+        finally:
+            self.fanout.queues.pop(req.request_id, None)
+
+    async def _collect(self, q: asyncio.Queue, shape: "_Shape") -> web.Response:
+        text: list[str] = []
+        token_ids: list[int] = []
+        while True:
+            d: Delta = await q.get()
+            if d.error:
+                raise ApiError(500, f"engine failed: {d.error}", "EngineDeadError")
+            text.append(d.text)
+            token_ids += d.token_ids
+            if d.finished:
+                return web.json_response(shape.full("".join(text), token_ids, d))
+
+    async def _stream(self, request: web.Request, q: asyncio.Queue, shape: "_Shape") -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        if self.adapter.simulated:
+            resp.headers["X-Simulated-By"] = "vllm-sim"
+        await resp.prepare(request)
+        first = True
+        while True:
+            d: Delta = await q.get()
+            events: list[dict[str, Any]] = []
+            if d.error:
+                events.append({"error": {"message": f"engine failed: {d.error}", "type": "EngineDeadError", "code": 500}})
+            else:
+                if first and shape.chat:
+                    events.append(shape.role_chunk())
+                first = False
+                events.append(shape.chunk(d))
+                if d.finished and shape.include_usage:
+                    events.append(shape.usage_chunk(d))
+            payload = "".join(f"data: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events)
+            if d.finished:
+                payload += "data: [DONE]\n\n"
+            await resp.write(payload.encode("utf-8"))
+            if d.finished:
+                await resp.write_eof()
+                return resp
+
+
+class _Shape:
+    """Builds vLLM-shaped response objects for one request."""
+
+    def __init__(self, req: GenRequest, body: dict[str, Any], chat: bool, model: str):
+        self.req, self.chat, self.model = req, chat, model
+        self.created = int(time.time())
+        opts = body.get("stream_options") or {}
+        self.include_usage = bool(opts.get("include_usage"))
+        self.continuous_usage = bool(opts.get("continuous_usage_stats"))
+        self.return_token_ids = bool(body.get("return_token_ids"))
+        self.object = "chat.completion.chunk" if chat else "text_completion"
+
+    def _usage(self, d: Delta) -> dict[str, Any]:
+        return {"prompt_tokens": d.prompt_tokens or self.req.prompt_len,
+                "total_tokens": (d.prompt_tokens or self.req.prompt_len) + d.completion_tokens,
+                "completion_tokens": d.completion_tokens}
+
+    def _envelope(self, choices: list[dict[str, Any]], obj: str | None = None) -> dict[str, Any]:
+        return {"id": self.req.request_id, "object": obj or self.object, "created": self.created,
+                "model": self.model, "choices": choices}
+
+    def role_chunk(self) -> dict[str, Any]:
+        return self._envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                "finish_reason": None}])
+
+    def chunk(self, d: Delta) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": d.text}, "logprobs": None,
+                                      "finish_reason": d.finish_reason if d.finished else None}
+        else:
+            choice = {"index": 0, "text": d.text, "logprobs": None,
+                      "finish_reason": d.finish_reason if d.finished else None, "stop_reason": None}
+        if self.return_token_ids:
+            choice["token_ids"] = d.token_ids
+        out = self._envelope([choice])
+        if self.include_usage and self.continuous_usage:
+            out["usage"] = self._usage(d)
+        return out
+
+    def usage_chunk(self, d: Delta) -> dict[str, Any]:
+        out = self._envelope([])
+        out["usage"] = self._usage(d)
+        return out
+
+    def full(self, text: str, token_ids: list[int], last: Delta) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
+                            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
+                "logprobs": None, "finish_reason": last.finish_reason, "stop_reason": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason,
+                      "stop_reason": None, "prompt_logprobs": None}
+            obj = "text_completion"
+        if self.return_token_ids:
+            choice["token_ids"] = token_ids
+            choice["prompt_token_ids"] = self.req.prompt_token_ids
+        out = self._envelope([choice], obj)
+        out.update({"system_fingerprint": None, "usage": self._usage(last)})
+        return out

@@ -1,0 +1,163 @@
+"""The simulated engine: scheduler + step-cost model + text source, with no clock of its own.
+
+`step()` returns the new tokens and how long the step would take on the simulated GPU; whoever drives
+it decides what to do with that time: the serving adapter sleeps it (adapter.py), the predictor adds it
+to a virtual clock (predict.py). Given the same requests in the same order, every rank's engine makes
+the same decisions, which is what lets ranks run in lockstep like vLLM's external_launcher ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sparklaunch.protocol import Delta, EngineStats, GenRequest
+
+from .catalog import Catalog, Hardware, ModelProfile, default_catalog
+from .config import GIB, ConfigError, ServeConfig
+from .scheduler import BLOCK_SIZE, Scheduler, SchedulerLimits, Seq
+from .textgen import TextGen
+from .timing import ExecConfig, StepCostModel
+from .tokenizer import SimTokenizer, default_tokenizer
+
+log = logging.getLogger("vllm_sim.engine")
+
+# vLLM reserves memory for activations of the largest batch when it profiles; the sim charges this many
+# bytes per batched token (hidden states, MoE intermediates) plus a fixed runtime overhead.
+ACTIVATION_BYTES_PER_TOKEN = 64 * 1024
+RUNTIME_OVERHEAD_GIB = 2.0
+
+
+@dataclass
+class _Req:
+    req: GenRequest
+    seq: Seq
+    emitted: int = 0
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """Resolved limits, for logs and tests."""
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    kv_blocks: int
+    kv_cache_gib: float
+    weights_gib: float
+
+
+def exec_config(cfg: ServeConfig) -> ExecConfig:
+    return ExecConfig(
+        tp=cfg.tp, quantization=cfg.quantization, mxfp4_layers=cfg.mxfp4_layers,
+        kv_cache_dtype=cfg.kv_cache_dtype, graph_mode=cfg.graph_mode, allreduce_split=cfg.allreduce_split,
+    )
+
+
+def plan_engine(cfg: ServeConfig, hw: Hardware, model: ModelProfile, cost: StepCostModel) -> EnginePlan:
+    """vLLM's start-up arithmetic: defaults, then memory for weights, activations and KV cache."""
+    max_len = cfg.max_model_len or model.max_position_embeddings
+    if max_len > model.max_position_embeddings:
+        raise ConfigError(
+            f"User-specified max_model_len ({max_len}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={model.max_position_embeddings} in model's config.json)."
+        )
+    mnbt = cfg.max_num_batched_tokens or hw.default_max_num_batched_tokens
+    if not cfg.enable_chunked_prefill and mnbt < max_len:
+        raise ConfigError(
+            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}) with chunked prefill "
+            "disabled: longer sequences could never be scheduled."
+        )
+    seqs = cfg.max_num_seqs or hw.default_max_num_seqs
+    cap = model.fitted.get("max_running_seqs")
+    if cap:
+        seqs = min(seqs, int(cap))
+
+    budget = cfg.gpu_memory_utilization * hw.memory_gib * GIB
+    weights = cost.weight_bytes_total()
+    activations = mnbt * ACTIVATION_BYTES_PER_TOKEN + RUNTIME_OVERHEAD_GIB * GIB
+    kv_bytes = budget - weights - activations
+    if weights > budget:
+        raise ConfigError(
+            f"Model weights take {weights / GIB:.1f} GiB per GPU, more than gpu_memory_utilization="
+            f"{cfg.gpu_memory_utilization} of {hw.memory_gib} GiB allows ({budget / GIB:.1f} GiB)."
+        )
+    if kv_bytes <= 0:
+        raise ConfigError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
+    per_token = cost.kv_bytes_per_token()
+    blocks = int(kv_bytes // (per_token * BLOCK_SIZE))
+    if blocks * BLOCK_SIZE < max_len:
+        raise ConfigError(
+            f"To serve at least one request with the models's max seq len ({max_len}), "
+            f"({max_len * per_token / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
+            f"cache memory ({kv_bytes / GIB:.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine."
+        )
+    return EnginePlan(max_len, mnbt, seqs, blocks, kv_bytes / GIB, weights / GIB)
+
+
+class SimEngine:
+    def __init__(self, cfg: ServeConfig, catalog: Catalog | None = None, tokenizer: SimTokenizer | None = None):
+        self.cfg = cfg
+        self.catalog = catalog or default_catalog()
+        if cfg.hardware not in self.catalog.hardware:
+            raise ConfigError(f"unknown VLLM_SIM_HARDWARE {cfg.hardware!r}; known: {sorted(self.catalog.hardware)}")
+        self.hw = self.catalog.hardware[cfg.hardware]
+        self.model = self.catalog.model(cfg.model)
+        if not self.model.known:
+            log.warning("model %s is not in vllm_sim/data/models.yaml: timing uses the generic 'default' profile", cfg.model)
+        self.cost = StepCostModel(self.catalog, self.hw, self.model, exec_config(cfg))
+        self.plan = plan_engine(cfg, self.hw, self.model, self.cost)
+        self.tokenizer = tokenizer or default_tokenizer()
+        self.text = TextGen(self.tokenizer)
+        self.scheduler = Scheduler(SchedulerLimits(
+            max_num_batched_tokens=self.plan.max_num_batched_tokens,
+            max_num_seqs=self.plan.max_num_seqs,
+            kv_blocks=self.plan.kv_blocks,
+            chunked_prefill=cfg.enable_chunked_prefill,
+        ))
+        self._reqs: dict[str, _Req] = {}
+        self.steps = 0
+
+    @property
+    def max_model_len(self) -> int:
+        return self.plan.max_model_len
+
+    def add_request(self, req: GenRequest) -> None:
+        if req.request_id in self._reqs:
+            raise ValueError(f"duplicate request id {req.request_id}")
+        seq = Seq(req.request_id, max(1, req.prompt_len))
+        self._reqs[req.request_id] = _Req(req, seq)
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> None:
+        if self._reqs.pop(request_id, None) is not None:
+            self.scheduler.abort(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._reqs)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), self.scheduler.kv_usage())
+
+    def step(self) -> tuple[list[Delta], float]:
+        """Schedule and 'run' one step: the new tokens, and the step's simulated duration in seconds."""
+        batch = self.scheduler.schedule()
+        if not batch.items:
+            return [], 0.0
+        seconds = self.cost.step_seconds(batch.shape)
+        self.steps += 1
+        deltas: list[Delta] = []
+        for seq in self.scheduler.complete(batch):
+            r = self._reqs[seq.request_id]
+            tid, text = self.text.token(r.emitted)
+            r.emitted += 1
+            done = r.emitted >= r.req.max_tokens
+            delta = Delta(seq.request_id, [tid], text, finished=done,
+                          finish_reason=("stop" if r.req.eos_at_max else "length") if done else None,
+                          prompt_tokens=r.req.prompt_len, completion_tokens=r.emitted)
+            deltas.append(delta)
+            if done:
+                self.scheduler.finish(seq)
+                del self._reqs[seq.request_id]
+        return deltas, seconds
