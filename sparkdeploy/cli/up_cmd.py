@@ -157,7 +157,10 @@ def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> b
     for ref, node_names in sorted(missing.items()):
         name = preflight.image_definition_name(ref)
         out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
-        push_image(name, dep.inventory, [dep.inventory.node(n) for n in sorted(node_names)])
+        outcomes = push_image(name, dep.inventory, [dep.inventory.node(n) for n in sorted(node_names)]) or []
+        for o in outcomes:
+            if getattr(o, "error", None) is not None:
+                out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
     return True
 
 
