@@ -44,15 +44,21 @@ def show(report) -> str:
 
 
 @pytest.fixture(scope="module")
-def sim_image():
+def sim_image(lab):
+    """The lab's stand-in engine image, once the recipe renders with it (image definitions land separately)."""
+    from sparkdeploy.doctor.api import prepare
+    from sparkdeploy.doctor.session import Options
     from sparkdeploy.errors import ConfigError
     from sparkdeploy.images.definitions import load_definition
 
     try:
-        return load_definition("vllm-sim")
+        sim = load_definition("vllm-sim")
     except ConfigError:
-        pytest.skip("images/vllm-sim is not in this checkout yet: the lab's stand-in engine image is needed "
-                    "for the recipe checks")
+        pytest.skip("images/vllm-sim is not in this checkout yet")
+    run = prepare(str(lab.spec.inventory_path), Options(recipe=RECIPE))
+    if run.deployment is None:
+        pytest.skip(f"{RECIPE} does not render in this checkout yet: {run.deployment_error}")
+    return sim
 
 
 @pytest.fixture
