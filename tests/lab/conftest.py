@@ -1,8 +1,9 @@
 """One shared lab per test session (the default lab, as `sparkdeploy lab up` makes it).
 
-`lab up` is idempotent, so the fixture also reuses a lab a developer or another test module already brought
-up; the tests here never take it down (the `lab down` test uses a lab of its own, see test_lifecycle.py).
-Tests that inject faults into the shared lab undo them in a `finally`.
+`lab up` is idempotent, so the fixture also reuses a lab a developer or another test session already brought
+up; tests only read it: they never take it down nor inject faults into it, since other sessions on the same
+engine may be deploying to it at the same time. Fault injection uses `scratch_lab` (a second lab on its own
+subnets, taken down at the end of the session), and `lab down` a lab of its own (test_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.lab import LabSpec, UpResult, up
+from sparkdeploy.lab import LabSpec, UpResult, down, up
 from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
 from sparkdeploy.lab.spec import NodeSpec
 
@@ -73,3 +74,13 @@ class Lab:
 def lab() -> Lab:
     ensure_engine()
     return Lab(up(LabSpec()))
+
+
+@pytest.fixture(scope="session")
+def scratch_lab(tmp_path_factory) -> Lab:
+    """Two nodes nobody else uses, for tests that break things on purpose."""
+    ensure_engine()
+    spec = LabSpec(name="labscratch", nodes=2, mgmt_subnet="172.30.91.0/24", fabric_subnet="172.30.92.0/24",
+                   images=(), state_dir=tmp_path_factory.mktemp("labscratch"))
+    yield Lab(up(spec))
+    down(spec)

@@ -47,12 +47,13 @@ def test_docker_run_gpus_all(lab):
     assert "SIMULATED prestart" in hook_log  # the daemon really ran the hook as an OCI prestart hook
 
 
-def test_preload_streams_once_then_skips(lab):
+def test_preload_streams_once_then_skips(scratch_lab):
     """save | load into every node lacking the image; a second pass finds the same image ID and skips."""
     import docker
 
     from sparkdeploy.lab import engine_images
 
+    lab = scratch_lab
     client = docker.from_env()
     containers = {n.name: client.containers.get(lab.spec.container_name(n.name)) for n in lab.nodes}
     tag = engine_images.resolve("debian-base", client, print)[0]

@@ -31,14 +31,16 @@ def test_nvidia_smi_list_and_csv_query(lab):
     assert bad.returncode != 0 and "not a valid field" in bad.stderr
 
 
-def test_nvidia_smi_fault_injection_file(lab):
+def test_nvidia_smi_fault_injection_file(scratch_lab):
+    lab = scratch_lab
     node = lab.nodes[-1]
+    lab.docker_exec(node, "sh", "-c", "echo '{\"temperature.gpu\": 93}' > /etc/sparkdeploy-lab/gpu.json")
     try:
-        lab.docker_exec(node, "sh", "-c", "echo '{\"temperature.gpu\": 93}' > /etc/sparkdeploy-lab/gpu.json")
         out = lab.ssh(node, "nvidia-smi --query-gpu=temperature.gpu --format=csv,noheader").stdout.strip()
         assert out == "93"
     finally:
         lab.docker_exec(node, "rm", "-f", "/etc/sparkdeploy-lab/gpu.json")
+    assert lab.ssh(node, "nvidia-smi --query-gpu=temperature.gpu --format=csv,noheader").stdout.strip() == "41"
 
 
 def test_rdma_twins_active_on_fabric_port(lab):
@@ -74,8 +76,9 @@ def test_ethtool_reports_cx7_speed_for_fabric_only(lab):
     assert "Speed: 200000Mb/s" not in mgmt  # the real tool for everything else
 
 
-def test_standins_follow_the_real_link(lab):
+def test_standins_follow_the_real_link(scratch_lab):
     """Faults in the real parts show through: link down -> PORT_DOWN; MTU 1500 -> RoCE MTU 1024."""
+    lab = scratch_lab
     node = lab.nodes[-1]
     iface = lab.spec.fabric_iface
     try:
