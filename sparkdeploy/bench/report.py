@@ -5,12 +5,13 @@ xychart-beta blocks, the same as JSON, and the agreement of the winners with the
 Winner margin: the winner against the runner-up among the measured columns, in percent of the runner-up
 ((best - second) / second; negative for TTFT, where lower is better). Seed 002's own Winner column measured a
 Cluster win against Solo and a Shuffle win against Cluster; the reference section shows those strings verbatim.
-A margin smaller than the larger of the two stdevs is marked `~` (within run-to-run noise).
+A margin smaller than the combined standard error of the two means is marked `~` (within noise, one sigma).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,16 @@ def pick_winner(metric: MetricDef, cells: dict[str, Stat]) -> Winner | None:
     best, second = ranked[0], ranked[1]
     b, s = present[best], present[second]
     margin = (b.mean - s.mean) / s.mean * 100.0 if s.mean else 0.0
-    noise = max(b.std or 0.0, s.std or 0.0)
-    return Winner(best, margin, second, abs(b.mean - s.mean) < noise)
+    return Winner(best, margin, second, abs(b.mean - s.mean) < math.hypot(std_error(b), std_error(s)))
+
+
+def std_error(stat: Stat) -> float:
+    """The standard error of a mean: stdev / sqrt(n) over its values (runs, or requests for TTFT); the stdev
+    itself where the values are not known (the reference tables)."""
+    if stat.std is None:
+        return 0.0
+    n = len(stat.values)
+    return stat.std / math.sqrt(n) if n > 1 else stat.std
 
 
 @dataclass
@@ -318,7 +327,8 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         lb = sorted({str(c.get("llama_benchy")) for c in s["columns"] if c.get("llama_benchy")})
         out += ["", f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
                 "`tg_throughput`, prefill = `pp_throughput` (totals over the window at c > 1), TTFT = `e2e_ttft`; "
-                "cells are mean ± stdev over runs. Winner: margin over the runner-up; `~` = within one stdev.", ""]
+                "cells are mean ± stdev (throughput: over runs; TTFT: over requests). Winner: margin over the runner-up; "
+                "`~` = the margin is within the combined standard error of the two means.", ""]
         for m, table in g.tables.items():
             if not table.cells:
                 continue
