@@ -126,7 +126,7 @@ def _dry_run_plan(out: Out, plan: Plan) -> None:
         for i, s in enumerate(n.steps, 1):
             mark = "change" if s.change else "ok    "
             out.line(f"{i:>2}. {mark} {s.kind} {s.target}  ({s.reason})")
-            if s.change and s.file is not None and s.kind in ("write", "manifest"):
+            if s.change and s.file is not None and s.kind == "write":
                 shown = s.file.shown()
                 for content_line in shown.rstrip("\n").split("\n"):
                     out.line(f"      | {content_line}")
