@@ -44,6 +44,18 @@ def _image_ids(status: dict) -> dict[str, str]:
     return out
 
 
+def _running_definition(dep):
+    """The image definition of the tag that runs (the lab's image_override puts vllm-sim in place of the
+    recipe's image): sparkdeploy/<name>:<hash> -> <name>."""
+    from sparkdeploy.images.definitions import load_definition
+
+    name = dep.image_tag.rsplit("/", 1)[-1].split(":", 1)[0]
+    try:
+        return load_definition(name)
+    except Exception:
+        return dep.image
+
+
 def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None, backend: str | None = None,
                 sets: tuple | list = (), recipes_dir: str | None = None, status: dict | None = None) -> Endpoint:
     """The endpoint and metadata of a deployment (rendered locally; nothing connects anywhere but status)."""
@@ -51,10 +63,12 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
 
     dep = load_deployment(inventory, recipe, topology, backend, tuple(sets), recipes_dir)
     routing = dep.recipe.recipe.litellm.routing_strategy if dep.topology == "2xsolo" else None
+    running = _running_definition(dep)
     md: dict[str, Any] = {
         "recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None, "routing": routing,
-        "image": dep.image_tag, "image_definition": dep.image.name, "vllm_version": dep.image.vllm_version,
-        "simulated": bool(dep.image.simulated), "inventory": dep.inventory.source,
+        "image": dep.image_tag, "image_definition": running.name, "recipe_image": dep.image.name,
+        "vllm_version": running.vllm_version, "simulated": bool(running.simulated),
+        "inventory": dep.inventory.source,
         "nodes": [{"name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role} for nd in dep.nodes],
         "backends": list(dep.backends),
     }

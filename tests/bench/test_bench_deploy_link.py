@@ -1,0 +1,46 @@
+"""The link to deploy: endpoint, key and metadata of a rendered deployment (nothing connects anywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkdeploy.bench import deploy_link
+from sparkdeploy.bench.deploy_link import endpoint_of
+from sparkdeploy.errors import ConfigError, StepFailed
+
+SECRET_KEY = "sk-SECRETmasterKEY456"  # tests/conftest.py's secrets file
+STATUS = {"deployed": True, "healthy": True, "recipe": "openai-gpt-oss-120b", "topology": "2xsolo", "backend": None,
+          "model": "openai/gpt-oss-120b", "endpoint": "http://192.0.2.1:4000/v1",
+          "nodes": [{"name": "spark1", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64},
+                                                       {"role": "proxy", "image_id": "sha256:" + "f" * 64}]},
+                    {"name": "spark2", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64}]}]}
+
+
+@pytest.mark.parametrize("topology,variant,port,nodes", [("solo", "solo", 8000, 1), ("cluster", "cluster", 8000, 2),
+                                                         ("2xsolo", "2xsolo-shuffle", 4000, 2)])
+def test_endpoint_of_each_topology(inventory_file, topology, variant, port, nodes):
+    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", topology, status=STATUS)
+    assert ep.base_url == f"http://192.0.2.1:{port}/v1" and ep.model == "openai/gpt-oss-120b"
+    assert ep.variant == variant and ep.api_key == SECRET_KEY and SECRET_KEY not in repr(ep)
+    md = ep.metadata
+    assert md["recipe"] == "openai-gpt-oss-120b" and md["topology"] == topology and len(md["nodes"]) == nodes
+    assert md["vllm_version"] and md["image"].startswith("sparkdeploy/")
+    assert md["image_id"] == "sha256:" + "a" * 64  # the engines' image, not the proxy's
+    assert (md["backend"] == "ray") == (topology == "cluster")
+
+
+def test_routing_override_is_its_own_column(inventory_file):
+    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", "2xsolo", sets=["litellm.routing_strategy=least-busy"])
+    assert ep.variant == "2xsolo-least-busy" and ep.metadata["routing"] == "least-busy"
+
+
+def test_current_endpoint_from_status(inventory_file, monkeypatch):
+    monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS))
+    ep = deploy_link.current_endpoint(str(inventory_file))
+    assert ep.base_url == "http://192.0.2.1:4000/v1" and ep.variant == "2xsolo-shuffle" and ep.api_key == SECRET_KEY
+    monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, deployed=False, endpoint=None))
+    with pytest.raises(ConfigError, match="nothing is deployed"):
+        deploy_link.current_endpoint(str(inventory_file))
+    monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, healthy=False))
+    with pytest.raises(StepFailed, match="not healthy"):
+        deploy_link.current_endpoint(str(inventory_file))
