@@ -170,6 +170,11 @@ class SweepSummary:
                 "(stored levels are skipped).")
 
 
+def _error_text(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, SparkdeployError) else f"{exc.__class__.__name__}: {text}"
+
+
 DeployFn = Callable[[str, "str | None"], Endpoint]
 BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], Result]
 
@@ -210,9 +215,10 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
             td = time.monotonic()
             try:
                 endpoint = deploy(spec.topology, spec.routing)
-            except SparkdeployError as exc:
-                summary.failures.append({"variant": variant, "concurrency": None, "step": "deploy", "error": str(exc)})
-                reporter.failed(variant, None, f"deploy failed: {exc}")
+            except Exception as exc:  # any failure of one topology's deploy: recorded, the next one goes on
+                summary.failures.append({"variant": variant, "concurrency": None, "step": "deploy",
+                                         "error": _error_text(exc)})
+                reporter.failed(variant, None, f"deploy failed: {_error_text(exc)}")
                 continue
             # the stored key is the planned column (deploy rendered the same recipe with the same routing)
             endpoint.metadata["topology"] = spec.topology
@@ -224,9 +230,10 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
                 tc = time.monotonic()
                 try:
                     result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))
-                except SparkdeployError as exc:
-                    summary.failures.append({"variant": variant, "concurrency": c, "step": "bench", "error": str(exc)})
-                    reporter.failed(variant, c, str(exc))
+                except Exception as exc:
+                    summary.failures.append({"variant": variant, "concurrency": c, "step": "bench",
+                                             "error": _error_text(exc)})
+                    reporter.failed(variant, c, _error_text(exc))
                     break  # the engine may be gone: the next topology's deploy starts afresh
                 summary.measured.append({"variant": variant, "concurrency": c, "file": str(result.path)})
                 reporter.cell_done(variant, c, result, time.monotonic() - tc)

@@ -30,6 +30,8 @@ class Fake:
         self.deploys.append(topology)
         if topology == self.fail_deploy:
             raise StepFailed("preflight failed on spark2")
+        if topology == "crash":
+            raise RuntimeError("docker API: 500 Server Error\nmore lines")
         return Endpoint("http://192.0.2.1:8000/v1", "openai/gpt-oss-120b", "sk-x",
                         {"recipe": RECIPE, "topology": topology, "routing": routing})
 
@@ -93,6 +95,17 @@ def test_failures_are_reported_and_other_topologies_continue(tmp_path):
     assert len(summary.measured) == 7 + 5
     assert any("FAILED: deploy failed: preflight failed on spark2" in line for line in lines)
     assert "finished with 2 failure(s)" in lines[-1]
+
+
+def test_an_unexpected_deploy_error_is_reported_without_a_traceback(tmp_path):
+    out = tmp_path / "sweep"
+    lines = []
+    fake = Fake(out, fail_deploy="solo")
+    fake.fail_deploy = None
+    deploy = lambda t, r: fake.deploy("crash" if t == "solo" else t, r)  # noqa: E731
+    summary = run_sweep(plan_for(out, "solo,cluster"), deploy, fake.bench, PlainReporter(lines.append))
+    assert summary.status == "failed" and summary.failures[0]["error"] == "RuntimeError: docker API: 500 Server Error"
+    assert len(summary.measured) == 7  # cluster went on
 
 
 def test_results_with_failed_requests_or_fewer_runs_are_measured_again(tmp_path):
