@@ -115,7 +115,8 @@ def present(run: DoctorRun, node: Node) -> Result:
     if missing:
         user = node.ssh.user or "USER"
         return fail(f"missing: {', '.join(missing)}", expected,
-                    f"`sparkdeploy up` sends missing images; by hand: docker save {missing[0]} | "
+                    f"sparkdeploy images push {missing[0]} --to {node.name} (only missing layers travel; "
+                    f"`sparkdeploy up` does it too); by hand: docker save {missing[0]} | "
                     f"ssh {user}@{node.mgmt_ip} docker load", simulated=sim)
     differ = []
     for ref in refs:
@@ -126,8 +127,8 @@ def present(run: DoctorRun, node: Node) -> Result:
     shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)
     if differ:
         return fail("; ".join(differ), expected,
-                    "the same tag holds different content: rebuild or resend one image to every node "
-                    "(sparkdeploy up, or docker save | docker load)", simulated=sim)
+                    f"the same tag holds different content: sparkdeploy images push {refs[0]} (sets every node "
+                    "to this machine's image ID)", simulated=sim)
     return ok(shown, expected, simulated=sim)
 
 
