@@ -21,7 +21,7 @@ from sparkdeploy.lab.spec import FABRIC_IFACE
 
 pytestmark = pytest.mark.lab
 
-RECIPE = "openai-gpt-oss-120b"
+RECIPE = "qwen3-coder-30b-int4"  # solo, cluster (torchrun) and 2xsolo; the lab runs it on vllm-sim
 NODE_CHECK_GROUPS = ("access", "engine", "gpu", "image", "network", "roce")
 
 
