@@ -130,16 +130,19 @@ def _with_size(header: bytes, size: int) -> bytes:
     return bytes(h)
 
 
-def _folder_header(name: str) -> bytes:
+def _file_header(name: str, size: int, kind: bytes = b"0", mode: bytes = b"0000644\0") -> bytes:
     h = bytearray(BLOCK)
     h[0:len(name)] = name.encode()
-    h[100:108] = b"0000755\0"
+    h[100:108] = mode
     h[108:116] = h[116:124] = b"0000000\0"
-    h[124:136] = b"00000000000\0"
     h[136:148] = b"00000000000\0"
-    h[156:157] = b"5"
+    h[156:157] = kind
     h[257:265] = b"ustar\x0000"
-    return _with_size(bytes(h), 0)
+    return _with_size(bytes(h), size)
+
+
+def _folder_header(name: str) -> bytes:
+    return _file_header(name, 0, b"5", b"0000755\0")
 
 
 def _pax_records(data: bytes) -> dict[str, str]:
@@ -168,6 +171,7 @@ class _Entry:
     kind: bytes  # typeflag
     action: str = "pass"  # pass | drop | collect | spool
     collected: bytearray = field(default_factory=bytearray)
+    config: bool = False  # the image config of a legacy archive
 
 
 @dataclass
@@ -187,10 +191,14 @@ class ArchiveFilter:
     the archive loads as (None: untagged). `bytes_in`/`bytes_out`, `sent`/`dropped` (one diff ID per layer
     file, None for a layer sent or dropped without being identified: all candidates were alike) and
     `spooled` (folders that had to be hashed to be identified) say what happened.
+
+    With `image_id` given, a legacy archive is finished early: once the image's config and every needed
+    layer have gone through, the filter writes the manifest itself (its paths for the layers the node has are
+    never opened) and sets `done`; the rest of the save (on average half of it) need not be read.
     """
 
     def __init__(self, diff_ids: list[str], needed_diffs: set[str], rename_to: str | None = None,
-                 spool_dir: str | None = None, guess_legacy_dirs: bool = True):
+                 spool_dir: str | None = None, guess_legacy_dirs: bool = True, image_id: str | None = None):
         self.diff_ids = list(diff_ids)
         self.needed = set(needed_diffs)
         self.rename_to = rename_to
@@ -198,8 +206,13 @@ class ArchiveFilter:
         self.positions: dict[str, int] = {}  # legacy folder -> layer position
         if guess_legacy_dirs:
             self.positions.update({d: i for i, d in enumerate(legacy_layer_dirs(self.diff_ids))})
-        self._guessed = set(self.positions)
         self._confirmed: set[int] = set()  # positions whose folder the stream has shown
+        self._config_name = f"{image_id.split(':')[-1]}.json" if image_id else None
+        self._config_seen = False
+        self._legacy = False  # the archive has layer folders
+        self._sent_folders: dict[int, str] = {}  # needed position -> the folder sent for it
+        self._sent_files: set[str] = set()  # diff IDs whose layer.tar went out as a file (not a link)
+        self.done = False  # finished early: the rest of the input is not needed
         self.bytes_in = 0
         self.bytes_out = 0
         self.sent: list[str] = []
@@ -221,10 +234,11 @@ class ArchiveFilter:
 
     # -- public ---------------------------------------------------------------------------------------
     def feed(self, data: bytes) -> list[bytes]:
-        self.bytes_in += len(data)
+        if self.done:
+            return []
         view = memoryview(data)
         pos = 0
-        while pos < len(view):
+        while pos < len(view) and not self.done:
             if self._entry is None:
                 take = min(BLOCK - len(self._buf), len(view) - pos)
                 self._buf += view[pos:pos + take]
@@ -240,9 +254,12 @@ class ArchiveFilter:
                 self._remaining -= take
                 if self._remaining == 0:
                     self._on_entry_end()
+        self.bytes_in += pos
         return self._take()
 
     def finish(self) -> list[bytes]:
+        if self.done:
+            return self._take()
         if self._entry is not None or self._buf:
             raise ValueError("the image archive ended in the middle of an entry (the save was cut off)")
         if not self.ended:
@@ -296,6 +313,7 @@ class ArchiveFilter:
         parts = entry.path.strip("/").split("/")
         top = parts[0]
         if HEX64.match(top) and (len(parts) > 1 or entry.kind == b"5"):  # legacy layer folder
+            self._legacy = True
             if self._folder is None or self._folder.name != top:
                 self._flush_folder()
                 self._folder = _Folder(top)
@@ -314,6 +332,8 @@ class ArchiveFilter:
                 self._record(digest, digest in self.needed)
                 entry.action = "pass" if digest in self.needed else "drop"
             return
+        if entry.path == self._config_name:
+            entry.config = True
         if entry.path == "repositories":
             entry.action = "drop"
         elif entry.path in ("manifest.json", "index.json") and entry.size <= SMALL_ENTRY:
@@ -357,13 +377,15 @@ class ArchiveFilter:
                 return
             else:
                 send = True  # a link to another folder's layer.tar: tiny, and harmless when not needed
-        self._settle(folder, entry, send, self.diff_ids[pos] if pos is not None else None)
+        self._settle(folder, entry, send, pos)
 
-    def _settle(self, folder: _Folder, entry: _Entry, send: bool, diff: str | None) -> None:
+    def _settle(self, folder: _Folder, entry: _Entry, send: bool, pos: int | None) -> None:
         folder.decision = "send" if send else "drop"
+        diff = self.diff_ids[pos] if pos is not None else None
         if entry.kind in (b"0", b"\0"):  # a link to another folder's layer.tar is no second copy
             self._record(diff, send)
         if send:
+            self._sent(folder, entry, pos)
             for piece in folder.pieces:
                 self._emit(piece)
             entry.action = "pass"
@@ -409,6 +431,34 @@ class ArchiveFilter:
                 self._emit(entry.raw + bytes(entry.collected))
         elif entry.action == "spool":
             self._finish_spool(entry)
+        if entry.config:
+            self._config_seen = True
+        self._maybe_finish_early()
+
+    def _sent(self, folder: _Folder, entry: _Entry, pos: int | None) -> None:
+        if pos is None:
+            return
+        self._sent_folders[pos] = folder.name
+        if entry.kind in (b"0", b"\0"):
+            self._sent_files.add(self.diff_ids[pos])
+
+    def _maybe_finish_early(self) -> None:
+        if self.done or not (self._legacy and self._config_seen):
+            return
+        if self._folder is not None and self._folder.decision is None:
+            return
+        needed = [i for i, d in enumerate(self.diff_ids) if d in self.needed]
+        if any(i not in self._sent_folders for i in needed) or \
+                not {self.diff_ids[i] for i in needed} <= self._sent_files:
+            return
+        guesses = {pos: name for name, pos in self.positions.items()}
+        layers = [f"{self._sent_folders.get(i) or guesses.get(i) or f'absent-{i}'}/layer.tar"
+                  for i in range(len(self.diff_ids))]  # the node has every layer not sent: never opened
+        manifest = json.dumps([{"Config": self._config_name, "RepoTags": [self.rename_to] if self.rename_to
+                                else None, "Layers": layers}], separators=(",", ":")).encode() + b"\n"
+        self._emit(_file_header("manifest.json", len(manifest)) + manifest +
+                   bytes(_padded(len(manifest)) - len(manifest)) + ZERO_BLOCK + ZERO_BLOCK)
+        self.done = self.ended = True
 
     def _emit_rewritten(self, entry: _Entry, data: bytes) -> None:
         header = entry.raw[-BLOCK:]
@@ -430,6 +480,7 @@ class ArchiveFilter:
             folder.decision = "send" if send else "drop"
             self._record(diff, send)
             if send:
+                self._sent(folder, entry, candidates[0] if candidates else None)
                 for piece in folder.pieces:
                     self._emit(piece)
                 self._emit(header_raw)

@@ -32,6 +32,8 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
@@ -202,8 +204,8 @@ def load_failure(exit_code: int | None, output: str) -> str | None:
         return f"the node ran out of disk space while loading (docker load: no space left on device): {tail}"
     if exit_code is None:
         return f"docker load did not finish: {tail or 'no output'}"
-    if exit_code == -1:  # sshd reported a signal instead of an exit status
-        return f"docker load was killed on the node: {tail or 'no output'}"
+    if exit_code == -1 or exit_code > 128:  # sshd reports a signal as -1, a shell as 128 + the signal
+        return f"docker load was killed on the node (exit {exit_code}): {tail or 'no output'}"
     if exit_code != 0:
         return f"docker load exited {exit_code}: {tail or 'no output'}"
     if "Loaded image" not in text:
@@ -347,7 +349,7 @@ class StreamGroup:
 
     def __init__(self, source: SourceImage, needed: set[str], method: str, temp_tag: str,
                  channels: list[FeedChannel], progress: PushProgress):
-        self.filter = ArchiveFilter(source.diff_ids, needed, rename_to=temp_tag)
+        self.filter = ArchiveFilter(source.diff_ids, needed, rename_to=temp_tag, image_id=source.id)
         self.channels = channels
         self.progress = progress
         self.method = method
@@ -361,6 +363,11 @@ class StreamGroup:
     @property
     def alive(self) -> bool:
         return any(c.alive for c in self.channels)
+
+    @property
+    def done(self) -> bool:
+        """Its archive is complete: the rest of the save holds nothing it needs."""
+        return self.filter.done
 
     def feed(self, chunk: bytes) -> None:
         self._write(self.filter.feed(chunk))
@@ -464,18 +471,35 @@ def _pump_save(source: SourceImage, groups: list[StreamGroup], client) -> str | 
     if not groups:
         return None
     try:
-        for chunk in client.api.get_image(source.id, chunk_size=CHUNK):
-            live = [g for g in groups if g.alive]
-            if not live:
-                return None
-            for group in live:
-                group.feed(chunk)
+        with _saved(client, source.id) as chunks:
+            for chunk in chunks:
+                live = [g for g in groups if g.alive and not g.done]
+                if not live:
+                    break
+                for group in live:
+                    group.feed(chunk)
         for group in groups:
             if group.alive:
                 group.finish()
     except (ValueError, StepFailed, docker.errors.APIError, OSError) as exc:
         return f"reading the image from this machine's engine failed: {exc}"
     return None
+
+
+@contextmanager
+def _saved(client, image_id: str):
+    """`docker save` of one image as a stream of chunks; leaving the block early closes the connection.
+
+    (The SDK's get_image gives no handle to close when the rest of the archive is not wanted.) No read timeout:
+    the engine writes the whole archive to a temp folder before it sends the first byte.
+    """
+    api = client.api
+    response = api._get(api._url("/images/{0}/get", image_id), stream=True, timeout=None)
+    try:
+        api._raise_for_status(response)
+        yield response.iter_content(CHUNK, False)
+    finally:
+        response.close()
 
 
 # -- the entry point ---------------------------------------------------------------------------------------
@@ -494,12 +518,14 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     progress = progress or PushProgress()
     chosen = select_nodes(inventory, nodes)
     client = client or docker_client()
-    source = source_image(name, client, progress)
     conns = {n.name: NodeConnection(n, inventory) for n in chosen}
     started = {n.name: time.monotonic() for n in chosen}
     results: dict[str, PushResult | Exception] = {}
     try:
-        facts = on_nodes(chosen, lambda n: read_node_images(conns[n.name]))
+        with ThreadPoolExecutor(1) as pool:  # read the nodes while the source image is resolved (or built)
+            reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
+            source = source_image(name, client, progress)
+            facts = reading.result()
         plans: dict[str, NodePlan] = {}
         for outcome in facts:
             node = outcome.node

@@ -183,6 +183,40 @@ def test_legacy_archive_keeps_exactly_the_missing_layers(layers, present, guess)
         assert len(out) < 8 * 1024  # metadata only
 
 
+@pytest.mark.parametrize("guess", [True, False], ids=["computed-names", "names-unknown"])
+@pytest.mark.parametrize("present", [set(), {0}, {0, 1, 2, 3}, {0, 2}])
+def test_legacy_archive_finishes_early_with_its_own_manifest(layers, present, guess):
+    """Given the image ID, the filter stops once the config and the needed layers are through (when it can
+    tell which folders they are: with the engine's folder names, always; with unknown names, it reads on)."""
+    diffs = diffs_of(layers)
+    chains = chain_ids(diffs)
+    node = {chains[i] for i in present if all(j in present for j in range(i + 1))}
+    needed = {diffs[i] for i in missing_layers(diffs, node)}
+    names = legacy_layer_dirs(diffs) + ["0" * 63 + "a"]  # as the engine names them; the top one sorts first
+    archive, config = legacy_archive(layers, tag="src/img:1", dir_names=names)
+    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    out, flt = run_filter(archive, diffs, needed, rename_to="incoming/img:abc", guess_legacy_dirs=guess,
+                          image_id=image_id)
+    load_check(out, node, expect_tags=["incoming/img:abc"])
+    if guess:
+        assert flt.done and flt.bytes_in < len(archive)  # manifest.json and repositories were never read
+        assert flt.feed(b"more") == [] and flt.finish() == []
+
+
+def test_early_finish_waits_for_the_file_a_link_points_to():
+    empty = layer_tar({})
+    layers = [layer_tar({"x": b"x" * 5000}), empty, layer_tar({"y": b"y"}), empty]
+    diffs = diffs_of(layers)
+    chains = chain_ids(diffs)
+    # position 3 (a link to position 1's layer.tar) is needed; position 1 is not, but its file must travel
+    node = set(chains[:3])
+    archive, config = legacy_archive(layers, link_duplicates=True,
+                                     dir_names=["5" * 64, "9" * 64, "6" * 64, "0" * 64])
+    out, flt = run_filter(archive, diffs, {diffs[3]}, image_id="sha256:" + hashlib.sha256(config).hexdigest(),
+                          guess_legacy_dirs=False)
+    load_check(out, node)
+
+
 def test_first_push_streams_without_spooling(layers):
     """Nothing on the node: every unidentified folder is needed, so none is held back."""
     diffs = diffs_of(layers)

@@ -83,6 +83,7 @@ def test_containerd_image_store_gets_every_layer():
     (1, "Error processing tar file(exit status 1): write /x/layer.tar: no space left on device", "out of disk"),
     (1, "unexpected EOF", "docker load exited 1: unexpected EOF"),
     (-1, "", "docker load was killed on the node"),
+    (137, "bash: line 1: 8517 Killed | docker load", "docker load was killed on the node (exit 137)"),
     (None, "", "did not finish"),
     (0, "", "reported no loaded image"),
 ])
