@@ -103,14 +103,17 @@ def _lab_images(client, rebuild: bool) -> str:
         return ensure_image(NODE_IMAGE, client, progress=_say, force=rebuild)
 
 
-def _prune_replaced_lab_images(client) -> None:
-    """Drop lab images left untagged by a rebuild once no container uses them (Docker keeps the in-use ones)."""
+def _prune_replaced_lab_images(client, current_tag: str) -> None:
+    """Drop lab-node images of older definitions (and ones a rebuild left untagged) once no container uses
+    them; Docker refuses to remove an image a container still uses, so another lab's nodes keep theirs."""
     from sparkdeploy.images.definitions import LABEL
 
-    for name in (NODE_IMAGE, "debian-base"):
+    for image in client.images.list(filters={"label": f"{LABEL}={NODE_IMAGE}"}):
+        if current_tag in image.tags:
+            continue
         try:
-            client.images.prune(filters={"dangling": True, "label": f"{LABEL}={name}"})
-        except docker.errors.APIError:  # another prune running at the same time: try next time
+            client.images.remove(image.id)
+        except docker.errors.APIError:  # in use, or removed by someone else meanwhile
             pass
 
 
@@ -222,7 +225,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             result.images = engine_images.preload(client, list(spec.images), containers, _say,
                                                   _bar_factory(progress))
 
-    _prune_replaced_lab_images(client)
+    _prune_replaced_lab_images(client, image_tag)
     keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     ensure_secrets(spec)
     write_inventory(spec)
