@@ -325,3 +325,26 @@ def test_clock_skew_over_a_second_fails(write_inventory):
     res = net.clock(run, node(run, "spark2"))
     assert res.status == "fail" and res.measured.startswith("+4.0") and "timedatectl set-ntp true" in res.fix
     assert net.clock(run, node(run, "spark1")).status == "pass"
+
+
+def test_strict_turns_warnings_into_failure():
+    from sparkdeploy.doctor.runner import Report
+
+    report = Report(results=[Result("pass", check="a.b"), Result("warn", check="a.c", node="spark1"),
+                             Result("skip", check="a.d")])
+    assert report.exit_code() == 0 and report.exit_code(strict=True) == 1
+    report.results.append(Result("fail", check="a.e"))
+    assert report.exit_code() == 1
+
+
+def test_report_collapses_identical_skips_only():
+    from sparkdeploy.doctor.report import _collapse
+
+    rows = [Result("skip", "not run: spark1 is not reachable", check="gpu.present", node="spark1"),
+            Result("skip", "not run: spark2 is not reachable", check="gpu.present", node="spark2"),
+            Result("pass", "9000", check="network.mtu", node="spark1"),
+            Result("skip", "no peer", check="network.mtu", node="spark2")]
+    out = _collapse(rows)
+    assert [(r.check, r.node) for r in out] == [("gpu.present", "all"), ("network.mtu", "spark1"),
+                                               ("network.mtu", "spark2")]
+    assert out[0].measured == "not run: each node is not reachable"
