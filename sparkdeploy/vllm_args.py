@@ -141,13 +141,24 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
             continue
         takes_value = info.get("takes_value", True)
         value = inline if eq else (args[i + 1] if takes_value and i + 1 < len(args) else None)
-        choices = info.get("choices")
+        # Some values are checked by vLLM after argparse (load formats, quantizations, executor backends):
+        # the dump records those sets too.
+        choices = info.get("choices") or flag_spec(version).get("value_sets", {}).get(flag)
         if takes_value and choices and value is not None and value not in [str(c) for c in choices]:
             problems.append(Problem(recipe_file, "vllm", f"{flag} {value!r} is not one of vLLM {version}'s choices",
                                     f"use one of {', '.join(map(str, choices))}"))
         i += 1 if (eq or not takes_value) else 2
     if problems:
         raise ConfigError(problems)
+
+
+def check_env(env: dict[str, str], image: ImageDefinition) -> list[str]:
+    """Warnings for VLLM_* variables the pinned vLLM does not know (they are silently ignored)."""
+    if not image.vllm_version:
+        return []
+    known = set(flag_spec(image.vllm_version).get("environment_variables", []))
+    return [f"env {name} is not an environment variable of vLLM {image.vllm_version}: it has no effect unless "
+            f"the image's own patches read it" for name in sorted(env) if name.startswith("VLLM_") and name not in known]
 
 
 def _images_declaring(flag: str) -> list[str]:

@@ -60,11 +60,6 @@ def test_refused_topology_exit_2(cli, inventory_file):
     assert code == 2 and "use --topology cluster" in err
 
 
-def test_deploy_without_dry_run_is_not_available_yet(cli, inventory_file):
-    code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "-i", str(inventory_file))
-    assert code == 2 and "--dry-run" in err
-
-
 def test_recipes_list_show_lint(cli):
     code, out, _ = cli("recipes", "list", "--json")
     assert code == 0 and {r["name"] for r in json.loads(out)} >= {"openai-gpt-oss-120b", "llama-3.3-70b-instruct"}

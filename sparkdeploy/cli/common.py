@@ -54,7 +54,10 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
     from sparkdeploy.errors import SparkdeployError
 
     try:
-        command.main(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a command's exit code (ctx.exit / Exit) instead of raising.
+        code = command.main(args=argv, standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
     except SparkdeployError as exc:
         return report_error(exc)
     except click.exceptions.Abort:

@@ -79,6 +79,26 @@ def _run(argv: list[str], what: str) -> None:
         raise StepFailed(f"{what} failed (exit {result.returncode}):\n{tail}")
 
 
+# Bookworm's python3 (the images' interpreter) is 3.11, whatever Python runs sparkdeploy.
+TARGET_PYTHON = "3.11"
+MANYLINUX = ["manylinux2014"] + [f"manylinux_2_{minor}" for minor in range(17, 37)]
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+
+
+def wheel_target_args(platform: str, python: str = TARGET_PYTHON) -> list[str]:
+    """pip options that fetch wheels for the image's platform and Python, not this machine's."""
+    arch = ARCHES.get(platform)
+    if arch is None:
+        raise StepFailed(f"no wheel platform known for {platform}")
+    abi = "cp" + python.replace(".", "")
+    args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+            "--abi", abi, "--abi", "abi3", "--abi", "none"]
+    for tag in MANYLINUX:
+        args += ["--platform", f"{tag}_{arch}"]
+    args += ["--platform", f"linux_{arch}"]
+    return args
+
+
 def download_wheels(definition: ImageDefinition, say: Progress) -> None:
     """Fetch the pinned wheels for the image into <definition>/wheels (kept between builds)."""
     if not definition.requirements:
@@ -88,12 +108,13 @@ def download_wheels(definition: ImageDefinition, say: Progress) -> None:
     wheels = definition.directory / "wheels"
     wheels.mkdir(exist_ok=True)
     stamp = wheels / ".requirements"
-    if stamp.is_file() and stamp.read_text() == req.read_text():
+    wanted = f"{definition.platform}\n{req.read_text()}"
+    if stamp.is_file() and stamp.read_text() == wanted:
         return
-    say(f"downloading wheels for {definition.name} ({req.name})")
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--prefer-binary", "-d", str(wheels), "-r", str(req)],
-         f"pip download for image {definition.name}")
-    stamp.write_text(req.read_text())
+    say(f"downloading wheels for {definition.name} ({definition.platform}, Python {TARGET_PYTHON})")
+    _run([sys.executable, "-m", "pip", "download", "--quiet", "-d", str(wheels), *wheel_target_args(definition.platform),
+          "-r", str(req)], f"pip download for image {definition.name}")
+    stamp.write_text(wanted)
 
 
 def build_context(definition: ImageDefinition) -> io.BytesIO:

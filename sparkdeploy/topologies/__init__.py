@@ -44,6 +44,9 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
     if resolved.topology == "cluster" and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
         raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
                                   "declares no torchrun serving launcher", "use --backend ray or native"))
+    from sparkdeploy.vllm_args import check_env
+
+    warnings += check_env(resolved.recipe.env, image)
     ctx = Context(inventory=inventory, resolved=resolved, image=image, run_image=run_image, secrets=secrets,
                   solo_node=inventory.node(solo_node) if solo_node else None)
     nodes, endpoint, backends = REGISTRY[resolved.topology](ctx)
