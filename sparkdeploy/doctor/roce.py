@@ -7,7 +7,7 @@ from sparkdeploy.inventory import Node
 
 from . import gather, network
 from .model import Result, fail, ok, skip, warn
-from .parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids, rocev2_gid_index
+from .parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids
 from .session import DoctorRun
 
 EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024
@@ -98,27 +98,40 @@ def hcas(run: DoctorRun, node: Node) -> Result:
 
 
 def gid(run: DoctorRun, node: Node) -> Result:
+    """NCCL_IB_GID_INDEX is one value for every HCA: each listed HCA needs a RoCEv2 IPv4 GID at that index.
+
+    On a Spark the two twins of a port are two PCIe functions, each with its own netdev: the fabric IP's GID
+    is on the twin whose netdev holds it; the other twin needs an IPv4 address of its own for a RoCEv2 GID.
+    """
     f = facts(run, node)
     sim = _sim(f)
     names = [h for h in node.hcas if h in f["devices"]] or sorted(f["devices"])
     if not names:
         return skip("no RDMA device (see roce.devices)")
-    found = {h: rocev2_gid_index(f["gids"], h, node.fabric_address) for h in names}
-    expected = f"a RoCEv2 GID for {node.fabric_address}" + (
-        f" at index {node.gid_index} (gid_index)" if node.gid_index is not None else "")
-    missing = [h for h, i in found.items() if i is None]
-    measured = ", ".join(f"{h}: {i if i is not None else 'none'}" for h, i in found.items())
+    found: dict[str, tuple[int, str, str] | None] = {}
+    for h in names:
+        v2 = [e for e in f["gids"] if e.dev == h and e.version == "v2" and e.ipv4]
+        best = next((e for e in v2 if e.ipv4 == node.fabric_address), v2[0] if v2 else None)
+        found[h] = (best.index, best.ipv4, best.netdev) if best else None
+    expected = "a RoCEv2 IPv4 GID on every HCA at one index" + (
+        f" = gid_index {node.gid_index}" if node.gid_index is not None else "")
+    measured = ", ".join(f"{h}: {v[0]} ({v[1]} on {v[2]})" if v else f"{h}: none" for h, v in found.items())
+    missing = [h for h, v in found.items() if v is None]
     if missing:
-        return fail(measured, expected, f"no RoCEv2 GID for {node.fabric_address} on {', '.join(missing)}: the fabric "
-                    "IP must be on the port's netdev (network.link); check with show_gids", simulated=sim)
-    indexes = set(found.values())
-    if node.gid_index is not None and indexes != {node.gid_index}:
-        return fail(measured, expected, f"set gid_index: {min(indexes)} for {node.name} (NCCL_IB_GID_INDEX)",
-                    simulated=sim)
-    if node.gid_index is None:
-        return ok(measured + " (gid_index not set: NCCL picks; set it to pin the RoCEv2 GID)", expected,
-                  simulated=sim)
-    return ok(measured, expected, simulated=sim)
+        return fail(measured, expected, f"no RoCEv2 IPv4 GID on {', '.join(missing)}: give its netdev an IPv4 "
+                    f"address (the fabric IP for {node.fabric_ifaces[0]}), then check with show_gids", simulated=sim)
+    if not any(v[1] == node.fabric_address for v in found.values()):
+        return fail(measured, expected, f"no HCA has a GID for the fabric IP {node.fabric_address}: it must be on "
+                    "one RoCE port's netdev (network.link)", simulated=sim)
+    indexes = {v[0] for v in found.values()}
+    if len(indexes) > 1:
+        return fail(measured, expected, "the HCAs have their RoCEv2 IPv4 GID at different indexes, and "
+                    "NCCL_IB_GID_INDEX is one value: align the address order on their netdevs", simulated=sim)
+    (index,) = indexes
+    if node.gid_index is not None and node.gid_index != index:
+        return fail(measured, expected, f"set gid_index: {index} for {node.name} (NCCL_IB_GID_INDEX)", simulated=sim)
+    note = "" if node.gid_index is not None else f" (gid_index not set: NCCL picks; gid_index: {index} pins it)"
+    return ok(measured + note, expected, simulated=sim)
 
 
 def _names_match(wanted: str, have: list[str]) -> list[str]:

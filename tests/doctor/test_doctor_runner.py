@@ -348,3 +348,25 @@ def test_report_collapses_identical_skips_only():
     assert [(r.check, r.node) for r in out] == [("gpu.present", "all"), ("network.mtu", "spark1"),
                                                ("network.mtu", "spark2")]
     assert out[0].measured == "not run: each node is not reachable"
+
+
+def test_gid_index_per_twin(write_inventory):
+    from sparkdeploy.doctor.parsers import GidEntry
+
+    def facts(twin_ip):
+        gids = [GidEntry("rocep1s0f1", 1, 3, "::ffff:198.51.100.2", "198.51.100.2", "v2", "enp1s0f1np1")]
+        if twin_ip:
+            gids.append(GidEntry("roceP2p1s0f1", 1, 3, "::ffff:" + twin_ip, twin_ip, "v2", "enP2p1s0f1np1"))
+        return dict(_rdma(["rocep1s0f1", "roceP2p1s0f1"]), gids=gids)
+
+    run = make_run(write_inventory, {"spark2": {"roce": facts("198.51.101.2")}})
+    res = roce.gid(run, node(run, "spark2"))
+    assert res.status == "pass" and "roceP2p1s0f1: 3 (198.51.101.2 on enP2p1s0f1np1)" in res.measured
+    run = make_run(write_inventory, {"spark2": {"roce": facts(None)}})
+    res = roce.gid(run, node(run, "spark2"))
+    assert res.status == "fail" and "roceP2p1s0f1: none" in res.measured and "IPv4" in res.fix
+    data = copy.deepcopy(TWO_NODES)
+    data["nodes"][1]["gid_index"] = 1
+    run = make_run(write_inventory, {"spark2": {"roce": facts("198.51.101.2")}}, data=data)
+    res = roce.gid(run, node(run, "spark2"))
+    assert res.status == "fail" and "gid_index: 3" in res.fix
