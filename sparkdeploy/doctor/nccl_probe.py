@@ -100,8 +100,14 @@ def eager_advice(ratio: float | None) -> str:
     return f"graph/eager {ratio:.2f}: no clear difference; eager_allreduce changes little"
 
 
-def _causes(transports: dict[str, dict], result: dict) -> list[str]:
+def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]] | None = None) -> list[str]:
     causes = []
+    for name, t in transports.items():
+        opened = re.findall(r"\[\d+\]([\w.-]+):\d+", t.get("ib_devices", ""))
+        wanted = (hcas or {}).get(name) or []
+        if opened and wanted and len(set(opened)) < len(wanted):
+            causes.append(f"{name}: NCCL opened {', '.join(sorted(set(opened)))} only, not every HCA of "
+                          f"{', '.join(wanted)} (NCCL_IB_HCA)")
     nets = {n for t in transports.values() for n in t.get("network", [])}
     if "Socket" in nets:
         causes.append("NCCL used NET/Socket instead of NET/IB: RDMA not used (check NCCL_IB_HCA, roce.*)")
@@ -228,6 +234,13 @@ def allreduce(run: DoctorRun) -> Result:
                     f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",
                     data=result)
 
+    return verdict(result, transports, simulated, nodes)
+
+
+def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node]) -> Result:
+    """The nccl.allreduce row from a finished probe's result."""
+    expected = (f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
+                f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)")
     peak = result.get("peak_busbw")
     lat = result.get("lat4k") or {}
     peak_row = max(result.get("rows", []), key=lambda r: r["busbw"], default=None)
@@ -236,6 +249,8 @@ def allreduce(run: DoctorRun) -> Result:
     graph = lat.get("graph_us")
     lat_text = (f"; 4 KiB eager {eager:.1f} us" if eager is not None else "") + (
         f", graph {graph:.1f} us (x{lat['ratio']:.2f})" if graph is not None and lat.get("ratio") else "")
+    if peak is None:
+        return fail("the probe produced no measurement", expected, "rerun with --nccl and read the probe's output")
     wrong = sum(r.get("wrong") or 0 for r in result.get("rows", []))
     if wrong:
         return fail(f"{wrong} wrong values in the all-reduce results", "0 wrong",
@@ -253,6 +268,7 @@ def allreduce(run: DoctorRun) -> Result:
         measured += f"; NET/{'+'.join(nets)}"
     if status == PASS:
         return Result(PASS, measured, expected, advice, data=result)
-    return Result(status, measured, expected, "usual causes: " + "; ".join(_causes(transports, result))
+    hcas = {n.name: list(n.hcas) for n in nodes}
+    return Result(status, measured, expected, "usual causes: " + "; ".join(_causes(transports, result, hcas))
                   + (f". {advice}" if advice else ""), data=result)
 

@@ -198,3 +198,28 @@ def test_verdicts_and_advice():
     assert info == {"version": "2.28.9+cuda13.0", "network": ["IB"],
                     "ib_devices": "[0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE"}
     assert nccl_transport("NCCL INFO Using network Socket")["network"] == ["Socket"]
+
+
+def test_nccl_verdict_rows():
+    from sparkdeploy.doctor.nccl_probe import verdict
+    from sparkdeploy.inventory import Node
+
+    nodes = [Node(name=f"spark{i}", role="head" if i == 1 else "worker", mgmt_ip=f"192.0.2.{i}",
+                  fabric_ip=f"198.51.100.{i}/24", fabric_ifaces=["enp1s0f1np1"], hcas=["rocep1s0f1", "roceP2p1s0f1"])
+             for i in (1, 2)]
+
+    def result(busbw, ratio=None, wrong=0):
+        return {"ok": True, "rows": [{"size": 2**28, "busbw": busbw, "wrong": wrong}], "peak_busbw": busbw,
+                "lat4k": {"eager_us": 18.2, "graph_us": 18.2 * ratio if ratio else None, "ratio": ratio}}
+
+    good = verdict(result(23.4, ratio=2.5), {"spark1": {"network": ["IB"]}}, False, nodes)
+    assert good.status == "pass" and "23.40 GB/s at 256 MiB (102%)" in good.measured and "NET/IB" in good.measured
+    assert "eager all-reduce option pays" in good.fix
+    slow = verdict(result(3.1), {"spark1": {"network": ["Socket"]}, "spark2": {"network": ["Socket"]}}, False, nodes)
+    assert slow.status == "fail" and "NET/Socket instead of NET/IB" in slow.fix and "MTU 1500" in slow.fix
+    twin = verdict(result(15.0), {"spark1": {"network": ["IB"], "ib_devices": "[0]rocep1s0f1:1/RoCE"}}, False, nodes)
+    assert twin.status == "warn" and "NCCL opened rocep1s0f1 only" in twin.fix
+    sim = verdict(result(0.7), {}, True, nodes)
+    assert sim.status == "pass" and sim.simulated and "SIMULATED gloo/CPU" in sim.measured
+    assert "not applicable" in sim.expected
+    assert verdict(result(23.0, wrong=5), {}, False, nodes).status == "fail"
