@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.bench.reference import seed_reference
-from sparkdeploy.bench.store import METRICS, Result, load_results, variant_label
-from sparkdeploy.bench.sweep import routing_of
+from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
 
 OBJECTIVES = {

@@ -50,6 +50,14 @@ def variant_of(topology: str, routing: str | None = None) -> str:
     return "2xsolo-shuffle" if routing == "simple-shuffle" else f"2xsolo-{routing}"
 
 
+def routing_of(variant: str) -> str | None:
+    """The inverse of variant_of for 2xsolo columns: the proxy's routing strategy."""
+    if not variant.startswith("2xsolo-"):
+        return None
+    routing = variant[len("2xsolo-"):]
+    return "simple-shuffle" if routing == "shuffle" else routing
+
+
 def variant_label(variant: str) -> str:
     if variant in VARIANT_LABELS:
         return VARIANT_LABELS[variant]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
-from sparkdeploy.bench.store import Result, stored, variant_label, variant_of
+from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 
 TOPOLOGIES = ("solo", "cluster", "2xsolo")
@@ -37,13 +37,6 @@ class TopologySpec:
     @property
     def text(self) -> str:
         return self.topology + (f":{self.routing}" if self.routing else "")
-
-
-def routing_of(variant: str) -> str | None:
-    if not variant.startswith("2xsolo-"):
-        return None
-    routing = variant[len("2xsolo-"):]
-    return "simple-shuffle" if routing == "shuffle" else routing
 
 
 def parse_topologies(text: str) -> list[TopologySpec]:

@@ -61,12 +61,6 @@ def _common_bench_options(f):
     return f
 
 
-def _progress_console(as_json: bool):
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
 @click.group("bench", invoke_without_command=True)
 @_common_bench_options
 @click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True, metavar="DIR",
@@ -118,7 +112,6 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
         md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing,
               "simulated": simulated, "source": "--endpoint"}
         ep = Endpoint(endpoint, model, api_key_from_env(), md)
-        ep.metadata.setdefault("vllm_version", _vllm_version(ep))
     else:
         if model or recipe or topology or backend:
             raise ConfigError(Problem("bench", "", "--model/--recipe/--topology/--backend describe an --endpoint",
@@ -127,10 +120,11 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
     if ep.metadata.get("vllm_version") is None:
         ep.metadata["vllm_version"] = _vllm_version(ep)
     out = Path(out_dir)
-    console = _progress_console(as_json)
-    results = []
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         for c in levels:

@@ -161,3 +161,30 @@ def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench
     assert data["status"] == "complete" and len(data["skipped_stored"]) == 16 and len(data["measured"]) == 5
     assert data["agreement"][0]["decode_and_ttft"]["pct"] == 100.0
     assert (out / "decode.png").is_file() and (out / "ttft.png").is_file()
+
+
+def test_live_display_shows_topology_level_and_eta(tmp_path):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from sparkdeploy.bench.sweep import RichReporter
+
+    buf = StringIO()
+    console = Console(file=buf, force_terminal=True, width=160, color_system=None)
+    out = tmp_path / "sweep"
+    fake = Fake(out, interrupt_at=("cluster", 4))
+    reporter = RichReporter(console)
+    seen = []
+    orig = reporter.cell_progress
+
+    def spy(variant, c, done, total):
+        orig(variant, c, done, total)
+        seen.append(reporter.progress.tasks[0].fields["detail"])
+    reporter.cell_progress = spy
+    summary = run_sweep(plan_for(out, "solo,cluster"), fake.deploy, fake.bench, reporter)
+    text = buf.getvalue()
+    assert summary.status == "interrupted"
+    assert "Cluster TP=2 c4: requests 3/12" in seen and "Solo c64: requests 192/192" in seen
+    assert "ETA" in text and "sweep openai-gpt-oss-120b" in text
+    assert "[Solo] c1: decode 57.5 t/s" in text and "sweep interrupted during cluster c4" in text
