@@ -119,7 +119,8 @@ def select_nodes(inventory: Inventory, nodes=None) -> list[Node]:
             from sparkdeploy.cli.common import no_such
 
             raise no_such("node", name, list(by_name))
-        chosen.append(by_name[name])
+        if by_name[name] not in chosen:
+            chosen.append(by_name[name])
     return chosen
 
 

@@ -18,7 +18,11 @@ deploy call it). For every node, in parallel:
    is the real tag set and the temporary one removed. A cut or failed transfer therefore moves no tag, and
    `docker load` output is searched for "no space left on device", which it can report in its stream.
 
-Nothing on a node is ever deleted except the temporary tag of this push.
+Nothing on a node is ever deleted except the temporary tag of this push. The streams reuse each node's SSH
+connection (re-keyed to AES-GCM when possible: less CPU per byte on both ends), and the save is read only
+as far as needed: once every group's archive is complete (config and needed layers through), the
+connection to the engine is closed. A re-push still costs one full `docker save` here: engine 20.10 writes
+every layer of the image to a temp folder before it sends the first byte, and has no API for one layer.
 """
 
 from __future__ import annotations
@@ -293,7 +297,12 @@ class FeedChannel:
     def _send_loop(self) -> None:
         try:
             while True:
-                data = self.queue.get()
+                try:
+                    data = self.queue.get(timeout=0.2)
+                except queue.Empty:
+                    if self.error is not None:  # aborted while waiting for data
+                        return
+                    continue
                 if data is None:
                     break
                 self.chan.sendall(data)
