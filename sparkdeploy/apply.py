@@ -137,13 +137,25 @@ class Session:
 
 
 def gather_facts(session: Session, nodes: list[Node], images_for: Callable[[Node], list[str]] = lambda n: [],
-                 hf_cache: str = "~", model: str = "") -> dict[str, NodeFacts | Exception]:
+                 hf_cache: str = "~", model: str = "", what: str = "state") -> dict[str, NodeFacts | Exception]:
+    """Facts of every node in parallel: the node's NodeFacts, or the exception that stopped the reading."""
     state_dir = session.inventory.cluster.state_dir
 
     def one(node: Node) -> NodeFacts:
-        return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model)
+        return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model, what)
 
     return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
+
+
+def add_resources(session: Session, facts: dict[str, NodeFacts | Exception], names: set[str], hf_cache: str,
+                  model: str) -> None:
+    """Read memory, disk and the model cache on the named nodes (those where something starts)."""
+    nodes = [n for n in session.inventory.nodes if n.name in names and isinstance(facts.get(n.name), NodeFacts)]
+    for name, res in gather_facts(session, nodes, hf_cache=hf_cache, model=model, what="resources").items():
+        if isinstance(res, NodeFacts):
+            facts[name].add_resources(res)  # type: ignore[union-attr]
+        else:
+            facts[name] = res
 
 
 # -- steps ----------------------------------------------------------------------------------------------

@@ -27,17 +27,18 @@ _INSPECT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Image}},"r
             '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
             '"restarts":{{json .RestartCount}}}')
 
-# $1 state dir (relative to $HOME), $2 hf cache (~/... or absolute), $3 the model's hub folder name,
-# $4... image references. Read-only: every command here only looks.
+# $1 what to read: state (containers, images, files, ports) | resources (memory, disk, model cache) | all;
+# $2 state dir (relative to $HOME), $3 hf cache (~/... or absolute), $4 the model's hub folder name,
+# $5... image references. Read-only: every command here only looks.
 SCRIPT = r"""
-sd="$1"; hf="$2"; model="$3"; shift 3
+what="$1"; sd="$2"; hf="$3"; model="$4"; shift 4
 dir="$HOME/$sd"
 case "$hf" in "~") hf="$HOME";; "~/"*) hf="$HOME/${hf#\~/}";; esac
 s() { printf '\n%s %s\n' '@@sparkdeploy-facts@@' "$1"; }
 s home; printf '%s\n' "$HOME"
+if [ "$what" != resources ]; then
 s docker
-droot=
-if out=$(docker info --format '{{.ServerVersion}} {{.DockerRootDir}}' 2>&1); then echo "ok $out"; droot=${out#* }; else echo "fail"; printf '%s\n' "$out" | tail -n 3; fi
+if out=$(docker version --format '{{.Server.Version}}' 2>&1); then echo "ok $out"; else echo "fail"; printf '%s\n' "$out" | tail -n 3; fi
 s names
 docker ps -a --no-trunc --format '{{.ID}} {{.Label "io.sparkdeploy.managed"}} {{.Names}}' 2>/dev/null
 s inspect
@@ -53,6 +54,11 @@ s sha
 [ -d "$dir" ] && (cd "$dir" && find . -maxdepth 1 -type f -exec sha256sum -- {} + 2>/dev/null)
 s manifest
 [ -f "$dir/manifest.json" ] && cat "$dir/manifest.json"
+s listen
+cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'
+fi
+if [ "$what" != state ]; then
+s resources
 s meminfo
 grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
 s gpu
@@ -60,12 +66,12 @@ nvidia-smi --query-gpu=memory.total,memory.free --format=csv,noheader,nounits 2>
 s model
 [ -n "$model" ] && [ -d "$hf/hub/$model" ] && echo cached
 s disk
+droot=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null)
 p="$hf"; while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
 for pair in "home:$HOME" "hf_cache:$p" "docker:$droot"; do
   [ -n "${pair#*:}" ] && printf '%s ' "${pair%%:*}" && df -Pk "${pair#*:}" 2>/dev/null | tail -n 1
 done
-s listen
-cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'
+fi
 s end
 """
 
@@ -124,7 +130,6 @@ class NodeFacts:
     home: str = ""
     docker_ok: bool = False
     docker_version: str = ""
-    docker_root: str = ""
     docker_error: str = ""
     containers: list[ContainerFact] = field(default_factory=list)  # ours (label io.sparkdeploy.managed=true)
     other_names: dict[str, str] = field(default_factory=dict)  # name -> id of containers that are not ours
@@ -140,6 +145,12 @@ class NodeFacts:
     model_cached: bool = False
     disk_free_mb: dict[str, int] = field(default_factory=dict)  # home | hf_cache | docker -> free MiB
     listening: set[int] = field(default_factory=set)
+    resources: bool = False  # memory, disk and model cache were read (only where something starts)
+
+    def add_resources(self, other: "NodeFacts") -> None:
+        for name in ("mem_total_mb", "mem_available_mb", "gpu_mem_total_mb", "gpu_mem_free_mb", "model_cached",
+                     "disk_free_mb", "resources"):
+            setattr(self, name, getattr(other, name))
 
     def container(self, name: str) -> ContainerFact | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -215,11 +226,11 @@ def parse(node: str, text: str) -> NodeFacts:
     f = NodeFacts(node=node, home=sec.get("home", "").strip())
 
     docker = sec.get("docker", "").splitlines()
-    if docker and docker[0].startswith("ok "):
-        parts = docker[0].split()
+    if "docker" not in sec:
+        pass  # not read (resources only)
+    elif docker and docker[0].startswith("ok "):
         f.docker_ok = True
-        f.docker_version = parts[1] if len(parts) > 1 else ""
-        f.docker_root = parts[2] if len(parts) > 2 else ""
+        f.docker_version = docker[0].split()[1] if len(docker[0].split()) > 1 else ""
     else:
         f.docker_error = " ".join(line.strip() for line in docker[1:] if line.strip()) or "docker did not answer"
 
@@ -299,6 +310,7 @@ def parse(node: str, text: str) -> NodeFacts:
         if len(parts) >= 2 and _int(parts[0]) is not None and _int(parts[1]) is not None:
             f.gpu_mem_total_mb, f.gpu_mem_free_mb = _int(parts[0]), _int(parts[1])
 
+    f.resources = "resources" in sec
     f.model_cached = sec.get("model", "").strip() == "cached"
     for line in sec.get("disk", "").splitlines():
         parts = line.split()  # what, then df -P's columns: filesystem blocks used available capacity mount
@@ -320,16 +332,16 @@ def hub_folder(model: str) -> str:
 
 
 def read_facts(conn: NodeConnection, state_dir: str, images: list[str] = (), hf_cache: str = "~",
-               model: str = "") -> NodeFacts:
-    """Read everything in one SSH command (read-only)."""
-    argv = ["bash", "-c", SCRIPT, "sparkdeploy-facts", state_dir, hf_cache, hub_folder(model) if model else "",
-            *images]
+               model: str = "", what: str = "state") -> NodeFacts:
+    """Read the node's state in one SSH command (read-only). what: state | resources | all."""
+    argv = ["bash", "-c", SCRIPT, "sparkdeploy-facts", what, state_dir, hf_cache,
+            hub_folder(model) if model else "", *images]
     result = conn.run(argv, check=False, timeout=FACTS_TIMEOUT_S)
     facts = parse(conn.node.name, result.stdout)
     if not facts.home:
-        raise_reason = (result.stderr or result.stdout).strip().splitlines()[-3:]
         from sparkdeploy.errors import StepFailed
 
+        reason = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise StepFailed(f"{conn.node.name}: could not read the node's state (exit {result.exit_code}"
-                         + (": " + " | ".join(raise_reason) if raise_reason else "") + ")")
+                         + (": " + " | ".join(reason) if reason else "") + ")")
     return facts

@@ -172,7 +172,9 @@ def _memory(dep: Deployment, nd: NodeDeployment, f: NodeFacts) -> Check:
     engine_names = {c.name for c in engines}
     restarts = [s for s in node_plan.steps if s.kind == "start-container" and s.change and s.target in engine_names]
     if not restarts:
-        return Check(nd.node.name, "memory", True, f"our engine runs unchanged ({free_text})")
+        return Check(nd.node.name, "memory", True, "our engine runs unchanged")
+    if not f.resources:
+        return Check(nd.node.name, "memory", False, "free memory was not read", "run again")
     running = _ours_running(f)
     if running:
         return Check(nd.node.name, "memory", True,
@@ -190,6 +192,8 @@ def _memory(dep: Deployment, nd: NodeDeployment, f: NodeFacts) -> Check:
 
 
 def _disk(dep: Deployment, nd: NodeDeployment, f: NodeFacts, simulated: bool) -> list[Check]:
+    if not f.resources:
+        return [Check(nd.node.name, "disk", True, "nothing new starts on this node")]
     out = []
     weights = dep.recipe.recipe.weights_gb
     need_hf = MIN_FREE_DISK_GB

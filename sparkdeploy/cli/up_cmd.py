@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkdeploy import health, preflight
-from sparkdeploy.apply import Interrupt, Session, apply_plan, clean_temp_files, gather_facts, inventory_lock
+from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
+                               inventory_lock)
 from sparkdeploy.cli.common import (backend_option, emit_json, inventory_option, json_option, recipes_dir_option,
                                     set_option, topology_option)
 from sparkdeploy.context import load_deployment
@@ -164,6 +165,14 @@ def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> b
     return True
 
 
+def _starting(dep: Deployment, facts: dict) -> set[str]:
+    """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
+    if all(isinstance(f, NodeFacts) for f in facts.values()):
+        plan = plan_deployment(dep, facts)
+        return {s.node for s in plan.steps if s.kind == "start-container" and s.change}
+    return {nd.node.name for nd in dep.nodes}
+
+
 def _images_for(dep: Deployment):
     wanted = {nd.node.name: sorted({c.image for c in nd.containers}) for nd in dep.nodes}
     return lambda node: wanted.get(node.name, [])
@@ -201,11 +210,17 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     model_id = dep.recipe.recipe.model
 
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
-    facts = gather_facts(session, inv.nodes, images_for, inv.cluster.hf_cache, model_id)
+
+    def read() -> dict:
+        facts = gather_facts(session, inv.nodes, images_for)
+        add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
+        return facts
+
+    facts = read()
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
     if failed and not dry_run and all(c.missing_image for c in failed) and _push_missing(dep, failed, out):
-        facts = gather_facts(session, inv.nodes, images_for, inv.cluster.hf_cache, model_id)
+        facts = read()
         checks = preflight.run(dep, facts, simulated)
         failed = preflight.failures(checks)
     result["preflight"] = [c.as_dict() for c in checks]
@@ -246,7 +261,7 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
         raise KeyboardInterrupt
     if plan.failed():
         s = plan.failed()[0]
-        others = [n.node.name for n in plan.nodes if n.node.name != s.node]
+        others = [n.node.name for n in plan.nodes if n.node.name != s.node and n.changes]
         raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}. "
                          + (f"Other nodes ({', '.join(others)}) stopped after their current phase. " if others else "")
                          + "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")

@@ -73,7 +73,8 @@ def make_deployment(topology: str = "solo", value: str = "1", worker_value: str 
 def empty_facts(node: str) -> NodeFacts:
     return NodeFacts(node=node, home="/home/spark", docker_ok=True, docker_version="28.0",
                      images={IMAGE: IMAGE_ID, PROXY_IMAGE: PROXY_ID}, mem_total_mb=122570,
-                     mem_available_mb=120000, disk_free_mb={"home": 500_000, "hf_cache": 500_000, "docker": 500_000})
+                     mem_available_mb=120000, disk_free_mb={"home": 500_000, "hf_cache": 500_000, "docker": 500_000},
+                     resources=True)
 
 
 def converged_facts(dep: Deployment, node: str) -> NodeFacts:

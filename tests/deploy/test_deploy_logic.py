@@ -36,7 +36,7 @@ SAMPLE = f"""
 @@sparkdeploy-facts@@ home
 /home/spark
 @@sparkdeploy-facts@@ docker
-ok 28.0.1 /var/lib/docker
+ok 28.0.1
 @@sparkdeploy-facts@@ names
 {"c" * 64} true sparkdeploy-vllm
 {"d" * 64}  mine,alias
@@ -56,6 +56,7 @@ ok 28.0.1 /var/lib/docker
 {"f" * 64}  ./secrets.env
 @@sparkdeploy-facts@@ manifest
 {{"files": ["node.env", "secrets.env", "../../etc/passwd"], "containers": []}}
+@@sparkdeploy-facts@@ resources
 @@sparkdeploy-facts@@ meminfo
 MemTotal:       125513728 kB
 MemAvailable:   120000000 kB
@@ -86,7 +87,7 @@ def test_parse_facts():
     assert f.temp_files == [".node.env.sparkdeploy-tmp"]
     assert f.manifest_files == ["node.env", "secrets.env"]  # a path in a manifest is never trusted
     assert f.gpu_mem_free_mb is None and f.free_memory_mb == 120000000 // 1024  # [N/A]: falls back to meminfo
-    assert f.model_cached and f.disk_free_mb["home"] == 2000000000 // 1024
+    assert f.resources and f.model_cached and f.disk_free_mb["home"] == 2000000000 // 1024
     assert f.listening == {8000, 4000}
 
 
@@ -94,6 +95,16 @@ def test_parse_facts_docker_down():
     f = facts_mod.parse("spark1", "@@sparkdeploy-facts@@ home\n/home/spark\n@@sparkdeploy-facts@@ docker\nfail\n"
                                   "permission denied while trying to connect to the Docker daemon socket\n")
     assert not f.docker_ok and "permission denied" in f.docker_error
+
+
+def test_facts_script_reads_only_what_is_asked(tmp_path):
+    import subprocess
+
+    for what, present, absent in (("state", "listen", "meminfo"), ("resources", "meminfo", "inspect")):
+        r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", what, ".nope", "~/.cache/huggingface", ""],
+                           capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        sections = facts_mod.split_sections(r.stdout)
+        assert present in sections and absent not in sections and "home" in sections
 
 
 def test_facts_script_is_read_only():
