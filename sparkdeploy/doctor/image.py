@@ -10,6 +10,8 @@ such (SIMULATED), not as a pass of an NCCL comparison that did not happen.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 from sparkdeploy.inventory import Node
 
@@ -90,11 +92,55 @@ def _versions(session: NodeSession, ref: str) -> dict:
     return {"error": tail[0]}
 
 
-def versions(run: DoctorRun, node: Node) -> dict | None:
-    ref = serving_image(run, node)
-    if ref is None or not engine.facts(run, node)["running"] or ids(run, node).get(ref) is None:
+def _cache_path() -> Path:
+    from sparkdeploy import paths
+
+    return paths.state_dir() / "doctor" / "image-versions.json"
+
+
+def _cached(image_id: str) -> dict | None:
+    try:
+        return json.loads(_cache_path().read_text()).get(image_id)
+    except (OSError, ValueError, AttributeError):
         return None
-    return run.facts(node, "image.versions", lambda s: _versions(s, ref))
+
+
+def _remember(image_id: str, value: dict) -> None:
+    """Versions per image ID on this machine: an ID is a content hash, the same ID is the same torch."""
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data[image_id] = value
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache only
+
+
+def versions(run: DoctorRun, node: Node) -> dict | None:
+    """torch/NCCL of the node's serving image, read once per image ID (per run, and cached on this machine)."""
+    ref = serving_image(run, node)
+    if ref is None or not engine.facts(run, node)["running"]:
+        return None
+    image_id = ids(run, node).get(ref)
+    if image_id is None:
+        return None
+
+    def read() -> dict:
+        cached = _cached(image_id)
+        if cached is not None:
+            return dict(cached, cached=True)
+        value = _versions(run.session(node), ref)
+        if "error" not in value:
+            _remember(image_id, value)
+        return value
+
+    return run.memo.get(("image.versions", image_id), read)
 
 
 def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
@@ -171,10 +217,14 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
     if v.get("nccl") is None:
         why = v.get("nccl_error", "")
         if simulated:
-            return ok(measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)", expected,
-                      simulated=True, data=v)
+            return ok(measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)"
+                      + _cache_note(v), expected, simulated=True, data=v)
         if run.deployment.topology == "cluster":
             return fail(measured, expected + ", NCCL present for cluster TP",
                         f"this torch has no NCCL ({why}): use a CUDA build of the image", data=v)
         return warn(measured, expected, "this torch has no NCCL: fine for solo/2xsolo, not for cluster", data=v)
-    return ok(measured, expected, data=v)
+    return ok(measured + _cache_note(v), expected, data=v)
+
+
+def _cache_note(v: dict) -> str:
+    return "; cached by image ID" if v.get("cached") else ""

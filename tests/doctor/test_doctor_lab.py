@@ -72,6 +72,7 @@ def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
     only = [a for g in (*NODE_CHECK_GROUPS, "inventory") for a in ("--only", g)]
     code, report, err = doctor(cli, lab.spec.inventory_path, "--recipe", RECIPE, *only)
     assert code == 0, show(report)
+    assert report["seconds"] < 60
     r = rows(report)
     from sparkdeploy.doctor.registry import CHECKS
 
@@ -80,6 +81,11 @@ def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
             continue
         for node in ("spark1", "spark2") if check.scope == "node" else (None,):
             row = r[(check.id, node)]
+            if (check.id, node) == ("network.ports", "spark2"):
+                assert row["status"] == "skip"  # cluster/torchrun: the worker opens no port
+                continue
+            if check.id == "engine.disk" and row["status"] == "warn":
+                continue  # the lab's Docker root is this machine's disk: its free space is not the lab's to fix
             assert row["status"] == "pass", f"{check.id} {node}: {row}"
     # the stand-ins are labelled, the real parts are not
     assert r[("gpu.present", "spark1")]["simulated"] and r[("roce.gid", "spark2")]["simulated"]
