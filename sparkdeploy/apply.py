@@ -160,6 +160,10 @@ def add_resources(session: Session, facts: dict[str, NodeFacts | Exception], nam
 
 # -- steps ----------------------------------------------------------------------------------------------
 
+class _Unchanged(Exception):
+    """A step that found nothing to do after all (reported ok, with the reason)."""
+
+
 def _no_such_container(text: str) -> bool:
     return "No such container" in text or "no such container" in text
 
@@ -189,7 +193,9 @@ def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
         return f"{step.mode:04o}"
     if kind == "rmdir":
         r = conn.run(["rmdir", "--", state_dir], check=False)
-        return "removed" if r.ok else "kept (not empty)"
+        if not r.ok:
+            raise _Unchanged("kept: not empty (holds something this tool did not write)")
+        return "removed"
     if kind == "start-container":
         assert step.container is not None
         if step.container_id:
@@ -220,6 +226,8 @@ def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: 
                 say(f"{step.node}: {step.label}")
             step.detail = mask(run_step(conn, step, node_plan.state_dir))
             step.status = CHANGED
+        except _Unchanged as exc:
+            step.status, step.detail = OK, mask(str(exc))
         except Exception as exc:  # reported per node; nothing else on this node runs after a failure
             step.status, step.detail = FAILED, mask(f"{exc}" or exc.__class__.__name__)
             for rest in steps[i + 1:]:

@@ -49,7 +49,7 @@ for ref in "$@"; do id=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/n
 s statedir
 [ -d "$dir" ] && stat -c '%a' "$dir"
 s files
-[ -d "$dir" ] && (cd "$dir" && find . -maxdepth 1 -type f -printf '%m %f\n')
+[ -d "$dir" ] && (cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%m %y %f\n')
 s sha
 [ -d "$dir" ] && (cd "$dir" && find . -maxdepth 1 -type f -exec sha256sum -- {} + 2>/dev/null)
 s manifest
@@ -136,6 +136,7 @@ class NodeFacts:
     images: dict[str, str | None] = field(default_factory=dict)  # reference -> image ID (None: absent)
     state_dir_mode: int | None = None  # None: the state dir does not exist
     files: dict[str, FileFact] = field(default_factory=dict)
+    other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
     manifest: dict | None = None
     manifest_error: str = ""
     mem_total_mb: int | None = None
@@ -278,9 +279,11 @@ def parse(node: str, text: str) -> NodeFacts:
     f.state_dir_mode = int(mode, 8) if re.fullmatch(r"[0-7]{3,4}", mode) else None
 
     for line in sec.get("files", "").splitlines():
-        m = re.match(r"^([0-7]{3,4}) (.+)$", line)
-        if m:
-            f.files[m.group(2)] = FileFact(m.group(2), int(m.group(1), 8))
+        m = re.match(r"^([0-7]{3,4}) (\w) (.+)$", line)
+        if m and m.group(2) == "f":
+            f.files[m.group(3)] = FileFact(m.group(3), int(m.group(1), 8))
+        elif m:
+            f.other_entries.append(m.group(3))  # a folder or link: never ours (another tool's, e.g. doctor/)
     for line in sec.get("sha", "").splitlines():
         m = re.match(r"^([0-9a-f]{64})  \./(.+)$", line)
         if m and m.group(2) in f.files:

@@ -160,10 +160,10 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
         plan.steps.append(Step(node.name, 1, "remove-file", MANIFEST, True, "ours"))
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
-        others = [n for n in facts.files if n not in ours]
+        others = [n for n in facts.files if n not in ours] + [n + "/" for n in facts.other_entries]
         if others:  # never remove what we did not write
             plan.steps.append(Step(node.name, 1, "rmdir", sd, False,
-                                   f"kept: holds files this tool did not write ({', '.join(sorted(others)[:3])})"))
+                                   f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"))
         else:
             plan.steps.append(Step(node.name, 1, "rmdir", sd, True, "empty once our files are gone"))
     return plan

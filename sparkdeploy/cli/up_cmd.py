@@ -261,10 +261,10 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
         raise KeyboardInterrupt
     if plan.failed():
         s = plan.failed()[0]
-        others = [n.node.name for n in plan.nodes if n.node.name != s.node and n.changes]
-        raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}. "
-                         + (f"Other nodes ({', '.join(others)}) stopped after their current phase. " if others else "")
-                         + "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
+        where = ("no container was started on any node. " if s.phase == 1 else
+                 "the other nodes finished their steps (see the table). ")
+        raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
+                         "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
 
     started = any(s.kind == "start-container" and s.status == CHANGED for s in plan.steps)
     out.progress(f"health gate (timeout {timeout:g} s)")

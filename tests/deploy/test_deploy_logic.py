@@ -48,9 +48,10 @@ ok 28.0.1
 @@sparkdeploy-facts@@ statedir
 700
 @@sparkdeploy-facts@@ files
-644 node.env
-600 secrets.env
-600 .node.env.sparkdeploy-tmp
+644 f node.env
+600 f secrets.env
+600 f .node.env.sparkdeploy-tmp
+700 d doctor
 @@sparkdeploy-facts@@ sha
 {"e" * 64}  ./node.env
 {"f" * 64}  ./secrets.env
@@ -84,7 +85,7 @@ def test_parse_facts():
     assert f.images == {IMAGE: IMAGE_ID, PROXY_IMAGE: None}
     assert f.state_dir_mode == 0o700
     assert f.files["secrets.env"].mode == 0o600 and f.files["node.env"].sha256 == "e" * 64
-    assert f.temp_files == [".node.env.sparkdeploy-tmp"]
+    assert f.temp_files == [".node.env.sparkdeploy-tmp"] and f.other_entries == ["doctor"]
     assert f.manifest_files == ["node.env", "secrets.env"]  # a path in a manifest is never trusted
     assert f.gpu_mem_free_mb is None and f.free_memory_mb == 120000000 // 1024  # [N/A]: falls back to meminfo
     assert f.resources and f.model_cached and f.disk_free_mb["home"] == 2000000000 // 1024
@@ -212,7 +213,10 @@ def test_down_plan_removes_only_ours():
     dep = make_deployment("2xsolo")
     facts = _facts(dep)
     facts["spark1"].other_names["postgres"] = "9" * 64
+    facts["spark1"].other_entries.append("doctor")  # another tool's folder in the state dir
     plan = plan_down(dep.inventory.nodes, facts, ".sparkdeploy")
+    rmdir1 = next(s for s in plan.steps if s.node == "spark1" and s.kind == "rmdir")
+    assert not rmdir1.change and "doctor/" in rmdir1.reason
     targets = {(s.node, s.kind, s.target) for s in plan.steps if s.change}
     assert ("spark1", "remove-container", "sparkdeploy-litellm") in targets
     assert not any(t[2] == "postgres" for t in targets)
