@@ -50,6 +50,7 @@ def timed_up(spec: LabSpec, before=None, rebuild: bool = False) -> float:
     result = up(spec, rebuild=rebuild)
     seconds = time.monotonic() - t0
     assert all(n.ssh and n.dockerd for n in result.nodes), "lab not healthy after up"
+    print(f"  {seconds:6.1f} s  " + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items()), flush=True)
     return seconds
 
 

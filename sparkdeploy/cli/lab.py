@@ -53,7 +53,7 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
     spec = _spec(name, nodes, subnet, fabric_subnet, images)
     result = lifecycle.up(spec, rebuild=rebuild)
     if as_json:
-        emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1),
+        emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1), "phases": result.phases,
                    "created": result.created, "started": result.started,
                    "images": [vars(i) for i in result.images], "nodes": lifecycle.status_dicts(result.nodes)})
         return
@@ -65,6 +65,7 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
         else:
             click.echo(f"image {item.tag}: loaded on {', '.join(item.loaded) or 'none'}; "
                        f"already on {', '.join(item.present) or 'none'}")
+    click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
     click.echo(f"inventory: {result.inventory}   (use --inventory lab)")
     click.echo("GPU, RDMA and link speed on these nodes are SIMULATED.")
 

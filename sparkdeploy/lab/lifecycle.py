@@ -89,6 +89,7 @@ class UpResult:
     created: list[str] = field(default_factory=list)  # node names whose container was (re)created
     started: list[str] = field(default_factory=list)  # node names started by this run
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, for the benchmark and -v
 
 
 # -- up ------------------------------------------------------------------------------------------------------
@@ -182,6 +183,17 @@ def _bar_factory(progress: Progress):
     return bar
 
 
+def _phase_timer(start: float):
+    last = [start]
+
+    def mark() -> float:
+        now = time.monotonic()
+        spent, last[0] = now - last[0], now
+        return spent
+
+    return mark
+
+
 def up(spec: LabSpec | None = None, rebuild: bool = False) -> UpResult:
     """Bring the lab up (idempotent). Returns what it found and did."""
     spec = spec or LabSpec()
@@ -205,19 +217,23 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             container.remove(force=True)
     image_tag = _lab_images(client, rebuild)
     image_id = client.images.get(image_tag).id
+    mark = _phase_timer(t0)
+    phases = {"lab images": mark()}
 
     nets = network.ensure_networks(client, spec, say=_say)
     _remove_extra_nodes(client, spec)
 
-    result = UpResult(spec, str(spec.inventory_path), [])
+    result = UpResult(spec, str(spec.inventory_path), [], phases=phases)
     containers = {}
     for node in spec.node_specs():
         plan = nodes.NodePlan(node, image_id, image_tag, nets["mgmt"].id, nets["fabric"].id,
                               host_keys[node.name], client_key)
         containers[node.name] = _ensure_node(client, spec, plan, result)
+    phases["networks and containers"] = mark()
     with _step(f"waiting for sshd and dockerd on {', '.join(containers)}"):
         for node in spec.node_specs():
             nodes.wait_ready(containers[node.name], node)
+    phases["boot"] = mark()
 
     if spec.images:
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -225,12 +241,14 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             result.images = engine_images.preload(client, list(spec.images), containers, _say,
                                                   _bar_factory(progress))
 
+    phases["engine images"] = mark()
     _prune_replaced_lab_images(client, image_tag)
     keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     ensure_secrets(spec)
     write_inventory(spec)
     result.nodes = status(spec, client)
     result.seconds = time.monotonic() - t0
+    result.phases = {k: round(v, 1) for k, v in phases.items()}
     return result
 
 
