@@ -83,6 +83,9 @@ class PushProgress:
     def advance(self, node: str, raw: int = 0, wire: int = 0) -> None:
         """`raw` more archive bytes went into the node's stream; `wire` more bytes went over SSH."""
 
+    def loading(self, node: str) -> None:
+        """All of the node's archive is sent; its docker load is writing the layers."""
+
     def end(self, node: str, ok: bool, text: str) -> None:
         """The node is done: pushed, skipped or failed."""
 
@@ -481,6 +484,8 @@ def _stream(source: SourceImage, plans: list[NodePlan], conns: dict[str, NodeCon
                 c.error = save_error
         estimates = {p.node.name: p.estimate for p in plans}
         for name, c in channels.items():
+            if c.alive:
+                progress.loading(name)
             code, output = c.finish(timeout=max(600.0, estimates[name] / 20e6))
             error = load_failure(code, output) if code is not None else None
             if error is None and c.error is not None:
@@ -669,6 +674,12 @@ class RichPushProgress(PushProgress):
             self.wire[node] += wire
             sent = self.wire[node]
         self.bar.update(task, advance=raw, wire=f"sent {_size(sent)}" if sent else "")
+
+    def loading(self, node: str) -> None:
+        task = self.tasks.get(node)
+        if task is not None:
+            done = next((t.completed for t in self.bar.tasks if t.id == task), 0)
+            self.bar.update(task, total=done, description=f"{node} loading")
 
     def end(self, node: str, ok: bool, text: str) -> None:
         task = self.tasks.get(node)

@@ -146,7 +146,7 @@ def test_load_killed_on_one_node_fails_that_node_only(lab, lab_inventory, test_i
     victim = lab.nodes[0]
 
     def kill_load():
-        pids = lab.docker_exec(victim, "pgrep", "-u", "spark", "-f", "^docker load$", check=False).stdout.split()
+        pids = lab.docker_exec(victim, "pgrep", "-u", "spark", "-f", "^(/[^ ]*/)?docker load$", check=False).stdout.split()
         assert len(pids) == 1, f"expected one docker load on {victim.name}, found {pids}"
         lab.docker_exec(victim, "kill", "-9", pids[0])
 
