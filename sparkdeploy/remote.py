@@ -102,8 +102,8 @@ class NodeConnection:
         from fabric import Config, Connection
 
         ssh = self.node.ssh
-        connect_kwargs: dict = {"timeout": self.connect_timeout, "banner_timeout": self.connect_timeout,
-                                "auth_timeout": self.connect_timeout}
+        # The TCP connect timeout goes in connect_timeout only: Fabric 3 refuses it given twice.
+        connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if ssh.key:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
         conn = Connection(self.node.mgmt_ip, user=ssh.user, port=ssh.port, config=Config(),
