@@ -1,19 +1,50 @@
-"""`sparkdeploy`: the command groups, registered in one place."""
+"""`sparkdeploy`: the command groups, registered in one place.
+
+Commands are imported only when used, so `sparkdeploy images push` does not pay for importing the bench
+or doctor code (the CLI starts in a fraction of a second).
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from sparkdeploy import __version__
 from sparkdeploy.cli.common import run_cli
-from sparkdeploy.cli.recipes_cmd import recipes_group
-from sparkdeploy.cli.render_cmd import render_cmd
-from sparkdeploy.cli.run_recipe import run_recipe
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
+# name -> "module:attribute", in the order `--help` lists them. A new command is one line here.
+COMMANDS = {
+    "run-recipe": "sparkdeploy.cli.run_recipe:run_recipe",
+    "up": "sparkdeploy.cli.up_cmd:up",
+    "down": "sparkdeploy.cli.up_cmd:down",
+    "status": "sparkdeploy.cli.up_cmd:status",
+    "doctor": "sparkdeploy.cli.doctor_cmd:doctor",
+    "bench": "sparkdeploy.cli.bench_cmd:bench",
+    "advise": "sparkdeploy.cli.bench_cmd:advise",
+    "images": "sparkdeploy.cli.images_cmd:images",
+    "lab": "sparkdeploy.cli.lab:lab",
+    "recipes": "sparkdeploy.cli.recipes_cmd:recipes_group",
+    "render": "sparkdeploy.cli.render_cmd:render_cmd",
+    "trust": "sparkdeploy.cli.trust_cmd:trust",
+}
 
-@click.group(context_settings=CONTEXT)
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="sparkdeploy")
 def cli():
     """Serve models on clusters of NVIDIA DGX Spark machines.
@@ -22,39 +53,13 @@ def cli():
     Typical use:
       sparkdeploy lab up                                   # a virtual two-Spark cluster (no GPU needed)
       run-recipe openai-gpt-oss-120b --inventory lab       # serve a recipe with its default topology
+      sparkdeploy status --inventory lab                   # what runs where, health, endpoint
+      sparkdeploy doctor --inventory lab                   # host, GPU, network, RoCE checks with fixes
       sparkdeploy recipes list                             # what can be served
       run-recipe openai-gpt-oss-120b --dry-run             # every file and command, nothing changed
 
     Exit codes: 0 ok, 1 a check or step failed, 2 bad usage or configuration.
     """
-
-
-COMMANDS = [recipes_group, render_cmd, run_recipe]
-
-
-def _optional(module: str, attr: str):
-    """Command groups built by other parts of the project register here once they exist."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("sparkdeploy"):
-            return None
-        raise
-
-
-for _module, _attr in [("sparkdeploy.cli.lab", "lab"), ("sparkdeploy.cli.up_cmd", "up"), ("sparkdeploy.cli.up_cmd", "down"), ("sparkdeploy.cli.up_cmd", "status"), ("sparkdeploy.cli.trust_cmd", "trust"),
-                       ("sparkdeploy.cli.bench_cmd", "bench"),
-                       ("sparkdeploy.cli.bench_cmd", "advise"),
-                       ("sparkdeploy.cli.doctor_cmd", "doctor"),
-                       ("sparkdeploy.cli.images_cmd", "images")]:
-    _cmd = _optional(_module, _attr)
-    if _cmd is not None:
-        COMMANDS.append(_cmd)
-
-for _cmd in COMMANDS:
-    cli.add_command(_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:
