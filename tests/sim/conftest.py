@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -55,25 +56,71 @@ def wait_http(url: str, status: int = 200, timeout: float = 30.0, proc: subproce
 
 
 class Proc:
-    """A child process with its output in a file; stopped by pid at teardown."""
+    """A child process with its output in a file; stopped by pid at teardown. With session=True it leads
+    its own session, and stop()/kill() reach its children too (torchrun's workers, ray's daemons)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, session: bool = False):
         self.log = log
+        self.session = session
         self._fh = open(log, "wb")
-        self.p = subprocess.Popen(args, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO))
+        self.p = subprocess.Popen(args, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO),
+                                  start_new_session=session)
 
     def output(self) -> str:
         self._fh.flush()
         return self.log.read_text(errors="replace")
 
+    def descendants(self) -> list[int]:
+        """Child processes, recursively (torchrun starts its workers in sessions of their own)."""
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        out, todo = [], [self.p.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                out.append(child)
+                todo.append(child)
+        return out
+
+    def signal(self, sig: int) -> None:
+        try:
+            if self.session:
+                os.killpg(self.p.pid, sig)
+            else:
+                self.p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the process and everything it started."""
+        family = self.descendants()
+        self.signal(signal.SIGKILL)
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.p.wait(10)
+
     def stop(self, timeout: float = 10.0) -> int | None:
+        family = self.descendants()
         if self.p.poll() is None:
-            self.p.terminate()
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
             try:
                 self.p.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout)
+                pass
+        for pid in family + [self.p.pid]:  # children that outlived their parent
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.p.wait(timeout)
         self._fh.close()
         return self.p.returncode
 
@@ -82,8 +129,8 @@ class Proc:
 def spawn(tmp_path):
     procs: list[Proc] = []
 
-    def start(args: list[str], env: dict[str, str] | None = None, name: str = "proc") -> Proc:
-        proc = Proc(args, env or sim_env(), tmp_path / f"{name}-{len(procs)}.log")
+    def start(args: list[str], env: dict[str, str] | None = None, name: str = "proc", session: bool = False) -> Proc:
+        proc = Proc(args, env or sim_env(), tmp_path / f"{name}-{len(procs)}.log", session)
         procs.append(proc)
         return proc
 

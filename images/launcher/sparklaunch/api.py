@@ -109,7 +109,7 @@ class OpenAIServer:
             response = await handler(request)
         except ApiError as e:
             return e.response()
-        if self.adapter.simulated:
+        if self.adapter.simulated and not response.prepared:  # streams set it before they start
             response.headers["X-Simulated-By"] = "vllm-sim"
         return response
 

@@ -78,3 +78,16 @@ class EngineStats:
     running: int = 0
     waiting: int = 0
     kv_cache_usage: float = 0.0        # 0..1
+
+
+@dataclass
+class ServeOptions:
+    """What rank 0's HTTP server needs from the `vllm serve` arguments, whichever engine parsed them."""
+
+    host: str
+    port: int
+    served_model_names: list[str]
+    api_keys: list[str]
+    stream_interval: int
+    tp: int
+    pp: int

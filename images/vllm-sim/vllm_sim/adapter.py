@@ -1,12 +1,18 @@
 """The simulated engine behind sparklaunch's driver: a step blocks for its simulated duration.
 
-Sleeping to a deadline (step start + duration x time scale) rather than for the duration keeps the
-sim's own bookkeeping inside the simulated time, so a slow host CPU does not stretch steps as long as
-it keeps up. VLLM_SIM_TIME_SCALE < 1 runs faster than real time (tests).
+Steps are paced on a continuous timeline: while the engine stays busy, each step ends at the previous
+step's end + its duration (x VLLM_SIM_TIME_SCALE), whatever the host spent between steps (HTTP,
+collectives, a CPU shared with other work). A late step is followed by shorter sleeps until the
+timeline is caught up, so tokens/s stay right on a loaded machine as long as the host keeps up on
+average; after more than MAX_CATCH_UP_S behind, or when the engine was idle, the timeline restarts at now.
+VLLM_SIM_TIME_SCALE < 1 runs faster than real time (tests). VLLM_SIM_TRACE=FILE appends one JSON line
+per step (wall time, requests added, batch shape, simulated seconds) for calibration work.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Any
 
@@ -14,6 +20,9 @@ from sparklaunch.protocol import Delta, EngineStats, GenRequest
 
 from .config import ServeConfig
 from .engine import SimEngine
+
+
+MAX_CATCH_UP_S = 0.5
 
 
 class SimAdapter:
@@ -29,6 +38,10 @@ class SimAdapter:
         self.time_scale = cfg.time_scale
         self._sleep, self._clock = sleep, clock
         self.simulated_seconds = 0.0
+        self._deadline: float | None = None  # end of the last step on the timeline; None: idle
+        trace = os.environ.get("VLLM_SIM_TRACE")
+        self._trace = open(trace, "a", buffering=1) if trace else None
+        self._added = 0
 
     def encode(self, text: str) -> list[int]:
         return self.engine.tokenizer.encode(text)
@@ -38,6 +51,7 @@ class SimAdapter:
 
     def add_request(self, req: GenRequest) -> None:
         self.engine.add_request(req)
+        self._added += 1
 
     def abort_request(self, request_id: str) -> None:
         self.engine.abort_request(request_id)
@@ -47,11 +61,21 @@ class SimAdapter:
 
     def step(self) -> list[Delta]:
         start = self._clock()
+        if self._deadline is None or start - self._deadline > MAX_CATCH_UP_S:
+            self._deadline = start
         deltas, seconds = self.engine.step()
         self.simulated_seconds += seconds
-        remaining = start + seconds * self.time_scale - self._clock()
+        self._deadline += seconds * self.time_scale
+        if self._trace is not None:
+            shape = self.engine.last_shape
+            self._trace.write(json.dumps({"t": round(start, 4), "added": self._added, "decode": shape.decode_seqs,
+                                          "prefill": shape.prefill_tokens, "s": round(seconds, 5)}) + "\n")
+            self._added = 0
+        remaining = self._deadline - self._clock()
         if remaining > 0:
             self._sleep(remaining)
+        if not self.engine.has_unfinished():
+            self._deadline = None  # idle next: the next request starts a fresh timeline
         return deltas
 
     def stats(self) -> EngineStats:

@@ -17,7 +17,7 @@ import sys
 
 from aiohttp import web
 
-from sparklaunch.control import GlooControl, LocalControl
+from sparklaunch.control import GlooControl, LocalControl, RankFailure
 from sparklaunch.driver import EngineDriver, apply_and_step
 from sparklaunch.server import serve_http, setup_logging
 
@@ -54,11 +54,14 @@ def sim_routes(cfg: ServeConfig, adapter: SimAdapter, mode: str) -> list[web.Rou
 
 def make_control(cfg: ServeConfig):
     if cfg.mode == "native":
-        return GlooControl(cfg.node_rank, cfg.nnodes, f"tcp://{cfg.master_addr}:{cfg.master_port}", cfg.collective_timeout_s)
+        return GlooControl(cfg.node_rank, cfg.nnodes, f"tcp://{cfg.master_addr}:{cfg.master_port}",
+                           cfg.collective_timeout_s, cfg.rendezvous_timeout_s)
     if cfg.mode == "ray":
         from .ray_exec import RayControl
 
-        return RayControl(cfg)
+        control = RayControl(cfg)
+        control.start()  # fail at start-up, as vLLM does, when the Ray cluster cannot host the ranks
+        return control
     return LocalControl()
 
 
@@ -72,7 +75,11 @@ def run(cfg: ServeConfig) -> int:
              "max_num_seqs=%d, KV cache %.1f GiB (%d blocks), weights %.1f GiB/GPU",
              cfg.model, adapter.engine.model.name, cfg.tp, cfg.mode, cfg.graph_mode, p.max_model_len,
              p.max_num_batched_tokens, p.max_num_seqs, p.kv_cache_gib, p.kv_blocks, p.weights_gib)
-    control = make_control(cfg)
+    try:
+        control = make_control(cfg)
+    except RankFailure as e:
+        log.error("%s", e)
+        return 1
     if cfg.mode == "native" and cfg.node_rank > 0:
         if not cfg.headless:
             log.warning("node_rank %d runs no API server (as with --headless)", cfg.node_rank)

@@ -58,6 +58,7 @@ class ServeConfig:
     time_scale: float = 1.0
     gpus_per_node: int = 1
     collective_timeout_s: float = 30.0
+    rendezvous_timeout_s: float = 900.0
 
     @property
     def world_size(self) -> int:
@@ -131,6 +132,7 @@ def from_namespace(ns: argparse.Namespace, env: dict[str, str] | None = None) ->
         time_scale=float(env.get("VLLM_SIM_TIME_SCALE", "1.0")),
         gpus_per_node=int(env.get("VLLM_SIM_GPUS_PER_NODE", "1")),
         collective_timeout_s=float(env.get("VLLM_SIM_COLLECTIVE_TIMEOUT_S", "30")),
+        rendezvous_timeout_s=float(env.get("VLLM_SIM_RENDEZVOUS_TIMEOUT_S", "900")),
     )
     check_topology(cfg)
     return cfg

@@ -17,7 +17,7 @@ from .catalog import Catalog, Hardware, ModelProfile, default_catalog
 from .config import GIB, ConfigError, ServeConfig
 from .scheduler import BLOCK_SIZE, Scheduler, SchedulerLimits, Seq
 from .textgen import TextGen
-from .timing import ExecConfig, StepCostModel
+from .timing import ExecConfig, StepCostModel, StepShape
 from .tokenizer import SimTokenizer, default_tokenizer
 
 log = logging.getLogger("vllm_sim.engine")
@@ -118,6 +118,7 @@ class SimEngine:
         ))
         self._reqs: dict[str, _Req] = {}
         self.steps = 0
+        self.last_shape = StepShape()
 
     @property
     def max_model_len(self) -> int:
@@ -146,6 +147,7 @@ class SimEngine:
         if not batch.items:
             return [], 0.0
         seconds = self.cost.step_seconds(batch.shape)
+        self.last_shape = batch.shape
         self.steps += 1
         deltas: list[Delta] = []
         for seq in self.scheduler.complete(batch):

@@ -19,7 +19,7 @@ from .timing import StepShape
 BLOCK_SIZE = 16
 
 
-@dataclass
+@dataclass(eq=False)  # identity, not field equality: two sequences can look alike
 class Seq:
     request_id: str
     prompt_len: int

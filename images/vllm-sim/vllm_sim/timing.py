@@ -58,6 +58,7 @@ def _inclusion(experts: int, per_token: int, skew: float) -> tuple[float, ...]:
     return tuple(min(1.0, per_token * w / total) for w in weights)
 
 
+@lru_cache(maxsize=65536)
 def distinct_experts(tokens: int, experts: int, per_token: int, skew: float) -> float:
     """Expected number of experts (per layer) that at least one of `tokens` routes to.
 
