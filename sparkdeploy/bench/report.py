@@ -310,8 +310,9 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         out += [f"## {g.recipe} — pp{g.pp} / tg{g.tg}", ""]
         if s["simulated"]:
             out += ["> **Simulated.** These numbers come from the vLLM simulator (vllm-sim) standing in for GPU "
-                    "images in the lab, not from DGX Spark hardware. They show that the sweep, the report and the "
-                    "simulator's calibration agree with the seeds; they are not hardware measurements.", ""]
+                    "images in the lab, not from DGX Spark hardware: they exercise the sweep and the report end to "
+                    "end and compare the simulator's calibration with the seeds. They are not hardware "
+                    "measurements.", ""]
         out += ["| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date | Failed requests |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for col in s["columns"]:

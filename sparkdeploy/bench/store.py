@@ -167,9 +167,9 @@ def read_result(path: Path) -> Result:
 
 
 def stored(out_dir: Path, recipe: str, variant: str, pp: int, tg: int, concurrency: int,
-           min_runs: int = 1) -> Result | None:
-    """The finished measurement of that cell, or None (missing, unreadable, too few runs, or failed requests:
-    those cells are measured again)."""
+           min_runs: int = 1, same: dict[str, Any] | None = None) -> Result | None:
+    """The finished measurement of that cell, or None (missing, unreadable, too few runs, failed requests, or
+    metadata that differs from `same`, e.g. another image: those cells are measured again)."""
     path = result_path(out_dir, recipe, variant, pp, tg, concurrency)
     if not path.is_file():
         return None
@@ -178,6 +178,8 @@ def stored(out_dir: Path, recipe: str, variant: str, pp: int, tg: int, concurren
     except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         return None
     if result.runs < min_runs or result.errors or not all(m in result.metrics for m in METRICS):
+        return None
+    if any(result.metadata.get(k) != v for k, v in (same or {}).items()):
         return None
     return result
 

@@ -173,7 +173,10 @@ BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], Result]
 
 
 def make_plan(recipe: str, specs: list[TopologySpec], levels: list[int], settings: BenchSettings, out_dir: Path,
-              recipe_routing: str | None = None) -> SweepPlan:
+              recipe_routing: str | None = None,
+              expected: Callable[[TopologySpec], dict] | None = None) -> SweepPlan:
+    """What is stored and what is left. `expected(spec)`: metadata a stored result must match to count (the
+    image the deploy would run now: a result of another image is measured again, never mixed in)."""
     plan = SweepPlan(recipe, specs, levels, settings, Path(out_dir))
     variants = [s.variant(recipe_routing) for s in specs]
     if len(set(variants)) != len(variants):
@@ -181,7 +184,9 @@ def make_plan(recipe: str, specs: list[TopologySpec], levels: list[int], setting
                                   "column", "list each topology once"))
     for spec, variant in zip(specs, variants):
         plan.variants[spec] = variant
-        have = [c for c in levels if stored(out_dir, recipe, variant, settings.pp, settings.tg, c, settings.runs)]
+        same = expected(spec) if expected else None
+        have = [c for c in levels
+                if stored(out_dir, recipe, variant, settings.pp, settings.tg, c, settings.runs, same)]
         plan.done[spec] = have
         plan.todo[spec] = [c for c in levels if c not in have]
     return plan

@@ -177,7 +177,7 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
     """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
     Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
     from sparkdeploy.bench import report as report_mod
-    from sparkdeploy.bench.deploy_link import Deployer
+    from sparkdeploy.bench.deploy_link import Deployer, endpoint_of
     from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.store import load_results
     from sparkdeploy.bench.sweep import PlainReporter, RichReporter, make_plan, parse_levels, parse_topologies, run_sweep
@@ -196,8 +196,13 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
                                   f"use {', '.join(r.topologies)}"))
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
     out = Path(out_dir or Path(DEFAULT_OUT) / recipe)
-    plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy)
     deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
+
+    def expected(spec):  # rendered locally: the image this deploy would run
+        return {"image": endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing),
+                                     recipes_dir).metadata["image"]}
+
+    plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy, expected)
 
     def bench_fn(endpoint, c, progress):
         return run_cell(endpoint, settings, c, out, on_progress=progress)

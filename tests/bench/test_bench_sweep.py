@@ -45,7 +45,8 @@ class Fake:
         progress(c * 3, c * 3)
         self.benched.append(cell)
         ref = REF[cell]
-        r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, dict(ref.metadata, runs=3, failed_requests=0))
+        md = dict(ref.metadata, **endpoint.metadata)
+        r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, dict(md, runs=3, failed_requests=0))
         save_result(r, self.out)
         return r
 
@@ -146,7 +147,12 @@ def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench
     tok, corpus = bench_data
     out = tmp_path / "out"
     fake = Fake(out, interrupt_at=("2xsolo-shuffle", 4))
-    monkeypatch.setattr(deploy_link.Deployer, "__call__", lambda self, t, r: fake.deploy(t, r))
+
+    def deploy(self, topology, routing):  # what deploy would bring up (rendered), without deploying
+        fake.deploy(topology, routing)
+        return deploy_link.endpoint_of(str(inventory_file), RECIPE, topology, sets=self.sets_for(routing))
+
+    monkeypatch.setattr(deploy_link.Deployer, "__call__", deploy)
     monkeypatch.setattr(runner, "run_cell", lambda ep, s, c, o, on_progress=None: fake.bench(ep, c, on_progress))
     args = ("bench", "sweep", "--recipe", RECIPE, "--inventory", str(inventory_file), "--out", str(out),
             "--tokenizer", str(tok), "--corpus", str(corpus), "--plain")
@@ -161,6 +167,15 @@ def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench
     assert data["status"] == "complete" and len(data["skipped_stored"]) == 16 and len(data["measured"]) == 5
     assert data["agreement"][0]["decode_and_ttft"]["pct"] == 100.0
     assert (out / "decode.png").is_file() and (out / "ttft.png").is_file()
+    # a result of another image is measured again, never mixed into the sweep
+    path = out / "openai-gpt-oss-120b__cluster__pp1024-tg128__c8.json"
+    data = json.loads(path.read_text())
+    data["metadata"]["image"] = "sparkdeploy/vllm-node-mxfp4:000000000000"
+    path.write_text(json.dumps(data))
+    fake.benched.clear()
+    code, stdout, err = cli(*args)
+    assert code == 0, err
+    assert fake.benched == [("cluster", 8)]
 
 
 def test_live_display_shows_topology_level_and_eta(tmp_path):
