@@ -135,12 +135,22 @@ def container_states(dep: Deployment, conns: dict) -> dict[str, dict[str, tuple[
     return {o.node.name: (o.value if o.ok else {"(ssh)": (f"unreadable: {o.error}", -1, 0)}) for o in outcomes}
 
 
-def _dead(states: dict[str, dict[str, tuple[str, int, int]]]) -> list[str]:
+CRASH_LOOP_RESTARTS = 2  # restarts seen during the gate that mean a crash loop, not a slow start
+
+
+def _dead(states: dict[str, dict[str, tuple[str, int, int]]],
+          baseline: dict[str, dict[str, tuple[str, int, int]]] | None = None) -> list[str]:
+    """Containers that stopped, or restart in a loop (the restart policy would keep the gate waiting)."""
     out = []
     for node, per in states.items():
         for name, (status, code, restarts) in per.items():
             if status in ("exited", "dead", "missing", "created", "removing"):
                 out.append(f"{node} {name}: {status}" + (f" (exit code {code})" if status == "exited" else ""))
+                continue
+            first = ((baseline or {}).get(node) or {}).get(name)
+            if first is not None and restarts - first[2] >= CRASH_LOOP_RESTARTS:
+                out.append(f"{node} {name}: restarting in a loop ({restarts - first[2]} restarts during the gate, "
+                           f"last exit code {code})")
     return out
 
 
@@ -173,12 +183,14 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
     mask = dep.secrets.mask
     check_states = not states_known_running
     last_say = 0.0
+    baseline = None
     while True:
         if stop():
             return GateResult(False, time.monotonic() - t0, probes, "interrupted")
         if check_states:
             states = container_states(dep, conns)
-            dead = _dead(states)
+            baseline = baseline or states
+            dead = _dead(states, baseline)
             if dead:
                 return GateResult(False, time.monotonic() - t0, probes,
                                   mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
@@ -195,7 +207,7 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
             p.detail = mask(p.detail)
         if all(p.ok for p in probes):
             if not states_known_running:  # a rank may have died after its peer answered: look once more
-                dead = _dead(container_states(dep, conns))
+                dead = _dead(container_states(dep, conns), baseline)
                 if dead:
                     return GateResult(False, time.monotonic() - t0, probes,
                                       mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)

@@ -37,11 +37,16 @@ TRANSCRIPT: list[str] = []
 
 
 def sd(*args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess; output kept for the secrets search."""
-    r = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
-                       capture_output=True, text=True, timeout=timeout, env=env)
-    TRANSCRIPT.append(f"$ sparkdeploy {' '.join(args)}\n{r.stdout}\n{r.stderr}")
-    return r
+    """The real CLI in a subprocess; output kept for the secrets search. The lab is shared: while another
+    run holds the inventory's lock (another engineer's test deploying), wait for it rather than fail."""
+    deadline = time.monotonic() + 600
+    while True:
+        r = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
+                           capture_output=True, text=True, timeout=timeout, env=env)
+        TRANSCRIPT.append(f"$ sparkdeploy {' '.join(args)}\n{r.stdout}\n{r.stderr}")
+        if "another sparkdeploy run" not in r.stderr or time.monotonic() > deadline:
+            return r
+        time.sleep(3)
 
 
 def _fail(r: subprocess.CompletedProcess) -> str:

@@ -489,3 +489,12 @@ def test_apply_interrupted_skips_the_rest():
     assert ("write", "node.env", "changed") in statuses
     assert ("write", "secrets.env", SKIPPED) in statuses
     assert ("start-container", "sparkdeploy-vllm", SKIPPED) in statuses
+
+
+def test_gate_fails_fast_on_a_dead_rank_or_a_crash_loop():
+    dead = health._dead({"spark2": {"sparkdeploy-vllm": ("exited", 137, 0)}})
+    assert dead == ["spark2 sparkdeploy-vllm: exited (exit code 137)"]
+    first = {"spark1": {"sparkdeploy-vllm": ("running", 0, 0)}}
+    assert health._dead({"spark1": {"sparkdeploy-vllm": ("restarting", 1, 1)}}, first) == []
+    [loop] = health._dead({"spark1": {"sparkdeploy-vllm": ("restarting", 1, 2)}}, first)
+    assert "restarting in a loop" in loop
