@@ -34,17 +34,17 @@ def lab():
     from sparkdeploy.lab import LabSpec, up
 
     lab = module.Lab(up(LabSpec()))
-    shimmed = [node for node in lab.nodes if _install_memlock_shim(lab, node)]
-    yield lab
-    for node in shimmed:
-        lab.docker_exec(node, "rm", "-f", MEMLOCK_SHIM, check=False)
+    for node in lab.nodes:
+        _install_memlock_shim(lab, node)  # left in place: every `up` in the shared lab needs it (see below)
+    return lab
 
 
 # The rendered run scripts say `--ulimit memlock=-1` (what a Spark needs for RDMA). This host cannot grant
 # CAP_SYS_RESOURCE, so no container here (lab node or inner container) can raise RLIMIT_MEMLOCK above its hard
-# limit (8 MiB) and runc refuses the container. Until the lab simulates that itself, these tests put a `docker`
-# wrapper first in the nodes' PATH that turns `--ulimit memlock=-1` into the node's hard limit (logged as
-# SIMULATED). Nothing else changes; the rendered files stay exactly what a real Spark gets.
+# limit (8 MiB) and runc refuses the container. Until the lab simulates that itself (images/lab-node), these
+# tests put a `docker` wrapper first in the nodes' PATH that turns `--ulimit memlock=-1` into the node's hard
+# limit (logged as SIMULATED); it stays (the nodes are the lab's, recreated by `lab up --rebuild`), since every
+# deployment in the shared lab needs it. Nothing else changes; the rendered files stay what a real Spark gets.
 MEMLOCK_SHIM = "/usr/local/bin/docker"
 _SHIM = r"""#!/bin/bash
 # SIMULATED memlock (sparkdeploy tests/deploy): this host cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE),
