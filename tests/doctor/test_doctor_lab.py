@@ -309,3 +309,32 @@ def test_endpoints_of_2xsolo_and_a_hung_engine(lab, cli, deployed):
     hung = rows(report)[("endpoint.health", "spark2")]
     assert hung["status"] == "fail" and "no answer within" in hung["measured"]
     assert seconds < 60
+
+
+def test_unknown_and_changed_host_keys_are_refused(lab, cli, derived_inventory, tmp_path):
+    import paramiko
+
+    from sparkdeploy.remote import fingerprint
+
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+    path = derived_inventory(lambda d: d["cluster"].update(known_hosts=str(empty)), name="unknown.yaml")
+    code, report, _ = doctor(cli, path, "--only", "access.ssh")
+    assert code == 1
+    row = rows(report)[("access.ssh", "spark2")]
+    assert row["status"] == "fail" and "unknown SSH host key" in row["measured"] and "SHA256:" in row["measured"]
+    assert "sparkdeploy trust spark2" in row["fix"]
+    assert not empty.read_text()  # nothing was added behind the user's back
+
+    other = paramiko.Ed25519Key.from_private_key_file(str(lab.key))  # a key that is not spark2's host key
+    wrong = tmp_path / "known_hosts_wrong"
+    good = lab.known_hosts.read_text().splitlines()
+    lines = [ln for ln in good if not ln.startswith(lab.nodes[1].mgmt_ip + " ")]
+    lines.append(f"{lab.nodes[1].mgmt_ip} {other.get_name()} {other.get_base64()}")
+    wrong.write_text("\n".join(lines) + "\n")
+    path = derived_inventory(lambda d: d["cluster"].update(known_hosts=str(wrong)), name="changed.yaml")
+    code, report, _ = doctor(cli, path, "--only", "access.ssh")
+    r = rows(report)
+    assert code == 1 and r[("access.ssh", "spark1")]["status"] == "pass"
+    row = r[("access.ssh", "spark2")]
+    assert row["status"] == "fail" and "CHANGED" in row["measured"] and fingerprint(other) in row["measured"]
