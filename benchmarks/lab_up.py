@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How long `lab up` takes, against its goals: < 60 s with the lab images built, < 10 min from nothing.
 
-Runs on a lab of its own (name `labbench`, subnets 172.30.97.0/24 and 172.30.98.0/24, a temporary state
-folder), so the shared lab is not taken down.
+Runs on a lab of its own (name `labbench`, two free 172.30.X.0/24 subnets, a temporary state folder), so the
+shared lab is not taken down.
 
 - warm: `lab up` with the lab images already built (median of --runs), three ways: from `lab down` (empty
   inner engines: every engine image is loaded into every node), with the node containers removed but their
@@ -71,8 +71,13 @@ def main() -> int:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-labbench-") as state:
-        spec = LabSpec(name="labbench", nodes=args.nodes, mgmt_subnet="172.30.97.0/24",
-                       fabric_subnet="172.30.98.0/24", state_dir=Path(state),
+        import docker
+
+        from sparkdeploy.lab.network import free_subnets
+
+        down(LabSpec(name="labbench", state_dir=Path(state)))  # an interrupted earlier run
+        mgmt, fabric = free_subnets(docker.from_env())
+        spec = LabSpec(name="labbench", nodes=args.nodes, mgmt_subnet=mgmt, fabric_subnet=fabric, state_dir=Path(state),
                        images=tuple(i for i in args.images.split(",") if i))
         lines = []
         try:

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, json_option
 from sparkdeploy.lab import lifecycle
+from sparkdeploy.lab import nodestatus as lab_status
 from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
 
 name_option = click.option("--name", default=DEFAULT_NAME, show_default=True,
@@ -20,7 +21,7 @@ def _spec(name: str, nodes: int = 2, subnet: str = DEFAULT_MGMT_SUBNET, fabric_s
                    images=tuple(i.strip() for i in images.split(",") if i.strip()))
 
 
-def _print_table(rows: list[lifecycle.NodeStatus], title: str) -> None:
+def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
     table = Table(title=title, title_justify="left")
     for col in ("node", "state", "mgmt ip", "fabric ip", "fabric iface", "ssh", "dockerd", "storage"):
         table.add_column(col)
@@ -55,7 +56,7 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
     if as_json:
         emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1), "phases": result.phases,
                    "created": result.created, "started": result.started,
-                   "images": [vars(i) for i in result.images], "nodes": lifecycle.status_dicts(result.nodes)})
+                   "images": [vars(i) for i in result.images], "nodes": lab_status.status_dicts(result.nodes)})
         return
     _print_table(result.nodes, f"lab {spec.name}: up in {result.seconds:.1f} s "
                                f"({len(result.created)} created, {len(result.started)} started)")
@@ -91,9 +92,9 @@ def down_cmd(name, all_labs, purge, as_json):
 def status_cmd(name, as_json):
     """Nodes, IPs and state. Exit 1 when the lab is not up or a node is unhealthy."""
     spec = _spec(name)
-    rows = lifecycle.status(spec)
+    rows = lab_status.status(spec)
     if as_json:
-        emit_json({"name": spec.name, "inventory": str(spec.inventory_path), "nodes": lifecycle.status_dicts(rows)})
+        emit_json({"name": spec.name, "inventory": str(spec.inventory_path), "nodes": lab_status.status_dicts(rows)})
     elif rows:
         _print_table(rows, f"lab {spec.name}")
-    lifecycle.fail_if_not_up(rows, spec)
+    lab_status.fail_if_not_up(rows, spec)

@@ -5,7 +5,8 @@ API: `up(LabSpec(...))`, `down(spec)`, `status(spec)`; `LabSpec().inventory_path
 to (`--inventory lab` finds the default lab's).
 """
 
-from sparkdeploy.lab.lifecycle import NodeStatus, UpResult, down, status, up
+from sparkdeploy.lab.lifecycle import UpResult, down, up
+from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import LabSpec
 
 __all__ = ["LabSpec", "NodeStatus", "UpResult", "down", "status", "up"]

@@ -87,6 +87,28 @@ def _overlapping(client, subnet: str, name: str) -> list[str]:
     return hits
 
 
+def free_subnets(client, count: int = 2, second_octets: range = range(100, 250)) -> list[str]:
+    """`count` 172.30.X.0/24 subnets no Docker network on this engine uses (for extra labs: tests, benchmarks).
+
+    Fixed subnets for throw-away labs collide sooner or later with someone's experiment on a shared engine.
+    """
+    used = []
+    for net in client.networks.list():
+        for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+            try:
+                used.append(ipaddress.ip_network(cfg["Subnet"]))
+            except (KeyError, ValueError):
+                continue
+    free = []
+    for octet in second_octets:
+        candidate = ipaddress.ip_network(f"172.30.{octet}.0/24")
+        if not any(candidate.overlaps(u) for u in used):
+            free.append(str(candidate))
+            if len(free) == count:
+                return free
+    raise ConfigError(Problem("docker", "networks", "no free 172.30.X.0/24 subnet left", "remove unused networks"))
+
+
 def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, object]:
     """Create or reuse both networks; returns {"mgmt": Network, "fabric": Network}."""
     result = {}

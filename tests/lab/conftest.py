@@ -70,6 +70,18 @@ class Lab:
         return result
 
 
+def side_lab_spec(name: str, nodes: int, state_dir: Path) -> LabSpec:
+    """A lab beside the shared one: its own name, state folder and two subnets nobody uses right now.
+    A leftover of an interrupted session with that name is taken down first."""
+    import docker
+
+    from sparkdeploy.lab.network import free_subnets
+
+    down(LabSpec(name=name, state_dir=state_dir))
+    mgmt, fabric = free_subnets(docker.from_env())
+    return LabSpec(name=name, nodes=nodes, mgmt_subnet=mgmt, fabric_subnet=fabric, images=(), state_dir=state_dir)
+
+
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     ensure_engine()
@@ -77,10 +89,15 @@ def lab() -> Lab:
 
 
 @pytest.fixture(scope="session")
+def side_spec():
+    """side_spec(name, nodes, state_dir) -> LabSpec (see side_lab_spec)."""
+    return side_lab_spec
+
+
+@pytest.fixture(scope="session")
 def scratch_lab(tmp_path_factory) -> Lab:
     """Two nodes nobody else uses, for tests that break things on purpose."""
     ensure_engine()
-    spec = LabSpec(name="labscratch", nodes=2, mgmt_subnet="172.30.91.0/24", fabric_subnet="172.30.92.0/24",
-                   images=(), state_dir=tmp_path_factory.mktemp("labscratch"))
+    spec = side_lab_spec("labscratch", 2, tmp_path_factory.mktemp("labscratch"))
     yield Lab(up(spec))
     down(spec)

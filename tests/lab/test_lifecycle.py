@@ -1,20 +1,22 @@
-"""Leftovers, `lab down`, and labs side by side, on a throw-away one-node lab (own name, subnets, state).
+"""Leftovers, `lab down`, and labs side by side, on a throw-away one-node lab (own name, free subnets, state).
 
 The shared session lab is only read here: the last test checks `lab down` of the side lab left it alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import docker
 import pytest
 
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.lab import LabSpec, down, up
+from sparkdeploy.lab.network import free_subnets
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL
 
 pytestmark = pytest.mark.lab
 
-SIDE = dict(name="labtest", nodes=1, mgmt_subnet="172.30.87.0/24", fabric_subnet="172.30.88.0/24", images=())
 MARK = "/var/lib/docker/lab-test-marker"
 
 
@@ -24,9 +26,8 @@ def client():
 
 
 @pytest.fixture(scope="module")
-def side(lab, tmp_path_factory, client):
-    spec = LabSpec(state_dir=tmp_path_factory.mktemp("labtest"), **SIDE)
-    down(spec)  # leftovers of an interrupted earlier session
+def side(lab, tmp_path_factory, client, side_spec):
+    spec = side_spec("labtest", 1, tmp_path_factory.mktemp("labtest"))
     first = up(spec)
     assert first.created == ["spark1"]
     yield spec
@@ -68,7 +69,7 @@ def test_leftover_whose_network_vanished_is_recreated_keeping_its_volume(side, c
 
 def test_another_state_folder_adopts_the_running_labs_keys(side, client, tmp_path):
     """Two users (or test sessions) with different state folders share one lab instead of fighting over it."""
-    other = LabSpec(state_dir=tmp_path, **SIDE)
+    other = dataclasses.replace(side, state_dir=tmp_path)
     result = up(other)
     assert result.created == [] and result.started == []
     assert (tmp_path / "lab_ed25519").read_bytes() == (side.directory / "lab_ed25519").read_bytes()
@@ -78,11 +79,10 @@ def test_another_state_folder_adopts_the_running_labs_keys(side, client, tmp_pat
 def test_foreign_overlapping_network_is_a_config_error(client, tmp_path):
     from docker.types import IPAMConfig, IPAMPool
 
-    foreign = client.networks.create("sparkdeploy-test-foreign", ipam=IPAMConfig(
-        pool_configs=[IPAMPool(subnet="172.30.89.0/24")]))
+    taken, fabric = free_subnets(client)
+    foreign = client.networks.create("sparkdeploy-test-foreign", ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=taken)]))
     try:
-        spec = LabSpec(name="labclash", nodes=1, mgmt_subnet="172.30.89.0/24", fabric_subnet="172.30.90.0/24",
-                       images=(), state_dir=tmp_path)
+        spec = LabSpec(name="labclash", nodes=1, mgmt_subnet=taken, fabric_subnet=fabric, images=(), state_dir=tmp_path)
         with pytest.raises(ConfigError) as err:
             up(spec)
         assert "--subnet" in str(err.value) and "sparkdeploy-test-foreign" in str(err.value)
