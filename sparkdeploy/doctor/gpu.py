@@ -134,8 +134,8 @@ def memory(run: DoctorRun, node: Node) -> Result:
             if c["state"] == "running" and c["role"] != "proxy"]
     if ours:
         return ok(measured + f"; our {ours[0]['name']} is running and holds its share", expected, simulated=sim)
-    fix = (f"stop what holds the memory (nvidia-smi; docker ps), drop the page cache "
-           f"(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), or lower vllm.gpu_memory_utilization")
+    fix = ("stop what holds the memory (nvidia-smi; docker ps), drop the page cache "
+           "(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), or lower vllm.gpu_memory_utilization")
     if free_b < need:
         return fail(measured, expected, fix, simulated=sim)
     if free_b < need + headroom:

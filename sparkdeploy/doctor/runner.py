@@ -18,7 +18,7 @@ from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
 from sparkdeploy.remote import HostKeyError, fingerprint
 
-from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail, skip
+from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from .session import DoctorConnection, DoctorRun, NodeSession, Options
 
 MAX_PARALLEL = 24
@@ -77,6 +77,8 @@ def connect(run: DoctorRun, node: Node) -> Result:
     port = node.ssh.port or 22
     started = time.monotonic()
     problem = _tcp_probe(node.mgmt_ip, port, CONNECT_TIMEOUT_S)
+    if problem and node.ssh.port is None:
+        problem = ""  # ~/.ssh/config may name another port: let the SSH client decide (it retries, then fails)
     if problem:
         session.connect_error = ConnectionError(problem)
         return fail(problem, "sshd answers on the management IP",

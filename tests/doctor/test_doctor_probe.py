@@ -31,11 +31,19 @@ def test_probe_imports_only_torch_and_the_standard_library():
     assert names - STDLIB == {"torch"}, names - STDLIB
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _torchrun(tmp_path: Path, *extra: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, float]:
     pytest.importorskip("torch")
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29731",
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
          str(PROBE), "--backend", "gloo", *extra],
         capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     return proc, time.monotonic() - started
@@ -65,7 +73,7 @@ def test_probe_overall_timeout_ends_it(tmp_path):
     out = tmp_path / "result.json"
     # far too short for a 256 MiB sweep on CPU: the watchdog must end the ranks, exit 124, and say where
     proc, seconds = _torchrun(tmp_path, "--timeout", "4", "--json", str(out), timeout=120)
-    assert proc.returncode != 0
-    assert "overall timeout of 4 s reached" in proc.stderr
+    assert proc.returncode != 0, proc.stdout[-1500:]
+    assert "overall timeout of 4 s reached" in proc.stderr, proc.stderr[-3000:]
     assert seconds < 60
     assert json.loads(out.read_text())["ok"] is False

@@ -280,6 +280,8 @@ def test_list_checks(cli):
 def test_unreachable_node_fails_access_and_skips_the_rest(cli, write_inventory):
     # TEST-NET addresses: nothing answers. access.ssh is included even when --only does not name it.
     data = copy.deepcopy(TWO_NODES)
+    for n in data["nodes"]:
+        n["ssh"]["port"] = 22  # an explicit port: the quick TCP probe decides
     path = write_inventory(data)
     import sparkdeploy.doctor.runner as runner
 

@@ -327,7 +327,7 @@ def format_table(result: dict) -> str:
     for r in result["rows"]:
         lines.append(f"{r['size']:>12} {r['count']:>13} {r['type']:>9} {r['redop']:>7} {r['root']:>7} "
                      f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}")
-    lines.append(f"# Out of bounds values : 0 OK")
+    lines.append("# Out of bounds values : 0 OK")
     lines.append(f"# Avg bus bandwidth    : {result.get('avg_busbw', 0.0):.4f}")
     lines.append(f"# Peak bus bandwidth   : {result.get('peak_busbw', 0.0):.4f}")
     lat = result.get("lat4k") or {}
