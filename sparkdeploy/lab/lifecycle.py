@@ -1,4 +1,4 @@
-"""`lab up`, `lab down`, `lab status`: the order of the steps, progress output, and nothing else.
+"""`lab up` and `lab down`: the order of the steps, progress output, and nothing else (status: nodestatus.py).
 
 up: keys -> lab images (built once, content-hash tags) -> networks -> node containers (reused when their
 config hash matches, started when stopped, replaced otherwise) -> wait for sshd and the inner dockerd ->
@@ -23,16 +23,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import engine_images, keys, network, nodes
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
 
 _console = Console(stderr=True, highlight=False)
-
-
-def console() -> Console:
-    return _console
 
 
 def _say(msg: str) -> None:
@@ -59,12 +56,6 @@ def _lab_lock(spec: LabSpec):
         yield
 
 
-def docker_client():
-    from sparkdeploy.images.build import docker_client as client
-
-    return client()
-
-
 @dataclass
 class UpResult:
     spec: LabSpec
@@ -74,7 +65,7 @@ class UpResult:
     created: list[str] = field(default_factory=list)  # node names whose container was (re)created
     started: list[str] = field(default_factory=list)  # node names started by this run
     seconds: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, for the benchmark and -v
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (CLI summary, benchmark)
 
 
 # -- up ------------------------------------------------------------------------------------------------------

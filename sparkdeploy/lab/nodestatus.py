@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import nodes
 from sparkdeploy.lab.spec import LabSpec
 
@@ -41,8 +42,6 @@ def _fabric_iface(container) -> str:
 
 def status(spec: LabSpec | None = None, client=None) -> list[NodeStatus]:
     """What each node container is doing: state, addresses, and whether sshd and the inner dockerd answer."""
-    from sparkdeploy.images.build import docker_client
-
     spec = spec or LabSpec()
     client = client or docker_client()
     found = []
