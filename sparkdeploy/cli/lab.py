@@ -67,7 +67,8 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
             click.echo(f"image {item.tag}: loaded on {', '.join(item.loaded) or 'none'}; "
                        f"already on {', '.join(item.present) or 'none'}")
     click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
-    click.echo(f"inventory: {result.inventory}   (use --inventory lab)")
+    hint = "--inventory lab" if spec.name == DEFAULT_NAME else f"--inventory {result.inventory}"
+    click.echo(f"inventory: {result.inventory}   (deploy with {hint})")
     click.echo("GPU, RDMA and link speed on these nodes are SIMULATED.")
 
 
