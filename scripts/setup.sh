@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pair in shellcheck:shellcheck debootstrap:debootstrap dockerd:docker.io ip:iproute2 ping:iputils-ping zstd:zstd; do
+for pair in shellcheck:shellcheck debootstrap:debootstrap dockerd:docker.io ip:iproute2 ping:iputils-ping zstd:zstd ssh:openssh-client; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 if ((${#need_apt[@]})); then

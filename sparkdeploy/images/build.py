@@ -10,6 +10,8 @@ exists, so a second call costs one API round trip. Two kinds of definition:
 from __future__ import annotations
 
 import gzip
+import contextlib
+import fcntl
 import io
 import os
 import re
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.definitions import LABEL, ImageDefinition, load_definition
 
@@ -60,12 +63,29 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
     tag = definition.tag
     if not force and image_exists(client, tag):
         return tag
-    say(f"building {tag}")
-    if definition.kind == "rootfs":
-        _build_rootfs(definition, client, tag, say)
-    else:
-        _build_dockerfile(definition, client, tag, base_tag, say)
+    # Two processes (a test and `lab up`, say) may want the same image: one builds, the other waits and
+    # then finds the tag. The wheels folder is shared too, so the lock covers the download as well.
+    with _build_lock(name):
+        if not force and image_exists(client, tag):
+            return tag
+        say(f"building {tag}")
+        if definition.kind == "rootfs":
+            _build_rootfs(definition, client, tag, say)
+        else:
+            _build_dockerfile(definition, client, tag, base_tag, say)
     return tag
+
+
+@contextlib.contextmanager
+def _build_lock(name: str):
+    locks = paths.state_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"image-{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _print(line: str) -> None:
