@@ -100,3 +100,48 @@ def converged_facts(dep: Deployment, node: str) -> NodeFacts:
             status="running", running=True, started_at="2026-01-01T00:00:00.123456789Z"))
         f.listening.update(c.ports)
     return f
+
+
+# -- the lab's memlock --------------------------------------------------------------------------------------
+# The rendered run scripts say `--ulimit memlock=-1` (what a Spark needs for RDMA). This host cannot grant
+# CAP_SYS_RESOURCE, so no container here (lab node or inner container) can raise RLIMIT_MEMLOCK above its hard
+# limit (8 MiB) and runc refuses the container. Until the lab simulates that itself (images/lab-node), these
+# tests put a `docker` wrapper first in the nodes' PATH that turns `--ulimit memlock=-1` into the node's hard
+# limit (logged as SIMULATED); it stays (the nodes are the lab's, recreated by `lab up --rebuild`), since every
+# deployment in the shared lab needs it. Nothing else changes; the rendered files stay what a real Spark gets.
+MEMLOCK_SHIM = "/usr/local/bin/docker"
+_SHIM = r"""#!/bin/bash
+# SIMULATED memlock (sparkdeploy tests/deploy): this host cannot raise RLIMIT_MEMLOCK (no CAP_SYS_RESOURCE),
+# so `--ulimit memlock=-1` becomes the node's hard limit. Everything else goes to the real docker unchanged.
+hard=$(ulimit -H -l)
+out=()
+while [ $# -gt 0 ]; do
+  if [ "$hard" != unlimited ] && [ "$1" = --ulimit ] && [ "${2:-}" = memlock=-1 ]; then
+    out+=(--ulimit "memlock=$((hard * 1024)):$((hard * 1024))")
+    echo "$(date -u +%FT%TZ) SIMULATED memlock=-1 -> ${hard} KiB" >> /tmp/sparkdeploy-lab-memlock.log 2>/dev/null
+    shift 2
+    continue
+  fi
+  out+=("$1"); shift
+done
+exec /usr/bin/docker "${out[@]}"
+"""
+
+
+def install_memlock_shim(spec) -> list[str]:
+    """Install the wrapper on every node of the lab `spec` that needs it and lacks it; return those nodes."""
+    import subprocess
+
+    done = []
+    for node in spec.node_specs():
+        container = spec.container_name(node.name)
+        probe = subprocess.run(["docker", "exec", container, "bash", "-c",
+                                f"ulimit -H -l; test -e {MEMLOCK_SHIM} && echo present"],
+                               capture_output=True, text=True).stdout.split()
+        if not probe or probe[0] == "unlimited" or "present" in probe:
+            continue
+        script = f"cat > {MEMLOCK_SHIM}.tmp && chmod 0755 {MEMLOCK_SHIM}.tmp && mv {MEMLOCK_SHIM}.tmp {MEMLOCK_SHIM}"
+        subprocess.run(["docker", "exec", "-i", container, "bash", "-c", script], input=_SHIM, text=True,
+                       check=True, capture_output=True)
+        done.append(node.name)
+    return done
