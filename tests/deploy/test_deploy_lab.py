@@ -217,10 +217,18 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
             assert (c["started_at"]) == before[n["name"]][c["name"]][1]
 
     if topology == "2xsolo":
-        a, b = check_balance(first["backends"], endpoint, key)
-        share = a / (a + b)
-        print(f"2xsolo balance: {a:g} / {b:g} ({share:.0%} on spark1)")
-        assert 0.40 <= share <= 0.60, f"unbalanced: {a} vs {b}"
+        # simple-shuffle is a uniform random choice per request: with 64 requests the share on one backend
+        # has a standard deviation of 6.25%, so a fair router still lands outside 50 +/- 10% about 10% of the
+        # time. A second batch of 64 is sent only then (a fair router fails both about 1% of the time; one
+        # that starves a backend, like least-busy in the seeds, fails both).
+        shares = []
+        for _ in range(2):
+            a, b = check_balance(first["backends"], endpoint, key)
+            shares.append(a / (a + b))
+            print(f"2xsolo balance: {a:g} / {b:g} ({shares[-1]:.0%} on spark1)")
+            if 0.40 <= shares[-1] <= 0.60:
+                break
+        assert 0.40 <= shares[-1] <= 0.60, f"unbalanced in both batches: {shares}"
         sd("up", *args, "--dry-run")  # its output goes into the secrets search too
         check_secrets_nowhere(lab, inv, secrets)
 
