@@ -7,7 +7,7 @@ head node (paths made absolute). Each run is the real CLI in a fresh process (`p
 timed from start to exit, so Python start-up and imports count as a user would feel them; runs alternate
 one/two nodes after one warm-up each, and the medians are compared.
 
-    python benchmarks/doctor_time.py [--runs 5] [--recipe qwen3-coder-30b-int4]
+    python benchmarks/doctor_time.py [--runs 5] [--recipe openai-gpt-oss-120b]
 
 Needs the lab up (`sparkdeploy lab up`). Prints the figures; docs/benchmarks.md records them.
 """
@@ -59,7 +59,7 @@ def run_doctor(inventory: Path, extra: list[str]) -> tuple[float, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--recipe", default="qwen3-coder-30b-int4",
+    parser.add_argument("--recipe", default="openai-gpt-oss-120b",
                         help="recipe for the image/memory/port checks ('' for none)")
     parser.add_argument("--inventory", default=None, help="the lab's inventory (default: the default lab's)")
     args = parser.parse_args()
