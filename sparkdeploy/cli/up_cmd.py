@@ -272,6 +272,8 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
                                states_known_running=not started)
     result["health"] = gate.as_dict()
     if interrupt.set:
+        out.warn("interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
+                 "wait for health (it changes nothing), or `sparkdeploy down`")
         raise KeyboardInterrupt
     if not gate.ok:
         gate.logs = health.collect_logs(dep, session.conns)
