@@ -95,18 +95,6 @@ def inventory_lock(inventory: Inventory):
 
 # -- connections and facts ------------------------------------------------------------------------------
 
-class _Connection(NodeConnection):
-    """remote.NodeConnection, tolerant of one Fabric quirk: Fabric 3 refuses a connect timeout given both as
-    `connect_timeout` and in `connect_kwargs` ("Refusing to be ambiguous"). The host-key policy, retries and
-    everything else stay remote.py's."""
-
-    def _fabric(self):
-        conn = super()._fabric()
-        if conn.connect_timeout is not None:
-            conn.connect_kwargs.pop("timeout", None)
-        return conn
-
-
 @dataclass
 class Session:
     """One connection per node of the inventory, opened lazily, closed at the end of the run."""
@@ -117,7 +105,7 @@ class Session:
     @classmethod
     def open(cls, inventory: Inventory, connect_timeout: float | None = None) -> "Session":
         kwargs = {"connect_timeout": connect_timeout} if connect_timeout else {}
-        return cls(inventory, {n.name: _Connection(n, inventory, **kwargs) for n in inventory.nodes})
+        return cls(inventory, {n.name: NodeConnection(n, inventory, **kwargs) for n in inventory.nodes})
 
     def close(self) -> None:
         for conn in self.conns.values():
