@@ -212,7 +212,9 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
             else:
                 skipped.append(Result(SKIP, f"not run: {node.name} is not reachable over SSH (see access.ssh)",
                                       check=check.id, node=node.name))
-    results = _run_tasks(run, tasks)
+    # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link.
+    results = _run_tasks(run, [t for t in tasks if t.check.opt_in is None])
+    results += _run_tasks(run, [t for t in tasks if t.check.opt_in is not None])
     order = {c.id: i for i, c in enumerate(checks)}
     node_order = {n.name: i for i, n in enumerate(run.nodes)}
     combined = results + skipped
