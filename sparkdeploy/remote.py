@@ -136,7 +136,8 @@ class NodeConnection:
                     self.node,
                     f"{self.node.name} ({self.node.mgmt_ip}): the SSH host key CHANGED (now {fingerprint(exc.key)}, "
                     f"expected {fingerprint(exc.expected_key)}); refusing to connect. If the node was reinstalled, "
-                    f"remove its line from {self.known_hosts} and run: sparkdeploy trust {self.node.name}",
+                    f"check the new fingerprint on its console, then run: sparkdeploy trust {self.node.name} "
+                    f"--replace",
                     exc.key) from None
             except paramiko.AuthenticationException as exc:
                 raise StepFailed(f"{self.node.name} ({self.node.mgmt_ip}): SSH authentication failed ({exc}); "

@@ -35,6 +35,7 @@ def inventory_data(spec: LabSpec) -> dict:
     return {
         "cluster": {
             "name": spec.name,
+            "default_recipe": "openai-gpt-oss-120b",
             "secrets_file": SECRETS_FILE,
             "known_hosts": KNOWN_HOSTS,
             "image_override": "vllm-sim",
