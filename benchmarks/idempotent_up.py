@@ -98,14 +98,6 @@ def main() -> int:
     ap.add_argument("--down", action="store_true", help="run `sparkdeploy down` at the end")
     opts = ap.parse_args()
 
-    if opts.inventory == "lab":  # the lab cannot grant --ulimit memlock=-1: see tests/deploy/deploy_helpers.py
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "deploy"))
-        from deploy_helpers import install_memlock_shim
-
-        from sparkdeploy.lab import LabSpec
-
-        if install_memlock_shim(LabSpec()):
-            print("lab: installed the SIMULATED memlock docker wrapper on the nodes")
     args = ["--recipe", RECIPE, "-t", opts.topology, "-i", opts.inventory, "--timeout", "300"]
     if opts.backend:
         args += ["-b", opts.backend]

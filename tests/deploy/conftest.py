@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_helpers import install_memlock_shim, make_deployment
+from deploy_helpers import make_deployment
 
 
 @pytest.fixture
@@ -33,6 +33,4 @@ def lab():
     module.ensure_engine()
     from sparkdeploy.lab import LabSpec, up
 
-    lab = module.Lab(up(LabSpec()))
-    install_memlock_shim(lab.spec)  # left in place: every `up` in the shared lab needs it (deploy_helpers)
-    return lab
+    return module.Lab(up(LabSpec()))

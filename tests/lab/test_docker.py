@@ -47,6 +47,20 @@ def test_docker_run_gpus_all(lab):
     assert "SIMULATED prestart" in hook_log  # the daemon really ran the hook as an OCI prestart hook
 
 
+def test_memlock_unlimited_is_simulated_and_says_so(lab):
+    """The run scripts ask for --ulimit memlock=-1 (RDMA on a Spark); this host cannot grant it, so the lab's
+    docker wrapper maps it to the node's hard limit and prints SIMULATED. Without the wrapper runc refuses."""
+    node = lab.nodes[0]
+    tag = _any_image(lab, node)
+    run = lab.ssh(node, f"docker run --rm --ulimit memlock=-1 {tag} sh -c 'ulimit -l'", check=False)
+    assert run.returncode == 0, run.stderr
+    assert "SIMULATED" in run.stderr and "memlock" in run.stderr
+    hard = lab.ssh(node, "ulimit -H -l").stdout.strip()
+    assert run.stdout.strip() == hard
+    direct = lab.ssh(node, f"/usr/bin/docker run --rm --ulimit memlock=-1 {tag} true", check=False)
+    assert direct.returncode != 0 and "rlimit" in direct.stderr.lower()
+
+
 def test_preload_streams_once_then_skips(scratch_lab):
     """save | load into every node lacking the image; a second pass finds the same image ID and skips."""
     import docker
