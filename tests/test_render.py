@@ -152,8 +152,8 @@ def all_deployments():
     return out
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck (Debian package) is installed by .ci/run")
 def test_every_rendered_script_passes_shellcheck(tmp_path):
+    assert shutil.which("shellcheck"), "shellcheck (Debian package) is installed by scripts/setup.sh"
     count = 0
     for name, topo, backend in all_deployments():
         dep = deployment(topo, backend, recipe=name)
