@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
 from . import engine
@@ -70,10 +71,16 @@ def _ids(session: NodeSession, refs: list[str]) -> dict[str, str | None]:
     if not refs:
         return {}
     secs = session.script(PRESENT_SCRIPT, refs, timeout=20)
-    out = {}
+    out: dict[str, str | None] = {}
     for i, ref in enumerate(refs):
         sec = secs.get(f"img{i}")
-        out[ref] = sec.out.strip() if sec is not None and sec.rc == 0 and sec.out.strip() else None
+        if sec is not None and sec.rc == 0 and sec.out.strip():
+            out[ref] = sec.out.strip()
+        elif sec is not None and "no such image" in (sec.err + sec.out).lower():
+            out[ref] = None
+        else:  # the engine did not say "no such image": not proof of absence
+            why = ((sec.err or sec.out).strip().splitlines() or ["no answer"])[-1] if sec else "no answer"
+            raise StepFailed(f"{session.node.name}: docker image inspect {ref} failed: {why}")
     return out
 
 
