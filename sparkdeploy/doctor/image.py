@@ -16,7 +16,7 @@ from pathlib import Path
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
-from . import engine
+from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
@@ -50,6 +50,7 @@ print("@@versions@@" + json.dumps(out))
 """
 
 PRESENT_SCRIPT = r"""
+shift 3
 i=0
 for ref in "$@"; do sec "img$i" docker image inspect --format '{{.Id}}' "$ref"; i=$((i+1)); done
 """
@@ -67,10 +68,7 @@ def serving_image(run: DoctorRun, node: Node) -> str | None:
     return next((c.image for c in nd.containers if c.role != "proxy"), None)
 
 
-def _ids(session: NodeSession, refs: list[str]) -> dict[str, str | None]:
-    if not refs:
-        return {}
-    secs = session.script(PRESENT_SCRIPT, refs, timeout=20)
+def parse_ids(secs: dict, refs: list[str], node: str) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for i, ref in enumerate(refs):
         sec = secs.get(f"img{i}")
@@ -80,13 +78,14 @@ def _ids(session: NodeSession, refs: list[str]) -> dict[str, str | None]:
             out[ref] = None
         else:  # the engine did not say "no such image": not proof of absence
             why = ((sec.err or sec.out).strip().splitlines() or ["no answer"])[-1] if sec else "no answer"
-            raise StepFailed(f"{session.node.name}: docker image inspect {ref} failed: {why}")
+            raise StepFailed(f"{node}: docker image inspect {ref} failed: {why}")
     return out
 
 
 def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
+    """Image IDs of the node's required images (inspected in the node's one batched facts command)."""
     refs = required(run, node)
-    return run.facts(node, "image.ids", lambda s: _ids(s, refs))
+    return run.facts(node, "image.ids", lambda s: parse_ids(gather.base(run, node), refs, node.name))
 
 
 def _versions(session: NodeSession, ref: str) -> dict:

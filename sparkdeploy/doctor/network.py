@@ -19,10 +19,9 @@ MAX_SKEW_S = 1.0
 ICMP_OVERHEAD = 28  # IPv4 header + ICMP header: `ping -s MTU-28` fills one frame exactly
 
 LINK_SCRIPT = r"""
-shift 2
 sec addr ip -j addr show
 i=0
-for iface in "$@"; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
+for iface in ${3//,/ }; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
 """
 
 # $1 interface, $2 payload size, $3... peer fabric IPs
