@@ -105,6 +105,18 @@ def api_key_from_env() -> str | None:
     return os.environ.get("SPARKDEPLOY_API_KEY") or os.environ.get("LITELLM_MASTER_KEY") or None
 
 
+def expected_image(endpoint: Endpoint) -> dict[str, str]:
+    """What a stored result must have run to count as the same measurement: the image ID this machine's Docker
+    engine has for the tag deploy would run (a tag can change while the image stays the same), else the tag."""
+    tag = endpoint.metadata.get("image")
+    try:
+        from sparkdeploy.images.build import docker_client
+
+        return {"image_id": docker_client().images.get(tag).id}
+    except Exception:  # no engine here, or the tag is not built here: compare tags
+        return {"image": tag}
+
+
 class Deployer:
     """Brings one topology of a recipe up for a sweep (deploy converges: a different topology replaces the one
     running) and returns its endpoint."""

@@ -162,30 +162,30 @@ class Group:
         return f"{self.recipe}-pp{self.pp}-tg{self.tg}"
 
     def summary(self) -> dict[str, Any]:
-        """What was measured: one line of metadata per column."""
+        """What was measured: one entry per column; values that differ between its levels are all listed."""
+        keys = ("topology", "backend", "routing", "image", "image_id", "vllm_version", "simulated",
+                "llama_benchy_version")
         by_variant: dict[str, dict[str, Any]] = {}
         for r in self.results:
             md = r.metadata
-            entry = by_variant.setdefault(r.variant, {"variant": r.variant, "label": variant_label(r.variant),
-                                                      "topology": md.get("topology"), "backend": md.get("backend"),
-                                                      "routing": md.get("routing"), "image": md.get("image"),
-                                                      "image_id": md.get("image_id"),
-                                                      "vllm_version": md.get("vllm_version"),
-                                                      "simulated": md.get("simulated"),
-                                                      "nodes": md.get("nodes"), "dates": set(), "runs": set(),
-                                                      "llama_benchy": md.get("llama_benchy_version"),
-                                                      "failed_requests": 0})
+            e = by_variant.setdefault(r.variant, {"variant": r.variant, "label": variant_label(r.variant),
+                                                  "nodes": md.get("nodes"), "failed_requests": 0,
+                                                  **{k: set() for k in keys + ("dates", "runs")}})
+            for k in keys:
+                if md.get(k) is not None:
+                    e[k].add(md[k] if not isinstance(md[k], (list, dict)) else json.dumps(md[k]))
             if md.get("date"):
-                entry["dates"].add(str(md["date"])[:10])
-            entry["runs"].add(r.runs)
-            entry["failed_requests"] += r.errors
+                e["dates"].add(str(md["date"])[:10])
+            e["runs"].add(r.runs)
+            e["failed_requests"] += r.errors
         out = []
         for v in sorted(by_variant, key=variant_sort_key):
             e = by_variant[v]
-            e["dates"], e["runs"] = sorted(e["dates"]), sorted(e["runs"])
+            for k in keys + ("dates", "runs"):
+                e[k] = sorted(e[k], key=str)
             out.append(e)
         return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out,
-                "simulated": any(bool(e.get("simulated")) for e in out)}
+                "simulated": any(True in e["simulated"] for e in out)}
 
 
 def group_results(results: list[Result]) -> list[Group]:
@@ -318,14 +318,16 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         for col in s["columns"]:
             nodes = col.get("nodes") or []
             node_text = ", ".join(n.get("name", "?") if isinstance(n, dict) else str(n) for n in nodes) or "-"
-            image_id = str(col.get("image_id") or "-")
-            image_id = image_id[:19] if image_id.startswith("sha256:") else image_id
-            out.append(f"| {col['label']} | {col.get('topology') or '-'} | "
-                       f"{col.get('backend') or col.get('routing') or '-'} | {col.get('image') or '-'} | "
-                       f"{image_id} | {col.get('vllm_version') or '-'} | {node_text} | "
-                       f"{', '.join(str(x) for x in col['runs'])} | {', '.join(col['dates']) or '-'} | "
-                       f"{col['failed_requests']} |")
-        lb = sorted({str(c.get("llama_benchy")) for c in s["columns"] if c.get("llama_benchy")})
+            ids = ", ".join(i[:19] if i.startswith("sha256:") else i for i in col["image_id"]) or "-"
+
+            def join(values):
+                return ", ".join(str(x) for x in values) or "-"
+
+            out.append(f"| {col['label']} | {join(col['topology'])} | "
+                       f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
+                       f"{ids} | {join(col['vllm_version'])} | {node_text} | {join(col['runs'])} | "
+                       f"{join(col['dates'])} | {col['failed_requests']} |")
+        lb = sorted({v for c in s["columns"] for v in c["llama_benchy_version"]})
         out += ["", f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
                 "`tg_throughput`, prefill = `pp_throughput` (totals over the window at c > 1), TTFT = `e2e_ttft`; "
                 "cells are mean ± stdev (throughput: over runs; TTFT: over requests). Winner: margin over the runner-up; "

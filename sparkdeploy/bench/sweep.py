@@ -235,13 +235,21 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
                     break  # the engine may be gone: the next topology's deploy starts afresh
                 summary.measured.append({"variant": variant, "concurrency": c, "file": str(result.path)})
                 reporter.cell_done(variant, c, result, time.monotonic() - tc)
+                if result.errors:  # stored, shown in the report, and measured again by the next run
+                    first = (result.metadata.get("request_errors") or ["?"])[0]
+                    text = (f"{result.errors} of {result.metadata.get('requests', '?')} requests failed "
+                            f"(first: {first}); the level is measured again on the next run")
+                    summary.failures.append({"variant": variant, "concurrency": c, "step": "requests",
+                                             "error": text})
+                    reporter.failed(variant, c, text)
             current = {}
         summary.status = "failed" if summary.failures else "complete"
     except KeyboardInterrupt:
         summary.status = "interrupted"
         summary.interrupted_at = current or None
     finally:
-        done = {(m["variant"], m["concurrency"]) for m in summary.measured + summary.skipped}
+        redo = {(f["variant"], f["concurrency"]) for f in summary.failures if f["step"] == "requests"}
+        done = {(m["variant"], m["concurrency"]) for m in summary.measured + summary.skipped} - redo
         summary.remaining = [{"variant": plan.variants[s], "concurrency": c} for s in plan.specs for c in plan.levels
                              if (plan.variants[s], c) not in done]
         if write_report is not None and (summary.measured or summary.skipped):

@@ -177,7 +177,7 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
     """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
     Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
     from sparkdeploy.bench import report as report_mod
-    from sparkdeploy.bench.deploy_link import Deployer, endpoint_of
+    from sparkdeploy.bench.deploy_link import Deployer, endpoint_of, expected_image
     from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.store import load_results
     from sparkdeploy.bench.sweep import PlainReporter, RichReporter, make_plan, parse_levels, parse_topologies, run_sweep
@@ -199,8 +199,8 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
     deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
 
     def expected(spec):  # rendered locally: the image this deploy would run
-        return {"image": endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing),
-                                     recipes_dir).metadata["image"]}
+        return expected_image(endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing),
+                                          recipes_dir))
 
     plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy, expected)
 

@@ -44,3 +44,22 @@ def test_current_endpoint_from_status(inventory_file, monkeypatch):
     monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, healthy=False))
     with pytest.raises(StepFailed, match="not healthy"):
         deploy_link.current_endpoint(str(inventory_file))
+
+
+def test_expected_image_is_the_image_id_when_this_engine_has_the_tag(monkeypatch, inventory_file):
+    import types
+
+    from sparkdeploy.images import build
+
+    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", "solo")
+    images = {ep.metadata["image"]: types.SimpleNamespace(id="sha256:" + "b" * 64)}
+
+    def get(tag):
+        if tag not in images:
+            raise LookupError(tag)
+        return images[tag]
+
+    monkeypatch.setattr(build, "docker_client", lambda: types.SimpleNamespace(images=types.SimpleNamespace(get=get)))
+    assert deploy_link.expected_image(ep) == {"image_id": "sha256:" + "b" * 64}
+    images.clear()
+    assert deploy_link.expected_image(ep) == {"image": ep.metadata["image"]}

@@ -22,8 +22,9 @@ REF = {(r.variant, r.concurrency): r for r in make_results(variants=("solo", "cl
 class Fake:
     """A fake deploy and bench: records calls, can be told to fail or be interrupted at one cell."""
 
-    def __init__(self, out, interrupt_at=None, fail_bench_at=None, fail_deploy=None):
+    def __init__(self, out, interrupt_at=None, fail_bench_at=None, fail_deploy=None, failed_requests_at=None):
         self.out, self.interrupt_at, self.fail_bench_at, self.fail_deploy = out, interrupt_at, fail_bench_at, fail_deploy
+        self.failed_requests_at = failed_requests_at
         self.deploys, self.benched = [], []
 
     def deploy(self, topology, routing):
@@ -46,7 +47,10 @@ class Fake:
         self.benched.append(cell)
         ref = REF[cell]
         md = dict(ref.metadata, **endpoint.metadata)
-        r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, dict(md, runs=3, failed_requests=0))
+        failed = 4 if cell == self.failed_requests_at else 0
+        md.update(runs=3, failed_requests=failed, requests=c * 3,
+                  request_errors=["[Errno 104] Connection reset by peer"] if failed else [])
+        r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, md)
         save_result(r, self.out)
         return r
 
@@ -96,6 +100,22 @@ def test_failures_are_reported_and_other_topologies_continue(tmp_path):
     assert len(summary.measured) == 7 + 5
     assert any("FAILED: deploy failed: preflight failed on spark2" in line for line in lines)
     assert "finished with 2 failure(s)" in lines[-1]
+
+
+def test_failed_requests_fail_the_sweep_and_are_measured_again(tmp_path):
+    out = tmp_path / "sweep"
+    lines = []
+    fake = Fake(out, failed_requests_at=("2xsolo-shuffle", 64))
+    summary = run_sweep(plan_for(out), fake.deploy, fake.bench, PlainReporter(lines.append))
+    assert summary.status == "failed"
+    assert summary.failures == [{"variant": "2xsolo-shuffle", "concurrency": 64, "step": "requests",
+                                 "error": "4 of 192 requests failed (first: [Errno 104] Connection reset by peer); "
+                                          "the level is measured again on the next run"}]
+    assert summary.remaining == [{"variant": "2xsolo-shuffle", "concurrency": 64}]
+    assert any("[Shuffle] c64: FAILED: 4 of 192 requests failed" in line for line in lines)
+    fake2 = Fake(out)
+    summary2 = run_sweep(plan_for(out), fake2.deploy, fake2.bench, PlainReporter(lines.append))
+    assert summary2.status == "complete" and fake2.deploys == ["2xsolo"] and fake2.benched == [("2xsolo-shuffle", 64)]
 
 
 def test_an_unexpected_deploy_error_is_reported_without_a_traceback(tmp_path):
