@@ -35,12 +35,13 @@ def status_json(inventory: str | None, timeout_s: float = 120.0) -> dict[str, An
     return data
 
 
-def _image_ids(status: dict) -> dict[str, str]:
+def _engine_images(status: dict, field: str) -> dict[str, str]:
+    """{node: value of `field`} for the engine containers (not the proxy) that status lists."""
     out = {}
     for n in status.get("nodes") or []:
         for c in n.get("containers") or []:
-            if c.get("image_id") and c.get("role") != "proxy":
-                out[n.get("name", "?")] = c["image_id"]
+            if c.get(field) and c.get("role") != "proxy":
+                out[n.get("name", "?")] = c[field]
     return out
 
 
@@ -73,7 +74,7 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
         "backends": list(dep.backends),
     }
     if status is not None:
-        ids = _image_ids(status)
+        ids = _engine_images(status, "image_id")
         md["image_ids"] = ids
         unique = sorted(set(ids.values()))
         md["image_id"] = unique[0] if len(unique) == 1 else (", ".join(unique) or None)
@@ -97,6 +98,10 @@ def current_endpoint(inventory: str | None, routing: str | None = None) -> Endpo
         ep.base_url = Endpoint(status["endpoint"], ep.model).base_url
     if status.get("model"):
         ep.model = status["model"]
+    running = sorted(set(_engine_images(status, "image").values()))
+    if running and running != [ep.metadata.get("image")]:  # what runs, not what this checkout would render now
+        ep.metadata["image_rendered"] = ep.metadata.get("image")
+        ep.metadata["image"] = ", ".join(running)
     return ep
 
 

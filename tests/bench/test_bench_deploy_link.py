@@ -11,9 +11,12 @@ from sparkdeploy.errors import ConfigError, StepFailed
 SECRET_KEY = "sk-SECRETmasterKEY456"  # tests/conftest.py's secrets file
 STATUS = {"deployed": True, "healthy": True, "recipe": "openai-gpt-oss-120b", "topology": "2xsolo", "backend": None,
           "model": "openai/gpt-oss-120b", "endpoint": "http://192.0.2.1:4000/v1",
-          "nodes": [{"name": "spark1", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64},
-                                                       {"role": "proxy", "image_id": "sha256:" + "f" * 64}]},
-                    {"name": "spark2", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64}]}]}
+          "nodes": [{"name": "spark1", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64,
+                                                        "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"},
+                                                       {"role": "proxy", "image_id": "sha256:" + "f" * 64,
+                                                        "image": "sparkdeploy/litellm-proxy:ffffffffffff"}]},
+                    {"name": "spark2", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64,
+                                                       "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"}]}]}
 
 
 @pytest.mark.parametrize("topology,variant,port,nodes", [("solo", "solo", 8000, 1), ("cluster", "cluster", 8000, 2),
@@ -38,6 +41,7 @@ def test_current_endpoint_from_status(inventory_file, monkeypatch):
     monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS))
     ep = deploy_link.current_endpoint(str(inventory_file))
     assert ep.base_url == "http://192.0.2.1:4000/v1" and ep.variant == "2xsolo-shuffle" and ep.api_key == SECRET_KEY
+    assert ep.metadata["image"] == "sparkdeploy/vllm-sim:aaaaaaaaaaaa"  # what runs, not what would render now
     monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, deployed=False, endpoint=None))
     with pytest.raises(ConfigError, match="nothing is deployed"):
         deploy_link.current_endpoint(str(inventory_file))
