@@ -5,6 +5,7 @@ The proxy master key comes from the inventory's secrets file (or the environment
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -142,7 +143,8 @@ class Deployer:
                                       recipes_dir=self.recipes_dir)
         if self.timeout_s:
             kwargs["timeout"] = self.timeout_s
-        up_cmd.deploy(**kwargs)
+        with contextlib.redirect_stdout(sys.stderr):  # deploy's progress: stdout stays the sweep's (--json)
+            up_cmd.deploy(**kwargs)
         try:
             status = status_json(self.inventory)
         except (StepFailed, ConfigError):
@@ -155,4 +157,5 @@ class Deployer:
         cmd = getattr(up_cmd, "down", None)
         if cmd is None:
             return
-        cmd.main(args=["--inventory", str(self.inventory)] if self.inventory else [], standalone_mode=False)
+        with contextlib.redirect_stdout(sys.stderr):
+            cmd.main(args=["--inventory", str(self.inventory)] if self.inventory else [], standalone_mode=False)
