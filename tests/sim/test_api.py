@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import sys
+import time
 
 import pytest
 import requests
 
-from conftest import MODEL, SEED_ARGS
+from conftest import MODEL, SEED_ARGS, Proc, free_port, sim_env, wait_http
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # one server for the read-mostly tests of this module (starting one costs about a second)
-    import sys
-
-    from conftest import Proc, free_port, sim_env, wait_http
-
+    """One server for the read-mostly tests of this module (starting one costs about a second)."""
     port = free_port()
     log = tmp_path_factory.mktemp("sim") / "sim.log"
     proc = Proc([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--host", "127.0.0.1",
@@ -166,8 +165,6 @@ def test_metrics_count_tokens(server):
 
 def test_gauges_while_busy(sim_server):
     """Running/waiting/KV gauges move while requests are in flight (max_num_seqs 2 forces a queue)."""
-    import concurrent.futures
-
     base, _ = sim_server(*SEED_ARGS, "--max-num-seqs", "2", time_scale=0.5)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(chat, base, max_tokens=60) for _ in range(4)]
@@ -178,8 +175,6 @@ def test_gauges_while_busy(sim_server):
                          _metric(text, "vllm:kv_cache_usage_perc")))
             if seen[-1][1] > 0:
                 break
-            import time
-
             time.sleep(0.05)
         assert all(f.result().status_code == 200 for f in futures)
     assert any(run == 2 and wait == 2 and kv > 0 for run, wait, kv in seen), seen

@@ -120,11 +120,12 @@ def test_mxfp4_layers_shrink_dense_reads():
 
 
 def test_distinct_experts():
-    assert distinct_experts(1, 128, 4, 0.0) == pytest.approx(4.0)
-    assert distinct_experts(1, 128, 4, 1.1) <= 4.0
-    counts = [distinct_experts(t, 128, 4, 1.1) for t in (1, 8, 64, 4096)]
+    assert distinct_experts(1, 128, 4, 2.0, 0.5) == pytest.approx(4.0, rel=0.05)   # one token: k of E
+    assert distinct_experts(2, 128, 4, 2.0, 0.5) == pytest.approx(7.9, rel=0.05)   # independent below the knee
+    counts = [distinct_experts(t, 128, 4, 2.0, 0.5) for t in (1, 8, 64, 32768)]
     assert counts == sorted(counts) and counts[-1] == pytest.approx(128, abs=1)
-    assert distinct_experts(8, 128, 4, 1.1) < distinct_experts(8, 128, 4, 0.0)
+    assert distinct_experts(64, 128, 4, 2.0, 0.5) < distinct_experts(64, 128, 4, 2.0, 1.0)  # shared past it
+    assert distinct_experts(0, 128, 4, 2.0, 0.5) == 0.0
 
 
 def test_more_load_takes_longer_end_to_end():

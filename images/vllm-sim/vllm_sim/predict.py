@@ -25,7 +25,6 @@ from .catalog import Catalog
 from .config import ServeConfig
 from .engine import SimEngine
 
-CHAT_TEMPLATE_TOKENS = 7  # the sim's chat template around one user message; llama-benchy subtracts it
 
 
 @dataclass(frozen=True)

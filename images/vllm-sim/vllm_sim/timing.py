@@ -50,24 +50,20 @@ class StepShape:
         return self.decode_seqs + self.prefill_tokens
 
 
-@lru_cache(maxsize=64)
-def _inclusion(experts: int, per_token: int, skew: float) -> tuple[float, ...]:
-    """Chance that one token routes to each expert, Zipf popularity with exponent `skew`."""
-    weights = [1.0 / (i + 1) ** skew for i in range(experts)]
-    total = sum(weights)
-    return tuple(min(1.0, per_token * w / total) for w in weights)
-
-
 @lru_cache(maxsize=65536)
-def distinct_experts(tokens: int, experts: int, per_token: int, skew: float) -> float:
+def distinct_experts(tokens: int, experts: int, per_token: int, knee: float, exponent: float) -> float:
     """Expected number of experts (per layer) that at least one of `tokens` routes to.
 
-    Uniform routing (skew 0) saturates after a few dozen tokens; tokens of real batches share experts,
-    which the seeds' decode scaling shows (+40% step time per doubling of the batch, not +90%).
+    Up to `knee` tokens route independently (uniform over the experts: a single decode reads k of E
+    experts, two read about 2k). Past it, tokens of one batch increasingly pick the same experts, so the
+    number of effectively independent routings grows as knee x (tokens / knee) ** exponent: the seeds'
+    decode step time grows about 40% per doubling of the batch, not the 90% uniform routing would give,
+    while a 1024-token prefill still reads every expert.
     """
     if tokens <= 0 or experts <= 0:
         return 0.0
-    return sum(1.0 - (1.0 - q) ** tokens for q in _inclusion(experts, per_token, skew))
+    effective = tokens if tokens <= knee else knee * (tokens / knee) ** exponent
+    return experts * (1.0 - (1.0 - per_token / experts) ** effective)
 
 
 class StepCostModel:
@@ -79,7 +75,8 @@ class StepCostModel:
         self._bw = hw.mem_bw_gbs * GB * f["bw_efficiency"]
         tp_eff = f["tp_compute_efficiency"] if ex.tp > 1 else 1.0
         self._flops = f["prefill_tflops"] * 1e12 * ex.tp * tp_eff
-        self._skew = float(model.fitted.get("routing_skew", 1.0))
+        self._knee = float(model.fitted.get("routing_knee_tokens", 1.0))
+        self._exponent = float(model.fitted.get("routing_exponent", 1.0))
 
         quant = (ex.quantization or model.default_quantization).lower()
         b_quant = catalog.bytes_per_weight(quant)
@@ -122,7 +119,7 @@ class StepCostModel:
 
         launch = m.layers * (f["launch_us_per_layer_eager"] if eager else f["launch_us_per_layer_graph"]) * 1e-6
 
-        experts = distinct_experts(t, m.experts, m.experts_per_token, self._skew) if m.is_moe else 0.0
+        experts = distinct_experts(t, m.experts, m.experts_per_token, self._knee, self._exponent) if m.is_moe else 0.0
         weights = (self.dense_bytes + m.layers * experts * self.expert_bytes) / ex.tp
         window = m.sliding_window or 0
         kv = (s.decode_context * self.kv_bytes_full + min(s.decode_context, s.decode_seqs * window) * self.kv_bytes_window) / ex.tp
