@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from bench_fakes import write_corpus, write_tokenizer  # noqa: E402
-
-from sparkdeploy.bench.reference import seed_reference  # noqa: E402
-from sparkdeploy.bench.store import Result, Stat, save_result  # noqa: E402
+from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.store import Result, Stat, save_result
+from tests.bench.bench_fakes import write_corpus, write_tokenizer
 
 THREE = ("solo", "cluster", "2xsolo-shuffle")
 

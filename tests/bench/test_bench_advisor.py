@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import make_results
+from tests.bench.conftest import make_results
 
 from sparkdeploy.bench.advisor import advise
 from sparkdeploy.bench.reference import seed_reference

@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import make_results
+from tests.bench.conftest import make_results
 
 from sparkdeploy.bench.report import read_chart_data, write_report
 from sparkdeploy.bench.store import load_results, save_result, variant_label

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from bench_fakes import FakeOpenAI
+from tests.bench.bench_fakes import FakeOpenAI
 
 from sparkdeploy.bench import runner
 from sparkdeploy.bench.runner import BenchSettings, Endpoint, corpus_book_url, llama_benchy_cache_dir, run_cell

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_results
+from tests.bench.conftest import make_results
 
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, save_result, stored

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_helpers import make_deployment
+from tests.deploy.deploy_helpers import make_deployment
 
 
 @pytest.fixture

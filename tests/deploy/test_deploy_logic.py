@@ -18,7 +18,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import ContainerFact, FileFact
 from sparkdeploy.plan import manifest_text, plan_deployment, plan_down
 
-from deploy_helpers import (IMAGE, IMAGE_ID, PROXY_IMAGE, SECRET_HF, SECRET_KEY, converged_facts, empty_facts,
+from tests.deploy.deploy_helpers import (IMAGE, IMAGE_ID, PROXY_IMAGE, SECRET_HF, SECRET_KEY, converged_facts, empty_facts,
                              make_deployment)
 
 

@@ -48,16 +48,11 @@ def sim_image(lab):
     """The lab's stand-in engine image, once the recipe renders with it (image definitions land separately)."""
     from sparkdeploy.doctor.api import prepare
     from sparkdeploy.doctor.session import Options
-    from sparkdeploy.errors import ConfigError
     from sparkdeploy.images.definitions import load_definition
 
-    try:
-        sim = load_definition("vllm-sim")
-    except ConfigError:
-        pytest.skip("images/vllm-sim is not in this checkout yet")
+    sim = load_definition("vllm-sim")
     run = prepare(str(lab.spec.inventory_path), Options(recipe=RECIPE))
-    if run.deployment is None:
-        pytest.skip(f"{RECIPE} does not render in this checkout yet: {run.deployment_error}")
+    assert run.deployment is not None, f"{RECIPE} does not render: {run.deployment_error}"
     return sim
 
 

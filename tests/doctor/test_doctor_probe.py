@@ -40,7 +40,6 @@ def _free_port() -> int:
 
 
 def _torchrun(tmp_path: Path, *extra: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, float]:
-    pytest.importorskip("torch")
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from conftest import MODEL, SEED_ARGS, Proc, free_port, sim_env, wait_http
+from tests.sim.conftest import MODEL, SEED_ARGS, Proc, free_port, sim_env, wait_http
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,7 @@ def test_quick_calibration_through_the_real_stack():
     import subprocess
     import sys
 
-    from conftest import REPO
+    from tests.sim.conftest import REPO
 
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_sim.py"), "--quick", "--proxy-workers",
                         "2", "--tolerance", "0.35"], capture_output=True, text=True, timeout=1500, cwd=str(REPO))

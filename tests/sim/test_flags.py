@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, SEED_ARGS, sim_env
+from tests.sim.conftest import REPO, SEED_ARGS, sim_env
 from vllm_sim.config import ConfigError, from_namespace
 from vllm_sim.flags import ARGS_FILE, EXTRA_FILE, human_readable_int, parse_serve_args, preprocess
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import LAUNCHER_DIR, MODEL, free_port, sim_env, wait_http
+from tests.sim.conftest import LAUNCHER_DIR, MODEL, free_port, sim_env, wait_http
 
 ARGS = [MODEL, "--max-model-len", "4096", "--host", "127.0.0.1"]
 
@@ -125,10 +125,8 @@ def test_native_hung_rank_times_out(group_spawn):
         worker.signal(signal.SIGCONT)
 
 
-needs_ray = pytest.mark.skipif(shutil.which("ray") is None, reason="ray CLI not installed")
 
 
-@needs_ray
 @pytest.mark.lab  # about a minute on a 2-core machine (two Ray nodes start): runs with the lab suite
 def test_ray_worker_actor_on_the_other_node(group_spawn):
     import tempfile
