@@ -29,6 +29,14 @@ backend_option = click.option(
     help="How cluster launches its ranks (default: the recipe's cluster_backend).")
 
 
+def deployment_options(command):
+    """The options every command that renders a deployment takes: topology, backend, inventory, --set,
+    recipes dir (one place, so run-recipe, up and render cannot drift apart)."""
+    for option in reversed((topology_option, backend_option, inventory_option, set_option, recipes_dir_option)):
+        command = option(command)
+    return command
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 

@@ -7,18 +7,13 @@ from pathlib import Path
 
 import click
 
-from sparkdeploy.cli.common import (backend_option, emit_json, inventory_option, json_option, recipes_dir_option,
-                                    set_option, topology_option, warn)
+from sparkdeploy.cli.common import (deployment_options, emit_json, json_option, warn)
 from sparkdeploy.context import load_deployment
 
 
 @click.command("render")
 @click.argument("recipe")
-@topology_option
-@backend_option
-@inventory_option
-@set_option
-@recipes_dir_option
+@deployment_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
 @click.option("--with-secrets", is_flag=True,
               help="Write secrets.env with the real values (mode 0600). Without it the values are masked.")

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.cli.common import (backend_option, emit_json, inventory_option, json_option, recipes_dir_option,
-                                    run_cli, set_option, topology_option, warn)
+from sparkdeploy.cli.common import (deployment_options, emit_json, json_option, run_cli)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.dryrun import as_text, describe
 
@@ -24,11 +23,7 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
 
 @click.command("run-recipe")
 @click.argument("recipe")
-@topology_option
-@backend_option
-@inventory_option
-@set_option
-@recipes_dir_option
+@deployment_options
 @click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
 @click.option("--dry-run", is_flag=True, help="Print, per node and in order, every file and command; change nothing.")
 @json_option

@@ -11,7 +11,6 @@ Everything printed passes through the secrets mask.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -23,8 +22,7 @@ from rich.text import Text
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
                                inventory_lock)
-from sparkdeploy.cli.common import (backend_option, emit_json, inventory_option, json_option, recipes_dir_option,
-                                    set_option, topology_option)
+from sparkdeploy.cli.common import (deployment_options, emit_json, inventory_option, json_option)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
@@ -297,11 +295,7 @@ timeout_option = click.option("--timeout", type=click.FloatRange(min=1), default
 
 @click.command("up")
 @recipe_option
-@topology_option
-@backend_option
-@inventory_option
-@set_option
-@recipes_dir_option
+@deployment_options
 @click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
 @click.option("--dry-run", is_flag=True, help="Read the nodes' state and print the plan; change nothing.")
 @timeout_option
