@@ -269,6 +269,19 @@ def fit(maxiter: int = 400) -> dict[str, float]:
     return dict(zip(names, (float(v) for v in r.x)))
 
 
+def cap_scan(caps=(32, 36, 40, 44, 48, 52, 56, None)) -> list[tuple[int | None, float]]:
+    """Worst predicted error for each single-engine admission cap (None: no cap), other values as configured.
+    `max_running_seqs` is an integer step function of the load, so it is scanned, not fitted."""
+    t = load_targets()
+    base = default_catalog()
+    out = []
+    for cap in caps:
+        models = copy.deepcopy(base.models)
+        models[t["model"]]["fitted"]["max_running_seqs"] = cap
+        out.append((cap, worst_error(t, predicted(dataclasses.replace(base, models=models), runs=20))))
+    return out
+
+
 # ------------------------------------------------------------------------------------------ report
 
 def errors(t: dict, measured: dict) -> list[tuple[str, str, int, float]]:
@@ -327,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="refit the fitted parameters with the predictor; print them")
     ap.add_argument("--concurrency", type=int, nargs="+", help="override the concurrency levels")
     ap.add_argument("--runs", type=int, help="llama-benchy --runs (default 3; 5 for 2xsolo)")
-    ap.add_argument("--topologies", nargs="+", choices=TOPOLOGIES, default=list(TOPOLOGIES[:3]))
+    ap.add_argument("--topologies", nargs="+", choices=TOPOLOGIES, default=list(TOPOLOGIES))
     ap.add_argument("--tp2-backend", choices=("native", "torchrun"), default="native")
     ap.add_argument("--stream-interval", type=int, default=4, help="tokens per SSE chunk of the sims behind the proxy")
     ap.add_argument("--proxy-workers", type=int, default=2,
@@ -349,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         print("fitted values (put them into images/vllm-sim/vllm_sim/data/models.yaml):")
         print(json.dumps({k: round(v, 4) for k, v in values.items()}, indent=1))
         print_report(t, predicted(catalog_with(values, t["model"])), "predicted with these values")
+        print("\nmax_running_seqs scan (configured continuous values):")
+        for cap, worst in cap_scan():
+            print(f"  {cap}: worst point {worst * 100:.1f}%")
         return 0
     if args.predict:
         measured = predicted()
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     load_before = os.getloadavg()
     for name in args.topologies:
-        runs = args.runs or (1 if args.quick else (5 if name == "2xsolo-shuffle" else 3))
+        runs = args.runs or (1 if args.quick else (5 if name.endswith("proxy") or name.startswith("2x") else 3))
         print(f"[{time.strftime('%H:%M:%S')}] {name}: starting servers", flush=True)
         topo = Topology(name, t, logdir, args.time_scale, args.tp2_backend, args.stream_interval, args.proxy_workers)
         try:
@@ -414,8 +430,25 @@ def fitted_rows() -> list[str]:
     return rows
 
 
+def proxy_check(measured: dict) -> list[str]:
+    """Direct solo vs the same sim behind the proxy: the proxy's and client's share of the figures."""
+    if "solo" not in measured or "solo-proxy" not in measured:
+        return []
+    rows = ["## Proxy check", "",
+            "Same sim, direct vs behind the proxy (difference of the proxied figure, in %):", "",
+            "| c | decode | prefill | TTFT |", "|---|---|---|---|"]
+    for c in sorted(set(measured["solo"]) & set(measured["solo-proxy"])):
+        d, p = measured["solo"][c], measured["solo-proxy"][c]
+        rows.append(f"| c{c} | " + " | ".join(f"{(p[m] / d[m] - 1) * 100:+.0f}%" for m in METRICS) + " |")
+    return rows + ["", "Were the proxy (or the client, which both runs share) the bottleneck, the proxied figures",
+                   "would fall behind most at c64. At low concurrency another effect shows: the proxy hands on a",
+                   "run's simultaneous requests one after another, so fewer of them share the first prefill step.",
+                   ""]
+
+
 def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
-    runs = args.runs or "3 (5 for 2xsolo-shuffle)"
+    runs = args.runs or "3 (5 for 2xsolo-shuffle and solo-proxy)"
+    scan = cap_scan()
     lines = [
         "# vllm-sim calibration",
         "",
@@ -431,7 +464,9 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         "Every process is real; only the GPU is simulated (each step sleeps the time the model computes).",
         "",
         "- **solo**: one `python -m vllm_sim serve` process.",
-        f"- **cluster-tp2**: two sim processes joined in vLLM's native multi-node mode ({args.tp2_backend}): a real",
+        "- **cluster-tp2**: two sim processes, " + ("in vLLM's native multi-node mode (`-tp 2 --nnodes 2`)"
+                                                      if args.tp2_backend == "native" else "under the torchrun launcher")
+        + ": a real",
         "  gloo group on 127.0.0.1, rank 0 broadcasts each step's new requests, both ranks step in lockstep and",
         "  meet in an all-reduce every step.",
         "- **2xsolo-shuffle**: two sims behind a real LiteLLM proxy (litellm 1.100.5, `hosted_vllm/`, simple-shuffle,",
@@ -442,8 +477,9 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         f"- This machine: {os.cpu_count()} cores, shared with other work: load average {loads[0][0]:.1f} before,",
         f"  {loads[1][0]:.1f} after; the run took {elapsed / 60:.0f} min.",
         "",
-        "Seeds and this run differ in one way on purpose: the seeds sent solo and cluster traffic through LiteLLM",
-        "too; here they go direct (the proxy adds about 5 ms to TTFT on this machine, under 2% of the seeds' values).",
+        "The seeds sent solo and cluster traffic through LiteLLM too; here they go direct, as the calibration",
+        "targets the engines. **solo-proxy** (one sim behind the same proxy, compared with the same solo seeds)",
+        "checks what the proxy and the client cost on this machine; see *Proxy check* below.",
         "",
         "## Result",
         "",
@@ -454,6 +490,7 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
     ]
     for topo, pts in measured.items():
         lines += [f"### {topo}", "", *table(t, topo, pts), ""]
+    lines += proxy_check(measured)
     lines += [
         "## The timing model (vllm_sim/timing.py, scheduler.py)",
         "",
@@ -478,11 +515,18 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         "",
         "## Fitted parameters",
         "",
-        "Fitted with `calibrate_sim.py --fit` (Nelder-Mead on the virtual-time predictor, vllm_sim/predict.py, which",
-        "replays llama-benchy's method on the same engine code; loss: mean squared log error + half the worst).",
+        "The continuous values were fitted with `calibrate_sim.py --fit` (Nelder-Mead on the virtual-time",
+        "predictor, vllm_sim/predict.py, which replays llama-benchy's method on the same engine code; loss: mean",
+        "squared log error + half the worst); `max_running_seqs` is an integer, chosen by a scan (below).",
         "Architecture numbers (layers, experts, parameter counts, bandwidth, all-reduce latencies) are not fitted.",
         "",
         *fitted_rows(),
+        "",
+        "Scan of `max_running_seqs` (predicted worst point over all 63 seed points, other values as above):",
+        "",
+        "| max_running_seqs | " + " | ".join("none" if c is None else str(c) for c, _ in scan) + " |",
+        "|---|" + "---|" * len(scan),
+        "| worst point | " + " | ".join(f"{w * 100:.0f}%" for _, w in scan) + " |",
         "",
         "**The c64 plateau.** In the seeds, solo and cluster stop scaling between c32 and c64 (decode flat, prefill",
         "t/s down 2.3-2.5x, TTFT x2.2) while each 2xsolo backend, at about 32 requests, keeps scaling. Token",

@@ -18,8 +18,7 @@ import os
 import sys
 
 from .control import GlooControl
-from .driver import EngineDriver, apply_and_step
-from .server import serve_http, setup_logging
+from .server import run_head, run_worker, setup_logging
 
 log = logging.getLogger("sparklaunch.torchrun")
 
@@ -57,13 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     control = GlooControl(rank, world, None, timeout)
     log.info("rank %d/%d: engine=%s tp=%d pp=%d", rank, world, kind, opts.tp, opts.pp)
     if rank != 0:
-        control.start()
-        try:
-            control.serve_worker(lambda inp: apply_and_step(adapter, inp))
-        finally:
-            control.close()
-        return 0
-    driver = EngineDriver(adapter, control, stream_interval=opts.stream_interval)
+        return run_worker(adapter, control)
     extra = getattr(adapter, "extra_routes", None)
-    serve_http(driver, opts.host, opts.port, api_keys=opts.api_keys, extra_routes=extra() if extra else None)
-    return 0 if driver.dead_reason is None else 1
+    return run_head(adapter, control, opts.host, opts.port, stream_interval=opts.stream_interval,
+                    api_keys=opts.api_keys, extra_routes=extra() if extra else None)

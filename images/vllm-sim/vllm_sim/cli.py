@@ -18,8 +18,7 @@ import sys
 from aiohttp import web
 
 from sparklaunch.control import GlooControl, LocalControl, RankFailure
-from sparklaunch.driver import EngineDriver, apply_and_step
-from sparklaunch.server import serve_http, setup_logging
+from sparklaunch.server import run_head, run_worker, setup_logging
 
 from . import __version__
 from .adapter import SimAdapter
@@ -83,15 +82,9 @@ def run(cfg: ServeConfig) -> int:
     if cfg.mode == "native" and cfg.node_rank > 0:
         if not cfg.headless:
             log.warning("node_rank %d runs no API server (as with --headless)", cfg.node_rank)
-        control.start()
-        try:
-            control.serve_worker(lambda inp: apply_and_step(adapter, inp))
-        finally:
-            control.close()
-        return 0
-    driver = EngineDriver(adapter, control, stream_interval=cfg.stream_interval)
-    serve_http(driver, cfg.host, cfg.port, api_keys=cfg.api_keys, extra_routes=sim_routes(cfg, adapter, cfg.mode))
-    return 0 if driver.dead_reason is None else 1
+        return run_worker(adapter, control)
+    return run_head(adapter, control, cfg.host, cfg.port, stream_interval=cfg.stream_interval, api_keys=cfg.api_keys,
+                    extra_routes=sim_routes(cfg, adapter, cfg.mode))
 
 
 def main(argv: list[str] | None = None) -> int:
