@@ -147,12 +147,12 @@ def cpu_busy() -> tuple[float, float]:
     return (sum(values) - values[3] - values[4]) / hz, sum(values) / hz
 
 
-def ours(inventory, ref: str, compression: str, phases: Phases | None = None):
+def ours(inventory, ref: str, compression: str, phases: Phases | None = None, reader: str = "auto"):
     from sparkdeploy.images.push import PushProgress, push_image
 
     started = time.monotonic()
     outcomes = push_image(ref, inventory, progress=phases.hooks if phases else PushProgress(),
-                          compression=compression)
+                          compression=compression, reader=reader)
     seconds = time.monotonic() - started
     failed = [str(o.error) for o in outcomes if not o.ok]
     if failed:
@@ -178,6 +178,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--compress", default="auto", choices=["auto", "zstd", "gzip", "none"])
+    parser.add_argument("--layer-source", default="auto", choices=["auto", "store", "save"],
+                        help="where our push reads the layers (push_image's reader)")
     parser.add_argument("--keep", action="store_true", help="keep the bench images (host and nodes)")
     args = parser.parse_args()
 
@@ -212,7 +214,7 @@ def main() -> int:
                     phases = Phases()
                     busy0, total0 = cpu_busy()
                     rusage0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-                    seconds, res, started = ours(inventory, v1, args.compress, phases)
+                    seconds, res, started = ours(inventory, v1, args.compress, phases, args.layer_source)
                     busy1, total1 = cpu_busy()
                     rusage1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
                     mine = sum(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
@@ -232,7 +234,7 @@ def main() -> int:
                 if who == "naive":
                     results["naive_re"].append(naive(inventory, v2))
                 else:
-                    seconds, res, _ = ours(inventory, v2, args.compress)
+                    seconds, res, _ = ours(inventory, v2, args.compress, reader=args.layer_source)
                     results["ours_re"].append(seconds)
                     results["bytes_re"].append(max(r.bytes_sent for r in res))
                     results["layers_re"].append(max(r.layers_sent for r in res))

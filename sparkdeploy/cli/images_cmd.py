@@ -101,10 +101,15 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
 @click.option("--to", "to_nodes", multiple=True, metavar="NODE", help="Only these nodes (repeatable; default all).")
 @click.option("--compress", "compression", type=click.Choice(["auto", "zstd", "gzip", "none"]), default="auto",
               show_default=True, help="auto: zstd where the node has it, else gzip (docker load reads gzip).")
+@click.option("--layer-source", "reader", type=click.Choice(["auto", "store", "save"]), default="auto",
+              show_default=True,
+              help="Where the layers are read. store: this engine's layer store, only the layers sent (needs "
+                   "read access to the Docker root, overlay2); save: `docker save` of the whole image first; "
+                   "auto: store when readable, else save.")
 @inventory_option
 @json_option
 @click.pass_context
-def push_cmd(ctx, name, to_nodes, compression, inventory, as_json):
+def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
     """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
 
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
@@ -117,10 +122,10 @@ def push_cmd(ctx, name, to_nodes, compression, inventory, as_json):
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
     if as_json:
-        outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression)
+        outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
     else:
         with RichPushProgress() as progress:
-            outcomes = push_image(name, inv, nodes, progress, compression=compression)
+            outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
     failed = [o for o in outcomes if not o.ok]
     if as_json:
         emit_json([dict(o.value.as_dict(), ok=True) if o.ok else
@@ -134,7 +139,7 @@ def push_cmd(ctx, name, to_nodes, compression, inventory, as_json):
                 r = o.value
                 table.add_row(o.node.name, Text(r.action, style="green"), _short(r.image_id),
                               f"{r.layers_sent}/{r.layers_total}", _size(r.bytes_sent), _size(r.raw_bytes),
-                              f"{r.seconds:.1f} s", f"{r.compression}{'; ' + r.note if r.note else ''}"
+                              f"{r.seconds:.1f} s", f"{r.compression}, from {r.reader}{'; ' + r.note if r.note else ''}"
                               if r.action == "sent" else r.note)
             else:
                 table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))

@@ -121,16 +121,19 @@ def _header_name(header: bytes) -> str:
     return name
 
 
-def _with_size(header: bytes, size: int) -> bytes:
+def with_size(header: bytes, size: int) -> bytes:
     """The same header for an entry of another size (the checksum recomputed)."""
     h = bytearray(header)
-    h[124:136] = f"{size:011o}\0".encode()
+    if size < 8 ** 11:
+        h[124:136] = f"{size:011o}\0".encode()
+    else:  # GNU base-256, which Go's tar reader (docker load) accepts: layers of 8 GiB and more
+        h[124:136] = bytes([0x80]) + size.to_bytes(11, "big")
     h[148:156] = b" " * 8
     h[148:156] = f"{sum(h):06o}\0 ".encode()
     return bytes(h)
 
 
-def _file_header(name: str, size: int, kind: bytes = b"0", mode: bytes = b"0000644\0") -> bytes:
+def file_header(name: str, size: int, kind: bytes = b"0", mode: bytes = b"0000644\0") -> bytes:
     h = bytearray(BLOCK)
     h[0:len(name)] = name.encode()
     h[100:108] = mode
@@ -138,11 +141,11 @@ def _file_header(name: str, size: int, kind: bytes = b"0", mode: bytes = b"00006
     h[136:148] = b"00000000000\0"
     h[156:157] = kind
     h[257:265] = b"ustar\x0000"
-    return _with_size(bytes(h), size)
+    return with_size(bytes(h), size)
 
 
-def _folder_header(name: str) -> bytes:
-    return _file_header(name, 0, b"5", b"0000755\0")
+def folder_header(name: str) -> bytes:
+    return file_header(name, 0, b"5", b"0000755\0")
 
 
 def _pax_records(data: bytes) -> dict[str, str]:
@@ -159,7 +162,7 @@ def _pax_records(data: bytes) -> dict[str, str]:
     return records
 
 
-def _padded(size: int) -> int:
+def padded(size: int) -> int:
     return (size + BLOCK - 1) // BLOCK * BLOCK
 
 
@@ -230,7 +233,7 @@ class ArchiveFilter:
         self._spool_left = 0
         self._out: list[bytes] = []
         self._zeros = 0
-        self._emit(_folder_header(GUARD_FOLDER))
+        self._emit(folder_header(GUARD_FOLDER))
 
     # -- public ---------------------------------------------------------------------------------------
     def feed(self, data: bytes) -> list[bytes]:
@@ -305,7 +308,7 @@ class ArchiveFilter:
             if entry.action == "pass":
                 self._emit(entry.raw)
         self._entry = entry
-        self._remaining = _padded(size)
+        self._remaining = padded(size)
         if self._remaining == 0:
             self._on_entry_end()
 
@@ -456,14 +459,14 @@ class ArchiveFilter:
                   for i in range(len(self.diff_ids))]  # the node has every layer not sent: never opened
         manifest = json.dumps([{"Config": self._config_name, "RepoTags": [self.rename_to] if self.rename_to
                                 else None, "Layers": layers}], separators=(",", ":")).encode() + b"\n"
-        self._emit(_file_header("manifest.json", len(manifest)) + manifest +
-                   bytes(_padded(len(manifest)) - len(manifest)) + ZERO_BLOCK + ZERO_BLOCK)
+        self._emit(file_header("manifest.json", len(manifest)) + manifest +
+                   bytes(padded(len(manifest)) - len(manifest)) + ZERO_BLOCK + ZERO_BLOCK)
         self.done = self.ended = True
 
     def _emit_rewritten(self, entry: _Entry, data: bytes) -> None:
         header = entry.raw[-BLOCK:]
         prefix = entry.raw[:-BLOCK]
-        self._emit(prefix + _with_size(header, len(data)) + data + bytes(_padded(len(data)) - len(data)))
+        self._emit(prefix + with_size(header, len(data)) + data + bytes(padded(len(data)) - len(data)))
 
     def _finish_spool(self, entry: _Entry) -> None:
         folder = self._folder
@@ -490,7 +493,7 @@ class ArchiveFilter:
                     if not block:
                         break
                     self._emit(block)
-                self._emit(bytes(_padded(entry.size) - entry.size))
+                self._emit(bytes(padded(entry.size) - entry.size))
             folder.pieces = []
         finally:
             spool.close()

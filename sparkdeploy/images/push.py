@@ -10,19 +10,21 @@ deploy call it). For every node, in parallel:
 3. preflight: the Docker root must have `free_space_factor` (2) times the bytes to send free, since
    `docker load` unpacks the archive in <root>/tmp and then writes the layers again; estimated from
    `docker history` sizes (an upper bound), checked before anything is sent;
-4. stream: ONE `docker save` of the source image is read and filtered on the fly for each distinct set of
-   missing layers (sparkdeploy.images.layers.ArchiveFilter), compressed with zstd (gzip when a node has no
-   zstd: docker load reads gzip itself) and sent to `docker load` on each node of the group through an SSH
-   channel on the node's existing connection, with host keys checked as everywhere else;
+4. stream: the archive of each distinct set of missing layers is written from the layers themselves, read
+   from this engine's layer store (sparkdeploy.images.layer_store: only the layers sent are read, each once
+   for all the nodes that need it); where that store cannot be read here (not root, another driver, a
+   remote engine), ONE `docker save` of the image is filtered on the fly instead
+   (sparkdeploy.images.layers.ArchiveFilter). Compressed with zstd (gzip when a node has no zstd: docker
+   load reads gzip itself) and sent to `docker load` on each node of the group through an SSH channel on
+   the node's existing connection, with host keys checked as everywhere else;
 5. the archive loads under a temporary tag; the loaded image ID is compared with the source's, and only then
    is the real tag set and the temporary one removed. A cut or failed transfer therefore moves no tag, and
    `docker load` output is searched for "no space left on device", which it can report in its stream.
 
 Nothing on a node is ever deleted except the temporary tag of this push. The streams reuse each node's SSH
-connection (re-keyed to AES-GCM when possible: less CPU per byte on both ends), and the save is read only
-as far as needed: once every group's archive is complete (config and needed layers through), the
-connection to the engine is closed. A re-push still costs one full `docker save` here: engine 20.10 writes
-every layer of the image to a temp folder before it sends the first byte, and has no API for one layer.
+connection (re-keyed to AES-GCM when possible: less CPU per byte on both ends). The `save` reader is the
+slow path for a re-push: engine 20.10 writes every layer of the image to a temp folder before it sends the
+first byte, and has no API for one layer; it reads the save only as far as needed.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.images import archive
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
-from sparkdeploy.images.layers import ArchiveFilter, estimate_bytes, missing_layers
+from sparkdeploy.images.layer_store import LayerMismatch, LayerStore, open_store
+from sparkdeploy.images.layers import ArchiveFilter, chain_ids, estimate_bytes, missing_layers
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
@@ -50,6 +54,7 @@ CHUNK = 1024 * 1024
 QUEUE_DEPTH = 16  # chunks buffered per node between the compressor and the SSH channel
 STALL_TIMEOUT_S = 300  # a node that reads nothing for this long fails
 INCOMING_REPO = "sparkdeploy-incoming"
+READERS = ("auto", "store", "save")
 NO_SPACE = re.compile(r"no space left on device", re.I)
 
 
@@ -64,6 +69,7 @@ class PushResult:
     raw_bytes: int = 0  # archive bytes after filtering, before compression
     bytes_sent: int = 0  # bytes written to the SSH channel (compressed)
     compression: str = "-"
+    reader: str = "-"  # where the layers were read: store (the layer store) | save (docker save)
     seconds: float = 0.0
     note: str = ""
 
@@ -97,10 +103,27 @@ class SourceImage:
     name: str  # short name, for the temporary tag
     diff_ids: list[str]
     sizes: list[int]  # docker history sizes, oldest first (estimates, for the preflight)
+    store: LayerStore | None = None  # where the layers are read; None: from a docker save
+    reader_note: str = ""  # why the layer store is not used, when it is not
+
+    @property
+    def reader(self) -> str:
+        return "store" if self.store is not None else "save"
+
+    def layer_sizes(self, positions: list[int]) -> int | None:
+        """The exact archive bytes of these layers (from the layer store), or None when unknown."""
+        if self.store is None:
+            return None
+        chains = chain_ids(self.diff_ids)
+        try:
+            return sum(self.store.layer_size(chains[i], self.diff_ids[i]) for i in positions)
+        except (OSError, ValueError, LayerMismatch):
+            return None
 
 
-def source_image(name: str, client, progress: PushProgress) -> SourceImage:
-    """An image definition's image (built if missing) or an image reference this engine has."""
+def source_image(name: str, client, progress: PushProgress, reader: str = "auto") -> SourceImage:
+    """An image definition's image (built if missing) or an image reference this engine has, with where its
+    layers will be read (`reader`, see push_image)."""
     import docker
 
     from sparkdeploy.images.build import ensure_image
@@ -124,7 +147,9 @@ def source_image(name: str, client, progress: PushProgress) -> SourceImage:
     if ":" not in tag.rsplit("/", 1)[-1] or tag.startswith("sha256:"):
         raise ConfigError(Problem("images", name, "push needs a tag the nodes can use", "give REPO:TAG"))
     sizes = [int(h.get("Size") or 0) for h in reversed(client.api.history(image.id))]
-    return SourceImage(tag, image.id, short, list(image.attrs["RootFS"]["Layers"]), sizes)
+    source = SourceImage(tag, image.id, short, list(image.attrs["RootFS"]["Layers"]), sizes)
+    _choose_reader(source, client, reader, progress)
+    return source
 
 
 # -- the plan for each node ------------------------------------------------------------------------------------
@@ -155,8 +180,11 @@ def plan_node(source: SourceImage, node: Node, facts: NodeImages, compression: s
         note = "containerd image store: every layer sent"
     else:
         missing = missing_layers(source.diff_ids, facts.chain_ids())
-    needed_flags = [i in missing for i in range(len(source.diff_ids))]
-    estimate = estimate_bytes(_sizes_for(source), needed_flags)
+    exact = source.layer_sizes(missing)
+    if exact is not None:
+        estimate = exact + archive.archive_overhead(len(missing))
+    else:
+        estimate = estimate_bytes(_sizes_for(source), [i in missing for i in range(len(source.diff_ids))])
     if facts.free_bytes is None:
         raise StepFailed(f"{node.name}: refused before sending: cannot read the free space of the Docker root "
                          f"{facts.root_dir}")
@@ -382,11 +410,10 @@ def prefer_aead(transport) -> None:
 
 
 class StreamGroup:
-    """Nodes that need the same layers with the same compression: one filter and one compressor for all."""
+    """Nodes that need the same layers with the same compression: one archive and one compressor for all."""
 
-    def __init__(self, source: SourceImage, needed: set[str], method: str, temp_tag: str,
-                 channels: list[FeedChannel], progress: PushProgress):
-        self.filter = ArchiveFilter(source.diff_ids, needed, rename_to=temp_tag, image_id=source.id)
+    def __init__(self, needed: set[str], method: str, channels: list[FeedChannel], progress: PushProgress):
+        self.needed = needed
         self.channels = channels
         self.progress = progress
         self.method = method
@@ -401,16 +428,12 @@ class StreamGroup:
     def alive(self) -> bool:
         return any(c.alive for c in self.channels)
 
-    @property
-    def done(self) -> bool:
-        """Its archive is complete: the rest of the save holds nothing it needs."""
-        return self.filter.done
-
-    def feed(self, chunk: bytes) -> None:
-        self._write(self.filter.feed(chunk))
+    def write(self, pieces: list[bytes]) -> None:
+        """More of the archive (uncompressed)."""
+        self._write(pieces)
 
     def finish(self) -> None:
-        self._write(self.filter.finish())
+        """The archive is complete: flush the compressor."""
         if self.proc is not None:
             self.proc.stdin.close()
             self.pump.join()
@@ -476,8 +499,9 @@ def _stream(source: SourceImage, plans: list[NodePlan], conns: dict[str, NodeCon
                 opened.append(channels[plan.node.name])
                 progress.begin(plan.node.name, plan.estimate)
             if opened:
-                groups.append(StreamGroup(source, set(needed), method, temp_tag, opened, progress))
-        save_error = _pump_save(source, groups, client)
+                groups.append(StreamGroup(set(needed), method, opened, progress))
+        pump = _pump_store if source.store is not None else _pump_save
+        save_error = pump(source, groups, client, temp_tag)
         if save_error:
             for c in channels.values():
                 c.abort()
@@ -503,22 +527,60 @@ def _stream(source: SourceImage, plans: list[NodePlan], conns: dict[str, NodeCon
     return outcome
 
 
-def _pump_save(source: SourceImage, groups: list[StreamGroup], client) -> str | None:
-    """One `docker save` of the source, fed to every group; returns why it failed, or None."""
+def _pump_store(source: SourceImage, groups: list[StreamGroup], client, temp_tag: str) -> str | None:
+    """Every group's archive written from the layer store: each needed layer read once, in image order."""
+    if not groups:
+        return None
+    store = source.store
+    try:
+        for group in groups:
+            group.write([archive.archive_start()])
+        for chain, diff in zip(chain_ids(source.diff_ids), source.diff_ids):
+            members = [g for g in groups if diff in g.needed and g.alive]
+            if not members:
+                continue
+            size = store.layer_size(chain, diff)
+            for group in members:
+                group.write([archive.layer_header(diff, size)])
+            for chunk in store.layer_chunks(chain, diff):
+                members = [g for g in members if g.alive]
+                if not members:
+                    break
+                for group in members:
+                    group.write([chunk])
+            for group in members:
+                group.write([archive.layer_padding(size)])
+        end = archive.archive_end(source.id, store.config_bytes(source.id), source.diff_ids, temp_tag)
+        for group in groups:
+            if group.alive:
+                group.write([end])
+                group.finish()
+    except LayerMismatch as exc:
+        return f"the layer store gave what its image does not name ({exc}); push with --layer-source save"
+    except (ValueError, StepFailed, OSError) as exc:
+        return f"reading the image's layers from this machine's layer store failed: {exc}"
+    return None
+
+
+def _pump_save(source: SourceImage, groups: list[StreamGroup], client, temp_tag: str) -> str | None:
+    """One `docker save` of the source, filtered for every group; returns why it failed, or None."""
     import docker
 
     if not groups:
         return None
+    filters = {id(g): ArchiveFilter(source.diff_ids, g.needed, rename_to=temp_tag, image_id=source.id)
+               for g in groups}
     try:
         with _saved(client, source.id) as chunks:
             for chunk in chunks:
-                live = [g for g in groups if g.alive and not g.done]
+                live = [g for g in groups if g.alive and not filters[id(g)].done]
                 if not live:
                     break
                 for group in live:
-                    group.feed(chunk)
+                    group.write(filters[id(group)].feed(chunk))
         for group in groups:
             if group.alive:
+                group.write(filters[id(group)].finish())
                 group.finish()
     except (ValueError, StepFailed, docker.errors.APIError, OSError) as exc:
         return f"reading the image from this machine's engine failed: {exc}"
@@ -544,10 +606,13 @@ def _saved(client, image_id: str):
 # -- the entry point ---------------------------------------------------------------------------------------
 
 def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgress | None = None, *,
-               client=None, compression: str = "auto", free_space_factor: float = 2.0) -> list[NodeOutcome]:
+               client=None, compression: str = "auto", free_space_factor: float = 2.0,
+               reader: str = "auto") -> list[NodeOutcome]:
     """Make the nodes hold image `name` (a definition name or a local REPO:TAG) with the source's image ID.
 
-    `nodes`: node names or Node objects of the inventory (default: all). Returns one NodeOutcome per node, in
+    `nodes`: node names or Node objects of the inventory (default: all). `reader`: where the layers are read,
+    `store` (this engine's layer store: only the layers sent are read), `save` (docker save) or `auto`
+    (the store when it can be read here, else save, with a note saying why). Returns one NodeOutcome per node, in
     order: `value` a PushResult when it worked, `error` a StepFailed naming the node and the reason when not.
     Never raises for one node's failure; raises ConfigError for a bad name and KeyboardInterrupt after
     cleaning up (channels closed: the nodes' docker load sees a cut archive and loads nothing).
@@ -555,6 +620,8 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     from sparkdeploy.images.build import docker_client
 
     progress = progress or PushProgress()
+    if reader not in READERS:
+        raise ConfigError(Problem("push", "layer source", f"{reader!r}", "auto, store or save"))
     chosen = select_nodes(inventory, nodes)
     client = client or docker_client()
     conns = {n.name: NodeConnection(n, inventory) for n in chosen}
@@ -563,7 +630,7 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     try:
         with ThreadPoolExecutor(1) as pool:  # read the nodes while the source image is resolved (or built)
             reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
-            source = source_image(name, client, progress)
+            source = source_image(name, client, progress, reader)
             facts = reading.result()
         plans: dict[str, NodePlan] = {}
         for outcome in facts:
@@ -597,7 +664,7 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
                 raise StepFailed(f"{node.name}: push of {source.tag} failed, no tag moved: {error}")
             _finalize(conns[node.name], temp_tag, source)
             return PushResult(node.name, source.tag, source.id, "sent", len(source.diff_ids), plan.layers_sent,
-                              channel.raw, channel.wire, plan.compression, note=plan.note)
+                              channel.raw, channel.wire, plan.compression, source.reader, note=plan.note)
 
         _collect(results, on_nodes([p.node for p in senders], finalize))
     finally:
@@ -616,6 +683,20 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
             progress.end(node.name, False, str(outcome.error))
         outcomes.append(outcome)
     return outcomes
+
+
+def _choose_reader(source: SourceImage, client, reader: str, progress: PushProgress) -> None:
+    if reader == "save":
+        return
+    store, why = open_store(client, source.id)
+    if store is None and reader == "store":
+        raise ConfigError(Problem("push", "--layer-source store", f"this engine's layer store cannot be read "
+                                                                  f"here: {why}", "use --layer-source auto or save"))
+    source.store = store
+    if store is None:
+        source.reader_note = why
+        progress.note(f"reading layers with docker save: {why}; a re-push then waits for a save of the whole "
+                      f"image")
 
 
 def _collect(results: dict, outcomes: list[NodeOutcome]) -> None:

@@ -1,0 +1,51 @@
+"""Write a `docker load` archive from layers read one by one (sparkdeploy.images.layer_store).
+
+The layout is the manifest form every graph-driver engine loads (20.10 to 28): `<diff hex>/layer.tar` for
+each layer sent, `<image id hex>.json` (the config), and `manifest.json` naming the config, the one tag it
+loads as and a path for every layer. The loader opens a layer's path only when the node lacks that layer's
+chain, so the layers a node has are simply left out.
+
+Order matters for a transfer that is cut: an empty guard folder first (it sorts before any layer folder and
+stops the pre-manifest loader that Docker falls back to when manifest.json is missing, as in layers.py), the
+layers, and the config and manifest last: an archive cut anywhere before its end loads nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sparkdeploy.images.layers import GUARD_FOLDER, ZERO_BLOCK, file_header, folder_header, padded
+
+
+def layer_path(diff_id: str) -> str:
+    return f"{diff_id.split(':', 1)[1]}/layer.tar"
+
+
+def archive_start() -> bytes:
+    return folder_header(GUARD_FOLDER)
+
+
+def layer_header(diff_id: str, size: int) -> bytes:
+    """The tar header of a layer whose `size` bytes of tar follow; end it with layer_padding(size)."""
+    return file_header(layer_path(diff_id), size)
+
+
+def layer_padding(size: int) -> bytes:
+    return bytes(padded(size) - size)
+
+
+def archive_end(image_id: str, config: bytes, diff_ids: list[str], tag: str | None) -> bytes:
+    """The config, the manifest (written by the serializer) and the end-of-archive blocks."""
+    config_name = f"{image_id.split(':', 1)[1]}.json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag] if tag else [],
+                            "Layers": [layer_path(d) for d in diff_ids]}]).encode()
+    return (_entry(config_name, config) + _entry("manifest.json", manifest) + ZERO_BLOCK + ZERO_BLOCK)
+
+
+def _entry(name: str, data: bytes) -> bytes:
+    return file_header(name, len(data)) + data + layer_padding(len(data))
+
+
+def archive_overhead(layers: int) -> int:
+    """Bytes of the archive that are not layer contents, at most: headers, padding, config and manifest."""
+    return (layers + 8) * 1024 + 64 * 1024
