@@ -30,7 +30,7 @@ def _short(image_id: str | None) -> str:
 
 
 def _size(n: int) -> str:
-    from sparkdeploy.images.push import _size as size
+    from sparkdeploy.images.push_progress import human_size as size
 
     return size(n) if n else "-"
 
@@ -86,7 +86,8 @@ def build_cmd(name, on_node, local, force, inventory):
 # -- push -----------------------------------------------------------------------------------------------------
 
 def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
-    from sparkdeploy.images.push import RichPushProgress, push_image
+    from sparkdeploy.images.push import push_image
+    from sparkdeploy.images.push_progress import RichPushProgress
 
     with RichPushProgress() as progress:
         outcomes = push_image(name, inv, nodes, progress, compression=compression)
@@ -116,7 +117,8 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
     compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
     """
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.images.push import PushProgress, RichPushProgress, push_image
+    from sparkdeploy.images.push import push_image
+    from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
     from sparkdeploy.inventory import load_inventory
 
     inv = load_inventory(inventory)

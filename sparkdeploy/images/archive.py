@@ -12,9 +12,12 @@ layers, and the config and manifest last: an archive cut anywhere before its end
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from sparkdeploy.images.layers import GUARD_FOLDER, ZERO_BLOCK, file_header, folder_header, padded
+
+PARTIAL_LABEL = "io.sparkdeploy.partial-of"  # on the image of a load that carries part of an image's layers
 
 
 def layer_path(diff_id: str) -> str:
@@ -40,6 +43,25 @@ def archive_end(image_id: str, config: bytes, diff_ids: list[str], tag: str | No
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag] if tag else [],
                             "Layers": [layer_path(d) for d in diff_ids]}]).encode()
     return (_entry(config_name, config) + _entry("manifest.json", manifest) + ZERO_BLOCK + ZERO_BLOCK)
+
+
+def partial_config(config: bytes, diff_ids: list[str], image_id: str) -> bytes:
+    """The config of an image made of the first layers of `image_id` (for a load that carries some of them).
+
+    No history (the engine refuses more history entries with layers than the image has layers) and the label
+    that says which image it is part of; architecture and OS as the image's. Written by the serializer.
+    """
+    source = json.loads(config)
+    partial = {"architecture": source.get("architecture", ""), "os": source.get("os", "linux"),
+               "created": "1970-01-01T00:00:00Z", "config": {"Labels": {PARTIAL_LABEL: image_id}},
+               "rootfs": {"type": "layers", "diff_ids": list(diff_ids)}}
+    if source.get("variant"):
+        partial["variant"] = source["variant"]
+    return json.dumps(partial, sort_keys=True, separators=(",", ":")).encode()
+
+
+def config_id(config: bytes) -> str:
+    return "sha256:" + hashlib.sha256(config).hexdigest()
 
 
 def _entry(name: str, data: bytes) -> bytes:

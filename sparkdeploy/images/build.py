@@ -224,7 +224,7 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
     it first). `step(n, total, text)` is called at each build step. Returns the tag; a failed build raises
     StepFailed naming the step that failed, with the build's last lines.
     """
-    from sparkdeploy.images.push import FeedChannel
+    from sparkdeploy.images.channel import FeedChannel
 
     say = progress or _print
     definition = load_definition(name)

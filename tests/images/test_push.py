@@ -9,7 +9,8 @@ import pytest
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
 from sparkdeploy.images.layers import chain_ids
-from sparkdeploy.images.push import SourceImage, load_failure, plan_node
+from sparkdeploy.images.channel import load_failure
+from sparkdeploy.images.push import SourceImage, plan_node
 from sparkdeploy.inventory import Node
 
 DIFFS = [f"sha256:{c * 64}" for c in "abcd"]

@@ -12,6 +12,8 @@ import time
 import pytest
 
 from sparkdeploy.images.inventory_images import read_node_images
+from sparkdeploy.images.layer_store import LayerStore
+from sparkdeploy.images.layers import chain_ids
 from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
 from sparkdeploy.remote import NodeConnection
 
@@ -34,13 +36,18 @@ def ok_results(outcomes):
     return {o.node.name: o.value for o in outcomes}
 
 
-def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_images, forget_on_nodes):
+READERS = ["store", "save"]  # where the layers are read here: the engine's layer store, or a docker save
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_images, forget_on_nodes, reader):
     forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
-    results = ok_results(push_image(test_images.v1, lab_inventory))
+    results = ok_results(push_image(test_images.v1, lab_inventory, reader=reader))
     assert set(results) == {n.name for n in lab.nodes}
     for node in lab.nodes:
         r = results[node.name]
         assert r.action == "sent" and r.layers_sent >= 3, r  # its three own layers (the base may be there)
+        assert r.reader == reader
         assert node_id(lab, node, test_images.v1) == test_images.ids["v1"]
         assert incoming_tags(lab, node) == []
 
@@ -52,9 +59,11 @@ def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_image
     assert elapsed < 2.0, f"pushing an image the nodes have took {elapsed:.2f} s"
 
 
-def test_repush_after_small_change_sends_only_that_layer(lab, lab_inventory, test_images):
+@pytest.mark.parametrize("reader", READERS)
+def test_repush_after_small_change_sends_only_that_layer(lab, lab_inventory, test_images, forget_on_nodes, reader):
     ok_results(push_image(test_images.v1, lab_inventory))
-    results = ok_results(push_image(test_images.v2, lab_inventory))
+    forget_on_nodes(test_images.v2, test_images.ids["v2"])
+    results = ok_results(push_image(test_images.v2, lab_inventory, reader=reader))
     for node in lab.nodes:
         r = results[node.name]
         assert r.action == "sent" and r.layers_sent == 1, r
@@ -110,7 +119,8 @@ def _retag(tag_source: str, ref: str) -> None:
     docker.from_env().images.get(tag_source).tag(repo, tag)
 
 
-def test_interrupted_push_keeps_previous_image_and_tags(lab, lab_inventory, test_images, forget_on_nodes):
+@pytest.mark.parametrize("reader", READERS)
+def test_interrupted_push_keeps_previous_image_and_tags(lab, lab_inventory, test_images, forget_on_nodes, reader):
     """Ctrl-C (KeyboardInterrupt) a third of the way through: the nodes keep what they had, nothing half-loaded."""
     moving = f"{test_images.repo}:moving"
     forget_on_nodes(moving, test_images.big, test_images.ids["big"])
@@ -122,7 +132,7 @@ def test_interrupted_push_keeps_previous_image_and_tags(lab, lab_inventory, test
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, interrupt))
+        push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, interrupt), reader=reader)
     time.sleep(1)  # let the nodes' docker load notice the cut archive
     for node in lab.nodes:
         assert node_id(lab, node, moving) == test_images.ids["v1"], node.name
@@ -203,3 +213,101 @@ def test_cli_push_table_and_exit_code(lab, lab_inventory, test_images, cli):
                           "-i", str(lab.spec.inventory_path))
     assert code == 0
     assert [r["node"] for r in json.loads(out)] == [lab.nodes[0].name]
+
+
+# -- the store reader's pipeline of loads -------------------------------------------------------------------------
+
+def partial_images(lab, node) -> list[str]:
+    out = lab.ssh(node, "docker image ls -aq --no-trunc --filter label=io.sparkdeploy.partial-of").stdout
+    return sorted(set(out.split()))
+
+
+def test_one_load_per_layer_gives_the_same_image_and_leaves_no_partial(lab, lab_inventory, test_images,
+                                                                     forget_on_nodes):
+    """batch_bytes=1: every layer is its own `docker load` (a partial image each), pipelined; the result is
+    the source's image ID and tag, and the partial images are gone."""
+    forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
+    results = ok_results(push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1))
+    for node in lab.nodes:
+        r = results[node.name]
+        assert r.action == "sent" and r.layers_sent >= 4, r  # a, b, small, big (the base may be there)
+        assert node_id(lab, node, test_images.big) == test_images.ids["big"]
+        assert partial_images(lab, node) == []
+        assert incoming_tags(lab, node) == []
+
+
+def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab_inventory, test_images,
+                                                                       forget_on_nodes):
+    """Cut during the last load (the 24 MB layer): no tag moved, the earlier loads are kept as untagged partial
+    images, and the next push sends only what did not arrive, then removes them."""
+    forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1,
+                   progress=_CutAfter(6_500_000 + 8_000_000, interrupt))  # a + b + small, then 8 MB of big
+    time.sleep(1)
+    for node in lab.nodes:
+        assert node_id(lab, node, test_images.big) is None, node.name
+        assert incoming_tags(lab, node) == []
+        assert partial_images(lab, node), f"{node.name}: no load finished before the cut"
+
+    results = ok_results(push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1))
+    for node in lab.nodes:
+        r = results[node.name]
+        assert 1 <= r.layers_sent <= 2, r  # big, and small if its load was cut too
+        assert "resumed" in r.note, r
+        assert node_id(lab, node, test_images.big) == test_images.ids["big"]
+        assert partial_images(lab, node) == []
+
+
+def _tampered_store(root, client, ref: str):
+    """A copy of the engine's store for `ref` whose top layer has one byte changed in its file."""
+    import shutil
+
+    from sparkdeploy.images.layer_store import open_store
+
+    image = client.images.get(ref)
+    real, why = open_store(client, image.id)
+    assert real is not None, why
+    (root / "image/overlay2/imagedb/content/sha256").mkdir(parents=True)
+    shutil.copy(real.imagedb / image.id.split(":")[1], root / "image/overlay2/imagedb/content/sha256")
+    diffs = image.attrs["RootFS"]["Layers"]
+    for n, (chain, diff) in enumerate(zip(chain_ids(diffs), diffs)):
+        folder = root / "image/overlay2/layerdb/sha256" / chain.split(":")[1]
+        shutil.copytree(real.layerdb / chain.split(":")[1], folder)
+        cache = (folder / "cache-id").read_text().strip()
+        (root / "overlay2" / cache).mkdir(parents=True)
+        if n < len(diffs) - 1:
+            (root / "overlay2" / cache / "diff").symlink_to(real.root / "overlay2" / cache / "diff")
+        else:
+            shutil.copytree(real.root / "overlay2" / cache / "diff", root / "overlay2" / cache / "diff",
+                            symlinks=True)
+            target = root / "overlay2" / cache / "diff" / "small.bin"
+            data = bytearray(target.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            target.write_bytes(bytes(data))
+    return LayerStore(root)
+
+
+def test_a_store_that_does_not_match_the_image_fails_and_loads_nothing(lab, lab_inventory, test_images,
+                                                                       forget_on_nodes, tmp_path, monkeypatch):
+    """A real store on disk whose top layer's file differs from what the image names: the stream is cut at the
+    end of that layer (our hash), so the nodes load nothing and keep their tags."""
+    import docker
+
+    import sparkdeploy.images.push as push
+
+    ok_results(push_image(test_images.v1, lab_inventory))
+    forget_on_nodes(test_images.v2, test_images.ids["v2"])
+    tampered = _tampered_store(tmp_path, docker.from_env(), test_images.v2)
+    monkeypatch.setattr(push, "open_store", lambda client, image_id: (tampered, ""))
+    outcomes = push_image(test_images.v2, lab_inventory, reader="store")
+    for o in outcomes:
+        assert not o.ok
+        assert "does not hash to its diff ID" in str(o.error) and "--layer-source save" in str(o.error)
+        assert node_id(lab, o.node, test_images.v2) is None
+        assert node_id(lab, o.node, test_images.v1) == test_images.ids["v1"]
+        assert incoming_tags(lab, o.node) == []
