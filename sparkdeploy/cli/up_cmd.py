@@ -141,14 +141,9 @@ def _simulated(dep: Deployment) -> bool:
 
 
 def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> bool:
-    """If `sparkdeploy.images.push.push_image` exists, push each missing image to the nodes lacking it."""
-    try:
-        from sparkdeploy.images import push as push_module  # another part of the project; may not exist yet
-    except ImportError:
-        return False
-    push_image = getattr(push_module, "push_image", None)
-    if not callable(push_image):
-        return False
+    """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried."""
+    from sparkdeploy.images.push import push_image
+
     missing: dict[str, set[str]] = {}
     for c in checks:
         if c.missing_image:
@@ -156,11 +151,10 @@ def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> b
     for ref, node_names in sorted(missing.items()):
         name = preflight.image_definition_name(ref)
         out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
-        outcomes = push_image(name, dep.inventory, [dep.inventory.node(n) for n in sorted(node_names)]) or []
-        for o in outcomes:
-            if getattr(o, "error", None) is not None:
+        for o in push_image(name, dep.inventory, [dep.inventory.node(n) for n in sorted(node_names)]):
+            if not o.ok:
                 out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
-    return True
+    return bool(missing)
 
 
 def _starting(dep: Deployment, facts: dict) -> set[str]:

@@ -9,7 +9,8 @@ carries the real config and the temporary tag.
 
 Load k+1 streams while load k registers its layers. Only its trailer (config and manifest: without them the
 loader does nothing) waits until load k has finished, since load k+1 finds load k's layers by their chain
-IDs. The unpacked archive of one load is deleted seconds after it is written, mostly before the disk sees it.
+IDs. The unpacked archive of one load is deleted seconds after it is written (often before the kernel has
+written it back to disk), where one big load keeps all of it until the end.
 
 A push cut midway leaves the loads that completed as untagged partial images: the next push finds their
 layers on the node and sends only the rest. The partial images are removed once the image is tagged there.
