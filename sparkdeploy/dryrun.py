@@ -56,7 +56,7 @@ def mask(dep: Deployment, data):
 def as_text(desc: dict) -> str:
     lines = []
     backend = f" (backend {desc['backend']})" if desc["backend"] else ""
-    lines.append(f"DRY RUN: nothing is changed on any node.")
+    lines.append("DRY RUN: nothing is changed on any node.")
     lines.append(f"recipe {desc['recipe']}, topology {desc['topology']}{backend}")
     lines.append(f"image {desc['image']} (definition {desc['image_definition']}, vLLM {desc['vllm_version']})")
     lines.append(f"endpoint {desc['endpoint']} (model {desc['model']})")

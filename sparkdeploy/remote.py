@@ -13,6 +13,7 @@ import hashlib
 import os
 import shlex
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from sparkdeploy.inventory import Inventory, Node
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
+# Commands at once on one connection: sshd refuses sessions past MaxSessions (10 by default: "open failed:
+# Connect failed"), and SFTP and push streams take sessions too.
+MAX_PARALLEL_COMMANDS = 6
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -84,7 +88,9 @@ class CommandResult:
 
 
 class NodeConnection:
-    """One SSH connection to one node (opened lazily, reused for every command)."""
+    """One SSH connection to one node (opened lazily, reused for every command). Safe to share between
+    threads: one connection is opened however many ask at once, and at most MAX_PARALLEL_COMMANDS commands
+    run on it at a time (the others wait their turn)."""
 
     def __init__(self, node: Node, inventory: Inventory, connect_timeout: float = CONNECT_TIMEOUT_S):
         self.node = node
@@ -92,6 +98,8 @@ class NodeConnection:
         self.connect_timeout = connect_timeout
         self._conn = None
         self._sftp = None
+        self._open_lock = threading.Lock()
+        self._sessions = threading.BoundedSemaphore(MAX_PARALLEL_COMMANDS)
 
     # -- connection ----------------------------------------------------------------------------------
     @property
@@ -116,6 +124,10 @@ class NodeConnection:
         return conn
 
     def open(self):
+        with self._open_lock:
+            return self._open()
+
+    def _open(self):
         if self._conn is not None and self._conn.is_connected:
             return self._conn
         conn = self._fabric()
@@ -172,6 +184,10 @@ class NodeConnection:
             stdin: str | None = None) -> CommandResult:
         """Run argv (quoted here) or a fixed shell snippet (str: only our own constant text, never values)."""
         command = argv if isinstance(argv, str) else shlex.join(argv)
+        with self._sessions:
+            return self._run(command, check, timeout, stdin)
+
+    def _run(self, command: str, check: bool, timeout: float | None, stdin: str | None) -> CommandResult:
         conn = self.open()
         try:
             chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)

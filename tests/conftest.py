@@ -63,3 +63,14 @@ def cli(capsys):
         return code, out.out, out.err
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The ONE shared lab of the session (the default lab, as `sparkdeploy lab up` makes it), for every folder's
+    lab tests. `lab up` is idempotent: it reuses a lab already up and never makes a second one."""
+    from sparkdeploy.lab import LabSpec, up
+    from tests.lab.conftest import Lab, ensure_engine
+
+    ensure_engine()
+    return Lab(up(LabSpec()))

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 from tests.conftest import REPO, SECRET_HF, SECRET_KEY
 

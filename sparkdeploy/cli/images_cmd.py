@@ -167,7 +167,8 @@ def list_cmd(ctx, inventory, as_json):
     if as_json:
         emit_json({
             "nodes": {o.node.name: ({"ok": True, "images": [
-                {"name": i.name, "tags": i.tags, "id": i.id} for i in o.value.managed()]} if o.ok else
+                {"name": i.name, "tags": i.tags, "id": i.id} for i in o.value.managed()],
+                "partial_pushes": o.value.partials()} if o.ok else
                 {"ok": False, "error": str(o.error)}) for o in outcomes},
             "tags": [{"tag": r.tag, "name": r.name, "ids": r.ids, "agree": r.agree} for r in rows],
         })
@@ -184,6 +185,10 @@ def list_cmd(ctx, inventory, as_json):
         _console().print(table)
         if not rows:
             click.echo("no managed images on the nodes")
+        for o in outcomes:
+            for image_id, count in (o.value.partials() if o.ok else {}).items():
+                click.echo(f"{o.node.name}: a cut push of {_short(image_id)} left {count} partial image(s); "
+                           f"pushing that image again resumes it and removes them")
         for o in failed:
             click.secho(f"error: {o.error}", fg="red", err=True)
     if failed:

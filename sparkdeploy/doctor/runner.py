@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
-from sparkdeploy.remote import HostKeyError, fingerprint
+from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
 
 from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail
-from .session import DoctorConnection, DoctorRun, NodeSession, Options
+from .session import DoctorRun, NodeSession, Options
 
 MAX_PARALLEL = 24
 CONNECT_TIMEOUT_S = 6
@@ -184,7 +184,7 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
     node_checks = [c for c in rest if c.scope == "node"]
     if node_checks or any(c.scope == "cluster" for c in rest):
         for node in run.nodes:
-            run.sessions[node.name] = NodeSession(node, DoctorConnection(node, run.inventory,
+            run.sessions[node.name] = NodeSession(node, NodeConnection(node, run.inventory,
                                                                        connect_timeout=CONNECT_TIMEOUT_S))
         access = next((c for c in checks if c.id == ACCESS_CHECK), None)
         access = access or Check(ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n),

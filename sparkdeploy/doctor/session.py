@@ -43,37 +43,6 @@ def parallel_script(parts: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class DoctorConnection(NodeConnection):
-    """remote.NodeConnection (host keys checked, retries) with two changes for many parallel checks:
-
-    - at most MAX_CHANNELS commands at once: sshd refuses sessions past MaxSessions (10 by default) on one
-      connection ("open failed: Connect failed"), and the SFTP channel counts too;
-    - Fabric 3 refuses a connect timeout given both as `connect_timeout` and in `connect_kwargs` at open()
-      ("Refusing to be ambiguous"): the duplicate is dropped.
-    """
-
-    MAX_CHANNELS = 6
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._gate = threading.BoundedSemaphore(self.MAX_CHANNELS)
-        self._open_lock = threading.Lock()
-
-    def open(self):
-        with self._open_lock:  # one connection per node, even when several checks ask at once
-            return super().open()
-
-    def run(self, *args, **kwargs):
-        with self._gate:
-            return super().run(*args, **kwargs)
-
-    def _fabric(self):
-        conn = super()._fabric()
-        if conn.connect_timeout is not None:
-            conn.connect_kwargs.pop("timeout", None)
-        return conn
-
-
 class _Memo:
     """Compute each key once; concurrent callers of the same key wait for the first one."""
 

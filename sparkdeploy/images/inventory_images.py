@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.images.archive import PARTIAL_LABEL
 from sparkdeploy.images.definitions import LABEL
 from sparkdeploy.images.layers import chain_ids
 from sparkdeploy.inventory import Inventory, Node
@@ -74,6 +75,15 @@ class NodeImages:
 
     def managed(self) -> list[ImageRecord]:
         return [i for i in self.images if i.name]
+
+    def partials(self) -> dict[str, int]:
+        """Partial images a cut push left (image ID they are part of -> how many): `images push` resumes."""
+        counts: dict[str, int] = {}
+        for image in self.images:
+            part_of = image.labels.get(PARTIAL_LABEL)
+            if part_of:
+                counts[part_of] = counts.get(part_of, 0) + 1
+        return counts
 
 
 def parse_facts(node: str, text: str) -> NodeImages:

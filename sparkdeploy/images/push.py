@@ -8,23 +8,25 @@ deploy call it). For every node, in parallel:
 2. work out the layers it lacks: a layer is present when its chain ID (the layer and everything under it)
    is the chain of some layer of some image on the node, which is the test `docker load` itself applies;
 3. preflight: the Docker root must have `free_space_factor` (2) times the bytes to send free, since
-   `docker load` unpacks the archive in <root>/tmp and then writes the layers again; estimated from
-   `docker history` sizes (an upper bound), checked before anything is sent;
-4. stream: the archive of each distinct set of missing layers is written from the layers themselves, read
-   from this engine's layer store (sparkdeploy.images.layer_store: only the layers sent are read, each once
-   for all the nodes that need it); where that store cannot be read here (not root, another driver, a
-   remote engine), ONE `docker save` of the image is filtered on the fly instead
-   (sparkdeploy.images.layers.ArchiveFilter). Compressed with zstd (gzip when a node has no zstd: docker
-   load reads gzip itself) and sent to `docker load` on each node of the group through an SSH channel on
-   the node's existing connection, with host keys checked as everywhere else;
-5. the archive loads under a temporary tag; the loaded image ID is compared with the source's, and only then
-   is the real tag set and the temporary one removed. A cut or failed transfer therefore moves no tag, and
-   `docker load` output is searched for "no space left on device", which it can report in its stream.
+   `docker load` unpacks the archive in <root>/tmp and then writes the layers again; the bytes are exact
+   when the layers come from the layer store, else estimated from `docker history` sizes (an upper
+   bound); checked before anything is sent;
+4. stream: nodes that lack the same layers form a group and get the same bytes, compressed once with zstd
+   (gzip when a node has no zstd: docker load reads gzip itself), through an SSH channel on each node's
+   existing connection, with host keys checked as everywhere else. The layers come from one of two readers:
+   - store (store_stream, the default where it works): read from this engine's layer store
+     (layer_store: only the layers sent are read) and sent as a pipeline of loads of about 256 MB, each
+     registering while the next arrives; a cut push keeps the loads that finished;
+   - save (save_stream): one `docker save` of the image, filtered on the fly, as one load per node, for
+     engines whose store cannot be read here;
+5. the image loads under a temporary tag; the loaded image ID is compared with the source's, and only then
+   is the real tag set and the temporary one (and the partial images of the loads) removed. A cut or failed
+   transfer therefore moves no tag, and `docker load` output is searched for "no space left on device",
+   which it can report in its stream.
 
-Nothing on a node is ever deleted except the temporary tag of this push. The streams reuse each node's SSH
-connection (re-keyed to AES-GCM when possible: less CPU per byte on both ends). The `save` reader is the
-slow path for a re-push: engine 20.10 writes every layer of the image to a temp folder before it sends the
-first byte, and has no API for one layer; it reads the save only as far as needed.
+Nothing on a node is ever deleted except the temporary tag and the partial images of this image's pushes.
+The streams reuse each node's SSH connection (re-keyed to AES-GCM when possible: less CPU per byte on both
+ends).
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from pathlib import Path
 import docker
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client
@@ -151,14 +150,6 @@ def _ensure_node(client, spec: LabSpec, plan: nodes.NodePlan, result: UpResult):
     return container
 
 
-def _bar_factory(progress: Progress):
-    def bar(tag: str, total: int):
-        task = progress.add_task(f"load {tag}", total=total or None)
-        return lambda n: progress.advance(task, n)
-
-    return bar
-
-
 def _phase_timer(start: float):
     last = [start]
 
@@ -211,17 +202,19 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             nodes.wait_ready(containers[node.name], node)
     phases["boot"] = mark()
 
-    if spec.images:
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      console=_console, transient=True) as progress:
-            result.images = engine_images.preload(client, list(spec.images), containers, _say,
-                                                  _bar_factory(progress))
-
-    phases["engine images"] = mark()
-    _prune_replaced_lab_images(client, image_tag)
     keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     ensure_secrets(spec)
     write_inventory(spec)
+    if spec.images:
+        from sparkdeploy.images.push_progress import RichPushProgress
+        from sparkdeploy.inventory import load_inventory
+
+        with RichPushProgress(console=_console) as progress:
+            result.images = engine_images.preload(client, list(spec.images), load_inventory(str(spec.inventory_path)),
+                                                  _say, progress)
+
+    phases["engine images"] = mark()
+    _prune_replaced_lab_images(client, image_tag)
     result.nodes = status(spec, client)
     result.seconds = time.monotonic() - t0
     result.phases = {k: round(v, 1) for k, v in phases.items()}

@@ -3,10 +3,7 @@ two levels, one run. The full sweep is `sparkdeploy bench sweep` (docs/bench/REA
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,17 +14,9 @@ RECIPE = "openai-gpt-oss-120b"
 
 
 @pytest.fixture(scope="module")
-def lab_inventory():
-    """The shared session lab (the default LabSpec, as tests/lab/conftest.py brings it up), nothing deployed."""
-    path = Path(__file__).resolve().parents[1] / "lab" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("sparkdeploy_tests_lab_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    module.ensure_engine()
-    from sparkdeploy.lab import LabSpec, up
-
-    inventory = str(up(LabSpec()).spec.inventory_path)
+def lab_inventory(lab):
+    """The shared session lab, nothing deployed."""
+    inventory = str(lab.spec.inventory_path)
     from sparkdeploy.cli.main import cli
     from sparkdeploy.cli.common import run_cli
 

@@ -1,4 +1,4 @@
-"""Fixtures for doctor's tests. Lab tests use the ONE shared session lab of tests/lab/conftest.py."""
+"""Fixtures for doctor's tests. Lab tests use the ONE shared session lab (`lab`, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,35 +10,6 @@ import pytest
 import yaml
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
-LAB_CONFTEST = Path(__file__).resolve().parents[1] / "lab" / "conftest.py"
-
-
-def _lab_module():
-    import importlib.util
-    import sys
-
-    name = "sparkdeploy_tests_lab_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, LAB_CONFTEST)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses in it look their module up by name
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-@pytest.fixture(scope="session")
-def lab():
-    """The ONE shared session lab: tests/lab/conftest.py's default lab (same LabSpec, same containers).
-
-    `lab up` is idempotent: when the lab tests (or another folder's fixture) brought it up already, this only
-    checks it (about 3 s) and never creates a second lab nor takes it down.
-    """
-    module = _lab_module()
-    module.ensure_engine()
-    from sparkdeploy.lab import LabSpec, up
-
-    return module.Lab(up(LabSpec()))
 
 
 @pytest.fixture

@@ -1,5 +1,4 @@
-"""Fixtures for tests/images: the ONE shared session lab (tests/lab/conftest.py's, reused: `lab up` is
-idempotent) and small test images built on this machine FROM the lab's debian-base, removed from this machine
+"""Fixtures for tests/images: with the ONE shared session lab (`lab`, tests/conftest.py), small test images built on this machine FROM the lab's debian-base, removed from this machine
 and from the nodes at the end of the session.
 """
 
@@ -9,33 +8,12 @@ import io
 import random
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 TEST_REPO = "sparkdeploy-test/push"
 TEST_LABEL_NAME = "push-test"
 CHANGED_FILE_BYTES = 1_000_000  # the small file that changes between v1 and v2 (random: zstd cannot shrink it)
-
-
-@pytest.fixture(scope="session")
-def lab():
-    """The shared session lab: the default lab of tests/lab/conftest.py (same LabSpec, same containers)."""
-    import importlib.util
-    import sys
-
-    name = "sparkdeploy_tests_lab_conftest"
-    module = sys.modules.get(name)
-    if module is None:
-        path = Path(__file__).resolve().parents[1] / "lab" / "conftest.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    module.ensure_engine()
-    from sparkdeploy.lab import LabSpec, up
-
-    return module.Lab(up(LabSpec()))
 
 
 @pytest.fixture(scope="session")

@@ -237,7 +237,7 @@ def test_one_load_per_layer_gives_the_same_image_and_leaves_no_partial(lab, lab_
 
 
 def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab_inventory, test_images,
-                                                                       forget_on_nodes):
+                                                                       forget_on_nodes, cli):
     """Cut during the last load (the 24 MB layer): no tag moved, the earlier loads are kept as untagged partial
     images, and the next push sends only what did not arrive, then removes them."""
     forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
@@ -253,6 +253,11 @@ def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab
         assert node_id(lab, node, test_images.big) is None, node.name
         assert incoming_tags(lab, node) == []
         assert partial_images(lab, node), f"{node.name}: no load finished before the cut"
+    code, out, err = cli("images", "list", "--json", "-i", str(lab.spec.inventory_path))
+    assert code == 0, err
+    for node in lab.nodes:
+        listed = json.loads(out)["nodes"][node.name]["partial_pushes"]
+        assert listed == {test_images.ids["big"]: len(partial_images(lab, node))}
 
     results = ok_results(push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1))
     for node in lab.nodes:

@@ -83,12 +83,6 @@ def side_lab_spec(name: str, nodes: int, state_dir: Path) -> LabSpec:
 
 
 @pytest.fixture(scope="session")
-def lab() -> Lab:
-    ensure_engine()
-    return Lab(up(LabSpec()))
-
-
-@pytest.fixture(scope="session")
 def side_spec():
     """side_spec(name, nodes, state_dir) -> LabSpec (see side_lab_spec)."""
     return side_lab_spec

@@ -29,10 +29,11 @@ def _any_image(lab, node) -> str:
 
     tag = load_definition("debian-base").tag
     if lab.ssh(node, f"docker image inspect {tag}", check=False).returncode != 0:
-        from sparkdeploy.lab.engine_images import load_into_nodes
+        from sparkdeploy.inventory import load_inventory
+        from sparkdeploy.lab.engine_images import preload
 
-        client = docker.from_env()
-        load_into_nodes(client, tag, {node.name: client.containers.get(lab.spec.container_name(node.name))})
+        preload(docker.from_env(), ["debian-base"], load_inventory(str(lab.spec.inventory_path)), print,
+                nodes=[node.name])
     return tag
 
 
@@ -61,26 +62,29 @@ def test_memlock_unlimited_is_simulated_and_says_so(lab):
     assert direct.returncode != 0 and "rlimit" in direct.stderr.lower()
 
 
-def test_preload_streams_once_then_skips(scratch_lab):
-    """save | load into every node lacking the image; a second pass finds the same image ID and skips."""
+def test_preload_pushes_once_then_skips(scratch_lab):
+    """Pushed (over SSH, only missing layers) into every node lacking the image; a second pass finds the same
+    image ID and skips; a definition that does not exist is skipped with the reason."""
     import docker
 
+    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.lab import engine_images
 
     lab = scratch_lab
     client = docker.from_env()
-    containers = {n.name: client.containers.get(lab.spec.container_name(n.name)) for n in lab.nodes}
+    names = sorted(n.name for n in lab.nodes)
+    inventory = load_inventory(str(lab.spec.inventory_path))
     tag = engine_images.resolve("debian-base", client, print)[0]
     for node in lab.nodes:
         lab.docker_exec(node, "sh", "-c", f"docker rmi -f {tag} >/dev/null 2>&1 || true")
-    first = engine_images.preload(client, ["debian-base", "no-such-image"], containers, print)
-    assert sorted(first[0].loaded) == sorted(containers) and first[0].present == []
+    first = engine_images.preload(client, ["debian-base", "no-such-image"], inventory, print)
+    assert sorted(first[0].loaded) == names and first[0].present == []
     assert first[1].tag is None and "no definition" in first[1].skipped
     for node in lab.nodes:
         inner = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip()
         assert inner == client.images.get(tag).id
-    second = engine_images.preload(client, ["debian-base"], containers, print)
-    assert second[0].loaded == [] and sorted(second[0].present) == sorted(containers)
+    second = engine_images.preload(client, ["debian-base"], inventory, print)
+    assert second[0].loaded == [] and sorted(second[0].present) == names
 
 
 def test_engine_images_from_lab_up_are_on_every_node(lab):
