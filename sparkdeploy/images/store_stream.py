@@ -86,76 +86,71 @@ def stream_from_store(source, groups: list[StreamGroup], conns, progress: PushPr
 
 
 class _GroupSender:
+    """The loads of one group, in order, to every node of the group (run() in a thread of its own)."""
+
     def __init__(self, source, group: StreamGroup, conns, progress: PushProgress, temp_tag: str,
                  batch_bytes: int):
         self.source, self.group, self.conns, self.progress = source, group, conns, progress
         self.temp_tag = temp_tag
-        positions = [i for i, d in enumerate(source.diff_ids) if d in group.needed]
-        chains = chain_ids(source.diff_ids)
-        self.chains = chains
-        sizes = {i: source.store.layer_size(chains[i], source.diff_ids[i]) for i in positions}
-        if group.single_load:
-            batch_bytes = 1 << 62
-        self.loads = plan_loads(len(source.diff_ids), positions, sizes, batch_bytes)
-        self.sizes = sizes
+        self.batch_bytes = 1 << 62 if group.single_load else batch_bytes
+        self.chains = chain_ids(source.diff_ids)
         self.results = {name: NodeStream() for name in group.names}
         self.raised: BaseException | None = None
-        self._live: dict[str, FeedChannel] = {}  # every channel not finished, for abort()
+        self._previous: dict[str, FeedChannel] = {}  # the load registering its layers
+        self._current: dict[str, FeedChannel] = {}  # the load being sent
         self._lock = threading.Lock()
         self._aborted = False
 
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
-            for c in list(self._live.values()):
+            for c in list(self._previous.values()) + list(self._current.values()):
                 c.abort()
 
     def run(self) -> None:
         try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            self._send_loads()
+        except LayerMismatch as exc:
+            self._fail_all(f"the layer store gave what its image does not name ({exc}); push with "
+                           f"--layer-source save")
+        except (ValueError, StepFailed, OSError) as exc:
+            self._fail_all(f"reading the image's layers from this machine's layer store failed: {exc}")
+        except BaseException as exc:  # noqa: BLE001 - an interrupt: handed to the calling thread
             self.raised = exc
             self.abort()
 
-    def _failed(self, name: str, error: str) -> None:
-        if self.results[name].error is None:
-            self.results[name].error = error
-
-    def _ok(self) -> list[str]:
-        return [n for n in self.group.names if self.results[n].error is None]
-
-    def _run(self) -> None:
+    def _send_loads(self) -> None:
         store, source = self.source.store, self.source
+        positions = [i for i, d in enumerate(source.diff_ids) if d in self.group.needed]
+        sizes = {i: store.layer_size(self.chains[i], source.diff_ids[i]) for i in positions}
         for name in self.group.names:
             self.progress.begin(name, self.group.estimate)
-        previous: dict[str, FeedChannel] = {}
-        for load in self.loads:
-            names = self._ok()
+        for load in plan_loads(len(source.diff_ids), positions, sizes, self.batch_bytes):
+            names = [n for n in self.group.names if self.results[n].error is None]
             if not names or self._aborted:
                 break
             opened, failed = open_loads(self.conns, names, self.group.method, self.progress)
             for name, error in failed.items():
                 self._failed(name, error)
-            with self._lock:
-                self._live.update({f"{n}#{id(c)}": c for n, c in opened.items()})
             if not opened:
                 break
+            with self._lock:
+                self._current = opened
             fan = Fanout(self.group.method, list(opened.values()), self.progress)
             try:
                 fan.write([archive.archive_start()])
                 for pos in load.positions:
                     diff = source.diff_ids[pos]
-                    fan.write([archive.layer_header(diff, self.sizes[pos])])
+                    fan.write([archive.layer_header(diff, sizes[pos])])
                     for chunk in store.layer_chunks(self.chains[pos], diff):
                         if not fan.alive:
                             break
                         fan.write([chunk])
-                    fan.write([archive.layer_padding(self.sizes[pos])])
-                # the layers of the previous load must be registered before this one's manifest arrives
-                self._wait(previous)
+                    fan.write([archive.layer_padding(sizes[pos])])
+                self._wait_previous()  # its layers must be registered before this load's manifest arrives
                 for name, c in opened.items():
                     if self.results[name].error is not None:
-                        c.abort()
+                        c.abort()  # that node's previous load failed: stop it here
                 diffs = source.diff_ids[:load.top + 1]
                 config = store.config_bytes(source.id)
                 if load.final:
@@ -165,14 +160,6 @@ class _GroupSender:
                     image_id, tag = archive.config_id(config), None
                 fan.write([archive.archive_end(image_id, config, diffs, tag)])
                 fan.finish()
-            except LayerMismatch as exc:
-                self._fail_all(opened, previous, f"the layer store gave what its image does not name ({exc}); "
-                                                 f"push with --layer-source save")
-                return
-            except (ValueError, StepFailed, OSError) as exc:
-                self._fail_all(opened, previous, f"reading the image's layers from this machine's layer store "
-                                                 f"failed: {exc}")
-                return
             finally:
                 fan.kill()
             for name, c in opened.items():
@@ -180,26 +167,33 @@ class _GroupSender:
                     self.results[name].partial_ids.append(image_id)
                 elif c.alive:
                     self.progress.loading(name)
-            previous = opened
-        self._wait(previous)
+            with self._lock:
+                self._previous, self._current = opened, {}
+        self._wait_previous()
 
-    def _wait(self, channels: dict[str, FeedChannel]) -> None:
-        for name, c in channels.items():
+    def _failed(self, name: str, error: str) -> None:
+        if self.results[name].error is None:
+            self.results[name].error = error
+
+    def _wait_previous(self) -> None:
+        for name, c in self._previous.items():
             error = wait_load(c, load_timeout(self.group.estimate))
-            stream = self.results[name]
-            stream.raw += c.raw
-            stream.wire += c.wire
+            self._account(name, c)
             if error:
                 self._failed(name, error)
-            with self._lock:
-                self._live.pop(f"{name}#{id(c)}", None)
-        channels.clear()
+        with self._lock:
+            self._previous = {}
 
-    def _fail_all(self, opened: dict[str, FeedChannel], previous: dict[str, FeedChannel], error: str) -> None:
+    def _account(self, name: str, c: FeedChannel) -> None:
+        self.results[name].raw += c.raw
+        self.results[name].wire += c.wire
+
+    def _fail_all(self, error: str) -> None:
         """The reader failed: cut every stream (a cut archive loads nothing) and fail every node of the group."""
-        for c in list(opened.values()) + list(previous.values()):
-            c.abort()
+        self.abort()
         for name in self.group.names:
             self._failed(name, error)
-        self._wait(previous)
-        self._wait(opened)
+        for channels in (self._previous, self._current):
+            for name, c in channels.items():
+                wait_load(c, 5)
+                self._account(name, c)
