@@ -99,3 +99,15 @@ def test_no_traceback_from_the_console_script(tmp_path):
     result = subprocess.run(["run-recipe", "nope", "--dry-run", "-i", str(tmp_path / "missing.yaml")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "cannot read" in result.stderr
+
+
+def test_run_recipe_takes_the_health_gate_timeout_like_up(cli, inventory_file):
+    from sparkdeploy.cli.run_recipe import run_recipe
+
+    for command in (run_recipe, None):
+        args = ("openai-gpt-oss-120b",) if command else ("up", "-r", "openai-gpt-oss-120b")
+        code, _out, err = cli(*args, "--timeout", "0", "-i", str(inventory_file), command=command)
+        assert code == 2 and "--timeout" in err
+    code, out, err = cli("openai-gpt-oss-120b", "--timeout", "30", "--dry-run", "-i", str(inventory_file),
+                         command=run_recipe)  # a dry run connects to nothing
+    assert code == 0 and "DRY RUN" in out, err

@@ -10,6 +10,10 @@ import click
 
 from sparkdeploy.errors import ConfigError, Problem
 
+DEFAULT_TIMEOUT_S = 1200.0  # loading a 65 GB model and compiling can take many minutes on a Spark
+timeout_option = click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+                              help="Seconds the health gate waits for /health and a real chat completion.")
+
 inventory_option = click.option(
     "--inventory", "-i", "inventory", metavar="PATH|lab", envvar="SPARKDEPLOY_INVENTORY",
     help="Inventory file (default ./inventory.yaml; `lab` is the lab's). Env: SPARKDEPLOY_INVENTORY.")

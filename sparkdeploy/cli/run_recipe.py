@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.cli.common import (deployment_options, emit_json, json_option, run_cli)
+from sparkdeploy.cli.common import deployment_options, emit_json, json_option, run_cli, timeout_option
 from sparkdeploy.context import load_deployment
 from sparkdeploy.dryrun import as_text, describe
 
@@ -26,8 +26,9 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
 @deployment_options
 @click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
 @click.option("--dry-run", is_flag=True, help="Print, per node and in order, every file and command; change nothing.")
+@timeout_option
 @json_option
-def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, as_json):
+def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, timeout, as_json):
     """Serve RECIPE on your Sparks with the recipe's default topology.
 
     \b
@@ -42,7 +43,7 @@ def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dr
     from sparkdeploy.cli import up_cmd
 
     up_cmd.deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-                  recipes_dir=recipes_dir, node=node, as_json=as_json)
+                  recipes_dir=recipes_dir, node=node, as_json=as_json, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,8 @@ from rich.text import Text
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
                                inventory_lock)
-from sparkdeploy.cli.common import (deployment_options, emit_json, inventory_option, json_option)
+from sparkdeploy.cli.common import (DEFAULT_TIMEOUT_S, deployment_options, emit_json, inventory_option, json_option,
+                                    timeout_option)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
@@ -30,7 +31,6 @@ from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, plan_deployment, plan_down
 
-DEFAULT_TIMEOUT_S = 1200.0  # loading a 65 GB model and compiling can take many minutes on a Spark
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
 
 
@@ -283,8 +283,6 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
 
 
 recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
-timeout_option = click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
-                              help="Seconds the health gate waits for /health and a real chat completion.")
 
 
 @click.command("up")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import time
 
+from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
 from . import engine, gather
@@ -177,11 +178,18 @@ def mgmt(run: DoctorRun, node: Node) -> Result:
 
 
 def _offset(session: NodeSession) -> tuple[float, float]:
-    t0 = time.time()
-    res = session.run(["date", "+%s.%N"], timeout=10)
-    t1 = time.time()
-    remote = float(res.stdout.strip())
-    return remote - (t0 + t1) / 2, (t1 - t0) / 2
+    """The node's clock minus this machine's, and the error bound (half the round trip). One retry: a probe
+    that returned no time once (seen once in CI, cause unknown) says so, with the command's own output."""
+    for _attempt in range(2):
+        t0 = time.time()
+        res = session.run(["date", "+%s.%N"], timeout=10)
+        t1 = time.time()
+        try:
+            return float(res.stdout.strip()) - (t0 + t1) / 2, (t1 - t0) / 2
+        except ValueError:
+            continue
+    said = " | ".join((res.stdout + res.stderr).strip().splitlines()[-3:]) or "no output"
+    raise StepFailed(f"`date +%s.%N` on {session.node.name} gave no time (exit {res.exit_code}: {said})")
 
 
 def clock(run: DoctorRun, node: Node) -> Result:

@@ -58,3 +58,54 @@ def test_failed_build_on_node_names_the_step_and_shows_output(lab, images_dir, c
     assert code == 1
     assert f"{lab.nodes[0].name}: building image push-build-fail failed at Step 4/5 : RUN echo about to fail" in err
     assert "about to fail" in err.split("failed at", 1)[1].split("\n", 1)[1]  # the build's own output follows
+
+
+def test_definition_changed_rebuilt_and_repushed_sends_only_the_new_layer(lab, images_dir, cli):
+    """The issue's scenario through the CLI: build a definition here, push it to both nodes (IDs checked); change
+    one small file of the definition, rebuild (a new content-hash tag; the build cache keeps the lower layers),
+    push again: one layer travels, of about that file's size."""
+    import json
+
+    import docker
+
+    from sparkdeploy.images import definitions
+
+    folder = images_dir / "push-def"
+    folder.mkdir()
+    (folder / "manifest.yaml").write_text("name: push-def\ndescription: test\nbase: debian-base\n")
+    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 3000000 /dev/urandom > /data.bin\n"
+                                       "COPY hello.txt /hello.txt\n")
+    (folder / "hello.txt").write_text("version 1\n")
+    inventory = str(lab.spec.inventory_path)
+    client = docker.from_env()
+    tags = []
+    try:
+        for version in (1, 2):
+            (folder / "hello.txt").write_text(f"version {version}\n" + "x" * 20_000)
+            definitions.clear_cache()
+            code, out, err = cli("images", "build", "push-def", "--local")
+            assert code == 0, err
+            tags.append(definitions.load_definition("push-def").tag)
+            code, out, err = cli("images", "push", "push-def", "--json", "-i", inventory)
+            assert code == 0, err
+            results = {r["node"]: r for r in json.loads(out)}
+            assert set(results) == {n.name for n in lab.nodes}
+            for node in lab.nodes:
+                r = results[node.name]
+                assert r["ok"] and r["action"] == "sent" and r["reader"] == "store", r
+                node_id = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {tags[-1]}").stdout.strip()
+                assert node_id == client.images.get(tags[-1]).id == r["image_id"]
+                if version == 1:
+                    assert r["layers_sent"] >= 2, r  # the random layer and the file (the base may be there)
+                else:
+                    assert r["layers_sent"] == 1, r
+                    assert 20_000 <= r["raw_bytes"] <= 20_000 + 16_384, r  # the file + tar headers, manifest
+        assert tags[0] != tags[1]
+    finally:
+        for tag in tags:
+            for node in lab.nodes:
+                lab.ssh(node, f"docker image rm {tag}", check=False)
+            try:
+                client.images.remove(tag)
+            except docker.errors.ImageNotFound:
+                pass
