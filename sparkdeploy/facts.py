@@ -48,6 +48,8 @@ s images
 for ref in "$@"; do id=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/null) || id=-; printf '%s %s\n' "$ref" "${id:--}"; done
 s statedir
 [ -d "$dir" ] && stat -c '%a' "$dir"
+s foreign
+[ -d "$dir" ] && find "$dir" -maxdepth 2 ! -user "$(id -u)" -print -quit 2>/dev/null
 s files
 [ -d "$dir" ] && (cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%m %y %f\n')
 s sha
@@ -135,6 +137,7 @@ class NodeFacts:
     other_names: dict[str, str] = field(default_factory=dict)  # name -> id of containers that are not ours
     images: dict[str, str | None] = field(default_factory=dict)  # reference -> image ID (None: absent)
     state_dir_mode: int | None = None  # None: the state dir does not exist
+    state_dir_foreign: str = ""  # a path in the state dir the SSH user does not own (Docker makes them root's)
     files: dict[str, FileFact] = field(default_factory=dict)
     other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
     manifest: dict | None = None
@@ -275,6 +278,7 @@ def parse(node: str, text: str) -> NodeFacts:
         if ref:
             f.images[ref] = None if image_id in ("", "-") else image_id
 
+    f.state_dir_foreign = sec.get("foreign", "").strip()
     mode = sec.get("statedir", "").strip()
     f.state_dir_mode = int(mode, 8) if re.fullmatch(r"[0-7]{3,4}", mode) else None
 

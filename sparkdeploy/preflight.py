@@ -23,7 +23,7 @@ PROXY_ROLES = ("proxy",)
 @dataclass
 class Check:
     node: str
-    name: str  # ssh | docker | names | image | ports | memory | disk
+    name: str  # ssh | docker | state-dir | names | image | ports | memory | disk
     ok: bool
     detail: str
     fix: str = ""
@@ -65,6 +65,8 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
                                 "(sudo usermod -aG docker USER, then log in again)"))
             continue
         checks.append(Check(node.name, "docker", True, f"Docker {f.docker_version}"))
+        if f.state_dir_foreign:
+            checks.append(_foreign_state_dir(dep, node, f))
         nd = by_name.get(node.name)
         if nd is None:
             continue
@@ -75,6 +77,17 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
         checks.extend(_disk(dep, nd, f, simulated))
     checks.extend(_same_image_ids(dep, facts))
     return checks
+
+
+def _foreign_state_dir(dep: Deployment, node, f: NodeFacts) -> Check:
+    """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
+    a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
+    user = node.ssh.user or "$USER"
+    state_dir = f"~/{dep.inventory.cluster.state_dir}"
+    return Check(node.name, "state-dir", False,
+                 f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
+                 f"bind-mount folder as root); sparkdeploy cannot replace files there",
+                 f"on {node.name}: sudo chown -R {user}: {state_dir}")
 
 
 def _ssh_fix(error) -> str:

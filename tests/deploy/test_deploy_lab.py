@@ -266,6 +266,25 @@ def test_preflight_fails_when_worker_sshd_is_stopped(lab, inv):
     assert_nothing_of_ours(inv)  # spark1 untouched too
 
 
+def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
+    """What Docker leaves when it recreates a removed bind-mount folder: a folder of root's in the state dir.
+    up refuses before changing anything and prints the chown that fixes it; after the fix, up goes ahead."""
+    node = lab.nodes[1]
+    lab.docker_exec(node, "sh", "-c", "mkdir -p /home/spark/.sparkdeploy/engine && chown root:root "
+                                      "/home/spark/.sparkdeploy/engine")
+    try:
+        r = sd("up", "--recipe", RECIPE, "-t", "2xsolo", "-i", inv, "--timeout", "60")
+        assert r.returncode == 1, _fail(r)
+        out = r.stdout + r.stderr
+        assert "/home/spark/.sparkdeploy/engine is not owned by the SSH user spark" in out
+        assert "sudo chown -R spark: ~/.sparkdeploy" in out and "Nothing was changed" in out
+        assert_nothing_of_ours(inv)
+    finally:
+        lab.docker_exec(node, "sh", "-c", "chown -R spark: /home/spark/.sparkdeploy && rmdir "
+                                          "/home/spark/.sparkdeploy/engine && { rmdir /home/spark/.sparkdeploy "
+                                          "2>/dev/null || true; }")
+
+
 def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
     from sparkdeploy.lab import keys
 

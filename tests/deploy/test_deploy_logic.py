@@ -108,6 +108,31 @@ def test_facts_script_reads_only_what_is_asked(tmp_path):
         assert present in sections and absent not in sections and "home" in sections
 
 
+def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown(tmp_path):
+    """The real facts script finds it (a folder Docker made as root for a bind mount, here one chowned to
+    nobody); preflight names it and the command that fixes it."""
+    import os
+    import subprocess
+
+    state = tmp_path / ".sparkdeploy"
+    (state / "engine").mkdir(parents=True)
+    os.chown(state / "engine", 65534, 65534)
+    r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+                       capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    f = facts_mod.parse("spark1", r.stdout)
+    assert f.state_dir_foreign == str(state / "engine")
+    dep = make_deployment("solo")
+    facts = _facts(dep, empty_facts)
+    facts["spark1"].state_dir_foreign = f.state_dir_foreign
+    [bad] = [c for c in preflight.run(dep, facts) if not c.ok]
+    assert (bad.node, bad.name) == ("spark1", "state-dir") and str(state / "engine") in bad.detail
+    assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy"
+    os.chown(state / "engine", os.getuid(), os.getgid())
+    r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+                       capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert facts_mod.parse("spark1", r.stdout).state_dir_foreign == ""
+
+
 def test_facts_script_is_read_only():
     script = facts_mod.SCRIPT
     for word in ("rm ", "mkdir", "docker run", "docker rm", "chmod", " > ", "kill"):
