@@ -268,10 +268,10 @@ def test_preflight_fails_when_worker_sshd_is_stopped(lab, inv):
 
 def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
     """What Docker leaves when it recreates a removed bind-mount folder: a folder of root's in the state dir.
-    up refuses before changing anything and prints the chown that fixes it; after the fix, up goes ahead."""
+    up refuses before changing anything on any node and prints the chown that fixes it."""
     node = lab.nodes[1]
-    lab.docker_exec(node, "sh", "-c", "mkdir -p /home/spark/.sparkdeploy/engine && chown root:root "
-                                      "/home/spark/.sparkdeploy/engine")
+    lab.docker_exec(node, "sh", "-c", "mkdir -p /home/spark/.sparkdeploy && chown spark: /home/spark/.sparkdeploy "
+                                      "&& mkdir /home/spark/.sparkdeploy/engine")  # the folder root's, as docker does
     try:
         r = sd("up", "--recipe", RECIPE, "-t", "2xsolo", "-i", inv, "--timeout", "60")
         assert r.returncode == 1, _fail(r)
