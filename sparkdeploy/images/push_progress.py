@@ -82,5 +82,8 @@ class RichPushProgress(PushProgress):
     def end(self, node: str, ok: bool, text: str) -> None:
         task = self.tasks.get(node)
         if task is not None:
-            done = next((t.completed for t in self.bar.tasks if t.id == task), 0)
-            self.bar.update(task, total=done if ok else None, description=node if ok else f"{node} failed")
+            state = next(t for t in self.bar.tasks if t.id == task)
+            done, elapsed = state.completed, state.elapsed or 0.0
+            summary = f"sent {human_size(self.wire.get(node, 0))} in {elapsed:.1f} s"
+            self.bar.update(task, total=done if ok else None, description=node if ok else f"{node} failed",
+                            wire=summary)

@@ -59,7 +59,5 @@ def preload(client, names: list[str], inventory, say, progress=None, nodes=None)
             raise StepFailed("; ".join(f"loading {tag} into lab node {o.node.name}: {o.error}" for o in failed))
         loaded = [o.node.name for o in outcomes if o.value.action == "sent"]
         present = [o.node.name for o in outcomes if o.value.action != "sent"]
-        if loaded:
-            say(f"image {tag}: loaded into {', '.join(loaded)}")
         results.append(LoadResult(name, tag, loaded, present))
     return results
