@@ -49,7 +49,7 @@ for ref in "$@"; do id=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/n
 s statedir
 [ -d "$dir" ] && stat -c '%a' "$dir"
 s foreign
-[ -d "$dir" ] && find "$dir" -maxdepth 2 ! -user "$(id -u)" -print -quit 2>/dev/null
+[ -d "$dir" ] && find "$dir" -maxdepth 1 ! -user "$(id -u)" -print -quit 2>/dev/null
 s files
 [ -d "$dir" ] && (cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%m %y %f\n')
 s sha
@@ -137,7 +137,8 @@ class NodeFacts:
     other_names: dict[str, str] = field(default_factory=dict)  # name -> id of containers that are not ours
     images: dict[str, str | None] = field(default_factory=dict)  # reference -> image ID (None: absent)
     state_dir_mode: int | None = None  # None: the state dir does not exist
-    state_dir_foreign: str = ""  # a path in the state dir the SSH user does not own (Docker makes them root's)
+    state_dir_foreign: str = ""  # the state dir or an entry of it the SSH user does not own (Docker makes them
+    # root's); deeper paths are not ours to write (doctor's probe leaves a root-owned result.json in doctor/)
     files: dict[str, FileFact] = field(default_factory=dict)
     other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
     manifest: dict | None = None

@@ -302,7 +302,9 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
                 raise StepFailed(f"{node.name}: push of {source.tag} failed, no tag moved: {stream.error}{kept}")
             _finalize(conns[node.name], temp_tag, source, plan.stale_partials + stream.partial_ids)
             return PushResult(node.name, source.tag, source.id, "sent", len(source.diff_ids), plan.layers_sent,
-                              stream.raw, stream.wire, plan.compression, source.reader, note=plan.note)
+                              stream.raw, stream.wire, plan.compression, source.reader,
+                              note=_join(plan.note, f"read with docker save: {source.reader_note}"
+                                         if source.reader_note else ""))
 
         _collect(results, on_nodes([p.node for p in senders], finalize))
     finally:
@@ -343,6 +345,6 @@ def _collect(results: dict, outcomes: list[NodeOutcome]) -> None:
 
 
 def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+    return f"{a}; {b}" if a and b else a or b
 
 

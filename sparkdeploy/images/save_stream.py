@@ -48,7 +48,8 @@ def stream_from_save(source, groups: list[StreamGroup], conns, client, progress:
                     continue
                 if c.alive:
                     progress.loading(name)
-                outcome[name] = NodeStream(c.raw, c.wire, wait_load(c, load_timeout(group.estimate)))
+                error = wait_load(c, load_timeout(group.estimate))  # sends what is queued: count after it
+                outcome[name] = NodeStream(c.raw, c.wire, error)
     except BaseException:
         for c in channels.values():
             c.abort()

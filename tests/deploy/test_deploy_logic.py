@@ -117,6 +117,9 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     state = tmp_path / ".sparkdeploy"
     (state / "engine").mkdir(parents=True)
     os.chown(state / "engine", 65534, 65534)
+    (state / "doctor").mkdir()
+    (state / "doctor" / "result.json").write_text("{}")
+    os.chown(state / "doctor" / "result.json", 65534, 65534)  # deeper than what up writes: not reported
     r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
                        capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     f = facts_mod.parse("spark1", r.stdout)
@@ -127,7 +130,7 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     [bad] = [c for c in preflight.run(dep, facts) if not c.ok]
     assert (bad.node, bad.name) == ("spark1", "state-dir") and str(state / "engine") in bad.detail
     assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy"
-    os.chown(state / "engine", os.getuid(), os.getgid())
+    os.chown(state / "engine", os.getuid(), os.getgid())  # only the probe's file, two levels down, is left
     r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
                        capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert facts_mod.parse("spark1", r.stdout).state_dir_foreign == ""

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.inventory_images import read_node_images
 from sparkdeploy.images.layer_store import LayerStore
 from sparkdeploy.images.layers import chain_ids
@@ -316,3 +317,27 @@ def test_a_store_that_does_not_match_the_image_fails_and_loads_nothing(lab, lab_
         assert node_id(lab, o.node, test_images.v2) is None
         assert node_id(lab, o.node, test_images.v1) == test_images.ids["v1"]
         assert incoming_tags(lab, o.node) == []
+
+
+def test_auto_falls_back_to_the_save_reader_and_says_why(lab, lab_inventory, test_images, forget_on_nodes,
+                                                         monkeypatch):
+    """Where the layer store cannot be read (here: open_store's verdict replaced, as for a non-root user), `auto`
+    pushes through docker save, and the progress and each node's result say why."""
+    import sparkdeploy.images.push as push
+
+    notes = []
+
+    class Notes(PushProgress):
+        def note(self, text):
+            notes.append(text)
+
+    forget_on_nodes(test_images.v2, test_images.ids["v2"])
+    monkeypatch.setattr(push, "open_store", lambda client, image_id: (None, "its Docker root is not readable"))
+    results = ok_results(push_image(test_images.v2, lab_inventory, progress=Notes()))
+    assert any("reading layers with docker save: its Docker root is not readable" in n for n in notes), notes
+    for node in lab.nodes:
+        r = results[node.name]
+        assert r.reader == "save" and "read with docker save: its Docker root is not readable" in r.note, r
+        assert node_id(lab, node, test_images.v2) == test_images.ids["v2"]
+    with pytest.raises(ConfigError, match="--layer-source store"):
+        push_image(test_images.v2, lab_inventory, reader="store")
