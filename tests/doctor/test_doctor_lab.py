@@ -255,6 +255,9 @@ def test_nccl_probe_runs_simulated_over_the_fabric(lab, cli, sim_image):
     assert result["rows"][-1]["size"] == 4 * 2**20 and all(x["wrong"] == 0 for x in result["rows"])
     # rendezvous went over the head's fabric IP
     assert {x["master_addr"] for x in result["ranks"]} == {lab.nodes[0].fabric_ip}
+    # the result the probe (root in its container) wrote is the SSH user's, like the rest of the state dir
+    owner = lab.ssh(lab.nodes[0], "stat -c %U .sparkdeploy/doctor/result.json").stdout.strip()
+    assert owner == "spark"
     # nothing of the probe is left running
     for node in lab.nodes:
         names = lab.docker_exec(node, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()

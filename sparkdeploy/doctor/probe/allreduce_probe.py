@@ -77,14 +77,23 @@ def args_parser() -> argparse.ArgumentParser:
     return p
 
 
+def write_json(path: str, data: dict) -> None:
+    """Write the result; as root (the probe's container), give the file to whoever owns its folder (the SSH
+    user's state dir on the node), so the probe never leaves a root-owned file there."""
+    with open(path, "w") as fh:
+        json.dump(data, fh, indent=1)
+    folder = os.stat(os.path.dirname(os.path.abspath(path)))
+    if os.geteuid() == 0 and folder.st_uid != 0:
+        os.chown(path, folder.st_uid, folder.st_gid)
+
+
 def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Timer:
     def fire():
         msg = f"allreduce_probe: overall timeout of {seconds:g} s reached during {PHASE['name']} (rank {rank})"
         print(msg, file=sys.stderr, flush=True)
         if rank == 0 and json_path:
             try:
-                with open(json_path, "w") as fh:
-                    json.dump(dict(PARTIAL, ok=False, error=msg), fh, indent=1)
+                write_json(json_path, dict(PARTIAL, ok=False, error=msg))
             except OSError:
                 pass
         os._exit(124)
@@ -296,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(format_table(result), flush=True)
         if args.json_path:
-            with open(args.json_path, "w") as fh:
-                json.dump(result, fh, indent=1)
+            write_json(args.json_path, result)
     # The figures are out: from here on a hang in teardown must not turn them into a failure.
     timer.cancel()
     teardown = teardown_watchdog(TEARDOWN_TIMEOUT_S, rank)
