@@ -73,6 +73,7 @@ class FeedChannel:
         self.on_output = on_output
         transport = conn.open().client.get_transport()
         prefer_aead(transport)
+        raise_rekey_limit(transport)
         self.chan = transport.open_session(timeout=conn.connect_timeout)
         self.chan.set_combine_stderr(True)
         self.chan.settimeout(stall_timeout)
@@ -190,6 +191,22 @@ def prefer_aead(transport) -> None:
         transport.renegotiate_keys()
     except Exception:  # the server refused: the connection keeps its cipher
         options.ciphers = offered
+
+
+BULK_REKEY_BYTES = 1 << 36  # 64 GiB: OpenSSH's own limit for 128-bit block ciphers (2^32 blocks)
+
+
+def raise_rekey_limit(transport) -> None:
+    """Let the connection carry OpenSSH's limit of data between key exchanges, not paramiko's 512 MiB.
+
+    paramiko handles a channel's close in its transport thread, and the reply it sends there waits for a key
+    exchange in progress, which only that thread can finish: a `docker load` that ended while the next load's
+    bytes triggered a re-key hung the connection for 30 s and killed every stream on it ("Key-exchange timed
+    out waiting for key negotiation", seen once in the push benchmark). Fewer re-keys, fewer chances.
+    """
+    packetizer = transport.packetizer
+    if transport.local_cipher.startswith("aes") and packetizer.REKEY_BYTES < BULK_REKEY_BYTES:
+        packetizer.REKEY_BYTES = BULK_REKEY_BYTES
 
 
 class Fanout:
