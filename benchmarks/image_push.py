@@ -91,10 +91,13 @@ def on_node(inventory, node, command: str) -> str:
     return proc.stdout
 
 
-def forget(inventory, refs: list[str]) -> None:
-    """Untag our bench images on every node (their own layers go with them); nothing else is touched."""
+def forget(inventory, refs: list[str], ids=()) -> None:
+    """Untag our bench images on every node (their own layers go with them), with the partial images a cut
+    push of the images `ids` left; nothing else is touched."""
+    partials = "".join(f"docker image ls -q --filter label=io.sparkdeploy.partial-of={i} | sort -u | "
+                       f"xargs -r docker image rm >/dev/null 2>&1; " for i in ids)
     for node in inventory.nodes:
-        on_node(inventory, node, f"docker image rm {' '.join(refs)} >/dev/null 2>&1; true")
+        on_node(inventory, node, f"docker image rm {' '.join(refs)} >/dev/null 2>&1; {partials}true")
 
 
 def node_ids(inventory, ref: str) -> list[str]:
@@ -207,7 +210,7 @@ def main() -> int:
         for rep in range(args.repeat):
             order = ("naive", "ours") if rep % 2 == 0 else ("ours", "naive")
             for who in order:
-                forget(inventory, [v1, v2])
+                forget(inventory, [v1, v2], ids.values())
                 if who == "naive":
                     results["naive_first"].append(naive(inventory, v1))
                 else:
@@ -230,7 +233,7 @@ def main() -> int:
         for rep in range(args.repeat):
             order = ("naive", "ours") if rep % 2 == 0 else ("ours", "naive")
             for who in order:
-                forget(inventory, [v2])
+                forget(inventory, [v2], ids.values())
                 if who == "naive":
                     results["naive_re"].append(naive(inventory, v2))
                 else:
@@ -254,7 +257,7 @@ def main() -> int:
         save_first, save_total, save_size = save_alone(client, v1)
     finally:
         if not args.keep:
-            forget(inventory, [v1, v2])
+            forget(inventory, [v1, v2], ids.values())
             for ref in (v1, v2):
                 try:
                     client.images.remove(ref)

@@ -67,10 +67,13 @@ def _build(client, tag: str, base: str, small: bytes, big: bool = False) -> str:
 
 
 def remove_from_nodes(lab, refs: list[str]) -> None:
-    """Untag our test images on every node (never forced: nothing else is touched)."""
+    """Untag our test images on every node, with the partial images a cut push of them left (never forced:
+    nothing else is touched)."""
     quoted = " ".join(refs)
+    partials = "".join(f"docker image ls -q --filter label=io.sparkdeploy.partial-of={ref} | sort -u | "
+                       f"xargs -r docker image rm >/dev/null 2>&1; " for ref in refs if ref.startswith("sha256:"))
     for node in lab.nodes:
-        lab.ssh(node, f"docker image rm {quoted} >/dev/null 2>&1; "
+        lab.ssh(node, f"docker image rm {quoted} >/dev/null 2>&1; {partials}"
                       f"docker image ls -q --filter reference='sparkdeploy-incoming/*' | sort -u | "
                       f"xargs -r docker image rm >/dev/null 2>&1; true", check=False)
 
@@ -99,9 +102,9 @@ def test_images(lab):
     layers = {k: client.images.get(getattr(images, k)).attrs["RootFS"]["Layers"] for k in ("v1", "v2", "big")}
     assert layers["v1"][:-1] == layers["v2"][:-1], "the build cache did not reuse v1's layers for v2"
     assert layers["big"][:-1] == layers["v1"], "big is not v1 plus one layer"
-    remove_from_nodes(lab, images.all() + [f"{TEST_REPO}:moving"])
+    remove_from_nodes(lab, images.all() + [f"{TEST_REPO}:moving", *images.ids.values()])
     yield images
-    remove_from_nodes(lab, images.all() + [f"{TEST_REPO}:moving"])
+    remove_from_nodes(lab, images.all() + [f"{TEST_REPO}:moving", *images.ids.values()])
     for ref in images.all() + [f"{TEST_REPO}:moving"]:
         try:
             client.images.remove(ref)
