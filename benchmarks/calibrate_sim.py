@@ -169,9 +169,10 @@ class Topology:
         return self
 
     def _start_proxy(self) -> str:
-        litellm = shutil.which("litellm")
-        if not litellm:
-            raise RuntimeError("litellm is not installed (pip install 'litellm[proxy]==1.100.5')")
+        # The project's own LiteLLM venv (scripts/setup.sh), never whatever `litellm` is on PATH.
+        litellm = os.environ.get("SPARKDEPLOY_LITELLM", str(Path(__file__).resolve().parent.parent / ".venv-litellm/bin/litellm"))
+        if not os.access(litellm, os.X_OK):
+            raise RuntimeError(f"{litellm} is missing: run scripts/setup.sh (it makes .venv-litellm) and source scripts/venv.sh")
         model = self.t["model"]
         config = {
             "model_list": [{"model_name": model,
@@ -205,8 +206,7 @@ def book_url() -> str:
 
 
 def run_benchy(base_url: str, model: str, concurrency: list[int], runs: int, pp: int, tg: int, out: Path) -> dict:
-    exe = shutil.which("llama-benchy")
-    argv = [exe] if exe else [sys.executable, "-m", "llama_benchy"]
+    argv = [sys.executable, "-m", "llama_benchy"]  # this interpreter's (the project's venv), never another on PATH
     argv += ["--base-url", base_url + "/v1", "--model", model, "--tokenizer", str(TOKENIZER_DIR),
              "--book-url", book_url(), "--pp", str(pp), "--tg", str(tg), "--runs", str(runs),
              "--concurrency", *map(str, concurrency), "--skip-coherence", "--format", "json", "--save-result", str(out)]

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 recipe="${1:-openai-gpt-oss-120b}"
 
 bash scripts/setup.sh
+source scripts/venv.sh
 sparkdeploy lab up
 run-recipe "$recipe" --inventory lab
 sparkdeploy status --inventory lab

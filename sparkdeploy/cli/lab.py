@@ -15,10 +15,10 @@ name_option = click.option("--name", default=DEFAULT_NAME, show_default=True,
                            help="Lab name: several labs can coexist on their own subnets.")
 
 
-def _spec(name: str, nodes: int = 2, subnet: str = DEFAULT_MGMT_SUBNET, fabric_subnet: str = DEFAULT_FABRIC_SUBNET,
+def _spec(name: str, nodes: int = 2, subnet: str | None = None, fabric_subnet: str | None = None,
           images: str = ",".join(DEFAULT_IMAGES)) -> LabSpec:
-    return LabSpec(name=name, nodes=nodes, mgmt_subnet=subnet, fabric_subnet=fabric_subnet,
-                   images=tuple(i.strip() for i in images.split(",") if i.strip()))
+    subnets = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
+    return LabSpec(name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()), **subnets)
 
 
 def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
@@ -43,9 +43,9 @@ def lab():
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 20), help="How many nodes.")
 @click.option("--rebuild", is_flag=True, help="Rebuild the lab images from scratch and recreate the nodes.")
 @name_option
-@click.option("--subnet", default=DEFAULT_MGMT_SUBNET, show_default=True, help="Management subnet (SSH).")
-@click.option("--fabric-subnet", default=DEFAULT_FABRIC_SUBNET, show_default=True,
-              help="Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).")
+@click.option("--subnet", default=None, help=f"Management subnet (SSH).  [default: {DEFAULT_MGMT_SUBNET}]")
+@click.option("--fabric-subnet", default=None,
+              help=f"Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).  [default: {DEFAULT_FABRIC_SUBNET}]")
 @click.option("--images", default=",".join(DEFAULT_IMAGES), show_default=True,
               help="Engine images to preload into every node (comma separated; '' for none).")
 @json_option

@@ -45,7 +45,7 @@ def _step(what: str):
 @contextmanager
 def _lab_lock(spec: LabSpec):
     """One `lab up`/`down` of a given lab at a time on this machine, whatever the state folder."""
-    path = Path(tempfile.gettempdir()) / f"sparkdeploy-lab-{spec.name}.lock"
+    path = Path(tempfile.gettempdir()) / f"sparkdeploy-lab-{spec.qualified_name}.lock"
     with open(path, "a") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,7 +97,7 @@ def _check_names(client, spec: LabSpec) -> None:
     """A container holding a lab node's name but not labelled as this lab's is someone else's: stop."""
     for node in spec.node_specs():
         container = nodes.find_container(client, spec, node.name)
-        if container is not None and (container.labels or {}).get(NAME_LABEL) != spec.name:
+        if container is not None and (container.labels or {}).get(NAME_LABEL) != spec.qualified_name:
             raise ConfigError(Problem("docker", f"container {container.name}", "exists and is not this lab's",
                                       f"remove it (docker rm -f {container.name}) or choose another --name"))
 

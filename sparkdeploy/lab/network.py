@@ -49,12 +49,12 @@ def _matches(net, want: NetworkWanted, spec: LabSpec) -> bool:
     options = attrs.get("Options") or {}
     return (subnets == {want.subnet} and bool(attrs.get("Internal")) == want.internal
             and all(options.get(k) == v for k, v in want.options.items())
-            and (attrs.get("Labels") or {}).get(NAME_LABEL) == spec.name)
+            and (attrs.get("Labels") or {}).get(NAME_LABEL) == spec.qualified_name)
 
 
 def _is_ours(net, spec: LabSpec) -> bool:
     labels = net.attrs.get("Labels") or {}
-    return labels.get(LAB_LABEL) == "1" and labels.get(NAME_LABEL) == spec.name
+    return labels.get(LAB_LABEL) == "1" and labels.get(NAME_LABEL) == spec.qualified_name
 
 
 def _remove_network(client, net, spec: LabSpec) -> None:
@@ -65,7 +65,7 @@ def _remove_network(client, net, spec: LabSpec) -> None:
             container = client.containers.get(cid)
         except docker.errors.NotFound:
             continue
-        if (container.labels or {}).get(NAME_LABEL) == spec.name:
+        if (container.labels or {}).get(NAME_LABEL) == spec.qualified_name:
             container.remove(force=True)
         else:
             net.disconnect(container, force=True)

@@ -9,6 +9,7 @@ own subnets.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,21 @@ ROCE_V2_GID_INDEX = 3  # show_gids: 0/1 link-local v1/v2, 2/3 the fabric IPv4 v1
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
+# Developers running several checkouts on one engine keep their labs apart: SPARKDEPLOY_LAB_INSTANCE prefixes
+# every Docker object (and label) a lab makes, and SPARKDEPLOY_LAB_SUBNETS ("MGMT,FABRIC") moves the default
+# lab to subnets of its own. Both are unset for users and CI.
+INSTANCE_ENV = "SPARKDEPLOY_LAB_INSTANCE"
+SUBNETS_ENV = "SPARKDEPLOY_LAB_SUBNETS"
+
+
+def _default_subnet(index: int) -> str:
+    value = os.environ.get(SUBNETS_ENV, "")
+    if value:
+        parts = [p.strip() for p in value.split(",")]
+        if len(parts) == 2:
+            return parts[index]
+    return (DEFAULT_MGMT_SUBNET, DEFAULT_FABRIC_SUBNET)[index]
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -54,8 +70,8 @@ class LabSpec:
 
     name: str = DEFAULT_NAME
     nodes: int = 2
-    mgmt_subnet: str = DEFAULT_MGMT_SUBNET
-    fabric_subnet: str = DEFAULT_FABRIC_SUBNET
+    mgmt_subnet: str = field(default_factory=lambda: _default_subnet(0))
+    fabric_subnet: str = field(default_factory=lambda: _default_subnet(1))
     images: tuple[str, ...] = DEFAULT_IMAGES
     state_dir: Path | None = None
     fabric_iface: str = FABRIC_IFACE
@@ -88,8 +104,14 @@ class LabSpec:
 
     # -- names of everything the lab creates -------------------------------------------------------------
     @property
+    def qualified_name(self) -> str:
+        """The name on Docker objects and labels: the lab's name, behind the developer's instance if one is set."""
+        instance = os.environ.get(INSTANCE_ENV, "")
+        return f"{instance}-{self.name}" if instance else self.name
+
+    @property
     def prefix(self) -> str:
-        return f"sparkdeploy-{self.name}"
+        return f"sparkdeploy-{self.qualified_name}"
 
     @property
     def mgmt_network(self) -> str:
@@ -106,7 +128,7 @@ class LabSpec:
         return f"{self.prefix}-{node}-docker"
 
     def labels(self, node: str | None = None) -> dict[str, str]:
-        labels = {LAB_LABEL: "1", NAME_LABEL: self.name}
+        labels = {LAB_LABEL: "1", NAME_LABEL: self.qualified_name}
         if node:
             labels[NODE_LABEL] = node
         return labels
@@ -114,7 +136,7 @@ class LabSpec:
     @property
     def filters(self) -> dict:
         """Docker list filter selecting this lab's objects only."""
-        return {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={self.name}"]}
+        return {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={self.qualified_name}"]}
 
     # -- addresses --------------------------------------------------------------------------------------
     def node_specs(self) -> list[NodeSpec]:

@@ -39,7 +39,7 @@ def _container(client, spec):
 
 
 def _labelled(client, spec) -> list[str]:
-    f = {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={spec.name}"]}
+    f = {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={spec.qualified_name}"]}
     return ([c.name for c in client.containers.list(all=True, filters=f)]
             + [n.name for n in client.networks.list(filters=f)] + [v.name for v in client.volumes.list(filters=f)])
 
@@ -92,12 +92,12 @@ def test_foreign_overlapping_network_is_a_config_error(client, tmp_path):
 
 
 def test_down_removes_this_lab_and_nothing_else(side, lab, client):
-    shared_before = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}=lab"})}
+    shared_before = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
     removed = down(side)
     assert removed["containers"] == [side.container_name("spark1")]
     assert sorted(removed["networks"]) == sorted([side.mgmt_network, side.fabric_network])
     assert removed["volumes"] == [side.volume_name("spark1")]
     assert _labelled(client, side) == []
     assert not side.inventory_path.exists()
-    shared_after = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}=lab"})}
+    shared_after = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
     assert shared_after == shared_before and len(shared_after) == lab.spec.nodes
