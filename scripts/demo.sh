@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 recipe="${1:-openai-gpt-oss-120b}"
 
-bash scripts/setup.sh
+bash scripts/setup.sh --runtime
 source scripts/venv.sh
 sparkdeploy lab up
 run-recipe "$recipe" --inventory lab

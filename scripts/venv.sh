@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/test.sh and scripts/demo.sh (after scripts/setup.sh): the project's own virtual environment
 # first on PATH, so `python3`, `sparkdeploy`, `run-recipe` and pytest are the venv's.
 _sd_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

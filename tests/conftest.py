@@ -27,6 +27,15 @@ SECRET_HF = "hf_SECRETtokenVALUE123"
 SECRET_KEY = "sk-SECRETmasterKEY456"
 
 
+def pytest_collection_finish(session):
+    """Every test module is imported now: stop at once if any module came from outside the venv or the repo."""
+    from tests.support.environment import problems
+
+    found = problems()
+    if found:
+        pytest.exit("the test environment is not the project's own:\n  " + "\n  ".join(found), returncode=3)
+
+
 @pytest.fixture
 def write_inventory(tmp_path):
     """Write an inventory (dict or YAML text) next to a 0600 secrets file; return its path."""
