@@ -24,6 +24,7 @@ import paramiko
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.thread_imports import preload
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10
@@ -291,6 +292,7 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
         except Exception as exc:  # collected per node and reported by the caller
             outcome.error = exc
 
+    preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)
     with ThreadPoolExecutor(max_workers=max_workers or len(nodes)) as pool:
         list(pool.map(call, outcomes))
     return outcomes

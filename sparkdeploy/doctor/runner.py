@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
 from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
+from sparkdeploy.thread_imports import preload
 
 from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from .session import DoctorRun, NodeSession, Options
@@ -134,6 +135,7 @@ def _call(run: DoctorRun, task: _Task, gate: threading.Semaphore) -> None:
 
 
 def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
+    preload()  # nothing is first imported on a check's thread (CPython 3.11 compile race: see thread_imports)
     gate = threading.Semaphore(MAX_PARALLEL)
     for task in tasks:
         threading.Thread(target=_call, args=(run, task, gate), daemon=True,

@@ -49,6 +49,7 @@ from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
 from sparkdeploy.images.streams import NodeStream, group_plans
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
+from sparkdeploy.thread_imports import preload
 
 INCOMING_REPO = "sparkdeploy-incoming"
 READERS = ("auto", "store", "save")
@@ -261,6 +262,7 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     started = {n.name: time.monotonic() for n in chosen}
     results: dict[str, PushResult | Exception] = {}
     try:
+        preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/thread_imports.py)
         with ThreadPoolExecutor(1) as pool:  # read the nodes while the source image is resolved (or built)
             reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
             source = source_image(name, client, progress, reader)

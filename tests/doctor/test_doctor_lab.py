@@ -10,9 +10,11 @@ node, and a paused (hung) engine container.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from sparkdeploy.lab.nodes import ssh_banner
 from sparkdeploy.lab.spec import FABRIC_IFACE
 
 pytestmark = pytest.mark.lab
+REPO = Path(__file__).resolve().parents[2]
 
 RECIPE = "openai-gpt-oss-120b"  # solo, cluster (ray) and 2xsolo; the lab runs it on vllm-sim
 NODE_CHECK_GROUPS = ("access", "engine", "gpu", "image", "network", "roce")
@@ -360,3 +363,22 @@ def test_unknown_and_changed_host_keys_are_refused(lab, cli, derived_inventory, 
     assert code == 1 and r[("access.ssh", "spark1")]["status"] == "pass"
     row = r[("access.ssh", "spark2")]
     assert row["status"] == "fail" and "CHANGED" in row["measured"] and fingerprint(other) in row["measured"]
+
+
+def test_no_module_is_first_imported_on_a_check_thread(lab, sim_image, tmp_path):
+    """CPython 3.11 can crash compiling modules on two threads at once (python/cpython#106905): doctor's checks
+    must find every module imported already. Cold interpreters, bytecode writing off, three runs: any module first
+    imported off the main thread fails the test (the race itself shows only at random)."""
+    harness = REPO / "tests" / "support" / "offthread_imports.py"
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    for attempt in range(3):
+        out = tmp_path / f"run{attempt}.json"
+        proc = subprocess.run([sys.executable, "-B", str(harness), str(out), "--", "doctor", "-i",
+                               str(lab.spec.inventory_path), "--recipe", RECIPE, "--json"],
+                              capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+        assert proc.returncode == 0 and out.is_file(), proc.stderr[-2000:]
+        result = json.loads(out.read_text())
+        report = json.loads(proc.stdout)
+        crashed = [r for r in report["results"] if "check crashed" in r["measured"]]
+        assert not crashed, crashed
+        assert result["imports"] == [], f"run {attempt}: imported on worker threads: {result['imports']}"
