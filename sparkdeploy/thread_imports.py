@@ -16,6 +16,9 @@ import threading
 # Imported lazily by code that runs on worker threads (remote.NodeConnection, doctor checks, push), and the
 # modules those libraries themselves import on first use (found with the audit harness above).
 MODULES = (
+    "encodings.idna",  # socket.getaddrinfo on a str host
+    "stringprep",  # by encodings.idna
+    "pwd",  # paramiko/fabric look up the local user
     "fabric",
     "invoke",
     "paramiko",
