@@ -14,10 +14,10 @@ bash scripts/setup.sh --runtime
 step "setup (engine, .venv)"
 # shellcheck source=scripts/venv.sh
 source scripts/venv.sh
-sparkdeploy lab up
-step "lab up (nodes and engine images)"
+sparkdeploy lab up --no-preload   # run-recipe pushes the one engine image it needs
+step "lab up (nodes, no engine image yet)"
 run-recipe "$recipe" --inventory lab
-step "run-recipe $recipe"
+step "run-recipe (build, push, serve)"
 sparkdeploy status --inventory lab
 python3 scripts/chat.py --inventory lab "What is a DGX Spark?"
 step "first answer"

@@ -48,10 +48,20 @@ def lab():
               help=f"Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).  [default: {DEFAULT_FABRIC_SUBNET}]")
 @click.option("--images", default=",".join(DEFAULT_IMAGES), show_default=True,
               help="Engine images to preload into every node (comma separated; '' for none).")
+@click.option("--no-preload", is_flag=True,
+              help="Preload no engine image: `up` pushes the images a recipe needs when it first needs them "
+                   "(what scripts/demo.sh does: it serves one topology, so it builds and pushes only its image).")
 @json_option
-def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, as_json):
-    """Create or repair the lab (idempotent) and write its inventory."""
-    spec = _spec(name, nodes, subnet, fabric_subnet, images)
+def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, as_json):
+    """Create or repair the lab (idempotent) and write its inventory.
+
+    \b
+    Examples:
+      sparkdeploy lab up                      two nodes, engine images preloaded
+      sparkdeploy lab up --no-preload         two nodes; `run-recipe` pushes what it needs
+      sparkdeploy lab up --nodes 4 --name lab4
+    """
+    spec = _spec(name, nodes, subnet, fabric_subnet, "" if no_preload else images)
     result = lifecycle.up(spec, rebuild=rebuild)
     if as_json:
         emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1), "phases": result.phases,
