@@ -3,11 +3,9 @@
 
 Runs `bash scripts/demo.sh` and reads the `demo:` step lines it prints (seconds since its start) and the
 `lab up` phase summary, then prints one table and the total. With --from-empty it first puts this machine
-in the state of a fresh one, as the issue defines it (a scratch copy of the state, as close as one machine
-allows): the default lab taken down with its keys, every sparkdeploy image and the build cache removed, the
-downloaded image wheels and the project's .venv removed, the state folder removed, and the Docker engine
-stopped. Only the pip download cache is kept (a machine that installed once keeps it too). This REMOVES the
-labs and images of every checkout on this engine: run it on a machine nobody else is using.
+in the state of a fresh one (benchmarks/empty_machine.py: labs, images, build cache, venv, wheels and state
+removed, the engine stopped; only the pip download cache is kept). That REMOVES the labs and images of every
+checkout on this engine: run it on a machine nobody else is using.
 
     python3 benchmarks/demo_time.py --from-empty      # what a new user waits for
     python3 benchmarks/demo_time.py                   # again, with what the first run built
@@ -16,13 +14,13 @@ labs and images of every checkout on this engine: run it on a machine nobody els
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from empty_machine import make_empty
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_S = 300.0
@@ -30,34 +28,12 @@ STEP = re.compile(r"^demo: (?P<what>.+?)\s+done at\s+(?P<at>[\d.]+) s$")
 LAB_PHASES = re.compile(r"^time: (?P<phases>.*lab images.*)$")
 
 
-def sh(command: str) -> None:
-    subprocess.run(["bash", "-c", command], check=False, cwd=REPO)
-
-
-def make_empty() -> None:
-    venv_bin = REPO / ".venv" / "bin" / "sparkdeploy"
-    if venv_bin.exists():
-        sh(f"{venv_bin} lab down --purge >/dev/null 2>&1")
-    sh("docker ps -aq --filter label=io.sparkdeploy.lab=1 | xargs -r docker rm -f >/dev/null 2>&1")
-    sh("docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | awk '$1 ~ /^sparkdeploy/ {print $2}' "
-       "| sort -u | xargs -r docker rmi -f >/dev/null 2>&1")
-    sh("docker image prune -f >/dev/null 2>&1; docker builder prune -af >/dev/null 2>&1; "
-       "docker volume ls -q --filter label=io.sparkdeploy.lab=1 | xargs -r docker volume rm >/dev/null 2>&1")
-    for wheels in (REPO / "images").glob("*/wheels"):
-        shutil.rmtree(wheels, ignore_errors=True)
-    shutil.rmtree(REPO / ".venv", ignore_errors=True)
-    state = Path(os.environ.get("SPARKDEPLOY_STATE") or Path.home() / ".local" / "state" / "sparkdeploy")
-    shutil.rmtree(state, ignore_errors=True)
-    sh("pid=$(cat /var/run/docker.pid 2>/dev/null) && kill \"$pid\" && "
-       "for _ in $(seq 1 60); do [ -d /proc/$pid ] || break; sleep 0.5; done")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from-empty", action="store_true", help="wipe to a fresh machine's state first")
     args = parser.parse_args()
     if args.from_empty:
-        make_empty()
+        make_empty(REPO)
     t0 = time.monotonic()
     proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
