@@ -34,10 +34,25 @@ from typing import Any, get_args
 # before the first `import vllm`.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-PARSER_CALL = (
-    "vllm.entrypoints.launchers.cli_args.make_arg_parser("
-    "vllm.utils.argparse_utils.FlexibleArgumentParser())"
-)
+# Where `vllm serve` builds its parser: vllm.entrypoints.launchers.cli_args since the 0.2x releases,
+# vllm.entrypoints.openai.cli_args before (0.13/0.14 and the forks based on them).
+PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+
+
+def parser_module() -> str:
+    import importlib.util
+
+    for name in PARSER_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except ModuleNotFoundError:
+            continue
+    raise SystemExit(f"no vLLM parser module found (tried {', '.join(PARSER_MODULES)})")
+
+
+def parser_call() -> str:
+    return f"{parser_module()}.make_arg_parser(vllm.utils.argparse_utils.FlexibleArgumentParser())"
 
 
 def _jsonable(value: Any) -> Any:
@@ -69,10 +84,11 @@ def _nargs(action: argparse.Action) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    import importlib
+
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return make_arg_parser(FlexibleArgumentParser())
+    return importlib.import_module(parser_module()).make_arg_parser(FlexibleArgumentParser())
 
 
 def dump_flags(parser: argparse.ArgumentParser) -> tuple[dict[str, Any], list[str]]:
@@ -187,7 +203,7 @@ def build_document(expect_version: str | None) -> dict[str, Any]:
     parser = build_parser()
     flags, positionals = dump_flags(parser)
     source = (
-        f"{PARSER_CALL} from vLLM {version} ({wheel_provenance()}), installed with "
+        f"{parser_call()} from vLLM {version} ({wheel_provenance()}), installed with "
         f"`pip install --no-deps` into a throwaway venv with torch {torch.__version__} and "
         f"only the packages the parser import needs; platform forced to "
         f"{type(current_platform).__name__} via VLLM_TARGET_DEVICE=cpu; "

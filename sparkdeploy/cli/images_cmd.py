@@ -2,7 +2,11 @@
 
     build NAME [--local]     build with this machine's engine (bases first; skipped when the tag exists)
     build NAME --on NODE     build with the node's engine: the build context travels over SSH (its base is
-                             pushed there first)
+                             pushed there first); the node's architecture, free disk and Internet access are
+                             checked before it starts; a failed build resumes from its last finished step
+    build NAME --on NODE --dry-run
+                             the plan only: base, sources (with the evidence in sources.yaml), expected
+                             duration, disk needed, hosts fetched from, and where the image goes next
     push NAME [--to NODE]    send the image to the nodes in parallel, only the layers each one lacks
     list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
                              nodes agree on each tag's image ID
@@ -47,15 +51,33 @@ def images():
 @click.option("--on", "on_node", metavar="NODE", help="Build with this node's Docker engine, over SSH.")
 @click.option("--local", "local", is_flag=True, help="Build with this machine's engine (the default).")
 @click.option("--force", is_flag=True, help="Build even when the tag exists (local builds).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (base, sources, duration, disk, hosts, what comes next); build nothing.")
 @inventory_option
-def build_cmd(name, on_node, local, force, inventory):
-    """Build image definition NAME here (default) or on a node (--on NODE)."""
+def build_cmd(name, on_node, local, force, dry_run, inventory):
+    """Build image definition NAME here (default) or on a node (--on NODE).
+
+    On a node, the node's architecture, free disk and an answer from every host the build fetches from are
+    checked first (each on its own line; any failure stops it, exit 1). Each build step is reported as it
+    starts, with the latest output line every 30 s; the node's engine keeps every finished step, so running
+    the same command again after a failure resumes where it stopped.
+    """
     from sparkdeploy.images.definitions import load_definition
 
     if on_node and local:
         raise click.UsageError("--on and --local exclude each other")
     definition = load_definition(name)  # a bad name fails before anything connects
     err = Console(stderr=True, highlight=False)
+    if dry_run:
+        from sparkdeploy.images.build_plan import build_plan
+
+        if on_node:
+            from sparkdeploy.images.inventory_images import select_nodes
+            from sparkdeploy.inventory import load_inventory
+
+            select_nodes(load_inventory(inventory), [on_node])  # a bad node name fails here too
+        click.echo("\n".join(build_plan(name, on_node or "this machine").lines()))
+        return
     if not on_node:
         from sparkdeploy.images.build import ensure_image
 
@@ -68,8 +90,17 @@ def build_cmd(name, on_node, local, force, inventory):
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.remote import NodeConnection
 
+    from sparkdeploy.images.build_plan import node_checks
+
     inv = load_inventory(inventory)
     node = select_nodes(inv, [on_node])[0]
+    with NodeConnection(node, inv) as conn:
+        checks = node_checks(definition, conn)
+    for check in checks:
+        err.print(f"{node.name}: {check}", style=None if check.ok else "red")
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise StepFailed(f"{node.name}: not building {name}: " + "; ".join(f"{c.what}: {c.detail}" for c in failed))
     base = definition.base_definition()
     if base is not None:
         err.print(f"[dim]{node.name}: making sure its base {base.name} is there[/dim]")
