@@ -8,6 +8,7 @@
                              the plan only: base, sources (with the evidence in sources.yaml), expected
                              duration, disk needed, hosts fetched from, and where the image goes next
     push NAME [--to NODE]    send the image to the nodes in parallel, only the layers each one lacks
+    push NAME --from NODE    send the image a node built (images build NAME --on NODE) to the other nodes
     list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
                              nodes agree on each tag's image ID
 
@@ -138,14 +139,19 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
               help="Where the layers are read. store: this engine's layer store, only the layers sent (needs "
                    "read access to the Docker root, overlay2); save: `docker save` of the whole image first; "
                    "auto: store when readable, else save.")
+@click.option("--from", "from_node", metavar="NODE",
+              help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
+                   "streamed from that node to the others, instead of from this machine.")
 @inventory_option
 @json_option
 @click.pass_context
-def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
+def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_json):
     """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
 
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
     compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
+    With --from NODE the source is that node's engine: `docker save` there, gzip, one stream fanned out to
+    every other node's `docker load`; each node's image ID must then equal the source's.
     """
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
@@ -154,6 +160,9 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
+    if from_node:
+        _push_from(ctx, name, inv, select_nodes(inv, [from_node])[0], nodes, as_json)
+        return
     if as_json:
         outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
     else:
@@ -178,6 +187,30 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
                 table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
         _console().print(table)
     if failed:
+        ctx.exit(1)
+
+
+def _push_from(ctx, name, inv, source, nodes, as_json) -> None:
+    from sparkdeploy.images.push_from import push_from_node
+
+    err = Console(stderr=True, highlight=False)
+    outcomes = push_from_node(name, inv, source, nodes, say=lambda line: err.print(f"[dim]{line}[/dim]"))
+    if as_json:
+        emit_json([{"node": o.node.name, "ok": True, "action": o.value.action, "image_id": o.value.image_id,
+                    "bytes_sent": o.value.bytes_sent, "seconds": round(o.value.seconds, 1)} if o.ok else
+                   {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes])
+    else:
+        table = Table(title=f"images push {name} --from {source.name}", title_justify="left")
+        for col in ("node", "result", "image ID", "sent", "time"):
+            table.add_column(col, overflow="fold")
+        for o in outcomes:
+            if o.ok:
+                table.add_row(o.node.name, Text(o.value.action, style="green"), _short(o.value.image_id),
+                              _size(o.value.bytes_sent), f"{o.value.seconds:.1f} s")
+            else:
+                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", str(o.error))
+        _console().print(table)
+    if any(not o.ok for o in outcomes):
         ctx.exit(1)
 
 
