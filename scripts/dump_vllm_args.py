@@ -192,9 +192,23 @@ def wheel_provenance() -> str:
     return f"{name} sha256:{digest.removeprefix('sha256=')}"
 
 
+def force_cpu_platform() -> None:
+    """Releases before the 0.2x line (0.13, 0.14 and forks of them) choose the CPU platform only for a `+cpu`
+    build of vLLM, whatever VLLM_TARGET_DEVICE says: set it where vllm.platforms caches its choice, before
+    anything asks (newer releases pick the same CpuPlatform from the variable)."""
+    import vllm.platforms as platforms
+
+    if os.environ.get("VLLM_TARGET_DEVICE") == "cpu" and getattr(platforms, "_current_platform", None) is None:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+
+
 def build_document(expect_version: str | None) -> dict[str, Any]:
     import torch
     import vllm
+
+    force_cpu_platform()
     from vllm.platforms import current_platform
 
     version = vllm.__version__
