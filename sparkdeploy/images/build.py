@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import io
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -69,6 +70,11 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
     with _build_lock(name):
         if not force and image_exists(client, tag):
             return tag
+        needs = definition.build_needs
+        here = platform.machine()
+        if needs and needs.arch and here != needs.arch:  # e.g. CUDA kernels for arm64 on an x86 laptop: hours
+            raise StepFailed(f"{name} must be built on {needs.arch} and this machine is {here}: build it on a node "
+                             f"(sparkdeploy images build {name} --on NODE), then images push {name} --from NODE")
         say(f"building {tag}")
         if definition.kind == "rootfs":
             _build_rootfs(definition, client, tag, say)

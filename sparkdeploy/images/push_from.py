@@ -72,7 +72,8 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
                     why = chan.error or load_failure(code, output)
                     if why is None:
                         got = _image_id(conns[node.name], tag)
-                        why = None if got == source_id else f"loaded image ID {got} differs from {source.name}'s {source_id}"
+                        why = None if got == source_id else \
+                            f"loaded image ID {got} differs from {source.name}'s {source_id}"
                     outcomes[node.name] = NodeOutcome(node, FromResult(node.name, "sent", source_id, sent,
                                                                        time.monotonic() - started)) \
                         if why is None else NodeOutcome(node, error=StepFailed(f"{node.name}: {why}"))
@@ -87,7 +88,8 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
 
 def _stream(src: NodeConnection, tag: str, channels: dict[str, FeedChannel], say) -> int:
     """Read `docker save | gzip` from the source node and queue every chunk to each live channel."""
-    script = f"set -o pipefail; docker save {shlex.quote(tag)} | (command -v pigz >/dev/null && pigz -1 -c || gzip -1 -c)"
+    script = (f"set -o pipefail; docker save {shlex.quote(tag)} | "
+              "(command -v pigz >/dev/null && pigz -1 -c || gzip -1 -c)")
     chan = src.open().client.get_transport().open_session(timeout=src.connect_timeout)
     chan.settimeout(300)
     chan.exec_command(shlex.join(["bash", "-c", script]))
