@@ -51,6 +51,14 @@ def main() -> int:
     if args.torch_version and torch.__version__ != args.torch_version:
         problems.append(f"torch changed from the base image's {args.torch_version} to {torch.__version__}")
 
+    import vllm.platforms as platforms
+
+    if getattr(platforms, "_current_platform", None) is None:
+        # Releases before the 0.2x line (and forks of them) choose the CPU platform only for a `+cpu` build,
+        # whatever VLLM_TARGET_DEVICE says; a build has no GPU, so set the choice where vllm.platforms caches it.
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()  # noqa: SLF001
     try:  # where `vllm serve` builds its parser: launchers/ since the 0.2x releases, openai/ before
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
     except ImportError:
