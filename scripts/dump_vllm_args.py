@@ -249,9 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     ap.add_argument("--expect-version", default=None, help="fail unless vllm.__version__ is this")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing")
+    ap.add_argument("--source-ref", help="for a fork: owner/repo@commit8, said in every lint message")
     args = ap.parse_args(argv)
 
     doc = build_document(args.expect_version)
+    if args.source_ref:
+        doc = {"vllm_version": doc["vllm_version"], "source_ref": args.source_ref,
+               **{k: v for k, v in doc.items() if k != "vllm_version"}}
     text = json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=True) + "\n"
     if args.out is None:
         sys.stdout.write(text)
