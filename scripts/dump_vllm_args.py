@@ -34,10 +34,25 @@ from typing import Any, get_args
 # before the first `import vllm`.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-PARSER_CALL = (
-    "vllm.entrypoints.launchers.cli_args.make_arg_parser("
-    "vllm.utils.argparse_utils.FlexibleArgumentParser())"
-)
+# Where `vllm serve` builds its parser: vllm.entrypoints.launchers.cli_args since the 0.2x releases,
+# vllm.entrypoints.openai.cli_args before (0.13/0.14 and the forks based on them).
+PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+
+
+def parser_module() -> str:
+    import importlib.util
+
+    for name in PARSER_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except ModuleNotFoundError:
+            continue
+    raise SystemExit(f"no vLLM parser module found (tried {', '.join(PARSER_MODULES)})")
+
+
+def parser_call() -> str:
+    return f"{parser_module()}.make_arg_parser(vllm.utils.argparse_utils.FlexibleArgumentParser())"
 
 
 def _jsonable(value: Any) -> Any:
@@ -69,10 +84,11 @@ def _nargs(action: argparse.Action) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    import importlib
+
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return make_arg_parser(FlexibleArgumentParser())
+    return importlib.import_module(parser_module()).make_arg_parser(FlexibleArgumentParser())
 
 
 def dump_flags(parser: argparse.ArgumentParser) -> tuple[dict[str, Any], list[str]]:
@@ -176,9 +192,23 @@ def wheel_provenance() -> str:
     return f"{name} sha256:{digest.removeprefix('sha256=')}"
 
 
+def force_cpu_platform() -> None:
+    """Releases before the 0.2x line (0.13, 0.14 and forks of them) choose the CPU platform only for a `+cpu`
+    build of vLLM, whatever VLLM_TARGET_DEVICE says: set it where vllm.platforms caches its choice, before
+    anything asks (newer releases pick the same CpuPlatform from the variable)."""
+    import vllm.platforms as platforms
+
+    if os.environ.get("VLLM_TARGET_DEVICE") == "cpu" and getattr(platforms, "_current_platform", None) is None:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+
+
 def build_document(expect_version: str | None) -> dict[str, Any]:
     import torch
     import vllm
+
+    force_cpu_platform()
     from vllm.platforms import current_platform
 
     version = vllm.__version__
@@ -187,7 +217,7 @@ def build_document(expect_version: str | None) -> dict[str, Any]:
     parser = build_parser()
     flags, positionals = dump_flags(parser)
     source = (
-        f"{PARSER_CALL} from vLLM {version} ({wheel_provenance()}), installed with "
+        f"{parser_call()} from vLLM {version} ({wheel_provenance()}), installed with "
         f"`pip install --no-deps` into a throwaway venv with torch {torch.__version__} and "
         f"only the packages the parser import needs; platform forced to "
         f"{type(current_platform).__name__} via VLLM_TARGET_DEVICE=cpu; "
@@ -219,9 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     ap.add_argument("--expect-version", default=None, help="fail unless vllm.__version__ is this")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing")
+    ap.add_argument("--source-ref", help="for a fork: owner/repo@commit8, said in every lint message")
     args = ap.parse_args(argv)
 
     doc = build_document(args.expect_version)
+    if args.source_ref:
+        doc = {"vllm_version": doc["vllm_version"], "source_ref": args.source_ref,
+               **{k: v for k, v in doc.items() if k != "vllm_version"}}
     text = json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=True) + "\n"
     if args.out is None:
         sys.stdout.write(text)

@@ -1,8 +1,9 @@
 """The `vllm serve` command line for a resolved recipe, checked against the vLLM the image pins.
 
-The accepted flags come from `images/*/vllm-args-<version>.json`, dumped from that vLLM release's own
-argument parser (scripts/dump_vllm_args.py), plus the `extra_flags` a patched image declares. So a recipe
-that uses `--mxfp4-layers` with an image that does not declare it is rejected before anything runs.
+The accepted flags are the image's own: `images/<image>/vllm-args-<version>.json`, dumped from the argument
+parser of exactly the vLLM sources the image pins (scripts/dump_vllm_args.py; for a fork, docs/images.md
+says how), plus any `extra_flags` a simulated image declares. So a recipe that uses `--mxfp4-layers` with an
+image whose vLLM lacks it is rejected before anything runs, naming the image and its vLLM version.
 """
 
 from __future__ import annotations
@@ -100,21 +101,45 @@ def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist
 # -- validation against the pinned vLLM's parser ---------------------------------------------------------
 
 @lru_cache(maxsize=None)
+def _read_spec(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@lru_cache(maxsize=None)
 def flag_spec(version: str) -> dict:
+    """The dump for a vLLM version, wherever an image definition carries it (images/*/vllm-args-V.json)."""
     matches = sorted(paths.images_dir().glob(f"*/vllm-args-{version}.json"))
     if not matches:
         raise ConfigError(Problem("images/", f"vllm-args-{version}.json", f"no argument list for vLLM {version}",
                                   "dump it with scripts/dump_vllm_args.py"))
-    return json.loads(Path(matches[0]).read_text())
+    return _read_spec(str(matches[0]))
 
 
-def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> None:
-    """Every flag must exist in the pinned vLLM or be declared by the image; choices must be valid."""
+def image_spec(image: ImageDefinition) -> dict:
+    """The CLI of the vLLM this image really carries: its own dump (images/<name>/vllm-args-<version>.json,
+    made from exactly the sources it pins), else the dump of the same release another definition carries
+    (vllm-sim stands in for vllm-node with vLLM 0.32.0's)."""
     version = image.vllm_version
     if not version:
         raise ConfigError(Problem(f"images/{image.name}/manifest.yaml", "vllm_version", "missing",
                                   "pin the vLLM version the image carries"))
-    spec = flag_spec(version)["flags"]
+    own = image.directory / f"vllm-args-{version}.json" if image.directory else None
+    if own is not None and own.is_file():
+        return _read_spec(str(own))
+    return flag_spec(version)
+
+
+def describe(image: ImageDefinition) -> str:
+    """`vLLM 0.32.0` or, for a fork, `vLLM 0.1.dev12777 (christopherowen/vllm@045293d8)`: said in every message."""
+    ref = image_spec(image).get("source_ref")
+    return f"vLLM {image.vllm_version}" + (f" ({ref})" if ref else "")
+
+
+def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> None:
+    """Every flag must exist in the image's vLLM or be declared by the image; choices must be valid."""
+    whole = image_spec(image)
+    spec = whole["flags"]
+    unproven = set(whole.get("unverified_flags", []))
     extra = set(image.extra_flags)
     problems = []
     i = 1  # args[0] is the model
@@ -129,13 +154,17 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
             continue
         info = spec.get(flag)
         if info is None:
-            owner = [d for d in _images_declaring(flag)]
-            if owner:
-                fix = f"use an image that declares it ({', '.join(owner)}), or drop it"
-                msg = f"{flag} is understood only by a patched image, not by {image.name}"
+            owner = [d for d in _images_accepting(flag) if d != image.name]
+            if flag in unproven:
+                msg = (f"{flag} may or may not be a flag of image {image.name} ({describe(image)}): its dump "
+                       f"could not prove it")
+                fix = "drop it, or build the image and refresh its flag dump (docs/images.md)"
+            elif owner:
+                msg = f"{flag} is not a flag of image {image.name} ({describe(image)})"
+                fix = f"use an image whose vLLM has it ({', '.join(owner)}), or drop it"
             else:
-                fix = "check the flag name against `vllm serve --help` of that version"
-                msg = f"{flag} is not a vLLM {version} flag"
+                msg = f"{flag} is not a flag of image {image.name} ({describe(image)})"
+                fix = "check the flag name against `vllm serve --help` of that vLLM"
             problems.append(Problem(recipe_file, "vllm", msg, fix))
             i += 1
             continue
@@ -143,10 +172,11 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
         value = inline if eq else (args[i + 1] if takes_value and i + 1 < len(args) else None)
         # Some values are checked by vLLM after argparse (load formats, quantizations, executor backends):
         # the dump records those sets too.
-        choices = info.get("choices") or flag_spec(version).get("value_sets", {}).get(flag)
+        choices = info.get("choices") or whole.get("value_sets", {}).get(flag)
         if takes_value and choices and value is not None and value not in [str(c) for c in choices]:
-            problems.append(Problem(recipe_file, "vllm", f"{flag} {value!r} is not one of vLLM {version}'s choices",
-                                    f"use one of {', '.join(map(str, choices))}"))
+            problems.append(Problem(recipe_file, "vllm",
+                                    f"{flag} {value!r} is not one of the choices of image {image.name} "
+                                    f"({describe(image)})", f"use one of {', '.join(map(str, choices))}"))
         i += 1 if (eq or not takes_value) else 2
     if problems:
         raise ConfigError(problems)
@@ -156,12 +186,22 @@ def check_env(env: dict[str, str], image: ImageDefinition) -> list[str]:
     """Warnings for VLLM_* variables the pinned vLLM does not know (they are silently ignored)."""
     if not image.vllm_version:
         return []
-    known = set(flag_spec(image.vllm_version).get("environment_variables", []))
-    return [f"env {name} is not an environment variable of vLLM {image.vllm_version}: it has no effect unless "
+    known = set(image_spec(image).get("environment_variables", []))
+    return [f"env {name} is not an environment variable of {describe(image)}: it has no effect unless "
             f"the image's own patches read it" for name in sorted(env) if name.startswith("VLLM_") and name not in known]
 
 
-def _images_declaring(flag: str) -> list[str]:
+def _images_accepting(flag: str) -> list[str]:
+    """Definitions whose vLLM has `flag`: in their own dump or as a declared extra flag (simulated images
+    included, since they stand in for those)."""
     from sparkdeploy.images.definitions import definition_names, load_definition
 
-    return [n for n in definition_names() if flag in load_definition(n).extra_flags]
+    out = []
+    for name in definition_names():
+        d = load_definition(name)
+        if flag in d.extra_flags:
+            out.append(name)
+        elif d.vllm_version and d.directory and (d.directory / f"vllm-args-{d.vllm_version}.json").is_file():
+            if flag in image_spec(d)["flags"]:
+                out.append(name)
+    return out

@@ -2,8 +2,13 @@
 
     build NAME [--local]     build with this machine's engine (bases first; skipped when the tag exists)
     build NAME --on NODE     build with the node's engine: the build context travels over SSH (its base is
-                             pushed there first)
+                             pushed there first); the node's architecture, free disk and Internet access are
+                             checked before it starts; a failed build resumes from its last finished step
+    build NAME --on NODE --dry-run
+                             the plan only: base, sources (with the evidence in sources.yaml), expected
+                             duration, disk needed, hosts fetched from, and where the image goes next
     push NAME [--to NODE]    send the image to the nodes in parallel, only the layers each one lacks
+    push NAME --from NODE    send the image a node built (images build NAME --on NODE) to the other nodes
     list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
                              nodes agree on each tag's image ID
 
@@ -47,15 +52,33 @@ def images():
 @click.option("--on", "on_node", metavar="NODE", help="Build with this node's Docker engine, over SSH.")
 @click.option("--local", "local", is_flag=True, help="Build with this machine's engine (the default).")
 @click.option("--force", is_flag=True, help="Build even when the tag exists (local builds).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (base, sources, duration, disk, hosts, what comes next); build nothing.")
 @inventory_option
-def build_cmd(name, on_node, local, force, inventory):
-    """Build image definition NAME here (default) or on a node (--on NODE)."""
+def build_cmd(name, on_node, local, force, dry_run, inventory):
+    """Build image definition NAME here (default) or on a node (--on NODE).
+
+    On a node, the node's architecture, free disk and an answer from every host the build fetches from are
+    checked first (each on its own line; any failure stops it, exit 1). Each build step is reported as it
+    starts, with the latest output line every 30 s; the node's engine keeps every finished step, so running
+    the same command again after a failure resumes where it stopped.
+    """
     from sparkdeploy.images.definitions import load_definition
 
     if on_node and local:
         raise click.UsageError("--on and --local exclude each other")
     definition = load_definition(name)  # a bad name fails before anything connects
     err = Console(stderr=True, highlight=False)
+    if dry_run:
+        from sparkdeploy.images.build_plan import build_plan
+
+        if on_node:
+            from sparkdeploy.images.inventory_images import select_nodes
+            from sparkdeploy.inventory import load_inventory
+
+            select_nodes(load_inventory(inventory), [on_node])  # a bad node name fails here too
+        click.echo("\n".join(build_plan(name, on_node or "this machine").lines()))
+        return
     if not on_node:
         from sparkdeploy.images.build import ensure_image
 
@@ -68,8 +91,17 @@ def build_cmd(name, on_node, local, force, inventory):
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.remote import NodeConnection
 
+    from sparkdeploy.images.build_plan import node_checks
+
     inv = load_inventory(inventory)
     node = select_nodes(inv, [on_node])[0]
+    with NodeConnection(node, inv) as conn:
+        checks = node_checks(definition, conn)
+    for check in checks:
+        err.print(f"{node.name}: {check}", style=None if check.ok else "red")
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise StepFailed(f"{node.name}: not building {name}: " + "; ".join(f"{c.what}: {c.detail}" for c in failed))
     base = definition.base_definition()
     if base is not None:
         err.print(f"[dim]{node.name}: making sure its base {base.name} is there[/dim]")
@@ -107,14 +139,19 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
               help="Where the layers are read. store: this engine's layer store, only the layers sent (needs "
                    "read access to the Docker root, overlay2); save: `docker save` of the whole image first; "
                    "auto: store when readable, else save.")
+@click.option("--from", "from_node", metavar="NODE",
+              help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
+                   "streamed from that node to the others, instead of from this machine.")
 @inventory_option
 @json_option
 @click.pass_context
-def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
+def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_json):
     """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
 
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
     compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
+    With --from NODE the source is that node's engine: `docker save` there, gzip, one stream fanned out to
+    every other node's `docker load`; each node's image ID must then equal the source's.
     """
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
@@ -123,6 +160,9 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
+    if from_node:
+        _push_from(ctx, name, inv, select_nodes(inv, [from_node])[0], nodes, as_json)
+        return
     if as_json:
         outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
     else:
@@ -147,6 +187,30 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
                 table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
         _console().print(table)
     if failed:
+        ctx.exit(1)
+
+
+def _push_from(ctx, name, inv, source, nodes, as_json) -> None:
+    from sparkdeploy.images.push_from import push_from_node
+
+    err = Console(stderr=True, highlight=False)
+    outcomes = push_from_node(name, inv, source, nodes, say=lambda line: err.print(f"[dim]{line}[/dim]"))
+    if as_json:
+        emit_json([{"node": o.node.name, "ok": True, "action": o.value.action, "image_id": o.value.image_id,
+                    "bytes_sent": o.value.bytes_sent, "seconds": round(o.value.seconds, 1)} if o.ok else
+                   {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes])
+    else:
+        table = Table(title=f"images push {name} --from {source.name}", title_justify="left")
+        for col in ("node", "result", "image ID", "sent", "time"):
+            table.add_column(col, overflow="fold")
+        for o in outcomes:
+            if o.ok:
+                table.add_row(o.node.name, Text(o.value.action, style="green"), _short(o.value.image_id),
+                              _size(o.value.bytes_sent), f"{o.value.seconds:.1f} s")
+            else:
+                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", str(o.error))
+        _console().print(table)
+    if any(not o.ok for o in outcomes):
         ctx.exit(1)
 
 

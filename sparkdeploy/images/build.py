@@ -14,11 +14,13 @@ import contextlib
 import fcntl
 import io
 import os
+import platform
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -68,6 +70,11 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
     with _build_lock(name):
         if not force and image_exists(client, tag):
             return tag
+        needs = definition.build_needs
+        here = platform.machine()
+        if needs and needs.arch and here != needs.arch:  # e.g. CUDA kernels for arm64 on an x86 laptop: hours
+            raise StepFailed(f"{name} must be built on {needs.arch} and this machine is {here}: build it on a node "
+                             f"(sparkdeploy images build {name} --on NODE), then images push {name} --from NODE")
         say(f"building {tag}")
         if definition.kind == "rootfs":
             _build_rootfs(definition, client, tag, say)
@@ -203,6 +210,7 @@ def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) 
 # -- building on a node -------------------------------------------------------------------------------------
 
 STEP_LINE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+HEARTBEAT_S = 30.0
 
 
 def remote_build_argv(definition: ImageDefinition, tag: str, base_tag: str | None) -> list[str]:
@@ -239,17 +247,28 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
     # PAX header (Python's default format) does not pass as one; a compressed stream always does.
     context = gzip.compress(build_context(definition).getvalue(), compresslevel=1)
     say(f"{conn.node.name}: building {tag} (context {len(context) / 1e6:.1f} MB)")
-    state = {"step": "before the first step", "partial": b""}
+    state = {"step": "before the first step", "partial": b"", "last": "", "since": time.monotonic(),
+             "said": time.monotonic()}
 
     def on_output(data: bytes) -> None:
         lines = (state["partial"] + data).split(b"\n")
         state["partial"] = lines.pop()
         for raw in lines:
-            match = STEP_LINE.match(raw.decode(errors="replace").strip())
+            text = raw.decode(errors="replace").strip()
+            match = STEP_LINE.match(text)
             if match:
-                state["step"] = match.group(0)
+                state.update(step=match.group(0), since=time.monotonic(), said=time.monotonic())
                 if step:
                     step(int(match.group(1)), int(match.group(2)), match.group(3))
+            elif text == "---> Using cache":  # Docker's cache: a rerun after a failure skips finished steps
+                say(f"{conn.node.name}: {state['step'].split(' : ')[0]} already built (cache)")
+            elif text:
+                state["last"] = text
+        now = time.monotonic()
+        if now - state["said"] >= HEARTBEAT_S and state["last"]:  # long steps (nvcc) still show they move
+            state["said"] = now
+            say(f"{conn.node.name}: {state['step'].split(' : ')[0]}, {(now - state['since']) / 60:.0f} min: "
+                f"{state['last'][:150]}")
 
     channel = FeedChannel(conn, remote_build_argv(definition, tag, base_tag), on_output=on_output)
     try:

@@ -22,7 +22,19 @@ from sparkdeploy.schema import problems_from_validation
 TAG_REPO = "sparkdeploy"
 LABEL = "io.sparkdeploy.image"
 # Never part of the hash nor of the build context we send: downloaded or generated material.
-IGNORED_NAMES = {"wheels", "__pycache__", ".pytest_cache", "rootfs.tar"}
+# sources.yaml is evidence about the build's inputs (docs/images.md), not an input: it never changes a tag.
+IGNORED_NAMES = {"wheels", "__pycache__", ".pytest_cache", "rootfs.tar", "sources.yaml"}
+
+
+class BuildNeeds(BaseModel):
+    """What building the image on a node takes: shown by `images build --dry-run`, checked before a build."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: str | None = None  # `uname -m` the build must run on (aarch64: compiling CUDA under emulation is hopeless)
+    disk_gb: float = 0  # free space the engine's data root needs, in GB
+    duration: str = ""  # expected wall time, as measured or estimated (the text says which)
+    internet: list[str] = Field(default_factory=list)  # URLs the build fetches from; each must answer first
 
 
 class ImageDefinition(BaseModel):
@@ -42,6 +54,7 @@ class ImageDefinition(BaseModel):
     patches: list[str] = Field(default_factory=list)
     build_args: dict[str, str] = Field(default_factory=dict)
     compilation_defaults: dict = Field(default_factory=dict)
+    build_needs: BuildNeeds | None = None
     simulated: bool = False
     # rootfs definitions (debootstrap): suite, variant, extra packages
     rootfs: dict = Field(default_factory=dict)

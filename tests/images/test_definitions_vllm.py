@@ -23,6 +23,7 @@ IMAGES = ROOT / "images"
 VLLM_IMAGES = ("vllm-node", "vllm-node-mxfp4")
 MY_IMAGES = VLLM_IMAGES + ("litellm-proxy",)
 ARGS_JSON = IMAGES / "vllm-node" / "vllm-args-0.32.0.json"
+FORK_ARGS_JSON = IMAGES / "vllm-node-mxfp4" / "vllm-args-0.1.dev12777.json"
 BANNED_LITELLM = ("1.82.7", "1.82.8")
 
 # Every flag sparkdeploy's renderer can emit (sparkdeploy/vllm_args.py: serve_args).
@@ -63,45 +64,62 @@ def test_manifest_parses_and_has_required_fields(name):
 def test_vllm_manifests(name):
     data = manifest(name)
     assert data["platform"] == "linux/arm64"  # GB10 is an arm64 machine
-    assert data["vllm_version"] == "0.32.0"
     assert data["launchers"] == {"torchrun": "/opt/sparkdeploy/launcher/serve_torchrun.py"}
-    assert isinstance(data["extra_flags"], list)
+    assert data["include"] == ["../launcher", "../vllm-check"]
+    assert data["extra_flags"] == []  # each carries the dump of its own vLLM's parser
     assert data["build_args"]["VLLM_VERSION"] == data["vllm_version"]
+    # The image carries the flag set of exactly its vLLM, and the build proves it against the real parser.
+    own = IMAGES / name / f"vllm-args-{data['vllm_version']}.json"
+    assert json.loads(own.read_text())["vllm_version"] == data["vllm_version"]
+    dockerfile = (IMAGES / name / "Dockerfile").read_text()
+    assert f"COPY vllm-check/check_image.py vllm-args-{data['vllm_version']}.json /opt/sparkdeploy/" in dockerfile
+    assert "--args-json /opt/sparkdeploy/vllm-args-${VLLM_VERSION}.json" in dockerfile
+    assert "--require-file /opt/sparkdeploy/launcher/serve_torchrun.py" in dockerfile
+    assert f"ARG VLLM_VERSION={data['vllm_version']}" in dockerfile
+    assert re.search(r"^ARG BASE=" + re.escape(data["base"]) + "$", dockerfile, re.M)
+    assert data["build_needs"]["arch"] == "aarch64" and data["build_needs"]["disk_gb"] > 0
+    # Resumable: sources, each compile and the install are separate steps (cached layers), in two stages.
+    assert "FROM ${BASE} AS build" in dockerfile and dockerfile.count("\nRUN ") >= 5
+    # No BuildKit-only syntax: sparkdeploy builds with the classic builder (docker-py's api.build).
+    assert "--mount=" not in dockerfile and "<<" not in dockerfile
 
 
 def test_vllm_node_base_and_build():
     data = manifest("vllm-node")
     assert re.fullmatch(r"nvcr\.io/nvidia/pytorch:\d\d\.\d\d-py3(@sha256:[0-9a-f]{64})?", data["base"])
-    assert data["include"] == ["../launcher"]
-    assert data["extra_flags"] == []
+    assert data["vllm_version"] == "0.32.0"
     assert data["patches"] == []  # the eager all-reduce is --compilation-config, not a patch
     dockerfile = (IMAGES / "vllm-node" / "Dockerfile").read_text()
-    assert re.search(r"^ARG BASE=" + re.escape(data["base"]) + "$", dockerfile, re.M)
-    assert "FROM ${BASE}" in dockerfile
     assert "ARG TORCH_CUDA_ARCH_LIST=12.1a" in dockerfile and data["build_args"]["TORCH_CUDA_ARCH_LIST"] == "12.1a"
     assert "COPY launcher/ /opt/sparkdeploy/launcher/" in dockerfile
-    assert "check_image.py" in dockerfile and "--require-file /opt/sparkdeploy/launcher/serve_torchrun.py" in dockerfile
-    for arg in ("VLLM_VERSION", "RAY_VERSION", "FASTSAFETENSORS_VERSION"):
+    for arg in ("VLLM_VERSION", "RAY_VERSION", "FASTSAFETENSORS_VERSION", "VLLM_SDIST_URL", "VLLM_SDIST_SHA256"):
         assert f"ARG {arg}={data['build_args'][arg]}" in dockerfile, arg
-    # No BuildKit-only syntax: sparkdeploy builds with the classic builder (docker-py's api.build).
-    assert "--mount=" not in dockerfile and "<<" not in dockerfile
+    # The tag is proven to be the released source before the hour of compiling.
+    assert 'sha256sum -c -' in dockerfile and 'git clone --depth 1 --branch "v${VLLM_VERSION}"' in dockerfile
 
 
-def test_mxfp4_image_declares_its_extra_flags(spec):
+def test_mxfp4_image_is_the_community_build_with_its_own_cli():
     data = manifest("vllm-node-mxfp4")
-    assert data["base"] == "vllm-node"
-    assert data["extra_flags"] == ["--mxfp4-layers", "--mxfp4-backend"]
-    # They really are extra: vLLM 0.32.0 has neither.
-    for flag in data["extra_flags"]:
-        assert flag not in spec["flags"]
+    assert data["base"] == "nvcr.io/nvidia/pytorch:26.01-py3"  # the community build's base, not vllm-node
+    assert data["vllm_version"] == "0.1.dev12777"
     dockerfile = (IMAGES / "vllm-node-mxfp4" / "Dockerfile").read_text()
-    assert "FROM ${BASE}" in dockerfile
-    for flag in data["extra_flags"]:
-        assert f"--extra-flag={flag}" in dockerfile  # the build proves the image accepts them
-    for key in ("MXFP4_VLLM_REF", "FLASHINFER_REF", "CUTLASS_REF"):
+    for key in ("VLLM_REF", "FLASHINFER_REF", "CUTLASS_REF"):
         assert re.fullmatch(r"[0-9a-f]{40}", data["build_args"][key]), key
         assert f"ARG {key}={data['build_args'][key]}" in dockerfile
-    assert "--mount=" not in dockerfile and "<<" not in dockerfile
+    assert "REFUSED" not in dockerfile  # nothing in the definition refuses its own sources any more
+    assert 'cat-file -e "$2^{commit}"' in dockerfile  # a vanished commit stops the build in seconds
+    spec = json.loads(FORK_ARGS_JSON.read_text())
+    assert spec["source_ref"] == "christopherowen/vllm@045293d8"
+    assert {"--mxfp4-layers", "--mxfp4-backend"} <= set(spec["flags"])
+    assert spec["flags"]["--mxfp4-layers"]["takes_value"] is True
+    for gone in ("--enable-return-routed-experts", "--allow-deprecated-quantization"):
+        assert gone not in spec["flags"]  # newer than the fork
+    for flag in ("--served-model-name", "--kv-cache-dtype", "--enforce-eager", "--max-num-batched-tokens",
+                 "--tensor-parallel-size", "--distributed-executor-backend", "--nnodes", "--node-rank",
+                 "--master-addr", "--master-port", "--headless", "--compilation-config", "--swap-space"):
+        assert flag in spec["flags"], flag
+    assert list(spec["flags"]) == sorted(spec["flags"])
+    assert FORK_ARGS_JSON.read_text() == json.dumps(spec, indent=1, ensure_ascii=True) + "\n"
 
 
 # -- the vLLM 0.32.0 argument list ------------------------------------------------------------------------
@@ -174,8 +192,10 @@ def test_compilation_defaults_match_the_dump(spec):
     assert "vllm::unified_attention_with_output" in ops and "vllm::unified_kv_cache_update" in ops
     assert "vllm::all_reduce" not in ops  # the eager all-reduce adds it; it is no default
     assert len(ops) == len(set(ops))
-    for name in VLLM_IMAGES:
-        assert manifest(name)["compilation_defaults"] == dumped, name
+    for name in VLLM_IMAGES:  # each manifest keeps the defaults of its own vLLM
+        data = manifest(name)
+        own = json.loads((IMAGES / name / f"vllm-args-{data['vllm_version']}.json").read_text())
+        assert data["compilation_defaults"] == (own["compilation_defaults"] or {}), name
 
 
 # -- LiteLLM proxy -----------------------------------------------------------------------------------------
