@@ -22,6 +22,7 @@ from sparkdeploy.inventory import Node
 
 from . import engine
 from .model import FAIL, PASS, WARN, Result, fail
+from .nccl_table import parse_nccl_table  # noqa: F401 - re-exported: the probe's table reader
 from .session import DoctorRun
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
@@ -34,35 +35,6 @@ PORT_OFFSET = 1  # rendezvous on cluster.master_port + 1: never the serving engi
 PROBE_TIMEOUT_S = 240
 GLOO_MAX_BYTES = 64 * 2**20  # CPU all-reduce in the lab: enough to exercise the sweep, quick on 2 cores
 EAGER_PAYS_RATIO = 1.2
-
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
-LAT = re.compile(r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)")
-
-
-def parse_nccl_table(text: str) -> dict:
-    """Rows of an nccl-tests style table (ours or all_reduce_perf's; the out-of-place group when both),
-    the average bus bandwidth line and our 4 KiB latency line."""
-    rows = []
-    for line in text.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        m = ROW.match(line)
-        if not m:
-            continue
-        rows.append({"size": int(m.group(1)), "count": int(m.group(2)), "type": m.group(3), "redop": m.group(4),
-                     "root": int(m.group(5)), "time_us": float(m.group(6)), "algbw": float(m.group(7)),
-                     "busbw": float(m.group(8)), "wrong": None if m.group(9) == "N/A" else int(m.group(9))})
-    out: dict = {"rows": rows}
-    m = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
-    out["avg_busbw"] = float(m.group(1)) if m else None
-    out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)
-    m = LAT.search(text)
-    if m:
-        def num(s):
-            return None if s == "n/a" else float(s)
-        out["lat4k"] = {"eager_us": num(m.group(1)), "graph_us": num(m.group(2)), "ratio": num(m.group(3))}
-    return out
-
 
 def nccl_transport(log: str) -> dict:
     """What NCCL_DEBUG=INFO says: version, `Using network IB|Socket`, the IB devices it opened."""
