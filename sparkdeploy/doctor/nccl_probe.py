@@ -9,6 +9,10 @@ Verdict against a 200 Gb/s link (25 GB/s raw, about 23 GB/s all-reduce busbw onc
 warn under 80 %, fail under 25 %, with the usual causes. In the lab (a SIMULATED image, no GPU) the same
 plumbing runs with gloo on CPU: the rendezvous, the env, the parsing are real; the bandwidth verdict is not
 applicable and says so.
+
+With NCCL the probe also measures a 4 KiB all-reduce called eagerly (NCCL directly, as vLLM's communicator calls
+it) and inside a CUDA graph (as nccl-tests -G does); graph_advice.py turns the pair into advice for the recipe:
+keep graphs, cut them at the all-reduce, or enforce eager, with the figures in the message.
 """
 
 from __future__ import annotations
