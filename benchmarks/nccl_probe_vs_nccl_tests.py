@@ -111,7 +111,8 @@ def run_to(path: Path, argv: list[str], env: dict, timeout: float) -> tuple[int,
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
         code, out = proc.returncode, proc.stdout + ("\n" + proc.stderr if proc.stderr else "")
     except subprocess.TimeoutExpired as exc:
-        code, out = 124, (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        partial = exc.stdout or b""
+        code, out = 124, partial.decode(errors="replace") if isinstance(partial, bytes) else partial
     path.write_text(out)
     print(out, flush=True)
     return code, time.monotonic() - started
@@ -124,7 +125,8 @@ def free_port() -> int:
 
 
 def measure(args, out: Path) -> dict:
-    meta: dict = {"gpus": args.gpus, "repeats": args.repeats, "iters": args.iters, "max_bytes": args.max_bytes, "probe_timeout_s": args.probe_timeout,
+    meta: dict = {"gpus": args.gpus, "repeats": args.repeats, "iters": args.iters, "max_bytes": args.max_bytes,
+                  "probe_timeout_s": args.probe_timeout,
                   "env": MULTICAST_OFF}
     nccl_lib = None
     if args.nccl_tests_bin:
@@ -156,7 +158,8 @@ def measure(args, out: Path) -> dict:
         meta[f"nccl_tests_{key}_rc"], _ = run_to(out / FILES[key], meta[f"nccl_tests_{key}"], env, timeout)
     probe = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus),
              "--master-port", str(free_port()), str(PROBE), "--backend", args.backend,
-             "--max-bytes", str(args.max_bytes), "--iters", str(args.iters), "--repeats", str(args.repeats), "--budget-bytes", str(64 * 2**30),
+             "--max-bytes", str(args.max_bytes), "--iters", str(args.iters), "--repeats", str(args.repeats),
+             "--budget-bytes", str(64 * 2**30),
              "--graph-calls", str(GRAPH_CALLS), "--graph-replays", str(GRAPH_LAUNCHES),
              "--timeout", str(args.probe_timeout), "--json", str(out / FILES["probe_json"])]
     meta["probe"] = probe
@@ -245,7 +248,8 @@ def render(rows: list[dict], goals: list[dict], probe: dict, meta: dict) -> str:
     lines = [f"# probe sweep method: {probe.get('sweep_method')}; NCCL direct: {direct.get('library')} "
              f"(NCCL {direct.get('version')}); torch NCCL {', '.join(probe.get('nccl_versions', []))}",
              f"# -g N: {cmd('eager')}", f"# -t N: {cmd('threads')}", f"# graph: {cmd('graph')} (4 KiB graph row)",
-             f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; ratio = probe / nccl-tests",
+             f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; "
+             "ratio = probe / nccl-tests",
              "",
              "| what | nccl-tests -g N | nccl-tests -t N | probe | ratio (-g) | ratio (-t) | goal | method |",
              "|---|---:|---:|---:|---:|---:|---|---|"]

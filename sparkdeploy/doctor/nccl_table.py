@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-NUM = r"(-?[\d.]+|N/A)"
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
                  r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A))?")
 LAT = re.compile(r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)")

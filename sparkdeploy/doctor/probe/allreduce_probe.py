@@ -14,8 +14,9 @@ What it measures, printed like nccl-tests (all-reduce, sum, float32, in place):
   size, count, type, time (us), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (a correctness check
   per size). With NCCL the sweep calls ncclAllReduce directly (ctypes on the libnccl torch loaded: the path
   vLLM's own communicator takes) and times it as nccl-tests does: back-to-back launches on one stream, time to
-  completion / iterations, the ranks' mean; the median of --repeats such runs. Then the 4 KiB all-reduce latency, one row per path, each naming its
-  method: eager through NCCL directly (vLLM's eager all-reduce between graph pieces), eager through
+  completion / iterations, the ranks' mean; the median of --repeats such runs. Then the 4 KiB all-reduce
+  latency, one row per path, each naming its method: eager through NCCL directly (vLLM's eager all-reduce
+  between graph pieces), the same in vLLM's call shape (a new output tensor per call), eager through
   torch.distributed (for comparison: its per-call launch path costs more), and replayed inside a CUDA graph
   (captured as nccl-tests -G does). graph/eager is what a recipe's eager all-reduce buys or costs: over CX7
   RoCE the seeds measured 18 us eager vs 46 us in a graph; over NVLink the graph wins. Measure, don't assume.
@@ -114,7 +115,9 @@ def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Time
                 pass
         os._exit(124)
 
-    timer = threading.Timer(seconds, fire)
+    # Rank 0 goes first: it writes the partial result, and torchrun ends the other ranks once it exits. A rank
+    # that fired first would have torchrun kill rank 0 before it could write anything.
+    timer = threading.Timer(seconds if rank == 0 else seconds + 2.0, fire)
     timer.daemon = True
     timer.start()
     return timer
