@@ -29,7 +29,9 @@ def _size(text: str | None) -> int | None:
               help="Run only checks whose id starts with ID (repeatable): e.g. --only network --only gpu.driver.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
 @click.option("--nccl", is_flag=True,
-              help="Also run the all-reduce probe in the recipe's image over the fabric (SIMULATED gloo/CPU in the lab).")
+              help="Also run the all-reduce probe in the recipe's image over the fabric (SIMULATED gloo/CPU in the lab); "
+                   "its 4 KiB eager vs CUDA-graph figures say whether the recipe should keep graphs, cut them at the "
+                   "all-reduce or enforce eager.")
 @click.option("--nccl-max-bytes", default=None, metavar="SIZE", help="Largest probe message (default 256M; lab 64M).")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @json_option

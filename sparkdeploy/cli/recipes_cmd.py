@@ -8,6 +8,7 @@ from rich.table import Table
 
 from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import emit_json, json_option, recipes_dir_option, set_option, topology_option, backend_option, warn
+from sparkdeploy.doctor import graph_advice
 from sparkdeploy.errors import ConfigError
 
 
@@ -52,9 +53,11 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
     resolved = recipes_mod.resolve(name, topology, backend, sets, recipes_dir)
     values = recipes_mod._leaves(resolved.recipe.model_dump(exclude={"overrides"}))
     rows = [{"key": k, "value": v, "source": resolved.sources.get(k, "default")} for k, v in values.items()]
+    allreduce = allreduce_mode(resolved)
     if as_json:
         emit_json({"recipe": resolved.name, "topology": resolved.topology, "backend": resolved.backend or None,
-                   "file": str(resolved.source), "values": rows, "warnings": resolved.warnings})
+                   "file": str(resolved.source), "values": rows, "warnings": resolved.warnings,
+                   "allreduce": allreduce})
         return
     for w in resolved.warnings:
         warn(w)
@@ -65,7 +68,16 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
     table.add_column("from")
     for r in rows:
         table.add_row(r["key"], repr(r["value"]) if isinstance(r["value"], str) else str(r["value"]), r["source"])
+    table.add_row("all-reduce (derived)", allreduce["mode"], "vllm.enforce_eager, vllm.compilation.eager_allreduce")
     Console(width=160).print(table)
+    click.echo(f"all-reduce: {allreduce['mode']}: {allreduce['meaning']}. `sparkdeploy doctor --nccl` measures which "
+               "this cluster wants.")
+
+
+def allreduce_mode(resolved) -> dict:
+    """Which way the recipe runs vLLM's all-reduce: keep graphs / cut at all-reduce / enforce eager."""
+    mode = graph_advice.recipe_mode(resolved.recipe.vllm)
+    return {"mode": mode, "meaning": graph_advice.MEANING[mode], "setting": graph_advice.SETTING[mode]}
 
 
 @recipes_group.command("lint")

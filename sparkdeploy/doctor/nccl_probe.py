@@ -9,6 +9,10 @@ Verdict against a 200 Gb/s link (25 GB/s raw, about 23 GB/s all-reduce busbw onc
 warn under 80 %, fail under 25 %, with the usual causes. In the lab (a SIMULATED image, no GPU) the same
 plumbing runs with gloo on CPU: the rendezvous, the env, the parsing are real; the bandwidth verdict is not
 applicable and says so.
+
+With NCCL the probe also measures a 4 KiB all-reduce called eagerly (NCCL directly, as vLLM's communicator calls
+it) and inside a CUDA graph (as nccl-tests -G does); graph_advice.py turns the pair into advice for the recipe:
+keep graphs, cut them at the all-reduce, or enforce eager, with the figures in the message.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from pathlib import Path
 
 from sparkdeploy.inventory import Node
 
-from . import engine
+from . import engine, graph_advice
 from .model import FAIL, PASS, WARN, Result, fail
+from .nccl_table import parse_nccl_table  # noqa: F401 - re-exported: the probe's table reader
 from .session import DoctorRun
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
@@ -33,36 +38,6 @@ MOUNT = "/sparkdeploy-doctor"
 PORT_OFFSET = 1  # rendezvous on cluster.master_port + 1: never the serving engine's port
 PROBE_TIMEOUT_S = 240
 GLOO_MAX_BYTES = 64 * 2**20  # CPU all-reduce in the lab: enough to exercise the sweep, quick on 2 cores
-EAGER_PAYS_RATIO = 1.2
-
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)")
-LAT = re.compile(r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)")
-
-
-def parse_nccl_table(text: str) -> dict:
-    """Rows of an nccl-tests style table (ours or all_reduce_perf's; the out-of-place group when both),
-    the average bus bandwidth line and our 4 KiB latency line."""
-    rows = []
-    for line in text.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        m = ROW.match(line)
-        if not m:
-            continue
-        rows.append({"size": int(m.group(1)), "count": int(m.group(2)), "type": m.group(3), "redop": m.group(4),
-                     "root": int(m.group(5)), "time_us": float(m.group(6)), "algbw": float(m.group(7)),
-                     "busbw": float(m.group(8)), "wrong": None if m.group(9) == "N/A" else int(m.group(9))})
-    out: dict = {"rows": rows}
-    m = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
-    out["avg_busbw"] = float(m.group(1)) if m else None
-    out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)
-    m = LAT.search(text)
-    if m:
-        def num(s):
-            return None if s == "n/a" else float(s)
-        out["lat4k"] = {"eager_us": num(m.group(1)), "graph_us": num(m.group(2)), "ratio": num(m.group(3))}
-    return out
-
 
 def nccl_transport(log: str) -> dict:
     """What NCCL_DEBUG=INFO says: version, `Using network IB|Socket`, the IB devices it opened."""
@@ -89,15 +64,18 @@ def busbw_verdict(peak: float | None, expected: float = EXPECTED_BUSBW_GBS) -> s
     return PASS
 
 
-def eager_advice(ratio: float | None) -> str:
-    if ratio is None:
-        return ""
-    if ratio > EAGER_PAYS_RATIO:
-        return (f"graph/eager {ratio:.2f}: an all-reduce inside a CUDA graph is slower here; the eager all-reduce "
-                "option pays (recipe: vllm.compilation.eager_allreduce: true)")
-    if ratio < 1 / EAGER_PAYS_RATIO:
-        return f"graph/eager {ratio:.2f}: CUDA graphs are faster here; keep eager_allreduce off"
-    return f"graph/eager {ratio:.2f}: no clear difference; eager_allreduce changes little"
+def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
+    """The probe's 4 KiB figures as advice for the recipe (keep graphs / cut at all-reduce / enforce eager), and
+    the same as data for --json. recipe: the ResolvedRecipe doctor runs with, or None."""
+    advice = graph_advice.advise(lat)
+    if advice is None:
+        return "", {}
+    data = {"choice": advice.choice, "reason": advice.reason}
+    if recipe is None:
+        return f"this cluster wants {advice.choice} ({graph_advice.SETTING[advice.choice]}): {advice.reason}", data
+    mode = graph_advice.recipe_mode(recipe.recipe.vllm)
+    data.update(recipe=recipe.name, recipe_mode=mode, fits=mode == advice.choice)
+    return graph_advice.for_recipe(advice, mode, recipe.name), data
 
 
 def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]] | None = None) -> list[str]:
@@ -234,10 +212,10 @@ def allreduce(run: DoctorRun) -> Result:
                     f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",
                     data=result)
 
-    return verdict(result, transports, simulated, nodes)
+    return verdict(result, transports, simulated, nodes, d.recipe)
 
 
-def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node]) -> Result:
+def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node], recipe=None) -> Result:
     """The nccl.allreduce row from a finished probe's result."""
     expected = (f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
                 f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)")
@@ -247,7 +225,9 @@ def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: l
     at = f" at {peak_row['size'] / 2**20:g} MiB" if peak_row else ""
     eager = lat.get("eager_us")
     graph = lat.get("graph_us")
-    lat_text = (f"; 4 KiB eager {eager:.1f} us" if eager is not None else "") + (
+    path = {"eager nccl-direct": " (NCCL direct)", "eager torch.distributed": " (torch.distributed)"}.get(
+        lat.get("eager_method") or "", "")
+    lat_text = (f"; 4 KiB eager {eager:.1f} us{path}" if eager is not None else "") + (
         f", graph {graph:.1f} us (x{lat['ratio']:.2f})" if graph is not None and lat.get("ratio") else "")
     if peak is None:
         return fail("the probe produced no measurement", expected, "rerun with --nccl and read the probe's output")
@@ -261,7 +241,9 @@ def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: l
                       simulated=True, data=result,
                       detail="the rendezvous, node.env, torchrun and parsing ran for real; bandwidth is not the link's")
     status = busbw_verdict(peak)
-    advice = eager_advice(lat.get("ratio"))
+    advice, advice_data = allreduce_advice(lat, recipe)
+    if advice_data:
+        result["graph_advice"] = advice_data
     measured = f"peak busbw {peak:.2f} GB/s{at} ({peak / EXPECTED_BUSBW_GBS:.0%}){lat_text}"
     nets = sorted({n for t in transports.values() for n in t.get("network", [])})
     if nets:

@@ -256,6 +256,9 @@ def test_nccl_probe_runs_simulated_over_the_fabric(lab, cli, sim_image):
     assert result["backend"] == "gloo" and result["world_size"] == 2
     assert {x["host"] for x in result["ranks"]} == {"spark1", "spark2"}
     assert result["rows"][-1]["size"] == 4 * 2**20 and all(x["wrong"] == 0 for x in result["rows"])
+    # gloo has no NCCL to call directly: the sweep and the one latency row say torch.distributed
+    assert result["sweep_method"] == "torch.distributed"
+    assert [x["id"] for x in result["lat4k"]["rows"]] == ["eager torch.distributed"]
     # rendezvous went over the head's fabric IP
     assert {x["master_addr"] for x in result["ranks"]} == {lab.nodes[0].fabric_ip}
     # the result the probe (root in its container) wrote is the SSH user's, like the rest of the state dir
