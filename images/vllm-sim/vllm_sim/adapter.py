@@ -18,6 +18,7 @@ from typing import Any
 
 from sparklaunch.protocol import Delta, EngineStats, GenRequest
 
+from .chat_frontend import SimChatFrontend
 from .config import ServeConfig
 from .engine import SimEngine
 
@@ -36,6 +37,7 @@ class SimAdapter:
         self.max_model_len = self.engine.max_model_len
         self.batch_window_s = self.engine.hw.fitted.get("batch_window_ms", 0.0) / 1000.0 * cfg.time_scale
         self.time_scale = cfg.time_scale
+        self.chat_frontend = SimChatFrontend(cfg.chat, self.engine.tokenizer)  # tools, reasoning (sparklaunch.chat)
         self._sleep, self._clock = sleep, clock
         self.simulated_seconds = 0.0
         self._deadline: float | None = None  # end of the last step on the timeline; None: idle
