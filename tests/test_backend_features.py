@@ -49,3 +49,20 @@ def test_dry_run_and_lint_name_the_flag_and_the_backend(cli, inventory_file, tmp
     assert not rows[("cluster", "torchrun")]["ok"]
     assert any("--response-role is not honoured by the torchrun backend" in p for p in rows[("cluster", "torchrun")]["problems"])
     assert rows[("cluster", "ray")]["ok"] and rows[("cluster", "native")]["ok"] and rows[("solo", None)]["ok"]
+
+
+def test_advise_names_a_backend_that_serves_the_recipes_flags(tmp_path):
+    from sparkdeploy.bench.advisor import advise
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = (REPO / "recipes/qwen3-coder-30b-int4.yaml").read_text()
+    (recipes / "coder-template.yaml").write_text(text.replace("name: qwen3-coder-30b-int4", "name: coder-template").replace(
+        "extra_args: [--enable-auto-tool-choice", "extra_args: [--chat-template, /t.jinja, --enable-auto-tool-choice"))
+    shipped = advise(1, recipe="qwen3-coder-30b-int4").to_json()
+    assert shipped["recommendation"]["topology"] == "cluster"   # the seeds: cluster wins decode at c1
+    assert shipped["recommendation"]["backend"] is None and "--backend" not in shipped["command"]  # torchrun serves it
+    a = advise(1, recipe="coder-template", recipes_dir=str(recipes)).to_json()
+    assert a["recommendation"]["topology"] == "cluster" and a["recommendation"]["backend"] == "ray"
+    assert a["command"].endswith("--backend ray")
+    assert any("torchrun does not honour --chat-template" in n for n in a["notes"])

@@ -279,10 +279,6 @@ class OpenAIServer:
                 return resp
 
 
-def _tool_call_id() -> str:
-    return "chatcmpl-tool-" + uuid.uuid4().hex[:24]
-
-
 class _Shape:
     """Builds vLLM-shaped response objects for one request (vLLM 0.32: `reasoning`, and `tool_calls`
     only when there are some). With a parser, the output text is split into reasoning, content and
@@ -326,18 +322,15 @@ class _Shape:
         return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
                 "top_logprobs": [{t: lp for t, lp in e.get("top", [])} for e in entries], "text_offset": None}
 
-    def _tool_calls(self, calls: list[tuple[str, dict[str, Any]]], streaming: bool) -> list[dict[str, Any]]:
+    def _keep_calls(self, calls: list[dict[str, Any]], streaming: bool) -> list[dict[str, Any]]:
+        """parallel_tool_calls=false keeps the first call only (vLLM's maybe_filter_parallel_tool_calls)."""
         if self.plan is not None and not self.plan.parallel_tool_calls:
-            calls = calls[: max(0, 1 - self.tool_calls_sent)]
-        out = []
-        for name, args in calls:
-            call = {"id": _tool_call_id(), "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
-            if streaming:
-                call = {"index": self.tool_calls_sent, **call}
-            self.tool_calls_sent += 1
-            out.append(call)
-        return out
+            calls = [c for c in calls if (c.get("index", 0) if streaming else 0) == 0][: 1 if not streaming else None]
+        if streaming:
+            self.tool_calls_sent = max([self.tool_calls_sent] + [c.get("index", 0) + 1 for c in calls])
+        else:
+            self.tool_calls_sent = len(calls)
+        return calls
 
     def role_chunk(self) -> dict[str, Any]:
         return self._envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -347,14 +340,13 @@ class _Shape:
         """The chunks one delta gives: none while a parser holds text back (a tag may be starting)."""
         if self.parser is None:
             return [self.chunk(d)]
-        parsed = self.parser.feed(d.text, final=d.finished)
-        delta: dict[str, Any] = {}
-        if parsed.reasoning and self.plan.include_reasoning:
-            delta["reasoning"] = parsed.reasoning
-        if parsed.content:
-            delta["content"] = parsed.content
-        if parsed.tool_calls:
-            delta["tool_calls"] = self._tool_calls(parsed.tool_calls, streaming=True)
+        delta = dict(self.parser.delta(d.text, d.token_ids, d.finished))
+        if not self.plan.include_reasoning:
+            delta.pop("reasoning", None)
+        if delta.get("tool_calls"):
+            delta["tool_calls"] = self._keep_calls(delta["tool_calls"], streaming=True)
+            if not delta["tool_calls"]:
+                del delta["tool_calls"]
         if not delta and not d.finished:
             return []
         return [self.chunk(d, delta)]
@@ -384,10 +376,10 @@ class _Shape:
         if self.chat:
             reasoning, content, calls = None, text, []
             if self.parser is not None:
-                parsed = self.parser.feed(text, final=True)
-                reasoning = (parsed.reasoning or None) if self.plan.include_reasoning else None
-                content = parsed.content if parsed.content.strip() else None
-                calls = self._tool_calls(parsed.tool_calls, streaming=False)
+                parsed = self.parser.complete(text, token_ids)
+                reasoning = (parsed.get("reasoning") or None) if self.plan.include_reasoning else None
+                content = parsed.get("content") if (parsed.get("content") or "").strip() else None
+                calls = self._keep_calls(list(parsed.get("tool_calls") or []), streaming=False)
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None,
                                        "annotations": None, "audio": None, "function_call": None}
             if calls:

@@ -73,6 +73,7 @@ class ChatFeatures:
 class ChatPlan:
     """A checked request: what the answer must look like."""
 
+    body: dict[str, Any] = field(default_factory=dict)   # the request as sent (vLLM's parsers take it whole)
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)   # name -> function (name, parameters)
     tool_choice: str = "none"            # none | auto | required | named
     named_tool: str | None = None
@@ -82,6 +83,7 @@ class ChatPlan:
     logprobs: bool = False
     top_logprobs: int = 0
     parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def parses_tools(self) -> bool:
@@ -89,7 +91,14 @@ class ChatPlan:
 
 
 class OutputParser(Protocol):
-    def feed(self, text: str, final: bool = False) -> Any: ...   # -> object with reasoning, content, tool_calls
+    """One request's output parser (one instance per request; vLLM's or the sim's).
+
+    delta(): the OpenAI stream delta for new text ({} while markup may be starting): keys `reasoning`,
+    `content`, `tool_calls` ([{index, id, type, function: {name, arguments}}], fragments allowed).
+    complete(): the whole output: `reasoning`, `content`, `tool_calls` ([{id, type, function}])."""
+
+    def delta(self, text: str, token_ids: list[int], finished: bool) -> dict[str, Any]: ...
+    def complete(self, text: str, token_ids: list[int]) -> dict[str, Any]: ...
 
 
 class ChatFrontend(Protocol):
@@ -118,7 +127,7 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
     """Check the chat-specific fields against the server's flags; raise RequestError naming the field."""
     check_fields(body)
     f = features or ChatFeatures()
-    plan = ChatPlan(logprobs=bool(body.get("logprobs")), include_reasoning=body.get("include_reasoning", True) is not False,
+    plan = ChatPlan(body=body, logprobs=bool(body.get("logprobs")), include_reasoning=body.get("include_reasoning", True) is not False,
                     parallel_tool_calls=body.get("parallel_tool_calls", True) is not False)
     top = body.get("top_logprobs")
     if top is not None:
@@ -135,6 +144,7 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
         if key not in CHAT_TEMPLATE_KWARGS:
             raise RequestError("chat_template_kwargs", f"chat_template_kwargs.{key}: not supported by this server "
                                                        f"(supported: {', '.join(sorted(CHAT_TEMPLATE_KWARGS))})")
+    plan.chat_template_kwargs = dict(kwargs)
     thinking = kwargs.get("enable_thinking", kwargs.get("thinking", True))
     plan.reasoning = bool(f.reasoning_parser) and thinking is not False
 

@@ -12,6 +12,7 @@ vLLM: markup out of the engine, parsed into `tool_calls` / `reasoning` by the se
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from sparklaunch.chat import ChatFeatures, ChatPlan
@@ -76,5 +77,41 @@ class SimChatFrontend:
             out["json"] = example_value(plan.json_schema) if plan.json_schema else {"simulated": True}
         return out or None
 
-    def parser(self, plan: ChatPlan) -> StreamParser:
-        return StreamParser(self.features.tool_call_parser if plan.parses_tools else None, plan.reasoning, plan.tools)
+    def parser(self, plan: ChatPlan) -> "SimOutputParser":
+        return SimOutputParser(self.features.tool_call_parser if plan.parses_tools else None, plan)
+
+
+def _tool_call_id() -> str:
+    return "chatcmpl-tool-" + uuid.uuid4().hex[:24]   # vLLM's make_tool_call_id shape
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"id": _tool_call_id(), "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+
+
+class SimOutputParser:
+    """sparklaunch.chat.OutputParser over the sim's markup reader: a tool call goes out whole, in one
+    stream delta, once its closing tag has arrived (vLLM streams the arguments in fragments; clients join
+    both the same way)."""
+
+    def __init__(self, tool_parser: str | None, plan: ChatPlan):
+        self.tool_parser, self.plan = tool_parser, plan
+        self._stream = StreamParser(tool_parser, plan.reasoning, plan.tools)
+        self._index = 0
+
+    def delta(self, text: str, token_ids: list[int], finished: bool) -> dict[str, Any]:
+        p = self._stream.feed(text, final=finished)
+        out: dict[str, Any] = {}
+        if p.reasoning:
+            out["reasoning"] = p.reasoning
+        if p.content:
+            out["content"] = p.content
+        if p.tool_calls:
+            out["tool_calls"] = [{"index": self._index + i, **_call(n, a)} for i, (n, a) in enumerate(p.tool_calls)]
+            self._index += len(p.tool_calls)
+        return out
+
+    def complete(self, text: str, token_ids: list[int]) -> dict[str, Any]:
+        p = StreamParser(self.tool_parser, self.plan.reasoning, self.plan.tools).feed(text, final=True)
+        return {"reasoning": p.reasoning, "content": p.content, "tool_calls": [_call(n, a) for n, a in p.tool_calls]}
