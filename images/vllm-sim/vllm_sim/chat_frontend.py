@@ -64,7 +64,7 @@ class SimChatFrontend:
             prompt = f"<|start|>system<|message|>tools {tools}<|end|>" + prompt
         return prompt
 
-    def intent(self, plan: ChatPlan) -> dict[str, Any] | None:
+    def intent(self, plan: ChatPlan, max_tokens: int | None = None) -> dict[str, Any] | None:
         """What the simulated model will write (the engine turns it into markup; JSON, so it travels to
         every rank with the request)."""
         out: dict[str, Any] = {}

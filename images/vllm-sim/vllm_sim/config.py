@@ -65,6 +65,10 @@ class ServeConfig:
     collective_timeout_s: float = 30.0
     rendezvous_timeout_s: float = 900.0
 
+    def __post_init__(self) -> None:
+        if isinstance(self.chat, dict):   # a config shipped to a Ray actor as plain fields
+            self.chat = ChatFeatures(**self.chat)
+
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
