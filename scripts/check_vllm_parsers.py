@@ -31,11 +31,36 @@ import yaml  # noqa: E402
 from sparklaunch.adapters.vllm_frontend import VllmChatFrontend, decode_sampling_params  # noqa: E402
 from sparklaunch.chat import ChatFeatures, plan_chat  # noqa: E402
 from vllm_sim.chat_frontend import SimChatFrontend  # noqa: E402
-from vllm_sim.textgen import pieces, script_text  # noqa: E402
-from vllm_sim.tokenizer import TOKENIZER_DIR, SimTokenizer  # noqa: E402
+from vllm_sim.textgen import script_text  # noqa: E402
+from vllm_sim.tokenizer import CORPUS_FILE, SimTokenizer  # noqa: E402
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}}}
+
+
+MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                 "</arg_value>")
+
+
+# the end of a rendered prompt, where generation starts: a thinking template opens <think> there
+PROMPT = {"think": "user: weather?\nassistant: <think>", "qwen3_coder": "user: weather?\nassistant:\n",
+          "glm47": "user: weather?\nassistant:", "hermes": "user: weather?\nassistant:"}
+
+
+def byte_level_tokenizer():
+    """A small byte-level BPE tokenizer with the markup tags as special tokens, like the real Qwen3 and GLM
+    ones: vLLM's streaming parsers match those tags by token id and check each id's text against the stream
+    (the sim's word-level vocabulary has neither: it would prove nothing here)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=list(MARKUP_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([CORPUS_FILE.read_text(encoding="utf-8")[:200_000]], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=list(MARKUP_TOKENS))
 
 
 def recipe_parsers() -> list[tuple[str, str | None, str | None]]:
@@ -73,10 +98,9 @@ def whole(parsed: dict) -> dict:
 
 def main() -> int:
     import vllm
-    from transformers import AutoTokenizer
     from vllm.sampling_params import SamplingParams
 
-    tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    tokenizer = byte_level_tokenizer()
     sim_tok = SimTokenizer()
     failures = 0
     print(f"vLLM {vllm.__version__}")
@@ -89,12 +113,13 @@ def main() -> int:
                     "tool_choice": choice}
             plan = plan_chat(body, features)
             text, _ = script_text(sim.intent(plan), tool_parser)
-            ids = [tokenizer.convert_tokens_to_ids(p.strip()) for p in pieces(text)]
-            want = whole(sim.parser(plan).complete(text, ids))
-            got_whole = whole(real.parser(plan).complete(text, ids))
-            stream = real.parser(plan)
-            parts = pieces(text)
-            got_stream = joined([stream.delta(p, [i], n == len(parts) - 1) for n, (p, i) in enumerate(zip(parts, ids))])
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            assert tokenizer.decode(ids) == text
+            prompt = tokenizer.encode(PROMPT[tool_parser if not reasoning_parser else "think"], add_special_tokens=False)
+            want = whole(sim.parser(plan).complete(text, []))
+            got_whole = whole(real.parser(plan, prompt).complete(text, ids))
+            stream = real.parser(plan, prompt)   # one token a step, as the engine streams with --stream-interval 1
+            got_stream = joined([stream.delta(tokenizer.decode([t]), [t], n == len(ids) - 1) for n, t in enumerate(ids)])
             ok = want == got_whole == got_stream
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")

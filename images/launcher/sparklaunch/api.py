@@ -227,7 +227,7 @@ class OpenAIServer:
                 raise ApiError(503, f"engine is not available: {e}", "EngineDeadError") from None
             parser = None
             if plan is not None and self.frontend is not None and (plan.parses_tools or plan.reasoning):
-                parser = self.frontend.parser(plan)
+                parser = self.frontend.parser(plan, req.prompt_token_ids)
             shape = _Shape(req, body, chat, body["model"], plan, parser)
             if body.get("stream"):
                 return await self._stream(request, q, shape)

@@ -94,8 +94,10 @@ class VllmChatFrontend:
         params = request.to_sampling_params(max_tokens or 16, {})
         return {"sampling_params": msgspec.json.encode(params).decode("utf-8")}
 
-    def parser(self, plan: ChatPlan) -> VllmOutputParser:
-        return VllmOutputParser(self._parser(plan), self._request(plan), self.features.enable_auto_tool_choice)
+    def parser(self, plan: ChatPlan, prompt_token_ids: list[int] | None = None) -> VllmOutputParser:
+        # the rendered prompt tells the parser where generation starts (e.g. inside an opened <think>)
+        return VllmOutputParser(self._parser(plan), self._request(plan), self.features.enable_auto_tool_choice,
+                                prompt_token_ids)
 
 
 def decode_sampling_params(intent: dict[str, Any] | None, sampling_params_cls: Any) -> Any | None:
