@@ -16,8 +16,6 @@ from typing import Any
 
 from sparklaunch.chat import ChatFeatures
 
-from .formats import UnsupportedFormat, check_parsers
-
 GIB = 1024**3
 DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 
@@ -149,13 +147,9 @@ def from_namespace(ns: argparse.Namespace, env: dict[str, str] | None = None) ->
 
 
 def check_topology(cfg: ServeConfig) -> None:
-    """Refuse what vLLM refuses before it loads anything (and parser formats the sim cannot write)."""
+    """Refuse what vLLM refuses before it loads anything."""
     if cfg.chat.enable_auto_tool_choice and not cfg.chat.tool_call_parser:
         raise ConfigError("--enable-auto-tool-choice requires --tool-call-parser")
-    try:
-        check_parsers(cfg.chat.tool_call_parser, cfg.chat.reasoning_parser)
-    except UnsupportedFormat as e:
-        raise ConfigError(str(e)) from None
     if not 0.0 < cfg.gpu_memory_utilization <= 1.0:
         raise ConfigError(f"GPU memory utilization must be within (0, 1]. Got {cfg.gpu_memory_utilization}.")
     if cfg.stream_interval < 1:
