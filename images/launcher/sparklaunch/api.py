@@ -207,7 +207,10 @@ class OpenAIServer:
             if not isinstance(body["logprobs"], int) or not 0 <= body["logprobs"] <= 20:
                 raise ApiError(400, "logprobs: an integer from 0 to 20 is required", param="logprobs")
             sampling["logprobs"] = body["logprobs"]
-        intent = self.frontend.intent(plan, max_tokens) if self.frontend is not None and plan is not None else None
+        try:
+            intent = self.frontend.intent(plan, max_tokens) if self.frontend is not None and plan is not None else None
+        except RequestError as e:
+            raise ApiError(400, str(e), param=e.param) from None
         return GenRequest(
             request_id=prefix + uuid.uuid4().hex, prompt_token_ids=ids, prompt=prompt, max_tokens=max_tokens,
             min_tokens=int(body.get("min_tokens") or 0), ignore_eos=bool(body.get("ignore_eos", False)),

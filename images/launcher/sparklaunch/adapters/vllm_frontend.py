@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..chat import ChatFeatures, ChatPlan
+from ..chat import ChatFeatures, ChatPlan, RequestError
 
 
 def _dump(model: Any) -> Any:
@@ -68,8 +68,15 @@ class VllmChatFrontend:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         if getattr(plan, "_vllm_request", None) is None:
+            from pydantic import ValidationError
+
             body = {k: v for k, v in plan.body.items() if k != "stream_options" or plan.body.get("stream")}
-            plan._vllm_request = ChatCompletionRequest.model_validate(body)   # type: ignore[attr-defined]
+            try:   # vLLM's own validation of the request: its complaint, naming the field, is a 400
+                plan._vllm_request = ChatCompletionRequest.model_validate(body)   # type: ignore[attr-defined]
+            except ValidationError as e:
+                err = e.errors()[0]
+                field = ".".join(str(x) for x in err.get("loc", ())) or "body"
+                raise RequestError(field, f"{field}: {err.get('msg')}") from None
         return plan._vllm_request   # type: ignore[attr-defined]
 
     def _parser(self, plan: ChatPlan) -> Any:
