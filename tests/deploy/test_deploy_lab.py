@@ -200,7 +200,9 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
     # issue 18: the same request suite, the same response shape, under every backend (2xsolo: one of its
     # engines, since the proxy renames vLLM's fields)
     suite_base = first["backends"][0] if topology == "2xsolo" else endpoint
+    t0 = time.monotonic()
     assert run_suite(suite_base, CHAT_MODEL) == expected_shape(reasoning=True)
+    print(f"{topology}/{backend}: chat request suite {time.monotonic() - t0:.1f} s")
 
     t0 = time.monotonic()
     r = sd("up", *args, "--json")
