@@ -68,6 +68,7 @@ class Advice:
     by_objective: dict[str, str]
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    backend: str | None = None   # a cluster backend other than the recipe's, when only it serves the recipe's flags
 
     @property
     def best(self) -> Estimate:
@@ -83,8 +84,11 @@ class Advice:
         cmd = f"sparkdeploy up --recipe {self.recipe or '<recipe>'} --topology {self.topology}"
         if routing and routing != "simple-shuffle":
             cmd += f" --set litellm.routing_strategy={routing}"
+        backend = self.backend if self.topology == "cluster" else None
+        if backend:
+            cmd += f" --backend {backend}"
         return {"recommendation": {"topology": self.topology, "routing": routing, "variant": b.variant,
-                                   "label": variant_label(b.variant)},
+                                   "label": variant_label(b.variant), "backend": backend},
                 "objective": self.objective, "objective_text": OBJECTIVES[self.objective],
                 "concurrency": self.concurrency, "prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
                 "recipe": self.recipe, "source": self.source, "ranking": [e.to_json() for e in self.ranking],
@@ -163,6 +167,29 @@ def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tu
     return DEFAULT_MAX_BATCHED_TOKENS, "the reference recipe"
 
 
+def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple[str | None, str]:
+    """The cluster backend to name when the recipe's own cannot serve every flag it passes (issue 18)."""
+    if not recipe:
+        return None, ""
+    from sparkdeploy.backend_features import refused_flags, serving_backends
+    from sparkdeploy.recipes import resolve
+
+    try:
+        resolved = resolve(recipe, "cluster", recipes_dir=recipes_dir)   # the recipe's cluster values
+    except ConfigError:
+        return None, ""
+    r = resolved.recipe
+    extra = list(r.vllm.extra_args)
+    refused = refused_flags(extra, resolved.backend)
+    if not refused:
+        return None, ""
+    capable = serving_backends(extra)
+    if not capable:
+        return None, f"no cluster backend serves {recipe}'s flags {' '.join(refused)}"
+    return capable[0], (f"the recipe's cluster backend {resolved.backend} does not honour {' '.join(refused)}: "
+                        f"use --backend {capable[0]}")
+
+
 def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, recipe: str | None = None,
            objective: str = "latency", results_dirs: list[str] | None = None,
            recipes_dir: str | None = None) -> Advice:
@@ -190,6 +217,9 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
                     ranking, by_obj, notes=notes)
     advice.reasons = explain(advice, recipe, recipes_dir)
+    advice.backend, note = serving_backend(recipe, recipes_dir)
+    if note and advice.topology == "cluster":
+        notes.append(note)
     if ranking[0].level_note:
         notes.append(ranking[0].level_note)
     if (prompt_tokens, gen_tokens) != (source["pp"], source["tg"]):

@@ -9,6 +9,7 @@ Three ways to launch it, chosen by the recipe's cluster_backend or --backend:
 
 from __future__ import annotations
 
+from sparkdeploy.backend_features import check_backend_flags
 from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context
 from sparkdeploy.vllm_args import Distributed, check_args, serve_args
@@ -44,6 +45,7 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
         elif backend == "torchrun":
             args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, "external_launcher"))
             check_args(args, ctx.image, str(ctx.resolved.source))
+            check_backend_flags(args, backend, str(ctx.resolved.source))  # the launcher's server: issue 18
             ctx.container(nd, entry_template="entry-torchrun.sh.j2", entry_name="torchrun.entry.sh",
                           ports=(port, ctx.cluster.master_port) if rank == 0 else (),
                           health_port=port if rank == 0 else None, args=args, rank=rank, nnodes=tp,

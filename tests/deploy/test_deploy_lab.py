@@ -26,11 +26,15 @@ import yaml
 from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import parse_env_file
+from tests.sim.chat_suite import expected_shape, run_suite
 
 pytestmark = pytest.mark.lab
 
 RECIPE = "openai-gpt-oss-120b"
 MODEL = "openai/gpt-oss-120b"
+# The per-backend deployments serve GLM-4.7-Flash with its own tool-call and reasoning parsers (issue 18's
+# request suite runs on each); the sim's generic profile (the model is not in its catalog) caps the context.
+CHAT_RECIPE, CHAT_MODEL, CHAT_SETS = "glm-4.7-flash-int4", "glm-4.7-flash", ["--set", "vllm.max_model_len=32768"]
 GATE_TIMEOUT = "240"
 CASES = [("solo", None), ("cluster", "ray"), ("cluster", "torchrun"), ("cluster", "native"), ("2xsolo", None)]
 TRANSCRIPT: list[str] = []
@@ -91,9 +95,9 @@ def assert_nothing_of_ours(inv: str) -> None:
         assert f.state_dir_mode is None or f.other_entries, f"{name}: an empty state dir was left"
 
 
-def stream_chat(endpoint: str, key: str | None) -> str:
+def stream_chat(endpoint: str, key: str | None, model: str = MODEL) -> str:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16,
+    body = {"model": model, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 32,
             "stream": True}
     chunks, done = [], False
     with requests.post(f"{endpoint}/chat/completions", json=body, headers=headers, stream=True, timeout=120) as resp:
@@ -131,13 +135,13 @@ def metric_total(url: str) -> float:
     raise AssertionError(f"no request counter in {url}:\n{text[:800]}")
 
 
-def check_balance(backends: list[str], endpoint: str, key: str) -> tuple[float, float]:
+def check_balance(backends: list[str], endpoint: str, key: str, model: str = MODEL) -> tuple[float, float]:
     metrics = [b.removesuffix("/v1") + "/metrics" for b in backends]
     before = [metric_total(m) for m in metrics]
 
     def one(i: int) -> int:
         r = requests.post(f"{endpoint}/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=300,
-                          json={"model": MODEL, "max_tokens": 8,
+                          json={"model": model, "max_tokens": 8,
                                 "messages": [{"role": "user", "content": f"request {i}"}]})
         return r.status_code
 
@@ -178,7 +182,7 @@ def check_secrets_nowhere(lab, inv: str, secrets: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("topology,backend", CASES, ids=[t + (f"-{b}" if b else "") for t, b in CASES])
 def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
-    args = ["--recipe", RECIPE, "-t", topology, "-i", inv, "--timeout", GATE_TIMEOUT]
+    args = ["--recipe", CHAT_RECIPE, *CHAT_SETS, "-t", topology, "-i", inv, "--timeout", GATE_TIMEOUT]
     if backend:
         args += ["-b", backend]
     key = secrets["LITELLM_MASTER_KEY"] if topology == "2xsolo" else None
@@ -192,7 +196,13 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
     before = containers(inv)
     assert {n: set(c) for n, c in before.items()} == expected_containers(topology)
 
-    assert stream_chat(endpoint, key)
+    assert stream_chat(endpoint, key, CHAT_MODEL)
+    # issue 18: the same request suite, the same response shape, under every backend (2xsolo: one of its
+    # engines, since the proxy renames vLLM's fields)
+    suite_base = first["backends"][0] if topology == "2xsolo" else endpoint
+    t0 = time.monotonic()
+    assert run_suite(suite_base, CHAT_MODEL) == expected_shape(reasoning=True)
+    print(f"{topology}/{backend}: chat request suite {time.monotonic() - t0:.1f} s")
 
     t0 = time.monotonic()
     r = sd("up", *args, "--json")
@@ -207,7 +217,7 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
     assert r.returncode == 0, _fail(r)
     st = json.loads(r.stdout)
     assert (st["recipe"], st["topology"], st["backend"], st["endpoint"], st["model"]) == (
-        RECIPE, topology, backend, endpoint, MODEL)
+        CHAT_RECIPE, topology, backend, endpoint, CHAT_MODEL)
     assert st["deployed"] and st["healthy"], st
     for n in st["nodes"]:
         assert n["reachable"]
@@ -223,7 +233,7 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
         # that starves a backend, like least-busy in the seeds, fails both).
         shares = []
         for _ in range(2):
-            a, b = check_balance(first["backends"], endpoint, key)
+            a, b = check_balance(first["backends"], endpoint, key, CHAT_MODEL)
             shares.append(a / (a + b))
             print(f"2xsolo balance: {a:g} / {b:g} ({shares[-1]:.0%} on spark1)")
             if 0.40 <= shares[-1] <= 0.60:

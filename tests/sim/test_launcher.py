@@ -233,3 +233,15 @@ def test_engine_choice(monkeypatch):
     assert choose_engine() == "vllm"
     monkeypatch.setenv("SPARKLAUNCH_ENGINE", "auto")
     assert choose_engine() == "sim"  # vLLM is not installed here; vllm_sim is on the path
+
+
+def test_vllm_logprobs_become_chosen_token_and_ranked_candidates():
+    from types import SimpleNamespace as NS
+
+    from sparklaunch.adapters.vllm_engine import token_logprobs
+
+    entry = {7: NS(logprob=-0.1, rank=2, decoded_token=" b"), 5: NS(logprob=-0.05, rank=1, decoded_token=" a"),
+             9: NS(logprob=float("-inf"), rank=3, decoded_token=" c")}
+    assert token_logprobs([7], [entry]) == [{"token": " b", "logprob": -0.1,
+                                             "top": [[" a", -0.05], [" b", -0.1], [" c", -9999.0]]}]
+    assert token_logprobs([7], []) is None

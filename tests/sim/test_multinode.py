@@ -18,9 +18,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.sim.chat_suite import expected_shape, run_suite
 from tests.sim.conftest import LAUNCHER_DIR, MODEL, free_port, sim_env, wait_http
 
 ARGS = [MODEL, "--max-model-len", "4096", "--host", "127.0.0.1"]
+# issue 18: each backend serves the parsers the shipped recipes name (torchrun: qwen3.5's, native: GLM's)
+QWEN_PARSERS = ["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--reasoning-parser", "qwen3"]
+GLM_PARSERS = ["--enable-auto-tool-choice", "--tool-call-parser", "glm47", "--reasoning-parser", "glm45"]
 
 
 def generate(base: str, n: int = 6) -> dict:
@@ -53,8 +57,8 @@ def test_torchrun_lockstep_and_dead_rank(group_spawn):
     def node(rank):
         return group_spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
                             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master),
-                            str(LAUNCHER_DIR / "serve_torchrun.py"), *ARGS, "--port", str(port), "-tp", "2"],
-                           env, f"torchrun{rank}")
+                            str(LAUNCHER_DIR / "serve_torchrun.py"), *ARGS, "--port", str(port), "-tp", "2",
+                            *QWEN_PARSERS], env, f"torchrun{rank}")
 
     head, worker = node(0), node(1)
     base = f"http://127.0.0.1:{port}"
@@ -66,6 +70,7 @@ def test_torchrun_lockstep_and_dead_rank(group_spawn):
     body = generate(base)
     assert body["choices"][0]["text"].startswith("[simulated by vllm-sim]")
     assert body["usage"]["completion_tokens"] == 6
+    assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
     os.kill(rank1[0], signal.SIGKILL)  # the rank process itself, not its torchrun agent
     assert wait_status(base + "/health", 503, timeout=25) < 25
     r = requests.post(base + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}, timeout=10)
@@ -84,7 +89,7 @@ def test_torchrun_rejects_tp_not_matching_ranks(group_spawn):
 
 def native(group_spawn, rank, port, master, env, headless=True):
     args = [sys.executable, "-m", "vllm_sim", "serve", *ARGS, "--port", str(port), "-tp", "2", "--nnodes", "2",
-            "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(master)]
+            "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(master), *GLM_PARSERS]
     if rank and headless:
         args.append("--headless")
     return group_spawn(args, env, f"native{rank}")
@@ -104,6 +109,7 @@ def test_native_head_waits_for_every_rank_then_fails_when_one_dies(group_spawn):
     assert generate(base)["usage"]["completion_tokens"] == 6
     info = requests.get(base + "/sim/info", timeout=5).json()
     assert info["mode"] == "native" and info["steps"] >= 6
+    assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
     with pytest.raises(requests.ConnectionError):  # headless: no HTTP on the worker's --port
         requests.get(f"http://127.0.0.1:{worker_port}/health", timeout=2)
     worker.kill()

@@ -24,6 +24,7 @@ class GenRequest:
     ignore_eos: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop, ...
     eos_at_max: bool = False           # client set no max_tokens: a simulated model ends with EOS ("stop")
+    intent: dict[str, Any] | None = None  # a simulated engine's script (sparklaunch.chat); real vLLM ignores it
 
     @property
     def prompt_len(self) -> int:
@@ -69,6 +70,8 @@ class Delta:
     prompt_tokens: int = 0
     completion_tokens: int = 0         # cumulative
     error: str | None = None
+    stop_reason: str | int | None = None   # the stop string (or token id) that ended the output
+    logprobs: list[dict[str, Any]] | None = None   # per token: {token, logprob, top: [[token, logprob], ...]}
 
 
 @dataclass

@@ -18,7 +18,9 @@ from typing import Any
 
 from sparklaunch.protocol import Delta, EngineStats, GenRequest
 
-from .config import ServeConfig
+from .chat_frontend import SimChatFrontend
+from .config import ConfigError, ServeConfig
+from .formats import UnsupportedFormat
 from .engine import SimEngine
 
 
@@ -36,6 +38,10 @@ class SimAdapter:
         self.max_model_len = self.engine.max_model_len
         self.batch_window_s = self.engine.hw.fitted.get("batch_window_ms", 0.0) / 1000.0 * cfg.time_scale
         self.time_scale = cfg.time_scale
+        try:   # tools, reasoning (sparklaunch.chat); a parser whose markup the sim cannot write is refused
+            self.chat_frontend = SimChatFrontend(cfg.chat, self.engine.tokenizer)
+        except UnsupportedFormat as e:
+            raise ConfigError(str(e)) from None
         self._sleep, self._clock = sleep, clock
         self.simulated_seconds = 0.0
         self._deadline: float | None = None  # end of the last step on the timeline; None: idle

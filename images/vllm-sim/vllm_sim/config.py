@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparklaunch.chat import ChatFeatures
+
 GIB = 1024**3
 DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 
@@ -53,12 +55,17 @@ class ServeConfig:
     stream_interval: int = 1
     mxfp4_layers: frozenset[str] = frozenset()
     mxfp4_backend: str | None = None
+    chat: ChatFeatures = field(default_factory=ChatFeatures)  # tool-call / reasoning parsers
     # sim-only (environment)
     hardware: str = "gb10"
     time_scale: float = 1.0
     gpus_per_node: int = 1
     collective_timeout_s: float = 30.0
     rendezvous_timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chat, dict):   # a config shipped to a Ray actor as plain fields
+            self.chat = ChatFeatures(**self.chat)
 
     @property
     def world_size(self) -> int:
@@ -128,6 +135,7 @@ def from_namespace(ns: argparse.Namespace, env: dict[str, str] | None = None) ->
         stream_interval=get("stream_interval", 1),
         mxfp4_layers=frozenset(x.strip() for x in layers.split(",") if x.strip()) if layers else frozenset(),
         mxfp4_backend=get("mxfp4_backend"),
+        chat=ChatFeatures.from_namespace(ns),
         hardware=env.get("VLLM_SIM_HARDWARE", "gb10"),
         time_scale=float(env.get("VLLM_SIM_TIME_SCALE", "1.0")),
         gpus_per_node=int(env.get("VLLM_SIM_GPUS_PER_NODE", "1")),
@@ -140,6 +148,8 @@ def from_namespace(ns: argparse.Namespace, env: dict[str, str] | None = None) ->
 
 def check_topology(cfg: ServeConfig) -> None:
     """Refuse what vLLM refuses before it loads anything."""
+    if cfg.chat.enable_auto_tool_choice and not cfg.chat.tool_call_parser:
+        raise ConfigError("--enable-auto-tool-choice requires --tool-call-parser")
     if not 0.0 < cfg.gpu_memory_utilization <= 1.0:
         raise ConfigError(f"GPU memory utilization must be within (0, 1]. Got {cfg.gpu_memory_utilization}.")
     if cfg.stream_interval < 1:

@@ -16,7 +16,7 @@ from sparklaunch.protocol import Delta, EngineStats, GenRequest
 from .catalog import Catalog, Hardware, ModelProfile, default_catalog
 from .config import GIB, ConfigError, ServeConfig
 from .scheduler import BLOCK_SIZE, Scheduler, SchedulerLimits, Seq
-from .textgen import TextGen
+from .textgen import Output, TextGen
 from .timing import ExecConfig, StepCostModel, StepShape
 from .tokenizer import SimTokenizer, default_tokenizer
 
@@ -32,7 +32,11 @@ RUNTIME_OVERHEAD_GIB = 2.0
 class _Req:
     req: GenRequest
     seq: Seq
-    emitted: int = 0
+    out: Output
+
+    @property
+    def emitted(self) -> int:
+        return self.out.emitted
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,9 @@ class SimEngine:
         if req.request_id in self._reqs:
             raise ValueError(f"duplicate request id {req.request_id}")
         seq = Seq(req.request_id, max(1, req.prompt_len))
-        self._reqs[req.request_id] = _Req(req, seq)
+        out = Output(self.text, self.tokenizer, req.intent, self.cfg.chat.tool_call_parser, req.sampling.get("stop"),
+                     bool(req.sampling.get("include_stop_str_in_output")))
+        self._reqs[req.request_id] = _Req(req, seq, out)
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> None:
@@ -141,6 +147,16 @@ class SimEngine:
     def stats(self) -> EngineStats:
         return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), self.scheduler.kv_usage())
 
+    def _logprobs(self, req: GenRequest, text: str) -> list[dict] | None:
+        """Simulated logprobs: the sim's 'model' is certain of every token it writes (logprob 0; the other
+        candidates -9999, vLLM's stand-in for -inf). Shapes only; there is no distribution here."""
+        if req.sampling.get("logprobs") is None:
+            return None
+        n = int(req.sampling["logprobs"] or 0)
+        alts = [w for w in self.text.words if w != text.strip()][: max(0, n - 1)]
+        top = [[text, 0.0]] + [[" " + w, -9999.0] for w in alts] if n else []
+        return [{"token": text, "logprob": 0.0, "top": top}]
+
     def step(self) -> tuple[list[Delta], float]:
         """Schedule and 'run' one step: the new tokens, and the step's simulated duration in seconds."""
         batch = self.scheduler.schedule()
@@ -152,12 +168,13 @@ class SimEngine:
         deltas: list[Delta] = []
         for seq in self.scheduler.complete(batch):
             r = self._reqs[seq.request_id]
-            tid, text = self.text.token(r.emitted)
-            r.emitted += 1
-            done = r.emitted >= r.req.max_tokens
-            delta = Delta(seq.request_id, [tid], text, finished=done,
-                          finish_reason=("stop" if r.req.eos_at_max else "length") if done else None,
-                          prompt_tokens=r.req.prompt_len, completion_tokens=r.emitted)
+            tid, text, stopped_by = r.out.next()
+            ended = stopped_by is not None or (r.out.script_done and not r.req.ignore_eos)  # EOS after a call
+            done = ended or r.emitted >= r.req.max_tokens
+            reason = "stop" if ended or r.req.eos_at_max else "length"
+            delta = Delta(seq.request_id, [tid], text, finished=done, finish_reason=reason if done else None,
+                          prompt_tokens=r.req.prompt_len, completion_tokens=r.emitted, stop_reason=stopped_by,
+                          logprobs=self._logprobs(r.req, text))
             deltas.append(delta)
             if done:
                 self.scheduler.finish(seq)

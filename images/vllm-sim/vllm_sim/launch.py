@@ -22,9 +22,9 @@ def build_for_torchrun(argv: list[str], rank: int, world_size: int) -> tuple[Sim
         if cfg.world_size != world_size:
             raise ConfigError(f"tensor_parallel_size x pipeline_parallel_size = {cfg.world_size}, but torchrun "
                               f"started {world_size} ranks (--nnodes x --nproc-per-node)")
+        adapter = SimAdapter(cfg)
     except ConfigError as e:
         raise SystemExit(f"ValueError: {e}") from None
-    adapter = SimAdapter(cfg)
 
     def extra_routes():
         from .cli import sim_routes

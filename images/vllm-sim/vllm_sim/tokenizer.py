@@ -45,6 +45,11 @@ class SimTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
+    def piece_id(self, piece: str) -> int:
+        """The id of a scripted piece of text: the word's own id, or <unk> (markup is not in the vocabulary)."""
+        tid = self._tok.token_to_id(piece.strip())
+        return self._tok.token_to_id("<unk>") if tid is None else tid
+
     def token_id(self, word: str) -> int:
         tid = self._tok.token_to_id(word)
         if tid is None:

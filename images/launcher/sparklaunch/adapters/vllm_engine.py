@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..chat import ChatFeatures
 from ..protocol import Delta, EngineStats, GenRequest, ServeOptions
+from .vllm_frontend import VllmChatFrontend, decode_sampling_params
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty")
+                   "frequency_penalty", "repetition_penalty", "include_stop_str_in_output", "logprobs")
 
 
 def sampling_kwargs(req: GenRequest) -> dict[str, Any]:
@@ -28,6 +30,19 @@ def sampling_kwargs(req: GenRequest) -> dict[str, Any]:
     kw: dict[str, Any] = {"max_tokens": req.max_tokens, "min_tokens": req.min_tokens, "ignore_eos": req.ignore_eos}
     kw.update({k: req.sampling[k] for k in SAMPLING_FIELDS if k in req.sampling})
     return kw
+
+
+def token_logprobs(ids: list[int], entries: list[Any]) -> list[dict[str, Any]] | None:
+    """vLLM's per-position {token id: Logprob} dicts -> sparklaunch's {token, logprob, top} entries."""
+    if not entries:
+        return None
+    out = []
+    for tid, entry in zip(ids, entries):
+        chosen = entry.get(tid)
+        ranked = sorted((lp for t, lp in entry.items() if getattr(lp, "rank", None)), key=lambda lp: lp.rank)
+        out.append({"token": getattr(chosen, "decoded_token", "") or "", "logprob": max(getattr(chosen, "logprob", -9999.0), -9999.0),
+                    "top": [[lp.decoded_token or "", max(lp.logprob, -9999.0)] for lp in ranked]})
+    return out
 
 
 class DeltaTracker:
@@ -58,7 +73,9 @@ class DeltaTracker:
             self._sent[o.request_id] = (len(c.token_ids), len(c.text))
             out.append(Delta(o.request_id, ids, text, finished=bool(o.finished),
                              finish_reason=c.finish_reason if o.finished else None,
-                             prompt_tokens=len(o.prompt_token_ids or []), completion_tokens=len(c.token_ids)))
+                             prompt_tokens=len(o.prompt_token_ids or []), completion_tokens=len(c.token_ids),
+                             stop_reason=getattr(c, "stop_reason", None) if o.finished else None,
+                             logprobs=token_logprobs(ids, (getattr(c, "logprobs", None) or [])[n_tok:])))
             if o.finished:
                 self.forget(o.request_id)
         return out
@@ -67,6 +84,8 @@ class DeltaTracker:
 class VllmAdapter:
     simulated = False
     batch_window_s = 0.0
+
+    chat_frontend: Any = None   # rank 0: VllmChatFrontend (sparklaunch.chat)
 
     def __init__(self, engine: Any, sampling_params_cls: Any, tokenizer: Any, opts: ServeOptions, model_root: str,
                  max_model_len: int):
@@ -84,8 +103,10 @@ class VllmAdapter:
 
     def add_request(self, req: GenRequest) -> None:
         self.tracker.start(req.request_id)
-        self.engine.add_request(req.request_id, {"prompt_token_ids": req.prompt_token_ids},
-                                self._sp(**sampling_kwargs(req)))
+        # a chat request's SamplingParams come whole from rank 0's vLLM front end (structured outputs for
+        # tool_choice required/named and response_format included); plain fields otherwise
+        params = decode_sampling_params(req.intent, self._sp) or self._sp(**sampling_kwargs(req))
+        self.engine.add_request(req.request_id, {"prompt_token_ids": req.prompt_token_ids}, params)
 
     def abort_request(self, request_id: str) -> None:
         self.tracker.forget(request_id)
@@ -124,4 +145,8 @@ def build(argv: list[str], rank: int, world_size: int) -> tuple[VllmAdapter, Ser
                         api_keys=list(args.api_key or []), stream_interval=getattr(args, "stream_interval", 1) or 1,
                         tp=engine_args.tensor_parallel_size, pp=engine_args.pipeline_parallel_size)
     max_len = engine.model_config.max_model_len
-    return VllmAdapter(engine, SamplingParams, engine.get_tokenizer(), opts, args.model, max_len), opts
+    adapter = VllmAdapter(engine, SamplingParams, engine.get_tokenizer(), opts, args.model, max_len)
+    if rank == 0:   # tools, tool_choice, reasoning, response_format: vLLM's own parsers and request model
+        adapter.chat_frontend = VllmChatFrontend(ChatFeatures.from_namespace(args), adapter.tokenizer,
+                                                 opts.served_model_names[0])
+    return adapter, opts

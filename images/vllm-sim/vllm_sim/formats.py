@@ -1,0 +1,174 @@
+"""The text formats of the tool-call and reasoning parsers the shipped recipes name, written and read.
+
+A real model writes its tool calls and its reasoning as text in its own markup, and vLLM's parser
+(`--tool-call-parser`, `--reasoning-parser`) turns that text into `tool_calls` and `reasoning`. The sim
+writes the same markup, so the parsing in front of it is really exercised, and reads it back with the
+small parsers below (the sim's stand-in for vLLM's; the markup was read from vLLM 0.32's
+vllm/parser/qwen3.py, glm47_moe.py and tool_parsers/hermes_tool_parser.py):
+
+| parser | a tool call |
+|---|---|
+| qwen3_coder, qwen3_xml | `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>` |
+| glm47, glm45 | `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` |
+| hermes | `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>` |
+
+Reasoning parsers glm45, glm47, qwen3, deepseek_r1: the chat template opens `<think>` in the generation
+prompt, so the model's output is `REASONING</think>CONTENT` (a leading `<think>` is tolerated).
+Parameter values that are not strings are written as JSON and read back by the tool's schema type.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+TOOL_START, TOOL_END = "<tool_call>", "</tool_call>"
+THINK_START, THINK_END = "<think>", "</think>"
+
+TOOL_FORMATS = {"qwen3_coder": "qwen3_xml", "qwen3_xml": "qwen3_xml", "glm47": "glm", "glm45": "glm",
+                "hermes": "hermes"}
+REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1"}
+
+
+class UnsupportedFormat(ValueError):
+    """A parser name the sim cannot write for (start-up refuses it: the test would prove nothing)."""
+
+
+def check_parsers(tool_parser: str | None, reasoning_parser: str | None) -> None:
+    if tool_parser and tool_parser not in TOOL_FORMATS:
+        raise UnsupportedFormat(f"vllm-sim writes tool calls only for --tool-call-parser "
+                                f"{', '.join(sorted(TOOL_FORMATS))}; got {tool_parser!r}")
+    if reasoning_parser and reasoning_parser not in REASONING_FORMATS:
+        raise UnsupportedFormat(f"vllm-sim writes reasoning only for --reasoning-parser "
+                                f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}")
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def write_tool_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
+    kind = TOOL_FORMATS[parser]
+    if kind == "qwen3_xml":
+        params = "".join(f"<parameter={k}>\n{_value_text(v)}\n</parameter>\n" for k, v in arguments.items())
+        return f"{TOOL_START}\n<function={name}>\n{params}</function>\n{TOOL_END}"
+    if kind == "glm":
+        params = "".join(f"<arg_key>{k}</arg_key><arg_value>{_value_text(v)}</arg_value>" for k, v in arguments.items())
+        return f"{TOOL_START}{name}{params}{TOOL_END}"
+    return f"{TOOL_START}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_END}"
+
+
+def _typed(value: str, schema: dict[str, Any] | None) -> Any:
+    kind = (schema or {}).get("type")
+    if kind in (None, "string") or isinstance(kind, list):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+_QWEN_FUNC = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
+_QWEN_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+
+def read_tool_call(parser: str, block: str, tools: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """One `<tool_call>...</tool_call>` body -> (name, arguments), or None when it is not a call."""
+    kind = TOOL_FORMATS[parser]
+    if kind == "hermes":
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return None
+        return data["name"], dict(data.get("arguments") or {})
+    if kind == "qwen3_xml":
+        m = _QWEN_FUNC.search(block)
+        if not m:
+            return None
+        name, body = m.group(1).strip(), m.group(2)
+        pairs = _QWEN_PARAM.findall(body)
+    else:
+        name, _, body = block.partition("<arg_key>")
+        name, body = name.strip(), ("<arg_key>" + body if body else "")
+        pairs = _GLM_ARG.findall(body)
+    props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
+    return name, {k.strip(): _typed(v, props.get(k.strip())) for k, v in pairs}
+
+
+@dataclass
+class Parsed:
+    """What one step of parsing found: text for `reasoning`, text for `content`, complete tool calls."""
+
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+class StreamParser:
+    """Reads a model's output as it arrives: reasoning until `</think>`, then content, with tool-call
+    blocks taken out of the content. Text that may be the start of a marker is held back until the next
+    piece tells (as vLLM's streaming parsers do), so markup never leaks into `content`."""
+
+    def __init__(self, tool_parser: str | None, reasoning: bool, tools: dict[str, dict[str, Any]]):
+        self.tool_parser, self.tools = tool_parser, tools
+        self.state = "reasoning" if reasoning else "content"
+        self.buf = ""
+        self._reasoning_started = False
+
+    def _markers(self) -> tuple[str, ...]:
+        if self.state == "reasoning":
+            return (THINK_END,)
+        if self.state == "content":
+            return (TOOL_START,) if self.tool_parser else ()
+        return (TOOL_END,)
+
+    def feed(self, text: str, final: bool = False) -> Parsed:
+        out = Parsed()
+        self.buf += text
+        while True:
+            markers = self._markers()
+            hit = min(((self.buf.find(m), m) for m in markers if m in self.buf), default=None)
+            if hit is None:
+                keep = 0 if final else max((_partial_suffix(self.buf, m) for m in markers), default=0)
+                if self.state == "tool":
+                    if final and self.buf:  # an unterminated call (cut by max_tokens): vLLM keeps it as text
+                        out.content += TOOL_START + self.buf
+                        self.buf = ""
+                    return out
+                emit, self.buf = self.buf[:len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+                self._emit(out, emit)
+                return out
+            pos, marker = hit
+            before, self.buf = self.buf[:pos], self.buf[pos + len(marker):]
+            if self.state == "tool":
+                call = read_tool_call(self.tool_parser or "", before.strip(), self.tools)
+                if call is None:
+                    out.content += TOOL_START + before + TOOL_END
+                else:
+                    out.tool_calls.append(call)
+                self.state = "content"
+            else:
+                self._emit(out, before)
+                self.state = "content" if self.state == "reasoning" else "tool"
+
+    def _emit(self, out: Parsed, text: str) -> None:
+        if self.state == "reasoning":
+            if not self._reasoning_started and text.lstrip().startswith(THINK_START):
+                text = text.lstrip()[len(THINK_START):]
+            self._reasoning_started = self._reasoning_started or bool(text)
+            out.reasoning += text
+        else:
+            out.content += text
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of `text` that is a proper start of `marker`."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
