@@ -377,7 +377,8 @@ def _probe(url: str) -> dict:
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 
 
-def node_status(node, f: NodeFacts | Exception) -> dict:
+def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
+    """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read."""
     entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
     if not isinstance(f, NodeFacts):
         entry.update(reachable=False, error=str(f), containers=[], files=[])
@@ -398,12 +399,38 @@ def node_status(node, f: NodeFacts | Exception) -> dict:
             "started_at": c.started_at, "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
             "restarts": c.restarts, "image": c.image_ref, "image_id": c.image_id, "config_hash": c.config_hash,
             "health": probe,
+            **_crash_fields(history, c.name),
         })
     entry.update(reachable=True, docker=f.docker_ok, error=f.docker_error or None, containers=containers,
                  files=list(f.manifest_files), deployment={k: manifest.get(k) for k in
                                                            ("recipe", "topology", "backend", "model", "endpoint")}
                  if manifest else None)
     return entry
+
+
+def _crash_fields(history, name: str) -> dict:
+    from sparkdeploy import crashes
+
+    h = history.containers.get(name) if history is not None else None
+    if h is None:
+        return {"last_exit": None, "crashes": "-"}
+    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
+
+
+def _crash_style(c: dict) -> str:
+    last = c.get("last_exit") or {}
+    if last.get("oom_killed") or c.get("state") == "restarting" or c.get("docker_health") == "unhealthy":
+        return "red"
+    return "yellow" if c.get("restarts") or last else ""
+
+
+def _histories(session: Session, inv, facts: dict) -> dict:
+    """Each reachable node's container history (crashes.read); a node where it fails just shows none."""
+    from sparkdeploy import crashes
+    from sparkdeploy.remote import on_nodes
+
+    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]
+    return {o.node.name: o.value for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n))) if o.ok}
 
 
 @click.command("status")
@@ -415,7 +442,8 @@ def status(inventory, as_json):
     out = Out(as_json)
     with Session.open(inv) as session:
         facts = gather_facts(session, inv.nodes)
-    nodes = [node_status(n, facts[n.name]) for n in inv.nodes]
+        histories = _histories(session, inv, facts)
+    nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
     deployments = [n["deployment"] for n in nodes if n.get("deployment")]
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
     dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)
@@ -437,15 +465,17 @@ def status(inventory, as_json):
         emit_json(data)
     else:
         table = Table(title=f"sparkdeploy status ({inv.source})", title_justify="left")
-        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health"):
+        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health",
+                    "restarts / last exit"):
             table.add_column(col)
         for n in nodes:
             if not n["reachable"]:
                 table.add_row(out.cell(n["name"]), out.cell("-"), out.cell("-"), out.cell("-"),
-                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"))
+                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"),
+                              out.cell("-"))
                 continue
             if not n["containers"]:
-                table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(6)])
+                table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])
             for c in n["containers"]:
                 h = c["health"]
                 table.add_row(out.cell(n["name"]), out.cell(c["name"]), out.cell(c["role"]),
@@ -454,7 +484,8 @@ def status(inventory, as_json):
                               out.cell(_uptime(c["uptime_s"])),
                               out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
                               out.cell("-" if h is None else ("ok" if h["ok"] else h["detail"]),
-                                       "" if h is None else ("green" if h["ok"] else "red")))
+                                       "" if h is None else ("green" if h["ok"] else "red")),
+                              out.cell(c["crashes"], _crash_style(c)))
         out.table(table)
         for n in nodes:
             if not n["reachable"]:

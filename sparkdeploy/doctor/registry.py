@@ -6,7 +6,7 @@ selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order 
 
 from __future__ import annotations
 
-from . import access, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
+from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
 from .model import Check
 
 CHECKS: list[Check] = [
@@ -46,6 +46,8 @@ CHECKS: list[Check] = [
           endpoint.health, timeout_s=45),
     Check("endpoint.completion", "a real one-token completion from every serving endpoint", endpoint.completion,
           timeout_s=90),
+    Check("containers.crashes", "no recent OOM kill or restart loop of sparkdeploy's containers (docker events)",
+          containers.recent_crashes, timeout_s=30),
     Check("nccl.allreduce", "all-reduce sweep in the recipe's image over the fabric (doctor --nccl)",
           nccl_probe.allreduce, scope="cluster", timeout_s=nccl_probe.PROBE_TIMEOUT_S + 120, needs_recipe=True,
           opt_in="nccl"),
