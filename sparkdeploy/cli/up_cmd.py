@@ -174,14 +174,17 @@ def _images_for(dep: Deployment):
 
 def deploy(recipe: str | None = None, topology: str | None = None, backend: str | None = None,
            inventory: str | None = None, sets=(), recipes_dir: str | None = None, node: str | None = None,
-           as_json: bool = False, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S, **_ignored) -> None:
-    """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure."""
-    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node)
+           as_json: bool = False, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+           metrics: bool | None = None, **_ignored) -> None:
+    """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure.
+    metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
+    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
     if dep.topology == "2xsolo":
         dep.secrets.require("LITELLM_MASTER_KEY", "the 2xsolo proxy's master key")
     out = Out(as_json, dep.secrets.mask)
     result: dict[str, Any] = {"recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None,
                               "image": dep.image_tag, "endpoint": dep.endpoint, "backends": dep.backends,
+                              "metrics_url": dep.metrics_url,
                               "dry_run": dry_run, "ok": False}
     for w in dep.warnings:
         out.warn(w)
@@ -280,6 +283,8 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
     if dep.backends:
         out.line(f"backends: {', '.join(dep.backends)}")
+    if dep.metrics_url:
+        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping every engine{' and the proxy' if dep.backends else ''})")
 
 
 recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
@@ -290,9 +295,12 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 @deployment_options
 @click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
 @click.option("--dry-run", is_flag=True, help="Read the nodes' state and print the plan; change nothing.")
+@click.option("--metrics/--no-metrics", default=None,
+              help="Also run Prometheus on the head node, scraping every engine and the proxy (default: the "
+                   "inventory's cluster.metrics; set it there to keep Prometheus on later runs).")
 @timeout_option
 @json_option
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, timeout, as_json):
+def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, timeout, as_json):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -302,7 +310,7 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, t
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
     """
     deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout)
+           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout, metrics=metrics)
 
 
 # -- down -----------------------------------------------------------------------------------------------
@@ -417,6 +425,19 @@ def _crash_fields(history, name: str) -> dict:
     return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
 
 
+def _metrics_url(inv, facts: dict) -> str | None:
+    """Prometheus' URL when its container (role metrics) runs: the head node's management IP and its port."""
+    for node in inv.nodes:
+        f = facts.get(node.name)
+        if not isinstance(f, NodeFacts):
+            continue
+        ports = {c.get("name"): c.get("ports") for c in (f.manifest or {}).get("containers") or [] if isinstance(c, dict)}
+        for c in f.containers:
+            if c.role == "metrics" and c.running and ports.get(c.name):
+                return f"http://{node.mgmt_ip}:{ports[c.name][0]}"
+    return None
+
+
 def _crash_style(c: dict) -> str:
     last = c.get("last_exit") or {}
     if last.get("oom_killed") or c.get("state") == "restarting" or c.get("docker_health") == "unhealthy":
@@ -456,6 +477,7 @@ def status(inventory, as_json):
         "backend": dep_info.get("backend") if dep_info else None,
         "model": dep_info.get("model") if dep_info else None,
         "endpoint": dep_info.get("endpoint") if dep_info else None,
+        "metrics_url": _metrics_url(inv, facts),
         "healthy": bool(all_containers) and all(c["running"] and (c["health"] is None or c["health"]["ok"])
                                                 for c in all_containers),
         "nodes": nodes,
@@ -495,6 +517,8 @@ def status(inventory, as_json):
                      "green" if data["healthy"] else "red")
         elif not all_containers:
             out.line("nothing of sparkdeploy's is deployed")
+        if data["metrics_url"]:
+            out.line(f"metrics: Prometheus at {data['metrics_url']}")
     if unreachable:
         raise StepFailed(f"unreachable: {', '.join(unreachable)}")
 
