@@ -148,10 +148,14 @@ def _delta_buckets(new, old) -> list[tuple[float, float]]:
 class Monitor:
     """Samples of every target, kept for `window_s`; `snapshot()` turns them into one row per engine."""
 
-    def __init__(self, targets: list[Target], bearer: str | None = None, window_s: float = 60.0):
+    def __init__(self, targets: list[Target], bearer: str | None = None, window_s: float = 60.0,
+                 since_start_when_idle: bool = False):
+        """since_start_when_idle: TTFT from every request since the engine started when none fell in the
+        window (`top --once`, whose window is one sample gap)."""
         self.targets = targets
         self.bearer = bearer
         self.window_s = window_s
+        self.since_start_when_idle = since_start_when_idle
         self.history: dict[Target, deque[Sample]] = {t: deque() for t in targets}
 
     def sample(self) -> None:
@@ -204,13 +208,16 @@ class Monitor:
             if last is not None:
                 dt = last.time - prev.time if prev is not None else 0.0
                 ttft = _delta_buckets(last.ttft, first.ttft) if first is not last else list(last.ttft)
+                basis = "window" if first is not last else "since the engine started"
+                if self.since_start_when_idle and (not ttft or ttft[-1][1] <= 0):
+                    ttft, basis = list(last.ttft), "since the engine started"
                 row.update({
                     "running": last.running, "waiting": last.waiting, "kv_cache_usage": last.kv,
                     "prompt_tokens_per_s": _rate(last.prompt, prev.prompt, dt) if prev else None,
                     "generation_tokens_per_s": _rate(last.generation, prev.generation, dt) if prev else None,
                     "ttft_p50_s": quantile(0.5, ttft), "ttft_p95_s": quantile(0.95, ttft),
                     "ttft_requests": ttft[-1][1] if ttft else 0,
-                    "ttft_basis": "window" if first is not last else "since the engine started",
+                    "ttft_basis": basis,
                 })
             if share:
                 row["request_share"] = share.get(t.node, 0.0)

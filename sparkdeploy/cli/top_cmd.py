@@ -49,13 +49,21 @@ def render_table(snapshot: dict, title: str):
 
 
 def _caption(snapshot: dict) -> str:
-    parts = [f"tokens/s over the last interval; TTFT over {snapshot['window_s']:g} s"]
+    bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
+    over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
+    parts = [f"tokens/s over the last interval; TTFT {over}"]
     if snapshot.get("request_share_basis"):
         parts.append(f"proxy share over the {snapshot['request_share_basis']}")
     for p in snapshot.get("proxies", []):
         if p.get("error"):
             parts.append(f"proxy {p['url']}: {p['error']}")
     return "; ".join(parts)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, width=max(120, Console().width))  # never squeeze the columns
 
 
 @click.command("top")
@@ -93,7 +101,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
         facts = gather_facts(session, inv.nodes)
     unreachable = [name for name, f in facts.items() if not isinstance(f, NodeFacts)]
     targets = monitor_mod.targets(inv, facts)
-    monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window)
+    monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window, since_start_when_idle=once)
     title = f"sparkdeploy top ({inv.source})"
     for name in unreachable:
         click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(facts[name]))}", fg="red", err=True)
@@ -109,9 +117,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
         if as_json:
             emit_json(snap)
         else:
-            from rich.console import Console
-
-            Console().print(render_table(snap, title))
+            _console().print(render_table(snap, title))
         if unreachable:
             raise StepFailed(f"unreachable: {', '.join(unreachable)}")
         return
@@ -127,12 +133,11 @@ def top(inventory, interval, window, once, sample_gap, as_json):
         except KeyboardInterrupt:
             return
 
-    from rich.console import Console
     from rich.live import Live
 
     try:
         monitor.sample()
-        with Live(render_table(monitor.snapshot(), title), console=Console(), auto_refresh=False) as live:
+        with Live(render_table(monitor.snapshot(), title), console=_console(), auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
                 monitor.sample()
