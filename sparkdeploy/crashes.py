@@ -5,7 +5,7 @@ io.sparkdeploy.managed) for their state, and the engine's recent `die` and `oom`
 that its restart policy brought back shows `running` again and no longer says how it died. Only the fields
 named here are read: never Config.Env (the secrets of `--env-file secrets.env`).
 
-Used by `status` (a column per container) and by doctor's `containers.crashes` (one-line diagnosis + fix).
+Used by `status` (a column per container) and by doctor's `engine.crashes` (one-line diagnosis + fix).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""containers.*: a recent OOM kill or a restart loop of sparkdeploy's containers, as one line with its fix.
+"""engine.crashes: a recent OOM kill or a restart loop of sparkdeploy's containers, as one line with its fix.
 
 The history comes from sparkdeploy.crashes (docker inspect + the engine's die/oom events), read over the
 node's one SSH connection. An OOM kill on a DGX Spark is the classic unified-memory over-commit: the GPU's

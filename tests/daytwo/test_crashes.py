@@ -1,4 +1,4 @@
-"""crashes.parse and doctor's containers.crashes diagnosis, from the text the node-side script prints
+"""crashes.parse and doctor's engine.crashes diagnosis, from the text the node-side script prints
 (the same docker inspect / docker events formats the lab test reads from real engines)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - `top --once --json` while requests run: both engines' gauges, token rates, TTFT, and the proxy's split;
 - Prometheus on the head answers a PromQL query for each engine's generation tokens (and scraped the proxy);
 - an engine killed with SIGKILL and one OOM-killed for real (a cgroup memory limit + the sim's SIGUSR1
-  fault) are told apart by `status` and `doctor --only containers`.
+  fault) are told apart by `status` and `doctor --only engine.crashes`.
 
 The engines are vllm-sim (SIMULATED GPU); everything else is real: sshd, Docker, LiteLLM, Prometheus.
 """
@@ -206,9 +206,9 @@ def test_killed_and_oom_killed_engines_are_told_apart(day2):
 
     table = sd("status", "-i", day2)
     assert "OOM-killed (exit 137)" in table.stdout and "killed by SIGKILL (exit 137)" in table.stdout
-    r = sd("doctor", "-i", day2, "-r", RECIPE, "-t", "2xsolo", "--only", "containers", "--json")
+    r = sd("doctor", "-i", day2, "-r", RECIPE, "-t", "2xsolo", "--only", "engine.crashes", "--json")
     assert r.returncode == 1, _fail(r)
-    rows = {(x["node"], x["status"]): x for x in json.loads(r.stdout)["results"] if x["check"] == "containers.crashes"}
+    rows = {(x["node"], x["status"]): x for x in json.loads(r.stdout)["results"] if x["check"] == "engine.crashes"}
     assert "OOM-killed" in rows[("spark1", "fail")]["measured"]
     assert "gpu_memory_utilization" in rows[("spark1", "fail")]["fix"]
     assert "SIGKILL" in rows[("spark2", "warn")]["measured"]
