@@ -73,7 +73,7 @@ def _console():
 @click.option("--window", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds of history for the TTFT quantiles and the proxy's request shares.")
 @click.option("--once", is_flag=True, help="Print one sample and exit (rates over --sample-gap).")
-@click.option("--sample-gap", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+@click.option("--sample-gap", type=click.FloatRange(min=0.1), default=0.5, show_default=True,
               help="With --once: seconds between the two scrapes the token rates come from.")
 @json_option
 def top(inventory, interval, window, once, sample_gap, as_json):
