@@ -149,13 +149,13 @@ class Monitor:
     """Samples of every target, kept for `window_s`; `snapshot()` turns them into one row per engine."""
 
     def __init__(self, targets: list[Target], bearer: str | None = None, window_s: float = 60.0,
-                 since_start_when_idle: bool = False):
-        """since_start_when_idle: TTFT from every request since the engine started when none fell in the
-        window (`top --once`, whose window is one sample gap)."""
+                 since_start: bool = False):
+        """since_start: TTFT quantiles and request shares from every request since each engine (proxy)
+        started, not over the window (`top --once`, whose only window is one sample gap)."""
         self.targets = targets
         self.bearer = bearer
         self.window_s = window_s
-        self.since_start_when_idle = since_start_when_idle
+        self.since_start = since_start
         self.history: dict[Target, deque[Sample]] = {t: deque() for t in targets}
 
     def sample(self) -> None:
@@ -188,7 +188,7 @@ class Monitor:
             if last is None:
                 continue
             delta = {k: v - (first.requests.get(k, 0.0) if first is not last else 0.0) for k, v in last.requests.items()}
-            if first is last or sum(delta.values()) <= 0:
+            if first is last or self.since_start or sum(delta.values()) <= 0:
                 delta, basis = dict(last.requests), "since the proxy started"
             for k, v in delta.items():
                 totals[k] = totals.get(k, 0.0) + max(0.0, v)
@@ -209,7 +209,7 @@ class Monitor:
                 dt = last.time - prev.time if prev is not None else 0.0
                 ttft = _delta_buckets(last.ttft, first.ttft) if first is not last else list(last.ttft)
                 basis = "window" if first is not last else "since the engine started"
-                if self.since_start_when_idle and (not ttft or ttft[-1][1] <= 0):
+                if self.since_start:
                     ttft, basis = list(last.ttft), "since the engine started"
                 row.update({
                     "running": last.running, "waiting": last.waiting, "kv_cache_usage": last.kv,

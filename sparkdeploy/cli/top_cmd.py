@@ -72,7 +72,8 @@ def _console():
               help="Seconds between refreshes.")
 @click.option("--window", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds of history for the TTFT quantiles and the proxy's request shares.")
-@click.option("--once", is_flag=True, help="Print one sample and exit (rates over --sample-gap).")
+@click.option("--once", is_flag=True,
+              help="Print one sample and exit: rates over --sample-gap, TTFT and shares since each engine started.")
 @click.option("--sample-gap", type=click.FloatRange(min=0.1), default=0.5, show_default=True,
               help="With --once: seconds between the two scrapes the token rates come from.")
 @json_option
@@ -101,7 +102,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
         facts = gather_facts(session, inv.nodes)
     unreachable = [name for name, f in facts.items() if not isinstance(f, NodeFacts)]
     targets = monitor_mod.targets(inv, facts)
-    monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window, since_start_when_idle=once)
+    monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window, since_start=once)
     title = f"sparkdeploy top ({inv.source})"
     for name in unreachable:
         click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(facts[name]))}", fg="red", err=True)

@@ -135,7 +135,8 @@ def test_logs_follow_survives_a_node_going_away(day2, lab):
 
 def test_top_once_json_while_requests_run(day2, secrets):
     st = status(day2)
-    worker = threading.Thread(target=chats, args=(st["endpoint"], secrets["LITELLM_MASTER_KEY"], 12, 64))
+    chats(st["endpoint"], secrets["LITELLM_MASTER_KEY"], 12, 2)  # simple-shuffle: both backends get some
+    worker = threading.Thread(target=chats, args=(st["endpoint"], secrets["LITELLM_MASTER_KEY"], 6, 64))
     worker.start()
     time.sleep(1.0)
     r = sd("top", "-i", day2, "--once", "--json")
