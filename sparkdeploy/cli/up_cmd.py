@@ -488,7 +488,7 @@ def status(inventory, as_json):
     else:
         table = Table(title=f"sparkdeploy status ({inv.source})", title_justify="left")
         for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health",
-                    "restarts / last exit"):
+                    "restarts"):
             table.add_column(col)
         for n in nodes:
             if not n["reachable"]:
@@ -507,8 +507,12 @@ def status(inventory, as_json):
                               out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
                               out.cell("-" if h is None else ("ok" if h["ok"] else h["detail"]),
                                        "" if h is None else ("green" if h["ok"] else "red")),
-                              out.cell(c["crashes"], _crash_style(c)))
+                              out.cell(c.get("restarts", 0), _crash_style(c)))
         out.table(table)
+        for n in nodes:  # in full, one line each (a table folds them): how each container last stopped
+            for c in n["containers"]:
+                if c.get("last_exit") or c.get("docker_health") == "unhealthy":
+                    out.line(f"{n['name']} {c['name']}: {c['crashes']}", _crash_style(c) or None)
         for n in nodes:
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")
