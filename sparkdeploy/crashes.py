@@ -22,15 +22,10 @@ HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the
 READ_TIMEOUT_S = 20
 SECTION = "@@sparkdeploy-crashes@@"
 
-_HEALTH = ('{{with .State.Health}}{"status":{{json .Status}},"streak":{{json .FailingStreak}},"log":['
-           '{{range $i, $e := .Log}}{{if $i}},{{end}}{"start":{{json $e.Start}},"code":{{json $e.ExitCode}}}'
-           '{{end}}]}{{else}}null{{end}}')
-_INSPECT = ('{"name":{{json .Name}},"status":{{json .State.Status}},"running":{{json .State.Running}},'
-            '"oom":{{json .State.OOMKilled}},"code":{{json .State.ExitCode}},"error":{{json .State.Error}},'
-            '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
-            '"restarts":{{json .RestartCount}},"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}},'
-            '"health":' + _HEALTH + '}')
-_EVENT = ('{"action":{{json .Action}},"time":{{json .TimeNano}},"name":{{json (index .Actor.Attributes "name")}},'
+# The whole State (a map on some engines, where a missing Health key fails a template that names it); no Env.
+_INSPECT = ('{"id":{{json .Id}},"name":{{json .Name}},"state":{{json .State}},"restarts":{{json .RestartCount}},'
+            '"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}}}')
+_EVENT = ('{"action":{{json .Action}},"time":{{json .TimeNano}},"id":{{json .Actor.ID}},'
           '"code":{{json (index .Actor.Attributes "exitCode")}}}')
 
 # $1 the managed label, $2 seconds of history. Read-only.
@@ -41,7 +36,7 @@ ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
 [ -n "$ids" ] && docker inspect --format '""" + _INSPECT.replace("'", "'\\''") + r"""' $ids 2>/dev/null
 printf '%s events\n' '""" + SECTION + r"""'
 docker events --since "$since" --until "$(date +%s)" --filter type=container --filter "label=$label=true" \
-  --filter event=die --filter event=oom --format '""" + _EVENT.replace("'", "'\\''") + r"""' 2>/dev/null
+  --filter event=die --filter event=oom --filter event=kill --format '""" + _EVENT.replace("'", "'\\''") + r"""' 2>/dev/null
 printf '%s now\n' '""" + SECTION + r"""'
 date -u +%Y-%m-%dT%H:%M:%SZ
 """
@@ -61,9 +56,12 @@ class Exit:
     at: datetime | None
     code: int | None
     oom: bool = False
+    by_docker: bool = False  # docker stop / kill / restart asked for it: not a crash
 
     @property
     def reason(self) -> str:
+        if self.by_docker:
+            return f"stopped by Docker (docker stop/kill/restart, exit {self.code})"
         if self.oom:
             return f"OOM-killed (exit {self.code if self.code is not None else 137})"
         if self.code is None:
@@ -76,7 +74,7 @@ class Exit:
 
     def as_dict(self) -> dict:
         return {"at": self.at.isoformat() if self.at else None, "code": self.code, "oom_killed": self.oom,
-                "reason": self.reason}
+                "by_docker": self.by_docker, "reason": self.reason}
 
 
 @dataclass
@@ -94,7 +92,9 @@ class ContainerHistory:
     error: str = ""
 
     def exits_within(self, seconds: float, now: datetime) -> list[Exit]:
-        return [e for e in self.exits if e.at is not None and (now - e.at).total_seconds() <= seconds]
+        """The crashes (exits Docker did not ask for) of the last `seconds`."""
+        return [e for e in self.exits
+                if e.at is not None and not e.by_docker and (now - e.at).total_seconds() <= seconds]
 
     def as_dict(self) -> dict:
         return {"restarts": self.restarts, "last_exit": self.last_exit.as_dict() if self.last_exit else None,
@@ -148,30 +148,37 @@ def _int(value) -> int | None:
         return None
 
 
+KILL_TO_DIE_S = 30  # docker stop waits 10 s (by default) between its signal and SIGKILL
+
+
 def _exits_from_events(events: list[dict]) -> dict[str, list[Exit]]:
-    """`die` events, each marked OOM when the engine reported an `oom` of that container just before it."""
+    """Container ID -> its `die` events, oldest first. A die right after an `oom` of the same container is an
+    OOM kill; right after a `kill` event, Docker itself stopped it (docker stop/kill/restart/rm -f). Keyed by
+    ID: every `up` makes new containers under the same names, and the old ones' ends are not the new ones'."""
     per: dict[str, list[Exit]] = {}
-    pending_oom: dict[str, datetime] = {}
+    pending: dict[tuple[str, str], datetime] = {}
     for e in sorted(events, key=lambda e: _int(e.get("time")) or 0):
-        name, at = str(e.get("name") or ""), _nano_time(e.get("time"))
-        if e.get("action") == "oom" and at is not None:
-            pending_oom[name] = at
-        elif e.get("action") == "die":
-            oom_at = pending_oom.pop(name, None)
+        cid, at, action = str(e.get("id") or ""), _nano_time(e.get("time")), e.get("action")
+        if action in ("oom", "kill") and at is not None:
+            pending[(cid, action)] = at
+        elif action == "die":
+            oom_at, kill_at = pending.pop((cid, "oom"), None), pending.pop((cid, "kill"), None)
             oom = oom_at is not None and at is not None and (at - oom_at).total_seconds() < 60
-            per.setdefault(name, []).append(Exit(at, _int(e.get("code")), oom))
+            by_docker = not oom and kill_at is not None and at is not None and \
+                (at - kill_at).total_seconds() < KILL_TO_DIE_S
+            per.setdefault(cid, []).append(Exit(at, _int(e.get("code")), oom, by_docker))
     return per
 
 
 def _failing_since(health: dict | None) -> datetime | None:
     """The start of the unbroken run of failed probes at the end of Docker's health log (last 5 probes)."""
-    if not isinstance(health, dict) or not health.get("streak"):
+    if not isinstance(health, dict) or not health.get("FailingStreak"):
         return None
     since = None
-    for probe in reversed(health.get("log") or []):
-        if probe.get("code") == 0:
+    for probe in reversed(health.get("Log") or []):
+        if probe.get("ExitCode") == 0:
             break
-        since = parse_time(str(probe.get("start") or "")) or since
+        since = parse_time(str(probe.get("Start") or "")) or since
     return since
 
 
@@ -183,21 +190,23 @@ def parse(text: str) -> NodeHistory:
     exits = _exits_from_events(_json_lines(sec.get("events", [])))
     for d in _json_lines(sec.get("inspect", [])):
         name = str(d.get("name") or "").lstrip("/")
-        running = bool(d.get("running"))
-        finished = parse_time(str(d.get("finished") or ""))
-        recent = exits.get(name, [])
+        state = d.get("state") if isinstance(d.get("state"), dict) else {}
+        running = bool(state.get("Running"))
+        finished = parse_time(str(state.get("FinishedAt") or ""))
+        recent = exits.get(str(d.get("id") or ""), [])
         last = recent[-1] if recent else None
         if not running and finished is not None:
             # Stopped now: inspect's state is the last exit (and says OOM even when the events are gone).
-            last = Exit(finished, _int(d.get("code")), bool(d.get("oom")) or bool(last and last.oom))
-        elif last is None and finished is not None:
-            last = Exit(finished, None, bool(d.get("oom")))  # restarted long ago: the code is no longer known
-        health = d.get("health") if isinstance(d.get("health"), dict) else None
+            last = Exit(finished, _int(state.get("ExitCode")), bool(state.get("OOMKilled")) or bool(last and last.oom),
+                        bool(last and last.by_docker))
+        elif last is None and finished is not None:  # restarted long ago: the code is no longer known
+            last = Exit(finished, None, bool(state.get("OOMKilled")))
+        health = state.get("Health") if isinstance(state.get("Health"), dict) else None
         history.containers[name] = ContainerHistory(
-            name=name, role=str(d.get("role") or ""), status=str(d.get("status") or ""), running=running,
-            restarts=_int(d.get("restarts")) or 0, started_at=parse_time(str(d.get("started") or "")),
-            last_exit=last, exits=recent, health=health.get("status") if health else None,
-            failing_since=_failing_since(health), error=str(d.get("error") or ""))
+            name=name, role=str(d.get("role") or ""), status=str(state.get("Status") or ""), running=running,
+            restarts=_int(d.get("restarts")) or 0, started_at=parse_time(str(state.get("StartedAt") or "")),
+            last_exit=last, exits=recent, health=health.get("Status") if health else None,
+            failing_since=_failing_since(health), error=str(state.get("Error") or ""))
     return history
 
 

@@ -18,6 +18,10 @@ LOOP_WINDOW_S = 15 * 60  # this many exits within this window is a restart loop
 LOOP_EXITS = 3
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _lower_util(run: DoctorRun) -> str:
     if run.deployment is None:
         return "lower vllm.gpu_memory_utilization (e.g. --set vllm.gpu_memory_utilization=0.60)"
@@ -54,7 +58,7 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
             why = last.reason if last is not None else "unknown exit"
             out.append(fail(
                 f"{c.name} is restarting in a loop: {len(loop)} exits in the last {LOOP_WINDOW_S // 60} min, "
-                f"{c.restarts} restarts; last: {why}",
+                f"{_n(c.restarts, 'restart')}; last: {why}",
                 f"fewer than {LOOP_EXITS} exits in {LOOP_WINDOW_S // 60} min",
                 f"read why with `sparkdeploy logs --node {node} --container {c.name} --since 15m`; fix that, then "
                 "`sparkdeploy up` (or `sparkdeploy down` to stop the loop)", data=data))
@@ -62,9 +66,10 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
             out.append(fail(f"{c.name}: Docker health check failing since {crashes.ago(c.failing_since, now)}",
                             "healthy", f"sparkdeploy logs --node {node} --container {c.name} --tail 100",
                             data=data))
-        elif c.last_exit is not None and c.last_exit.code not in (None, 0) and c.exits_within(RECENT_S, now):
+        elif (c.last_exit is not None and not c.last_exit.by_docker and c.last_exit.code not in (None, 0)
+              and c.exits_within(RECENT_S, now)):
             out.append(warn(f"{c.name} {c.last_exit.reason} {crashes.ago(c.last_exit.at, now)} "
-                            f"({c.restarts} restarts; now {c.status})", "no unexpected exit",
+                            f"({_n(c.restarts, 'restart')}; now {c.status})", "no unexpected exit",
                             f"sparkdeploy logs --node {node} --container {c.name} --since 1h", data=data))
     if not out:
         names = ", ".join(sorted(history.containers))

@@ -24,19 +24,26 @@ def node_output(containers: list[dict], events: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def container(name="sparkdeploy-vllm", status="running", running=True, oom=False, code=0, restarts=0,
+def container(name="sparkdeploy-vllm", cid="c1", status="running", running=True, oom=False, code=0, restarts=0,
               finished="0001-01-01T00:00:00Z", health=None, role="solo"):
-    return {"name": "/" + name, "status": status, "running": running, "oom": oom, "code": code, "error": "",
-            "started": "2026-11-23T09:58:00.5Z", "finished": finished, "restarts": restarts, "role": role,
-            "health": health}
+    state = {"Status": status, "Running": running, "Paused": False, "Restarting": status == "restarting",
+             "OOMKilled": oom, "Dead": False, "Pid": 42, "ExitCode": code, "Error": "",
+             "StartedAt": "2026-11-23T09:58:00.5Z", "FinishedAt": finished}
+    if health is not None:
+        state["Health"] = health
+    return {"id": cid, "name": "/" + name, "state": state, "restarts": restarts, "role": role}
 
 
-def die(minutes_ago, code, name="sparkdeploy-vllm"):
-    return {"action": "die", "time": _ns(minutes_ago), "name": name, "code": str(code)}
+def die(minutes_ago, code, cid="c1"):
+    return {"action": "die", "time": _ns(minutes_ago), "id": cid, "code": str(code)}
 
 
-def oom(minutes_ago, name="sparkdeploy-vllm"):
-    return {"action": "oom", "time": _ns(minutes_ago), "name": name, "code": None}
+def oom(minutes_ago, cid="c1"):
+    return {"action": "oom", "time": _ns(minutes_ago), "id": cid, "code": None}
+
+
+def kill(minutes_ago, cid="c1"):
+    return {"action": "kill", "time": _ns(minutes_ago), "id": cid, "code": None}
 
 
 def test_oom_kill_seen_through_events_after_a_restart():
@@ -80,9 +87,10 @@ def test_restart_loop():
 
 
 def test_health_failing_since():
-    health = {"status": "unhealthy", "streak": 2, "log": [
-        {"start": "2026-11-23T09:50:00Z", "code": 0}, {"start": "2026-11-23T09:55:00Z", "code": 1},
-        {"start": "2026-11-23T09:57:00Z", "code": 1}]}
+    health = {"Status": "unhealthy", "FailingStreak": 2, "Log": [
+        {"Start": "2026-11-23T09:50:00Z", "ExitCode": 0, "Output": ""},
+        {"Start": "2026-11-23T09:55:00Z", "ExitCode": 1, "Output": "refused"},
+        {"Start": "2026-11-23T09:57:00Z", "ExitCode": 1, "Output": "refused"}]}
     h = crashes.parse(node_output([container(health=health)], []))
     c = h.containers["sparkdeploy-vllm"]
     assert c.health == "unhealthy" and crashes.ago(c.failing_since, h.now) == "5m ago"
@@ -112,3 +120,15 @@ def test_exit_reasons():
 def test_script_reads_no_environment():
     """Config.Env holds the secrets of --env-file: the node-side script never asks for it."""
     assert "Env" not in crashes.SCRIPT
+
+
+def test_ends_of_replaced_containers_and_docker_stops_are_not_crashes():
+    """`up` replaces containers under the same names (docker rm -f: kill, then die 137): only this
+    container's own exits count, and one Docker asked for (docker restart) is reported but not a crash."""
+    old = [oom(9.01, "old"), die(9, 137, "old"), kill(5.01, "older"), die(5, 137, "older")]
+    h = crashes.parse(node_output([container(restarts=0)], old + [kill(2.01), die(2, 137)]))
+    c = h.containers["sparkdeploy-vllm"]
+    assert len(c.exits) == 1 and c.last_exit.by_docker and not c.last_exit.oom
+    assert c.last_exit.reason == "stopped by Docker (docker stop/kill/restart, exit 137)"
+    assert c.exits_within(3600, h.now) == []
+    assert [r.status for r in diagnose(h, "spark1", "x")] == [PASS]
