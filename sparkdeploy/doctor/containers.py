@@ -47,7 +47,7 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
             count = max(len(recent_oom), 1)
             state = "restarting" if c.status == "restarting" else ("running again" if c.running else c.status)
             out.append(fail(
-                f"{c.name} was OOM-killed {crashes.ago(when, now)} ({count}x in 24 h, {c.restarts} restarts; "
+                f"{c.name} was OOM-killed {crashes.ago(when, now)} ({count}x in 24 h, {_n(c.restarts, 'restart')}; "
                 f"now {state}): the engine asked for more memory than the node could give",
                 "no OOM kill",
                 f"{fix_memory}, or lower max_model_len / max_num_seqs: unified memory is shared with the OS, so "
