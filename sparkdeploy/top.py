@@ -229,21 +229,48 @@ class Monitor:
                 "request_share": share, "request_share_basis": basis if share else None}
 
 
-def targets(inventory, facts: dict) -> list[Target]:
-    """The /metrics URLs of the running serving containers, where `status` finds them: each container's
-    health port (from the node's manifest) on its node's management IP."""
+# What `top` asks each node, in one light read-only command: the running containers of ours with their role,
+# then the manifest (each container's health port). $1 the managed label, $2 the state dir (relative to $HOME).
+ENDPOINTS_SCRIPT = r"""
+docker ps --filter "label=$1=true" --format '{{.Names}} {{.Label "io.sparkdeploy.role"}}'
+printf '%s\n' '@@sparkdeploy-manifest@@'
+cat "$HOME/$2/manifest.json" 2>/dev/null
+"""
+
+
+def node_targets(node, text: str) -> list[Target]:
+    """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
+    import json
+
+    running, _, manifest_text = text.partition("@@sparkdeploy-manifest@@")
+    try:
+        manifest = json.loads(manifest_text) if manifest_text.strip() else {}
+    except ValueError:
+        manifest = {}
+    ports = {c.get("name"): c.get("health_port") for c in (manifest.get("containers") or []) if isinstance(c, dict)}
     out = []
-    for node in inventory.nodes:
-        f = facts.get(node.name)
-        manifest = getattr(f, "manifest", None) or {}
-        ports = {c.get("name"): c.get("health_port") for c in manifest.get("containers") or [] if isinstance(c, dict)}
-        for c in getattr(f, "containers", []):
-            port = ports.get(c.name)
-            if not c.running or not port:
-                continue
-            url = f"http://{node.mgmt_ip}:{port}/metrics"
-            if c.role == "proxy":
-                out.append(Target(node.name, c.name, "proxy", url))
-            elif c.role in SERVING_ROLES:
-                out.append(Target(node.name, c.name, "engine", url))
+    for line in running.splitlines():
+        name, _, role = line.strip().partition(" ")
+        port = ports.get(name)
+        if not name or not port:
+            continue
+        url = f"http://{node.mgmt_ip}:{port}/metrics"
+        if role == "proxy":
+            out.append(Target(node.name, name, "proxy", url))
+        elif role in SERVING_ROLES:
+            out.append(Target(node.name, name, "engine", url))
     return out
+
+
+def read_targets(inventory, conns: dict) -> tuple[list[Target], dict[str, Exception]]:
+    """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error)."""
+    from sparkdeploy.deployment import MANAGED_LABEL
+    from sparkdeploy.remote import on_nodes
+
+    def one(node):
+        r = conns[node.name].run(["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", MANAGED_LABEL,
+                                  inventory.cluster.state_dir], check=False, timeout=30)
+        return node_targets(node, r.stdout)
+
+    outcomes = on_nodes(list(inventory.nodes), one)
+    return [t for o in outcomes if o.ok for t in o.value], {o.node.name: o.error for o in outcomes if not o.ok}

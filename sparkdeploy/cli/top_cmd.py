@@ -90,22 +90,24 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage.
     """
     from sparkdeploy import top as monitor_mod
-    from sparkdeploy.apply import Session, gather_facts
     from sparkdeploy.errors import StepFailed
-    from sparkdeploy.facts import NodeFacts
     from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.remote import NodeConnection
     from sparkdeploy.secrets import load_secrets
 
     inv = load_inventory(inventory)
     secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
-    with Session.open(inv) as session:
-        facts = gather_facts(session, inv.nodes)
-    unreachable = [name for name, f in facts.items() if not isinstance(f, NodeFacts)]
-    targets = monitor_mod.targets(inv, facts)
+    conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}
+    try:
+        targets, errors = monitor_mod.read_targets(inv, conns)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    unreachable = list(errors)
     monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window, since_start=once)
     title = f"sparkdeploy top ({inv.source})"
-    for name in unreachable:
-        click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(facts[name]))}", fg="red", err=True)
+    for name, error in errors.items():
+        click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(error))}", fg="red", err=True)
     if not targets:
         raise StepFailed("no running sparkdeploy engine to watch (see `sparkdeploy status`)")
 

@@ -63,3 +63,19 @@ def test_monitor_rates_window_and_shares():
 def test_counter_reset_is_not_negative():
     assert top._rate(5, 100, 2.0) == 0.0
     assert top._delta_buckets([(1.0, 1.0)], [(1.0, 5.0)]) == [(1.0, 1.0)]
+
+
+def test_node_targets_from_the_light_read():
+    from sparkdeploy.inventory import Node
+
+    node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24",
+                fabric_ifaces=["enp1s0f1np1"])
+    text = ("sparkdeploy-vllm backend\nsparkdeploy-litellm proxy\nsparkdeploy-prometheus metrics\n"
+            "@@sparkdeploy-manifest@@\n"
+            '{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000},'
+            ' {"name": "sparkdeploy-litellm", "health_port": 4000},'
+            ' {"name": "sparkdeploy-prometheus", "health_port": null}]}\n')
+    assert top.node_targets(node, text) == [
+        top.Target("spark1", "sparkdeploy-vllm", "engine", "http://192.0.2.1:8000/metrics"),
+        top.Target("spark1", "sparkdeploy-litellm", "proxy", "http://192.0.2.1:4000/metrics")]
+    assert top.node_targets(node, "sparkdeploy-vllm solo\n@@sparkdeploy-manifest@@\nnot json") == []
