@@ -191,9 +191,10 @@ def _wait_restarted(inv: str, node: str, restarts: int) -> dict:
 
 
 def test_killed_and_oom_killed_engines_are_told_apart(day2):
+    before = status(day2)
     # spark2: the engine's process killed (SIGKILL from outside: not an OOM kill)
     node_run(day2, "spark2", "sudo kill -KILL \"$(docker inspect --format '{{.State.Pid}}' sparkdeploy-vllm)\"")
-    killed = _wait_restarted(day2, "spark2", 1)
+    killed = _wait_restarted(day2, "spark2", _container(before, "spark2")["restarts"] + 1)
     assert killed["last_exit"]["reason"] == "killed by SIGKILL (exit 137)" and not killed["last_exit"]["oom_killed"]
 
     # spark1: a real OOM kill: a cgroup memory limit a little above what the engine uses, then the sim's fault
@@ -202,7 +203,7 @@ def test_killed_and_oom_killed_engines_are_told_apart(day2):
     limit = f"{int(mib) + 200}m"
     node_run(day2, "spark1", f"docker update --memory {limit} --memory-swap {limit} sparkdeploy-vllm")
     node_run(day2, "spark1", "sudo kill -USR1 \"$(docker inspect --format '{{.State.Pid}}' sparkdeploy-vllm)\"")
-    oom = _wait_restarted(day2, "spark1", 1)
+    oom = _wait_restarted(day2, "spark1", _container(before, "spark1")["restarts"] + 1)
     assert oom["last_exit"]["oom_killed"] and oom["last_exit"]["reason"] == "OOM-killed (exit 137)", oom
 
     table = sd("status", "-i", day2)
