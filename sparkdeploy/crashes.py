@@ -36,7 +36,8 @@ ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
 [ -n "$ids" ] && docker inspect --format '""" + _INSPECT.replace("'", "'\\''") + r"""' $ids 2>/dev/null
 printf '%s events\n' '""" + SECTION + r"""'
 docker events --since "$since" --until "$(date +%s)" --filter type=container --filter "label=$label=true" \
-  --filter event=die --filter event=oom --filter event=kill --format '""" + _EVENT.replace("'", "'\\''") + r"""' 2>/dev/null
+  --filter event=die --filter event=oom --filter event=kill \
+  --format '""" + _EVENT.replace("'", "'\\''") + r"""' 2>/dev/null
 printf '%s now\n' '""" + SECTION + r"""'
 date -u +%Y-%m-%dT%H:%M:%SZ
 """

@@ -187,7 +187,8 @@ class Monitor:
             first, _, last = self._window(t)
             if last is None:
                 continue
-            delta = {k: v - (first.requests.get(k, 0.0) if first is not last else 0.0) for k, v in last.requests.items()}
+            before = first.requests if first is not last else {}
+            delta = {k: v - before.get(k, 0.0) for k, v in last.requests.items()}
             if first is last or self.since_start or sum(delta.values()) <= 0:
                 delta, basis = dict(last.requests), "since the proxy started"
             for k, v in delta.items():

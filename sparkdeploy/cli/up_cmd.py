@@ -284,7 +284,8 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     if dep.backends:
         out.line(f"backends: {', '.join(dep.backends)}")
     if dep.metrics_url:
-        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping every engine{' and the proxy' if dep.backends else ''})")
+        scraped = "every engine and the proxy" if dep.backends else "every engine"
+        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
 
 
 recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
@@ -431,7 +432,8 @@ def _metrics_url(inv, facts: dict) -> str | None:
         f = facts.get(node.name)
         if not isinstance(f, NodeFacts):
             continue
-        ports = {c.get("name"): c.get("ports") for c in (f.manifest or {}).get("containers") or [] if isinstance(c, dict)}
+        listed = (f.manifest or {}).get("containers") or []
+        ports = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
         for c in f.containers:
             if c.role == "metrics" and c.running and ports.get(c.name):
                 return f"http://{node.mgmt_ip}:{ports[c.name][0]}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -95,8 +96,8 @@ def test_logs_merged_by_time_and_masked(day2, secrets):
 
 
 def test_logs_follow_survives_a_node_going_away(day2, lab):
-    proc = subprocess.Popen(["sparkdeploy", "logs", "-i", day2, "-f", "--tail", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "logs", "-i", day2,
+                             "-f", "--tail", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     notes: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
