@@ -20,11 +20,11 @@ def recipe_name_for(inventory: Inventory, recipe: str | None) -> str:
 
 def load_deployment(inventory_path: str | None, recipe: str | None, topology: str | None = None,
                     backend: str | None = None, sets=(), recipes_dir: str | None = None,
-                    node: str | None = None) -> Deployment:
+                    node: str | None = None, metrics: bool | None = None) -> Deployment:
     inventory = load_inventory(inventory_path)
     resolved = resolve(recipe_name_for(inventory, recipe), topology, backend, sets, recipes_dir)
     if node and resolved.topology != "solo":
         raise ConfigError(Problem("--node", node, "only the solo topology runs on one chosen node",
                                   "drop --node or use --topology solo"))
     secrets = load_secrets(inventory.local_path(inventory.cluster.secrets_file))
-    return build_deployment(inventory, resolved, secrets, solo_node=node)
+    return build_deployment(inventory, resolved, secrets, solo_node=node, metrics=metrics)

@@ -40,6 +40,9 @@ class FileSpec:
         lines = []
         for line in self.content.splitlines():
             key, sep, value = line.partition("=")
+            if not sep and line and not line.startswith("#"):
+                lines.append(MASK)  # a bare value (a key file) is all secret
+                continue
             lines.append(f"{key}={MASK if value else ''}" if sep and not line.startswith("#") else line)
         return "\n".join(lines) + "\n"
 
@@ -85,6 +88,7 @@ class Deployment:
     nodes: list[NodeDeployment]
     endpoint: str  # the public OpenAI base URL (…/v1)
     backends: list[str] = field(default_factory=list)  # 2xsolo: each engine's base URL
+    metrics_url: str | None = None  # Prometheus on the head node (up --metrics / cluster.metrics)
     warnings: list[str] = field(default_factory=list)
     secrets: Secrets = field(default_factory=Secrets)
 

@@ -131,6 +131,8 @@ class ClusterSettings(BaseModel):
     known_hosts: str = "~/.ssh/known_hosts"
     state_dir: str = ".sparkdeploy"
     image_override: str | None = None
+    metrics: bool = False  # also run Prometheus on the head node, scraping every engine (`up --metrics`)
+    metrics_port: int = Field(default=9090, ge=1, le=65535)
 
     @field_validator("state_dir")
     @classmethod

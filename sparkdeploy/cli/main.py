@@ -21,6 +21,8 @@ COMMANDS = {
     "up": "sparkdeploy.cli.up_cmd:up",
     "down": "sparkdeploy.cli.up_cmd:down",
     "status": "sparkdeploy.cli.up_cmd:status",
+    "logs": "sparkdeploy.cli.logs_cmd:logs",
+    "top": "sparkdeploy.cli.top_cmd:top",
     "doctor": "sparkdeploy.cli.doctor_cmd:doctor",
     "bench": "sparkdeploy.cli.bench_cmd:bench",
     "advise": "sparkdeploy.cli.bench_cmd:advise",

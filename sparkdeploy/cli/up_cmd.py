@@ -174,14 +174,17 @@ def _images_for(dep: Deployment):
 
 def deploy(recipe: str | None = None, topology: str | None = None, backend: str | None = None,
            inventory: str | None = None, sets=(), recipes_dir: str | None = None, node: str | None = None,
-           as_json: bool = False, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S, **_ignored) -> None:
-    """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure."""
-    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node)
+           as_json: bool = False, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+           metrics: bool | None = None, **_ignored) -> None:
+    """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure.
+    metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
+    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
     if dep.topology == "2xsolo":
         dep.secrets.require("LITELLM_MASTER_KEY", "the 2xsolo proxy's master key")
     out = Out(as_json, dep.secrets.mask)
     result: dict[str, Any] = {"recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None,
                               "image": dep.image_tag, "endpoint": dep.endpoint, "backends": dep.backends,
+                              "metrics_url": dep.metrics_url,
                               "dry_run": dry_run, "ok": False}
     for w in dep.warnings:
         out.warn(w)
@@ -280,6 +283,9 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
     if dep.backends:
         out.line(f"backends: {', '.join(dep.backends)}")
+    if dep.metrics_url:
+        scraped = "every engine and the proxy" if dep.backends else "every engine"
+        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
 
 
 recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
@@ -290,9 +296,12 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 @deployment_options
 @click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
 @click.option("--dry-run", is_flag=True, help="Read the nodes' state and print the plan; change nothing.")
+@click.option("--metrics/--no-metrics", default=None,
+              help="Also run Prometheus on the head node, scraping every engine and the proxy (default: the "
+                   "inventory's cluster.metrics; set it there to keep Prometheus on later runs).")
 @timeout_option
 @json_option
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, timeout, as_json):
+def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, timeout, as_json):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -302,7 +311,7 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, t
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
     """
     deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout)
+           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout, metrics=metrics)
 
 
 # -- down -----------------------------------------------------------------------------------------------
@@ -377,7 +386,8 @@ def _probe(url: str) -> dict:
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 
 
-def node_status(node, f: NodeFacts | Exception) -> dict:
+def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
+    """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read."""
     entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
     if not isinstance(f, NodeFacts):
         entry.update(reachable=False, error=str(f), containers=[], files=[])
@@ -398,12 +408,52 @@ def node_status(node, f: NodeFacts | Exception) -> dict:
             "started_at": c.started_at, "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
             "restarts": c.restarts, "image": c.image_ref, "image_id": c.image_id, "config_hash": c.config_hash,
             "health": probe,
+            **_crash_fields(history, c.name),
         })
     entry.update(reachable=True, docker=f.docker_ok, error=f.docker_error or None, containers=containers,
                  files=list(f.manifest_files), deployment={k: manifest.get(k) for k in
                                                            ("recipe", "topology", "backend", "model", "endpoint")}
                  if manifest else None)
     return entry
+
+
+def _crash_fields(history, name: str) -> dict:
+    from sparkdeploy import crashes
+
+    h = history.containers.get(name) if history is not None else None
+    if h is None:
+        return {"last_exit": None, "crashes": "-"}
+    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
+
+
+def _metrics_url(inv, facts: dict) -> str | None:
+    """Prometheus' URL when its container (role metrics) runs: the head node's management IP and its port."""
+    for node in inv.nodes:
+        f = facts.get(node.name)
+        if not isinstance(f, NodeFacts):
+            continue
+        listed = (f.manifest or {}).get("containers") or []
+        ports = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
+        for c in f.containers:
+            if c.role == "metrics" and c.running and ports.get(c.name):
+                return f"http://{node.mgmt_ip}:{ports[c.name][0]}"
+    return None
+
+
+def _crash_style(c: dict) -> str:
+    last = c.get("last_exit") or {}
+    if last.get("oom_killed") or c.get("state") == "restarting" or c.get("docker_health") == "unhealthy":
+        return "red"
+    return "yellow" if c.get("restarts") or last else ""
+
+
+def _histories(session: Session, inv, facts: dict) -> dict:
+    """Each reachable node's container history (crashes.read); a node where it fails just shows none."""
+    from sparkdeploy import crashes
+    from sparkdeploy.remote import on_nodes
+
+    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]
+    return {o.node.name: o.value for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n))) if o.ok}
 
 
 @click.command("status")
@@ -415,7 +465,8 @@ def status(inventory, as_json):
     out = Out(as_json)
     with Session.open(inv) as session:
         facts = gather_facts(session, inv.nodes)
-    nodes = [node_status(n, facts[n.name]) for n in inv.nodes]
+        histories = _histories(session, inv, facts)
+    nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
     deployments = [n["deployment"] for n in nodes if n.get("deployment")]
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
     dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)
@@ -428,6 +479,7 @@ def status(inventory, as_json):
         "backend": dep_info.get("backend") if dep_info else None,
         "model": dep_info.get("model") if dep_info else None,
         "endpoint": dep_info.get("endpoint") if dep_info else None,
+        "metrics_url": _metrics_url(inv, facts),
         "healthy": bool(all_containers) and all(c["running"] and (c["health"] is None or c["health"]["ok"])
                                                 for c in all_containers),
         "nodes": nodes,
@@ -437,15 +489,17 @@ def status(inventory, as_json):
         emit_json(data)
     else:
         table = Table(title=f"sparkdeploy status ({inv.source})", title_justify="left")
-        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health"):
+        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health",
+                    "restarts"):
             table.add_column(col)
         for n in nodes:
             if not n["reachable"]:
                 table.add_row(out.cell(n["name"]), out.cell("-"), out.cell("-"), out.cell("-"),
-                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"))
+                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"),
+                              out.cell("-"))
                 continue
             if not n["containers"]:
-                table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(6)])
+                table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])
             for c in n["containers"]:
                 h = c["health"]
                 table.add_row(out.cell(n["name"]), out.cell(c["name"]), out.cell(c["role"]),
@@ -454,8 +508,13 @@ def status(inventory, as_json):
                               out.cell(_uptime(c["uptime_s"])),
                               out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
                               out.cell("-" if h is None else ("ok" if h["ok"] else h["detail"]),
-                                       "" if h is None else ("green" if h["ok"] else "red")))
+                                       "" if h is None else ("green" if h["ok"] else "red")),
+                              out.cell(c.get("restarts", 0), _crash_style(c)))
         out.table(table)
+        for n in nodes:  # in full, one line each (a table folds them): how each container last stopped
+            for c in n["containers"]:
+                if c.get("last_exit") or c.get("docker_health") == "unhealthy":
+                    out.line(f"{n['name']} {c['name']}: {c['crashes']}", _crash_style(c) or None)
         for n in nodes:
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")
@@ -464,6 +523,8 @@ def status(inventory, as_json):
                      "green" if data["healthy"] else "red")
         elif not all_containers:
             out.line("nothing of sparkdeploy's is deployed")
+        if data["metrics_url"]:
+            out.line(f"metrics: Prometheus at {data['metrics_url']}")
     if unreachable:
         raise StepFailed(f"unreachable: {', '.join(unreachable)}")
 

@@ -6,7 +6,7 @@ selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order 
 
 from __future__ import annotations
 
-from . import access, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
+from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
 from .model import Check
 
 CHECKS: list[Check] = [
@@ -18,6 +18,8 @@ CHECKS: list[Check] = [
     Check("access.docker", "the SSH user runs docker without sudo", access.docker_without_sudo, timeout_s=20),
     Check("engine.running", "the Docker engine runs (version)", engine.running, timeout_s=20),
     Check("engine.disk", "free disk on the Docker root", engine.disk, timeout_s=20),
+    Check("engine.crashes", "no recent OOM kill or restart loop of sparkdeploy's containers (docker events)",
+          containers.recent_crashes, timeout_s=30),
     Check("gpu.present", "nvidia-smi present and lists a GB10", gpu.present, timeout_s=20),
     Check("gpu.driver", "driver (and kernel) not in the known-bad list (doctor/data/known_bad.yaml)", gpu.driver,
           timeout_s=20),

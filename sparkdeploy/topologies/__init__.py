@@ -24,8 +24,9 @@ REGISTRY: dict[str, Callable[[Context], tuple[list[NodeDeployment], str, list[st
 
 
 def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Secrets,
-                     solo_node: str | None = None) -> Deployment:
-    """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host."""
+                     solo_node: str | None = None, metrics: bool | None = None) -> Deployment:
+    """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
+    metrics: add Prometheus on the head node (None: the inventory's cluster.metrics)."""
     image = load_definition(resolved.recipe.image)
     run_image = image
     warnings = list(resolved.warnings) + list(secrets.warnings)
@@ -50,5 +51,11 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
     ctx = Context(inventory=inventory, resolved=resolved, image=image, run_image=run_image, secrets=secrets,
                   solo_node=inventory.node(solo_node) if solo_node else None)
     nodes, endpoint, backends = REGISTRY[resolved.topology](ctx)
+    metrics_url = None
+    if inventory.cluster.metrics if metrics is None else metrics:
+        from sparkdeploy.metrics_stack import add_prometheus
+
+        metrics_url = add_prometheus(ctx, nodes)
     return Deployment(inventory=inventory, recipe=resolved, image=image, image_tag=run_image.tag, nodes=nodes,
-                      endpoint=endpoint, backends=backends, warnings=warnings + ctx.warnings, secrets=secrets)
+                      endpoint=endpoint, backends=backends, warnings=warnings + ctx.warnings, secrets=secrets,
+                      metrics_url=metrics_url)

@@ -35,6 +35,8 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
             "allowed_fails": lite.allowed_fails,
             "cooldown_time": lite.cooldown_time,
         },
+        # /metrics (needs the master key): per-backend request counts for `sparkdeploy top` and Prometheus.
+        "litellm_settings": {"callbacks": ["prometheus"]},
         "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
     }
 

@@ -126,7 +126,7 @@ class OpenAIServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = metrics.render(self.adapter.served_model_names[0], self.driver.stats, self.driver.counters,
-                              simulated=self.adapter.simulated)
+                              simulated=self.adapter.simulated, latencies=self.driver.latencies)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def models(self, request: web.Request) -> web.Response:

@@ -87,6 +87,9 @@ class EngineDriver:
         self.control = control or LocalControl()
         self.heartbeat_s = heartbeat_s
         self.counters = Counters()
+        from .metrics import Latencies  # (metrics imports this module: import here, not at the top)
+
+        self.latencies = Latencies()
         self.stats = EngineStats()
         self.ready = threading.Event()
         self.dead_reason: str | None = None
@@ -111,9 +114,11 @@ class EngineDriver:
             raise EngineDead(self.dead_reason)
         if not self.ready.is_set():
             raise EngineDead("engine is not ready yet (waiting for every rank to join)")
+        self.latencies.arrived(req.request_id)
         self._intake.put(("new", req))
 
     def abort(self, request_id: str) -> None:
+        self.latencies.dropped(request_id)
         self._intake.put(("abort", request_id))
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -187,7 +192,9 @@ class EngineDriver:
     def _publish(self, deltas: list[Delta]) -> None:
         c = self.counters
         for d in deltas:
-            if d.completion_tokens == len(d.token_ids):  # first output: the prompt is done
+            first = d.completion_tokens == len(d.token_ids)
+            self.latencies.output(d.request_id, first, d.finished)
+            if first:  # first output: the prompt is done
                 c.prompt_tokens += d.prompt_tokens
             c.generation_tokens += len(d.token_ids)
             if d.finished:

@@ -1,21 +1,86 @@
 """/metrics in Prometheus text format, with vLLM's metric names and labels.
 
-Only the series the project reads (doctor, bench, status): queue depths, KV usage, token and request
-totals. Names follow vLLM 0.32 (`vllm:kv_cache_usage_perc`, not the deprecated gpu_cache name); counters
-are written the way prometheus_client writes them (TYPE line without `_total`, sample with it).
+Only the series the project reads (doctor, bench, status, top, Prometheus): queue depths, KV usage, token
+and request totals, and the time-to-first-token and end-to-end latency histograms. Names, labels
+(model_name, engine) and histogram buckets follow vLLM's PrometheusStatLogger (vllm/v1/metrics/loggers.py:
+`vllm:kv_cache_usage_perc`, not the deprecated gpu_cache name); counters are written the way
+prometheus_client writes them (TYPE line without `_total`, sample with it).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+
 from .driver import Counters
 from .protocol import EngineStats
+
+# vLLM's buckets (PrometheusStatLogger): vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+
+
+class Histogram:
+    """A cumulative Prometheus histogram (buckets, count, sum), safe to observe from any thread."""
+
+    def __init__(self, buckets: tuple[float, ...]):
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.count = 0
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            self.count += 1
+            self.sum += value
+            for i, bound in enumerate(self.buckets):
+                if value <= bound:
+                    self.counts[i] += 1
+
+    def samples(self, name: str, labels: str) -> list[tuple[str, float]]:
+        with self._lock:
+            out = [(f'{name}_bucket{{{labels},le="{bound!r}"}}', c) for bound, c in zip(self.buckets, self.counts)]
+            out.append((f'{name}_bucket{{{labels},le="+Inf"}}', self.count))
+            out += [(f"{name}_count{{{labels}}}", self.count), (f"{name}_sum{{{labels}}}", self.sum)]
+        return out
+
+
+class Latencies:
+    """Per-request timing, as vLLM measures it: from arrival at the server to the first token, and to the end."""
+
+    def __init__(self, clock=time.monotonic):
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self._clock = clock
+        self._arrived: dict[str, float] = {}
+
+    def arrived(self, request_id: str) -> None:
+        self._arrived[request_id] = self._clock()
+
+    def output(self, request_id: str, first: bool, finished: bool) -> None:
+        start = self._arrived.get(request_id)
+        if start is None:
+            return
+        now = self._clock()
+        if first:
+            self.ttft.observe(now - start)
+        if finished:
+            self.e2e.observe(now - start)
+            self._arrived.pop(request_id, None)
+
+    def dropped(self, request_id: str) -> None:
+        self._arrived.pop(request_id, None)
 
 
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated: bool = False) -> str:
+def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated: bool = False,
+           latencies: Latencies | None = None) -> str:
     base = f'engine="0",model_name="{_label(model_name)}"'
     lines: list[str] = []
 
@@ -38,6 +103,11 @@ def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated
     reasons = sorted(set(counters.finished) | {"stop", "length", "abort"})
     metric("vllm:request_success", "counter", "Count of successfully processed requests.",
            [(f'vllm:request_success_total{{{base},finished_reason="{_label(r)}"}}', counters.finished.get(r, 0)) for r in reasons])
+    if latencies is not None:
+        metric("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.",
+               latencies.ttft.samples("vllm:time_to_first_token_seconds", base))
+        metric("vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.",
+               latencies.e2e.samples("vllm:e2e_request_latency_seconds", base))
     if simulated:
         metric("vllm_sim:simulated", "gauge", "1: this server is vllm-sim, a simulator; no model runs.",
                [(f"vllm_sim:simulated{{{base}}}", 1)])

@@ -20,7 +20,7 @@ from aiohttp import web
 from sparklaunch.control import GlooControl, LocalControl, RankFailure
 from sparklaunch.server import run_head, run_worker, setup_logging
 
-from . import __version__
+from . import __version__, faults
 from .adapter import SimAdapter
 from .config import ConfigError, ServeConfig, from_namespace
 from .flags import parse_serve_args
@@ -68,6 +68,7 @@ def run(cfg: ServeConfig) -> int:
     rank = cfg.node_rank if cfg.mode == "native" else None
     setup_logging(rank=rank)
     log.warning(BANNER.format(v=__version__))
+    faults.install()  # SIGUSR1: a real OOM kill under a cgroup memory limit (lab tests)
     adapter = SimAdapter(cfg)
     p = adapter.engine.plan
     log.info("model %s (profile %s), tp=%d, mode=%s, graphs=%s, max_model_len=%d, max_num_batched_tokens=%d, "

@@ -1,0 +1,149 @@
+"""`sparkdeploy top`: a live table of each engine's load, from vLLM's and LiteLLM's own /metrics."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+
+
+def _num(value, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, fmt)
+
+
+def _seconds(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def render_table(snapshot: dict, title: str):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left", caption=_caption(snapshot), caption_justify="left")
+    columns = ["node", "engine", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "TTFT p50",
+               "TTFT p95"]
+    share = bool(snapshot.get("request_share"))
+    if share:
+        columns.append("proxy share")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("node", "engine") else "right")
+    for e in snapshot["engines"]:
+        if e.get("error") and e.get("running") is None:
+            table.add_row(e["node"], e["container"], Text(f"unreachable: {e['error']}", style="red"),
+                          *["" for _ in columns[3:]])
+            continue
+        row = [e["node"], e["container"], _num(e.get("running"), ".0f"), _num(e.get("waiting"), ".0f"),
+               _num(e.get("kv_cache_usage"), ".1f", 100) + ("%" if e.get("kv_cache_usage") is not None else ""),
+               _num(e.get("prompt_tokens_per_s"), ".1f"), _num(e.get("generation_tokens_per_s"), ".1f"),
+               _seconds(e.get("ttft_p50_s")), _seconds(e.get("ttft_p95_s"))]
+        if share:
+            row.append(f"{e.get('request_share', 0.0) * 100:.0f}%")
+        table.add_row(*row, style="yellow" if e.get("error") else "")
+    if not snapshot["engines"]:
+        table.add_row("-", "(no running engine)", *["" for _ in columns[2:]])
+    return table
+
+
+def _caption(snapshot: dict) -> str:
+    bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
+    over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
+    parts = [f"tokens/s over the last interval; TTFT {over}"]
+    if snapshot.get("request_share_basis"):
+        parts.append(f"proxy share over the {snapshot['request_share_basis']}")
+    for p in snapshot.get("proxies", []):
+        if p.get("error"):
+            parts.append(f"proxy {p['url']}: {p['error']}")
+    return "; ".join(parts)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, width=max(120, Console().width))  # never squeeze the columns
+
+
+@click.command("top")
+@inventory_option
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--window", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds of history for the TTFT quantiles and the proxy's request shares.")
+@click.option("--once", is_flag=True,
+              help="Print one sample and exit: rates over --sample-gap, TTFT and shares since each engine started.")
+@click.option("--sample-gap", type=click.FloatRange(min=0.1), default=0.5, show_default=True,
+              help="With --once: seconds between the two scrapes the token rates come from.")
+@json_option
+def top(inventory, interval, window, once, sample_gap, as_json):
+    """Live load of every engine: requests running and waiting, KV-cache usage, prompt and generation
+    tokens/s, time to first token (p50/p95), and for 2xsolo each backend's share of the proxy's requests.
+
+    \b
+    Read from the engines' own Prometheus /metrics (vLLM's metric names) and LiteLLM's, scraped from this
+    machine at the endpoints `status` reports; the nodes are asked over SSH only once, for those endpoints.
+    Examples:
+      sparkdeploy top --inventory lab                 # refreshes every 2 s until Ctrl-C
+      sparkdeploy top --once --json                   # one sample for scripts
+    Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage.
+    """
+    from sparkdeploy import top as monitor_mod
+    from sparkdeploy.errors import StepFailed
+    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.secrets import load_secrets
+
+    inv = load_inventory(inventory)
+    secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
+    conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}
+    try:
+        targets, errors = monitor_mod.read_targets(inv, conns)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    unreachable = list(errors)
+    monitor = monitor_mod.Monitor(targets, secrets.get("LITELLM_MASTER_KEY"), window, since_start=once)
+    title = f"sparkdeploy top ({inv.source})"
+    for name, error in errors.items():
+        click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(error))}", fg="red", err=True)
+    if not targets:
+        raise StepFailed("no running sparkdeploy engine to watch (see `sparkdeploy status`)")
+
+    if once:
+        monitor.sample()
+        time.sleep(sample_gap)
+        monitor.sample()
+        snap = monitor.snapshot()
+        snap["unreachable"] = unreachable
+        if as_json:
+            emit_json(snap)
+        else:
+            _console().print(render_table(snap, title))
+        if unreachable:
+            raise StepFailed(f"unreachable: {', '.join(unreachable)}")
+        return
+
+    if as_json:  # one JSON object per line, every interval, for scripts that keep watching
+        import json
+
+        try:
+            while True:
+                monitor.sample()
+                click.echo(json.dumps(monitor.snapshot(), default=str), nl=True)
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+    from rich.live import Live
+
+    try:
+        monitor.sample()
+        with Live(render_table(monitor.snapshot(), title), console=_console(), auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                monitor.sample()
+                live.update(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"), refresh=True)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,65 @@
+"""`up --metrics` (or `cluster.metrics: true`): a real Prometheus on the head node, scraping every engine.
+
+Prometheus is Debian bookworm's package in an image built like the others (images/prometheus, pinned). Its
+config lists each serving container's /metrics on its node's management IP (vLLM's metric names) and, for
+2xsolo, the LiteLLM proxy's /metrics, which needs the master key: Prometheus reads it from a 0600 file in
+the state dir (`credentials_file`), never from its command line or its config. It is one more container
+of the deployment (role `metrics`), so `up` plans it, `status` shows its URL and `down` removes it.
+"""
+
+from __future__ import annotations
+
+from sparkdeploy.deployment import FileSpec, NodeDeployment
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.render import render
+from sparkdeploy.topologies.base import Context
+
+PROMETHEUS_CONTAINER = "sparkdeploy-prometheus"
+PROMETHEUS_IMAGE = "prometheus"
+KEY_FILE = "prometheus-litellm.key"
+SCRAPE_INTERVAL = "5s"
+RETENTION = "15d"
+ENGINE_ROLES = ("solo", "head", "backend")
+
+
+def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict:
+    engines, proxies = [], []
+    for nd in nodes:
+        for c in nd.containers:
+            if c.health_port is None:
+                continue
+            target = {"targets": [f"{nd.node.mgmt_ip}:{c.health_port}"],
+                      "labels": {"node": nd.node.name, "container": c.name}}
+            if c.role in ENGINE_ROLES:
+                engines.append(target)
+            elif c.role == "proxy":
+                proxies.append(target)
+    jobs = [{"job_name": "vllm", "static_configs": engines}]
+    if proxies and with_key:
+        jobs.append({"job_name": "litellm", "authorization": {"type": "Bearer",
+                                                              "credentials_file": f"/sparkdeploy/{KEY_FILE}"},
+                     "static_configs": proxies})
+    return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "15s"}, "scrape_configs": jobs}
+
+
+def add_prometheus(ctx: Context, nodes: list[NodeDeployment]) -> str:
+    """Add the Prometheus container to the head node's part of the deployment; returns its URL."""
+    head = ctx.inventory.head
+    nd = next((n for n in nodes if n.node.name == head.name), None)
+    if nd is None:  # solo on another node: the head gets only Prometheus
+        nd = NodeDeployment(node=head, state_dir=ctx.cluster.state_dir, files=ctx.common_files(head))
+        nodes.append(nd)
+    key = ctx.secrets.get("LITELLM_MASTER_KEY")
+    proxied = any(c.role == "proxy" for n in nodes for c in n.containers)
+    config = FileSpec("prometheus.yml", render("prometheus.yml.j2", config=prometheus_config(nodes, bool(key)),
+                                               recipe_name=ctx.recipe.name, topology=ctx.resolved.topology))
+    extra = [config]
+    if proxied and key:
+        extra.append(FileSpec(KEY_FILE, key + "\n", mode=0o600, secret=True))
+    elif proxied:
+        ctx.warnings.append("metrics: no LITELLM_MASTER_KEY, so Prometheus cannot scrape the proxy")
+    port = ctx.cluster.metrics_port
+    ctx.container(nd, role="metrics", name=PROMETHEUS_CONTAINER, entry_template="entry-prometheus.sh.j2",
+                  entry_name="prometheus.entry.sh", image_tag=load_definition(PROMETHEUS_IMAGE).tag, gpus=False,
+                  ports=(port,), health_port=None, extra_files=tuple(extra), port=port, retention=RETENTION)
+    return f"http://{head.mgmt_ip}:{port}"
