@@ -84,6 +84,10 @@ def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
                 continue
             if check.id == "engine.disk" and row["status"] == "warn":
                 continue  # the lab's Docker root is this machine's disk: its free space is not the lab's to fix
+            if check.id == "engine.crashes" and row["status"] == "skip":
+                # the shared lab may hold no deployment when this test runs: nothing can have crashed
+                assert "no sparkdeploy container" in row["measured"], row
+                continue
             assert row["status"] == "pass", f"{check.id} {node}: {row}"
     # the stand-ins are labelled, the real parts are not
     assert r[("gpu.present", "spark1")]["simulated"] and r[("roce.gid", "spark2")]["simulated"]
