@@ -7,22 +7,24 @@ Everything is validated on load, before anything connects anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import load_yaml_file
 
 IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 LABEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 HCA_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
 
 def _not_an_ip(value: str, field: str) -> ValueError:
@@ -49,7 +51,16 @@ class SSHSettings(BaseModel):
 
     user: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    key: str | None = None
+    key: str | None = Field(default=None, max_length=1024)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        # It lands in ssh's login and in the fixes we print (sudo chown USER:), so only a POSIX user name.
+        if v is not None and not USER_NAME.match(v):
+            raise ValueError("is not a user name (letters, digits, '_', '.', '-'; at most 32; not starting with "
+                             "'-') | fix: write the login name on the node")
+        return v
 
 
 class Node(BaseModel):
@@ -109,6 +120,11 @@ class Node(BaseModel):
         return v
 
     @property
+    def url_host(self) -> str:
+        """mgmt_ip as it goes into a URL: an IPv6 address in brackets."""
+        return f"[{self.mgmt_ip}]" if ":" in self.mgmt_ip else self.mgmt_ip
+
+    @property
     def fabric_address(self) -> str:
         return str(ipaddress.ip_interface(self.fabric_ip).ip)
 
@@ -121,16 +137,24 @@ class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "sparks"
-    default_recipe: str | None = None
+    default_recipe: str | None = Field(default=None, max_length=128)
     vllm_port: int = Field(default=8000, ge=1, le=65535)
     proxy_port: int = Field(default=4000, ge=1, le=65535)
     master_port: int = Field(default=29500, ge=1, le=65535)
     ray_port: int = Field(default=6379, ge=1, le=65535)
-    hf_cache: str = "~/.cache/huggingface"
-    secrets_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    state_dir: str = ".sparkdeploy"
-    image_override: str | None = None
+    hf_cache: str = Field(default="~/.cache/huggingface", max_length=1024)
+    secrets_file: str | None = Field(default=None, max_length=1024)
+    known_hosts: str = Field(default="~/.ssh/known_hosts", max_length=1024)
+    state_dir: str = Field(default=".sparkdeploy", max_length=255)
+    image_override: str | None = Field(default=None, max_length=256)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not LABEL_NAME.match(v):
+            raise ValueError("a cluster name is a label of letters, digits, '.', '_' and '-' (at most 63) "
+                             "| fix: e.g. sparks")
+        return v
 
     @field_validator("state_dir")
     @classmethod
@@ -196,6 +220,12 @@ class Inventory(BaseModel):
                                   f"known: {', '.join(n.name for n in self.nodes)}"))
 
     @property
+    def cluster_id(self) -> str:
+        """The cluster is its nodes (a copy of the inventory, or another path to it, is the same cluster)."""
+        nodes = ",".join(sorted(n.mgmt_ip for n in self.nodes))
+        return f"{self.cluster.name}-{hashlib.sha256(nodes.encode()).hexdigest()[:12]}"
+
+    @property
     def source(self) -> str:
         return str(self.path) if self.path else "inventory"
 
@@ -228,14 +258,7 @@ def resolve_inventory_path(given: str | None) -> Path:
 
 def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
     path = resolve_inventory_path(str(given) if given else None)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(Problem(str(path), "", f"cannot read: {exc.strerror}", "check the path")) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}".replace("\n", " "), "fix the syntax")) from None
+    data = load_yaml_file(path, "inventory", "fix the syntax (see inventory.yaml in the project)")
     if not isinstance(data, dict):
         raise ConfigError(Problem(str(path), "", "must be a mapping with cluster: and nodes:", "see inventory.yaml"))
     try:

@@ -116,6 +116,7 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
     compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
     """
+    from sparkdeploy.apply import cluster_lock
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
@@ -123,11 +124,12 @@ def push_cmd(ctx, name, to_nodes, compression, reader, inventory, as_json):
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
-    if as_json:
-        outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
-    else:
-        with RichPushProgress() as progress:
-            outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
+    with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
+        if as_json:
+            outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
+        else:
+            with RichPushProgress() as progress:
+                outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
     failed = [o for o in outcomes if not o.ok]
     if as_json:
         emit_json([dict(o.value.as_dict(), ok=True) if o.ok else
