@@ -15,7 +15,7 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -379,7 +379,9 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
 
     pool = ThreadPoolExecutor(max_workers=max_workers or len(nodes))
     try:
-        list(pool.map(call, outcomes))
+        pending = {pool.submit(call, o) for o in outcomes}
+        while pending:  # short waits: a Ctrl-C is handled at once (a wait without a timeout may defer it)
+            _, pending = wait(pending, timeout=0.2)
     except BaseException:  # Ctrl-C: do not wait for the threads (they start nothing new: STOPPING)
         pool.shutdown(wait=False, cancel_futures=True)
         raise

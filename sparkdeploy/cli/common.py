@@ -84,8 +84,9 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
             return code
     except SparkdeployError as exc:
         return report_error(exc)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # click turns a KeyboardInterrupt into Abort
         click.echo("aborted", err=True)
+        _exit_now_if_stopping()
         return 130
     except click.ClickException as exc:
         exc.show()
@@ -94,14 +95,19 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        from sparkdeploy import remote
-
-        if remote.STOPPING.is_set():  # second Ctrl-C: exit now, without waiting for threads under way
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
+        _exit_now_if_stopping()
         return 130
     return 0
+
+
+def _exit_now_if_stopping() -> None:
+    """After a second Ctrl-C, exit without waiting for the threads under way (a normal exit joins them)."""
+    from sparkdeploy import remote
+
+    if remote.STOPPING.is_set():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
