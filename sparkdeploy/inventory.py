@@ -256,6 +256,24 @@ def resolve_inventory_path(given: str | None) -> Path:
                               "pass --inventory PATH, set SPARKDEPLOY_INVENTORY, or use --inventory lab"))
 
 
+def _cross_node_problems(data: dict, source: str) -> list[Problem]:
+    """The cross-node checks on the raw file, for when a field error stopped the model's own (report all)."""
+    nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)] if isinstance(data.get("nodes"), list) else []
+    problems = []
+    heads = sum(1 for n in nodes if n.get("role") == "head")
+    if nodes and heads != 1:
+        problems.append(Problem(source, "nodes", f"{heads} nodes have role head", "mark exactly one node role: head"))
+    for key, what in (("name", "name"), ("mgmt_ip", "management IP")):
+        seen: dict[str, str] = {}
+        for n in nodes:
+            value = str(n.get(key, ""))
+            if value and value in seen:
+                problems.append(Problem(source, "nodes", f"{n.get('name')} and {seen[value]} share the {what} "
+                                        f"{value[:64]}", f"give each node its own {what}"))
+            seen.setdefault(value, str(n.get("name")))
+    return problems
+
+
 def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
     path = resolve_inventory_path(str(given) if given else None)
     data = load_yaml_file(path, "inventory", "fix the syntax (see inventory.yaml in the project)")
@@ -264,6 +282,9 @@ def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
     try:
         inventory = Inventory.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, str(path), Inventory)) from None
+        problems = problems_from_validation(exc, str(path), Inventory)
+        if not any(p.field == "nodes" for p in problems):  # pydantic skips the cross-node checks then
+            problems += _cross_node_problems(data, str(path))
+        raise ConfigError(problems) from None
     inventory.path = path.resolve()
     return inventory

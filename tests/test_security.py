@@ -294,6 +294,16 @@ def test_every_inventory_problem_is_reported(cli, write_inventory):
     one_error(code, err, "2 nodes have role head", "share the management IP")
 
 
+def test_cross_node_problems_are_reported_with_field_errors(cli, write_inventory):
+    data = json.loads(json.dumps(TWO_NODES))
+    data["nodes"][0]["fabric_ip"] = "not-an-ip"
+    data["nodes"][1]["role"] = "head"
+    data["nodes"][1]["mgmt_ip"] = data["nodes"][0]["mgmt_ip"]
+    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(write_inventory(data)))
+    one_error(code, err, "fabric_ip", "2 nodes have role head", "share the management IP")
+    assert len(err.strip().splitlines()) == 3
+
+
 @pytest.mark.parametrize("field,value", [
     ("ssh.user", "x; rm -rf ~"), ("ssh.user", "-oProxyCommand=x"), ("cluster.name", "../../etc"),
     ("cluster.name", "a" * 200),
