@@ -11,12 +11,14 @@ exits 1 naming the node and the step; the next `up` or `down` reads the facts ag
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
+import secrets
 import signal
+import socket
 import sys
 import threading
-from contextlib import contextmanager
+import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,6 +28,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import CHANGED, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step
+from sparkdeploy import remote
 from sparkdeploy.remote import NodeConnection, on_nodes
 
 START_TIMEOUT_S = 300  # `docker run --detach` returns once the container started
@@ -44,6 +47,7 @@ class Interrupt:
 
     def _handler(self, signum, frame):
         if self.event.is_set():
+            remote.STOPPING.set()  # no new remote command from any thread, from now on
             raise KeyboardInterrupt
         self.event.set()
         self._say("interrupted: finishing the commands under way, then cleaning up (Ctrl-C again to stop at once)")
@@ -64,23 +68,24 @@ class Interrupt:
 
 
 def lock_path(inventory: Inventory) -> Path:
-    key = str(inventory.path or inventory.cluster.name)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return paths.state_dir() / "locks" / f"{inventory.cluster.name}-{digest}.lock"
+    """Keyed by the cluster (its nodes): a copy of the inventory, or another path to it, is the same lock.
+    cluster.name is a validated label, so the file stays in the state folder."""
+    return paths.state_dir() / "locks" / f"{inventory.cluster_id}.lock"
 
 
 @contextmanager
-def inventory_lock(inventory: Inventory):
-    """One run at a time per inventory (flock: released by the kernel however the process ends)."""
+def cluster_lock(inventory: Inventory):
+    """One run at a time per cluster on this machine (flock: released by the kernel however the process ends).
+    Every command that changes a node takes it; NodeLocks extends it to runs from other machines."""
     path = lock_path(inventory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise StepFailed(f"another sparkdeploy run (pid {holder}) is working on this inventory "
+            raise StepFailed(f"another sparkdeploy run (pid {holder}) is working on this cluster "
                              f"({inventory.source}); wait for it to finish (lock: {path})") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -91,6 +96,83 @@ def inventory_lock(inventory: Inventory):
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+inventory_lock = cluster_lock  # the name the commands used first
+
+
+# -- the lock on the nodes --------------------------------------------------------------------------------
+# A directory made with mkdir (atomic on every filesystem) in the SSH user's home on each node, holding who took
+# it and when: two machines (or two checkouts) that run against the same nodes cannot both change them.
+NODE_LOCK_DIR = ".sparkdeploy.lock"
+_ACQUIRE = ('d="$HOME/{dir}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
+            'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi').format(dir=NODE_LOCK_DIR)
+_RELEASE = ('d="$HOME/{dir}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = "$1" ] && rm -rf -- "$d"; '
+            'true').format(dir=NODE_LOCK_DIR)
+
+
+class NodeLocks:
+    """Take the lock on every reachable node (a node that cannot be reached fails later, per node, as usual);
+    if another run holds it on any node, release what was taken and stop, naming the holder and since when."""
+
+    def __init__(self, session: "Session"):
+        self.session = session
+        self.token = secrets.token_hex(8)
+        self.holder = (f"{self.token} {socket.gethostname()} pid {os.getpid()} since "
+                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        self.taken: list[Node] = []
+
+    def _take(self, node: Node) -> str | None:
+        conn = self.session.conns[node.name]
+        for _ in range(2):
+            r = conn.run(["sh", "-c", _ACQUIRE, "sh", self.holder], timeout=30)
+            lines = r.stdout.strip().splitlines()
+            if lines and lines[0] == "TAKEN":
+                return None
+            other = lines[1] if len(lines) > 1 else ""
+            if not self._stale(other):
+                return other or "(being taken right now)"
+            conn.run(["sh", "-c", _RELEASE, "sh", other.split()[0]], timeout=30)
+        return "(could not be taken)"
+
+    @staticmethod
+    def _stale(holder: str) -> bool:
+        """A lock of a process of this machine that no longer exists (killed -9, machine crashed)."""
+        parts = holder.split()
+        if len(parts) < 4 or parts[1] != socket.gethostname() or parts[2] != "pid" or not parts[3].isdigit():
+            return False
+        try:
+            os.kill(int(parts[3]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def __enter__(self) -> "NodeLocks":
+        outcomes = on_nodes(self.session.inventory.nodes, self._take)
+        self.taken = [o.node for o in outcomes if o.ok and o.value is None]
+        held = [(o.node, o.value) for o in outcomes if o.ok and o.value is not None]
+        if held:
+            self.__exit__()
+            node, holder = held[0]
+            parts = holder.split(maxsplit=1)
+            who = parts[1] if len(parts) > 1 else holder
+            raise StepFailed(f"{node.name} ({node.mgmt_ip}): another sparkdeploy run holds the node lock ({who}); "
+                             f"wait for it to finish. If that run is gone: ssh to {node.name} and "
+                             f"rm -r ~/{NODE_LOCK_DIR}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        nodes, self.taken = self.taken, []
+        if nodes:
+            on_nodes(nodes, lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
+                                                                       timeout=30, check=False, force=True))
+
+
+def node_locks(session: "Session", dry_run: bool = False):
+    """The node lock for a run that changes nodes; a dry run changes nothing and takes none."""
+    return nullcontext() if dry_run else NodeLocks(session)
 
 
 # -- connections and facts ------------------------------------------------------------------------------
@@ -175,6 +257,8 @@ def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
     if kind in ("write", "manifest"):
         assert step.file is not None
         conn.put(step.file.content, path, mode=step.file.mode)
+        if step.file.secret:  # a hash of a secret file is a way to test guesses: never shown
+            return f"{step.file.mode:04o}"
         return f"{step.file.mode:04o} sha256 {step.file.sha256[:12]}"
     if kind == "chmod":
         conn.run(["chmod", f"{step.mode:04o}", path])

@@ -12,10 +12,13 @@ Secrets are sent only in the Authorization header, and every text this module re
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +27,7 @@ from sparkdeploy.remote import on_nodes
 
 POLL_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
+MAX_ANSWER = 1 << 20  # bytes of an answer read at most
 LOG_TAIL = 30
 STATE_FORMAT = "{{.Name}} {{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}"
 
@@ -61,7 +65,7 @@ def probes_for(dep: Deployment) -> list[Probe]:
             if c.health_port is None:
                 continue
             path = "/health/liveliness" if c.role == "proxy" else "/health"
-            probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.mgmt_ip}:{c.health_port}{path}",
+            probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.url_host}:{c.health_port}{path}",
                                 "health"))
     public_bearer = dep.topology == "2xsolo"
     probes.append(Probe(f"chat completion {dep.endpoint}", dep.endpoint.rstrip("/") + "/chat/completions",
@@ -71,59 +75,113 @@ def probes_for(dep: Deployment) -> list[Probe]:
     return probes
 
 
-def http_get(url: str, timeout: float) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=timeout) as resp:
-            return resp.status, resp.read(2048).decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(512).decode(errors="replace") if exc.fp else ""
+class _Deadline:
+    """Shut the socket down at an absolute time: a server that drips one byte at a time cannot stretch a read
+    past it (a socket timeout restarts on every byte)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, at: float):
+        self._conn = conn
+        self.hit = False
+        self._timer = threading.Timer(max(0.0, at - time.monotonic()), self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.hit = True
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+        self._conn.close()
 
 
-def chat_completion(url: str, model: str, bearer: str | None, timeout: float) -> tuple[bool, str]:
-    """One real generation of one token. (ok, detail)."""
+def http_request(url: str, deadline: float, method: str = "GET", body: bytes | None = None,
+                 headers: dict[str, str] | None = None, limit: int = MAX_ANSWER) -> tuple[int, bytes]:
+    """(status, the first `limit` bytes of the body); every step ends by `deadline` (time.monotonic())."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("no time left before the deadline")
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=min(REQUEST_TIMEOUT_S, remaining))
+    watch = _Deadline(conn, deadline)
+    with watch:
+        try:
+            conn.request(method, parts.path or "/", body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read(limit)
+        except (OSError, http.client.HTTPException) as exc:
+            if watch.hit:
+                raise TimeoutError("the answer did not finish before the deadline") from None
+            raise exc
+
+
+def http_get(url: str, deadline: float) -> tuple[int, str]:
+    code, data = http_request(url, deadline, limit=2048)
+    return code, data.decode(errors="replace")
+
+
+def chat_completion(url: str, model: str, bearer: str | None, deadline: float) -> tuple[bool, str]:
+    """One real generation of one token. (ok, detail); an answer of the wrong shape is not ok, with why."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
                        "max_tokens": 1, "temperature": 0, "stream": False}).encode()
     headers = {"Content-Type": "application/json"}
     if bearer:
         headers["Authorization"] = f"Bearer {bearer}"
-    req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    code, raw = http_request(url, deadline, method="POST", body=body, headers=headers)
+    text = raw.decode(errors="replace")
+    if code != 200:
+        return False, f"HTTP {code} {_printable(text.strip()[:200])}"
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read().decode(errors="replace") or "{}")
-    except urllib.error.HTTPError as exc:
-        text = exc.read(300).decode(errors="replace") if exc.fp else ""
-        return False, f"HTTP {exc.code} {text.strip()[:200]}"
+        data = json.loads(text or "{}")
     except ValueError:
         return False, "the answer is not JSON"
     choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices:
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
         return False, "no choices in the answer"
-    usage = data.get("usage") or {}
-    return True, f"{usage.get('completion_tokens', '?')} token(s)"
+    usage = data.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return True, f"{tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else '?'} token(s)"
 
 
-def _try(probe: Probe, model: str, key: str | None, timeout: float) -> None:
+def _printable(text: str) -> str:
+    """An answer's text as shown: no control characters (a hostile answer cannot forge lines or colours)."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def _try(probe: Probe, model: str, key: str | None, deadline: float) -> None:
     t0 = time.monotonic()
+    if t0 >= deadline:  # keep the last answer's reason: it says more than "no time left"
+        return
     try:
         if probe.kind == "health":
-            code, text = http_get(probe.url, timeout)
+            code, text = http_get(probe.url, deadline)
             probe.ok = code == 200
-            probe.detail = f"HTTP {code}" + ("" if probe.ok else f" {text.strip()[:120]}")
+            probe.detail = f"HTTP {code}" + ("" if probe.ok else f" {_printable(text.strip()[:120])}")
         else:
-            probe.ok, probe.detail = chat_completion(probe.url, model, key if probe.bearer else None, timeout)
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            probe.ok, probe.detail = chat_completion(probe.url, model, key if probe.bearer else None, deadline)
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # not healthy yet; the reason is shown
         reason = getattr(exc, "reason", exc)
-        probe.ok, probe.detail = False, f"{reason.__class__.__name__}: {reason}"
+        probe.ok, probe.detail = False, _printable(f"{reason.__class__.__name__}: {reason}"[:200])
     probe.seconds = time.monotonic() - t0
 
 
-def container_states(dep: Deployment, conns: dict) -> dict[str, dict[str, tuple[str, int, int]]]:
+def container_states(dep: Deployment, conns: dict, deadline: float | None = None
+                     ) -> dict[str, dict[str, tuple[str, int, int]]]:
     """node -> container -> (status, exit code, restart count), read over SSH (read-only)."""
     by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
 
     def one(node):
         names = [c.name for c in by_name[node.name].containers]
-        r = conns[node.name].run(["docker", "inspect", "--format", STATE_FORMAT, *names], check=False, timeout=30)
+        left = 30.0 if deadline is None else min(30.0, max(1.0, deadline - time.monotonic()))
+        r = conns[node.name].run(["docker", "inspect", "--format", STATE_FORMAT, *names], check=False, timeout=left)
         found = {}
         for line in r.stdout.splitlines():
             parts = line.strip().lstrip("/").split()
@@ -175,8 +233,10 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
 
     states_known_running: the containers were seen running a moment ago (nothing was started): skip the first
     SSH read of container states."""
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"the health gate needs a finite timeout, got {timeout!r}")
     t0 = time.monotonic()
-    deadline = t0 + timeout
+    deadline = t0 + timeout  # one absolute deadline for the whole gate: every read ends by it
     probes = probes_for(dep)
     key = dep.secrets.get("LITELLM_MASTER_KEY")
     model = dep.model_name
@@ -188,26 +248,25 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
         if stop():
             return GateResult(False, time.monotonic() - t0, probes, "interrupted")
         if check_states:
-            states = container_states(dep, conns)
+            states = container_states(dep, conns, deadline)
             baseline = baseline or states
             dead = _dead(states, baseline)
             if dead:
                 return GateResult(False, time.monotonic() - t0, probes,
                                   mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
         check_states = True
-        remaining = max(1.0, deadline - time.monotonic())
         for p in probes:
             if p.kind == "health" and not p.ok:
-                _try(p, model, key, min(REQUEST_TIMEOUT_S, remaining))
+                _try(p, model, key, deadline)
         if all(p.ok for p in probes if p.kind == "health"):
             for p in probes:
                 if p.kind == "completion" and not p.ok:
-                    _try(p, model, key, min(REQUEST_TIMEOUT_S, remaining))
+                    _try(p, model, key, deadline)
         for p in probes:
             p.detail = mask(p.detail)
         if all(p.ok for p in probes):
             if not states_known_running:  # a rank may have died after its peer answered: look once more
-                dead = _dead(container_states(dep, conns), baseline)
+                dead = _dead(container_states(dep, conns, deadline), baseline)
                 if dead:
                     return GateResult(False, time.monotonic() - t0, probes,
                                       mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)

@@ -7,22 +7,24 @@ Everything is validated on load, before anything connects anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import load_yaml_file
 
 IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 LABEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 HCA_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
 
 def _not_an_ip(value: str, field: str) -> ValueError:
@@ -49,7 +51,16 @@ class SSHSettings(BaseModel):
 
     user: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    key: str | None = None
+    key: str | None = Field(default=None, max_length=1024)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        # It lands in ssh's login and in the fixes we print (sudo chown USER:), so only a POSIX user name.
+        if v is not None and not USER_NAME.match(v):
+            raise ValueError("is not a user name (letters, digits, '_', '.', '-'; at most 32; not starting with "
+                             "'-') | fix: write the login name on the node")
+        return v
 
 
 class Node(BaseModel):
@@ -109,6 +120,11 @@ class Node(BaseModel):
         return v
 
     @property
+    def url_host(self) -> str:
+        """mgmt_ip as it goes into a URL: an IPv6 address in brackets."""
+        return f"[{self.mgmt_ip}]" if ":" in self.mgmt_ip else self.mgmt_ip
+
+    @property
     def fabric_address(self) -> str:
         return str(ipaddress.ip_interface(self.fabric_ip).ip)
 
@@ -121,18 +137,26 @@ class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "sparks"
-    default_recipe: str | None = None
+    default_recipe: str | None = Field(default=None, max_length=128)
     vllm_port: int = Field(default=8000, ge=1, le=65535)
     proxy_port: int = Field(default=4000, ge=1, le=65535)
     master_port: int = Field(default=29500, ge=1, le=65535)
     ray_port: int = Field(default=6379, ge=1, le=65535)
-    hf_cache: str = "~/.cache/huggingface"
-    secrets_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    state_dir: str = ".sparkdeploy"
-    image_override: str | None = None
+    hf_cache: str = Field(default="~/.cache/huggingface", max_length=1024)
+    secrets_file: str | None = Field(default=None, max_length=1024)
+    known_hosts: str = Field(default="~/.ssh/known_hosts", max_length=1024)
+    state_dir: str = Field(default=".sparkdeploy", max_length=255)
+    image_override: str | None = Field(default=None, max_length=256)
     metrics: bool = False  # also run Prometheus on the head node, scraping every engine (`up --metrics`)
     metrics_port: int = Field(default=9090, ge=1, le=65535)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not LABEL_NAME.match(v):
+            raise ValueError("a cluster name is a label of letters, digits, '.', '_' and '-' (at most 63) "
+                             "| fix: e.g. sparks")
+        return v
 
     @field_validator("state_dir")
     @classmethod
@@ -198,6 +222,12 @@ class Inventory(BaseModel):
                                   f"known: {', '.join(n.name for n in self.nodes)}"))
 
     @property
+    def cluster_id(self) -> str:
+        """The cluster is its nodes (a copy of the inventory, or another path to it, is the same cluster)."""
+        nodes = ",".join(sorted(n.mgmt_ip for n in self.nodes))
+        return f"{self.cluster.name}-{hashlib.sha256(nodes.encode()).hexdigest()[:12]}"
+
+    @property
     def source(self) -> str:
         return str(self.path) if self.path else "inventory"
 
@@ -228,21 +258,35 @@ def resolve_inventory_path(given: str | None) -> Path:
                               "pass --inventory PATH, set SPARKDEPLOY_INVENTORY, or use --inventory lab"))
 
 
+def _cross_node_problems(data: dict, source: str) -> list[Problem]:
+    """The cross-node checks on the raw file, for when a field error stopped the model's own (report all)."""
+    nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)] if isinstance(data.get("nodes"), list) else []
+    problems = []
+    heads = sum(1 for n in nodes if n.get("role") == "head")
+    if nodes and heads != 1:
+        problems.append(Problem(source, "nodes", f"{heads} nodes have role head", "mark exactly one node role: head"))
+    for key, what in (("name", "name"), ("mgmt_ip", "management IP")):
+        seen: dict[str, str] = {}
+        for n in nodes:
+            value = str(n.get(key, ""))
+            if value and value in seen:
+                problems.append(Problem(source, "nodes", f"{n.get('name')} and {seen[value]} share the {what} "
+                                        f"{value[:64]}", f"give each node its own {what}"))
+            seen.setdefault(value, str(n.get("name")))
+    return problems
+
+
 def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
     path = resolve_inventory_path(str(given) if given else None)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(Problem(str(path), "", f"cannot read: {exc.strerror}", "check the path")) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}".replace("\n", " "), "fix the syntax")) from None
+    data = load_yaml_file(path, "inventory", "fix the syntax (see inventory.yaml in the project)")
     if not isinstance(data, dict):
         raise ConfigError(Problem(str(path), "", "must be a mapping with cluster: and nodes:", "see inventory.yaml"))
     try:
         inventory = Inventory.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, str(path), Inventory)) from None
+        problems = problems_from_validation(exc, str(path), Inventory)
+        if not any(p.field == "nodes" for p in problems):  # pydantic skips the cross-node checks then
+            problems += _cross_node_problems(data, str(path))
+        raise ConfigError(problems) from None
     inventory.path = path.resolve()
     return inventory

@@ -82,7 +82,7 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
 def _foreign_state_dir(dep: Deployment, node, f: NodeFacts) -> Check:
     """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
     a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
-    user = node.ssh.user or "$USER"
+    user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
     state_dir = f"~/{dep.inventory.cluster.state_dir}"
     return Check(node.name, "state-dir", False,
                  f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "

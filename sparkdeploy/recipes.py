@@ -13,12 +13,12 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
 TOPOLOGIES = ("solo", "cluster", "2xsolo")
 BACKENDS = ("ray", "torchrun", "native")
@@ -32,6 +32,14 @@ LEAST_BUSY_WARNING = (
     "(338 vs 568 t/s) and -59% prefill (4,982 vs 12,064 t/s) at c64 against simple-shuffle on two Sparks"
 )
 SPARK_MEMORY_GB = 128
+SET_KEY = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+MAX_SET_PARTS = 8
+# Names: a recipe, image or env name is short and plain (it lands in file names, labels and shell lines).
+PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# A model id / served name: a Hugging Face repo id or a path-like name, printable, no spaces or control chars.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._:/@+-]{0,255}$")
+# vLLM flags that carry a secret: they belong in the secrets file (HF_TOKEN), never on a command line.
+SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
 
 
 class CompilationSettings(BaseModel):
@@ -65,7 +73,15 @@ class VllmSettings(BaseModel):
     @classmethod
     def _extra_args(cls, v):
         if isinstance(v, list):
-            return [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+            v = [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+            for arg in v:
+                flag = arg.split("=", 1)[0] if isinstance(arg, str) else ""
+                if flag in SECRET_FLAGS:
+                    raise ValueError(f"{flag} would put a secret on the command line (visible in ps and logs) | "
+                                     "fix: remove it; put HF_TOKEN in the inventory's secrets file (the proxy's "
+                                     "LITELLM_MASTER_KEY protects the public endpoint)")
+                if isinstance(arg, str) and (len(arg) > 1024 or any(ord(c) < 32 for c in arg)):
+                    raise ValueError("an argument is one line of at most 1024 characters | fix: check the value")
         return v
 
 
@@ -99,11 +115,29 @@ class Recipe(BaseModel):
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[Literal[TOPOLOGIES], dict[str, Any]] = Field(default_factory=dict)  # type: ignore[valid-type]
 
-    @field_validator("model", "image", "name")
+    @field_validator("image", "name")
     @classmethod
-    def _no_leading_dash(cls, v: str) -> str:
-        if not v or v.startswith("-") or any(c.isspace() for c in v):
-            raise ValueError("must be a non-empty name with no spaces, not starting with '-' | fix: check the value")
+    def _plain_name(cls, v: str) -> str:
+        if not PLAIN_NAME.match(v) or v in (".", ".."):
+            raise ValueError("must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
+                             "not starting with '-') | fix: check the value")
+        return v
+
+    @field_validator("model", "served_model_name")
+    @classmethod
+    def _model_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not MODEL_NAME.match(v) or ".." in v.split("/"):
+            raise ValueError("must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no "
+                             "spaces, newlines or escapes; not starting with '-') | fix: check the value")
+        return v
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, v: str) -> str:
+        if len(v) > 500 or any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError("a description is one line of at most 500 characters | fix: shorten it")
         return v
 
     @field_validator("env", mode="before")
@@ -169,6 +203,9 @@ class ResolvedRecipe:
 def recipe_files(recipes_dir: str | None = None) -> dict[str, Path]:
     """name -> file; a name in an earlier directory hides the same name in a later one."""
     found: dict[str, Path] = {}
+    if recipes_dir and not Path(recipes_dir).expanduser().is_dir():
+        raise ConfigError(Problem(str(recipes_dir), "", "--recipes-dir is not a folder",
+                                  "pass a folder that holds your recipes (*.yaml)"))
     for directory in paths.recipe_dirs(recipes_dir):
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
@@ -186,12 +223,7 @@ def find_recipe(name: str, recipes_dir: str | None = None) -> Path:
 
 
 def read_recipe_data(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}".replace("\n", " "), "fix the syntax")) from None
-    except OSError as exc:
-        raise ConfigError(Problem(str(path), "", f"cannot read: {exc.strerror}", "check the path")) from None
+    data = load_yaml_file(path, "recipe")
     if not isinstance(data, dict):
         raise ConfigError(Problem(str(path), "", "a recipe is a mapping of keys", "see recipes/openai-gpt-oss-120b.yaml"))
     return data
@@ -202,12 +234,10 @@ def parse_set(pairs: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     out = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or not key or not re.match(r"^[A-Za-z0-9_.-]+$", key):
-            raise ConfigError(Problem("--set", pair, "expects KEY=VALUE with a dotted key", "e.g. --set vllm.max_model_len=8192"))
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        if not sep or not key or not SET_KEY.match(key) or len(key) > 200 or key.count(".") >= MAX_SET_PARTS:
+            raise ConfigError(Problem("--set", key[:60], "expects KEY=VALUE with a dotted key of at most "
+                                      f"{MAX_SET_PARTS} parts", "e.g. --set vllm.max_model_len=8192"))
+        value = parse_yaml_value(raw, f"--set {key}") if raw != "" else ""
         out.append((key, value))
     return out
 
@@ -302,6 +332,8 @@ def resolve(name_or_path: str, topology: str | None = None, backend: str | None 
     if backend and backend not in BACKENDS:
         raise ConfigError(Problem("--backend", backend, "unknown backend", f"one of {', '.join(BACKENDS)}"))
     resolved = ResolvedRecipe(final, topo, chosen_backend if topo == "cluster" else "", path, sources)
+    if backend and topo != "cluster":
+        resolved.warnings.append(f"--backend {backend} applies to the cluster topology only; {topo} ignores it")
     if topo == "2xsolo" and final.litellm.routing_strategy == "least-busy":
         resolved.warnings.append(LEAST_BUSY_WARNING)
     if final.vllm.compilation.eager_allreduce and final.vllm.enforce_eager:

@@ -15,7 +15,7 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -27,11 +27,19 @@ from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.thread_imports import preload
 
 T = TypeVar("T")
+# Set by a second Ctrl-C: every thread stops starting remote commands (apply.Interrupt).
+STOPPING = threading.Event()
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
 # Commands at once on one connection: sshd refuses sessions past MaxSessions (10 by default: "open failed:
 # Connect failed"), and SFTP and push streams take sessions too.
 MAX_PARALLEL_COMMANDS = 6
+KEEPALIVE_S = 15
+TRANSFER_TIMEOUT_S = 60.0  # one SFTP request, or unacknowledged data on the TCP connection
+SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# Sent data unacknowledged this long fails the connection. Generous: Linux also counts a zero receive window
+# (a node's `docker load` pausing its reads during a push) against it.
+TCP_USER_TIMEOUT_S = 300
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -117,12 +125,39 @@ class NodeConnection:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
         conn = Connection(self.node.mgmt_ip, user=ssh.user, port=ssh.port, config=Config(),
                           connect_timeout=int(self.connect_timeout), connect_kwargs=connect_kwargs)
-        # Fabric installs AutoAddPolicy: replace it, and trust only the inventory's known_hosts (+ the system's).
-        conn.client.set_missing_host_key_policy(_RejectUnknown())
-        conn.client.load_system_host_keys()
-        if self.known_hosts and self.known_hosts.is_file():
-            conn.client.load_host_keys(str(self.known_hosts))
+        # Fabric installs AutoAddPolicy on the node and on every ProxyJump hop: reject unknown keys on all of them.
+        hop = conn
+        while hop is not None:
+            if isinstance(hop.gateway, str):  # ProxyCommand: that program's own ssh checks its hops
+                break
+            hop.client.set_missing_host_key_policy(_RejectUnknown())
+            name = known_hosts_name(hop.host if hop is not conn else self.node.mgmt_ip, hop.port or 22)
+            self._install_host_keys(hop.client, name)
+            hop = hop.gateway
         return conn
+
+    def _install_host_keys(self, client: paramiko.SSHClient, name: str) -> None:
+        """The inventory's known_hosts first; ~/.ssh/known_hosts only for a host the inventory does not pin
+        (paramiko would let the system file win), and a disagreement between them is an error naming both."""
+        pinned = _host_keys(self.known_hosts)
+        system_path = Path(os.path.expanduser(SYSTEM_KNOWN_HOSTS))
+        same_file = self.known_hosts is not None and _same_file(self.known_hosts, system_path)
+        system = paramiko.HostKeys() if same_file else _host_keys(system_path)
+        mine, theirs = pinned.lookup(name), system.lookup(name)
+        if mine is not None and theirs is not None:
+            for ktype in theirs.keys():
+                if ktype in mine.keys() and mine[ktype] != theirs[ktype]:
+                    raise HostKeyError(
+                        self.node, f"{self.node.name} ({name}): the {ktype} host key pinned in {self.known_hosts} "
+                        f"({fingerprint(mine[ktype])}) differs from the one in {system_path} "
+                        f"({fingerprint(theirs[ktype])}); refusing to connect. Check the node's key on its console, "
+                        f"then remove the wrong line (ssh-keygen -R {name} -f FILE)")
+        keys = client.get_host_keys()
+        for host_keys in (pinned, system):
+            entry = host_keys.lookup(name)
+            if entry is not None and (host_keys is pinned or mine is None):
+                for ktype in entry.keys():
+                    keys.add(name, ktype, entry[ktype])
 
     def open(self):
         with self._open_lock:
@@ -163,6 +198,7 @@ class NodeConnection:
                 time.sleep(delay)
                 delay *= 2
                 conn = self._fabric()
+        _keepalive(conn.client.get_transport())
         self._conn = conn
         return conn
 
@@ -182,9 +218,12 @@ class NodeConnection:
 
     # -- commands ------------------------------------------------------------------------------------
     def run(self, argv: list[str] | str, *, check: bool = True, timeout: float | None = 120,
-            stdin: str | None = None) -> CommandResult:
-        """Run argv (quoted here) or a fixed shell snippet (str: only our own constant text, never values)."""
+            stdin: str | None = None, force: bool = False) -> CommandResult:
+        """Run argv (quoted here) or a fixed shell snippet (str: only our own constant text, never values).
+        After a second Ctrl-C (STOPPING) nothing new starts, except `force` (releasing our node lock)."""
         command = argv if isinstance(argv, str) else shlex.join(argv)
+        if STOPPING.is_set() and not force:
+            raise StepFailed(f"{self.node.name}: stopped (Ctrl-C) before `{_short(command)}`")
         with self._sessions:
             return self._run(command, check, timeout, stdin)
 
@@ -215,20 +254,29 @@ class NodeConnection:
     def sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:
             self._sftp = self.open().client.open_sftp()
+            # Each SFTP request waits at most this long for its answer: a node gone mid-write fails, never hangs.
+            self._sftp.get_channel().settimeout(TRANSFER_TIMEOUT_S)
         return self._sftp
 
     def put(self, content: str | bytes, path: str, mode: int = 0o644) -> None:
         """Write a file atomically: a temp file created with its final mode first, then renamed over."""
         data = content.encode() if isinstance(content, str) else content
+        if STOPPING.is_set():
+            raise StepFailed(f"{self.node.name}: stopped (Ctrl-C) before writing {path}")
         directory = os.path.dirname(path) or "."
         tmp = f"{directory}/.{os.path.basename(path)}.sparkdeploy-tmp"
         # `install -m` creates the file with the mode already set: a secret is never readable by others.
         self.run(["install", "-m", f"{mode:04o}", "/dev/null", tmp])
-        sftp = self.sftp()
-        with sftp.open(tmp, "w") as fh:
-            fh.write(data)
-        sftp.chmod(tmp, mode)
-        sftp.posix_rename(tmp, path)
+        try:
+            sftp = self.sftp()
+            with sftp.open(tmp, "w") as fh:
+                fh.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (socket.timeout, TimeoutError, EOFError, paramiko.SSHException) as exc:
+            self._sftp, self._conn = None, None  # that session is in an unknown state: open a new one next time
+            raise StepFailed(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
+                             f"({exc.__class__.__name__}); the node may be gone") from None
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -241,6 +289,44 @@ class NodeConnection:
 
     def home(self) -> str:
         return self.sftp().normalize(".")
+
+
+def _host_keys(path: Path | None) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    if path is not None and path.is_file():
+        try:
+            keys.load(str(path))
+        except (OSError, paramiko.SSHException, UnicodeDecodeError, ValueError) as exc:
+            raise StepFailed(f"{path}: cannot read the known_hosts file ({exc.__class__.__name__}); "
+                             "fix or remove the bad line") from None
+    return keys
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.is_file() and b.is_file() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _keepalive(transport) -> None:
+    """SSH keepalives, and TCP settings that fail a dead peer in minutes instead of the kernel's ~15."""
+    if transport is None:
+        return
+    transport.set_keepalive(KEEPALIVE_S)
+    sock = transport.sock
+    if not isinstance(sock, socket.socket):
+        return  # a ProxyJump channel or ProxyCommand pipe: the SSH keepalive covers it
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 4),
+                        ("TCP_USER_TIMEOUT", TCP_USER_TIMEOUT_S * 1000)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, opt, value in options:
+        try:
+            sock.setsockopt(level, opt, value)
+        except OSError:
+            pass
 
 
 def _drain(chan, timeout: float | None) -> tuple[str, str]:
@@ -293,8 +379,15 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
             outcome.error = exc
 
     preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)
-    with ThreadPoolExecutor(max_workers=max_workers or len(nodes)) as pool:
-        list(pool.map(call, outcomes))
+    pool = ThreadPoolExecutor(max_workers=max_workers or len(nodes))
+    try:
+        pending = {pool.submit(call, o) for o in outcomes}
+        while pending:  # short waits: a Ctrl-C is handled at once (a wait without a timeout may defer it)
+            _, pending = wait(pending, timeout=0.2)
+    except BaseException:  # Ctrl-C: do not wait for the threads (they start nothing new: STOPPING)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return outcomes
 
 

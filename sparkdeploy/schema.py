@@ -51,7 +51,7 @@ def _unwrap(tp: typing.Any) -> typing.Any:
 
 
 def known_keys(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items() if name != "directory"]
+    return [f.alias or name for name, f in model.model_fields.items() if name != "directory" and not f.exclude]
 
 
 def problems_from_validation(exc: ValidationError, file: str, model: type[BaseModel]) -> list[Problem]:

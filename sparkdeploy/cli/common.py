@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable
 
 import click
 
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.userfile import redact
 
 DEFAULT_TIMEOUT_S = 1200.0  # loading a 65 GB model and compiling can take many minutes on a Spark
-timeout_option = click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
-                              help="Seconds the health gate waits for /health and a real chat completion.")
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _finite_timeout(ctx, param, value):
+    if value is not None and not (1 <= value <= MAX_TIMEOUT_S):  # also false for nan
+        raise click.BadParameter(f"{value!r} is not a number of seconds from 1 to {MAX_TIMEOUT_S:g}")
+    return value
+
+
+timeout_option = click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+                              callback=_finite_timeout,
+                              help="Seconds the health gate waits, in all, for /health and a real chat completion.")
 
 inventory_option = click.option(
     "--inventory", "-i", "inventory", metavar="PATH|lab", envvar="SPARKDEPLOY_INVENTORY",
@@ -55,9 +67,9 @@ def report_error(exc: Exception) -> int:
 
     if isinstance(exc, ConfigError):
         for problem in exc.problems:
-            click.secho(f"error: {problem}", fg="red", err=True)
+            click.secho(f"error: {redact(str(problem))}", fg="red", err=True)
     elif isinstance(exc, SparkdeployError):
-        click.secho(f"error: {exc}", fg="red", err=True)
+        click.secho(f"error: {redact(str(exc))}", fg="red", err=True)
     return getattr(exc, "exit_code", 1)
 
 
@@ -72,8 +84,9 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
             return code
     except SparkdeployError as exc:
         return report_error(exc)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # click turns a KeyboardInterrupt into Abort
         click.echo("aborted", err=True)
+        _exit_now_if_stopping()
         return 130
     except click.ClickException as exc:
         exc.show()
@@ -82,8 +95,19 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
+        _exit_now_if_stopping()
         return 130
     return 0
+
+
+def _exit_now_if_stopping() -> None:
+    """After a second Ctrl-C, exit without waiting for the threads under way (a normal exit joins them)."""
+    from sparkdeploy import remote
+
+    if remote.STOPPING.is_set():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def no_such(kind: str, name: str, known: list[str]) -> ConfigError:

@@ -59,7 +59,8 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
         return
     options = Options(recipe=recipe, topology=topology, nccl=nccl, nccl_max_bytes=_size(nccl_max_bytes),
                       strict=strict)
-    report = run_doctor(inventory, options, tuple(only), recipes_dir)
+    with _lock_for_nccl(inventory, nccl):
+        report = run_doctor(inventory, options, tuple(only), recipes_dir)
     code = 2 if report.run is not None and report.run.inventory_error is not None else report.exit_code(strict)
     if as_json:
         emit_json(as_dict(report, strict, code))
@@ -69,6 +70,23 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
         raise report.run.inventory_error  # one line per problem on stderr, exit 2 (the table showed them too)
     if code:
         raise DoctorFailed(report, strict)
+
+
+def _lock_for_nccl(inventory, nccl: bool):
+    """--nccl starts probe containers on the nodes: it takes the cluster lock like any change. An inventory
+    that does not load is reported by doctor itself (exit 2), so no lock is needed then."""
+    from contextlib import nullcontext
+
+    from sparkdeploy.apply import cluster_lock
+    from sparkdeploy.errors import ConfigError
+    from sparkdeploy.inventory import load_inventory
+
+    if not nccl:
+        return nullcontext()
+    try:
+        return cluster_lock(load_inventory(inventory))
+    except ConfigError:
+        return nullcontext()
 
 
 class DoctorFailed(StepFailed):

@@ -153,6 +153,7 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_
     With --from NODE the source is that node's engine: `docker save` there, gzip, one stream fanned out to
     every other node's `docker load`; each node's image ID must then equal the source's.
     """
+    from sparkdeploy.apply import cluster_lock
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
@@ -161,13 +162,15 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
     if from_node:
-        _push_from(ctx, name, inv, select_nodes(inv, [from_node])[0], nodes, as_json)
+        with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
+            _push_from(ctx, name, inv, select_nodes(inv, [from_node])[0], nodes, as_json)
         return
-    if as_json:
-        outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
-    else:
-        with RichPushProgress() as progress:
-            outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
+    with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
+        if as_json:
+            outcomes = push_image(name, inv, nodes, PushProgress(), compression=compression, reader=reader)
+        else:
+            with RichPushProgress() as progress:
+                outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
     failed = [o for o in outcomes if not o.ok]
     if as_json:
         emit_json([dict(o.value.as_dict(), ok=True) if o.ok else

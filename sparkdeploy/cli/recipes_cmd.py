@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import emit_json, json_option, recipes_dir_option, set_option, topology_option, backend_option, warn
@@ -35,8 +36,8 @@ def list_cmd(recipes_dir, as_json):
     for col in ("name", "model", "image", "topologies", "default", "backend"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], r["model"], r["image"], ", ".join(r["topologies"]), r["default_topology"],
-                      r["cluster_backend"])
+        table.add_row(*map(plain, (r["name"], r["model"], r["image"], ", ".join(r["topologies"]),
+                                   r["default_topology"], r["cluster_backend"])))
     Console(width=160).print(table)
 
 
@@ -61,14 +62,15 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
         return
     for w in resolved.warnings:
         warn(w)
-    table = Table(title=f"{resolved.name} ({resolved.topology}{', ' + resolved.backend if resolved.backend else ''})",
+    table = Table(title=plain(f"{resolved.name} ({resolved.topology}{', ' + resolved.backend if resolved.backend else ''})"),
                   title_justify="left")
     table.add_column("key")
     table.add_column("value")
     table.add_column("from")
     for r in rows:
-        table.add_row(r["key"], repr(r["value"]) if isinstance(r["value"], str) else str(r["value"]), r["source"])
-    table.add_row("all-reduce (derived)", allreduce["mode"], "vllm.enforce_eager, vllm.compilation.eager_allreduce")
+        table.add_row(plain(r["key"]), plain(repr(r["value"]) if isinstance(r["value"], str) else str(r["value"])),
+                      plain(r["source"]))
+    table.add_row("all-reduce (derived)", plain(allreduce["mode"]), "vllm.enforce_eager, vllm.compilation.eager_allreduce")
     Console(width=160).print(table)
     click.echo(f"all-reduce: {allreduce['mode']}: {allreduce['meaning']}. `sparkdeploy doctor --nccl` measures which "
                "this cluster wants.")
@@ -107,3 +109,11 @@ def lint_cmd(recipes_dir, as_json):
 
 
 __all__ = ["recipes_group", "ConfigError"]
+
+
+def plain(value: str) -> Text:
+    """A cell shown as written: never read as rich markup ([/x]), control characters shown escaped."""
+    text = str(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        text = repr(text)
+    return Text(text)

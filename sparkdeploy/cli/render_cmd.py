@@ -9,6 +9,7 @@ import click
 
 from sparkdeploy.cli.common import (deployment_options, emit_json, json_option, warn)
 from sparkdeploy.context import load_deployment
+from sparkdeploy.localfiles import open_folder, open_subfolder, write_atomic
 
 
 @click.command("render")
@@ -16,27 +17,32 @@ from sparkdeploy.context import load_deployment
 @deployment_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
 @click.option("--with-secrets", is_flag=True,
-              help="Write secrets.env with the real values (mode 0600). Without it the values are masked.")
+              help="Write secrets.env with the real values (mode 0600; --out must then be your own folder that "
+                   "others cannot write). Without it the values are masked.")
 @json_option
 def render_cmd(recipe, topology, backend, inventory, sets, recipes_dir, out_dir, with_secrets, as_json):
     """Render RECIPE for a topology into OUT/<node>/, exactly as `up` would write it to each node's state dir.
 
-    Nothing connects to any node. Example: sparkdeploy render openai-gpt-oss-120b -t 2xsolo --out /tmp/r
+    Nothing connects to any node. Example: sparkdeploy render openai-gpt-oss-120b -t 2xsolo --out ./rendered
     """
     dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir)
     written = []
-    for nd in dep.nodes:
-        folder = Path(out_dir) / nd.node.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for f in nd.files:
-            path = folder / f.name
-            content = f.content if (with_secrets or not f.secret) else f.shown()
-            # Create with the final mode so a secret file is never readable by others, even briefly.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, f.mode)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(content)
-            os.chmod(path, f.mode)
-            written.append({"node": nd.node.name, "path": str(path), "mode": f"{f.mode:04o}", "secret": f.secret})
+    private = with_secrets and any(f.secret for nd in dep.nodes for f in nd.files)
+    out_fd = open_folder(Path(out_dir), private)
+    try:
+        for nd in dep.nodes:
+            folder = Path(out_dir) / nd.node.name
+            node_fd = open_subfolder(out_fd, nd.node.name, folder, private)
+            try:
+                for f in nd.files:
+                    content = f.content if (with_secrets or not f.secret) else f.shown()
+                    write_atomic(node_fd, f.name, content, f.mode, folder / f.name)
+                    written.append({"node": nd.node.name, "path": str(folder / f.name), "mode": f"{f.mode:04o}",
+                                    "secret": f.secret})
+            finally:
+                os.close(node_fd)
+    finally:
+        os.close(out_fd)
     if as_json:
         emit_json({"files": written, "warnings": dep.warnings})
         return

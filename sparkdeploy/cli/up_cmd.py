@@ -21,7 +21,7 @@ from rich.text import Text
 
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
-                               inventory_lock)
+                               inventory_lock, node_locks)
 from sparkdeploy.cli.common import (DEFAULT_TIMEOUT_S, deployment_options, emit_json, inventory_option, json_option,
                                     timeout_option)
 from sparkdeploy.context import load_deployment
@@ -29,6 +29,7 @@ from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
+from sparkdeploy.secrets import refuse_missing
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, plan_deployment, plan_down
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
@@ -179,6 +180,8 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
     dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
+    if not dry_run:
+        refuse_missing(dep.secrets)
     if dep.topology == "2xsolo":
         dep.secrets.require("LITELLM_MASTER_KEY", "the 2xsolo proxy's master key")
     out = Out(as_json, dep.secrets.mask)
@@ -191,7 +194,8 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     simulated = _simulated(dep)
     inv = dep.inventory
     try:
-        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session:
+        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
+                node_locks(session, dry_run):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated)
     finally:
         if as_json:
@@ -328,7 +332,8 @@ def down(inventory, dry_run, as_json):
     out = Out(as_json)
     result: dict[str, Any] = {"dry_run": dry_run, "ok": False, "unreachable": {}}
     try:
-        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session:
+        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
+                node_locks(session, dry_run):
             facts = gather_facts(session, inv.nodes)
             bad = {name: f for name, f in facts.items() if not isinstance(f, NodeFacts)}
             good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}
@@ -379,7 +384,7 @@ def _uptime(seconds: float | None) -> str:
 
 def _probe(url: str) -> dict:
     try:
-        code, _ = health.http_get(url, 3.0)
+        code, _ = health.http_get(url, time.monotonic() + 3.0)
         return {"url": url, "ok": code == 200, "detail": f"HTTP {code}"}
     except Exception as exc:  # unreachable endpoint: report it, never fail status on it
         reason = getattr(exc, "reason", exc)
@@ -401,7 +406,7 @@ def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
         probe = None
         if port and c.running:
             path = "/health/liveliness" if (role or c.role) == "proxy" else "/health"
-            probe = _probe(f"http://{node.mgmt_ip}:{port}{path}")
+            probe = _probe(f"http://{node.url_host}:{port}{path}")
         containers.append({
             "name": c.name, "role": c.role, "recipe": c.recipe, "topology": c.topology,
             "backend": c.label("backend") or None, "state": c.status, "running": c.running,

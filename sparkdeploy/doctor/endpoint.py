@@ -66,7 +66,7 @@ def _ours(run: DoctorRun, node: Node) -> list[dict]:
 
 def _base(run: DoctorRun, node: Node, role: str) -> str:
     port = run.inventory.cluster.proxy_port if role == "proxy" else run.inventory.cluster.vllm_port
-    return f"http://{node.mgmt_ip}:{port}"
+    return f"http://{node.url_host}:{port}"
 
 
 def _none_up(run: DoctorRun, node: Node) -> Result | None:

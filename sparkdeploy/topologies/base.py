@@ -14,7 +14,7 @@ from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
 from sparkdeploy.render import render
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.secrets import Secrets, digest_key, keyed_digest
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 SERVING_CONTAINER = "sparkdeploy-vllm"
@@ -30,6 +30,7 @@ class Context:
     secrets: Secrets
     solo_node: Node | None = None
     warnings: list[str] = field(default_factory=list)
+    _key: bytes | None = field(default=None, repr=False)
 
     @property
     def recipe(self):
@@ -65,6 +66,14 @@ class Context:
         })
         return env
 
+    def digest(self, f: FileSpec) -> str:
+        """A file's part of a config hash; a secret file's is keyed (see secrets.digest_key): never guessable."""
+        if not f.secret:
+            return f.sha256
+        if self._key is None:
+            self._key = digest_key(self.inventory.cluster_id)
+        return keyed_digest(self._key, f.content)
+
     def common_files(self, node: Node) -> list[FileSpec]:
         env = self.fabric_env(node)
         env.update(self.recipe.env)
@@ -87,7 +96,7 @@ class Context:
                         hf_cache=self.cluster.hf_cache if gpus else None, container_hf_home=CONTAINER_HF_HOME)
         # The hash covers everything the container is made of, so any change restarts exactly this container.
         settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")
-        chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + f.sha256 for f in depends))
+        chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + self.digest(f) for f in depends))
         labels = {
             MANAGED_LABEL: "true",
             f"{LABEL_PREFIX}.recipe": self.recipe.name,

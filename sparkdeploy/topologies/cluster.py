@@ -60,4 +60,4 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
                           ports=(port, ctx.cluster.master_port) if rank == 0 else (),
                           health_port=port if rank == 0 else None, args=args, headless=rank > 0, **common)
         out.append(nd)
-    return out, f"http://{head.mgmt_ip}:{port}/v1", []
+    return out, f"http://{head.url_host}:{port}/v1", []

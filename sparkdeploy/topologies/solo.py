@@ -16,4 +16,4 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     ctx.container(nd, role="solo", name=SERVING_CONTAINER, entry_template="entry-vllm.sh.j2",
                   entry_name="vllm.entry.sh", image_tag=ctx.run_image.tag, gpus=True, ports=(port,),
                   health_port=port, args=args, headless=False)
-    return [nd], f"http://{node.mgmt_ip}:{port}/v1", []
+    return [nd], f"http://{node.url_host}:{port}/v1", []

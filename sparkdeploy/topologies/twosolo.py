@@ -56,7 +56,7 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
                       entry_name="vllm.entry.sh", image_tag=ctx.run_image.tag, gpus=True, ports=(port,),
                       health_port=port, args=args, headless=False)
         nodes.append(nd)
-        backends.append((node.name, f"http://{node.mgmt_ip}:{port}/v1"))
+        backends.append((node.name, f"http://{node.url_host}:{port}/v1"))
     head = next(nd for nd in nodes if nd.node.role == "head")
     config = litellm_config(ctx, backends)
     config_file = FileSpec("litellm-config.yaml", render(
@@ -66,4 +66,4 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
                   entry_name="litellm.entry.sh", image_tag=load_definition(PROXY_IMAGE).tag, gpus=False,
                   ports=(proxy_port,), health_port=proxy_port, extra_files=(config_file,), port=proxy_port,
                   num_workers=ctx.recipe.litellm.num_workers)
-    return nodes, f"http://{head.node.mgmt_ip}:{proxy_port}/v1", [url for _, url in backends]
+    return nodes, f"http://{head.node.url_host}:{proxy_port}/v1", [url for _, url in backends]
