@@ -28,7 +28,7 @@ def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict:
         for c in nd.containers:
             if c.health_port is None:
                 continue
-            target = {"targets": [f"{nd.node.mgmt_ip}:{c.health_port}"],
+            target = {"targets": [f"{nd.node.url_host}:{c.health_port}"],
                       "labels": {"node": nd.node.name, "container": c.name}}
             if c.role in ENGINE_ROLES:
                 engines.append(target)
@@ -62,4 +62,4 @@ def add_prometheus(ctx: Context, nodes: list[NodeDeployment]) -> str:
     ctx.container(nd, role="metrics", name=PROMETHEUS_CONTAINER, entry_template="entry-prometheus.sh.j2",
                   entry_name="prometheus.entry.sh", image_tag=load_definition(PROMETHEUS_IMAGE).tag, gpus=False,
                   ports=(port,), health_port=None, extra_files=tuple(extra), port=port, retention=RETENTION)
-    return f"http://{head.mgmt_ip}:{port}"
+    return f"http://{head.url_host}:{port}"

@@ -255,7 +255,7 @@ def node_targets(node, text: str) -> list[Target]:
         port = ports.get(name)
         if not name or not port:
             continue
-        url = f"http://{node.mgmt_ip}:{port}/metrics"
+        url = f"http://{node.url_host}:{port}/metrics"
         if role == "proxy":
             out.append(Target(node.name, name, "proxy", url))
         elif role in SERVING_ROLES:

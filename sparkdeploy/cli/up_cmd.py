@@ -441,7 +441,7 @@ def _metrics_url(inv, facts: dict) -> str | None:
         ports = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
         for c in f.containers:
             if c.role == "metrics" and c.running and ports.get(c.name):
-                return f"http://{node.mgmt_ip}:{ports[c.name][0]}"
+                return f"http://{node.url_host}:{ports[c.name][0]}"
     return None
 
 

@@ -82,7 +82,7 @@ def _testinfra_backend_class():
         def __init__(self, conn: NodeConnection, timeout: float = 20):
             self.conn = conn
             ssh = conn.node.ssh
-            spec = f"{ssh.user + '@' if ssh.user else ''}{conn.node.mgmt_ip}:{ssh.port or 22}"
+            spec = f"{ssh.user + '@' if ssh.user else ''}{conn.node.url_host}:{ssh.port or 22}"
             super().__init__(spec, timeout=int(timeout))
             self._encoding = "utf-8"  # skip testinfra's python round trip to ask the node
 
