@@ -27,8 +27,11 @@ def make_empty(repo: Path) -> None:
     sh("docker ps -aq --filter label=io.sparkdeploy.lab=1 | xargs -r docker rm -f >/dev/null 2>&1")
     sh("docker network ls -q --filter label=io.sparkdeploy.lab=1 | xargs -r docker network rm >/dev/null 2>&1")
     sh("docker volume ls -q --filter label=io.sparkdeploy.lab=1 | xargs -r docker volume rm >/dev/null 2>&1")
-    sh("docker images --format '{{.Repository}} {{.ID}}' | awk '$1 ~ /^sparkdeploy/ || $1 == \"<none>\" {print $2}' "
-       "| sort -u | xargs -r docker rmi -f >/dev/null 2>&1")
+    # Children before parents: `docker rmi` refuses an image with dependent child images, so go round until
+    # none is left (a base like debian-base goes last).
+    sh("for _ in 1 2 3 4 5 6; do ids=$(docker images -a --format '{{.Repository}} {{.ID}}' "
+       "| awk '$1 ~ /^sparkdeploy/ || $1 == \"<none>\" {print $2}' | sort -u); [ -z \"$ids\" ] && break; "
+       "echo \"$ids\" | xargs -r docker rmi -f >/dev/null 2>&1; done")
     sh("docker builder prune -af >/dev/null 2>&1")
     for wheels in (repo / "images").glob("*/wheels"):
         shutil.rmtree(wheels, ignore_errors=True)
@@ -37,5 +40,8 @@ def make_empty(repo: Path) -> None:
     state = Path(os.environ.get("SPARKDEPLOY_STATE") or Path.home() / ".local" / "state" / "sparkdeploy")
     shutil.rmtree(state, ignore_errors=True)
     sh("python3 -m pip uninstall -y -q " + " ".join(SYSTEM_PACKAGES) + " >/dev/null 2>&1")
+    left = subprocess.run(["docker", "images", "-aq"], capture_output=True, text=True).stdout.split()
+    if left:
+        raise SystemExit(f"empty_machine: {len(left)} images are still in the engine: docker images -a")
     sh("pid=$(cat /var/run/docker.pid 2>/dev/null) && kill \"$pid\" && "
        "for _ in $(seq 1 120); do [ -d /proc/$pid ] || break; sleep 0.5; done")
