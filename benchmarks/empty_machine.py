@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 SYSTEM_PACKAGES = ("sparkdeploy", "litellm", "llama-benchy", "ray", "torch", "fabric", "pytest-testinfra")
@@ -39,7 +40,9 @@ def make_empty(repo: Path) -> None:
         shutil.rmtree(repo / venv, ignore_errors=True)
     state = Path(os.environ.get("SPARKDEPLOY_STATE") or Path.home() / ".local" / "state" / "sparkdeploy")
     shutil.rmtree(state, ignore_errors=True)
-    sh("python3 -m pip uninstall -y -q " + " ".join(SYSTEM_PACKAGES) + " >/dev/null 2>&1")
+    # The system interpreter's site, never the venv this script may be running from.
+    system_python = getattr(sys, "_base_executable", sys.executable)
+    sh(f"{system_python} -m pip uninstall -y -q " + " ".join(SYSTEM_PACKAGES) + " >/dev/null 2>&1")
     left = subprocess.run(["docker", "images", "-aq"], capture_output=True, text=True).stdout.split()
     if left:
         raise SystemExit(f"empty_machine: {len(left)} images are still in the engine: docker images -a")
