@@ -57,6 +57,16 @@ class ContainerSpec:
     ports: tuple[int, ...] = ()
     health_port: int | None = None
 
+    @property
+    def health_path(self) -> str:
+        return health_path(self.role)
+
+
+def health_path(role: str) -> str:
+    """The HTTP path that says a container serves: LiteLLM's `/health` would call every backend, so the proxy is
+    asked `/health/liveliness` (no key needed)."""
+    return "/health/liveliness" if role == "proxy" else "/health"
+
 
 @dataclass
 class NodeDeployment:

@@ -64,7 +64,7 @@ def probes_for(dep: Deployment) -> list[Probe]:
         for c in nd.containers:
             if c.health_port is None:
                 continue
-            path = "/health/liveliness" if c.role == "proxy" else "/health"
+            path = c.health_path
             probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.url_host}:{c.health_port}{path}",
                                 "health"))
     public_bearer = dep.topology == "2xsolo"

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import __version__
-from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL, ContainerSpec, FileSpec, NodeDeployment, config_hash
+from sparkdeploy import healthcheck
+from sparkdeploy.deployment import (LABEL_PREFIX, MANAGED_LABEL, ContainerSpec, FileSpec, NodeDeployment, config_hash,
+                                    health_path)
 from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
@@ -93,7 +95,8 @@ class Context:
         entry = FileSpec(entry_name, render(entry_template, **common, **entry_vars), mode=0o755)
         depends = [entry, *extra_files, *[f for f in nd.files if f.name in ("node.env", "secrets.env")]]
         run_vars = dict(common, image=image_tag, restart=restart, gpus=gpus, entry=entry_name,
-                        hf_cache=self.cluster.hf_cache if gpus else None, container_hf_home=CONTAINER_HF_HOME)
+                        hf_cache=self.cluster.hf_cache if gpus else None, container_hf_home=CONTAINER_HF_HOME,
+                        healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None)
         # The hash covers everything the container is made of, so any change restarts exactly this container.
         settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")
         chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + self.digest(f) for f in depends))

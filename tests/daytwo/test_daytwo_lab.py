@@ -216,3 +216,33 @@ def test_killed_and_oom_killed_engines_are_told_apart(day2):
     assert "OOM-killed" in rows[("spark1", "fail")]["measured"]
     assert "gpu_memory_utilization" in rows[("spark1", "fail")]["fix"]
     assert "SIGKILL" in rows[("spark2", "warn")]["measured"]
+
+
+def test_a_wedged_engine_is_reported_health_failing_since(day2):
+    """The engine's process stopped (SIGSTOP: it still runs, but answers nothing): Docker's own health check,
+    which every serving container now declares, marks it unhealthy; `status` and doctor say since when."""
+    pid = "\"$(docker inspect --format '{{.State.Pid}}' sparkdeploy-vllm)\""
+    # Docker only counts failures once the container has been healthy (or its start period ran out).
+    deadline = time.monotonic() + 60
+    while _container(status(day2), "spark2").get("docker_health") != "healthy":
+        assert time.monotonic() < deadline, _container(status(day2), "spark2")
+        time.sleep(2)
+    node_run(day2, "spark2", f"sudo kill -STOP {pid}")
+    try:
+        deadline = time.monotonic() + 60
+        while (c := _container(status(day2), "spark2")).get("docker_health") != "unhealthy":
+            assert time.monotonic() < deadline, c
+            time.sleep(2)
+        assert c["health_failing_since"], c
+        table = sd("status", "-i", day2)
+        assert re.search(r"^spark2 sparkdeploy-vllm: .*health failing since \S+ ago", table.stdout, re.M), table.stdout
+        r = sd("doctor", "-i", day2, "-r", RECIPE, "-t", "2xsolo", "--only", "engine.crashes", "--json")
+        assert r.returncode == 1, _fail(r)
+        rows = [x for x in json.loads(r.stdout)["results"] if x["node"] == "spark2" and x["status"] == "fail"]
+        assert any("health check failing since" in x["measured"] for x in rows), rows
+    finally:
+        node_run(day2, "spark2", f"sudo kill -CONT {pid}")
+    deadline = time.monotonic() + 60
+    while _container(status(day2), "spark2").get("docker_health") != "healthy":
+        assert time.monotonic() < deadline, "spark2's engine did not become healthy again after SIGCONT"
+        time.sleep(2)
