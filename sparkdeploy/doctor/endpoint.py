@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
+from sparkdeploy.deployment import health_path
 from sparkdeploy.inventory import Node
 
 from . import engine
@@ -92,7 +93,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
             out.append(ok(f"{label} running (served by the head)", "running"))
             continue
         base = _base(run, node, c["role"])
-        path = "/health/liveliness" if c["role"] == "proxy" else "/health"
+        path = health_path(c["role"])
         try:
             status, _, secs = http(base + path)
         except HttpError as exc:
