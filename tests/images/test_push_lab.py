@@ -41,7 +41,7 @@ READERS = ["store", "save"]  # where the layers are read here: the engine's laye
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_images, forget_on_nodes, reader):
+def test_push_to_both_nodes_then_a_second_push_sends_nothing(lab, lab_inventory, test_images, forget_on_nodes, reader):
     forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
     results = ok_results(push_image(test_images.v1, lab_inventory, reader=reader))
     assert set(results) == {n.name for n in lab.nodes}
@@ -52,12 +52,10 @@ def test_push_to_both_nodes_then_skip_in_under_2s(lab, lab_inventory, test_image
         assert node_id(lab, node, test_images.v1) == test_images.ids["v1"]
         assert incoming_tags(lab, node) == []
 
-    started = time.monotonic()
+    # How fast that is (0.34 s) is benchmarks/image_push.py's figure: a timed assertion fails on a busy machine.
     again = ok_results(push_image(test_images.v1, lab_inventory))
-    elapsed = time.monotonic() - started
     assert {r.action for r in again.values()} == {"present"}
     assert sum(r.bytes_sent for r in again.values()) == 0
-    assert elapsed < 2.0, f"pushing an image the nodes have took {elapsed:.2f} s"
 
 
 @pytest.mark.parametrize("reader", READERS)
