@@ -186,7 +186,10 @@ class Topology:
         port = free_port()
         env = dict(os.environ, LITELLM_LOG="ERROR")
         self.procs.append(Proc("litellm", [litellm, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
-                                           "--num_workers", str(self.proxy_workers)], env, self.logdir))
+                                           "--num_workers", str(self.proxy_workers),
+                                           # as templates/entry-litellm.sh.j2: a busy machine must not
+                                           # kill workers still importing LiteLLM
+                                           "--timeout_worker_healthcheck", "60"], env, self.logdir))
         wait_ok(f"http://127.0.0.1:{port}/health/liveliness", self.procs)
         return f"http://127.0.0.1:{port}"
 
