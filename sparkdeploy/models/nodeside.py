@@ -12,7 +12,7 @@ Commands (HF_CACHE may start with ~):
   status HF_CACHE [REPO] [--verify]   JSON: per repo/commit, each file ok|missing|size|digest, + free bytes
   have HF_CACHE REPO                  JSON: complete blobs and partial sizes (what a sender can skip)
   finish HF_CACHE                     stdin: a manifest; verify every file, then record the manifest
-  send HF_CACHE REPO                  stdin: {"manifest":..., "want":[[blob, offset], ...]}; stdout: the stream
+  send HF_CACHE REPO REQUEST          REQUEST: {"manifest":..., "want":[[blob, offset], ...]}; stdout: the stream
   receive HF_CACHE REPO               stdin: the stream; each blob into a partial file, verified, renamed
 """
 
@@ -150,6 +150,8 @@ def cmd_have(hf_cache, repo):
             size = os.path.getsize(os.path.join(blobs, name))
             if name.endswith(PARTIAL):
                 partial[name[: -len(PARTIAL)]] = size
+            elif name.endswith(".incomplete"):  # huggingface_hub's own partial download
+                partial[name[: -len(".incomplete")]] = size
             elif "." not in name:
                 have[name] = size
     return {"have": have, "partial": partial, "free": free_bytes(hf_cache)}

@@ -1,0 +1,346 @@
+"""`models pull`: the model downloaded once, on one node, then copied node to node over the fabric.
+
+plan:     what every node already has (complete blobs, partial ones) and free space; the hub's file list
+          (revision -> commit, sizes, LFS sha256) read by the real huggingface_hub client on the download node.
+          Room is checked on every node before the first byte moves; bad input (unknown model or revision,
+          gated without a token) stops here with one line.
+download: on the download node (the head by default), huggingface_hub in a container of the engine image;
+          the token only in a 0600 env file. Then every file is verified and the manifest recorded.
+copy:     a chain download-node -> n2 -> n3 ... (peers.transfer_plan): each hop runs `nodeside send | ssh
+          <next fabric IP> nodeside receive` on the sender (peers.peer_ssh_argv: host keys checked), so the
+          bytes never pass through this machine and the download node sends each byte once. The receiver
+          writes each blob to a partial file, resumes it from its length next time, verifies its digest and
+          only then renames it; the manifest (the "complete" mark) is written after every file verified.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.models import ops
+from sparkdeploy.models.ops import ModelRef
+from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.secrets import Secrets
+
+MARGIN_BYTES = 64 << 20  # beyond the bytes still to come: the manifest, verify caches, filesystem slack
+ENV_FILE = "models-pull.env"
+POLL_S = 0.5
+
+
+@dataclass
+class NodeResult:
+    node: str
+    action: str = ""  # present | downloaded | copied | failed | skipped
+    source: str = ""  # the hub, or the node it was copied from
+    via: str = ""  # "172.30.124.11 -> 172.30.124.12" for a fabric copy
+    bytes: int = 0  # bytes that arrived now
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.action in ("present", "downloaded", "copied")
+
+
+@dataclass
+class PullResult:
+    model: str
+    revision: str
+    commit: str = ""
+    size: int = 0
+    files: int = 0
+    download_node: str = ""
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+    nodes: dict[str, NodeResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.nodes.values()) if not self.dry_run else True
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "revision": self.revision, "commit": self.commit, "size": self.size,
+                "files": self.files, "download_node": self.download_node, "dry_run": self.dry_run,
+                "plan": self.plan, "ok": self.ok,
+                "nodes": {n: {k: v for k, v in vars(r).items() if k != "node"} for n, r in self.nodes.items()}}
+
+
+class Progress:
+    """Per-node byte counts (the CLI draws bars from them); the default draws nothing."""
+
+    def start(self, node: str, total: int, what: str) -> None: ...
+
+    def update(self, node: str, done: int) -> None: ...
+
+    def finish(self, node: str, ok: bool, note: str = "") -> None: ...
+
+
+def _abs(path: str, home: str) -> str:
+    return home.rstrip("/") + path[1:] if path.startswith("~/") else path
+
+
+def _blob_sizes(manifest: dict) -> dict[str, int]:
+    return {f["blob"]: f["size"] for f in manifest["files"]}
+
+
+def _to_come(manifest: dict, held: dict) -> int:
+    """Bytes a node still has to receive (complete blobs skipped, partial ones counted from their length)."""
+    left = 0
+    for blob, size in _blob_sizes(manifest).items():
+        if held["have"].get(blob) == size:
+            continue
+        left += size - min(held["partial"].get(blob, 0), size)
+    return left
+
+
+def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int,
+          stop: threading.Event) -> None:
+    """Report bytes arrived on `node` while a download or copy runs (a second SSH session, stat only)."""
+    sizes = _blob_sizes(manifest)
+    while not stop.wait(POLL_S):
+        try:
+            held = ops.have(conn, hf_cache, manifest["repo"])
+        except Exception:  # a poll that fails is only a missed bar update
+            continue
+        done = sum(min(held["have"].get(b, 0) or held["partial"].get(b, 0), s) for b, s in sizes.items())
+        progress.update(node, max(0, done - base))
+
+
+def _env_file(ref: ModelRef, inv: Inventory, secrets: Secrets) -> str:
+    lines = {"HF_HOME": "/hf", "HOME": "/tmp", "HF_HUB_DISABLE_TELEMETRY": "1",
+             "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    if inv.cluster.hf_endpoint:
+        lines["HF_ENDPOINT"] = inv.cluster.hf_endpoint
+    token = secrets.get("HF_TOKEN")
+    if token:
+        if "\n" in token or "\r" in token:
+            raise ConfigError(Problem(secrets.source or "secrets", "HF_TOKEN", "contains a line break",
+                                      "write the token on one line"))
+        lines["HF_TOKEN"] = token
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+class Puller:
+    def __init__(self, inv: Inventory, conns: dict[str, NodeConnection], secrets: Secrets, image: str,
+                 progress: Progress | None = None, say=lambda _m: None):
+        self.inv = inv
+        self.conns = conns
+        self.secrets = secrets
+        self.image = image
+        self.progress = progress or Progress()
+        self.say = say
+        self.hf_cache = inv.cluster.hf_cache
+        self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
+
+    # -- the hub client on the download node -----------------------------------------------------------
+    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
+        conn = self.conns[node.name]
+        home = conn.home()
+        hf_abs = _abs(self.hf_cache, home)
+        state = _abs("~/" + self.inv.cluster.state_dir, home)
+        ids = conn.run(["sh", "-c", 'id -u; id -g']).stdout.split()
+        conn.run(["mkdir", "-p", hf_abs + "/hub", state])
+        env_path = f"{state}/{ENV_FILE}"
+        conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
+        argv = ["docker", "run", "--rm", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
+                "--env-file", env_path, "--volume", f"{hf_abs}:/hf", "--entrypoint", "python3", self.image,
+                "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
+        try:
+            result = conn.run(argv, check=False, timeout=None)
+        finally:
+            conn.run(["rm", "-f", env_path], check=False)
+        lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+        data = json.loads(lines[-1]) if lines else {}
+        if "error" in data:
+            self._hub_error(node, ref, data)
+        if result.exit_code != 0 or not data:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise StepFailed(f"{node.name}: huggingface_hub in {self.image} failed ({cmd} {ref}): {tail[0]}")
+        return data
+
+    def _hub_error(self, node: Node, ref: ModelRef, data: dict) -> None:
+        kind, where = data["error"], f"on {self.endpoint} (asked from {node.name})"
+        if kind == "repo":
+            raise ConfigError(Problem("models", ref.repo, f"no such model {where}, or it is private",
+                                      "check the id (e.g. openai/gpt-oss-120b); for a private model put "
+                                      "HF_TOKEN=... in the secrets file"))
+        if kind == "revision":
+            raise ConfigError(Problem("models", "--revision", f"{ref.revision!r} is not a revision of {ref.repo} "
+                                      f"{where}", "give a branch, tag or commit of the model (default: main)"))
+        if kind == "gated":
+            has = bool(self.secrets.get("HF_TOKEN"))
+            raise ConfigError(Problem(
+                "models", ref.repo, f"is gated {where} and " + ("the hub refused HF_TOKEN" if has else
+                                                                 "no HF_TOKEN is set"),
+                "accept the model's license on the hub with your account, then put HF_TOKEN=... (a token of "
+                "that account) in the secrets file (cluster.secrets_file) or the environment"))
+        raise StepFailed(f"{node.name}: the hub client failed for {ref} {where}: {data.get('message', kind)}")
+
+    # -- the pull ---------------------------------------------------------------------------------------
+    def pull(self, ref: ModelRef, download_node: Node, targets: list[Node], dry_run: bool = False) -> PullResult:
+        from sparkdeploy.peers import ensure_peer_trust, transfer_plan
+
+        result = PullResult(ref.repo, ref.revision, download_node=download_node.name, dry_run=dry_run)
+        everyone = [download_node] + [t for t in targets if t.name != download_node.name]
+        self.say(f"reading the model cache on {', '.join(n.name for n in everyone)}")
+        held = self._per_node(everyone, lambda n: ops.have(self.conns[n.name], self.hf_cache, ref.repo))
+        states = self._per_node(everyone, lambda n: ops.status(self.conns[n.name], self.hf_cache, ref.repo))
+        self.say(f"asking {self.endpoint} for {ref} (huggingface_hub on {download_node.name})")
+        manifest = self._hub_client(download_node, ref, "plan", ref.revision)
+        manifest["revision"] = ref.revision
+        result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
+        exact = ModelRef(ref.repo, manifest["commit"])
+
+        need = {n.name: (0 if ops.complete_commit(states[n.name], exact) else _to_come(manifest, held[n.name]))
+                for n in everyone}
+        short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
+        if short:
+            raise StepFailed("; ".join(
+                f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
+                f"more (fix: free space there, or set cluster.hf_cache to a larger disk)" for n in short)
+                + ". Nothing was downloaded or copied.")
+
+        src_done = need[download_node.name] == 0
+        result.plan.append(f"{download_node.name}: " + ("has it (verified)" if src_done else
+                           f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
+                           f"in {self.image}"))
+        todo = [n for n in everyone[1:] if need[n.name]]
+        edges = transfer_plan(download_node, todo)
+        for frm, to in edges:
+            result.plan.append(f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
+                               f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked)")
+        for n in everyone[1:]:
+            if not need[n.name]:
+                result.plan.append(f"{n.name}: has it (verified)")
+        if dry_run:
+            if edges:
+                result.plan.extend(self._trust(ensure_peer_trust, edges, dry_run=True))
+            return result
+
+        # 1. the download node
+        if src_done:
+            result.nodes[download_node.name] = NodeResult(download_node.name, "present")
+        else:
+            result.nodes[download_node.name] = self._download(download_node, ref, manifest, held)
+            if not result.nodes[download_node.name].ok:
+                for n in everyone[1:]:
+                    result.nodes[n.name] = NodeResult(n.name, "skipped", error="the download failed")
+                return result
+        for n in everyone[1:]:
+            if not need[n.name]:
+                result.nodes[n.name] = NodeResult(n.name, "present")
+        if not edges:
+            return result
+
+        # 2. node-to-node trust, then the chain
+        for line in self._trust(ensure_peer_trust, edges, dry_run=False):
+            self.say(line)
+        broken = ""
+        for frm, to in edges:
+            if broken:
+                result.nodes[to.name] = NodeResult(to.name, "skipped", error=f"{broken} failed before it in the chain")
+                continue
+            result.nodes[to.name] = self._copy(frm, to, manifest, held[to.name], ref)
+            if not result.nodes[to.name].ok:
+                broken = to.name
+        return result
+
+    def _trust(self, ensure_peer_trust, edges, dry_run: bool) -> list[str]:
+        lines = []
+        for frm, to in edges:
+            lines.extend(ensure_peer_trust(self.inv, frm, [to], dry_run=dry_run))
+        return lines
+
+    def _per_node(self, nodes: list[Node], fn) -> dict:
+        outcomes = on_nodes(nodes, fn)
+        failed = [o for o in outcomes if not o.ok]
+        if failed:
+            raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
+        return {o.node.name: o.value for o in outcomes}
+
+    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict) -> NodeResult:
+        res = NodeResult(node.name, "downloaded", source=self.endpoint)
+        base = sum(min(v, _blob_sizes(manifest).get(b, 0)) for b, v in {**held[node.name]["partial"],
+                                                                          **held[node.name]["have"]}.items())
+        todo = _to_come(manifest, held[node.name])
+        self.progress.start(node.name, todo, f"download from {self.endpoint}")
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll, args=(self.conns[node.name], self.hf_cache, manifest, node.name,
+                                                      self.progress, base, stop), daemon=True)
+        t0 = time.monotonic()
+        poller.start()
+        try:
+            self._hub_client(node, ref, "download", manifest["commit"])
+            done = ops.finish(self.conns[node.name], self.hf_cache, manifest)
+        except (StepFailed, ConfigError) as exc:
+            res.action, res.error = "failed", str(exc)
+            return res
+        finally:
+            stop.set()
+            poller.join()
+            res.seconds = round(time.monotonic() - t0, 2)
+        res.bytes = todo
+        if not done.get("ok"):
+            res.action = "failed"
+            res.error = (f"{node.name}: after the download, {ops.describe_bad(done['bad'])}; run the pull again "
+                         "(bad files are fetched again)")
+        self.progress.finish(node.name, res.ok, res.error)
+        return res
+
+    def _copy(self, frm: Node, to: Node, manifest: dict, held: dict, ref: ModelRef) -> NodeResult:
+        from sparkdeploy.peers import peer_ssh_argv
+
+        res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
+        sizes = _blob_sizes(manifest)
+        want = [[b, held["partial"].get(b, 0) if held["partial"].get(b, 0) < s else 0]
+                for b, s in sizes.items() if held["have"].get(b) != s]
+        t0 = time.monotonic()
+        for attempt in (1, 2):
+            todo = sum(sizes[b] - off for b, off in want)
+            self.progress.start(to.name, todo, f"copy from {frm.name} {res.via}")
+            request = json.dumps({"manifest": manifest, "want": want})
+            send = ops.nodeside_argv("send", self.hf_cache, ref.repo, request)
+            receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
+            pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
+            stop = threading.Event()
+            base = sum(off for _b, off in want) + sum(v for b, v in held["have"].items() if v == sizes.get(b))
+            poller = threading.Thread(target=_poll, args=(self.conns[to.name], self.hf_cache, manifest, to.name,
+                                                          self.progress, base, stop), daemon=True)
+            poller.start()
+            try:
+                out = self.conns[frm.name].run(["bash", "-o", "pipefail", "-c", pipeline], check=False, timeout=None)
+            except StepFailed as exc:
+                res.action, res.error = "failed", f"{to.name}: copy from {frm.name} broke: {exc}; run the pull again to resume"
+                break
+            finally:
+                stop.set()
+                poller.join()
+            res.bytes += todo
+            answer = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            verdict = json.loads(answer[-1]) if answer else {}
+            if out.exit_code == 0 and verdict.get("ok"):
+                res.action, res.error = "copied", ""
+                break
+            if verdict.get("bad") and attempt == 1:  # a blob already there was corrupt: send those again, once
+                bad_blobs = {f["blob"] for f in manifest["files"] if f["path"] in verdict["bad"]}
+                want = [[b, 0] for b in sorted(bad_blobs)]
+                held = {"have": {}, "partial": {}}
+                continue
+            tail = (out.stderr.strip().splitlines() or [""])[-1] or ops.describe_bad(verdict.get("bad", {}))
+            res.action = "failed"
+            res.error = (f"{to.name}: copy from {frm.name} over {res.via} failed: {tail}; what arrived is kept "
+                         "(verified files, partial ones resume): run the pull again")
+            break
+        res.seconds = round(time.monotonic() - t0, 2)
+        self.progress.finish(to.name, res.ok, res.error)
+        return res
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
