@@ -3,7 +3,7 @@
 It runs the lab-node image (already built for the nodes: python3 and tc, nothing new to build), on the
 management network only (MGMT .5), like the internet is reached from a Spark over its LAN port, never over
 the CX7 link. Its egress is shaped with tc to HUB_RATE_MBIT, a tenth of what the lab's fabric carries for one
-SSH stream on these machines (see docs/benchmarks.md), so the lab shows why copying over the fabric matters.
+SSH stream on the development machines (see docs/benchmarks.md), so the lab shows why copying over the fabric matters.
 The lab's HF_TOKEN is the token that opens its gated repository (a 0600 file in the container).
 
 Reused while its config hash (image, repositories, rate, token digest, server code) matches; replaced otherwise.
@@ -28,7 +28,7 @@ from sparkdeploy.lab.spec import CONFIG_LABEL, LabSpec
 
 HUB_HOST = 5  # MGMT .5: away from the gateway (.1) and the nodes (.11 up)
 HUB_PORT = 80
-HUB_RATE_MBIT = 200
+HUB_RATE_MBIT = 50  # one SSH stream over the lab's fabric moves ~60 MB/s (~500 Mbit/s) on the 2-core machines
 ROLE_LABEL = "io.sparkdeploy.lab.role"
 SERVER = Path(__file__).with_name("hub_server.py")
 LAYOUT = 1  # bump when create() changes in a way the hash fields do not show

@@ -80,7 +80,7 @@ def _files(name: str, shards: tuple[int, ...]) -> dict[str, bytes]:
     return files
 
 
-def _write_repo(base: Path, name: str, shards: tuple[int, ...], gated: bool) -> None:
+def write_repo(base: Path, name: str, shards: tuple[int, ...], gated: bool) -> None:
     entries = []
     for path, data in sorted(_files(name, shards).items()):
         target = base / "files" / path
@@ -107,7 +107,7 @@ def ensure_repos() -> Path:
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     for name, (shards, gated) in REPOS.items():
-        _write_repo(tmp / name, name, shards, gated)
+        write_repo(tmp / name, name, shards, gated)
     (tmp / ".complete").write_text("")
     final.parent.mkdir(parents=True, exist_ok=True)
     try:

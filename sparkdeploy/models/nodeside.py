@@ -93,12 +93,14 @@ def check_file(blobs, f, cache, force):
     return "ok"
 
 
-def verify(hf_cache, manifest, force=False):
+def verify(hf_cache, manifest, force=False, fresh=None):
+    """{path: problem} for the files of `manifest` that do not verify; `fresh`: blobs just hashed (stamps)."""
     repo = manifest["repo"]
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
     snap = os.path.join(repo_dir(hf_cache, repo), "snapshots", manifest["commit"])
     cache_path = os.path.join(record_dir(hf_cache, repo), "verified.json")
     cache = _read_json(cache_path, {})
+    cache.update(fresh or {})
     bad = {}
     for f in manifest["files"]:
         state = check_file(blobs, f, cache, force)
@@ -181,11 +183,17 @@ def link_snapshot(hf_cache, manifest):
         os.replace(tmp, ref)
 
 
-def cmd_finish(hf_cache, manifest):
-    """After a download or a copy: every file verified, then the manifest recorded (the 'complete' mark)."""
+def cmd_finish(hf_cache, manifest, fresh=None):
+    """After a download or a copy: every file verified, then the manifest recorded (the 'complete' mark).
+    `fresh`: blobs the receiver hashed as they arrived (not hashed twice); every other blob is hashed now."""
     os.makedirs(os.path.join(repo_dir(hf_cache, manifest["repo"]), "blobs"), exist_ok=True)
     link_snapshot(hf_cache, manifest)
-    bad = verify(hf_cache, manifest, force=True)
+    if fresh is None:
+        bad = verify(hf_cache, manifest, force=True)
+    else:
+        cache_path = os.path.join(record_dir(hf_cache, manifest["repo"]), "verified.json")
+        _write_json(cache_path, fresh)  # only what was hashed just now counts: the rest is hashed below
+        bad = verify(hf_cache, manifest)
     if bad:
         return {"ok": False, "bad": bad}
     _write_json(os.path.join(record_dir(hf_cache, manifest["repo"]), manifest["commit"] + ".json"), manifest)
@@ -219,6 +227,7 @@ def cmd_receive(hf_cache, repo):
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
     os.makedirs(blobs, exist_ok=True)
     manifest = None
+    fresh = {}
     while True:
         line = inp.readline()
         if not line:
@@ -252,9 +261,10 @@ def cmd_receive(hf_cache, repo):
             os.unlink(partial)
             raise SystemExit(f"{blob}: content does not match its digest after the copy (removed); run again")
         os.replace(partial, os.path.join(blobs, blob))
+        fresh[blob] = _stamp(os.stat(os.path.join(blobs, blob)))
     if manifest is None:
         raise SystemExit("no manifest in the stream")
-    result = cmd_finish(hf_cache, manifest)
+    result = cmd_finish(hf_cache, manifest, fresh)
     print(json.dumps(result))
     return 0 if result["ok"] else 1
 

@@ -280,6 +280,7 @@ class Puller:
             done = ops.finish(self.conns[node.name], self.hf_cache, manifest)
         except (StepFailed, ConfigError) as exc:
             res.action, res.error = "failed", str(exc)
+            self.progress.finish(node.name, False, res.error)
             return res
         finally:
             stop.set()
