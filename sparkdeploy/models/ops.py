@@ -46,6 +46,11 @@ def model_ref(repo: str, revision: str | None, source: str = "--revision") -> Mo
     return ModelRef(repo, rev)
 
 
+def folder(repo: str) -> str:
+    """The hub cache's folder name of a model (models--ORG--NAME)."""
+    return "models--" + repo.replace("/", "--")
+
+
 def nodeside_argv(cmd: str, hf_cache: str, *args: str) -> list[str]:
     return ["python3", "-c", script("nodeside.py"), cmd, hf_cache, *args]
 

@@ -89,14 +89,25 @@ def _blob_sizes(manifest: dict) -> dict[str, int]:
     return {f["blob"]: f["size"] for f in manifest["files"]}
 
 
-def _to_come(manifest: dict, held: dict) -> int:
-    """Bytes a node still has to receive (complete blobs skipped, partial ones counted from their length)."""
-    left = 0
-    for blob, size in _blob_sizes(manifest).items():
-        if held["have"].get(blob) == size:
-            continue
-        left += size - min(held["partial"].get(blob, 0), size)
-    return left
+def wanted(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> dict[str, int]:
+    """{blob: offset} a node still needs: complete blobs skipped, partial ones resumed from their length,
+    blobs of files that failed verification (`bad`: path -> problem) fetched again from 0."""
+    sizes = _blob_sizes(manifest)
+    again = {f["blob"] for f in manifest["files"] if f["path"] in (bad or {})}
+    out = {}
+    for blob, size in sizes.items():
+        if blob in again:
+            out[blob] = 0
+        elif held["have"].get(blob) != size:
+            part = held["partial"].get(blob, 0)
+            out[blob] = part if part < size else 0
+    return out
+
+
+def _to_come(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> int:
+    """Bytes a node still has to receive."""
+    sizes = _blob_sizes(manifest)
+    return sum(sizes[b] - off for b, off in wanted(manifest, held, bad).items())
 
 
 def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int,
@@ -197,8 +208,11 @@ class Puller:
         result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
         exact = ModelRef(ref.repo, manifest["commit"])
 
-        need = {n.name: (0 if ops.complete_commit(states[n.name], exact) else _to_come(manifest, held[n.name]))
-                for n in everyone}
+        bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
+        want = {n.name: ({} if ops.complete_commit(states[n.name], exact) else
+                         wanted(manifest, held[n.name], bad[n.name])) for n in everyone}
+        sizes = _blob_sizes(manifest)
+        need = {name: sum(sizes[b] - off for b, off in w.items()) for name, w in want.items()}
         short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
         if short:
             raise StepFailed("; ".join(
@@ -227,7 +241,8 @@ class Puller:
         if src_done:
             result.nodes[download_node.name] = NodeResult(download_node.name, "present")
         else:
-            result.nodes[download_node.name] = self._download(download_node, ref, manifest, held)
+            result.nodes[download_node.name] = self._download(download_node, ref, manifest, held,
+                                                              set(want[download_node.name]))
             if not result.nodes[download_node.name].ok:
                 for n in everyone[1:]:
                     result.nodes[n.name] = NodeResult(n.name, "skipped", error="the download failed")
@@ -246,7 +261,7 @@ class Puller:
             if broken:
                 result.nodes[to.name] = NodeResult(to.name, "skipped", error=f"{broken} failed before it in the chain")
                 continue
-            result.nodes[to.name] = self._copy(frm, to, manifest, held[to.name], ref)
+            result.nodes[to.name] = self._copy(frm, to, manifest, want[to.name], ref)
             if not result.nodes[to.name].ok:
                 broken = to.name
         return result
@@ -264,8 +279,13 @@ class Puller:
             raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
         return {o.node.name: o.value for o in outcomes}
 
-    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict) -> NodeResult:
+    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict, refetch: set[str]) -> NodeResult:
         res = NodeResult(node.name, "downloaded", source=self.endpoint)
+        conn = self.conns[node.name]
+        stale = [b for b in refetch if held[node.name]["have"].get(b) is not None]
+        if stale:  # blobs that failed verification: huggingface_hub would keep them (it trusts a blob's name)
+            blobs = _abs(self.hf_cache, conn.home()) + "/hub/" + ops.folder(ref.repo) + "/blobs/"
+            conn.run(["rm", "-f", "--", *(blobs + b for b in sorted(stale))])
         base = sum(min(v, _blob_sizes(manifest).get(b, 0)) for b, v in {**held[node.name]["partial"],
                                                                           **held[node.name]["have"]}.items())
         todo = _to_come(manifest, held[node.name])
@@ -294,13 +314,12 @@ class Puller:
         self.progress.finish(node.name, res.ok, res.error)
         return res
 
-    def _copy(self, frm: Node, to: Node, manifest: dict, held: dict, ref: ModelRef) -> NodeResult:
+    def _copy(self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef) -> NodeResult:
         from sparkdeploy.peers import peer_ssh_argv
 
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
         sizes = _blob_sizes(manifest)
-        want = [[b, held["partial"].get(b, 0) if held["partial"].get(b, 0) < s else 0]
-                for b, s in sizes.items() if held["have"].get(b) != s]
+        want = [[b, off] for b, off in sorted(need.items())]
         t0 = time.monotonic()
         for attempt in (1, 2):
             todo = sum(sizes[b] - off for b, off in want)
@@ -310,7 +329,7 @@ class Puller:
             receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
             pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
             stop = threading.Event()
-            base = sum(off for _b, off in want) + sum(v for b, v in held["have"].items() if v == sizes.get(b))
+            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))
             poller = threading.Thread(target=_poll, args=(self.conns[to.name], self.hf_cache, manifest, to.name,
                                                           self.progress, base, stop), daemon=True)
             poller.start()
@@ -331,7 +350,6 @@ class Puller:
             if verdict.get("bad") and attempt == 1:  # a blob already there was corrupt: send those again, once
                 bad_blobs = {f["blob"] for f in manifest["files"] if f["path"] in verdict["bad"]}
                 want = [[b, 0] for b in sorted(bad_blobs)]
-                held = {"have": {}, "partial": {}}
                 continue
             tail = (out.stderr.strip().splitlines() or [""])[-1] or ops.describe_bad(verdict.get("bad", {}))
             res.action = "failed"

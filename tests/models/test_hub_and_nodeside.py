@@ -33,14 +33,24 @@ def hub(tmp_path_factory):
     server.shutdown()
 
 
-def hub_client(endpoint: str, home: Path, *args: str, token: str = "") -> dict:
+def hub_client(endpoint: str, home: Path, *calls: tuple[str, ...], token: str = "") -> list[dict]:
+    """Run hub_client.py's commands in ONE process (huggingface_hub imports once): one answer per call; each
+    call is (token, cmd, repo, revision) or (cmd, repo, revision)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_PROGRESS_BARS="1")
-    if token:
-        env["HF_TOKEN"] = token
-    run = subprocess.run([sys.executable, "-c", ops.script("hub_client.py"), *args], env=env, capture_output=True,
-                         text=True, timeout=120)
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    driver = ("import json, os, sys\nns = {'__name__': 'hub_client'}\nexec(sys.argv[1], ns)\n"
+              "for call in json.loads(sys.argv[2]):\n"
+              "    os.environ.pop('HF_TOKEN', None)\n"
+              "    if call[0]: os.environ['HF_TOKEN'] = call[0]\n"
+              "    try: ns['main'](call[1:])\n"
+              "    except SystemExit: pass\n"
+              "    sys.stdout.flush()\n")
+    norm = [list(c) if len(c) == 4 else [token, *c] for c in calls]
+    run = subprocess.run([sys.executable, "-c", driver, ops.script("hub_client.py"), json.dumps(norm)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    answers = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(answers) == len(calls), run.stderr[-2000:]
+    return answers
 
 
 def nodeside(*args: str, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
@@ -53,18 +63,34 @@ def stats(endpoint: str) -> dict:
         return json.loads(resp.read())
 
 
-def test_real_client_downloads_and_every_file_verifies(hub, tmp_path):
-    manifest = hub_client(hub, tmp_path, "plan", "lab/tiny-model", "main")
+@pytest.fixture(scope="module")
+def downloaded(hub, tmp_path_factory):
+    """lab/tiny-model downloaded by the real client into a fresh HF_HOME; (home, manifest, bytes the hub sent)."""
+    home = tmp_path_factory.mktemp("src")
+    before = stats(hub)["repos"].get("lab/tiny-model", {}).get("bytes", 0)
+    manifest, got = hub_client(hub, home, ("plan", "lab/tiny-model", "main"), ("download", "lab/tiny-model", "main"))
+    assert "path" in got
+    manifest["revision"] = "main"
+    return home, manifest, stats(hub)["repos"]["lab/tiny-model"]["bytes"] - before
+
+
+def copy_of(home: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(home, tmp_path / "copy", symlinks=True)
+    return tmp_path / "copy"
+
+
+def test_real_client_downloads_and_every_file_verifies(downloaded, tmp_path):
+    home, manifest, served = downloaded
+    tmp_path = copy_of(home, tmp_path)
     assert {f["path"] for f in manifest["files"]} >= {"config.json", "model-00001-of-00002.safetensors",
                                                       "tokenizer.json", "model.safetensors.index.json"}
     lfs = [f for f in manifest["files"] if f["lfs"]]
     assert len(lfs) == 2 and all(len(f["blob"]) == 64 for f in lfs)  # sha256 from the hub's LFS metadata
-    before = stats(hub)["repos"].get("lab/tiny-model", {}).get("bytes", 0)
-    assert "path" in hub_client(hub, tmp_path, "download", "lab/tiny-model", manifest["commit"])
-    assert stats(hub)["repos"]["lab/tiny-model"]["bytes"] - before == manifest["total"]  # served once
+    assert served == manifest["total"]  # the hub served each byte once
 
     # huggingface_hub named each blob by its etag: what nodeside verifies (sha256 / git blob id)
-    manifest["revision"] = "main"
     done = nodeside("finish", str(tmp_path), stdin=json.dumps(manifest).encode())
     assert json.loads(done.stdout) == {"ok": True, "bad": {}}, done.stderr
     state = json.loads(nodeside("status", str(tmp_path)).stdout)
@@ -85,11 +111,11 @@ def test_real_client_downloads_and_every_file_verifies(hub, tmp_path):
 
 
 def test_bad_input_gets_the_hubs_error_codes(hub, tmp_path):
-    assert hub_client(hub, tmp_path, "plan", "lab/no-such-model", "main")["error"] == "repo"
-    assert hub_client(hub, tmp_path, "plan", "lab/tiny-model", "v9.9")["error"] == "revision"
-    assert hub_client(hub, tmp_path, "plan", "lab/gated-model", "main")["error"] == "gated"
-    assert hub_client(hub, tmp_path, "plan", "lab/gated-model", "main", token="hf_wrong")["error"] == "gated"
-    assert hub_client(hub, tmp_path, "plan", "lab/gated-model", "main", token=TOKEN)["commit"]
+    answers = hub_client(hub, tmp_path, ("", "plan", "lab/no-such-model", "main"),
+                         ("", "plan", "lab/tiny-model", "v9.9"), ("", "plan", "lab/gated-model", "main"),
+                         ("hf_wrong", "plan", "lab/gated-model", "main"), (TOKEN, "plan", "lab/gated-model", "main"))
+    assert [a.get("error") for a in answers] == ["repo", "revision", "gated", "gated", None]
+    assert answers[-1]["commit"]
 
 
 def test_range_requests_resume(hub):
@@ -103,11 +129,9 @@ def test_range_requests_resume(hub):
         assert len(resp.headers["X-Linked-Etag"].strip('"')) == 64 and int(resp.headers["X-Linked-Size"]) > 1 << 20
 
 
-def test_copy_cut_midway_resumes_and_never_counts_as_complete(hub, tmp_path):
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    manifest = hub_client(hub, src, "plan", "lab/tiny-model", "main")
-    manifest["revision"] = "main"
-    hub_client(hub, src, "download", "lab/tiny-model", manifest["commit"])
+def test_copy_cut_midway_resumes_and_never_counts_as_complete(downloaded, tmp_path):
+    src, manifest, _ = downloaded
+    dst = tmp_path / "dst"
     assert json.loads(nodeside("finish", str(src), stdin=json.dumps(manifest).encode()).stdout)["ok"]
 
     want = [[f["blob"], 0] for f in manifest["files"]]
@@ -136,10 +160,9 @@ def test_copy_cut_midway_resumes_and_never_counts_as_complete(hub, tmp_path):
     assert target.startswith("../../blobs/")  # the layout huggingface_hub and vLLM read offline
 
 
-def test_a_corrupted_stream_is_refused_and_removed(hub, tmp_path):
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    manifest = hub_client(hub, src, "plan", "lab/tiny-model", "main")
-    hub_client(hub, src, "download", "lab/tiny-model", manifest["commit"])
+def test_a_corrupted_stream_is_refused_and_removed(downloaded, tmp_path):
+    src, manifest, _ = downloaded
+    dst = tmp_path / "dst"
     big = max(manifest["files"], key=lambda f: f["size"])
     stream = bytearray(nodeside("send", str(src), "lab/tiny-model",
                                 json.dumps({"manifest": manifest, "want": [[big["blob"], 0]]})).stdout)
