@@ -38,6 +38,9 @@ def main() -> int:
     from sparkdeploy.remote import NodeConnection, on_nodes
 
     spec = LabSpec()
+    from sparkdeploy.lab import hub_repo
+
+    hub_repo.ensure_repos((args.model,))  # lab up makes only the small repositories; the hub serves it at once
     dep = load_deployment(str(spec.inventory_path), None)
     inv = dep.inventory
     nodes = inv.nodes

@@ -6,7 +6,7 @@ The weights are seeded random bytes (incompressible, so transfer figures are hon
 (the lab's vLLM is simulated).
 
   lab/tiny-model    ~24 MB  one safetensors file: what the lab tests pull (seconds over the shaped hub)
-  lab/small-model   ~160 MB two safetensors shards + index: what the benchmark pulls
+  lab/small-model   ~168 MB two safetensors shards + index: what the benchmark pulls (made when it asks)
   lab/gated-model   ~1 MB   gated: the hub wants the lab's HF_TOKEN
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sparkdeploy import paths
 
-LAYOUT = 1  # bump when the generated content changes: a new folder, so a running hub never sees it half-made
+LAYOUT = 2  # bump when the generated content changes: a new folder, so a running hub never sees it half-made
 MiB = 1 << 20
 
 # name -> (weight shards in MiB, gated)
@@ -99,23 +99,25 @@ def write_repo(base: Path, name: str, shards: tuple[int, ...], gated: bool) -> N
     (base / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
-def ensure_repos() -> Path:
-    """Generate the repositories once (a few seconds); later calls find them. Returns the root folder."""
-    final = root()
-    if (final / ".complete").is_file():
-        return final
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for name, (shards, gated) in REPOS.items():
-        write_repo(tmp / name, name, shards, gated)
-    (tmp / ".complete").write_text("")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(tmp, final)
-    except OSError:  # someone else made it meanwhile
+def ensure_repos(names: tuple[str, ...] = (TINY, GATED)) -> Path:
+    """Generate the named repositories once (each in a temp folder, then renamed: the running hub never sees
+    one half-made); later calls find them. `lab up` makes the small ones (about a second); the benchmark asks
+    for lab/small-model. Returns the root folder (what the hub container serves)."""
+    base = root()
+    for name in names:
+        final = base / name
+        if (final / "meta.json").is_file():
+            continue
+        shards, gated = REPOS[name]
+        tmp = final.with_name(final.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        write_repo(tmp, name, shards, gated)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # someone else made it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    return base
 
 
 def meta(name: str) -> dict:
-    return json.loads((ensure_repos() / name / "meta.json").read_text())
+    return json.loads((ensure_repos((name,)) / name / "meta.json").read_text())

@@ -8,6 +8,8 @@ with it), the image is on the node already, and the client then matches what the
 plan:     resolve REVISION to a commit and list the files (with LFS sha256): the manifest, on stdout as JSON.
 download: snapshot_download of that commit into HF_HOME/hub (huggingface_hub resumes its own .incomplete
           files, and names each blob by its etag: sha256 for LFS files, the git blob id otherwise).
+pull:     plan, then wait for one line on stdin: "go" downloads that commit, anything else stops. One
+          container and one client for both (the CLI checks room on every node in between).
 Errors are one JSON line {"error": KIND, "message": ...} and exit 3, for the CLI to turn into a fix.
 """
 
@@ -46,6 +48,14 @@ def main(argv):
     try:
         if cmd == "plan":
             print(json.dumps(manifest(repo, revision)))
+        elif cmd == "pull":
+            plan = manifest(repo, revision)
+            print(json.dumps(plan), flush=True)
+            if sys.stdin.readline().strip() == "go":
+                from huggingface_hub import snapshot_download
+
+                path = snapshot_download(repo, revision=plan["commit"], max_workers=4)
+                print(json.dumps({"path": path}))
         elif cmd == "download":
             from huggingface_hub import snapshot_download
 
@@ -63,6 +73,8 @@ def main(argv):
         fail("http", str(exc).splitlines()[0])
     except OSError as exc:
         fail("io", f"{exc.__class__.__name__}: {exc}")
+    except Exception as exc:  # e.g. the hub unreachable: still one line for the CLI
+        fail("error", f"{exc.__class__.__name__}: {str(exc)[:300]}")
     return 0
 
 

@@ -137,6 +137,55 @@ def _env_file(ref: ModelRef, inv: Inventory, secrets: Secrets) -> str:
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
+class ClientSession:
+    """`hub_client.py pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
+    one client start serves both steps while this machine checks room on every node in between."""
+
+    def __init__(self, puller: "Puller", node: Node, ref: ModelRef):
+        self.puller, self.node, self.ref = puller, node, ref
+        conn = puller.conns[node.name]
+        argv, self.env_path = puller._client_argv(node, ref, "pull", ref.revision)
+        self.conn = conn
+        self.chan = conn.open().client.get_transport().open_session(timeout=conn.connect_timeout)
+        self.chan.settimeout(None)
+        self.chan.exec_command(shlex.join(argv))
+        self.out = self.chan.makefile("rb")
+        self.seen: list[str] = []
+        self.manifest = self._first_json()
+
+    def _first_json(self) -> dict:
+        for raw in self.out:
+            line = raw.decode(errors="replace").strip()
+            self.seen.append(line)
+            if line.startswith("{"):
+                data = json.loads(line)
+                if "error" in data:
+                    self.end("stop")
+                    self.puller._hub_error(self.node, self.ref, data)
+                return data
+        self.end("stop")
+        raise StepFailed(f"{self.node.name}: huggingface_hub in {self.puller.image} gave no file list for "
+                         f"{self.ref}: {self._stderr()[-300:] or ' '.join(self.seen)[-300:]}")
+
+    def _stderr(self) -> str:
+        return self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
+
+    def end(self, word: str) -> dict:
+        """Send `word` (go | stop), wait for the container to end; the download's answer for "go"."""
+        try:
+            self.chan.sendall((word + "\n").encode())
+            self.chan.shutdown_write()
+            rest = self.out.read().decode(errors="replace")
+            code = self.chan.recv_exit_status()
+            err = self._stderr()
+        finally:
+            self.chan.close()
+            self.conn.run(["rm", "-f", self.env_path], check=False)
+        if word != "go":
+            return {}
+        return self.puller._answer(self.node, self.ref, "download", code, rest, err)
+
+
 class Puller:
     def __init__(self, inv: Inventory, conns: dict[str, NodeConnection], secrets: Secrets, image: str,
                  progress: Progress | None = None, say=lambda _m: None):
@@ -150,7 +199,8 @@ class Puller:
         self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
 
     # -- the hub client on the download node -----------------------------------------------------------
-    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
+    def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> tuple[list[str], str]:
+        """The `docker run` of the hub client on `node`, and its env file (0600, written here; remove it after)."""
         conn = self.conns[node.name]
         home = conn.home()
         hf_abs = _abs(self.hf_cache, home)
@@ -159,19 +209,29 @@ class Puller:
         conn.run(["mkdir", "-p", hf_abs + "/hub", state])
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
-        argv = ["docker", "run", "--rm", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
+        # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
+        argv = ["docker", "run", "--rm", "-i", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
                 "--env-file", env_path, "--volume", f"{hf_abs}:/hf", "--entrypoint", "python3", self.image,
                 "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
+        return argv, env_path
+
+    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
+        """One hub client command (plan | download) to its end; its JSON answer."""
+        conn = self.conns[node.name]
+        argv, env_path = self._client_argv(node, ref, cmd, revision)
         try:
             result = conn.run(argv, check=False, timeout=None)
         finally:
             conn.run(["rm", "-f", env_path], check=False)
-        lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+        return self._answer(node, ref, cmd, result.exit_code, result.stdout, result.stderr)
+
+    def _answer(self, node: Node, ref: ModelRef, cmd: str, code: int, stdout: str, stderr: str) -> dict:
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
         data = json.loads(lines[-1]) if lines else {}
         if "error" in data:
             self._hub_error(node, ref, data)
-        if result.exit_code != 0 or not data:
-            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        if code != 0 or not data:
+            tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
             raise StepFailed(f"{node.name}: huggingface_hub in {self.image} failed ({cmd} {ref}): {tail[0]}")
         return data
 
@@ -195,16 +255,23 @@ class Puller:
 
     # -- the pull ---------------------------------------------------------------------------------------
     def pull(self, ref: ModelRef, download_node: Node, targets: list[Node], dry_run: bool = False) -> PullResult:
-        from sparkdeploy.peers import ensure_peer_trust, transfer_plan
-
         result = PullResult(ref.repo, ref.revision, download_node=download_node.name, dry_run=dry_run)
         everyone = [download_node] + [t for t in targets if t.name != download_node.name]
         self.say(f"reading the model cache on {', '.join(n.name for n in everyone)}")
         held = self._per_node(everyone, lambda n: ops.have(self.conns[n.name], self.hf_cache, ref.repo))
         states = self._per_node(everyone, lambda n: ops.status(self.conns[n.name], self.hf_cache, ref.repo))
         self.say(f"asking {self.endpoint} for {ref} (huggingface_hub on {download_node.name})")
-        manifest = self._hub_client(download_node, ref, "plan", ref.revision)
-        manifest["revision"] = ref.revision
+        client = ClientSession(self, download_node, ref)
+        try:
+            return self._pull(ref, download_node, everyone, held, states, client, result, dry_run)
+        finally:
+            if not client.chan.closed:  # not started: stop it (a failure, a dry run, nothing to download)
+                client.end("stop")
+
+    def _pull(self, ref, download_node, everyone, held, states, client, result, dry_run) -> PullResult:
+        from sparkdeploy.peers import ensure_peer_trust, transfer_plan
+
+        manifest = dict(client.manifest, revision=ref.revision)
         result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
         exact = ModelRef(ref.repo, manifest["commit"])
 
@@ -242,7 +309,7 @@ class Puller:
             result.nodes[download_node.name] = NodeResult(download_node.name, "present")
         else:
             result.nodes[download_node.name] = self._download(download_node, ref, manifest, held,
-                                                              set(want[download_node.name]))
+                                                              set(want[download_node.name]), client)
             if not result.nodes[download_node.name].ok:
                 for n in everyone[1:]:
                     result.nodes[n.name] = NodeResult(n.name, "skipped", error="the download failed")
@@ -279,7 +346,8 @@ class Puller:
             raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
         return {o.node.name: o.value for o in outcomes}
 
-    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict, refetch: set[str]) -> NodeResult:
+    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict, refetch: set[str],
+                  client: ClientSession) -> NodeResult:
         res = NodeResult(node.name, "downloaded", source=self.endpoint)
         conn = self.conns[node.name]
         stale = [b for b in refetch if held[node.name]["have"].get(b) is not None]
@@ -296,7 +364,7 @@ class Puller:
         t0 = time.monotonic()
         poller.start()
         try:
-            self._hub_client(node, ref, "download", manifest["commit"])
+            client.end("go")
             done = ops.finish(self.conns[node.name], self.hf_cache, manifest)
         except (StepFailed, ConfigError) as exc:
             res.action, res.error = "failed", str(exc)

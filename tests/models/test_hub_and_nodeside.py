@@ -183,3 +183,15 @@ def test_model_ids_and_revisions_are_checked_before_anything_runs():
         ops.model_ref("a/b", "main; rm -rf /")
     assert ops.pull_command(ops.ModelRef("a/b", "v1"), "inv.yaml") == \
         "sparkdeploy models pull a/b --revision v1 --inventory inv.yaml"
+
+
+def test_what_a_node_still_needs():
+    from sparkdeploy.models.pull import wanted
+
+    manifest = {"files": [{"path": "a", "blob": "x" * 64, "size": 100}, {"path": "b", "blob": "y" * 40, "size": 10},
+                          {"path": "c", "blob": "z" * 64, "size": 50}]}
+    held = {"have": {"y" * 40: 10, "z" * 64: 50}, "partial": {"x" * 64: 30}}
+    assert wanted(manifest, held) == {"x" * 64: 30}  # resumes from the partial file's length
+    assert wanted(manifest, held, {"c": "digest"}) == {"x" * 64: 30, "z" * 64: 0}  # a bad file comes again
+    held = {"have": {}, "partial": {"x" * 64: 100}}  # a partial as long as the file: it failed its digest once
+    assert wanted(manifest, held)["x" * 64] == 0
