@@ -30,7 +30,7 @@ from sparkdeploy.secrets import Secrets
 
 MARGIN_BYTES = 64 << 20  # beyond the bytes still to come: the manifest, verify caches, filesystem slack
 ENV_FILE = "models-pull.env"
-POLL_S = 0.5
+POLL_S = 1.0  # each poll starts python3 on the node: often enough for a bar, not a load
 
 
 @dataclass
