@@ -141,10 +141,10 @@ class ClientSession:
     """`hub_client.py pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
     one client start serves both steps while this machine checks room on every node in between."""
 
-    def __init__(self, puller: "Puller", node: Node, ref: ModelRef):
+    def __init__(self, puller: "Puller", node: Node, ref: ModelRef, dry_run: bool = False):
         self.puller, self.node, self.ref = puller, node, ref
         conn = puller.conns[node.name]
-        argv, self.env_path = puller._client_argv(node, ref, "pull", ref.revision)
+        argv, self.env_path = puller._client_argv(node, ref, "pull", ref.revision, dry_run)
         self.conn = conn
         self.chan = conn.open().client.get_transport().open_session(timeout=conn.connect_timeout)
         self.chan.settimeout(None)
@@ -199,19 +199,22 @@ class Puller:
         self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
 
     # -- the hub client on the download node -----------------------------------------------------------
-    def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> tuple[list[str], str]:
-        """The `docker run` of the hub client on `node`, and its env file (0600, written here; remove it after)."""
+    def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str,
+                     dry_run: bool = False) -> tuple[list[str], str]:
+        """The `docker run` of the hub client on `node`, and its env file (0600, written here; remove it after).
+        A dry run mounts no cache (it only lists files) and so creates no folder on the node."""
         conn = self.conns[node.name]
         home = conn.home()
         hf_abs = _abs(self.hf_cache, home)
         state = _abs("~/" + self.inv.cluster.state_dir, home)
         ids = conn.run(["sh", "-c", 'id -u; id -g']).stdout.split()
-        conn.run(["mkdir", "-p", hf_abs + "/hub", state])
+        conn.run(["mkdir", "-p", *([] if dry_run else [hf_abs + "/hub"]), state])
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
         # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
         argv = ["docker", "run", "--rm", "-i", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
-                "--env-file", env_path, "--volume", f"{hf_abs}:/hf", "--entrypoint", "python3", self.image,
+                "--env-file", env_path, *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
+                "--entrypoint", "python3", self.image,
                 "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
         return argv, env_path
 
@@ -239,8 +242,8 @@ class Puller:
         kind, where = data["error"], f"on {self.endpoint} (asked from {node.name})"
         if kind == "repo":
             raise ConfigError(Problem("models", ref.repo, f"no such model {where}, or it is private",
-                                      "check the id (e.g. openai/gpt-oss-120b); for a private model put "
-                                      "HF_TOKEN=... in the secrets file"))
+                                      "check the id (e.g. openai/gpt-oss-120b); for a private model add an "
+                                      "HF_TOKEN line to the secrets file"))
         if kind == "revision":
             raise ConfigError(Problem("models", "--revision", f"{ref.revision!r} is not a revision of {ref.repo} "
                                       f"{where}", "give a branch, tag or commit of the model (default: main)"))
@@ -249,8 +252,8 @@ class Puller:
             raise ConfigError(Problem(
                 "models", ref.repo, f"is gated {where} and " + ("the hub refused HF_TOKEN" if has else
                                                                  "no HF_TOKEN is set"),
-                "accept the model's license on the hub with your account, then put HF_TOKEN=... (a token of "
-                "that account) in the secrets file (cluster.secrets_file) or the environment"))
+                "accept the model's license on the hub with your account, then add an HF_TOKEN line (a token "
+                "of that account) to the secrets file (cluster.secrets_file), or export HF_TOKEN"))
         raise StepFailed(f"{node.name}: the hub client failed for {ref} {where}: {data.get('message', kind)}")
 
     # -- the pull ---------------------------------------------------------------------------------------
@@ -261,7 +264,7 @@ class Puller:
         held = self._per_node(everyone, lambda n: ops.have(self.conns[n.name], self.hf_cache, ref.repo))
         states = self._per_node(everyone, lambda n: ops.status(self.conns[n.name], self.hf_cache, ref.repo))
         self.say(f"asking {self.endpoint} for {ref} (huggingface_hub on {download_node.name})")
-        client = ClientSession(self, download_node, ref)
+        client = ClientSession(self, download_node, ref, dry_run)
         try:
             return self._pull(ref, download_node, everyone, held, states, client, result, dry_run)
         finally:
