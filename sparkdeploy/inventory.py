@@ -143,6 +143,8 @@ class ClusterSettings(BaseModel):
     master_port: int = Field(default=29500, ge=1, le=65535)
     ray_port: int = Field(default=6379, ge=1, le=65535)
     hf_cache: str = Field(default="~/.cache/huggingface", max_length=1024)
+    # Where `models pull` downloads from (HF_ENDPOINT): the Hub unless a mirror is named (the lab names its hub).
+    hf_endpoint: str | None = Field(default=None, max_length=256)
     secrets_file: str | None = Field(default=None, max_length=1024)
     known_hosts: str = Field(default="~/.ssh/known_hosts", max_length=1024)
     state_dir: str = Field(default=".sparkdeploy", max_length=255)
@@ -163,6 +165,14 @@ class ClusterSettings(BaseModel):
     def _state_dir(cls, v: str) -> str:
         if v.startswith("/") or ".." in Path(v).parts or not re.match(r"^[A-Za-z0-9_./-]+$", v):
             raise ValueError("state_dir is a plain folder relative to the SSH user's home | fix: e.g. .sparkdeploy")
+        return v
+
+    @field_validator("hf_endpoint")
+    @classmethod
+    def _hf_endpoint(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/-]*)?$", v):
+            raise ValueError("hf_endpoint is an http(s) URL of a Hugging Face Hub mirror | fix: e.g. "
+                             "http://10.0.0.5:8090, or remove it to use huggingface.co")
         return v
 
     @field_validator("hf_cache")

@@ -27,6 +27,7 @@ COMMANDS = {
     "bench": "sparkdeploy.cli.bench_cmd:bench",
     "advise": "sparkdeploy.cli.bench_cmd:advise",
     "images": "sparkdeploy.cli.images_cmd:images",
+    "models": "sparkdeploy.cli.models_cmd:models",
     "lab": "sparkdeploy.cli.lab:lab",
     "recipes": "sparkdeploy.cli.recipes_cmd:recipes_group",
     "render": "sparkdeploy.cli.render_cmd:render_cmd",

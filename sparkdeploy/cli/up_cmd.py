@@ -29,6 +29,7 @@ from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
+from sparkdeploy.models import up_check
 from sparkdeploy.secrets import refuse_missing
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, plan_deployment, plan_down
 
@@ -176,7 +177,7 @@ def _images_for(dep: Deployment):
 def deploy(recipe: str | None = None, topology: str | None = None, backend: str | None = None,
            inventory: str | None = None, sets=(), recipes_dir: str | None = None, node: str | None = None,
            as_json: bool = False, dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
-           metrics: bool | None = None, **_ignored) -> None:
+           metrics: bool | None = None, pull_model: bool = False, **_ignored) -> None:
     """Plan and apply a deployment, then wait for the health gate. Raises StepFailed (exit 1) on failure.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
     dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
@@ -196,14 +197,14 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     try:
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
                 node_locks(session, dry_run):
-            _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated)
+            _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated, pull_model)
     finally:
         if as_json:
             emit_json(_mask_data(dep.secrets.mask, result))
 
 
 def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, result: dict, dry_run: bool,
-            timeout: float, simulated: bool) -> None:
+            timeout: float, simulated: bool, pull_model: bool = False) -> None:
     inv = dep.inventory
     images_for = _images_for(dep)
     model_id = dep.recipe.recipe.model
@@ -221,6 +222,13 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     if failed and not dry_run and all(c.missing_image for c in failed) and _push_missing(dep, failed, out):
         facts = read()
         checks = preflight.run(dep, facts, simulated)
+        failed = preflight.failures(checks)
+    if not failed:  # the recipe's model, complete and verified on every engine node (models/up_check.py)
+        model_checks = up_check.checks(dep, session.conns, simulated)
+        if preflight.failures(model_checks) and pull_model and not dry_run:
+            up_check.pull(dep, session.conns, out.progress)
+            model_checks = up_check.checks(dep, session.conns, simulated)
+        checks += model_checks
         failed = preflight.failures(checks)
     result["preflight"] = [c.as_dict() for c in checks]
     if interrupt.set:
@@ -303,9 +311,12 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 @click.option("--metrics/--no-metrics", default=None,
               help="Also run Prometheus on the head node, scraping every engine and the proxy (default: the "
                    "inventory's cluster.metrics; set it there to keep Prometheus on later runs).")
+@click.option("--pull-model", is_flag=True,
+              help="When the recipe's model is missing or incomplete on an engine node, pull it (download once "
+                   "on the head, copy over the fabric) instead of failing preflight.")
 @timeout_option
 @json_option
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, timeout, as_json):
+def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -315,7 +326,8 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
     """
     deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout, metrics=metrics)
+           recipes_dir=recipes_dir, node=node, as_json=as_json, dry_run=dry_run, timeout=timeout, metrics=metrics,
+           pull_model=pull_model)
 
 
 # -- down -----------------------------------------------------------------------------------------------

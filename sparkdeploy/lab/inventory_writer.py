@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from sparkdeploy.lab.hub import endpoint as hub_endpoint
 from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
 from sparkdeploy.lab.spec import ROCE_V2_GID_INDEX, LabSpec
 
@@ -39,6 +40,7 @@ def inventory_data(spec: LabSpec) -> dict:
             "secrets_file": SECRETS_FILE,
             "known_hosts": KNOWN_HOSTS,
             "image_override": "vllm-sim",
+            "hf_endpoint": hub_endpoint(spec),
         },
         "nodes": nodes,
     }

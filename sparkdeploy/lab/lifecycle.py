@@ -2,7 +2,7 @@
 
 up: keys -> lab images (built once, content-hash tags) -> networks -> node containers (reused when their
 config hash matches, started when stopped, replaced otherwise) -> wait for sshd and the inner dockerd ->
-engine images into the nodes -> known_hosts, secrets.env, inventory.yaml. Each step checks before it acts, so
+known_hosts, secrets.env, inventory.yaml -> the model hub (hub.py) -> engine images into the nodes. Each step checks before it acts, so
 a second `up` changes nothing and an interrupted one is finished by the next.
 """
 
@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client
-from sparkdeploy.lab import engine_images, keys, network, nodes
+from sparkdeploy.lab import engine_images, hub, keys, network, nodes
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
@@ -203,8 +203,10 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     phases["boot"] = mark()
 
     keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
-    ensure_secrets(spec)
+    secrets_path = ensure_secrets(spec)
     write_inventory(spec)
+    hub.ensure(client, spec, image_tag, secrets_path, _say)
+    phases["hub"] = mark()
     if spec.images:
         from sparkdeploy.images.push_progress import RichPushProgress
         from sparkdeploy.inventory import load_inventory

@@ -228,7 +228,9 @@ def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
 
 
 def list_containers(client, spec: LabSpec) -> list:
-    return client.containers.list(all=True, filters=spec.filters)
+    """The lab's node containers (not its hub: that one carries no node label)."""
+    filters = {"label": [*spec.filters["label"], NODE_LABEL]}
+    return client.containers.list(all=True, filters=filters)
 
 
 def node_name(container) -> str:

@@ -65,6 +65,8 @@ class Context:
             "MASTER_PORT": str(self.cluster.master_port),
             "RAY_memory_monitor_refresh_ms": "0",  # Ray's OOM killer misreads unified memory
             "HF_HOME": CONTAINER_HF_HOME,
+            # Weights come from `models pull` (verified on every node), never from a node downloading alone.
+            "HF_HUB_OFFLINE": "1",
         })
         return env
 

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.lab import LabSpec, down, up
+from sparkdeploy.lab import LabSpec, down, hub, up
 from sparkdeploy.lab.network import free_subnets
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL
 
@@ -94,10 +94,10 @@ def test_foreign_overlapping_network_is_a_config_error(client, tmp_path):
 def test_down_removes_this_lab_and_nothing_else(side, lab, client):
     shared_before = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
     removed = down(side)
-    assert removed["containers"] == [side.container_name("spark1")]
+    assert sorted(removed["containers"]) == sorted([side.container_name("spark1"), hub.container_name(side)])
     assert sorted(removed["networks"]) == sorted([side.mgmt_network, side.fabric_network])
     assert removed["volumes"] == [side.volume_name("spark1")]
     assert _labelled(client, side) == []
     assert not side.inventory_path.exists()
     shared_after = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
-    assert shared_after == shared_before and len(shared_after) == lab.spec.nodes
+    assert shared_after == shared_before and len(shared_after) == lab.spec.nodes + 1  # the nodes and the hub

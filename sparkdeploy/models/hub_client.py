@@ -1,0 +1,82 @@
+"""What runs in a container on the download node: the real huggingface_hub client (the engine image has it).
+
+Shipped as `python3 -c <this file> plan|download REPO REVISION`, in a `docker run` of the recipe's image with
+the hub cache mounted at HF_HOME and an env file (0600) holding HF_TOKEN and HF_ENDPOINT: the token never
+appears in an argument. Why the engine image: vLLM images always carry huggingface_hub (vLLM reads models
+with it), the image is on the node already, and the client then matches what the engine will read.
+
+plan:     resolve REVISION to a commit and list the files (with LFS sha256): the manifest, on stdout as JSON.
+download: snapshot_download of that commit into HF_HOME/hub (huggingface_hub resumes its own .incomplete
+          files, and names each blob by its etag: sha256 for LFS files, the git blob id otherwise).
+pull:     plan, then wait for one line on stdin: "go" downloads that commit, anything else stops. One
+          container and one client for both (the CLI checks room on every node in between).
+Errors are one JSON line {"error": KIND, "message": ...} and exit 3, for the CLI to turn into a fix.
+"""
+
+import json
+import sys
+
+
+def fail(kind, message):
+    print(json.dumps({"error": kind, "message": message[:500]}))
+    sys.exit(3)
+
+
+def manifest(repo, revision):
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi()
+    info = api.model_info(repo, revision=revision)
+    files = []
+    for f in api.list_repo_tree(repo, revision=info.sha, recursive=True):
+        if not isinstance(f, RepoFile):
+            continue
+        blob = f.lfs.sha256 if f.lfs is not None else f.blob_id
+        files.append({"path": f.path, "size": f.size, "blob": blob, "lfs": f.lfs is not None})
+    import huggingface_hub
+
+    return {"repo": repo, "commit": info.sha, "revision": revision, "files": files,
+            "total": sum(f["size"] for f in files), "client": "huggingface_hub " + huggingface_hub.__version__}
+
+
+def main(argv):
+    cmd, repo, revision = argv[0], argv[1], argv[2]
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    try:
+        if cmd == "plan":
+            print(json.dumps(manifest(repo, revision)))
+        elif cmd == "pull":
+            plan = manifest(repo, revision)
+            print(json.dumps(plan), flush=True)
+            if sys.stdin.readline().strip() == "go":
+                from huggingface_hub import snapshot_download
+
+                path = snapshot_download(repo, revision=plan["commit"], max_workers=4)
+                print(json.dumps({"path": path}))
+        elif cmd == "download":
+            from huggingface_hub import snapshot_download
+
+            path = snapshot_download(repo, revision=revision, max_workers=4)
+            print(json.dumps({"path": path}))
+        else:
+            fail("usage", "unknown command " + cmd)
+    except GatedRepoError as exc:
+        fail("gated", str(exc).splitlines()[0])
+    except RevisionNotFoundError as exc:
+        fail("revision", str(exc).splitlines()[0])
+    except RepositoryNotFoundError as exc:
+        fail("repo", str(exc).splitlines()[0])
+    except HfHubHTTPError as exc:
+        fail("http", str(exc).splitlines()[0])
+    except OSError as exc:
+        fail("io", f"{exc.__class__.__name__}: {exc}")
+    except Exception as exc:  # e.g. the hub unreachable: still one line for the CLI
+        fail("error", f"{exc.__class__.__name__}: {str(exc)[:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

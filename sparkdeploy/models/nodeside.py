@@ -1,0 +1,300 @@
+"""What runs ON a node for `models`: status, verify, send, receive. Standard library only (the node's python3).
+
+Shipped as `python3 -c <this file> CMD ...`; nothing secret is in its arguments. The hub cache layout is the
+one huggingface_hub and vLLM read: HF_HOME/hub/models--ORG--NAME/{blobs,snapshots/COMMIT,refs/REV}. A blob's
+name is its digest (sha256 of the content for LFS files, the git blob id otherwise), which is what makes every
+file checkable on every node. sparkdeploy's own record sits beside the hub cache, never inside it:
+HF_HOME/sparkdeploy-models/models--ORG--NAME/COMMIT.json (the manifest: the hub's file list, written last, so
+a model without one is not complete) and verified.json (size+mtime+inode of blobs already hashed, so `up`
+re-hashes only files that changed since).
+
+Commands (HF_CACHE may start with ~):
+  status HF_CACHE [REPO] [--verify]   JSON: per repo/commit, each file ok|missing|size|digest, + free bytes
+  have HF_CACHE REPO                  JSON: complete blobs and partial sizes (what a sender can skip)
+  finish HF_CACHE                     stdin: a manifest; verify every file, then record the manifest
+  send HF_CACHE REPO REQUEST          REQUEST: {"manifest":..., "want":[[blob, offset], ...]}; stdout: the stream
+  receive HF_CACHE REPO               stdin: the stream; each blob into a partial file, verified, renamed
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+PARTIAL = ".sparkdeploy-partial"
+CHUNK = 1 << 20
+
+
+def home(hf_cache):
+    return os.path.expanduser(hf_cache)
+
+
+def folder(repo):
+    return "models--" + repo.replace("/", "--")
+
+
+def repo_dir(hf_cache, repo):
+    return os.path.join(home(hf_cache), "hub", folder(repo))
+
+
+def record_dir(hf_cache, repo):
+    return os.path.join(home(hf_cache), "sparkdeploy-models", folder(repo))
+
+
+def new_hash(blob, size):
+    """sha256 for a 64-hex blob name (LFS), git blob sha1 (its header includes the size) for a 40-hex one."""
+    return hashlib.sha256() if len(blob) == 64 else hashlib.sha1(b"blob %d\0" % size)
+
+
+def digest_of(path, blob):
+    h = new_hash(blob, os.path.getsize(path))
+    with open(path, "rb") as fh:
+        for data in iter(lambda: fh.read(CHUNK), b""):
+            h.update(data)
+    return h.hexdigest()
+
+
+def _write_json(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + PARTIAL
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path, default):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return default
+
+
+def _stamp(st):
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def check_file(blobs, f, cache, force):
+    """'ok' | 'missing' | 'size' | 'digest' for one manifest entry; `cache` (verified.json) is updated."""
+    path = os.path.join(blobs, f["blob"])
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    if st.st_size != f["size"]:
+        return "size"
+    if not force and cache.get(f["blob"]) == _stamp(st):
+        return "ok"
+    if digest_of(path, f["blob"]) != f["blob"]:
+        cache.pop(f["blob"], None)
+        return "digest"
+    cache[f["blob"]] = _stamp(os.stat(path))
+    return "ok"
+
+
+def verify(hf_cache, manifest, force=False, fresh=None):
+    """{path: problem} for the files of `manifest` that do not verify; `fresh`: blobs just hashed (stamps)."""
+    repo = manifest["repo"]
+    blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
+    snap = os.path.join(repo_dir(hf_cache, repo), "snapshots", manifest["commit"])
+    cache_path = os.path.join(record_dir(hf_cache, repo), "verified.json")
+    cache = _read_json(cache_path, {})
+    cache.update(fresh or {})
+    bad = {}
+    for f in manifest["files"]:
+        state = check_file(blobs, f, cache, force)
+        if state == "ok" and not os.path.exists(os.path.join(snap, f["path"])):
+            state = "missing"
+        if state != "ok":
+            bad[f["path"]] = state
+    try:
+        _write_json(cache_path, cache)
+    except OSError:
+        pass
+    return bad
+
+
+def free_bytes(hf_cache):
+    path = home(hf_cache)
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def cmd_status(hf_cache, repo=None, force=False):
+    base = os.path.join(home(hf_cache), "sparkdeploy-models")
+    out = {"free": free_bytes(hf_cache), "models": []}
+    folders = [folder(repo)] if repo else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
+    for name in folders:
+        rdir = os.path.join(base, name)
+        if not os.path.isdir(rdir):
+            continue
+        for entry in sorted(os.listdir(rdir)):
+            if not entry.endswith(".json") or entry == "verified.json" or entry.endswith(PARTIAL):
+                continue
+            manifest = _read_json(os.path.join(rdir, entry), None)
+            if not manifest:
+                continue
+            bad = verify(hf_cache, manifest, force)
+            out["models"].append({"repo": manifest["repo"], "commit": manifest["commit"],
+                                  "revision": manifest.get("revision", ""), "size": manifest["total"],
+                                  "files": len(manifest["files"]), "bad": bad})
+    return out
+
+
+def cmd_have(hf_cache, repo):
+    blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
+    have, partial = {}, {}
+    if os.path.isdir(blobs):
+        for name in os.listdir(blobs):
+            size = os.path.getsize(os.path.join(blobs, name))
+            if name.endswith(PARTIAL):
+                partial[name[: -len(PARTIAL)]] = size
+            elif name.endswith(".incomplete"):  # huggingface_hub's own partial download
+                partial[name[: -len(".incomplete")]] = size
+            elif "." not in name:
+                have[name] = size
+    return {"have": have, "partial": partial, "free": free_bytes(hf_cache)}
+
+
+def link_snapshot(hf_cache, manifest):
+    """snapshots/COMMIT/PATH -> ../../blobs/BLOB (relative, as huggingface_hub makes them) and refs/REV."""
+    rdir = repo_dir(hf_cache, manifest["repo"])
+    for f in manifest["files"]:
+        link = os.path.join(rdir, "snapshots", manifest["commit"], f["path"])
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        target = os.path.relpath(os.path.join(rdir, "blobs", f["blob"]), os.path.dirname(link))
+        if os.path.islink(link) and os.readlink(link) == target:
+            continue
+        tmp = link + PARTIAL
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    revision = manifest.get("revision") or ""
+    if revision and revision != manifest["commit"]:
+        ref = os.path.join(rdir, "refs", revision)
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        tmp = ref + PARTIAL
+        with open(tmp, "w") as fh:
+            fh.write(manifest["commit"])
+        os.replace(tmp, ref)
+
+
+def cmd_finish(hf_cache, manifest, fresh=None):
+    """After a download or a copy: every file verified, then the manifest recorded (the 'complete' mark).
+    `fresh`: blobs the receiver hashed as they arrived (not hashed twice); every other blob is hashed now."""
+    os.makedirs(os.path.join(repo_dir(hf_cache, manifest["repo"]), "blobs"), exist_ok=True)
+    link_snapshot(hf_cache, manifest)
+    if fresh is None:
+        bad = verify(hf_cache, manifest, force=True)
+    else:
+        cache_path = os.path.join(record_dir(hf_cache, manifest["repo"]), "verified.json")
+        _write_json(cache_path, fresh)  # only what was hashed just now counts: the rest is hashed below
+        bad = verify(hf_cache, manifest)
+    if bad:
+        return {"ok": False, "bad": bad}
+    _write_json(os.path.join(record_dir(hf_cache, manifest["repo"]), manifest["commit"] + ".json"), manifest)
+    return {"ok": True, "bad": {}}
+
+
+def cmd_send(hf_cache, repo, request):
+    """A stream of [header line][bytes]...: the manifest, then each wanted blob from its offset. The bytes go
+    with sendfile (kernel to pipe, no copy through Python)."""
+    out = sys.stdout.buffer
+    blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
+    out.write((json.dumps({"manifest": request["manifest"]}) + "\n").encode())
+    for blob, offset in request["want"]:
+        path = os.path.join(blobs, blob)
+        size = os.path.getsize(path)
+        out.write((json.dumps({"blob": blob, "offset": offset, "size": size}) + "\n").encode())
+        out.flush()
+        with open(path, "rb") as fh:
+            pos = offset
+            while pos < size:
+                sent = os.sendfile(1, fh.fileno(), pos, min(size - pos, 1 << 30))
+                if sent == 0:
+                    raise SystemExit(f"{path} shrank while being sent")
+                pos += sent
+    out.write(b'{"end": true}\n')
+    out.flush()
+
+
+def cmd_receive(hf_cache, repo):
+    inp = sys.stdin.buffer
+    blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
+    os.makedirs(blobs, exist_ok=True)
+    manifest = None
+    fresh = {}
+    while True:
+        line = inp.readline()
+        if not line:
+            raise SystemExit("the stream ended early (the sending node or the link went away); run the pull "
+                             "again to resume")
+        head = json.loads(line)
+        if "manifest" in head:
+            manifest = head["manifest"]
+            continue
+        if head.get("end"):
+            break
+        blob, offset, size = head["blob"], head["offset"], head["size"]
+        if "/" in blob or blob.startswith("."):
+            raise SystemExit(f"refusing blob name {blob!r}")
+        partial = os.path.join(blobs, blob + PARTIAL)
+        h = new_hash(blob, size)
+        with open(partial, "ab+") as fh:
+            fh.truncate(offset)  # never trust bytes past what the sender resumes from
+            fh.seek(0)
+            for data in iter(lambda: fh.read(min(CHUNK, offset - fh.tell())) if fh.tell() < offset else b"", b""):
+                h.update(data)  # the part kept from a cut copy: hashed once, not sent again
+            fh.seek(offset)
+            left = size - offset
+            while left > 0:
+                data = inp.read(min(CHUNK, left))
+                if not data:
+                    fh.flush()
+                    raise SystemExit(f"the stream ended inside {blob} ({size - left} of {size} bytes kept for "
+                                     "resume); run the pull again")
+                fh.write(data)
+                h.update(data)  # hashed as it arrives: the file is never read back
+                left -= len(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if h.hexdigest() != blob:
+            os.unlink(partial)
+            raise SystemExit(f"{blob}: content does not match its digest after the copy (removed); run again")
+        os.replace(partial, os.path.join(blobs, blob))
+        fresh[blob] = _stamp(os.stat(os.path.join(blobs, blob)))
+    if manifest is None:
+        raise SystemExit("no manifest in the stream")
+    result = cmd_finish(hf_cache, manifest, fresh)
+    print(json.dumps(result))
+    return 0 if result["ok"] else 1
+
+
+def main(argv):
+    cmd, hf_cache, rest = argv[0], argv[1], argv[2:]
+    if cmd == "status":
+        force = "--verify" in rest
+        rest = [a for a in rest if a != "--verify"]
+        print(json.dumps(cmd_status(hf_cache, rest[0] if rest else None, force)))
+    elif cmd == "have":
+        print(json.dumps(cmd_have(hf_cache, rest[0])))
+    elif cmd == "finish":
+        result = cmd_finish(hf_cache, json.loads(sys.stdin.read()))
+        print(json.dumps(result))
+        return 0 if result["ok"] else 1
+    elif cmd == "send":
+        cmd_send(hf_cache, rest[0], json.loads(rest[1]))
+    elif cmd == "receive":
+        return cmd_receive(hf_cache, rest[0])
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

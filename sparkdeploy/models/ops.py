@@ -1,0 +1,119 @@
+"""This machine's side of the node scripts: the argv that runs them, their JSON, their errors as one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.inventory import Node
+from sparkdeploy.remote import NodeConnection
+
+HERE = Path(__file__).resolve().parent
+REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+
+
+@cache
+def script(name: str) -> str:
+    """The source of a node script (nodeside.py, hub_client.py), run with `python3 -c`."""
+    return (HERE / name).read_text()
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    repo: str
+    revision: str = "main"
+
+    def __str__(self) -> str:
+        return self.repo if self.revision == "main" else f"{self.repo}@{self.revision}"
+
+
+def model_ref(repo: str, revision: str | None, source: str = "--revision") -> ModelRef:
+    problems = []
+    if not REPO_RE.match(repo) or ".." in repo:
+        problems.append(Problem("models", repo, "is not a Hugging Face model id",
+                                "give ORG/NAME (e.g. openai/gpt-oss-120b) or a recipe name"))
+    rev = revision or "main"
+    if not REVISION_RE.match(rev) or ".." in rev:
+        problems.append(Problem("models", source, f"{rev!r} is not a revision", "a branch, tag or commit hash"))
+    if problems:
+        raise ConfigError(problems)
+    return ModelRef(repo, rev)
+
+
+def folder(repo: str) -> str:
+    """The hub cache's folder name of a model (models--ORG--NAME)."""
+    return "models--" + repo.replace("/", "--")
+
+
+def nodeside_argv(cmd: str, hf_cache: str, *args: str) -> list[str]:
+    return ["python3", "-c", script("nodeside.py"), cmd, hf_cache, *args]
+
+
+def run_json(conn: NodeConnection, argv: list[str], what: str, stdin: str | None = None,
+             timeout: float | None = 600) -> dict:
+    result = conn.run(argv, check=False, stdin=stdin, timeout=timeout)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if result.exit_code != 0 and not lines:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise StepFailed(f"{conn.node.name}: {what} failed (exit {result.exit_code}): {tail[0]}")
+    try:
+        data = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise StepFailed(f"{conn.node.name}: {what} gave no answer: {result.stdout[-200:]!r}") from None
+    data["_exit"] = result.exit_code
+    return data
+
+
+def status(conn: NodeConnection, hf_cache: str, repo: str | None = None, verify: bool = False) -> dict:
+    argv = nodeside_argv("status", hf_cache, *([repo] if repo else []), *(["--verify"] if verify else []))
+    return run_json(conn, argv, "reading the model cache", timeout=None if verify else 600)
+
+
+def have(conn: NodeConnection, hf_cache: str, repo: str) -> dict:
+    return run_json(conn, nodeside_argv("have", hf_cache, repo), "listing the model's blobs")
+
+
+def finish(conn: NodeConnection, hf_cache: str, manifest: dict) -> dict:
+    return run_json(conn, nodeside_argv("finish", hf_cache), "verifying the model", stdin=json.dumps(manifest),
+                    timeout=None)
+
+
+def complete_commit(state: dict, ref: ModelRef) -> dict | None:
+    """The recorded model matching `ref` (its revision or commit) whose files all verified, if any."""
+    for m in state.get("models", []):
+        if m["repo"] == ref.repo and ref.revision in (m["revision"], m["commit"]) and not m["bad"]:
+            return m
+    return None
+
+
+def recorded(state: dict, ref: ModelRef) -> dict | None:
+    for m in state.get("models", []):
+        if m["repo"] == ref.repo and ref.revision in (m["revision"], m["commit"]):
+            return m
+    return None
+
+
+def describe_bad(bad: dict[str, str], limit: int = 3) -> str:
+    words = {"missing": "missing", "size": "wrong size", "digest": "content does not match its digest"}
+    items = [f"{path} ({words.get(state, state)})" for path, state in sorted(bad.items())]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def pull_command(ref: ModelRef, inventory_arg: str | None) -> str:
+    argv = ["sparkdeploy", "models", "pull", ref.repo]
+    if ref.revision != "main":
+        argv += ["--revision", ref.revision]
+    if inventory_arg:
+        argv += ["--inventory", inventory_arg]
+    return shlex.join(argv)
+
+
+def engine_nodes_text(nodes: list[Node]) -> str:
+    return ", ".join(n.name for n in nodes)

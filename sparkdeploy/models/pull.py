@@ -1,0 +1,436 @@
+"""`models pull`: the model downloaded once, on one node, then copied node to node over the fabric.
+
+plan:     what every node already has (complete blobs, partial ones) and free space; the hub's file list
+          (revision -> commit, sizes, LFS sha256) read by the real huggingface_hub client on the download node.
+          Room is checked on every node before the first byte moves; bad input (unknown model or revision,
+          gated without a token) stops here with one line.
+download: on the download node (the head by default), huggingface_hub in a container of the engine image;
+          the token only in a 0600 env file. Then every file is verified and the manifest recorded.
+copy:     a chain download-node -> n2 -> n3 ... (peers.transfer_plan): each hop runs `nodeside send | ssh
+          <next fabric IP> nodeside receive` on the sender (peers.peer_ssh_argv: host keys checked), so the
+          bytes never pass through this machine and the download node sends each byte once. The receiver
+          writes each blob to a partial file, resumes it from its length next time, verifies its digest and
+          only then renames it; the manifest (the "complete" mark) is written after every file verified.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.models import ops
+from sparkdeploy.models.ops import ModelRef
+from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.secrets import Secrets
+
+MARGIN_BYTES = 64 << 20  # beyond the bytes still to come: the manifest, verify caches, filesystem slack
+ENV_FILE = "models-pull.env"
+POLL_S = 1.0  # each poll starts python3 on the node: often enough for a bar, not a load
+
+
+@dataclass
+class NodeResult:
+    node: str
+    action: str = ""  # present | downloaded | copied | failed | skipped
+    source: str = ""  # the hub, or the node it was copied from
+    via: str = ""  # "172.30.124.11 -> 172.30.124.12" for a fabric copy
+    bytes: int = 0  # bytes that arrived now
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.action in ("present", "downloaded", "copied")
+
+
+@dataclass
+class PullResult:
+    model: str
+    revision: str
+    commit: str = ""
+    size: int = 0
+    files: int = 0
+    download_node: str = ""
+    dry_run: bool = False
+    plan: list[str] = field(default_factory=list)
+    nodes: dict[str, NodeResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.nodes.values()) if not self.dry_run else True
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "revision": self.revision, "commit": self.commit, "size": self.size,
+                "files": self.files, "download_node": self.download_node, "dry_run": self.dry_run,
+                "plan": self.plan, "ok": self.ok,
+                "nodes": {n: {k: v for k, v in vars(r).items() if k != "node"} for n, r in self.nodes.items()}}
+
+
+class Progress:
+    """Per-node byte counts (the CLI draws bars from them); the default draws nothing."""
+
+    def start(self, node: str, total: int, what: str) -> None: ...
+
+    def update(self, node: str, done: int) -> None: ...
+
+    def finish(self, node: str, ok: bool, note: str = "") -> None: ...
+
+
+def _abs(path: str, home: str) -> str:
+    return home.rstrip("/") + path[1:] if path.startswith("~/") else path
+
+
+def _blob_sizes(manifest: dict) -> dict[str, int]:
+    return {f["blob"]: f["size"] for f in manifest["files"]}
+
+
+def wanted(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> dict[str, int]:
+    """{blob: offset} a node still needs: complete blobs skipped, partial ones resumed from their length,
+    blobs of files that failed verification (`bad`: path -> problem) fetched again from 0."""
+    sizes = _blob_sizes(manifest)
+    again = {f["blob"] for f in manifest["files"] if f["path"] in (bad or {})}
+    out = {}
+    for blob, size in sizes.items():
+        if blob in again:
+            out[blob] = 0
+        elif held["have"].get(blob) != size:
+            part = held["partial"].get(blob, 0)
+            out[blob] = part if part < size else 0
+    return out
+
+
+def _to_come(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> int:
+    """Bytes a node still has to receive."""
+    sizes = _blob_sizes(manifest)
+    return sum(sizes[b] - off for b, off in wanted(manifest, held, bad).items())
+
+
+def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int,
+          stop: threading.Event) -> None:
+    """Report bytes arrived on `node` while a download or copy runs (a second SSH session, stat only)."""
+    sizes = _blob_sizes(manifest)
+    while not stop.wait(POLL_S):
+        try:
+            held = ops.have(conn, hf_cache, manifest["repo"])
+        except Exception:  # a poll that fails is only a missed bar update
+            continue
+        done = sum(min(held["have"].get(b, 0) or held["partial"].get(b, 0), s) for b, s in sizes.items())
+        progress.update(node, max(0, done - base))
+
+
+def _env_file(ref: ModelRef, inv: Inventory, secrets: Secrets) -> str:
+    lines = {"HF_HOME": "/hf", "HOME": "/tmp", "HF_HUB_DISABLE_TELEMETRY": "1",
+             "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    if inv.cluster.hf_endpoint:
+        lines["HF_ENDPOINT"] = inv.cluster.hf_endpoint
+    token = secrets.get("HF_TOKEN")
+    if token:
+        if "\n" in token or "\r" in token:
+            raise ConfigError(Problem(secrets.source or "secrets", "HF_TOKEN", "contains a line break",
+                                      "write the token on one line"))
+        lines["HF_TOKEN"] = token
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+class ClientSession:
+    """`hub_client.py pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
+    one client start serves both steps while this machine checks room on every node in between."""
+
+    def __init__(self, puller: "Puller", node: Node, ref: ModelRef, dry_run: bool = False):
+        self.puller, self.node, self.ref = puller, node, ref
+        conn = puller.conns[node.name]
+        argv, self.env_path = puller._client_argv(node, ref, "pull", ref.revision, dry_run)
+        self.conn = conn
+        self.chan = conn.open().client.get_transport().open_session(timeout=conn.connect_timeout)
+        self.chan.settimeout(None)
+        self.chan.exec_command(shlex.join(argv))
+        self.out = self.chan.makefile("rb")
+        self.seen: list[str] = []
+        self.manifest = self._first_json()
+
+    def _first_json(self) -> dict:
+        for raw in self.out:
+            line = raw.decode(errors="replace").strip()
+            self.seen.append(line)
+            if line.startswith("{"):
+                data = json.loads(line)
+                if "error" in data:
+                    self.end("stop")
+                    self.puller._hub_error(self.node, self.ref, data)
+                return data
+        self.end("stop")
+        raise StepFailed(f"{self.node.name}: huggingface_hub in {self.puller.image} gave no file list for "
+                         f"{self.ref}: {self._stderr()[-300:] or ' '.join(self.seen)[-300:]}")
+
+    def _stderr(self) -> str:
+        return self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
+
+    def end(self, word: str) -> dict:
+        """Send `word` (go | stop), wait for the container to end; the download's answer for "go"."""
+        try:
+            self.chan.sendall((word + "\n").encode())
+            self.chan.shutdown_write()
+            rest = self.out.read().decode(errors="replace")
+            code = self.chan.recv_exit_status()
+            err = self._stderr()
+        finally:
+            self.chan.close()
+            self.conn.run(["rm", "-f", self.env_path], check=False)
+        if word != "go":
+            return {}
+        return self.puller._answer(self.node, self.ref, "download", code, rest, err)
+
+
+class Puller:
+    def __init__(self, inv: Inventory, conns: dict[str, NodeConnection], secrets: Secrets, image: str,
+                 progress: Progress | None = None, say=lambda _m: None):
+        self.inv = inv
+        self.conns = conns
+        self.secrets = secrets
+        self.image = image
+        self.progress = progress or Progress()
+        self.say = say
+        self.hf_cache = inv.cluster.hf_cache
+        self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
+
+    # -- the hub client on the download node -----------------------------------------------------------
+    def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str,
+                     dry_run: bool = False) -> tuple[list[str], str]:
+        """The `docker run` of the hub client on `node`, and its env file (0600, written here; remove it after).
+        A dry run mounts no cache (it only lists files) and so creates no folder on the node."""
+        conn = self.conns[node.name]
+        home = conn.home()
+        hf_abs = _abs(self.hf_cache, home)
+        state = _abs("~/" + self.inv.cluster.state_dir, home)
+        ids = conn.run(["sh", "-c", 'id -u; id -g']).stdout.split()
+        conn.run(["mkdir", "-p", *([] if dry_run else [hf_abs + "/hub"]), state])
+        env_path = f"{state}/{ENV_FILE}"
+        conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
+        # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
+        argv = ["docker", "run", "--rm", "-i", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
+                "--env-file", env_path, *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
+                "--entrypoint", "python3", self.image,
+                "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
+        return argv, env_path
+
+    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
+        """One hub client command (plan | download) to its end; its JSON answer."""
+        conn = self.conns[node.name]
+        argv, env_path = self._client_argv(node, ref, cmd, revision)
+        try:
+            result = conn.run(argv, check=False, timeout=None)
+        finally:
+            conn.run(["rm", "-f", env_path], check=False)
+        return self._answer(node, ref, cmd, result.exit_code, result.stdout, result.stderr)
+
+    def _answer(self, node: Node, ref: ModelRef, cmd: str, code: int, stdout: str, stderr: str) -> dict:
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+        data = json.loads(lines[-1]) if lines else {}
+        if "error" in data:
+            self._hub_error(node, ref, data)
+        if code != 0 or not data:
+            tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
+            raise StepFailed(f"{node.name}: huggingface_hub in {self.image} failed ({cmd} {ref}): {tail[0]}")
+        return data
+
+    def _hub_error(self, node: Node, ref: ModelRef, data: dict) -> None:
+        kind, where = data["error"], f"on {self.endpoint} (asked from {node.name})"
+        if kind == "repo":
+            raise ConfigError(Problem("models", ref.repo, f"no such model {where}, or it is private",
+                                      "check the id (e.g. openai/gpt-oss-120b); for a private model add an "
+                                      "HF_TOKEN line to the secrets file"))
+        if kind == "revision":
+            raise ConfigError(Problem("models", "--revision", f"{ref.revision!r} is not a revision of {ref.repo} "
+                                      f"{where}", "give a branch, tag or commit of the model (default: main)"))
+        if kind == "gated":
+            has = bool(self.secrets.get("HF_TOKEN"))
+            raise ConfigError(Problem(
+                "models", ref.repo, f"is gated {where} and " + ("the hub refused HF_TOKEN" if has else
+                                                                 "no HF_TOKEN is set"),
+                "accept the model's license on the hub with your account, then add an HF_TOKEN line (a token "
+                "of that account) to the secrets file (cluster.secrets_file), or export HF_TOKEN"))
+        raise StepFailed(f"{node.name}: the hub client failed for {ref} {where}: {data.get('message', kind)}")
+
+    # -- the pull ---------------------------------------------------------------------------------------
+    def pull(self, ref: ModelRef, download_node: Node, targets: list[Node], dry_run: bool = False) -> PullResult:
+        result = PullResult(ref.repo, ref.revision, download_node=download_node.name, dry_run=dry_run)
+        everyone = [download_node] + [t for t in targets if t.name != download_node.name]
+        self.say(f"reading the model cache on {', '.join(n.name for n in everyone)}")
+        held = self._per_node(everyone, lambda n: ops.have(self.conns[n.name], self.hf_cache, ref.repo))
+        states = self._per_node(everyone, lambda n: ops.status(self.conns[n.name], self.hf_cache, ref.repo))
+        self.say(f"asking {self.endpoint} for {ref} (huggingface_hub on {download_node.name})")
+        client = ClientSession(self, download_node, ref, dry_run)
+        try:
+            return self._pull(ref, download_node, everyone, held, states, client, result, dry_run)
+        finally:
+            if not client.chan.closed:  # not started: stop it (a failure, a dry run, nothing to download)
+                client.end("stop")
+
+    def _pull(self, ref, download_node, everyone, held, states, client, result, dry_run) -> PullResult:
+        from sparkdeploy.peers import ensure_peer_trust, transfer_plan
+
+        manifest = dict(client.manifest, revision=ref.revision)
+        result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
+        exact = ModelRef(ref.repo, manifest["commit"])
+
+        bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
+        want = {n.name: ({} if ops.complete_commit(states[n.name], exact) else
+                         wanted(manifest, held[n.name], bad[n.name])) for n in everyone}
+        sizes = _blob_sizes(manifest)
+        need = {name: sum(sizes[b] - off for b, off in w.items()) for name, w in want.items()}
+        short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
+        if short:
+            raise StepFailed("; ".join(
+                f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
+                f"more (fix: free space there, or set cluster.hf_cache to a larger disk)" for n in short)
+                + ". Nothing was downloaded or copied.")
+
+        src_done = need[download_node.name] == 0
+        result.plan.append(f"{download_node.name}: " + ("has it (verified)" if src_done else
+                           f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
+                           f"in {self.image}"))
+        todo = [n for n in everyone[1:] if need[n.name]]
+        edges = transfer_plan(download_node, todo)
+        for frm, to in edges:
+            result.plan.append(f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
+                               f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked)")
+        for n in everyone[1:]:
+            if not need[n.name]:
+                result.plan.append(f"{n.name}: has it (verified)")
+        if dry_run:
+            if edges:
+                result.plan.extend(self._trust(ensure_peer_trust, edges, dry_run=True))
+            return result
+
+        # 1. the download node
+        if src_done:
+            result.nodes[download_node.name] = NodeResult(download_node.name, "present")
+        else:
+            result.nodes[download_node.name] = self._download(download_node, ref, manifest, held,
+                                                              set(want[download_node.name]), client)
+            if not result.nodes[download_node.name].ok:
+                for n in everyone[1:]:
+                    result.nodes[n.name] = NodeResult(n.name, "skipped", error="the download failed")
+                return result
+        for n in everyone[1:]:
+            if not need[n.name]:
+                result.nodes[n.name] = NodeResult(n.name, "present")
+        if not edges:
+            return result
+
+        # 2. node-to-node trust, then the chain
+        for line in self._trust(ensure_peer_trust, edges, dry_run=False):
+            self.say(line)
+        broken = ""
+        for frm, to in edges:
+            if broken:
+                result.nodes[to.name] = NodeResult(to.name, "skipped", error=f"{broken} failed before it in the chain")
+                continue
+            result.nodes[to.name] = self._copy(frm, to, manifest, want[to.name], ref)
+            if not result.nodes[to.name].ok:
+                broken = to.name
+        return result
+
+    def _trust(self, ensure_peer_trust, edges, dry_run: bool) -> list[str]:
+        lines = []
+        for frm, to in edges:
+            lines.extend(ensure_peer_trust(self.inv, frm, [to], dry_run=dry_run))
+        return lines
+
+    def _per_node(self, nodes: list[Node], fn) -> dict:
+        outcomes = on_nodes(nodes, fn)
+        failed = [o for o in outcomes if not o.ok]
+        if failed:
+            raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
+        return {o.node.name: o.value for o in outcomes}
+
+    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict, refetch: set[str],
+                  client: ClientSession) -> NodeResult:
+        res = NodeResult(node.name, "downloaded", source=self.endpoint)
+        conn = self.conns[node.name]
+        stale = [b for b in refetch if held[node.name]["have"].get(b) is not None]
+        if stale:  # blobs that failed verification: huggingface_hub would keep them (it trusts a blob's name)
+            blobs = _abs(self.hf_cache, conn.home()) + "/hub/" + ops.folder(ref.repo) + "/blobs/"
+            conn.run(["rm", "-f", "--", *(blobs + b for b in sorted(stale))])
+        base = sum(min(v, _blob_sizes(manifest).get(b, 0)) for b, v in {**held[node.name]["partial"],
+                                                                          **held[node.name]["have"]}.items())
+        todo = _to_come(manifest, held[node.name])
+        self.progress.start(node.name, todo, f"download from {self.endpoint}")
+        stop = threading.Event()
+        poller = threading.Thread(target=_poll, args=(self.conns[node.name], self.hf_cache, manifest, node.name,
+                                                      self.progress, base, stop), daemon=True)
+        t0 = time.monotonic()
+        poller.start()
+        try:
+            client.end("go")
+            done = ops.finish(self.conns[node.name], self.hf_cache, manifest)
+        except (StepFailed, ConfigError) as exc:
+            res.action, res.error = "failed", str(exc)
+            self.progress.finish(node.name, False, res.error)
+            return res
+        finally:
+            stop.set()
+            poller.join()
+            res.seconds = round(time.monotonic() - t0, 2)
+        res.bytes = todo
+        if not done.get("ok"):
+            res.action = "failed"
+            res.error = (f"{node.name}: after the download, {ops.describe_bad(done['bad'])}; run the pull again "
+                         "(bad files are fetched again)")
+        self.progress.finish(node.name, res.ok, res.error)
+        return res
+
+    def _copy(self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef) -> NodeResult:
+        from sparkdeploy.peers import peer_ssh_argv
+
+        res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
+        sizes = _blob_sizes(manifest)
+        want = [[b, off] for b, off in sorted(need.items())]
+        t0 = time.monotonic()
+        for attempt in (1, 2):
+            todo = sum(sizes[b] - off for b, off in want)
+            self.progress.start(to.name, todo, f"copy from {frm.name} {res.via}")
+            request = json.dumps({"manifest": manifest, "want": want})
+            send = ops.nodeside_argv("send", self.hf_cache, ref.repo, request)
+            receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
+            pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
+            stop = threading.Event()
+            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))
+            poller = threading.Thread(target=_poll, args=(self.conns[to.name], self.hf_cache, manifest, to.name,
+                                                          self.progress, base, stop), daemon=True)
+            poller.start()
+            try:
+                out = self.conns[frm.name].run(["bash", "-o", "pipefail", "-c", pipeline], check=False, timeout=None)
+            except StepFailed as exc:
+                res.action, res.error = "failed", f"{to.name}: copy from {frm.name} broke: {exc}; run the pull again to resume"
+                break
+            finally:
+                stop.set()
+                poller.join()
+            res.bytes += todo
+            answer = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            verdict = json.loads(answer[-1]) if answer else {}
+            if out.exit_code == 0 and verdict.get("ok"):
+                res.action, res.error = "copied", ""
+                break
+            if verdict.get("bad") and attempt == 1:  # a blob already there was corrupt: send those again, once
+                bad_blobs = {f["blob"] for f in manifest["files"] if f["path"] in verdict["bad"]}
+                want = [[b, 0] for b in sorted(bad_blobs)]
+                continue
+            tail = (out.stderr.strip().splitlines() or [""])[-1] or ops.describe_bad(verdict.get("bad", {}))
+            res.action = "failed"
+            res.error = (f"{to.name}: copy from {frm.name} over {res.via} failed: {tail}; what arrived is kept "
+                         "(verified files, partial ones resume): run the pull again")
+            break
+        res.seconds = round(time.monotonic() - t0, 2)
+        self.progress.finish(to.name, res.ok, res.error)
+        return res
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
