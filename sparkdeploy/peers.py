@@ -61,11 +61,8 @@ def known_hosts_host(node: Node) -> str:
     return node.fabric_address if port == 22 else f"[{node.fabric_address}]:{port}"
 
 
-def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[str]:
-    """argv to run ON `source` that runs `remote_argv` on `target` over its fabric address, host key checked.
-
-    The remote command is one argument (shlex-joined here), so each of its parts reaches the target's shell
-    quoted; quote this argv again (shlex.join, or NodeConnection.run) to run it on the source."""
+def peer_ssh_prefix(source: Node, target: Node) -> list[str]:
+    """The peer ssh command up to the target's fabric address; the remote command (one argument) follows."""
     argv = ["ssh", "-T", "-i", PEER_KEY, "-b", source.fabric_address, "-c", PEER_CIPHERS,
             "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={PEER_KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
@@ -74,7 +71,15 @@ def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[st
             "-p", str(target.ssh.port or 22)]
     if target.ssh.user:
         argv += ["-l", target.ssh.user]
-    return argv + ["--", target.fabric_address, shlex.join(remote_argv)]
+    return argv + ["--", target.fabric_address]
+
+
+def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[str]:
+    """argv to run ON `source` that runs `remote_argv` on `target` over its fabric address, host key checked.
+
+    The remote command is one argument (shlex-joined here), so each of its parts reaches the target's shell
+    quoted; quote this argv again (shlex.join, or NodeConnection.run) to run it on the source."""
+    return peer_ssh_prefix(source, target) + [shlex.join(remote_argv)]
 
 
 def transfer_plan(source: Node, targets: list[Node]) -> list[tuple[Node, Node]]:

@@ -1,0 +1,98 @@
+"""Runs ON the source node of `images push --from` (shipped as text after layers.py and node_relay.py, standard
+library only). Started as `python3 - CONFIG` with this code on stdin.
+
+`docker save` of the image, filtered on the fly to the layers the chain lacks (layers.ArchiveFilter: the
+archive loads under a temporary tag, so a cut or failed load moves no tag), compressed, into the peer ssh
+that starts node_relay on the first receiver. Reports `@@sparkdeploy-progress` (archive bytes read, bytes
+sent) on stderr and one `@@sparkdeploy-result` line on stdout after the chain's own results.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+
+COMPRESSORS = {
+    "zstd": ["zstd", "-1", "-T0", "-q", "-c"],
+    "gzip": ["sh", "-c", "if command -v pigz >/dev/null; then exec pigz -1 -c; else exec gzip -1 -c; fi"],
+    "none": None,
+}
+
+
+def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=None, err=None):
+    out, err = out or sys.stdout, err or sys.stderr
+    me = cfg["relay"]["chain"][0]["name"]
+    save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    flt = filter_cls(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
+    first = next_hop_argv(cfg["relay"])
+    compressor = COMPRESSORS[cfg["compress"]]
+    counts = {"raw": 0, "wire": 0}
+    pump = None
+    if compressor:
+        comp = subprocess.Popen(compressor, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        hop = subprocess.Popen(first, stdin=subprocess.PIPE)
+        sink = comp.stdin
+
+        def copy():  # compressed bytes to the first hop, counted on the way
+            try:
+                while True:
+                    data = comp.stdout.read1(1 << 20)
+                    if not data:
+                        break
+                    counts["wire"] += len(data)
+                    hop.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                pass
+            finally:
+                try:
+                    hop.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+
+        pump = threading.Thread(target=copy, daemon=True)
+        pump.start()
+    else:
+        comp, hop = None, subprocess.Popen(first, stdin=subprocess.PIPE)
+        sink = hop.stdin
+    error, said = None, time.monotonic()
+    try:
+        while not flt.done:
+            data = save.stdout.read1(1 << 20)
+            if not data:
+                for piece in flt.finish():
+                    sink.write(piece)
+                    counts["raw"] += len(piece)
+                break
+            for piece in flt.feed(data):
+                sink.write(piece)
+                counts["raw"] += len(piece)
+                if not compressor:
+                    counts["wire"] += len(piece)
+            if time.monotonic() - said >= 1.0:
+                said = time.monotonic()
+                say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"],
+                                        "wire": counts["wire"]})
+    except (BrokenPipeError, OSError) as exc:
+        error = f"the stream to the first node broke ({exc.__class__.__name__})"
+    except ValueError as exc:
+        error = f"docker save: {exc}"
+    finally:
+        try:
+            sink.close()
+        except (BrokenPipeError, OSError):
+            pass
+    early = flt.done
+    if early:
+        save.kill()
+    save_err = save.stderr.read().decode(errors="replace").strip()
+    save_rc = save.wait()
+    if comp is not None:
+        comp.wait()
+        pump.join()
+    hop_rc = hop.wait()
+    if error is None and save_rc != 0 and not early:
+        error = f"docker save exited {save_rc}: {save_err[-300:]}"
+    say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
+    say(out, result_tag, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
+                          "error": error, "first_hop_rc": hop_rc, "finished_early": early})
+    return 0 if error is None and hop_rc == 0 else 1
