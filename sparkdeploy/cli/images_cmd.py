@@ -138,8 +138,9 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
               show_default=True, help="auto: zstd where the node has it, else gzip (docker load reads gzip).")
 @click.option("--layer-source", "reader", type=click.Choice(["auto", "store", "save"]), default="auto",
               show_default=True,
-              help="Where the layers are read. store: this engine's layer store, only the layers sent (needs "
-                   "read access to the Docker root, overlay2); save: `docker save` of the whole image first; "
+              help="Where the layers are read (with --from: on that node; its store through sudo -n). store: "
+                   "the engine's layer store, only the layers sent (needs read access to the Docker root, "
+                   "overlay2); save: `docker save` of the whole image first; "
                    "auto: store when readable, else save.")
 @click.option("--from", "from_node", metavar="NODE",
               help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
@@ -176,10 +177,10 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
         if not to_nodes:
             nodes = [n for n in nodes if n.name != source.name]
         if dry_run:
-            _push_from_dry_run(name, inv, source, nodes, compression, as_json)
+            _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json)
             return
         with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
-            _push_from(ctx, name, inv, source, nodes, compression, as_json)
+            _push_from(ctx, name, inv, source, nodes, compression, reader, as_json)
         return
     with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
         if as_json:
@@ -209,10 +210,10 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
         ctx.exit(1)
 
 
-def _push_from_dry_run(name, inv, source, nodes, compression, as_json) -> None:
+def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -> None:
     from sparkdeploy.images.push_from import plan_from
 
-    plan, failed = plan_from(name, inv, source, nodes, compression, dry_run=True)
+    plan, failed = plan_from(name, inv, source, nodes, compression, dry_run=True, reader=reader)
     lines = plan.lines() + [f"{o.node.name}: cannot read its images: {o.error}" for o in failed]
     if as_json:
         emit_json({"source": source.name, "source_fabric_ip": source.fabric_address, "image": plan.image.tag,
@@ -222,22 +223,25 @@ def _push_from_dry_run(name, inv, source, nodes, compression, as_json) -> None:
                    "nodes": {n: {"action": p.action, "layers": p.layers_sent, "bytes": p.estimate}
                              for n, p in plan.plans.items()},
                    "refused": {n: str(e) for n, e in plan.refused.items()}, "peer_ssh": plan.trust,
-                   "bytes": plan.estimate, "compression": plan.compression, "lines": lines})
+                   "bytes": plan.estimate, "compression": plan.compression, "reader": plan.reader,
+                   "lines": lines})
     else:
         click.echo(f"images push {name} --from {source.name} (dry run: nothing changed)")
         for line in lines:
             click.echo(f"  {line}")
 
 
-def _push_from(ctx, name, inv, source, nodes, compression, as_json) -> None:
+def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> None:
     from sparkdeploy.images.push_from import push_from_node
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
 
     if as_json:
-        plan, outcomes, received = push_from_node(name, inv, source, nodes, PushProgress(), compression)
+        plan, outcomes, received = push_from_node(name, inv, source, nodes, PushProgress(), compression,
+                                                      reader=reader)
     else:
         with RichPushProgress() as progress:
-            plan, outcomes, received = push_from_node(name, inv, source, nodes, progress, compression)
+            plan, outcomes, received = push_from_node(name, inv, source, nodes, progress, compression,
+                                                      reader=reader)
     if as_json:
         emit_json({"source": source.name, "chain": [[a.name, a.fabric_address, b.name, b.fabric_address]
                                                     for a, b in plan.edges],

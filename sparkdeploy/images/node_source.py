@@ -1,8 +1,10 @@
 """Runs ON the source node of `images push --from` (shipped as text after layers.py and node_relay.py, standard
 library only). Started as `python3 - CONFIG` with this code on stdin.
 
-`docker save` of the image, filtered on the fly to the layers the chain lacks (layers.ArchiveFilter: the
-archive loads under a temporary tag, so a cut or failed load moves no tag), compressed, into the peer ssh
+The layers the chain lacks, read from the node's layer store as root (node_store_reader, through `sudo -n`,
+where that works without a password) or else from `docker save` of the image, filtered on the fly
+(layers.ArchiveFilter); either way the archive loads under a temporary tag, so a cut or failed load moves no
+tag. Compressed, into the peer ssh
 that starts node_relay on the first receiver. Reports `@@sparkdeploy-progress` (archive bytes read, bytes
 sent) on stderr and one `@@sparkdeploy-result` line on stdout after the chain's own results.
 """
@@ -19,11 +21,35 @@ COMPRESSORS = {
 }
 
 
+class _PassThrough:
+    """The store reader writes the finished archive itself: nothing to filter."""
+
+    done = False
+    ended = False
+
+    def __init__(self):
+        self.bytes_in = 0
+
+    def feed(self, data):
+        self.bytes_in += len(data)
+        return [data]
+
+    def finish(self):
+        return []
+
+
 def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["relay"]["chain"][0]["name"]
-    save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    flt = filter_cls(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
+    if cfg.get("reader_config"):  # the layer store, as root: only the layers sent are read
+        save = subprocess.Popen(["sudo", "-n", "python3", "-", cfg["reader_config"]], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        save.stdin.write(READER_CODE.encode())  # noqa: F821 - appended by push_from.source_script
+        save.stdin.close()
+        flt = _PassThrough()
+    else:
+        save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        flt = filter_cls(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
     first = next_hop_argv(cfg["relay"])
     compressor = COMPRESSORS[cfg["compress"]]
     counts = {"raw": 0, "wire": 0}
@@ -91,7 +117,8 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
         pump.join()
     hop_rc = hop.wait()
     if error is None and save_rc != 0 and not early:
-        error = f"docker save exited {save_rc}: {save_err[-300:]}"
+        what = "reading the layer store" if cfg.get("reader_config") else "docker save"
+        error = f"{what} exited {save_rc}: {save_err[-300:]}"
     say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
     say(out, result_tag, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
                           "error": error, "first_hop_rc": hop_rc, "finished_early": early})

@@ -64,6 +64,10 @@ class FromPlan:
     estimate: int = 0  # archive bytes the chain carries
     compression: str = "none"
     trust: list[str] = field(default_factory=list)  # peer SSH changes (would be) made
+    reader: str = "save"  # store: the source's layer store read as root (sudo -n); save: docker save there
+    reader_note: str = ""  # why not the store
+    store_root: str = ""
+    store_driver: str = "overlay2"
 
     @property
     def receivers(self) -> list[Node]:
@@ -92,6 +96,9 @@ class FromPlan:
             out.append(f"chain over the fabric: {self.chain_text()}; {len(self.needed)} layers, about "
                        f"{human_size(self.estimate)}, {self.compression}; the source sends each byte once, "
                        f"each target loads it and forwards it to the next as it arrives")
+            out.append(f"layers read on {self.source.name} from " + (
+                "its layer store (sudo -n): only the layers sent" if self.reader == "store" else
+                f"docker save of the whole image ({self.reader_note})"))
             out.append("this machine starts the stream on the source and reads progress lines only: no image "
                        "bytes pass through it")
         else:
@@ -113,6 +120,22 @@ def _source_image(tag: str, facts: NodeImages, history: str) -> SourceImage:
     return SourceImage(tag, record.id, short, list(record.layers), sizes, reader_note="docker save on the node")
 
 
+STORE_CHECK = 'sudo -n test -r "$1/image/$2/imagedb/content/sha256/$3" && echo readable'
+
+
+def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> str:
+    """Why the source's layer store cannot be read as root through `sudo -n` ("" when it can)."""
+    if facts.containerd_store:
+        return "the engine keeps images in containerd"
+    if facts.driver != "overlay2":
+        return f"the storage driver is {facts.driver or 'unknown'}, not overlay2"
+    r = src.run(["sh", "-c", STORE_CHECK, "sh", facts.root_dir, facts.driver, image_id.removeprefix("sha256:")],
+                check=False)
+    if "readable" not in r.stdout:
+        return f"no passwordless sudo on {src.node.name} to read {facts.root_dir}"
+    return ""
+
+
 def _choose_compression(requested: str, facts: list[NodeImages]) -> str:
     """zstd when every node of the chain has it; else none: the fabric is faster than gzip on one core."""
     if requested == "auto":
@@ -125,20 +148,34 @@ def _choose_compression(requested: str, facts: list[NodeImages]) -> str:
 
 
 def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node], compression: str = "auto",
-              free_space_factor: float = 2.0, dry_run: bool = False) -> tuple[FromPlan, list[NodeOutcome]]:
+              free_space_factor: float = 2.0, dry_run: bool = False, reader: str = "auto"
+              ) -> tuple[FromPlan, list[NodeOutcome]]:
     """What each target needs and the chain that carries it; the node facts that could not be read come
     back as failed outcomes. Sets up peer SSH for the chain (or, with dry_run, says what it would set up)."""
     tag = _tag_of(name)
     targets = [n for n in targets if n.name != source.name]
-    with NodeConnection(source, inventory) as src:
-        facts = read_node_images(src)
-        history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}",
-                           tag], check=False).stdout
-    image = _source_image(tag, facts, history)
-    plan = FromPlan(source, image)
-    conns = {n.name: NodeConnection(n, inventory) for n in targets}
+    conns = {n.name: NodeConnection(n, inventory) for n in [source] + targets}
+    src = conns[source.name]
     try:
-        read = on_nodes(targets, lambda n: read_node_images(conns[n.name]))
+        def facts_of(node: Node):  # every node at once, the source with its image's history
+            facts = read_node_images(conns[node.name])
+            if node.name != source.name:
+                return facts
+            history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format",
+                               "{{.Size}}", tag], check=False).stdout
+            image = _source_image(tag, facts, history)
+            return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
+
+        read = on_nodes([source] + targets, facts_of)
+        if not read[0].ok:
+            raise read[0].error
+        facts, image, plan_note = read[0].value
+        read = read[1:]
+        plan = FromPlan(source, image, reader="save" if plan_note else "store", reader_note=plan_note,
+                        store_root=facts.root_dir, store_driver=facts.driver)
+        if reader == "store" and plan.reader != "store":
+            raise StepFailed(f"{source.name}: its layer store cannot be read: {plan.reader_note} "
+                             f"(use --layer-source auto or save)")
     finally:
         for conn in conns.values():
             conn.close()
@@ -174,13 +211,31 @@ def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node]
 
 # -- the stream -----------------------------------------------------------------------------------------------
 
+def _program(names: list[str]) -> str:
+    """Modules of this folder as one standard-library program: one __future__ import first, our own imports
+    dropped (their names are defined by the modules before)."""
+    lines = ["from __future__ import annotations"]
+    for name in names:
+        for line in (HERE / name).read_text().splitlines():
+            if line.startswith(("from __future__", "from sparkdeploy")):
+                continue
+            lines.append(line.replace('if __name__ == "sparkdeploy_relay":', "if False:"))
+    return "\n".join(lines) + "\n"
+
+
+def store_reader_script() -> str:
+    """What runs as root on the source when its layer store is readable: the archive of the needed layers."""
+    return _program(["layers.py", "archive.py", "layer_store.py", "node_store_reader.py"]) + \
+        "sys.exit(reader_main())\n"
+
+
 def source_script() -> str:
-    """What runs on the source node: layers.py (the save filter), node_relay.py (to start the first hop) and
-    node_source.py, as one standard-library program."""
-    parts = [(HERE / name).read_text() for name in ("layers.py", "node_relay.py", "node_source.py")]
-    tail = ("\nCFG = json.loads(base64.b64decode(sys.argv[1]))\n"
-            "sys.exit(produce(CFG, ArchiveFilter, next_hop_argv, _say, PROGRESS, RESULT))\n")
-    return "\n".join(p.replace('if __name__ == "sparkdeploy_relay":', "if False:") for p in parts) + tail
+    """What runs on the source node: layers.py (the save filter), node_relay.py (to start the first hop),
+    node_source.py, and the store reader's code as a string (run through sudo)."""
+    return _program(["layers.py", "node_relay.py", "node_source.py"]) + (
+        f"READER_CODE = {store_reader_script()!r}\n"
+        "CFG = json.loads(base64.b64decode(sys.argv[1]))\n"
+        "sys.exit(produce(CFG, ArchiveFilter, next_hop_argv, _say, PROGRESS, RESULT))\n")
 
 
 def stream_config(plan: FromPlan, temp_tag: str) -> dict:
@@ -190,8 +245,13 @@ def stream_config(plan: FromPlan, temp_tag: str) -> dict:
             for i, n in enumerate(chain)]
     relay = {"code": (HERE / "node_relay.py").read_text(), "sink": shlex.join(load_argv(plan.compression)),
              "chain": hops}
-    return {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids,
-            "needed": sorted(plan.needed), "temp_tag": temp_tag, "compress": plan.compression, "relay": relay}
+    config = {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed),
+              "temp_tag": temp_tag, "compress": plan.compression, "relay": relay}
+    if plan.reader == "store":
+        config["reader_config"] = encode({"root": plan.store_root, "driver": plan.store_driver,
+                                          "image_id": plan.image.id, "diff_ids": plan.image.diff_ids,
+                                          "needed": sorted(plan.needed), "temp_tag": temp_tag})
+    return config
 
 
 def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
@@ -272,14 +332,14 @@ def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushPr
 
 def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[Node],
                    progress: PushProgress | None = None, compression: str = "auto",
-                   free_space_factor: float = 2.0) -> tuple[FromPlan, list[NodeOutcome], int]:
+                   free_space_factor: float = 2.0, reader: str = "auto") -> tuple[FromPlan, list[NodeOutcome], int]:
     """Make every target hold `name` with the source node's image ID, sent node to node over the fabric.
     Returns the plan, one outcome per target (value a PushResult, or error naming the node) and the bytes
     this machine received from the source during the stream (progress and result lines only)."""
     progress = progress or PushProgress()
     targets = [n for n in targets if n.name != source.name]
     started = time.monotonic()
-    plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor)
+    plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor, reader=reader)
     for line in plan.trust:
         progress.note(f"peer SSH: {line}")
     results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}
@@ -301,7 +361,8 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
         if plan.edges:
             temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
             progress.note(f"{plan.chain_text()}: {len(plan.needed)} layers, about {human_size(plan.estimate)}, "
-                          f"{plan.compression}")
+                          f"{plan.compression}, read from " + ("the layer store" if plan.reader == "store" else
+                                                               f"docker save ({plan.reader_note})"))
             for node in plan.receivers:
                 progress.begin(node.name, plan.estimate)
             with NodeConnection(source, inventory) as src:
@@ -342,7 +403,7 @@ def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_t
         p = plan.plans[node.name]
         return PushResult(node.name, image.tag, image.id, "sent", len(image.diff_ids), p.layers_sent,
                           int(src.get("raw") or 0), int(record.get("received") or 0), plan.compression,
-                          f"{source.name} over the fabric")
+                          f"{source.name}'s {plan.reader} over the fabric")
 
     return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(plan.receivers, finish)}
 

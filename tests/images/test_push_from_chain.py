@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from sparkdeploy.images.node_relay import BOOT, PROGRESS, RESULT, encode
-from sparkdeploy.images.push_from import source_script
+from sparkdeploy.images.push_from import source_script, store_reader_script
 
 RELAY = (Path(__file__).resolve().parents[2] / "sparkdeploy" / "images" / "node_relay.py").read_text()
 
@@ -50,11 +50,11 @@ def test_a_failing_sink_keeps_forwarding_and_is_reported(tmp_path):
     assert [p.read_bytes() for p in tmp_path.glob("got.*")] == [data]
 
 
-def test_the_source_program_is_standard_library_only_and_compiles():
-    text = source_script()
-    compile(text, "node_source", "exec")
-    imports = {line.split()[1].split(".")[0] for line in text.splitlines()
-               if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
-    assert "sparkdeploy" not in imports
-    assert imports <= {"base64", "hashlib", "json", "re", "shlex", "subprocess", "sys", "tempfile", "threading",
-                       "time", "dataclasses"}, imports
+def test_the_node_programs_are_standard_library_only_and_compile():
+    for text in (source_script(), store_reader_script()):
+        compile(text, "node_program", "exec")
+        imports = {line.split()[1].split(".")[0] for line in text.splitlines()
+                   if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
+        assert "sparkdeploy" not in imports
+        assert imports <= {"base64", "gzip", "hashlib", "json", "os", "pathlib", "re", "shlex", "subprocess", "sys",
+                           "tempfile", "threading", "time", "dataclasses"}, imports

@@ -29,7 +29,7 @@ def images_dir(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "manifest.yaml").write_text(f"name: {NAME}\ndescription: test\nbase: debian-base\n"
                                           "build_needs: {arch: x86_64, disk_gb: 1}\n")
-    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 20000000 /dev/urandom > /big.bin\n"
+    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 8000000 /dev/urandom > /big.bin\n"
                                        "COPY small.bin /small.bin\n")
     (folder / "small.bin").write_bytes(random.Random(1).randbytes(300_000))
     monkeypatch.setattr("sparkdeploy.paths.images_dir", lambda: root)
@@ -81,8 +81,9 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
         after = {n.name: _counters(lab, n) for n in (a, b)}
         row = report["nodes"][0]
         assert row["node"] == b.name and row["action"] == "sent" and row["ok"]
-        assert row["bytes_sent"] > 15_000_000  # the random 20 MB layer (zstd cannot shrink it) at least
+        assert row["bytes_sent"] > 7_000_000  # the random 8 MB layer (zstd cannot shrink it) at least
         delta = {n: {k: after[n][k] - before[n][k] for k in after[n]} for n in after}
+        print("interface bytes during the push:", delta, "image bytes:", row["bytes_sent"])
         assert delta[b.name]["fabric"] >= row["bytes_sent"]  # it came over the fabric...
         assert delta[b.name]["mgmt"] < 0.05 * row["bytes_sent"], delta  # ...and not over the management LAN
         assert delta[a.name]["mgmt"] < 0.05 * row["bytes_sent"], delta
