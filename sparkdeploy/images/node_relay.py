@@ -44,14 +44,104 @@ def _say(stream, prefix, record):
         pass
 
 
+def _read_exact(stream, n):
+    parts, left = [], n
+    while left:
+        data = stream.read(left)
+        if not data:
+            break
+        parts.append(data)
+        left -= len(data)
+    return b"".join(parts)
+
+
+class _Load:
+    """One `docker load`, its output collected."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.out = []
+        self.reader = threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True)
+        self.reader.start()
+        self.broken = False
+
+    def write(self, data):
+        if not self.broken:
+            try:
+                self.proc.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                self.broken = True
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def wait(self):
+        self.close()
+        rc = self.proc.wait()
+        self.reader.join(60)
+        text = (self.out[0] if self.out else b"").decode(errors="replace")
+        return rc, text
+
+
+def run_loads(stream, load_argv, report):
+    """The framed pipeline of loads (node_store_reader): load k+1 receives its layers while load k registers;
+    its trailer (config and manifest) goes only once load k has finished, since it names load k's layers.
+    A stream cut inside a load ends that load without its trailer: it loads nothing; the loads before stay."""
+    prev, current, failed = None, None, None
+    while True:
+        head = _read_exact(stream, 9)
+        if len(head) < 9:
+            if head or current is not None:
+                failed = failed or "the stream was cut in the middle of a load (the loads before it are kept)"
+            break
+        kind, size = head[:1], int.from_bytes(head[1:], "big")
+        data = _read_exact(stream, size)
+        if len(data) < size:
+            failed = failed or "the stream was cut in the middle of a load (the loads before it are kept)"
+            break
+        if failed:
+            continue  # drain: the loads after a failed one could not register
+        if current is None:
+            current = _Load(load_argv)
+        if kind == b"T":
+            if prev is not None:
+                rc, text = prev.wait()
+                report.append((rc, text))
+                prev = None
+                if rc != 0 or "Loaded image" not in text:
+                    failed = "a load failed"
+                    current.proc.kill()
+                    current = None
+                    continue
+            current.write(data)
+            current.close()
+            prev, current = current, None
+        else:
+            current.write(data)
+    if current is not None:
+        current.proc.kill()
+        current.wait()
+    if prev is not None:
+        report.append(prev.wait())
+    if failed and (not report or report[-1][0] == 0):
+        report.append((1, failed))
+
+
 def relay(cfg, source=None, out=None, err=None):
     source = source or sys.stdin.buffer
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["chain"][0]["name"]
-    sink = subprocess.Popen(["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    sink_out = []
-    reader = threading.Thread(target=lambda: sink_out.append(sink.stdout.read()), daemon=True)
+    sink_out, loads = [], []
+    if cfg.get("framed"):  # a pipeline of loads: the relay unpacks the stream and runs each load itself
+        sink = subprocess.Popen(cfg["decompress"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        reader = threading.Thread(target=run_loads, args=(sink.stdout, cfg["load"], loads), daemon=True)
+    else:
+        sink = subprocess.Popen(["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        reader = threading.Thread(target=lambda: sink_out.append(sink.stdout.read()), daemon=True)
     reader.start()
     argv = next_hop_argv(cfg)
     forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None  # its stdout/stderr: ours
@@ -84,10 +174,15 @@ def relay(cfg, source=None, out=None, err=None):
                 pass
     forward_rc = forward.wait() if forward is not None else None
     sink_rc = sink.wait()
-    reader.join(60)
+    reader.join(3600 if cfg.get("framed") else 60)
+    if cfg.get("framed"):
+        bad = [(rc, text) for rc, text in loads if rc != 0 or "Loaded image" not in text]
+        rc, text = bad[0] if bad else (loads[-1] if loads else (1, "no load arrived"))
+        sink_rc = sink_rc or rc
+        sink_out = [text.encode()]
     tail = (sink_out[0] if sink_out else b"").decode(errors="replace").strip().splitlines()[-5:]
     _say(out, RESULT, {"node": me, "received": got, "load_rc": sink_rc, "load_tail": tail,
-                       "forward_rc": forward_rc})
+                       "forward_rc": forward_rc, "loads": len(loads)})
     return 0 if sink_rc == 0 and forward_rc in (None, 0) else 1
 
 

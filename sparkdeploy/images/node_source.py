@@ -118,8 +118,10 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
     hop_rc = hop.wait()
     if error is None and save_rc != 0 and not early:
         what = "reading the layer store" if cfg.get("reader_config") else "docker save"
-        error = f"{what} exited {save_rc}: {save_err[-300:]}"
+        tail = [line for line in save_err.splitlines() if not line.startswith("partial ")]
+        error = f"{what} exited {save_rc}: {' | '.join(tail)[-300:]}"
     say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
+    partials = [line.split()[1] for line in save_err.splitlines() if line.startswith("partial ")]
     say(out, result_tag, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
-                          "error": error, "first_hop_rc": hop_rc, "finished_early": early})
+                          "error": error, "first_hop_rc": hop_rc, "finished_early": early, "partials": partials})
     return 0 if error is None and hop_rc == 0 else 1

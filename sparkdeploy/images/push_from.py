@@ -16,8 +16,10 @@ machine only orchestrates; the image bytes go node to node:
 4. on every target, check the loaded image ID against the source's, and only then move the tag (push.py's
    finalize): a cut or failed load moves no tag.
 
-Not done here (see docs/images.md): a cut push is not resumed midway (the next push sends the missing layers
-again; layers a node already loaded before the cut are not there, since a load is all or nothing).
+Read from the layer store, the layers go as a pipeline of loads of about 256 MB (store_stream's design: each
+relay runs load k+1 while load k registers); a push cut midway keeps the loads that finished as untagged
+partial images, and the next push sends only the rest. Read with `docker save`, it is one load per node: a cut
+push starts over.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from sparkdeploy.images.node_relay import PROGRESS, RESULT, encode
 from sparkdeploy.images.push import (INCOMING_REPO, NodePlan, PushResult, SourceImage, _finalize, _tag_existing,
                                      plan_node)
 from sparkdeploy.images.push_progress import PushProgress, human_size
+from sparkdeploy.images.store_stream import BATCH_BYTES
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
 HERE = Path(__file__).resolve().parent
 COMPRESSIONS = ("auto", "zstd", "gzip", "none")
+DECOMPRESSORS = {"zstd": ["zstd", "-d", "-q", "-c"], "gzip": ["gzip", "-d", "-c"], "none": ["cat"]}
 LINE_TIMEOUT_S = 600  # no progress line from the chain for this long: the push is stalled
 
 
@@ -238,19 +242,22 @@ def source_script() -> str:
         "sys.exit(produce(CFG, ArchiveFilter, next_hop_argv, _say, PROGRESS, RESULT))\n")
 
 
-def stream_config(plan: FromPlan, temp_tag: str) -> dict:
+def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict:
     """The source's config: the image, the layers to keep, and the chain (each hop's peer ssh to the next)."""
     chain = [plan.source] + plan.receivers
     hops = [{"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
             for i, n in enumerate(chain)]
     relay = {"code": (HERE / "node_relay.py").read_text(), "sink": shlex.join(load_argv(plan.compression)),
              "chain": hops}
+    if plan.reader == "store":  # a pipeline of loads: each relay unpacks the stream and runs the loads itself
+        relay.update(framed=True, decompress=DECOMPRESSORS[plan.compression], load=["docker", "load"])
     config = {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed),
               "temp_tag": temp_tag, "compress": plan.compression, "relay": relay}
     if plan.reader == "store":
         config["reader_config"] = encode({"root": plan.store_root, "driver": plan.store_driver,
                                           "image_id": plan.image.id, "diff_ids": plan.image.diff_ids,
-                                          "needed": sorted(plan.needed), "temp_tag": temp_tag})
+                                          "needed": sorted(plan.needed), "temp_tag": temp_tag,
+                                          "batch_bytes": batch_bytes})
     return config
 
 
@@ -332,7 +339,8 @@ def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushPr
 
 def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[Node],
                    progress: PushProgress | None = None, compression: str = "auto",
-                   free_space_factor: float = 2.0, reader: str = "auto") -> tuple[FromPlan, list[NodeOutcome], int]:
+                   free_space_factor: float = 2.0, reader: str = "auto", batch_bytes: int = BATCH_BYTES
+                   ) -> tuple[FromPlan, list[NodeOutcome], int]:
     """Make every target hold `name` with the source node's image ID, sent node to node over the fabric.
     Returns the plan, one outcome per target (value a PushResult, or error naming the node) and the bytes
     this machine received from the source during the stream (progress and result lines only)."""
@@ -366,7 +374,7 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
             for node in plan.receivers:
                 progress.begin(node.name, plan.estimate)
             with NodeConnection(source, inventory) as src:
-                streamed, other, received = run_stream(src, stream_config(plan, temp_tag), progress)
+                streamed, other, received = run_stream(src, stream_config(plan, temp_tag, batch_bytes), progress)
             results.update(_finish(plan, streamed, other, conns, temp_tag))
     finally:
         for conn in conns.values():
@@ -398,9 +406,11 @@ def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_t
             raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}")
         why = load_failure(record.get("load_rc"), "\n".join(record.get("load_tail") or []))
         if why:
-            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}")
-        _finalize(conns[node.name], temp_tag, image, [])
+            kept = " (the loads that finished are kept: a push again sends the rest)" \
+                if plan.reader == "store" and int(record.get("loads") or 0) > 1 else ""
+            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}{kept}")
         p = plan.plans[node.name]
+        _finalize(conns[node.name], temp_tag, image, p.stale_partials + list(src.get("partials") or []))
         return PushResult(node.name, image.tag, image.id, "sent", len(image.diff_ids), p.layers_sent,
                           int(src.get("raw") or 0), int(record.get("received") or 0), plan.compression,
                           f"{source.name}'s {plan.reader} over the fabric")

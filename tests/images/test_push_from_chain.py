@@ -58,3 +58,29 @@ def test_the_node_programs_are_standard_library_only_and_compile():
         assert "sparkdeploy" not in imports
         assert imports <= {"base64", "gzip", "hashlib", "json", "os", "pathlib", "re", "shlex", "subprocess", "sys",
                            "tempfile", "threading", "time", "dataclasses"}, imports
+
+
+def _frames(*parts: tuple[bytes, bytes]) -> bytes:
+    return b"".join(kind + len(data).to_bytes(8, "big") + data for kind, data in parts)
+
+
+def test_framed_stream_becomes_a_pipeline_of_loads_and_a_cut_keeps_the_finished_ones(tmp_path, monkeypatch):
+    import io
+
+    from sparkdeploy.images.node_relay import run_loads
+
+    monkeypatch.setenv("OUT", str(tmp_path))
+    load = ["sh", "-c", 'f=$(mktemp -p "$OUT" load.XXXX); cat > "$f"; echo "Loaded image ID: $(wc -c < "$f")"']
+    report: list = []
+    run_loads(io.BytesIO(_frames((b"B", b"a" * 10), (b"B", b"b" * 5), (b"T", b"t1"), (b"B", b"c" * 7),
+                                 (b"T", b"t2"))), load, report)
+    assert [rc for rc, _ in report] == [0, 0]
+    assert sorted(p.read_bytes() for p in tmp_path.glob("load.*")) == sorted([b"a" * 10 + b"b" * 5 + b"t1",
+                                                                               b"c" * 7 + b"t2"])
+    for p in tmp_path.glob("load.*"):
+        p.unlink()
+    report = []
+    cut = _frames((b"B", b"x" * 4), (b"T", b"t1"), (b"B", b"y" * 9))[:-3]  # cut inside the second load's layers
+    run_loads(io.BytesIO(cut), load, report)
+    assert report[0][0] == 0 and report[-1][0] == 1 and "cut in the middle of a load" in report[-1][1]
+    assert b"x" * 4 + b"t1" in [p.read_bytes() for p in tmp_path.glob("load.*")]
