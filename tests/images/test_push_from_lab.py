@@ -73,6 +73,7 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
         assert f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} " \
                f"({b.fabric_ip.split('/')[0]})" in out, out
         assert f"{b.name} ({b.fabric_ip.split('/')[0]}): lacks" in out
+        assert f"layers read on {a.name} from its layer store (sudo -n)" in out  # the lab user has it
 
         before = {n.name: _counters(lab, n) for n in (a, b)}
         code, out, err = cli("images", "push", NAME, "--from", a.name, "--json", "-i", inv)
