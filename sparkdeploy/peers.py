@@ -103,7 +103,9 @@ def authorized_line(public_key: str, sender: Node) -> str:
 def with_authorized(text: str, line: str) -> str | None:
     """authorized_keys `text` with `line` in it, replacing any other line of the same key (new options or
     comment); None when it is already there as is."""
-    blob = line.split()[-2] if len(line.split()) >= 3 else ""
+    tokens = line.split()
+    types = [i for i, t in enumerate(tokens) if t.startswith(("ssh-", "ecdsa-", "sk-")) and i + 1 < len(tokens)]
+    blob = tokens[types[0] + 1] if types else line  # the key itself, never its type or options
     lines = text.splitlines()
     if line in lines:
         return None
