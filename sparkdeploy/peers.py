@@ -61,11 +61,8 @@ def known_hosts_host(node: Node) -> str:
     return node.fabric_address if port == 22 else f"[{node.fabric_address}]:{port}"
 
 
-def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[str]:
-    """argv to run ON `source` that runs `remote_argv` on `target` over its fabric address, host key checked.
-
-    The remote command is one argument (shlex-joined here), so each of its parts reaches the target's shell
-    quoted; quote this argv again (shlex.join, or NodeConnection.run) to run it on the source."""
+def peer_ssh_prefix(source: Node, target: Node) -> list[str]:
+    """The peer ssh command up to the target's fabric address; the remote command (one argument) follows."""
     argv = ["ssh", "-T", "-i", PEER_KEY, "-b", source.fabric_address, "-c", PEER_CIPHERS,
             "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={PEER_KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
@@ -74,7 +71,15 @@ def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[st
             "-p", str(target.ssh.port or 22)]
     if target.ssh.user:
         argv += ["-l", target.ssh.user]
-    return argv + ["--", target.fabric_address, shlex.join(remote_argv)]
+    return argv + ["--", target.fabric_address]
+
+
+def peer_ssh_argv(source: Node, target: Node, remote_argv: list[str]) -> list[str]:
+    """argv to run ON `source` that runs `remote_argv` on `target` over its fabric address, host key checked.
+
+    The remote command is one argument (shlex-joined here), so each of its parts reaches the target's shell
+    quoted; quote this argv again (shlex.join, or NodeConnection.run) to run it on the source."""
+    return peer_ssh_prefix(source, target) + [shlex.join(remote_argv)]
 
 
 def transfer_plan(source: Node, targets: list[Node]) -> list[tuple[Node, Node]]:
@@ -98,7 +103,9 @@ def authorized_line(public_key: str, sender: Node) -> str:
 def with_authorized(text: str, line: str) -> str | None:
     """authorized_keys `text` with `line` in it, replacing any other line of the same key (new options or
     comment); None when it is already there as is."""
-    blob = line.split()[-2] if len(line.split()) >= 3 else ""
+    tokens = line.split()
+    types = [i for i, t in enumerate(tokens) if t.startswith(("ssh-", "ecdsa-", "sk-")) and i + 1 < len(tokens)]
+    blob = tokens[types[0] + 1] if types else line  # the key itself, never its type or options
     lines = text.splitlines()
     if line in lines:
         return None

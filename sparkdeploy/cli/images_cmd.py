@@ -8,7 +8,9 @@
                              the plan only: base, sources (with the evidence in sources.yaml), expected
                              duration, disk needed, hosts fetched from, and where the image goes next
     push NAME [--to NODE]    send the image to the nodes in parallel, only the layers each one lacks
-    push NAME --from NODE    send the image a node built (images build NAME --on NODE) to the other nodes
+    push NAME --from NODE    send the image a node has (images build NAME --on NODE) from that node to the
+                             others over the fabric (node to node SSH, a chain: the source sends each byte
+                             once); --dry-run shows the chain, the fabric addresses and the peer SSH setup
     list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
                              nodes agree on each tag's image ID
 
@@ -136,22 +138,29 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
               show_default=True, help="auto: zstd where the node has it, else gzip (docker load reads gzip).")
 @click.option("--layer-source", "reader", type=click.Choice(["auto", "store", "save"]), default="auto",
               show_default=True,
-              help="Where the layers are read. store: this engine's layer store, only the layers sent (needs "
-                   "read access to the Docker root, overlay2); save: `docker save` of the whole image first; "
+              help="Where the layers are read (with --from: on that node; its store through sudo -n). store: "
+                   "the engine's layer store, only the layers sent (needs read access to the Docker root, "
+                   "overlay2); save: `docker save` of the whole image first; "
                    "auto: store when readable, else save.")
 @click.option("--from", "from_node", metavar="NODE",
               help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
-                   "streamed from that node to the others, instead of from this machine.")
+                   "from that node straight to the others over their fabric IPs (nothing passes through this "
+                   "machine); sets up node-to-node SSH with host keys checked first.")
+@click.option("--dry-run", is_flag=True,
+              help="With --from: print what each node lacks, the chain and fabric addresses, and the peer SSH "
+                   "keys and host keys it would add; change nothing.")
 @inventory_option
 @json_option
 @click.pass_context
-def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_json):
+def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inventory, as_json):
     """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
 
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
     compressed, over SSH, and the tag is set only after the loaded image ID matches this machine's.
-    With --from NODE the source is that node's engine: `docker save` there, gzip, one stream fanned out to
-    every other node's `docker load`; each node's image ID must then equal the source's.
+    With --from NODE the source is that node's engine: `docker save` there, filtered to the layers the
+    targets lack, streamed over node-to-node SSH on the fabric IPs as a chain (source -> t1 -> t2 ...: each
+    target loads it and forwards it as it arrives, so the source sends each byte once); this machine only
+    starts it and reads progress lines. Each node's image ID must then equal the source's before the tag moves.
     """
     from sparkdeploy.apply import cluster_lock
     from sparkdeploy.images.inventory_images import select_nodes
@@ -161,9 +170,17 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
+    if dry_run and not from_node:
+        raise click.UsageError("--dry-run goes with --from NODE")
     if from_node:
+        source = select_nodes(inv, [from_node])[0]
+        if not to_nodes:
+            nodes = [n for n in nodes if n.name != source.name]
+        if dry_run:
+            _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json)
+            return
         with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
-            _push_from(ctx, name, inv, select_nodes(inv, [from_node])[0], nodes, as_json)
+            _push_from(ctx, name, inv, source, nodes, compression, reader, as_json)
         return
     with cluster_lock(inv):  # a push changes the nodes: one run at a time per cluster
         if as_json:
@@ -193,26 +210,62 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, inventory, as_
         ctx.exit(1)
 
 
-def _push_from(ctx, name, inv, source, nodes, as_json) -> None:
-    from sparkdeploy.images.push_from import push_from_node
+def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -> None:
+    from sparkdeploy.images.push_from import plan_from
 
-    err = Console(stderr=True, highlight=False)
-    outcomes = push_from_node(name, inv, source, nodes, say=lambda line: err.print(f"[dim]{line}[/dim]"))
+    plan, failed = plan_from(name, inv, source, nodes, compression, dry_run=True, reader=reader)
+    lines = plan.lines() + [f"{o.node.name}: cannot read its images: {o.error}" for o in failed]
     if as_json:
-        emit_json([{"node": o.node.name, "ok": True, "action": o.value.action, "image_id": o.value.image_id,
-                    "bytes_sent": o.value.bytes_sent, "seconds": round(o.value.seconds, 1)} if o.ok else
-                   {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes])
+        emit_json({"source": source.name, "source_fabric_ip": source.fabric_address, "image": plan.image.tag,
+                   "image_id": plan.image.id,
+                   "chain": [{"from": a.name, "from_ip": a.fabric_address, "to": b.name, "to_ip": b.fabric_address}
+                             for a, b in plan.edges],
+                   "nodes": {n: {"action": p.action, "layers": p.layers_sent, "bytes": p.estimate}
+                             for n, p in plan.plans.items()},
+                   "refused": {n: str(e) for n, e in plan.refused.items()}, "peer_ssh": plan.trust,
+                   "bytes": plan.estimate, "compression": plan.compression, "reader": plan.reader,
+                   "lines": lines})
     else:
-        table = Table(title=f"images push {name} --from {source.name}", title_justify="left")
-        for col in ("node", "result", "image ID", "sent", "time"):
+        click.echo(f"images push {name} --from {source.name} (dry run: nothing changed)")
+        for line in lines:
+            click.echo(f"  {line}")
+
+
+def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> None:
+    from sparkdeploy.images.push_from import push_from_node
+    from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
+
+    if as_json:
+        plan, outcomes, received = push_from_node(name, inv, source, nodes, PushProgress(), compression,
+                                                      reader=reader)
+    else:
+        with RichPushProgress() as progress:
+            plan, outcomes, received = push_from_node(name, inv, source, nodes, progress, compression,
+                                                      reader=reader)
+    if as_json:
+        emit_json({"source": source.name, "chain": [[a.name, a.fabric_address, b.name, b.fabric_address]
+                                                    for a, b in plan.edges],
+                   "bytes_through_this_machine": received,
+                   "nodes": [dict(o.value.as_dict(), ok=True) if o.ok else
+                             {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes]})
+    else:
+        table = Table(title=f"images push {name} --from {source.name}"
+                            + (f" (chain {plan.chain_text()})" if plan.edges else ""), title_justify="left")
+        for col in ("node", "result", "image ID", "layers sent", "received", "archive", "time", "note"):
             table.add_column(col, overflow="fold")
         for o in outcomes:
             if o.ok:
-                table.add_row(o.node.name, Text(o.value.action, style="green"), _short(o.value.image_id),
-                              _size(o.value.bytes_sent), f"{o.value.seconds:.1f} s")
+                r = o.value
+                table.add_row(o.node.name, Text(r.action, style="green"), _short(r.image_id),
+                              f"{r.layers_sent}/{r.layers_total}", _size(r.bytes_sent), _size(r.raw_bytes),
+                              f"{r.seconds:.1f} s", f"{r.compression}, from {r.reader}" if r.action == "sent"
+                              else r.note)
             else:
-                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", str(o.error))
+                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
         _console().print(table)
+        if plan.edges:
+            click.echo(f"through this machine: {_size(received) if received else '0 B'} of progress lines, "
+                       f"no image bytes")
     if any(not o.ok for o in outcomes):
         ctx.exit(1)
 

@@ -143,8 +143,10 @@ def _simulated(dep: Deployment) -> bool:
 
 
 def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> bool:
-    """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried."""
+    """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
+    When a node of the deployment has it (an image built there), it goes from that node over the fabric."""
     from sparkdeploy.images.push import push_image
+    from sparkdeploy.images.push_from import push_from_node
 
     missing: dict[str, set[str]] = {}
     for c in checks:
@@ -152,8 +154,17 @@ def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> b
             missing.setdefault(c.missing_image, set()).add(c.node)
     for ref, node_names in sorted(missing.items()):
         name = preflight.image_definition_name(ref)
-        out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
-        for o in push_image(name, dep.inventory, [dep.inventory.node(n) for n in sorted(node_names)]):
+        targets = [dep.inventory.node(n) for n in sorted(node_names)]
+        holders = [nd.node for nd in dep.nodes if nd.node.name not in node_names
+                   and ref in {c.image for c in nd.containers}]  # its image check passed: it has the image
+        if holders:
+            out.progress(f"pushing image {ref} from {holders[0].name} to {', '.join(sorted(node_names))} "
+                         f"over the fabric")
+            _plan, outcomes, _received = push_from_node(ref, dep.inventory, holders[0], targets)
+        else:
+            out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
+            outcomes = push_image(name, dep.inventory, targets)
+        for o in outcomes:
             if not o.ok:
                 out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
     return bool(missing)

@@ -1,37 +1,55 @@
-"""`images push NAME --from NODE`: an image built on one node, sent to the others.
+"""`images push NAME --from NODE`: an image a node has, sent from that node to the others over the fabric.
 
 A definition built on a Spark (`images build NAME --on spark1`) exists only in that node's engine. This
-streams `docker save` of its tag from the source node, gzip-compressed there, through this machine to a
-`docker load` on every other node at once (one read of the source, fanned out), over the nodes' host-key-checked
-SSH connections. A node that already has the source's image ID is skipped; after the load each node's image
-ID must equal the source's. Nothing is written to this machine's disk.
+machine only orchestrates; the image bytes go node to node:
+
+1. read every node's images (one SSH command each, inventory_images) and plan each target as push.py does
+   (plan_node): a node with the image ID is skipped (tagged if it lacks the tag); the others get only the
+   layers they lack, after a free-space check (2x the archive the chain carries) before the first byte;
+2. make sure each sender of the chain may SSH to its receiver over the fabric with host keys checked
+   (peers.ensure_plan_trust: per-node key, from= the sender's fabric IP, host keys pinned by fabric IP);
+3. start node_source on the source node (python3, shipped as text with layers.py: sparkdeploy need not be
+   installed there): `docker save`, filtered to the layers any target lacks, under a temporary tag,
+   compressed, into a peer ssh to the first target's fabric IP, where node_relay loads it and forwards it to
+   the next target as it arrives (peers.transfer_plan: a chain, so the source sends each byte once whatever N
+   is). Only progress lines (node, bytes) and one result line per node come back to this machine;
+4. on every target, check the loaded image ID against the source's, and only then move the tag (push.py's
+   finalize): a cut or failed load moves no tag.
+
+Read from the layer store, the layers go as a pipeline of loads of about 256 MB (store_stream's design: each
+relay runs load k+1 while load k registers); a push cut midway keeps the loads that finished as untagged
+partial images, and the next push sends only the rest. Read with `docker save`, it is one load per node: a cut
+push starts over.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import shlex
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.images.channel import CHUNK, FeedChannel, load_argv, load_failure
+from sparkdeploy.images.channel import load_argv, load_failure
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.inventory_images import NodeImages, read_node_images
+from sparkdeploy.images.layers import estimate_bytes
+from sparkdeploy.images.node_relay import PROGRESS, RESULT, encode
+from sparkdeploy.images.push import (INCOMING_REPO, NodePlan, PushResult, SourceImage, _finalize, _tag_existing,
+                                     plan_node)
+from sparkdeploy.images.push_progress import PushProgress, human_size
+from sparkdeploy.images.store_stream import BATCH_BYTES
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import NodeConnection, NodeOutcome
+from sparkdeploy.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
+from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
-
-@dataclass
-class FromResult:
-    node: str
-    action: str  # sent | present
-    image_id: str
-    bytes_sent: int
-    seconds: float
-
-
-def _image_id(conn: NodeConnection, ref: str) -> str | None:
-    r = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], check=False)
-    return r.stdout.strip() if r.ok and r.stdout.strip() else None
+HERE = Path(__file__).resolve().parent
+COMPRESSIONS = ("auto", "zstd", "gzip", "none")
+DECOMPRESSORS = {"zstd": ["zstd", "-d", "-q", "-c"], "gzip": ["gzip", "-d", "-c"], "none": ["cat"]}
+LINE_TIMEOUT_S = 600  # no progress line from the chain for this long: the push is stalled
 
 
 def _tag_of(name: str) -> str:
@@ -39,77 +57,364 @@ def _tag_of(name: str) -> str:
     return name if ":" in name else load_definition(name).tag
 
 
-def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[Node],
-                   say=lambda line: None, timeout: float = 6 * 3600) -> list[NodeOutcome]:
+@dataclass
+class FromPlan:
+    source: Node
+    image: SourceImage
+    plans: dict[str, NodePlan] = field(default_factory=dict)  # target -> what it needs
+    refused: dict[str, Exception] = field(default_factory=dict)  # target -> why it gets nothing (preflight)
+    edges: list[tuple[Node, Node]] = field(default_factory=list)  # the chain, source first
+    needed: set[str] = field(default_factory=set)  # diff IDs the chain carries (any target lacks them)
+    estimate: int = 0  # archive bytes the chain carries
+    compression: str = "none"
+    trust: list[str] = field(default_factory=list)  # peer SSH changes (would be) made
+    reader: str = "save"  # store: the source's layer store read as root (sudo -n); save: docker save there
+    reader_note: str = ""  # why not the store
+    store_root: str = ""
+    store_driver: str = "overlay2"
+
+    @property
+    def receivers(self) -> list[Node]:
+        return [b for _a, b in self.edges]
+
+    def chain_text(self) -> str:
+        nodes = [self.source] + self.receivers
+        return " -> ".join(f"{n.name} ({n.fabric_address})" for n in nodes)
+
+    def lines(self) -> list[str]:
+        img = self.image
+        out = [f"source: {self.source.name}, fabric {self.source.fabric_address}; image {img.tag} "
+               f"{img.id.removeprefix('sha256:')[:12]} ({len(img.diff_ids)} layers)"]
+        for name, plan in self.plans.items():
+            node = plan.node
+            if plan.action == "present":
+                out.append(f"{name} ({node.fabric_address}): has it, nothing sent")
+            elif plan.action == "tag":
+                out.append(f"{name} ({node.fabric_address}): has the image ID, only tagged")
+            else:
+                out.append(f"{name} ({node.fabric_address}): lacks {plan.layers_sent}/{len(img.diff_ids)} layers, "
+                           f"about {human_size(plan.estimate)}" + (f" ({plan.note})" if plan.note else ""))
+        for name, why in self.refused.items():
+            out.append(f"{name}: refused: {why}")
+        if self.edges:
+            out.append(f"chain over the fabric: {self.chain_text()}; {len(self.needed)} layers, about "
+                       f"{human_size(self.estimate)}, {self.compression}; the source sends each byte once, "
+                       f"each target loads it and forwards it to the next as it arrives")
+            out.append(f"layers read on {self.source.name} from " + (
+                "its layer store (sudo -n): only the layers sent" if self.reader == "store" else
+                f"docker save of the whole image ({self.reader_note})"))
+            out.append("this machine starts the stream on the source and reads progress lines only: no image "
+                       "bytes pass through it")
+        else:
+            out.append("nothing to send")
+        out += [f"peer SSH: {line}" for line in self.trust] or (
+            ["peer SSH: keys and fabric host keys already in place"] if self.edges else [])
+        return out
+
+
+# -- the plan --------------------------------------------------------------------------------------------------
+
+def _source_image(tag: str, facts: NodeImages, history: str) -> SourceImage:
+    record = next((i for i in facts.images if tag in i.tags), None)
+    if record is None:
+        raise StepFailed(f"{facts.node} has no image {tag}: build it there first "
+                         f"(sparkdeploy images build NAME --on {facts.node}) or name a node that has it")
+    sizes = [int(s) for s in reversed(history.split()) if s.isdigit()]
+    short = tag.rsplit(":", 1)[0].rsplit("/", 1)[-1] or "image"
+    return SourceImage(tag, record.id, short, list(record.layers), sizes, reader_note="docker save on the node")
+
+
+STORE_CHECK = 'sudo -n test -r "$1/image/$2/imagedb/content/sha256/$3" && echo readable'
+
+
+def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> str:
+    """Why the source's layer store cannot be read as root through `sudo -n` ("" when it can)."""
+    if facts.containerd_store:
+        return "the engine keeps images in containerd"
+    if facts.driver != "overlay2":
+        return f"the storage driver is {facts.driver or 'unknown'}, not overlay2"
+    r = src.run(["sh", "-c", STORE_CHECK, "sh", facts.root_dir, facts.driver, image_id.removeprefix("sha256:")],
+                check=False)
+    if "readable" not in r.stdout:
+        return f"no passwordless sudo on {src.node.name} to read {facts.root_dir}"
+    return ""
+
+
+def _choose_compression(requested: str, facts: list[NodeImages]) -> str:
+    """zstd when every node of the chain has it; else none: the fabric is faster than gzip on one core."""
+    if requested == "auto":
+        return "zstd" if all(f.zstd for f in facts) else "none"
+    if requested == "zstd":
+        lacking = [f.node for f in facts if not f.zstd]
+        if lacking:
+            raise StepFailed(f"zstd is not installed on {', '.join(lacking)} (use --compress none, or install it)")
+    return requested
+
+
+def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node], compression: str = "auto",
+              free_space_factor: float = 2.0, dry_run: bool = False, reader: str = "auto"
+              ) -> tuple[FromPlan, list[NodeOutcome]]:
+    """What each target needs and the chain that carries it; the node facts that could not be read come
+    back as failed outcomes. Sets up peer SSH for the chain (or, with dry_run, says what it would set up)."""
     tag = _tag_of(name)
     targets = [n for n in targets if n.name != source.name]
-    with NodeConnection(source, inventory) as src:
-        source_id = _image_id(src, tag)
-        if source_id is None:
-            raise StepFailed(f"{source.name} has no image {tag}: build it there first "
-                             f"(sparkdeploy images build {name} --on {source.name})")
-        conns = {n.name: NodeConnection(n, inventory) for n in targets}
-        outcomes: dict[str, NodeOutcome] = {}
-        channels: dict[str, FeedChannel] = {}
-        started = time.monotonic()
+    conns = {n.name: NodeConnection(n, inventory) for n in [source] + targets}
+    src = conns[source.name]
+    try:
+        def facts_of(node: Node):  # every node at once, the source with its image's history
+            facts = read_node_images(conns[node.name])
+            if node.name != source.name:
+                return facts
+            history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format",
+                               "{{.Size}}", tag], check=False).stdout
+            image = _source_image(tag, facts, history)
+            return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
+
+        read = on_nodes([source] + targets, facts_of)
+        if not read[0].ok:
+            raise read[0].error
+        facts, image, plan_note = read[0].value
+        read = read[1:]
+        plan = FromPlan(source, image, reader="save" if plan_note else "store", reader_note=plan_note,
+                        store_root=facts.root_dir, store_driver=facts.driver)
+        if reader == "store" and plan.reader != "store":
+            raise StepFailed(f"{source.name}: its layer store cannot be read: {plan.reader_note} "
+                             f"(use --layer-source auto or save)")
+    finally:
+        for conn in conns.values():
+            conn.close()
+    failed = [o for o in read if not o.ok]
+    target_facts = {o.node.name: o.value for o in read if o.ok}
+    for node in targets:
+        if node.name not in target_facts:
+            continue
         try:
-            for node in targets:
-                try:
-                    if _image_id(conns[node.name], tag) == source_id:
-                        outcomes[node.name] = NodeOutcome(node, FromResult(node.name, "present", source_id, 0, 0.0))
-                    else:
-                        channels[node.name] = FeedChannel(conns[node.name], load_argv("gzip"))
-                except Exception as exc:  # noqa: BLE001 - reported per node
-                    outcomes[node.name] = NodeOutcome(node, error=exc)
-            if channels:
-                say(f"{source.name}: docker save {tag} | gzip -> {', '.join(channels)}")
-                sent = _stream(src, tag, channels, say)
-                for node in targets:
-                    if node.name not in channels:
-                        continue
-                    chan = channels[node.name]
-                    code, output = chan.finish(timeout)
-                    why = chan.error or load_failure(code, output)
-                    if why is None:
-                        got = _image_id(conns[node.name], tag)
-                        why = None if got == source_id else \
-                            f"loaded image ID {got} differs from {source.name}'s {source_id}"
-                    outcomes[node.name] = NodeOutcome(node, FromResult(node.name, "sent", source_id, sent,
-                                                                       time.monotonic() - started)) \
-                        if why is None else NodeOutcome(node, error=StepFailed(f"{node.name}: {why}"))
-        finally:
-            for chan in channels.values():
-                if chan.error is not None:
-                    chan.abort()
-            for conn in conns.values():
-                conn.close()
-    return [outcomes[n.name] for n in targets]
+            plan.plans[node.name] = plan_node(image, node, target_facts[node.name], "none", free_space_factor)
+        except StepFailed as exc:
+            plan.refused[node.name] = exc
+    senders = [p for p in plan.plans.values() if p.action == "send"]
+    plan.needed = set().union(*(p.needed for p in senders)) if senders else set()
+    needed_flags = [d in plan.needed for d in image.diff_ids]
+    plan.estimate = estimate_bytes(image.sizes or [0] * len(image.diff_ids), needed_flags)
+    for p in list(senders):  # each node unpacks the whole archive the chain carries, not only its own layers
+        required = int((plan.estimate + p.estimate) * free_space_factor / 2)
+        free = p.facts.free_bytes or 0
+        if free < required:
+            plan.refused[p.node.name] = StepFailed(
+                f"{p.node.name}: refused before sending: the chain carries about {human_size(plan.estimate)} and "
+                f"the node writes its {human_size(p.estimate)} of layers; need {human_size(required)} free in the "
+                f"Docker root {p.facts.root_dir}, it has {human_size(free)}. Free space there and push again")
+            del plan.plans[p.node.name]
+            senders.remove(p)
+    if senders:
+        plan.compression = _choose_compression(compression, [facts] + [p.facts for p in senders])
+        plan.edges = transfer_plan(source, [p.node for p in senders])
+        plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
+    return plan, failed
 
 
-def _stream(src: NodeConnection, tag: str, channels: dict[str, FeedChannel], say) -> int:
-    """Read `docker save | gzip` from the source node and queue every chunk to each live channel."""
-    script = (f"set -o pipefail; docker save {shlex.quote(tag)} | "
-              "(command -v pigz >/dev/null && pigz -1 -c || gzip -1 -c)")
-    chan = src.open().client.get_transport().open_session(timeout=src.connect_timeout)
-    chan.settimeout(300)
-    chan.exec_command(shlex.join(["bash", "-c", script]))
-    sent, said = 0, time.monotonic()
+# -- the stream -----------------------------------------------------------------------------------------------
+
+def _program(names: list[str]) -> str:
+    """Modules of this folder as one standard-library program: one __future__ import first, our own imports
+    dropped (their names are defined by the modules before)."""
+    lines = ["from __future__ import annotations"]
+    for name in names:
+        for line in (HERE / name).read_text().splitlines():
+            if line.startswith(("from __future__", "from sparkdeploy")):
+                continue
+            lines.append(line.replace('if __name__ == "sparkdeploy_relay":', "if False:"))
+    return "\n".join(lines) + "\n"
+
+
+def store_reader_script() -> str:
+    """What runs as root on the source when its layer store is readable: the archive of the needed layers."""
+    return _program(["layers.py", "archive.py", "layer_store.py", "node_store_reader.py"]) + \
+        "sys.exit(reader_main())\n"
+
+
+def source_script() -> str:
+    """What runs on the source node: layers.py (the save filter), node_relay.py (to start the first hop),
+    node_source.py, and the store reader's code as a string (run through sudo)."""
+    return _program(["layers.py", "node_relay.py", "node_source.py"]) + (
+        f"READER_CODE = {store_reader_script()!r}\n"
+        "CFG = json.loads(base64.b64decode(sys.argv[1]))\n"
+        "sys.exit(produce(CFG, ArchiveFilter, next_hop_argv, _say, PROGRESS, RESULT))\n")
+
+
+def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict:
+    """The source's config: the image, the layers to keep, and the chain (each hop's peer ssh to the next)."""
+    chain = [plan.source] + plan.receivers
+    hops = [{"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
+            for i, n in enumerate(chain)]
+    relay = {"code": (HERE / "node_relay.py").read_text(), "sink": shlex.join(load_argv(plan.compression)),
+             "chain": hops}
+    if plan.reader == "store":  # a pipeline of loads: each relay unpacks the stream and runs the loads itself
+        relay.update(framed=True, decompress=DECOMPRESSORS[plan.compression], load=["docker", "load"])
+    config = {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed),
+              "temp_tag": temp_tag, "compress": plan.compression, "relay": relay}
+    if plan.reader == "store":
+        config["reader_config"] = encode({"root": plan.store_root, "driver": plan.store_driver,
+                                          "image_id": plan.image.id, "diff_ids": plan.image.diff_ids,
+                                          "needed": sorted(plan.needed), "temp_tag": temp_tag,
+                                          "batch_bytes": batch_bytes})
+    return config
+
+
+def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
+               ) -> tuple[dict[str, dict], str, int]:
+    """Start node_source on the source node and follow its lines: (results by node, other output, bytes this
+    machine received on the channel)."""
+    transport = src.open().client.get_transport()
+    chan = transport.open_session(timeout=src.connect_timeout)
+    chan.settimeout(timeout)
+    chan.exec_command(shlex.join(["python3", "-", encode(config)]))
+    chan.sendall(source_script().encode())
+    chan.shutdown_write()
+    results: dict[str, dict] = {}
+    other: list[str] = []
+    received = 0
+    buffers = {"out": b"", "err": b""}
+    seen: dict[str, int] = {}
+    last = time.monotonic()
     try:
         while True:
-            data = chan.recv(CHUNK)
-            if not data:
+            got = False
+            for kind, ready, recv in (("out", chan.recv_ready, chan.recv), ("err", chan.recv_stderr_ready,
+                                                                           chan.recv_stderr)):
+                if ready():
+                    data = recv(65536)
+                    received += len(data)
+                    buffers[kind] += data
+                    got = True
+                    last = time.monotonic()
+            for kind in buffers:
+                *lines, buffers[kind] = buffers[kind].split(b"\n")
+                for raw in lines:
+                    _on_line(raw.decode(errors="replace"), results, other, seen, progress)
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                 break
-            sent += len(data)
-            for c in channels.values():
-                if c.alive:
-                    c.put(data)
-            if time.monotonic() - said > 30:
-                said = time.monotonic()
-                say(f"{src.node.name}: {sent / 1e9:.1f} GB sent")
-        code = chan.recv_exit_status()
-        if code != 0:
-            err = chan.recv_stderr(65536).decode(errors="replace").strip()
-            raise StepFailed(f"{src.node.name}: docker save {tag} exited {code}: {err[-300:]}")
-    finally:
+            if not got:
+                if chan.closed:
+                    break
+                time.sleep(0.05)
+                if time.monotonic() - last > timeout:
+                    raise socket.timeout()
+    except socket.timeout:
         chan.close()
-    return sent
+        raise StepFailed(f"{src.node.name}: the stream from it sent no progress for {timeout:g} s; stopped") from None
+    for kind in buffers:
+        if buffers[kind]:
+            _on_line(buffers[kind].decode(errors="replace"), results, other, seen, progress)
+    code = chan.recv_exit_status()
+    chan.close()
+    if code != 0 and src.node.name not in results:
+        other.append(f"exit {code}")
+    return results, "\n".join(other[-10:]), received
+
+
+def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushProgress) -> None:
+    if line.startswith(PROGRESS):
+        try:
+            record = json.loads(line[len(PROGRESS):])
+        except ValueError:
+            return
+        node = str(record.get("node"))
+        if "received" in record:  # a receiver: bytes off the wire (compressed)
+            value = int(record.get("received") or 0)
+            step = max(0, value - seen.get(node, 0))
+            progress.advance(node, raw=step, wire=step)
+            seen[node] = value
+    elif line.startswith(RESULT):
+        try:
+            record = json.loads(line[len(RESULT):])
+        except ValueError:
+            return
+        results[str(record.get("node"))] = record
+    elif line.strip():
+        other.append(line.strip()[:300])
+
+
+# -- the entry point ---------------------------------------------------------------------------------------
+
+def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[Node],
+                   progress: PushProgress | None = None, compression: str = "auto",
+                   free_space_factor: float = 2.0, reader: str = "auto", batch_bytes: int = BATCH_BYTES
+                   ) -> tuple[FromPlan, list[NodeOutcome], int]:
+    """Make every target hold `name` with the source node's image ID, sent node to node over the fabric.
+    Returns the plan, one outcome per target (value a PushResult, or error naming the node) and the bytes
+    this machine received from the source during the stream (progress and result lines only)."""
+    progress = progress or PushProgress()
+    targets = [n for n in targets if n.name != source.name]
+    started = time.monotonic()
+    plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor, reader=reader)
+    for line in plan.trust:
+        progress.note(f"peer SSH: {line}")
+    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}
+    results.update(plan.refused)
+    image = plan.image
+    conns = {n.name: NodeConnection(n, inventory) for n in targets}
+    received = 0
+    try:
+        for p in plan.plans.values():
+            if p.action == "present":
+                results[p.node.name] = PushResult(p.node.name, image.tag, image.id, "present", len(image.diff_ids))
+
+        def tag_only(node: Node) -> PushResult:
+            _tag_existing(conns[node.name], image)
+            return PushResult(node.name, image.tag, image.id, "tagged", len(image.diff_ids))
+
+        for o in on_nodes([p.node for p in plan.plans.values() if p.action == "tag"], tag_only):
+            results[o.node.name] = o.value if o.ok else o.error
+        if plan.edges:
+            temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
+            progress.note(f"{plan.chain_text()}: {len(plan.needed)} layers, about {human_size(plan.estimate)}, "
+                          f"{plan.compression}, read from " + ("the layer store" if plan.reader == "store" else
+                                                               f"docker save ({plan.reader_note})"))
+            for node in plan.receivers:
+                progress.begin(node.name, plan.estimate)
+            with NodeConnection(source, inventory) as src:
+                streamed, other, received = run_stream(src, stream_config(plan, temp_tag, batch_bytes), progress)
+            results.update(_finish(plan, streamed, other, conns, temp_tag))
+    finally:
+        for conn in conns.values():
+            conn.close()
+    outcomes = []
+    for node in targets:
+        value = results.get(node.name)
+        if isinstance(value, PushResult):
+            value.seconds = time.monotonic() - started
+            progress.end(node.name, True, value.action)
+            outcomes.append(NodeOutcome(node, value))
+        else:
+            error = value if isinstance(value, Exception) else StepFailed(f"{node.name}: not pushed")
+            progress.end(node.name, False, str(error))
+            outcomes.append(NodeOutcome(node, error=error))
+    return plan, outcomes, received
+
+
+def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_tag: str) -> dict:
+    """Per receiver: its load's result, then the image ID check and the tag (in parallel)."""
+    image, source = plan.image, plan.source
+    src = streamed.get(source.name, {})
+    upstream_error = src.get("error")
+
+    def finish(node: Node) -> PushResult:
+        record = streamed.get(node.name)
+        if record is None:
+            why = upstream_error or f"the stream did not reach it ({other or 'no report from the chain'})"
+            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}")
+        why = load_failure(record.get("load_rc"), "\n".join(record.get("load_tail") or []))
+        if why:
+            kept = " (the loads that finished are kept: a push again sends the rest)" \
+                if plan.reader == "store" and int(record.get("loads") or 0) > 1 else ""
+            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}{kept}")
+        p = plan.plans[node.name]
+        _finalize(conns[node.name], temp_tag, image, p.stale_partials + list(src.get("partials") or []))
+        return PushResult(node.name, image.tag, image.id, "sent", len(image.diff_ids), p.layers_sent,
+                          int(src.get("raw") or 0), int(record.get("received") or 0), plan.compression,
+                          f"{source.name}'s {plan.reader} over the fabric")
+
+    return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(plan.receivers, finish)}
+
+

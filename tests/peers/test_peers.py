@@ -78,3 +78,11 @@ def test_known_hosts_edit_replaces_a_stale_key_and_is_idempotent():
     assert "OLD" not in new and "192.168.100.2 ssh-ed25519 NEW" in new and "THIRD" in new
     assert with_known_host(new, "192.168.100.2", ["ssh-rsa RSA", "ssh-ed25519 NEW"]) is None
     assert with_known_host("", "[192.168.100.2]:2222", ["ssh-ed25519 K"]) == "[192.168.100.2]:2222 ssh-ed25519 K\n"
+
+
+def test_a_key_without_comment_replaces_only_itself():
+    others = "ssh-ed25519 OTHERKEY\nssh-ed25519 THIRD me@x\n"
+    line = authorized_line("ssh-ed25519 PEERKEY", node("a", 1))
+    new = with_authorized(others, line)
+    assert "OTHERKEY" in new and "THIRD" in new and line in new
+    assert with_authorized(new, line) is None

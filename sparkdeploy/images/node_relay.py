@@ -1,0 +1,190 @@
+"""Runs ON a receiving node of `images push --from` (shipped as text, standard library only: sparkdeploy is
+not installed on the nodes). Started by the previous hop's peer ssh as `python3 -c BOOT CONFIG`.
+
+It reads the image stream on stdin and, chunk by chunk, writes it to this node's sink (`zstd -dc | docker
+load`) and to the ssh that starts the same relay on the next node of the chain: each node forwards while it
+receives, so the source sends every byte once. Progress goes up the chain as `@@sparkdeploy-progress` lines
+on stderr, and each hop's result as one `@@sparkdeploy-result` JSON line on stdout (the next hops' lines pass
+through first). A hop that cannot forward keeps loading; a sink that fails keeps forwarding.
+"""
+
+import base64
+import json
+import shlex
+import subprocess
+import sys
+import threading
+import time
+
+PROGRESS = "@@sparkdeploy-progress "
+RESULT = "@@sparkdeploy-result "
+CHUNK = 1 << 20
+# Started as `python3 -c BOOT CONFIG`: CONFIG is base64 JSON (no quoting at any depth), the code rides in it.
+BOOT = ("import base64,json,sys;c=json.loads(base64.b64decode(sys.argv[1]));"
+        "exec(c['code'],{'CFG':c,'__name__':'sparkdeploy_relay'})")
+
+
+def encode(cfg):
+    return base64.b64encode(json.dumps(cfg, separators=(",", ":")).encode()).decode()
+
+
+def next_hop_argv(cfg):
+    """argv that starts the relay on the next hop (chain[1]) through this hop's peer ssh prefix."""
+    me, rest = cfg["chain"][0], cfg["chain"][1:]
+    if not rest:
+        return None
+    return list(me["next_ssh"]) + [shlex.join(["python3", "-c", BOOT, encode(dict(cfg, chain=rest))])]
+
+
+def _say(stream, prefix, record):
+    try:
+        stream.write(prefix + json.dumps(record, separators=(",", ":")) + "\n")
+        stream.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _read_exact(stream, n):
+    parts, left = [], n
+    while left:
+        data = stream.read(left)
+        if not data:
+            break
+        parts.append(data)
+        left -= len(data)
+    return b"".join(parts)
+
+
+class _Load:
+    """One `docker load`, its output collected."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.out = []
+        self.reader = threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True)
+        self.reader.start()
+        self.broken = False
+
+    def write(self, data):
+        if not self.broken:
+            try:
+                self.proc.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                self.broken = True
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def wait(self):
+        self.close()
+        rc = self.proc.wait()
+        self.reader.join(60)
+        text = (self.out[0] if self.out else b"").decode(errors="replace")
+        return rc, text
+
+
+def run_loads(stream, load_argv, report):
+    """The framed pipeline of loads (node_store_reader): load k+1 receives its layers while load k registers;
+    its trailer (config and manifest) goes only once load k has finished, since it names load k's layers.
+    A stream cut inside a load ends that load without its trailer: it loads nothing; the loads before stay."""
+    prev, current, failed = None, None, None
+    while True:
+        head = _read_exact(stream, 9)
+        if len(head) < 9:
+            if head or current is not None:
+                failed = failed or "the stream was cut in the middle of a load (the loads before it are kept)"
+            break
+        kind, size = head[:1], int.from_bytes(head[1:], "big")
+        data = _read_exact(stream, size)
+        if len(data) < size:
+            failed = failed or "the stream was cut in the middle of a load (the loads before it are kept)"
+            break
+        if failed:
+            continue  # drain: the loads after a failed one could not register
+        if current is None:
+            current = _Load(load_argv)
+        if kind == b"T":
+            if prev is not None:
+                rc, text = prev.wait()
+                report.append((rc, text))
+                prev = None
+                if rc != 0 or "Loaded image" not in text:
+                    failed = "a load failed"
+                    current.proc.kill()
+                    current = None
+                    continue
+            current.write(data)
+            current.close()
+            prev, current = current, None
+        else:
+            current.write(data)
+    if current is not None:
+        current.proc.kill()
+        current.wait()
+    if prev is not None:
+        report.append(prev.wait())
+    if failed and (not report or report[-1][0] == 0):
+        report.append((1, failed))
+
+
+def relay(cfg, source=None, out=None, err=None):
+    source = source or sys.stdin.buffer
+    out, err = out or sys.stdout, err or sys.stderr
+    me = cfg["chain"][0]["name"]
+    sink_out, loads = [], []
+    if cfg.get("framed"):  # a pipeline of loads: the relay unpacks the stream and runs each load itself
+        sink = subprocess.Popen(cfg["decompress"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        reader = threading.Thread(target=run_loads, args=(sink.stdout, cfg["load"], loads), daemon=True)
+    else:
+        sink = subprocess.Popen(["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        reader = threading.Thread(target=lambda: sink_out.append(sink.stdout.read()), daemon=True)
+    reader.start()
+    argv = next_hop_argv(cfg)
+    forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None  # its stdout/stderr: ours
+    got, said = 0, time.monotonic()
+    sink_ok, forward_ok = True, forward is not None
+    while True:
+        data = source.read1(CHUNK) if hasattr(source, "read1") else source.read(CHUNK)
+        if not data:
+            break
+        got += len(data)
+        if forward_ok:
+            try:
+                forward.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                forward_ok = False
+        if sink_ok:
+            try:
+                sink.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                sink_ok = False
+        if time.monotonic() - said >= 1.0:
+            said = time.monotonic()
+            _say(err, PROGRESS, {"node": me, "received": got})
+    _say(err, PROGRESS, {"node": me, "received": got})
+    for proc in (sink, forward):
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+    forward_rc = forward.wait() if forward is not None else None
+    sink_rc = sink.wait()
+    reader.join(3600 if cfg.get("framed") else 60)
+    if cfg.get("framed"):
+        bad = [(rc, text) for rc, text in loads if rc != 0 or "Loaded image" not in text]
+        rc, text = bad[0] if bad else (loads[-1] if loads else (1, "no load arrived"))
+        sink_rc = sink_rc or rc
+        sink_out = [text.encode()]
+    tail = (sink_out[0] if sink_out else b"").decode(errors="replace").strip().splitlines()[-5:]
+    _say(out, RESULT, {"node": me, "received": got, "load_rc": sink_rc, "load_tail": tail,
+                       "forward_rc": forward_rc, "loads": len(loads)})
+    return 0 if sink_rc == 0 and forward_rc in (None, 0) else 1
+
+
+if __name__ == "sparkdeploy_relay":
+    sys.exit(relay(CFG))  # noqa: F821 - CFG is given by BOOT

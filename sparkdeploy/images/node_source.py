@@ -1,0 +1,127 @@
+"""Runs ON the source node of `images push --from` (shipped as text after layers.py and node_relay.py, standard
+library only). Started as `python3 - CONFIG` with this code on stdin.
+
+The layers the chain lacks, read from the node's layer store as root (node_store_reader, through `sudo -n`,
+where that works without a password) or else from `docker save` of the image, filtered on the fly
+(layers.ArchiveFilter); either way the archive loads under a temporary tag, so a cut or failed load moves no
+tag. Compressed, into the peer ssh
+that starts node_relay on the first receiver. Reports `@@sparkdeploy-progress` (archive bytes read, bytes
+sent) on stderr and one `@@sparkdeploy-result` line on stdout after the chain's own results.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+
+COMPRESSORS = {
+    "zstd": ["zstd", "-1", "-T0", "-q", "-c"],
+    "gzip": ["sh", "-c", "if command -v pigz >/dev/null; then exec pigz -1 -c; else exec gzip -1 -c; fi"],
+    "none": None,
+}
+
+
+class _PassThrough:
+    """The store reader writes the finished archive itself: nothing to filter."""
+
+    done = False
+    ended = False
+
+    def __init__(self):
+        self.bytes_in = 0
+
+    def feed(self, data):
+        self.bytes_in += len(data)
+        return [data]
+
+    def finish(self):
+        return []
+
+
+def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=None, err=None):
+    out, err = out or sys.stdout, err or sys.stderr
+    me = cfg["relay"]["chain"][0]["name"]
+    if cfg.get("reader_config"):  # the layer store, as root: only the layers sent are read
+        save = subprocess.Popen(["sudo", "-n", "python3", "-", cfg["reader_config"]], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        save.stdin.write(READER_CODE.encode())  # noqa: F821 - appended by push_from.source_script
+        save.stdin.close()
+        flt = _PassThrough()
+    else:
+        save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        flt = filter_cls(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
+    first = next_hop_argv(cfg["relay"])
+    compressor = COMPRESSORS[cfg["compress"]]
+    counts = {"raw": 0, "wire": 0}
+    pump = None
+    if compressor:
+        comp = subprocess.Popen(compressor, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        hop = subprocess.Popen(first, stdin=subprocess.PIPE)
+        sink = comp.stdin
+
+        def copy():  # compressed bytes to the first hop, counted on the way
+            try:
+                while True:
+                    data = comp.stdout.read1(1 << 20)
+                    if not data:
+                        break
+                    counts["wire"] += len(data)
+                    hop.stdin.write(data)
+            except (BrokenPipeError, OSError):
+                pass
+            finally:
+                try:
+                    hop.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+
+        pump = threading.Thread(target=copy, daemon=True)
+        pump.start()
+    else:
+        comp, hop = None, subprocess.Popen(first, stdin=subprocess.PIPE)
+        sink = hop.stdin
+    error, said = None, time.monotonic()
+    try:
+        while not flt.done:
+            data = save.stdout.read1(1 << 20)
+            if not data:
+                for piece in flt.finish():
+                    sink.write(piece)
+                    counts["raw"] += len(piece)
+                break
+            for piece in flt.feed(data):
+                sink.write(piece)
+                counts["raw"] += len(piece)
+                if not compressor:
+                    counts["wire"] += len(piece)
+            if time.monotonic() - said >= 1.0:
+                said = time.monotonic()
+                say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"],
+                                        "wire": counts["wire"]})
+    except (BrokenPipeError, OSError) as exc:
+        error = f"the stream to the first node broke ({exc.__class__.__name__})"
+    except ValueError as exc:
+        error = f"docker save: {exc}"
+    finally:
+        try:
+            sink.close()
+        except (BrokenPipeError, OSError):
+            pass
+    early = flt.done
+    if early:
+        save.kill()
+    save_err = save.stderr.read().decode(errors="replace").strip()
+    save_rc = save.wait()
+    if comp is not None:
+        comp.wait()
+        pump.join()
+    hop_rc = hop.wait()
+    if error is None and save_rc != 0 and not early:
+        what = "reading the layer store" if cfg.get("reader_config") else "docker save"
+        tail = [line for line in save_err.splitlines() if not line.startswith("partial ")]
+        error = f"{what} exited {save_rc}: {' | '.join(tail)[-300:]}"
+    say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
+    partials = [line.split()[1] for line in save_err.splitlines() if line.startswith("partial ")]
+    say(out, result_tag, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
+                          "error": error, "first_hop_rc": hop_rc, "finished_early": early, "partials": partials})
+    return 0 if error is None and hop_rc == 0 else 1

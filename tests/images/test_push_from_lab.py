@@ -1,0 +1,113 @@
+"""`images push NAME --from spark1`: an image built on spark1 goes to spark2 node to node over the fabric.
+
+Proof that nothing passes through this machine: the bytes on the nodes' management and fabric interfaces
+(read in the node containers) during the push, and the bytes this machine received on the orchestrating
+SSH channel. A re-push after a small change sends only the changed layer."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "push-from-test"
+
+
+@pytest.fixture
+def images_dir(tmp_path, monkeypatch):
+    from sparkdeploy.images import definitions
+
+    root = tmp_path / "images"
+    shutil.copytree(REPO / "images" / "debian-base", root / "debian-base")
+    folder = root / NAME
+    folder.mkdir()
+    (folder / "manifest.yaml").write_text(f"name: {NAME}\ndescription: test\nbase: debian-base\n"
+                                          "build_needs: {arch: x86_64, disk_gb: 1}\n")
+    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 8000000 /dev/urandom > /big.bin\n"
+                                       "COPY small.bin /small.bin\n")
+    (folder / "small.bin").write_bytes(random.Random(1).randbytes(300_000))
+    monkeypatch.setattr("sparkdeploy.paths.images_dir", lambda: root)
+    definitions.clear_cache()
+    yield root
+    definitions.clear_cache()
+
+
+def _counters(lab, node) -> dict[str, int]:
+    """rx+tx bytes per address family of interface: the node's management and fabric addresses."""
+    script = ("for d in /sys/class/net/*; do i=${d##*/}; a=$(ip -o -4 addr show dev $i | awk '{print $4}'); "
+              "echo \"$a $(cat $d/statistics/rx_bytes) $(cat $d/statistics/tx_bytes)\"; done")
+    out = lab.docker_exec(node, "sh", "-c", script).stdout
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            ip = parts[0].split("/")[0]
+            if ip == node.mgmt_ip:
+                found["mgmt"] = int(parts[1]) + int(parts[2])
+            elif ip == node.fabric_ip.split("/")[0]:
+                found["fabric"] = int(parts[1]) + int(parts[2])
+    return found
+
+
+def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(lab, images_dir, cli):
+    from sparkdeploy.images.definitions import clear_cache, load_definition
+
+    a, b = lab.nodes[0], lab.nodes[1]
+    inv = str(lab.spec.inventory_path)
+    tags = []
+    try:
+        code, out, err = cli("images", "build", NAME, "--on", a.name, "-i", inv)
+        assert code == 0, err
+        tag = load_definition(NAME).tag
+        tags.append(tag)
+        lab.ssh(b, f"docker image rm {tag} >/dev/null 2>&1; true", check=False)
+
+        code, out, err = cli("images", "push", NAME, "--from", a.name, "--dry-run", "-i", inv)
+        assert code == 0, err
+        assert f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} " \
+               f"({b.fabric_ip.split('/')[0]})" in out, out
+        assert f"{b.name} ({b.fabric_ip.split('/')[0]}): lacks" in out
+        assert f"layers read on {a.name} from its layer store (sudo -n)" in out  # the lab user has it
+
+        before = {n.name: _counters(lab, n) for n in (a, b)}
+        code, out, err = cli("images", "push", NAME, "--from", a.name, "--json", "-i", inv)
+        assert code == 0, out + err
+        report = json.loads(out)
+        after = {n.name: _counters(lab, n) for n in (a, b)}
+        row = report["nodes"][0]
+        assert row["node"] == b.name and row["action"] == "sent" and row["ok"]
+        assert row["bytes_sent"] > 7_000_000  # the random 8 MB layer (zstd cannot shrink it) at least
+        delta = {n: {k: after[n][k] - before[n][k] for k in after[n]} for n in after}
+        assert delta[b.name]["fabric"] >= row["bytes_sent"], delta  # it came over the fabric...
+        assert delta[b.name]["mgmt"] < 0.05 * row["bytes_sent"], delta  # ...and not over the management LAN
+        assert delta[a.name]["mgmt"] < 0.05 * row["bytes_sent"], delta
+        assert report["bytes_through_this_machine"] < 64_000  # progress and result lines only
+        ids = {n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip()
+               for n in (a, b)}
+        assert ids[a.name] == ids[b.name]
+
+        # a small change: only the top layer is built anew on spark1, and only it travels
+        (images_dir / NAME / "small.bin").write_bytes(random.Random(2).randbytes(300_000))
+        clear_cache()
+        code, out, err = cli("images", "build", NAME, "--on", a.name, "-i", inv)
+        assert code == 0, err
+        tag2 = load_definition(NAME).tag
+        tags.append(tag2)
+        assert tag2 != tag
+        code, out, err = cli("images", "push", NAME, "--from", a.name, "--json", "-i", inv)
+        assert code == 0, out + err
+        row = json.loads(out)["nodes"][0]
+        assert row["action"] == "sent" and row["layers_sent"] == 1, row
+        assert row["bytes_sent"] < 1_000_000, row
+        # and once there, a push again sends nothing
+        code, out, err = cli("images", "push", NAME, "--from", a.name, "--json", "-i", inv)
+        assert code == 0 and json.loads(out)["nodes"][0]["action"] == "present"
+    finally:
+        for n in (a, b):
+            lab.ssh(n, f"docker image rm {' '.join(tags)} >/dev/null 2>&1; true", check=False)
