@@ -4,9 +4,10 @@ Brought up only when a test that uses it runs (a session fixture), beside the de
 subnets after the default lab's (CI: 172.30.79/80 next to 172.30.77/78; a developer's SPARKDEPLOY_LAB_SUBNETS
 moves both). Like the default lab it is left up for the next session (`lab up` is idempotent and reuses it).
 
-Engine images: vllm-sim goes to every node (every topology runs an engine on each), litellm-proxy only to the
-head, the one node its proxy runs on (2xsolo, replicas): that saves three of four ~0.9 GB pushes. The lab's
-preload is lab setup, not the feature under test (the push itself is tested in tests/images).
+Engine images (lab setup, not the feature under test: the push itself is tested in tests/images): vllm-sim is
+pushed to spark1 over SSH and spark1's image store is copied into the three other fresh nodes (`lab up --seed`,
+sparkdeploy/lab/seed.py), which skips three docker loads of ~1.3 GB; every node's image ID is then checked by
+the push. litellm-proxy goes to the head only, the one node its proxy runs on (2xsolo, replicas).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def lab4_subnets() -> tuple[str, str]:
 
 def lab4_spec() -> LabSpec:
     mgmt, fabric = lab4_subnets()
-    return LabSpec(name=LAB4_NAME, nodes=4, mgmt_subnet=mgmt, fabric_subnet=fabric, images=("vllm-sim",))
+    return LabSpec(name=LAB4_NAME, nodes=4, mgmt_subnet=mgmt, fabric_subnet=fabric, images=("vllm-sim",), seed=True)
 
 
 @pytest.fixture(scope="session")
