@@ -146,7 +146,7 @@ def test_2xsolo_on_four_nodes(lab4, inv4, master_key):
 
 def test_doctor_pairwise_fabric_and_nccl_over_four_ranks(lab4, inv4, cli):
     code, out, err = cli("doctor", "-i", inv4, "--json", "--recipe", RECIPE, "--only", "network.mtu",
-                         "--only", "network.ping_df", "--nccl", "--nccl-max-bytes", "1M")
+                         "--only", "network.ping_df", "--only", "nccl", "--nccl", "--nccl-max-bytes", "1M")
     report = json.loads(out)
     rows = {(r["check"], r["node"]): r for r in report["results"]}
     assert code == 0, out + err
