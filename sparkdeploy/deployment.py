@@ -111,9 +111,16 @@ class Deployment:
         """The public endpoint is the LiteLLM proxy in front of several engines (2xsolo, replicas)."""
         return bool(self.backends)
 
+    @property
+    def groups(self) -> list[list[str]]:
+        """engine_groups; for a cluster Deployment built without them (by hand), one engine on every node."""
+        if not self.engine_groups and self.topology == "cluster":
+            return [[nd.node.name for nd in self.nodes]]
+        return self.engine_groups
+
     def engine_size(self, node_name: str) -> int:
         """How many nodes share the engine that runs on this node (1: a single-node engine)."""
-        return next((len(g) for g in self.engine_groups if node_name in g), 1)
+        return next((len(g) for g in self.groups if node_name in g), 1)
 
     def node(self, name: str) -> NodeDeployment:
         return next(n for n in self.nodes if n.node.name == name)

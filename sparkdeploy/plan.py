@@ -253,10 +253,7 @@ def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
         else:
             plans.append(plan_removal(node, f, dep.inventory.cluster.state_dir))
     plan = Plan(plans)
-    groups = dep.engine_groups
-    if not groups and dep.topology == "cluster":  # a Deployment built by hand: cluster is one engine on every node
-        groups = [[nd.node.name for nd in dep.nodes]]
-    for group in groups:
+    for group in dep.groups:
         _restart_together(plan, set(group))
     return plan
 
