@@ -1,8 +1,8 @@
 """Fill fresh lab nodes' Docker engines by copying one node's image store (`lab up --seed`): lab setup only.
 
 Why: without a registry, every empty node gets each engine image by `images push`, whose `docker load` unpacks
-and hashes every layer again on each node: on a 2-core machine about 50 s per GB per node, so four nodes cost
-four times one. The nodes of one lab hold byte-identical images, so after the push to the first node (the real
+and hashes every layer again on each node (CPU-bound on a 2-core machine, docs/benchmarks.md), so four nodes
+cost four times one. The nodes of one lab hold byte-identical images, so after the push to the first node (the real
 path, over SSH) the others get a copy of its image store (`/var/lib/docker/image` and `overlay2`, read from its
 volume while its dockerd is stopped, so the copy is consistent), which skips the unpacking and hashing. Only a
 node whose engine holds no image at all and uses the same storage driver is seeded; any other is left to the
