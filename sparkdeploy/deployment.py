@@ -97,7 +97,9 @@ class Deployment:
     image_tag: str
     nodes: list[NodeDeployment]
     endpoint: str  # the public OpenAI base URL (…/v1)
-    backends: list[str] = field(default_factory=list)  # 2xsolo: each engine's base URL
+    backends: list[str] = field(default_factory=list)  # 2xsolo, replicas: each engine's base URL (behind the proxy)
+    # Node names of each engine that spans nodes (cluster: one, replicas: one per group): they restart together.
+    engine_groups: list[list[str]] = field(default_factory=list)
     metrics_url: str | None = None  # Prometheus on the head node (up --metrics / cluster.metrics)
     warnings: list[str] = field(default_factory=list)
     secrets: Secrets = field(default_factory=Secrets)
@@ -113,6 +115,22 @@ class Deployment:
     @property
     def model_name(self) -> str:
         return self.recipe.recipe.public_name
+
+    @property
+    def proxied(self) -> bool:
+        """The public endpoint is the LiteLLM proxy in front of several engines (2xsolo, replicas)."""
+        return bool(self.backends)
+
+    @property
+    def groups(self) -> list[list[str]]:
+        """engine_groups; for a cluster Deployment built without them (by hand), one engine on every node."""
+        if not self.engine_groups and self.topology == "cluster":
+            return [[nd.node.name for nd in self.nodes]]
+        return self.engine_groups
+
+    def engine_size(self, node_name: str) -> int:
+        """How many nodes share the engine that runs on this node (1: a single-node engine)."""
+        return next((len(g) for g in self.groups if node_name in g), 1)
 
     def node(self, name: str) -> NodeDeployment:
         return next(n for n in self.nodes if n.node.name == name)

@@ -67,7 +67,7 @@ def probes_for(dep: Deployment) -> list[Probe]:
             path = c.health_path
             probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.url_host}:{c.health_port}{path}",
                                 "health"))
-    public_bearer = dep.topology == "2xsolo"
+    public_bearer = dep.proxied
     probes.append(Probe(f"chat completion {dep.endpoint}", dep.endpoint.rstrip("/") + "/chat/completions",
                         "completion", bearer=public_bearer))
     for url in dep.backends:

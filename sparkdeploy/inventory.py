@@ -151,6 +151,9 @@ class ClusterSettings(BaseModel):
     image_override: str | None = Field(default=None, max_length=256)
     metrics: bool = False  # also run Prometheus on the head node, scraping every engine (`up --metrics`)
     metrics_port: int = Field(default=9090, ge=1, le=65535)
+    # How the ConnectX-7 ports meet: one cable between two nodes, or a switch. Unset: direct for two nodes,
+    # switch for more. Either way every fabric_ip is on one subnet (a switch is one L2 segment).
+    fabric: Literal["direct", "switch"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -188,6 +191,9 @@ class Inventory(BaseModel):
 
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     nodes: list[Node] = Field(min_length=1)
+    # Which nodes form one tensor-parallel engine (cluster with --tp, replicas), by name or mgmt_ip, e.g.
+    # [[spark1, spark2], [spark3, spark4]]: the nodes that share a switch's fastest ports. Unset: in order.
+    groups: list[list[str]] | None = None
 
     path: Path | None = Field(default=None, exclude=True)
 
@@ -207,13 +213,53 @@ class Inventory(BaseModel):
                 seen[value] = node.name
         networks = {str(n.fabric_network) for n in self.nodes}
         if len(networks) > 1:
+            where = "the switch's one subnet" if self.fabric == "switch" else "the one subnet of the ConnectX-7 link"
             problems.append(
                 f"nodes: fabric IPs are on different subnets ({', '.join(sorted(networks))}) | fix: put every "
-                "fabric_ip on the one subnet of the ConnectX-7 link"
+                f"fabric_ip on {where}"
             )
+        if self.cluster.fabric == "direct" and len(self.nodes) > 2:
+            problems.append(f"cluster.fabric: a direct cable links two nodes, this inventory has {len(self.nodes)} "
+                            "| fix: set fabric: switch (every node's CX7 port on one switch and one subnet)")
+        problems += self._group_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _group_problems(self) -> list[str]:
+        if self.groups is None:
+            return []
+        problems, seen = [], {}
+        for gi, group in enumerate(self.groups):
+            for ref in group:
+                node = next((n for n in self.nodes if ref in (n.name, n.mgmt_ip)), None)
+                if node is None:
+                    problems.append(f"groups: [{gi}] names {ref!r}, not a node | fix: use a node's name "
+                                    f"({', '.join(n.name for n in self.nodes)})")
+                elif node.name in seen:
+                    problems.append(f"groups: {node.name} is in group {seen[node.name]} and group {gi} | fix: put "
+                                    "each node in one group")
+                else:
+                    seen[node.name] = gi
+        missing = [n.name for n in self.nodes if n.name not in seen]
+        if missing and not problems:
+            problems.append(f"groups: {', '.join(missing)} in no group | fix: list every node in one group")
+        sizes = sorted({len(g) for g in self.groups})
+        if len(sizes) > 1 or 0 in sizes:
+            problems.append(f"groups: groups of {', '.join(map(str, sizes))} nodes | fix: one engine = one TP group, "
+                            "so every group has the same number of nodes")
+        return problems
+
+    @property
+    def fabric(self) -> str:
+        """direct (a cable between two nodes) or switch, as set or inferred from the node count."""
+        return self.cluster.fabric or ("direct" if len(self.nodes) <= 2 else "switch")
+
+    def node_groups(self) -> list[list[Node]] | None:
+        """The inventory's explicit TP groups as nodes (None: not set, the topology chunks nodes in order)."""
+        if self.groups is None:
+            return None
+        return [[self.node(ref) for ref in group] for group in self.groups]
 
     # -- lookups -------------------------------------------------------------------------------------
     @property

@@ -253,14 +253,16 @@ def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
         else:
             plans.append(plan_removal(node, f, dep.inventory.cluster.state_dir))
     plan = Plan(plans)
-    if dep.topology == "cluster":
-        _restart_together(plan)
+    for group in dep.groups:
+        _restart_together(plan, set(group))
     return plan
 
 
-def _restart_together(plan: Plan) -> None:
-    """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa)."""
-    starts = [s for s in plan.steps if s.kind == "start-container"]
+def _restart_together(plan: Plan, group: set[str]) -> None:
+    """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa). The
+    proxy on a rank's node is no rank: it restarts only for its own changes."""
+    starts = [s for s in plan.steps if s.kind == "start-container" and s.node in group
+              and not (s.container and s.container.role == "proxy")]
     changed = [s for s in starts if s.change]
     if not changed:
         return

@@ -43,9 +43,7 @@ def weights_share_gb(dep: Deployment, nd: NodeDeployment) -> float | None:
     weights = dep.recipe.recipe.weights_gb
     if weights is None:
         return None
-    if dep.topology == "cluster":
-        return weights / max(1, len(dep.nodes))
-    return weights
+    return weights / dep.engine_size(nd.node.name)  # a TP/PP engine splits the weights over its nodes
 
 
 def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: bool = False) -> list[Check]:

@@ -20,7 +20,9 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
-TOPOLOGIES = ("solo", "cluster", "2xsolo")
+TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
+# replicas is R cluster engines behind the proxy: a recipe that lists cluster may run it, with cluster's overrides.
+MULTI_NODE_ENGINES = ("cluster", "replicas")
 BACKENDS = ("ray", "torchrun", "native")
 ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
                       "latency-based-routing", "cost-based-routing")
@@ -97,6 +99,25 @@ class LiteLLMSettings(BaseModel):
     num_workers: int = Field(default=1, ge=1, le=64)
 
 
+class Architecture(BaseModel):
+    """What the model allows a layout to split: TP divides the attention heads (and the KV heads, or is a
+    multiple of them: vLLM then replicates each KV head), PP divides the layers into stages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attention_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    layers: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Architecture":
+        if self.attention_heads % self.kv_heads:
+            raise ValueError(f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
+                             "| fix: copy both from the model's config.json (num_attention_heads, "
+                             "num_key_value_heads)")
+        return self
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -110,6 +131,9 @@ class Recipe(BaseModel):
     cluster_backend: Literal[BACKENDS] = "ray"  # type: ignore[valid-type]
     fits_one_node: bool = True
     weights_gb: float | None = Field(default=None, gt=0, description="weights in memory, for the fit and preflight")
+    # Nodes per engine for cluster and replicas (--tp); unset: cluster spans every node, replicas pairs them.
+    tensor_parallel: int | None = Field(default=None, ge=1, le=64)
+    architecture: Architecture | None = None  # from the model's config.json: checks TP/PP layouts before anything runs
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     env: dict[str, str] = Field(default_factory=dict)
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
@@ -171,7 +195,7 @@ class Recipe(BaseModel):
                 problems.append(f"topologies: {', '.join(single)} need the model on one node, and fits_one_node is "
                                 "false | fix: list only cluster")
         for topo in self.overrides:
-            if topo not in self.topologies:
+            if topo not in self.topologies and not (topo == "replicas" and "cluster" in self.topologies):
                 problems.append(f"overrides: {topo} is not in topologies | fix: remove overrides.{topo}")
         if problems:
             raise ValueError("\n".join(problems))
@@ -306,7 +330,10 @@ def resolve(name_or_path: str, topology: str | None = None, backend: str | None 
     topo = topology or recipe.default_topology
     check_topology(recipe, topo, path)
     base = {k: v for k, v in raw.items() if k != "overrides"}
-    topo_override = (raw.get("overrides") or {}).get(topo) or {}
+    overrides = raw.get("overrides") or {}
+    topo_override = overrides.get(topo) or {}
+    if topo == "replicas":  # each replica is a cluster engine: cluster's overrides, then replicas' own
+        topo_override = deep_merge(overrides.get("cluster") or {}, topo_override)
     merged = deep_merge(base, topo_override)
     merged["overrides"] = raw.get("overrides") or {}
     for key, value in set_values:  # --set wins over the topology override
@@ -331,10 +358,10 @@ def resolve(name_or_path: str, topology: str | None = None, backend: str | None 
     chosen_backend = backend or final.cluster_backend
     if backend and backend not in BACKENDS:
         raise ConfigError(Problem("--backend", backend, "unknown backend", f"one of {', '.join(BACKENDS)}"))
-    resolved = ResolvedRecipe(final, topo, chosen_backend if topo == "cluster" else "", path, sources)
-    if backend and topo != "cluster":
+    resolved = ResolvedRecipe(final, topo, chosen_backend if topo in MULTI_NODE_ENGINES else "", path, sources)
+    if backend and topo not in MULTI_NODE_ENGINES:
         resolved.warnings.append(f"--backend {backend} applies to the cluster topology only; {topo} ignores it")
-    if topo == "2xsolo" and final.litellm.routing_strategy == "least-busy":
+    if topo in ("2xsolo", "replicas") and final.litellm.routing_strategy == "least-busy":
         resolved.warnings.append(LEAST_BUSY_WARNING)
     if final.vllm.compilation.eager_allreduce and final.vllm.enforce_eager:
         resolved.warnings.append("vllm.compilation.eager_allreduce has no effect with vllm.enforce_eager: true "
@@ -347,7 +374,7 @@ def check_topology(recipe: Recipe, topology: str, path: Path) -> None:
         close = get_close_matches(topology, TOPOLOGIES, n=1)
         fix = f"did you mean {close[0]}?" if close else f"one of {', '.join(TOPOLOGIES)}"
         raise ConfigError(Problem("--topology", topology, "unknown topology", fix))
-    if topology in recipe.topologies:
+    if topology in recipe.topologies or (topology == "replicas" and "cluster" in recipe.topologies):
         return
     if topology in ("solo", "2xsolo") and not recipe.fits_one_node:
         need = f"needs about {recipe.weights_gb:g} GB for its weights alone" if recipe.weights_gb else "does not fit"

@@ -24,6 +24,7 @@ class Distributed:
     """How this process takes part in a multi-node engine (None fields: single node)."""
 
     tensor_parallel: int = 1
+    pipeline_parallel: int = 1
     executor_backend: str | None = None  # ray | external_launcher
     nnodes: int | None = None
     node_rank: int | None = None
@@ -87,6 +88,8 @@ def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist
         args += ["--compilation-config", json.dumps(comp, separators=(",", ":"))]
     if dist.tensor_parallel > 1:
         args += ["--tensor-parallel-size", str(dist.tensor_parallel)]
+    if dist.pipeline_parallel > 1:
+        args += ["--pipeline-parallel-size", str(dist.pipeline_parallel)]
     if dist.executor_backend:
         args += ["--distributed-executor-backend", dist.executor_backend]
     if dist.nnodes:

@@ -33,7 +33,7 @@ OBJECTIVES = {
     "prefill": "highest total prefill throughput (t/s)",
 }
 DEFAULT_MAX_BATCHED_TOKENS = 32768  # vLLM's value in the reference recipe (and the seeds)
-ENGINES = {"solo": 1, "cluster": 1}  # 2xsolo variants: 2
+ENGINES = {"solo": 1, "cluster": 1}  # 2xsolo variants: 2 (on two nodes; results' metadata says how many)
 
 
 @dataclass
@@ -74,6 +74,22 @@ class Advice:
     def best(self) -> Estimate:
         return self.ranking[0]
 
+    engines: dict[str, int] = field(default_factory=dict)  # variant -> engines behind the endpoint
+    nodes: int = 2
+
+    def label(self, variant: str) -> str:
+        """The seeds' column names on two nodes; on more, the layout: Cluster TP=4, Replicas 2xTP=2, 4xSolo."""
+        if self.nodes <= 2:
+            return variant_label(variant)
+        engines = self.engines.get(variant, 1)
+        if variant == "cluster":
+            return f"Cluster TP={self.nodes}"
+        if variant == "replicas":
+            return f"Replicas {engines}xTP={max(self.nodes // engines, 1)}"
+        if variant.startswith("2xsolo-"):
+            return f"{engines}xSolo {variant[len('2xsolo-'):]}"
+        return variant_label(variant)
+
     @property
     def topology(self) -> str:
         return "2xsolo" if self.best.variant.startswith("2xsolo") else self.best.variant
@@ -87,11 +103,15 @@ class Advice:
         backend = self.backend if self.topology == "cluster" else None
         if backend:
             cmd += f" --backend {backend}"
+        if b.variant == "replicas":
+            tp = max(self.nodes // self.engines.get("replicas", 2), 1)
+            cmd += f" --tp {tp}" if tp != 2 else ""
         return {"recommendation": {"topology": self.topology, "routing": routing, "variant": b.variant,
-                                   "label": variant_label(b.variant), "backend": backend},
+                                   "label": self.label(b.variant), "backend": backend},
                 "objective": self.objective, "objective_text": OBJECTIVES[self.objective],
                 "concurrency": self.concurrency, "prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
-                "recipe": self.recipe, "source": self.source, "ranking": [e.to_json() for e in self.ranking],
+                "recipe": self.recipe, "source": self.source,
+                "ranking": [dict(e.to_json(), label=self.label(e.variant)) for e in self.ranking],
                 "by_objective": self.by_objective, "reasons": self.reasons, "notes": self.notes, "command": cmd}
 
 
@@ -125,6 +145,21 @@ def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int
         request_s = ttft / 1000.0 + max(gen_tokens - 1, 0) / max(per_request, 1e-9)
         out.append(Estimate(variant, ttft, decode, prefill, request_s, note))
     return out
+
+
+def engines_of(results: list[Result]) -> dict[str, int]:
+    """Engines behind each variant's endpoint, from the results' metadata (the proxy's backends), else the
+    two-node seeds' (2xsolo: 2)."""
+    out: dict[str, int] = {}
+    for r in results:
+        backends = r.metadata.get("backends") or []
+        out[r.variant] = max(out.get(r.variant, 1), len(backends),
+                             2 if r.variant.startswith("2xsolo") and not r.metadata.get("nodes") else 1)
+    return out
+
+
+def nodes_of(results: list[Result]) -> int:
+    return max([len(r.metadata.get("nodes") or []) for r in results] + [2])
 
 
 def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int,
@@ -216,6 +251,7 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
     advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
                     ranking, by_obj, notes=notes)
+    advice.engines, advice.nodes = engines_of(results), nodes_of(results)
     advice.reasons = explain(advice, recipe, recipes_dir)
     advice.backend, note = serving_backend(recipe, recipes_dir)
     if note and advice.topology == "cluster":
@@ -235,7 +271,7 @@ def _pct(a: float, b: float) -> str:
 def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]:
     best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
     second = ranking[1]
-    lb = variant_label
+    lb = a.label
     reasons = []
     if a.objective == "latency":
         reasons.append(
@@ -256,16 +292,28 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     est = {e.variant: e for e in ranking}
     mnbt, where = max_batched_tokens(recipe, recipes_dir)
     k = max(mnbt // p, 1)
-    per_engine_2x = math.ceil(n / 2)
+    shared = sorted({e for e in a.engines.values() if e > 1}) or [2]
     if n > k:
+        parts = []
+        for e in shared:
+            per = math.ceil(n / e)
+            who = " and ".join(lb(v) for v, x in sorted(a.engines.items()) if x == e) or "2xsolo"
+            parts.append(f"{who} ({e} engines) gives each ~{per}" + (", which fits one step" if per <= k else
+                                                                    f" ({math.ceil(per / k)} steps)"))
         reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
                        f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
-                       f"steps, the rest queue and TTFT grows; 2xsolo gives each engine ~{per_engine_2x}"
-                       + (", which fits one step." if per_engine_2x <= k else
-                          f" ({math.ceil(per_engine_2x / k)} steps: half the queue)."))
+                       f"steps, the rest queue and TTFT grows; " + "; ".join(parts) + ".")
     else:
         reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
                        f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology.")
+    if "cluster" in est and "replicas" in est:
+        c, r = est["cluster"], est["replicas"]
+        engines = a.engines.get("replicas", 2)
+        tp = max(a.nodes // engines, 1)
+        reasons.append(f"cluster TP={a.nodes} vs {engines} replicas of TP={tp}: the wider engine reads 1/{a.nodes} "
+                       f"of the weights per token but pays {2 * (a.nodes - 1)} ring steps per all-reduce (vs "
+                       f"{2 * (tp - 1)}) twice per layer; the replicas batch independently. At c{n}: decode "
+                       f"{c.decode_tps:.0f} vs {r.decode_tps:.0f} t/s, TTFT {c.ttft_ms:.0f} vs {r.ttft_ms:.0f} ms.")
     if "cluster" in est and "solo" in est:
         c, s = est["cluster"], est["solo"]
         reasons.append(f"TP=2: cluster splits the weights over both GPUs, so each reads half the weights per "
@@ -280,8 +328,13 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
         reasons.append("least-busy routing starves a backend with identical engines: one drains, every new request "
                        f"rushes to it, the other idles{cmp_}; use simple-shuffle.")
     if best.variant.startswith("2xsolo"):
-        reasons.append("2xsolo runs two independent engines behind LiteLLM: twice the batch budget and no "
-                       "cross-node synchronisation, at the price of per-request speed at low load.")
+        e = a.engines.get(best.variant, 2)
+        reasons.append(f"2xsolo runs {'two' if e == 2 else e} independent engines behind LiteLLM: {e} times the batch "
+                       "budget and no cross-node synchronisation, at the price of per-request speed at low load.")
+    if best.variant == "replicas":
+        e = a.engines.get("replicas", 2)
+        reasons.append(f"replicas runs {e} TP engines behind LiteLLM: each decodes faster than one node alone "
+                       f"and the {e} batch independently (sparkdeploy up --topology replicas --tp K).")
     return reasons
 
 
@@ -294,9 +347,9 @@ def render_text(a: Advice) -> str:
              f"from: {a.source['description']}", "", "why:"]
     lines += [f"  - {r}" for r in a.reasons]
     lines += ["", "estimates at this load:",
-              f"  {'topology':<14} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}"]
+              f"  {'topology':<16} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}"]
     for e in a.ranking:
-        lines.append(f"  {variant_label(e.variant):<14} {e.request_s:>9.2f} {e.ttft_ms:>9.0f} {e.decode_tps:>10.1f} "
+        lines.append(f"  {a.label(e.variant):<16} {e.request_s:>9.2f} {e.ttft_ms:>9.0f} {e.decode_tps:>10.1f} "
                      f"{e.prefill_tps:>11.0f}")
     if a.notes:
         lines += ["", "notes:"] + [f"  - {n}" for n in a.notes]

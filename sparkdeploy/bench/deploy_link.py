@@ -65,6 +65,7 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
 
     dep = load_deployment(inventory, recipe, topology, backend, tuple(sets), recipes_dir)
     routing = dep.recipe.recipe.litellm.routing_strategy if dep.topology == "2xsolo" else None
+    # nodes per engine (cluster: TP x PP over every node; replicas: one TP group each; solo, 2xsolo: 1)
     running = _running_definition(dep)
     md: dict[str, Any] = {
         "recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None, "routing": routing,
@@ -73,6 +74,7 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
         "inventory": dep.inventory.source,
         "nodes": [{"name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role} for nd in dep.nodes],
         "backends": list(dep.backends),
+        "engine_groups": [list(g) for g in dep.engine_groups],
     }
     if status is not None:
         ids = _engine_images(status, "image_id")

@@ -37,9 +37,9 @@ METRICS: dict[str, MetricDef] = {
 }
 
 # The seeds' columns, in seed 002's order and with its names.
-VARIANT_ORDER = ["solo", "cluster", "2xsolo-shuffle", "2xsolo-least-busy"]
+VARIANT_ORDER = ["solo", "cluster", "2xsolo-shuffle", "2xsolo-least-busy", "replicas"]
 VARIANT_LABELS = {"solo": "Solo", "cluster": "Cluster TP=2", "2xsolo-shuffle": "Shuffle",
-                  "2xsolo-least-busy": "Least-busy"}
+                  "2xsolo-least-busy": "Least-busy", "replicas": "Replicas"}
 
 
 def variant_of(topology: str, routing: str | None = None) -> str:

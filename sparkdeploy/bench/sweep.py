@@ -20,7 +20,7 @@ from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 
-TOPOLOGIES = ("solo", "cluster", "2xsolo")
+TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
 ROUTINGS = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
             "latency-based-routing", "cost-based-routing")
 DEPLOY_ESTIMATE_S = 90.0  # before the first deploy was timed

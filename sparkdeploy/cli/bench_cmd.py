@@ -70,7 +70,7 @@ def _common_bench_options(f):
               "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag.")
 @click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
 @click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
-@click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo"]),
+@click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
               help="With --endpoint: the topology recorded in the results.")
 @click.option("--backend", metavar="NAME", help="With --endpoint: the cluster backend recorded (ray, ...).")
 @click.option("--routing", metavar="NAME", help="2xsolo: the proxy's routing strategy, if deployed with a "
@@ -88,6 +88,8 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
     \b
     Subcommands:
       sparkdeploy bench sweep --recipe NAME --topologies solo,cluster,2xsolo
+      sparkdeploy bench sweep --recipe NAME --topologies cluster,replicas,2xsolo -i FOUR_NODES.yaml
+                       (four nodes: cluster TP=4, replicas of TP=2, one engine per node)
       sparkdeploy bench report DIR...
     """
     if ctx.invoked_subcommand:
@@ -162,7 +164,8 @@ def _vllm_version(ep) -> str | None:
 @bench.command("sweep")
 @click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
 @click.option("--topologies", default="solo,cluster,2xsolo", show_default=True, metavar="T,T,...",
-              help="In this order; 2xsolo uses the recipe's routing, 2xsolo:least-busy another one.")
+              help="In this order; 2xsolo uses the recipe's routing, 2xsolo:least-busy another one; replicas: "
+                   "TP=2 engines behind the proxy (four nodes: cluster,replicas,2xsolo).")
 @_common_bench_options
 @click.option("--out", "out_dir", metavar="DIR", help=f"Results and report (default {DEFAULT_OUT}/<recipe>).")
 @inventory_option
@@ -286,7 +289,7 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 @recipes_dir_option
 @json_option
 def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, recipes_dir, as_json):
-    """Recommend a topology (solo, cluster, 2xsolo) for N concurrent requests and say why."""
+    """Recommend a topology (solo, cluster, 2xsolo, replicas) for N concurrent requests and say why."""
     from sparkdeploy.bench.advisor import advise as advise_fn
     from sparkdeploy.bench.advisor import render_text
 

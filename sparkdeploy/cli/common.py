@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -37,18 +38,37 @@ set_option = click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE",
     help="Override any recipe field, e.g. --set vllm.max_model_len=8192 (repeatable; YAML values).")
 topology_option = click.option(
-    "--topology", "-t", type=click.Choice(["solo", "cluster", "2xsolo"]), default=None,
-    help="solo: one node; cluster: TP over both nodes; 2xsolo: one engine per node behind LiteLLM. "
+    "--topology", "-t", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]), default=None,
+    help="solo: one node; cluster: one engine over every node (TP=N, or --tp k with PP=N/k); 2xsolo: one engine "
+         "per node behind LiteLLM; replicas: N/k engines of TP=k behind LiteLLM (--tp, default 2). "
          "Default: the recipe's default_topology.")
 backend_option = click.option(
     "--backend", "-b", type=click.Choice(["ray", "torchrun", "native"]), default=None,
-    help="How cluster launches its ranks (default: the recipe's cluster_backend).")
+    help="How cluster and replicas launch their ranks (default: the recipe's cluster_backend).")
+tp_option = click.option(
+    "--tp", "tp", type=click.IntRange(1, 64), default=None, metavar="K",
+    help="Nodes per tensor-parallel engine (cluster: PP takes the rest; replicas: N/K engines). "
+         "Checked against the model's heads. Same as --set tensor_parallel=K.")
+
+
+def _tp_into_sets(command):
+    """--tp K is --set tensor_parallel=K: one recipe field carries it through resolve, render and `recipes show`."""
+
+    @functools.wraps(command)
+    def wrapper(*args, tp=None, sets=(), **kwargs):
+        if tp is not None:
+            sets = (*sets, f"tensor_parallel={tp}")
+        return command(*args, sets=sets, **kwargs)
+
+    return wrapper
 
 
 def deployment_options(command):
-    """The options every command that renders a deployment takes: topology, backend, inventory, --set,
+    """The options every command that renders a deployment takes: topology, backend, --tp, inventory, --set,
     recipes dir (one place, so run-recipe, up and render cannot drift apart)."""
-    for option in reversed((topology_option, backend_option, inventory_option, set_option, recipes_dir_option)):
+    command = _tp_into_sets(command)
+    for option in reversed((topology_option, backend_option, tp_option, inventory_option, set_option,
+                            recipes_dir_option)):
         command = option(command)
     return command
 

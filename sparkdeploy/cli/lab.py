@@ -16,9 +16,10 @@ name_option = click.option("--name", default=DEFAULT_NAME, show_default=True,
 
 
 def _spec(name: str, nodes: int = 2, subnet: str | None = None, fabric_subnet: str | None = None,
-          images: str = ",".join(DEFAULT_IMAGES)) -> LabSpec:
+          images: str = ",".join(DEFAULT_IMAGES), seed: bool = False) -> LabSpec:
     subnets = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
-    return LabSpec(name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()), **subnets)
+    return LabSpec(name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()),
+                   seed=seed, **subnets)
 
 
 def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
@@ -51,21 +52,24 @@ def lab():
 @click.option("--no-preload", is_flag=True,
               help="Preload no engine image: `up` pushes the images a recipe needs when it first needs them "
                    "(what scripts/demo.sh does: it serves one topology, so it builds and pushes only its image).")
+@click.option("--seed", is_flag=True,
+              help="Push the engine images to the first node only, then copy its image store into the other empty "
+                   "nodes (lab setup: skips a docker load per node; every node's image ID is still checked).")
 @json_option
-def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, as_json):
+def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, as_json):
     """Create or repair the lab (idempotent) and write its inventory.
 
     \b
     Examples:
       sparkdeploy lab up                      two nodes, engine images preloaded
       sparkdeploy lab up --no-preload         two nodes; `run-recipe` pushes what it needs
-      sparkdeploy lab up --nodes 4 --name lab4
+      sparkdeploy lab up --nodes 4 --name lab4 --seed   four nodes beside the default lab
     """
-    spec = _spec(name, nodes, subnet, fabric_subnet, "" if no_preload else images)
+    spec = _spec(name, nodes, subnet, fabric_subnet, "" if no_preload else images, seed)
     result = lifecycle.up(spec, rebuild=rebuild)
     if as_json:
         emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1), "phases": result.phases,
-                   "created": result.created, "started": result.started,
+                   "created": result.created, "started": result.started, "seeded": result.seeded,
                    "images": [vars(i) for i in result.images], "nodes": lab_status.status_dicts(result.nodes)})
         return
     _print_table(result.nodes, f"lab {spec.name}: up in {result.seconds:.1f} s "

@@ -194,8 +194,8 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
     if not dry_run:
         refuse_missing(dep.secrets)
-    if dep.topology == "2xsolo":
-        dep.secrets.require("LITELLM_MASTER_KEY", "the 2xsolo proxy's master key")
+    if dep.proxied:
+        dep.secrets.require("LITELLM_MASTER_KEY", f"the {dep.topology} proxy's master key")
     out = Out(as_json, dep.secrets.mask)
     result: dict[str, Any] = {"recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None,
                               "image": dep.image_tag, "endpoint": dep.endpoint, "backends": dep.backends,

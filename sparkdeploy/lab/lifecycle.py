@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client
-from sparkdeploy.lab import engine_images, hub, keys, network, nodes
+from sparkdeploy.lab import engine_images, hub, keys, network, nodes, seed
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
@@ -63,6 +63,7 @@ class UpResult:
     images: list[engine_images.LoadResult] = field(default_factory=list)
     created: list[str] = field(default_factory=list)  # node names whose container was (re)created
     started: list[str] = field(default_factory=list)  # node names started by this run
+    seeded: list[str] = field(default_factory=list)  # node names whose image store was copied (spec.seed)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (CLI summary, benchmark)
 
@@ -211,9 +212,16 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
         from sparkdeploy.images.push_progress import RichPushProgress
         from sparkdeploy.inventory import load_inventory
 
+        inventory = load_inventory(str(spec.inventory_path))
         with RichPushProgress(console=_console) as progress:
-            result.images = engine_images.preload(client, list(spec.images), load_inventory(str(spec.inventory_path)),
-                                                  _say, progress)
+            if spec.seed and len(inventory.nodes) > 1:  # push to the head, copy its store into the fresh others
+                first = inventory.head.name
+                engine_images.preload(client, list(spec.images), inventory, _say, progress, nodes=[first])
+                phases["engine images: push to " + first] = mark()
+                result.seeded = seed.seed(client, spec, first, [n.name for n in inventory.workers], image_tag,
+                                          _say)
+                phases["engine images: seed " + (", ".join(result.seeded) or "none")] = mark()
+            result.images = engine_images.preload(client, list(spec.images), inventory, _say, progress)
 
     phases["engine images"] = mark()
     _prune_replaced_lab_images(client, image_tag)

@@ -76,6 +76,7 @@ class LabSpec:
     state_dir: Path | None = None
     fabric_iface: str = FABRIC_IFACE
     hcas: tuple[str, ...] = field(default=HCAS)
+    seed: bool = False  # fill fresh nodes after the first by copying its image store (lab/seed.py)
 
     def __post_init__(self) -> None:
         problems = []

@@ -13,13 +13,14 @@ from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import ResolvedRecipe
 from sparkdeploy.secrets import Secrets
-from sparkdeploy.topologies import cluster, solo, twosolo
+from sparkdeploy.topologies import cluster, replicas, solo, twosolo
 from sparkdeploy.topologies.base import Context
 
 REGISTRY: dict[str, Callable[[Context], tuple[list[NodeDeployment], str, list[str]]]] = {
     "solo": solo.build,
     "cluster": cluster.build,
     "2xsolo": twosolo.build,
+    "replicas": replicas.build,
 }
 
 
@@ -39,10 +40,10 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
                                       f"use an image whose stands_in_for lists {image.name}"))
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
-    if resolved.topology == "cluster" and len(inventory.nodes) < 2:
-        raise ConfigError(Problem(inventory.source, "nodes", "the cluster topology needs at least two nodes",
-                                  "add the second Spark or use --topology solo"))
-    if resolved.topology == "cluster" and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
+    if resolved.topology in ("cluster", "replicas") and len(inventory.nodes) < 2:
+        raise ConfigError(Problem(inventory.source, "nodes", f"the {resolved.topology} topology needs at least two "
+                                  "nodes", "add the second Spark or use --topology solo"))
+    if resolved.topology in ("cluster", "replicas") and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
         raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
                                   "declares no torchrun serving launcher", "use --backend ray or native"))
     from sparkdeploy.vllm_args import check_env
@@ -58,4 +59,4 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
         metrics_url = add_prometheus(ctx, nodes)
     return Deployment(inventory=inventory, recipe=resolved, image=image, image_tag=run_image.tag, nodes=nodes,
                       endpoint=endpoint, backends=backends, warnings=warnings + ctx.warnings, secrets=secrets,
-                      metrics_url=metrics_url)
+                      metrics_url=metrics_url, engine_groups=ctx.engine_groups)

@@ -32,6 +32,7 @@ class Context:
     secrets: Secrets
     solo_node: Node | None = None
     warnings: list[str] = field(default_factory=list)
+    engine_groups: list[list[str]] = field(default_factory=list)  # node names of each multi-node engine
     _key: bytes | None = field(default=None, repr=False)
 
     @property
@@ -42,10 +43,11 @@ class Context:
     def cluster(self):
         return self.inventory.cluster
 
-    def fabric_env(self, node: Node) -> dict[str, str]:
-        """The NCCL / gloo / Ray settings the public Spark recipes found necessary for the CX7 link."""
+    def fabric_env(self, node: Node, master: Node | None = None) -> dict[str, str]:
+        """The NCCL / gloo / Ray settings the public Spark recipes found necessary for the CX7 link.
+        master: rank 0 of the node's engine (default: the inventory's head)."""
         ifaces = ",".join(node.fabric_ifaces)
-        head = self.inventory.head
+        head = master or self.inventory.head
         env = {
             "NCCL_SOCKET_IFNAME": ifaces,
             "GLOO_SOCKET_IFNAME": ifaces,
@@ -78,8 +80,8 @@ class Context:
             self._key = digest_key(self.inventory.cluster_id)
         return keyed_digest(self._key, f.content)
 
-    def common_files(self, node: Node) -> list[FileSpec]:
-        env = self.fabric_env(node)
+    def common_files(self, node: Node, master: Node | None = None) -> list[FileSpec]:
+        env = self.fabric_env(node, master)
         env.update(self.recipe.env)
         node_env = render("node.env.j2", node=node, env=env, recipe_name=self.recipe.name,
                           topology=self.resolved.topology)

@@ -1,4 +1,5 @@
-"""2xsolo: one vLLM per node (TP=1 each) behind a LiteLLM proxy on the head.
+"""2xsolo: one vLLM per node (TP=1 each) behind a LiteLLM proxy on the head; on N nodes, N engines (the name
+stays: "four Sparks as 2xsolo" is 4xsolo).
 
 Wins at high concurrency and for prefill-heavy load: each engine batches its own prefills (seed 002:
 +211% prefill and -39% TTFT at c64 against cluster TP=2). The proxy reaches the engines over the management
@@ -41,11 +42,26 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
     }
 
 
+def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[str, str]]) -> str:
+    """The LiteLLM proxy on the head node, in front of `backends` ((engine id, base URL)); returns the endpoint."""
+    if not ctx.secrets.get("LITELLM_MASTER_KEY"):
+        ctx.warnings.append(f"LITELLM_MASTER_KEY is not set: `up` will refuse {ctx.resolved.topology} until the "
+                            "secrets file has it")
+    proxy_port = ctx.cluster.proxy_port
+    head = next(nd for nd in nodes if nd.node.role == "head")
+    config = litellm_config(ctx, backends)
+    config_file = FileSpec("litellm-config.yaml", render(
+        "litellm-config.yaml.j2", config=config, recipe_name=ctx.recipe.name, topology=ctx.resolved.topology,
+        routing_strategy=ctx.recipe.litellm.routing_strategy))
+    ctx.container(head, role="proxy", name=PROXY_CONTAINER, entry_template="entry-litellm.sh.j2",
+                  entry_name="litellm.entry.sh", image_tag=load_definition(PROXY_IMAGE).tag, gpus=False,
+                  ports=(proxy_port,), health_port=proxy_port, extra_files=(config_file,), port=proxy_port,
+                  num_workers=ctx.recipe.litellm.num_workers)
+    return f"http://{head.node.url_host}:{proxy_port}/v1"
+
+
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     port = ctx.cluster.vllm_port
-    proxy_port = ctx.cluster.proxy_port
-    if not ctx.secrets.get("LITELLM_MASTER_KEY"):
-        ctx.warnings.append("LITELLM_MASTER_KEY is not set: `up` will refuse 2xsolo until the secrets file has it")
     args = serve_args(ctx.resolved, ctx.image, port)
     check_args(args, ctx.image, str(ctx.resolved.source))
     nodes = []
@@ -57,13 +73,4 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
                       health_port=port, args=args, headless=False)
         nodes.append(nd)
         backends.append((node.name, f"http://{node.url_host}:{port}/v1"))
-    head = next(nd for nd in nodes if nd.node.role == "head")
-    config = litellm_config(ctx, backends)
-    config_file = FileSpec("litellm-config.yaml", render(
-        "litellm-config.yaml.j2", config=config, recipe_name=ctx.recipe.name,
-        routing_strategy=ctx.recipe.litellm.routing_strategy))
-    ctx.container(head, role="proxy", name=PROXY_CONTAINER, entry_template="entry-litellm.sh.j2",
-                  entry_name="litellm.entry.sh", image_tag=load_definition(PROXY_IMAGE).tag, gpus=False,
-                  ports=(proxy_port,), health_port=proxy_port, extra_files=(config_file,), port=proxy_port,
-                  num_workers=ctx.recipe.litellm.num_workers)
-    return nodes, f"http://{head.node.url_host}:{proxy_port}/v1", [url for _, url in backends]
+    return nodes, add_proxy(ctx, nodes, backends), [url for _, url in backends]

@@ -7,7 +7,11 @@ the sum of:
   TP=2 streams half per GPU) plus the KV cache the decodes read;
 - compute: 2 x active params per token (prefill-heavy steps become compute-bound);
 - communication (TP > 1): 2 all-reduces per layer; each pays a latency that depends on whether it
-  runs eagerly (18 us over CX7) or inside a CUDA graph (46 us), seed 004, plus bytes / fabric bandwidth;
+  runs eagerly (18 us over CX7) or inside a CUDA graph (46 us), seed 004, plus bytes / fabric bandwidth.
+  TP=N > 2 (SIMULATED, not measured: no seed has four Sparks): a ring all-reduce takes 2(N-1) steps and
+  each rank sends 2(N-1)/N of the payload, so the latency measured at N=2 (two steps) scales by N-1 and
+  the bytes by 2(N-1)/N; both factors are 1 at N=2, so the calibrated TP=2 model is unchanged
+  (docs/multinode.md derives it);
 - per-sequence cost (sampling, scheduling, detokenizing) and a per-step cost for multi-GPU executors.
 No overlap between memory and compute is assumed; the fitted efficiencies absorb it.
 """
@@ -64,6 +68,12 @@ def distinct_experts(tokens: int, experts: int, per_token: int, knee: float, exp
         return 0.0
     effective = tokens if tokens <= knee else knee * (tokens / knee) ** exponent
     return experts * (1.0 - (1.0 - per_token / experts) ** effective)
+
+
+def ring_factors(ranks: int) -> tuple[float, float]:
+    """(latency factor, bytes factor) of a ring all-reduce over `ranks` against the two-rank one measured:
+    2(N-1) steps vs 2, and 2(N-1)/N of the payload sent per rank vs 1."""
+    return float(ranks - 1), 2.0 * (ranks - 1) / ranks
 
 
 class StepCostModel:
@@ -138,7 +148,8 @@ class StepCostModel:
             else:
                 lat = hw.allreduce_graph_us
             payload = t * m.hidden_size * 2.0  # bf16 activations
-            comm = n_ar * (lat * 1e-6 + payload / (hw.fabric_gbs * GB)) + f["distributed_step_us"] * 1e-6
+            steps, share = ring_factors(ex.tp)
+            comm = n_ar * (lat * steps * 1e-6 + share * payload / (hw.fabric_gbs * GB)) + f["distributed_step_us"] * 1e-6
 
         seqs = s.num_seqs * f["per_seq_us"] * 1e-6
         return {"launch": launch, "memory": memory, "compute": compute, "comm": comm, "seqs": seqs}

@@ -1,0 +1,161 @@
+"""Four Sparks in the lab (one shared four-node lab, tests/multinode/conftest.py): each topology on four
+nodes, through the real CLI, real sshd, Docker engines, torchrun/gloo, vLLM-native rendezvous and LiteLLM.
+
+- cluster TP=4 (native backend): one engine over four ranks; a second `up` changes nothing;
+- cluster TP=2 x PP=2 (torchrun): four ranks, two pipeline stages;
+- replicas --tp 2: two TP=2 engines behind the proxy, both serve requests;
+- 2xsolo on four nodes: four engines behind the proxy, every one serves requests;
+- doctor: DF pings from every node to every other (12 pairs), and the all-reduce probe over all four ranks.
+The engines are vllm-sim (SIMULATED GPU math): what is real is the plumbing between the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from sparkdeploy.apply import Session, gather_facts
+from sparkdeploy.inventory import load_inventory
+from sparkdeploy.secrets import parse_env_file
+
+pytestmark = [pytest.mark.lab, pytest.mark.lab4]
+
+RECIPE = "openai-gpt-oss-120b"
+MODEL = "openai/gpt-oss-120b"
+GATE_TIMEOUT = "240"
+NODES = ("spark1", "spark2", "spark3", "spark4")
+
+
+def sd(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess; waits while another run holds the inventory's lock."""
+    deadline = time.monotonic() + 600
+    while True:
+        r = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
+                           capture_output=True, text=True, timeout=timeout)
+        if "another sparkdeploy run" not in r.stderr or time.monotonic() > deadline:
+            return r
+        time.sleep(3)
+
+
+def _fail(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\nstdout:\n{r.stdout[-5000:]}\nstderr:\n{r.stderr[-5000:]}"
+
+
+@pytest.fixture(scope="module")
+def inv4(lab4) -> str:
+    path = str(lab4.spec.inventory_path)
+    r = sd("down", "-i", path)
+    assert r.returncode == 0, _fail(r)
+    yield path
+    sd("down", "-i", path)
+
+
+@pytest.fixture(scope="module")
+def master_key(lab4) -> str:
+    return parse_env_file(lab4.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
+
+
+def up(inv: str, *args: str) -> dict:
+    r = sd("up", "--recipe", RECIPE, "-i", inv, "--timeout", GATE_TIMEOUT, "--json", *args)
+    assert r.returncode == 0, _fail(r)
+    result = json.loads(r.stdout)
+    assert result["ok"] and result["health"]["ok"], result
+    return result
+
+
+def our_containers(inv: str) -> dict[str, set[str]]:
+    inventory = load_inventory(inv)
+    with Session.open(inventory) as session:
+        facts = gather_facts(session, inventory.nodes)
+    return {name: {c.name for c in f.containers} for name, f in facts.items()}
+
+
+def sim_info(base_url: str) -> dict:
+    return requests.get(base_url.removesuffix("/v1") + "/sim/info", timeout=10).json()
+
+
+def chat(endpoint: str, key: str | None = None, text: str = "Count to five.") -> str:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = requests.post(f"{endpoint}/chat/completions", headers=headers, timeout=300,
+                      json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 200, r.text[:500]
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def served(backend: str) -> float:
+    """Requests an engine finished, from its own /metrics (vLLM's counter names)."""
+    text = requests.get(backend.removesuffix("/v1") + "/metrics", timeout=10).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("vllm:request_success_total")]
+    assert values, f"no vllm:request_success_total at {backend}"
+    return sum(values)
+
+
+def spread(endpoint: str, backends: list[str], key: str, n: int) -> list[float]:
+    """Send n concurrent requests through the proxy; how many each backend served."""
+    before = [served(b) for b in backends]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: chat(endpoint, key, f"request {i}"), range(n)))
+    return [served(b) - b0 for b, b0 in zip(backends, before)]
+
+
+def test_cluster_tp4_native_and_idempotent_up(lab4, inv4):
+    first = up(inv4, "-t", "cluster", "-b", "native")
+    assert our_containers(inv4) == {n: {"sparkdeploy-vllm"} for n in NODES}
+    info = sim_info(first["endpoint"])
+    assert (info["tp"], info["pp"], info["nnodes"]) == (4, 1, 4), info
+    assert chat(first["endpoint"])
+    again = up(inv4, "-t", "cluster", "-b", "native")
+    assert again["changed"] == 0, again
+
+
+def test_cluster_tp2_pp2_torchrun(lab4, inv4):
+    first = up(inv4, "-t", "cluster", "-b", "torchrun", "--tp", "2")
+    info = sim_info(first["endpoint"])
+    assert (info["tp"], info["pp"]) == (2, 2), info
+    assert chat(first["endpoint"])
+
+
+def test_replicas_two_tp2_engines_behind_the_proxy(lab4, inv4, master_key):
+    first = up(inv4, "-t", "replicas", "--tp", "2", "-b", "native")
+    heads = [lab4.nodes[0].mgmt_ip, lab4.nodes[2].mgmt_ip]
+    assert [b.split("//")[1].split(":")[0] for b in first["backends"]] == heads
+    containers = our_containers(inv4)
+    assert containers["spark1"] == {"sparkdeploy-vllm", "sparkdeploy-litellm"}
+    assert all(containers[n] == {"sparkdeploy-vllm"} for n in NODES[1:])
+    for backend in first["backends"]:
+        info = sim_info(backend)
+        assert (info["tp"], info["nnodes"]) == (2, 2), info
+    counts = spread(first["endpoint"], first["backends"], master_key, 24)
+    assert sum(counts) == 24 and all(c > 0 for c in counts), counts
+
+
+def test_2xsolo_on_four_nodes(lab4, inv4, master_key):
+    first = up(inv4, "-t", "2xsolo")
+    assert len(first["backends"]) == 4
+    assert all("sparkdeploy-vllm" in c for c in our_containers(inv4).values())
+    counts = spread(first["endpoint"], first["backends"], master_key, 48)
+    assert sum(counts) == 48 and all(c > 0 for c in counts), counts  # P(an engine gets none) ~ 4 x 0.75^48
+
+
+def test_doctor_pairwise_fabric_and_nccl_over_four_ranks(lab4, inv4, cli):
+    code, out, err = cli("doctor", "-i", inv4, "--json", "--recipe", RECIPE, "--only", "network.mtu",
+                         "--only", "network.ping_df", "--only", "nccl", "--nccl", "--nccl-max-bytes", "1M")
+    report = json.loads(out)
+    rows = {(r["check"], r["node"]): r for r in report["results"]}
+    assert code == 0, out + err
+    for i, node in enumerate(NODES):
+        ping = rows[("network.ping_df", node)]
+        assert ping["status"] == "pass" and "8972 B DF ok" in ping["measured"], ping
+        peers = [p for p in NODES if p != node]
+        assert all(p in ping["measured"] for p in peers), ping  # every pair, both directions
+        assert rows[("network.mtu", node)]["status"] == "pass"
+    result = report["nccl"]
+    assert result["world_size"] == 4 and {x["host"] for x in result["ranks"]} == set(NODES), result
+    assert all(x["wrong"] == 0 for x in result["rows"])
