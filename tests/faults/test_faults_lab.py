@@ -1,0 +1,362 @@
+"""Faults during `up`, as a matrix on the shared lab (issue 17): Ctrl-C at each phase, the worker paused and then
+stopped mid-apply, its management link dropped mid-apply, two runs at once from two machines, the worker's
+Docker root full when its container starts, and a slow management network.
+
+Every case is one entry of CASES on ONE deployment (a 2-node cluster, reused; cases that need work for `up` to
+do change one recipe value). A run is stopped at a phase deterministically with the hold hook
+(apply.hold_point: SPARKDEPLOY_HOLD_AT / SPARKDEPLOY_HOLD_UNTIL): the run says `hold: at PHASE` and waits while
+the test sends Ctrl-C or injects the fault, then releases it. After each case, with the fault removed:
+`status` matches what Docker on each node says, no temp file or secrets.env with the wrong mode or content,
+every file is listed in the manifest, no container without sparkdeploy's label, no secret in any output,
+no node lock left, and a plain `up` converges to healthy (its time kept for docs/reliability.md).
+Faults go into the lab nodes as root with `docker exec` (tc, ip, mount) or into the node containers (pause,
+stop); each case puts the lab back, so the modules after this one find it as they left it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sparkdeploy.apply import HOLD_ENV, HOLD_UNTIL_ENV, NODE_LOCK_DIR
+from sparkdeploy.secrets import parse_env_file
+
+pytestmark = pytest.mark.lab
+
+RECIPE = "openai-gpt-oss-120b"
+BASE = ["--recipe", RECIPE, "-t", "cluster", "-b", "native", "--timeout", "180"]
+CHANGED = [*BASE, "--set", "vllm.max_model_len=8192"]  # one value: new files and a restart on both nodes
+STATE = "/home/spark/.sparkdeploy"
+RERUN_TIMES: dict[str, float] = {}
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args]
+
+
+@dataclass
+class Run:
+    """A CLI run in the background; its stderr is read as it comes, to see the `hold: at PHASE` marker."""
+
+    proc: subprocess.Popen
+    err_lines: list[str] = field(default_factory=list)
+    held: threading.Event = field(default_factory=threading.Event)
+    out: str = ""
+
+    def _read(self, phase: str) -> None:
+        for line in self.proc.stderr:
+            self.err_lines.append(line)
+            if line.startswith(f"hold: at {phase}"):
+                self.held.set()
+
+    def wait_held(self, timeout: float = 120) -> None:
+        if not self.held.wait(timeout):
+            self.proc.kill()
+            raise AssertionError(f"the run never reached its hold point:\n{''.join(self.err_lines)}")
+
+    def finish(self, timeout: float = 240) -> subprocess.CompletedProcess:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.reader.join(10)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, "".join(self.err_lines))
+
+
+def start(args: list[str], phase: str, release: Path, env: dict | None = None) -> Run:
+    env = {**os.environ, **(env or {}), HOLD_ENV: phase, HOLD_UNTIL_ENV: str(release)}
+    proc = subprocess.Popen(cli_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run = Run(proc)
+    run.reader = threading.Thread(target=run._read, args=(phase,), daemon=True)
+    run.reader.start()
+    return run
+
+
+def sd(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _fail(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\nstdout:\n{r.stdout[-5000:]}\nstderr:\n{r.stderr[-5000:]}"
+
+
+# -- what a node says, read as root from outside (not through sparkdeploy) ----------------------------------
+
+def docker_truth(lab, node) -> dict[str, bool]:
+    """Every container on the node's engine: name -> running; asserts each one carries our label."""
+    ps = lab.docker_exec(node, "docker", "ps", "-a", "--format",
+                         '{{.Names}}\t{{.State}}\t{{.Label "io.sparkdeploy.managed"}}').stdout
+    found = {}
+    for line in ps.splitlines():
+        name, state, managed = line.split("\t")
+        assert managed == "true", f"{node.name}: container {name} without sparkdeploy's label (orphan)"
+        found[name] = state == "running"
+    return found
+
+
+def check_files(lab, node, secrets: dict[str, str]) -> None:
+    """No temp file, secrets.env 0600 and whole, every file listed in the manifest."""
+    r = lab.docker_exec(node, "sh", "-c", f"cd {STATE} 2>/dev/null || exit 0; for f in .* *; do "
+                                          "[ -f \"$f\" ] && stat -c '%a %n' -- \"$f\"; done; true")
+    files = dict(reversed(line.split(" ", 1)) for line in r.stdout.splitlines())
+    assert not [n for n in files if n.endswith(".sparkdeploy-tmp")], f"{node.name}: temp files left: {files}"
+    if not files:
+        return
+    manifest = json.loads(lab.docker_exec(node, "cat", f"{STATE}/manifest.json").stdout)
+    unlisted = set(files) - set(manifest["files"]) - {"manifest.json"}
+    assert not unlisted, f"{node.name}: files not in the manifest: {unlisted}"
+    if "secrets.env" in files:
+        assert files["secrets.env"] == "600", f"{node.name}: secrets.env mode {files['secrets.env']}"
+        text = lab.docker_exec(node, "cat", f"{STATE}/secrets.env").stdout
+        assert all(f"{k}={v}" in text for k, v in secrets.items() if k == "HF_TOKEN"), \
+            f"{node.name}: secrets.env is not whole"
+
+
+def check_status_truthful(lab, inv: str) -> dict:
+    r = sd("status", "-i", inv, "--json")
+    assert r.returncode == 0, _fail(r)
+    st = json.loads(r.stdout)
+    for n in st["nodes"]:
+        node = next(x for x in lab.nodes if x.name == n["name"])
+        said = {c["name"]: c["running"] for c in n["containers"]}
+        assert said == docker_truth(lab, node), f"{node.name}: status says {said}"
+    return st
+
+
+def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> None:
+    check_status_truthful(lab, inv)
+    for node in lab.nodes:
+        check_files(lab, node, secrets)
+        assert lab.docker_exec(node, "test", "!", "-e", f"/home/spark/{NODE_LOCK_DIR}", check=False).returncode == 0, \
+            f"{node.name}: the node lock was left"
+    text = "\n".join(outputs)
+    for value in secrets.values():
+        assert value not in text, "a secret value appeared in the output"
+    assert "Traceback" not in text
+
+
+def per_node_lines(lab, r: subprocess.CompletedProcess, *words: str) -> dict[str, str]:
+    """The one line per node the run printed (`NAME (IP): ...`); each must hold one of `words`."""
+    lines = {}
+    for node in lab.nodes:
+        mine = [ln for ln in r.stdout.splitlines() if ln.startswith(f"{node.name} ({node.mgmt_ip}): ")]
+        assert len(mine) == 1, f"{node.name}: expected one line, got {mine}\n{_fail(r)}"
+        lines[node.name] = mine[0]
+    return lines
+
+
+# -- the faults ------------------------------------------------------------------------------------------
+
+def sigint_at(phase: str, changed: bool):
+    def case(ctx) -> subprocess.CompletedProcess:
+        run = start(CHANGED if changed else BASE, phase, ctx.release)
+        run.wait_held()
+        run.proc.send_signal(signal.SIGINT)
+        r = run.finish()
+        assert r.returncode == 130, _fail(r)
+        lines = per_node_lines(ctx.lab, r)
+        if phase in ("connect", "preflight"):
+            assert all("interrupted (Ctrl-C); nothing changed here" in ln for ln in lines.values()), lines
+            assert ctx.containers() == ctx.before, "a container changed although nothing was to change"
+        elif phase == "health":
+            assert all("every step applied" in ln and "health gate" in ln for ln in lines.values()), lines
+        else:
+            assert all("interrupted (Ctrl-C):" in ln and "not done" in ln for ln in lines.values()), lines
+            assert ctx.containers() == ctx.before, "a container was restarted after the Ctrl-C"
+        return r
+    return case
+
+
+def worker_paused_then_stopped(ctx) -> subprocess.CompletedProcess:
+    worker = ctx.lab.nodes[-1]
+    name = ctx.lab.spec.container_name(worker.name)
+    run = start(CHANGED, "write", ctx.release)
+    run.wait_held()
+    subprocess.run(["docker", "pause", name], check=True, capture_output=True)
+    try:
+        ctx.release.touch()  # the worker's next command now waits on a frozen node
+        time.sleep(1.0)
+        subprocess.run(["docker", "stop", "-t", "1", name], check=True, capture_output=True)
+        r = run.finish()
+    finally:
+        ctx.restore_lab()
+    assert r.returncode == 1, _fail(r)
+    lines = per_node_lines(ctx.lab, r)
+    assert "FAILED" in lines[worker.name], lines
+    assert "not done" in lines[ctx.lab.nodes[0].name], lines
+    return r
+
+
+def worker_mgmt_link_down(ctx) -> subprocess.CompletedProcess:
+    worker = ctx.lab.nodes[-1]
+    iface = ctx.iface(worker)
+    run = start(CHANGED, "write", ctx.release)
+    run.wait_held()
+    ctx.lab.docker_exec(worker, "ip", "link", "set", iface, "down")
+    try:
+        ctx.release.touch()
+        r = run.finish()
+    finally:
+        ctx.lab.docker_exec(worker, "ip", "link", "set", iface, "up")
+    assert r.returncode == 1, _fail(r)
+    lines = per_node_lines(ctx.lab, r)
+    assert "FAILED" in lines[worker.name] and "connection lost" in lines[worker.name], lines
+    return r
+
+
+def two_runs_at_once(ctx) -> subprocess.CompletedProcess:
+    first = start(BASE, "connect", ctx.release)
+    first.wait_held()  # holds the lock on every node
+    try:
+        # the second from "another machine": its own state folder, so only the nodes' lock can stop it
+        other = sd("up", *BASE, env={"SPARKDEPLOY_STATE": str(ctx.tmp / "other-machine")})
+        # and a second terminal of this machine: stopped by the local lock already
+        local = sd("up", *BASE)
+    finally:
+        ctx.release.touch()
+    r = first.finish()
+    assert r.returncode == 0, _fail(r)
+    assert local.returncode == 1 and "another sparkdeploy run (pid" in local.stderr and " since " in local.stderr, \
+        _fail(local)
+    assert other.returncode == 1, _fail(other)
+    lines = per_node_lines(ctx.lab, other)
+    assert all("held by another sparkdeploy run" in ln and f"pid {first.proc.pid} since 20" in ln
+               for ln in lines.values()), lines
+    assert "holds the node lock" in other.stderr
+    return other
+
+
+def worker_docker_root_full(ctx) -> subprocess.CompletedProcess:
+    """Full between preflight and the start: a tiny full tmpfs over the worker engine's containers folder
+    (the host's disk is shared: never fill the real one)."""
+    worker = ctx.lab.nodes[-1]
+    run = start(CHANGED, "start", ctx.release)
+    run.wait_held()
+    root = "/var/lib/docker/containers"
+    ctx.lab.docker_exec(worker, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {root} && "
+                                            f"{{ dd if=/dev/zero of={root}/fill bs=4k 2>/dev/null; true; }}")
+    try:
+        ctx.release.touch()
+        r = run.finish()
+    finally:
+        # what a container made while the tmpfs hid the folder is gone with it: drop what the engine no longer knows
+        ctx.lab.docker_exec(worker, "sh", "-c", f"umount {root} || umount -l {root}; for d in {root}/*; do "
+                                                "docker inspect \"${d##*/}\" >/dev/null 2>&1 || rm -rf -- \"$d\"; "
+                                                "done; true")
+    assert r.returncode == 1, _fail(r)
+    lines = per_node_lines(ctx.lab, r)
+    assert "FAILED at start-container" in lines[worker.name] and "no space left" in lines[worker.name], lines
+    return r
+
+
+def slow_management_network(ctx) -> subprocess.CompletedProcess:
+    """300 ms more on every packet the nodes send on the management network: an idempotent `up` still works."""
+    for node in ctx.lab.nodes:
+        ctx.lab.docker_exec(node, "tc", "qdisc", "add", "dev", ctx.iface(node), "root", "netem", "delay", "300ms")
+    try:
+        t0 = time.monotonic()
+        r = sd("up", *BASE, "--json")
+        seconds = time.monotonic() - t0
+    finally:
+        for node in ctx.lab.nodes:
+            ctx.lab.docker_exec(node, "tc", "qdisc", "del", "dev", ctx.iface(node), "root", check=False)
+    assert r.returncode == 0, _fail(r)
+    data = json.loads(r.stdout)
+    assert data["ok"] and data["changed"] == 0
+    print(f"idempotent up with 300 ms on the management network: {seconds:.1f} s")
+    return r
+
+
+CASES = {
+    "sigint-connect": sigint_at("connect", changed=False),
+    "sigint-preflight": sigint_at("preflight", changed=False),
+    "sigint-write": sigint_at("write", changed=True),
+    "sigint-start": sigint_at("start", changed=True),
+    "sigint-health": sigint_at("health", changed=True),
+    "worker-paused-then-stopped": worker_paused_then_stopped,
+    "worker-mgmt-link-down": worker_mgmt_link_down,
+    "two-runs-at-once": two_runs_at_once,
+    "worker-docker-root-full": worker_docker_root_full,
+    "slow-management-network": slow_management_network,
+}
+
+
+# -- fixtures and the one test -------------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    lab: object
+    inv: str
+    tmp: Path
+    release: Path
+    before: dict = field(default_factory=dict)
+
+    def containers(self) -> dict[str, dict[str, str]]:
+        """node -> container name -> ID, from each node's engine."""
+        out = {}
+        for node in self.lab.nodes:
+            ids = self.lab.docker_exec(node, "docker", "ps", "-q", "--no-trunc", "--format",
+                                       "{{.Names}} {{.ID}}").stdout
+            out[node.name] = dict(line.split() for line in ids.splitlines())
+        return out
+
+    def iface(self, node) -> str:
+        """The node's management interface (the one holding its management IP)."""
+        r = self.lab.docker_exec(node, "ip", "-o", "-4", "addr", "show")
+        for line in r.stdout.splitlines():
+            if f" {node.mgmt_ip}/" in line:
+                return line.split()[1]
+        raise AssertionError(f"{node.name}: no interface holds {node.mgmt_ip}")
+
+    def restore_lab(self) -> None:
+        """The node containers back up (a stopped one started, its engine and sshd ready)."""
+        from sparkdeploy.lab import LabSpec, up
+
+        for node in self.lab.nodes:
+            name = self.lab.spec.container_name(node.name)
+            subprocess.run(["docker", "unpause", name], capture_output=True)
+        up(LabSpec())
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tmp_path_factory):
+    inv = str(lab.spec.inventory_path)
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, _fail(r)
+    r = sd("up", *BASE, "-i", inv)
+    assert r.returncode == 0, _fail(r)
+    yield inv
+    sd("down", "-i", inv)
+    for name, seconds in RERUN_TIMES.items():
+        print(f"re-run after {name}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def secrets(lab) -> dict[str, str]:
+    return parse_env_file(lab.spec.directory / "secrets.env")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fault_during_up(lab, deployed, secrets, tmp_path, monkeypatch, name):
+    monkeypatch.setenv("SPARKDEPLOY_INVENTORY", deployed)
+    ctx = Ctx(lab, deployed, tmp_path, tmp_path / "release")
+    ctx.before = ctx.containers()
+    r = CASES[name](ctx)
+
+    check_after(lab, deployed, secrets, [r.stdout, r.stderr])
+    t0 = time.monotonic()
+    again = sd("up", *BASE, "--json")
+    RERUN_TIMES[name] = time.monotonic() - t0
+    assert again.returncode == 0, _fail(again)
+    result = json.loads(again.stdout)
+    assert result["ok"] and result["health"]["ok"], result
+    check_after(lab, deployed, secrets, [again.stdout, again.stderr])
+    st = check_status_truthful(lab, deployed)
+    assert st["healthy"] and st["deployed"], st
