@@ -37,6 +37,7 @@ BASE = ["--recipe", RECIPE, "-t", "cluster", "-b", "native", "--timeout", "180"]
 CHANGED = [*BASE, "--set", "vllm.max_model_len=8192"]  # one value: new files and a restart on both nodes
 STATE = "/home/spark/.sparkdeploy"
 RERUN_TIMES: dict[str, float] = {}
+DEPLOYED = {"args": BASE}  # what runs on the lab now: a case that needs work for `up` switches to the other
 
 
 def cli_argv(*args: str) -> list[str]:
@@ -59,8 +60,12 @@ class Run:
                 self.held.set()
 
     def wait_held(self, timeout: float = 120) -> None:
-        if not self.held.wait(timeout):
+        deadline = time.monotonic() + timeout
+        while not self.held.wait(0.2):
+            if self.proc.poll() is None and time.monotonic() < deadline:
+                continue
             self.proc.kill()
+            self.reader.join(5)
             raise AssertionError(f"the run never reached its hold point:\n{''.join(self.err_lines)}")
 
     def finish(self, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -70,8 +75,9 @@ class Run:
 
 
 def start(args: list[str], phase: str, release: Path, env: dict | None = None) -> Run:
+    """`up ARGS` held at PHASE (see the module doc)."""
     env = {**os.environ, **(env or {}), HOLD_ENV: phase, HOLD_UNTIL_ENV: str(release)}
-    proc = subprocess.Popen(cli_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cli_argv("up", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     run = Run(proc)
     run.reader = threading.Thread(target=run._read, args=(phase,), daemon=True)
     run.reader.start()
@@ -156,7 +162,7 @@ def per_node_lines(lab, r: subprocess.CompletedProcess, *words: str) -> dict[str
 
 def sigint_at(phase: str, changed: bool):
     def case(ctx) -> subprocess.CompletedProcess:
-        run = start(CHANGED if changed else BASE, phase, ctx.release)
+        run = start(ctx.use(changed), phase, ctx.release)
         run.wait_held()
         run.proc.send_signal(signal.SIGINT)
         r = run.finish()
@@ -177,7 +183,7 @@ def sigint_at(phase: str, changed: bool):
 def worker_paused_then_stopped(ctx) -> subprocess.CompletedProcess:
     worker = ctx.lab.nodes[-1]
     name = ctx.lab.spec.container_name(worker.name)
-    run = start(CHANGED, "write", ctx.release)
+    run = start(ctx.use(True), "write", ctx.release)
     run.wait_held()
     subprocess.run(["docker", "pause", name], check=True, capture_output=True)
     try:
@@ -197,7 +203,7 @@ def worker_paused_then_stopped(ctx) -> subprocess.CompletedProcess:
 def worker_mgmt_link_down(ctx) -> subprocess.CompletedProcess:
     worker = ctx.lab.nodes[-1]
     iface = ctx.iface(worker)
-    run = start(CHANGED, "write", ctx.release)
+    run = start(ctx.use(True), "write", ctx.release)
     run.wait_held()
     ctx.lab.docker_exec(worker, "ip", "link", "set", iface, "down")
     try:
@@ -212,13 +218,14 @@ def worker_mgmt_link_down(ctx) -> subprocess.CompletedProcess:
 
 
 def two_runs_at_once(ctx) -> subprocess.CompletedProcess:
-    first = start(BASE, "connect", ctx.release)
+    args = ctx.use(False)
+    first = start(args, "connect", ctx.release)
     first.wait_held()  # holds the lock on every node
     try:
         # the second from "another machine": its own state folder, so only the nodes' lock can stop it
-        other = sd("up", *BASE, env={"SPARKDEPLOY_STATE": str(ctx.tmp / "other-machine")})
+        other = sd("up", *args, env={"SPARKDEPLOY_STATE": str(ctx.tmp / "other-machine")})
         # and a second terminal of this machine: stopped by the local lock already
-        local = sd("up", *BASE)
+        local = sd("up", *args)
     finally:
         ctx.release.touch()
     r = first.finish()
@@ -237,7 +244,7 @@ def worker_docker_root_full(ctx) -> subprocess.CompletedProcess:
     """Full between preflight and the start: a tiny full tmpfs over the worker engine's containers folder
     (the host's disk is shared: never fill the real one)."""
     worker = ctx.lab.nodes[-1]
-    run = start(CHANGED, "start", ctx.release)
+    run = start(ctx.use(True), "start", ctx.release)
     run.wait_held()
     root = "/var/lib/docker/containers"
     ctx.lab.docker_exec(worker, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {root} && "
@@ -262,7 +269,7 @@ def slow_management_network(ctx) -> subprocess.CompletedProcess:
         ctx.lab.docker_exec(node, "tc", "qdisc", "add", "dev", ctx.iface(node), "root", "netem", "delay", "300ms")
     try:
         t0 = time.monotonic()
-        r = sd("up", *BASE, "--json")
+        r = sd("up", *ctx.use(False), "--json")
         seconds = time.monotonic() - t0
     finally:
         for node in ctx.lab.nodes:
@@ -297,6 +304,14 @@ class Ctx:
     tmp: Path
     release: Path
     before: dict = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+
+    def use(self, changed: bool) -> list[str]:
+        """The `up` arguments of this case: those deployed now, or (changed) the other recipe value, so that
+        `up` has files to write and containers to restart. The re-run after the fault uses the same."""
+        now = DEPLOYED["args"]
+        self.args = (CHANGED if now is BASE else BASE) if changed else now
+        return self.args
 
     def containers(self) -> dict[str, dict[str, str]]:
         """node -> container name -> ID, from each node's engine."""
@@ -328,9 +343,8 @@ class Ctx:
 @pytest.fixture(scope="module")
 def deployed(lab, tmp_path_factory):
     inv = str(lab.spec.inventory_path)
-    r = sd("down", "-i", inv)
-    assert r.returncode == 0, _fail(r)
-    r = sd("up", *BASE, "-i", inv)
+    r = sd("up", *BASE, "-i", inv)  # converges from whatever the modules before left
+    DEPLOYED["args"] = BASE
     assert r.returncode == 0, _fail(r)
     yield inv
     sd("down", "-i", inv)
@@ -352,9 +366,10 @@ def test_fault_during_up(lab, deployed, secrets, tmp_path, monkeypatch, name):
 
     check_after(lab, deployed, secrets, [r.stdout, r.stderr])
     t0 = time.monotonic()
-    again = sd("up", *BASE, "--json")
+    again = sd("up", *ctx.args, "--json")  # the same command, the fault removed
     RERUN_TIMES[name] = time.monotonic() - t0
     assert again.returncode == 0, _fail(again)
+    DEPLOYED["args"] = ctx.args
     result = json.loads(again.stdout)
     assert result["ok"] and result["health"]["ok"], result
     check_after(lab, deployed, secrets, [again.stdout, again.stderr])
