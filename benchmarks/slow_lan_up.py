@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Idempotent `sparkdeploy up` on a slow LAN: 300 ms added on every packet the lab nodes send on the management
-network (tc netem inside each node), against the goal of < 10 s and the same run on the plain lab network.
+network (tc netem inside each node, or where the kernel lacks netem the same delay through an NFQUEUE:
+tests/faults/latency.py), against the goal of < 10 s and the same run on the plain lab network.
 
 The deployment is brought up once (not timed). Then, --runs times each: `sparkdeploy up` with the same inputs as
 a CLI subprocess on the plain network (the baseline), and the same with netem's delay on every node's management
@@ -9,7 +10,7 @@ slow median's ratio to the goal; removes the delay whatever happens. Exit 1 when
 
     python benchmarks/slow_lan_up.py [--runs 3] [--delay-ms 300] [--topology cluster] [--down]
 
-Needs the lab (`sparkdeploy lab up`); the delay goes in as root with `docker exec NODE tc qdisc ...`.
+Needs the lab (`sparkdeploy lab up`); the delay goes in as root with `docker exec`.
 """
 
 from __future__ import annotations
@@ -35,22 +36,13 @@ def sd_timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     return r, time.monotonic() - t0
 
 
-def mgmt_iface(container: str, ip: str) -> str:
-    out = subprocess.run(["docker", "exec", container, "ip", "-o", "-4", "addr", "show"], capture_output=True,
-                         text=True, check=True).stdout
-    for line in out.splitlines():
-        if f" {ip}/" in line:
-            return line.split()[1]
-    raise SystemExit(f"{container}: no interface holds {ip}")
-
-
 def set_delay(nodes: list[tuple[str, str]], delay_ms: int | None) -> None:
+    from tests.faults.latency import add_delay, remove_delay
+
     for container, iface in nodes:
-        subprocess.run(["docker", "exec", container, "tc", "qdisc", "del", "dev", iface, "root"],
-                       capture_output=True)
+        remove_delay(container, iface)
         if delay_ms:
-            subprocess.run(["docker", "exec", container, "tc", "qdisc", "add", "dev", iface, "root", "netem",
-                            "delay", f"{delay_ms}ms"], check=True, capture_output=True)
+            print(f"{container} {iface}: +{delay_ms} ms ({add_delay(container, iface, delay_ms)})")
 
 
 def timed_runs(args: list[str], runs: int, label: str) -> list[float]:
@@ -66,6 +58,7 @@ def timed_runs(args: list[str], runs: int, label: str) -> list[float]:
 
 def main() -> int:
     from sparkdeploy.lab import LabSpec
+    from tests.faults.latency import mgmt_iface
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
