@@ -157,8 +157,9 @@ class NodeLocks:
     """Take the lock on every reachable node (a node that cannot be reached fails later, per node, as usual);
     if another run holds it on any node, release what was taken and stop, naming the holder and since when."""
 
-    def __init__(self, session: "Session"):
+    def __init__(self, session: "Session", say: Callable[[str], None] | None = None):
         self.session = session
+        self.say = say or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True))
         self.token = secrets.token_hex(8)
         self.holder = (f"{self.token} {socket.gethostname()} pid {os.getpid()} since "
                        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
@@ -210,14 +211,23 @@ class NodeLocks:
 
     def __exit__(self, *exc) -> None:
         nodes, self.taken = self.taken, []
-        if nodes:
-            on_nodes(nodes, lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
-                                                                       timeout=30, check=False, force=True))
+        # A node whose connection died during the run (powered off, cable pulled) is not waited for again: its
+        # lock stays, and the run says so (the next run from this machine finds its pid gone and takes it over).
+        lost = [n for n in nodes if self.session.conns[n.name].lost]
+        outcomes = on_nodes([n for n in nodes if n not in lost],
+                            lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
+                                                                     timeout=30, check=False, force=True))
+        left = [(n, "the connection was lost during the run") for n in lost]
+        left += [(o.node, str(o.error)) for o in outcomes if not o.ok]
+        for node, why in left:
+            self.say(f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there ({why}); the next "
+                     f"run from this machine takes it over; from another machine remove it first: ssh to "
+                     f"{node.name} and rm -r ~/{NODE_LOCK_DIR}")
 
 
-def node_locks(session: "Session", dry_run: bool = False):
+def node_locks(session: "Session", dry_run: bool = False, say: Callable[[str], None] | None = None):
     """The node lock for a run that changes nodes; a dry run changes nothing and takes none."""
-    return nullcontext() if dry_run else NodeLocks(session)
+    return nullcontext() if dry_run else NodeLocks(session, say)
 
 
 # -- connections and facts ------------------------------------------------------------------------------

@@ -195,7 +195,7 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     inv = dep.inventory
     try:
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run):
+                node_locks(session, dry_run, out.warn):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated)
     except NodeLockHeld as exc:
         for line in exc.lines:
@@ -391,7 +391,7 @@ def down(inventory, dry_run, as_json):
     result: dict[str, Any] = {"dry_run": dry_run, "ok": False, "unreachable": {}}
     try:
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run):
+                node_locks(session, dry_run, out.warn):
             facts = gather_facts(session, inv.nodes)
             bad = {name: f for name, f in facts.items() if not isinstance(f, NodeFacts)}
             good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}

@@ -33,8 +33,8 @@ def add_delay(container: str, iface: str, delay_ms: int) -> str:
     if _exec(container, "tc", "qdisc", "add", "dev", iface, "root", "netem", "delay", f"{delay_ms}ms",
              check=False).returncode == 0:
         return "netem"
-    subprocess.run(["docker", "cp", str(SCRIPT), f"{container}:/run/nfq_delay.py"], check=True, capture_output=True)
-    _exec(container, "sh", "-c", f"python3 /run/nfq_delay.py {int(delay_ms)} {QUEUE} >/dev/null 2>&1 & "
+    subprocess.run(["docker", "cp", str(SCRIPT), f"{container}:/var/tmp/nfq_delay.py"], check=True, capture_output=True)
+    _exec(container, "sh", "-c", f"python3 /var/tmp/nfq_delay.py {int(delay_ms)} {QUEUE} >/dev/null 2>&1 & "
                                  f"echo $! > {PIDFILE}")
     _exec(container, "iptables", "-t", "mangle", "-I", "POSTROUTING", "-o", iface, "-j", "NFQUEUE",
           "--queue-num", str(QUEUE), "--queue-bypass")
