@@ -93,63 +93,71 @@ def _fail(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}\nstdout:\n{r.stdout[-5000:]}\nstderr:\n{r.stderr[-5000:]}"
 
 
-# -- what a node says, read as root from outside (not through sparkdeploy) ----------------------------------
+# -- what a node says, read as root from outside (not through sparkdeploy): one docker exec per node -------
 
-def docker_truth(lab, node) -> dict[str, bool]:
-    """Every container on the node's engine: name -> running; asserts each one carries our label."""
-    ps = lab.docker_exec(node, "docker", "ps", "-a", "--format",
-                         '{{.Names}}\t{{.State}}\t{{.Label "io.sparkdeploy.managed"}}').stdout
-    found = {}
-    for line in ps.splitlines():
-        name, state, managed = line.split("\t")
+SNAPSHOT = (f"echo '## ps'; docker ps -a --no-trunc --format "
+            "'{{.Names}}\t{{.State}}\t{{.ID}}\t{{.Label \"io.sparkdeploy.managed\"}}'; "
+            f"echo '## files'; (cd {STATE} 2>/dev/null && for f in .* *; do [ -f \"$f\" ] && "
+            "stat -c '%a %n' -- \"$f\"; done); "
+            f"echo '## manifest'; cat {STATE}/manifest.json 2>/dev/null; "
+            f"echo '## secrets'; cat {STATE}/secrets.env 2>/dev/null; "
+            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held; true")
+
+
+@dataclass
+class Snapshot:
+    containers: dict[str, tuple[bool, str, str]]  # name -> (running, ID, our managed label)
+    files: dict[str, str]  # name -> mode
+    manifest: str
+    secrets: str
+    locked: bool
+
+
+def snapshot(lab, node) -> Snapshot:
+    text = lab.docker_exec(node, "sh", "-c", SNAPSHOT).stdout
+    parts = dict(chunk.split("\n", 1) if "\n" in chunk else (chunk, "") for chunk in text.split("## ")[1:])
+    containers = {}
+    for line in parts["ps"].splitlines():
+        name, state, cid, managed = line.split("\t")
+        containers[name] = (state == "running", cid, managed)
+    files = dict(reversed(line.split(" ", 1)) for line in parts["files"].splitlines())
+    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].strip() == "held")
+
+
+def check_node(node, snap: Snapshot, secrets: dict[str, str], lock_may_stay: bool) -> None:
+    """No orphan container, no temp file, secrets.env 0600 and whole, every file in the manifest, no lock."""
+    for name, (_, _, managed) in snap.containers.items():
         assert managed == "true", f"{node.name}: container {name} without sparkdeploy's label (orphan)"
-        found[name] = state == "running"
-    return found
-
-
-def check_files(lab, node, secrets: dict[str, str]) -> None:
-    """No temp file, secrets.env 0600 and whole, every file listed in the manifest."""
-    r = lab.docker_exec(node, "sh", "-c", f"cd {STATE} 2>/dev/null || exit 0; for f in .* *; do "
-                                          "[ -f \"$f\" ] && stat -c '%a %n' -- \"$f\"; done; true")
-    files = dict(reversed(line.split(" ", 1)) for line in r.stdout.splitlines())
+    files = snap.files
     assert not [n for n in files if n.endswith(".sparkdeploy-tmp")], f"{node.name}: temp files left: {files}"
-    if not files:
-        return
-    manifest = json.loads(lab.docker_exec(node, "cat", f"{STATE}/manifest.json").stdout)
-    unlisted = set(files) - set(manifest["files"]) - {"manifest.json"}
-    assert not unlisted, f"{node.name}: files not in the manifest: {unlisted}"
+    if files:
+        unlisted = set(files) - set(json.loads(snap.manifest)["files"]) - {"manifest.json"}
+        assert not unlisted, f"{node.name}: files not in the manifest: {unlisted}"
     if "secrets.env" in files:
         assert files["secrets.env"] == "600", f"{node.name}: secrets.env mode {files['secrets.env']}"
-        text = lab.docker_exec(node, "cat", f"{STATE}/secrets.env").stdout
-        assert all(f"{k}={v}" in text for k, v in secrets.items() if k == "HF_TOKEN"), \
-            f"{node.name}: secrets.env is not whole"
+        assert f"HF_TOKEN={secrets['HF_TOKEN']}\n" in snap.secrets, f"{node.name}: secrets.env is not whole"
+    assert lock_may_stay or not snap.locked, f"{node.name}: the node lock was left"
 
 
-def check_status_truthful(lab, inv: str) -> dict:
+def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> dict:
+    """`status` says what each node's engine says; the node checks; no secret, no traceback in any output.
+    A node lock may stay only on a node whose connection died, and only where the run said so."""
     r = sd("status", "-i", inv, "--json")
     assert r.returncode == 0, _fail(r)
     st = json.loads(r.stdout)
+    said = "\n".join(outputs)
     for n in st["nodes"]:
         node = next(x for x in lab.nodes if x.name == n["name"])
-        said = {c["name"]: c["running"] for c in n["containers"]}
-        assert said == docker_truth(lab, node), f"{node.name}: status says {said}"
-    return st
-
-
-def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> None:
-    """A node lock may stay only on a node whose connection died, and only where the run said so."""
-    check_status_truthful(lab, inv)
-    said = "\n".join(outputs)
-    for node in lab.nodes:
-        check_files(lab, node, secrets)
-        if f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there" in said:
-            continue
-        assert lab.docker_exec(node, "test", "!", "-e", f"/home/spark/{NODE_LOCK_DIR}", check=False).returncode == 0, \
-            f"{node.name}: the node lock was left"
-    text = "\n".join(outputs)
+        snap = snapshot(lab, node)
+        status_says = {c["name"]: c["running"] for c in n["containers"]}
+        assert status_says == {k: v[0] for k, v in snap.containers.items()}, \
+            f"{node.name}: status says {status_says}, the engine {snap.containers}"
+        stays = f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there" in said
+        check_node(node, snap, secrets, stays)
     for value in secrets.values():
-        assert value not in text, "a secret value appeared in the output"
-    assert "Traceback" not in text
+        assert value not in said + r.stdout + r.stderr, "a secret value appeared in the output"
+    assert "Traceback" not in said
+    return st
 
 
 def per_node_lines(lab, r: subprocess.CompletedProcess, *words: str) -> dict[str, str]:
@@ -324,13 +332,9 @@ class Ctx:
         return self.args
 
     def containers(self) -> dict[str, dict[str, str]]:
-        """node -> container name -> ID, from each node's engine."""
-        out = {}
-        for node in self.lab.nodes:
-            ids = self.lab.docker_exec(node, "docker", "ps", "-q", "--no-trunc", "--format",
-                                       "{{.Names}} {{.ID}}").stdout
-            out[node.name] = dict(line.split() for line in ids.splitlines())
-        return out
+        """node -> running container name -> ID, from each node's engine."""
+        return {node.name: {name: cid for name, (running, cid, _) in snapshot(self.lab, node).containers.items()
+                            if running} for node in self.lab.nodes}
 
     def iface(self, node) -> str:
         """The node's management interface (the one holding its management IP)."""
@@ -387,6 +391,5 @@ def test_fault_during_up(lab, deployed, secrets, tmp_path, monkeypatch, name):
     DEPLOYED["args"] = ctx.args
     result = json.loads(again.stdout)
     assert result["ok"] and result["health"]["ok"], result
-    check_after(lab, deployed, secrets, [again.stdout, again.stderr])
-    st = check_status_truthful(lab, deployed)
+    st = check_after(lab, deployed, secrets, [again.stdout, again.stderr])
     assert st["healthy"] and st["deployed"], st
