@@ -69,7 +69,8 @@ class Run:
             raise AssertionError(f"the run never reached its hold point:\n{''.join(self.err_lines)}")
 
     def finish(self, timeout: float = 240) -> subprocess.CompletedProcess:
-        out, _ = self.proc.communicate(timeout=timeout)
+        out = self.proc.stdout.read()  # not communicate(): it would race the reader thread for stderr
+        self.proc.wait(timeout)
         self.reader.join(10)
         return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, "".join(self.err_lines))
 
@@ -101,7 +102,7 @@ SNAPSHOT = (f"echo '## ps'; docker ps -a --no-trunc --format "
             "stat -c '%a %n' -- \"$f\"; done); "
             f"echo '## manifest'; cat {STATE}/manifest.json 2>/dev/null; "
             f"echo '## secrets'; cat {STATE}/secrets.env 2>/dev/null; "
-            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held; true")
+            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held && cat /home/spark/{NODE_LOCK_DIR}/holder; true")
 
 
 @dataclass
@@ -111,6 +112,7 @@ class Snapshot:
     manifest: str
     secrets: str
     locked: bool
+    lock_text: str = ""
 
 
 def snapshot(lab, node) -> Snapshot:
@@ -121,7 +123,7 @@ def snapshot(lab, node) -> Snapshot:
         name, state, cid, managed = line.split("\t")
         containers[name] = (state == "running", cid, managed)
     files = dict(reversed(line.split(" ", 1)) for line in parts["files"].splitlines())
-    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].strip() == "held")
+    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].startswith("held"), parts["lock"])
 
 
 def check_node(node, snap: Snapshot, secrets: dict[str, str], lock_may_stay: bool) -> None:
@@ -136,7 +138,7 @@ def check_node(node, snap: Snapshot, secrets: dict[str, str], lock_may_stay: boo
     if "secrets.env" in files:
         assert files["secrets.env"] == "600", f"{node.name}: secrets.env mode {files['secrets.env']}"
         assert f"HF_TOKEN={secrets['HF_TOKEN']}\n" in snap.secrets, f"{node.name}: secrets.env is not whole"
-    assert lock_may_stay or not snap.locked, f"{node.name}: the node lock was left"
+    assert lock_may_stay or not snap.locked, f"{node.name}: the node lock was left: {snap.lock_text}"
 
 
 def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> dict:
@@ -153,7 +155,10 @@ def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> d
         assert status_says == {k: v[0] for k, v in snap.containers.items()}, \
             f"{node.name}: status says {status_says}, the engine {snap.containers}"
         stays = f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there" in said
-        check_node(node, snap, secrets, stays)
+        try:
+            check_node(node, snap, secrets, stays)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- what the run printed:\n{said[-4000:]}") from None
     for value in secrets.values():
         assert value not in said + r.stdout + r.stderr, "a secret value appeared in the output"
     assert "Traceback" not in said
