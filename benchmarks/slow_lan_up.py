@@ -50,7 +50,8 @@ def timed_runs(args: list[str], runs: int, label: str) -> list[float]:
     for i in range(runs):
         r, seconds = sd_timed("up", *args, "--json")
         if r.returncode != 0 or json.loads(r.stdout)["changed"] != 0:
-            raise SystemExit(f"{label} run {i + 1} failed or changed something:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            raise SystemExit(f"{label} run {i + 1} failed or changed something:\n"
+                             f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         samples.append(seconds)
         print(f"{label} run {i + 1}: {seconds:.2f} s, 0 changed")
     return samples

@@ -74,7 +74,8 @@ class Interrupt:
 HOLD_ENV, HOLD_UNTIL_ENV = "SPARKDEPLOY_HOLD_AT", "SPARKDEPLOY_HOLD_UNTIL"
 HOLD_PHASES = ("connect", "preflight", "write", "start", "health")
 HOLD_MAX_S = 120.0
-_held: set[str] = set()
+_held: set[str] = set()  # phases already announced (every node's thread holds; one line says so)
+_hold_lock = threading.Lock()
 
 
 def hold_point(phase: str, interrupt: "Interrupt | None") -> None:
@@ -90,9 +91,6 @@ def hold_point(phase: str, interrupt: "Interrupt | None") -> None:
     while time.monotonic() < deadline and not interrupt.event.wait(0.1):
         if release and os.path.exists(release):
             return
-
-
-_hold_lock = threading.Lock()
 
 
 def lock_path(inventory: Inventory) -> Path:
@@ -198,7 +196,7 @@ class NodeLocks:
         held = [(o.node, o.value) for o in outcomes if o.ok and o.value is not None]
         if held:
             self.__exit__()
-            held_by = dict((node.name, _who(holder)) for node, holder in held)
+            held_by = {node.name: _who(holder) for node, holder in held}
             lines = [f"{o.node.name} ({o.node.mgmt_ip}): " + (
                 f"held by another sparkdeploy run ({held_by[o.node.name]})" if o.node.name in held_by else
                 f"not reachable: {o.error}" if not o.ok else "free (released again)") + "; nothing changed here"

@@ -275,7 +275,8 @@ class NodeConnection:
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
         except (socket.timeout, TimeoutError, EOFError, paramiko.SSHException) as exc:
-            self._sftp, self._conn, self.lost = None, None, True  # that session is in an unknown state: open a new one next time
+            # that session is in an unknown state: open a new one next time
+            self._sftp, self._conn, self.lost = None, None, True
             raise StepFailed(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
                              f"({exc.__class__.__name__}); the node may be gone") from None
 

@@ -10,7 +10,8 @@ the test sends Ctrl-C or injects the fault, then releases it. After each case, w
 every file is listed in the manifest, no container without sparkdeploy's label, no secret in any output,
 no node lock left, and a plain `up` converges to healthy (its time kept for docs/reliability.md).
 Faults go into the lab nodes as root with `docker exec` (tc, ip, mount) or into the node containers (pause,
-stop), the slow link with tests/faults/latency.py; each case puts the lab back, so the modules after this one find it as they left it.
+stop), the slow link with tests/faults/latency.py; each case puts the lab back, so the modules after this one
+find it as they left it.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ SNAPSHOT = (f"echo '## ps'; docker ps -a --no-trunc --format "
             "stat -c '%a %n' -- \"$f\"; done); "
             f"echo '## manifest'; cat {STATE}/manifest.json 2>/dev/null; "
             f"echo '## secrets'; cat {STATE}/secrets.env 2>/dev/null; "
-            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held && cat /home/spark/{NODE_LOCK_DIR}/holder; true")
+            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held && "
+            f"cat /home/spark/{NODE_LOCK_DIR}/holder; true")
 
 
 @dataclass
@@ -123,7 +125,8 @@ def snapshot(lab, node) -> Snapshot:
         name, state, cid, managed = line.split("\t")
         containers[name] = (state == "running", cid, managed)
     files = dict(reversed(line.split(" ", 1)) for line in parts["files"].splitlines())
-    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].startswith("held"), parts["lock"])
+    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].startswith("held"),
+                    parts["lock"])
 
 
 def check_node(node, snap: Snapshot, secrets: dict[str, str], lock_may_stay: bool) -> None:
