@@ -63,3 +63,30 @@ def test_hold_point_waits_for_ctrl_c_or_the_release_file(monkeypatch, tmp_path, 
     t0 = time.monotonic()
     hold_point("write", interrupt)
     assert 0.25 < time.monotonic() - t0 < 5
+
+
+def test_lock_release_skips_a_node_lost_mid_run_and_says_its_lock_stays():
+    """Pure logic of NodeLocks' release (the lab matrix shows it against real nodes): no wait on a dead node."""
+    from types import SimpleNamespace
+
+    from sparkdeploy.apply import NodeLocks
+
+    dep = make_deployment("cluster")
+    ran = []
+
+    class Conn:
+        def __init__(self, name, lost):
+            self.name, self.lost = name, lost
+
+        def run(self, argv, **kw):
+            ran.append(self.name)
+
+    session = SimpleNamespace(inventory=dep.inventory, conns={"spark1": Conn("spark1", False),
+                                                              "spark2": Conn("spark2", True)})
+    said = []
+    locks = NodeLocks(session, said.append)  # type: ignore[arg-type]
+    locks.taken = list(dep.inventory.nodes)
+    locks.__exit__()
+    assert ran == ["spark1"]
+    assert len(said) == 1 and said[0].startswith("spark2 (192.0.2.2): the node lock ~/.sparkdeploy.lock stays")
+    assert "rm -r ~/.sparkdeploy.lock" in said[0]
