@@ -67,6 +67,32 @@ class Interrupt:
         return self.event.is_set()
 
 
+# Fault-injection hook for the lab tests (tests/faults): with SPARKDEPLOY_HOLD_AT=PHASE a run stops at that point
+# of PHASE (connect, preflight, write, start, health), says so on stderr and waits for Ctrl-C or for the file
+# SPARKDEPLOY_HOLD_UNTIL names to exist (at most HOLD_MAX_S), so a test hits every phase deterministically
+# (a Ctrl-C, or a fault injected while the run waits) instead of sleeping and hoping. Unset for users.
+HOLD_ENV, HOLD_UNTIL_ENV = "SPARKDEPLOY_HOLD_AT", "SPARKDEPLOY_HOLD_UNTIL"
+HOLD_PHASES = ("connect", "preflight", "write", "start", "health")
+HOLD_MAX_S = 120.0
+_held: set[str] = set()  # phases already announced (every node's thread holds; one line says so)
+_hold_lock = threading.Lock()
+
+
+def hold_point(phase: str, interrupt: "Interrupt | None") -> None:
+    if os.environ.get(HOLD_ENV) != phase or interrupt is None:
+        return
+    with _hold_lock:
+        first = phase not in _held
+        _held.add(phase)
+    if first:
+        print(f"hold: at {phase} (waiting for Ctrl-C)", file=sys.stderr, flush=True)
+    release = os.environ.get(HOLD_UNTIL_ENV, "")
+    deadline = time.monotonic() + HOLD_MAX_S
+    while time.monotonic() < deadline and not interrupt.event.wait(0.1):
+        if release and os.path.exists(release):
+            return
+
+
 def lock_path(inventory: Inventory) -> Path:
     """Keyed by the cluster (its nodes): a copy of the inventory, or another path to it, is the same lock.
     cluster.name is a validated label, so the file stays in the state folder."""
@@ -84,11 +110,11 @@ def cluster_lock(inventory: Inventory):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            holder = os.pread(fd, 128, 0).decode(errors="replace").strip() or "?"
             raise StepFailed(f"another sparkdeploy run (pid {holder}) is working on this cluster "
                              f"({inventory.source}); wait for it to finish (lock: {path})") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
         try:
             yield path
         finally:
@@ -111,12 +137,27 @@ _RELEASE = ('d="$HOME/{dir}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = 
             'true').format(dir=NODE_LOCK_DIR)
 
 
+class NodeLockHeld(StepFailed):
+    """Another run holds the lock on a node; `lines`: one per node, what was found there."""
+
+    def __init__(self, message: str, lines: list[str]):
+        super().__init__(message)
+        self.lines = lines
+
+
+def _who(holder: str) -> str:
+    """The holder line without its token: `HOST pid N since TIME`."""
+    parts = holder.split(maxsplit=1)
+    return parts[1] if len(parts) > 1 else holder
+
+
 class NodeLocks:
     """Take the lock on every reachable node (a node that cannot be reached fails later, per node, as usual);
     if another run holds it on any node, release what was taken and stop, naming the holder and since when."""
 
-    def __init__(self, session: "Session"):
+    def __init__(self, session: "Session", say: Callable[[str], None] | None = None):
         self.session = session
+        self.say = say or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True))
         self.token = secrets.token_hex(8)
         self.holder = (f"{self.token} {socket.gethostname()} pid {os.getpid()} since "
                        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
@@ -155,24 +196,36 @@ class NodeLocks:
         held = [(o.node, o.value) for o in outcomes if o.ok and o.value is not None]
         if held:
             self.__exit__()
+            held_by = {node.name: _who(holder) for node, holder in held}
+            lines = [f"{o.node.name} ({o.node.mgmt_ip}): " + (
+                f"held by another sparkdeploy run ({held_by[o.node.name]})" if o.node.name in held_by else
+                f"not reachable: {o.error}" if not o.ok else "free (released again)") + "; nothing changed here"
+                for o in outcomes]
             node, holder = held[0]
-            parts = holder.split(maxsplit=1)
-            who = parts[1] if len(parts) > 1 else holder
-            raise StepFailed(f"{node.name} ({node.mgmt_ip}): another sparkdeploy run holds the node lock ({who}); "
-                             f"wait for it to finish. If that run is gone: ssh to {node.name} and "
-                             f"rm -r ~/{NODE_LOCK_DIR}")
+            raise NodeLockHeld(f"{node.name} ({node.mgmt_ip}): another sparkdeploy run holds the node lock "
+                               f"({_who(holder)}); wait for it to finish. If that run is gone: ssh to {node.name} "
+                               f"and rm -r ~/{NODE_LOCK_DIR}", lines)
         return self
 
     def __exit__(self, *exc) -> None:
         nodes, self.taken = self.taken, []
-        if nodes:
-            on_nodes(nodes, lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
-                                                                       timeout=30, check=False, force=True))
+        # A node whose connection died during the run (powered off, cable pulled) is not waited for again: its
+        # lock stays, and the run says so (the next run from this machine finds its pid gone and takes it over).
+        lost = [n for n in nodes if self.session.conns[n.name].lost]
+        outcomes = on_nodes([n for n in nodes if n not in lost],
+                            lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
+                                                                     timeout=30, check=False, force=True))
+        left = [(n, "the connection was lost during the run") for n in lost]
+        left += [(o.node, str(o.error)) for o in outcomes if not o.ok]
+        for node, why in left:
+            self.say(f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there ({why}); the next "
+                     f"run from this machine takes it over; from another machine remove it first: ssh to "
+                     f"{node.name} and rm -r ~/{NODE_LOCK_DIR}")
 
 
-def node_locks(session: "Session", dry_run: bool = False):
+def node_locks(session: "Session", dry_run: bool = False, say: Callable[[str], None] | None = None):
     """The node lock for a run that changes nodes; a dry run changes nothing and takes none."""
-    return nullcontext() if dry_run else NodeLocks(session)
+    return nullcontext() if dry_run else NodeLocks(session, say)
 
 
 # -- connections and facts ------------------------------------------------------------------------------
@@ -293,11 +346,18 @@ def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: 
         if interrupt is not None and interrupt.set:
             step.status, step.detail = SKIPPED, "interrupted"
             continue
+        if step.kind == "start-container":
+            hold_point("start", interrupt)  # the files are written; no container (re)started yet
+            if interrupt is not None and interrupt.set:
+                step.status, step.detail = SKIPPED, "interrupted"
+                continue
         try:
             if say:
                 say(f"{step.node}: {step.label}")
             step.detail = mask(run_step(conn, step, node_plan.state_dir))
             step.status = CHANGED
+            if step.kind == "write":
+                hold_point("write", interrupt)  # one file written, the rest not yet
         except _Unchanged as exc:
             step.status, step.detail = OK, mask(str(exc))
         except Exception as exc:  # reported per node; nothing else on this node runs after a failure

@@ -109,6 +109,7 @@ class NodeConnection:
         self._sftp = None
         self._open_lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(MAX_PARALLEL_COMMANDS)
+        self.lost = False  # the connection died during a command or a write (the node went away mid-run)
 
     # -- connection ----------------------------------------------------------------------------------
     @property
@@ -241,7 +242,7 @@ class NodeConnection:
         except (socket.timeout, TimeoutError):
             raise StepFailed(f"{self.node.name}: `{_short(command)}` timed out after {timeout:g}s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            self._conn = None
+            self._conn, self.lost = None, True
             raise StepFailed(f"{self.node.name}: connection lost during `{_short(command)}`: {exc}") from None
         result = CommandResult(self.node.name, command, code, out, err)
         if check and code != 0:
@@ -274,7 +275,8 @@ class NodeConnection:
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
         except (socket.timeout, TimeoutError, EOFError, paramiko.SSHException) as exc:
-            self._sftp, self._conn = None, None  # that session is in an unknown state: open a new one next time
+            # that session is in an unknown state: open a new one next time
+            self._sftp, self._conn, self.lost = None, None, True
             raise StepFailed(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
                              f"({exc.__class__.__name__}); the node may be gone") from None
 

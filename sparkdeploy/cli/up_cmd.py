@@ -21,7 +21,7 @@ from rich.text import Text
 
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
-                               inventory_lock, node_locks)
+                               NodeLockHeld, hold_point, inventory_lock, node_locks)
 from sparkdeploy.cli.common import (DEFAULT_TIMEOUT_S, deployment_options, emit_json, inventory_option, json_option,
                                     timeout_option)
 from sparkdeploy.context import load_deployment
@@ -207,19 +207,74 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     inv = dep.inventory
     try:
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run):
+                node_locks(session, dry_run, out.warn):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated, pull_model)
+    except NodeLockHeld as exc:
+        for line in exc.lines:
+            out.line(line, "red")
+        raise
     finally:
         if as_json:
             emit_json(_mask_data(dep.secrets.mask, result))
 
 
+def _node_lines(inv, seen: dict, why: str) -> list[str]:
+    """After a Ctrl-C or a failure: one line per node saying what happened there (the table has the steps)."""
+    facts, plan, gate = seen.get("facts"), seen.get("plan"), seen.get("gate")
+    lines = []
+    for node in inv.nodes:
+        name = f"{node.name} ({node.mgmt_ip})"
+        f = (facts or {}).get(node.name)
+        if isinstance(f, Exception):
+            lines.append(f"{name}: UNREACHABLE, nothing changed here: {f}")
+            continue
+        np = next((n for n in plan.nodes if n.node.name == node.name), None) if plan else None
+        if np is None:
+            lines.append(f"{name}: {why}; nothing changed here")
+            continue
+        done = [s for s in np.steps if s.status == CHANGED]
+        failed = [s for s in np.steps if s.status == FAILED]
+        skipped = [s for s in np.steps if s.status == SKIPPED]
+        if failed:
+            lines.append(f"{name}: FAILED at {failed[0].label}: {failed[0].detail}; {len(done)} change(s) made "
+                         f"before it, {len(skipped)} not done")
+        elif skipped:
+            lines.append(f"{name}: {why}: {len(done)} change(s) made, {len(skipped)} not done "
+                         f"(next: {skipped[0].label})")
+        else:
+            dead = [d for d in (gate.dead if gate is not None else []) if d.startswith(f"{node.name} ")]
+            lines.append(f"{name}: every step applied ({len(done)} changed)"
+                         + (f"; then {', '.join(dead)}" if dead else f"; {why}" if gate is not None else ""))
+    return lines
+
+
 def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, result: dict, dry_run: bool,
             timeout: float, simulated: bool, pull_model: bool = False) -> None:
+    seen: dict = {}
+    try:
+        _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
+    except (KeyboardInterrupt, StepFailed) as exc:
+        if not dry_run:
+            why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
+            if "gate" in seen:
+                why = "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else \
+                    "health gate failed"
+            elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
+                why = "preflight failed"
+            for line in _node_lines(dep.inventory, seen, why):
+                out.line(line, "red")
+        raise
+
+
+def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, result: dict, dry_run: bool,
+                  timeout: float, simulated: bool, seen: dict, pull_model: bool = False) -> None:
     inv = dep.inventory
     images_for = _images_for(dep)
     model_id = dep.recipe.recipe.model
 
+    hold_point("connect", interrupt)  # connected and locked on every node; nothing read yet
+    if interrupt.set:
+        raise KeyboardInterrupt
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
 
     def read() -> dict:
@@ -227,11 +282,12 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
         add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
         return facts
 
-    facts = read()
+    facts = seen["facts"] = read()
+    hold_point("preflight", interrupt)
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
     if failed and not dry_run and all(c.missing_image for c in failed) and _push_missing(dep, failed, out):
-        facts = read()
+        facts = seen["facts"] = read()
         checks = preflight.run(dep, facts, simulated)
         failed = preflight.failures(checks)
     if not failed:  # the recipe's model, complete and verified on every engine node (models/up_check.py)
@@ -267,6 +323,7 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
         result["ok"] = True
         return
 
+    seen["plan"] = plan
     apply_plan(session, plan, interrupt, dep.secrets.mask, out.progress if plan.changes else None)
     counts = plan.counts()
     result["steps"] = [s.as_dict() for s in plan.steps]
@@ -275,7 +332,6 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
     _steps_table(out, plan, f"{dep.recipe.name} / {dep.topology}" + (f" / {dep.backend}" if dep.backend else ""))
     if interrupt.set:
         clean_temp_files(session, inv.nodes)
-        out.line(_summary(plan))
         raise KeyboardInterrupt
     if plan.failed():
         s = plan.failed()[0]
@@ -286,8 +342,10 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Out, r
 
     started = any(s.kind == "start-container" and s.status == CHANGED for s in plan.steps)
     out.progress(f"health gate (timeout {timeout:g} s)")
+    hold_point("health", interrupt)
     gate = health.wait_healthy(dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress,
                                states_known_running=not started)
+    seen["gate"] = gate
     result["health"] = gate.as_dict()
     if interrupt.set:
         out.warn("interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
@@ -356,7 +414,7 @@ def down(inventory, dry_run, as_json):
     result: dict[str, Any] = {"dry_run": dry_run, "ok": False, "unreachable": {}}
     try:
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run):
+                node_locks(session, dry_run, out.warn):
             facts = gather_facts(session, inv.nodes)
             bad = {name: f for name, f in facts.items() if not isinstance(f, NodeFacts)}
             good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}

@@ -1,9 +1,10 @@
 """One shared lab per test session (the default lab, as `sparkdeploy lab up` makes it).
 
 `lab up` is idempotent, so the fixture also reuses a lab a developer or another test session already brought
-up; tests only read it: they never take it down nor inject faults into it, since other sessions on the same
-engine may be deploying to it at the same time. Fault injection uses `scratch_lab` (a second lab on its own
-subnets, taken down at the end of the session), and `lab down` a lab of its own (test_lifecycle.py).
+up; tests never take it down. Faults that can leave a node broken use `scratch_lab` (a second lab on its own
+subnets, taken down at the end of the session), and `lab down` a lab of its own (test_lifecycle.py). The
+fault matrix of `up` (tests/faults/) does inject into the shared lab, one case at a time, and puts every node
+back (links up, engine unpaused, disk freed, delay removed) and re-runs `up` to healthy before the next case.
 """
 
 from __future__ import annotations
