@@ -543,7 +543,8 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         "- One model calibrated (gpt-oss-120b, eager mode, fp8 KV, pp1024/tg128). Other models in models.yaml use",
         "  the same hardware numbers and uncalibrated routing; CUDA-graph timings are not covered by the seeds.",
         "- Prefix caching, speculative decoding, sampling cost differences and context depth are not modeled.",
-        "- Lower-cost mode for tests: `--quick` (c1, c8, c64; one run), or `--time-scale 0.5`, which runs twice as",
+        "- Lower-cost mode: `--quick` (c1, c8, c64; one run; about 4 minutes, run by hand or before a release: it is a",
+        "  sweep, kept out of CI), or `--time-scale 0.5`, which runs twice as",
         "  fast and rescales the figures (client and proxy overheads then weigh twice as much).",
         "",
     ]
