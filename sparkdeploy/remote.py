@@ -342,7 +342,10 @@ def _drain(chan, timeout: float | None) -> tuple[str, str]:
         if chan.recv_stderr_ready():
             err += chan.recv_stderr(65536)
             progressed = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        # Done at the channel's EOF, not at its exit status: sshd may send the exit status while the command's
+        # last output is still on its way, and stopping there returned an empty stdout now and then (a
+        # `date` with no time, testinfra reading an empty `uname -s`).
+        if (chan.eof_received or chan.closed) and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if deadline is not None and time.monotonic() > deadline:
             raise socket.timeout()

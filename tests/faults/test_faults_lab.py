@@ -233,6 +233,10 @@ def worker_mgmt_link_down(ctx) -> subprocess.CompletedProcess:
         r = run.finish()
     finally:
         ctx.lab.docker_exec(worker, "ip", "link", "set", iface, "up")
+        # a link taken down loses its default route, which coming back up does not restore: put it back, as the
+        # node had it (tests/lab/test_network.py checks it on the shared lab after this module)
+        ctx.lab.docker_exec(worker, "ip", "route", "replace", "default", "via",
+                            ctx.lab.spec.gateway(ctx.lab.spec.mgmt_subnet), "dev", iface)
     assert r.returncode == 1, _fail(r)
     lines = per_node_lines(ctx.lab, r)
     assert "FAILED" in lines[worker.name] and "connection lost" in lines[worker.name], lines

@@ -164,14 +164,14 @@ def test_failed_build_resumes_from_cache_then_goes_to_the_other_node(lab, images
         code, out, err = cli("images", "push", "push-build-resume", "--from", src.name, "--to", dst.name,
                              "--json", "-i", inventory)
         assert code == 0, err
-        (result,) = json.loads(out)
+        (result,) = json.loads(out)["nodes"]  # --from: {"source", "chain", "nodes": [...]}
         assert result["node"] == dst.name and result["ok"] and result["action"] == "sent", result
         ids = {n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tags[0]}").stdout.strip()
                for n in (src, dst)}
         assert ids[src.name] == ids[dst.name] == result["image_id"]
         code, out, _ = cli("images", "push", "push-build-resume", "--from", src.name, "--to", dst.name, "--json",
                            "-i", inventory)
-        assert code == 0 and json.loads(out)[0]["action"] == "present"
+        assert code == 0 and json.loads(out)["nodes"][0]["action"] == "present"
     finally:
         for tag in tags:
             for node in (src, dst):
