@@ -22,7 +22,9 @@ from sparkdeploy.thread_imports import preload
 from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from .session import DoctorRun, NodeSession, Options
 
-MAX_PARALLEL = 24
+MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and remote.py caps each
+# connection's open sessions below sshd's MaxSessions; a cap per node keeps one node's checks from queueing
+# behind another's, so N nodes take about as long as two.
 CONNECT_TIMEOUT_S = 6
 ACCESS_CHECK = "access.ssh"
 
@@ -136,7 +138,7 @@ def _call(run: DoctorRun, task: _Task, gate: threading.Semaphore) -> None:
 
 def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
     preload()  # nothing is first imported on a check's thread (CPython 3.11 compile race: see thread_imports)
-    gate = threading.Semaphore(MAX_PARALLEL)
+    gate = threading.Semaphore(MAX_PARALLEL * max(1, len(run.nodes)))
     for task in tasks:
         threading.Thread(target=_call, args=(run, task, gate), daemon=True,
                          name=f"doctor-{task.check.id}-{task.node.name if task.node else 'cluster'}").start()

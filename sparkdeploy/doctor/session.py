@@ -98,6 +98,15 @@ def _testinfra_backend_class():
     return NodeBackend
 
 
+def _fill_system_info(host) -> None:
+    """Compute testinfra's `system_info` for this host now, with testinfra's own code, and store it on the
+    instance. CPython 3.11's functools.cached_property holds ONE lock per class, not per instance (gh-87634,
+    gone in 3.12): left to the descriptor, every node's first testinfra call (host.user(), host.socket, ...)
+    waited for the previous node's three round trips, so doctor grew with the node count."""
+    info = host.system_info
+    info.__dict__["sysinfo"] = type(info).sysinfo.func(info)
+
+
 @dataclass
 class NodeSession:
     node: Node
@@ -131,7 +140,9 @@ class NodeSession:
             if self._host is None:
                 import testinfra.host
 
-                self._host = testinfra.host.Host(_testinfra_backend_class()(self.conn))
+                host = testinfra.host.Host(_testinfra_backend_class()(self.conn))
+                _fill_system_info(host)
+                self._host = host
             return self._host
 
     def close(self) -> None:
