@@ -67,6 +67,7 @@ class FromPlan:
     needed: set[str] = field(default_factory=set)  # diff IDs the chain carries (any target lacks them)
     estimate: int = 0  # archive bytes the chain carries
     compression: str = "none"
+    compression_note: str = ""  # why that compression
     trust: list[str] = field(default_factory=list)  # peer SSH changes (would be) made
     reader: str = "save"  # store: the source's layer store read as root (sudo -n); save: docker save there
     reader_note: str = ""  # why not the store
@@ -98,7 +99,9 @@ class FromPlan:
             out.append(f"{name}: refused: {why}")
         if self.edges:
             out.append(f"chain over the fabric: {self.chain_text()}; {len(self.needed)} layers, about "
-                       f"{human_size(self.estimate)}, {self.compression}; the source sends each byte once, "
+                       f"{human_size(self.estimate)}, {self.compression}"
+                       + (f" ({self.compression_note})" if self.compression_note else "")
+                       + "; the source sends each byte once, "
                        f"each target loads it and forwards it to the next as it arrives")
             out.append(f"layers read on {self.source.name} from " + (
                 "its layer store (sudo -n): only the layers sent" if self.reader == "store" else
@@ -140,15 +143,36 @@ def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> st
     return ""
 
 
-def _choose_compression(requested: str, facts: list[NodeImages]) -> str:
-    """zstd when every node of the chain has it; else none: the fabric is faster than gzip on one core."""
+INCOMPRESSIBLE = 0.9  # a sample that zlib -1 shrinks by less than 10%: zstd would cost CPU on every hop for nothing
+
+
+def _sample_ratio(inventory: Inventory, plan: FromPlan) -> float | None:
+    """zlib -1's ratio on a sample of the layers the chain carries, read on the source from its layer store
+    (node_store_reader's sample mode, about 16 MB read); None when it cannot be sampled."""
+    config = encode({"root": plan.store_root, "driver": plan.store_driver, "image_id": plan.image.id,
+                     "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed), "sample": True})
+    with NodeConnection(plan.source, inventory) as src:
+        r = src.run(["sudo", "-n", "python3", "-", config], check=False, stdin=store_reader_script())
+    try:
+        return float(json.loads(r.stdout.strip().splitlines()[-1])["ratio"])
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | None = None) -> tuple[str, str]:
+    """(compression, why). auto: zstd when every node of the chain has it and the layers compress; else none
+    (the fabric is faster than gzip on one core, and random or already-compressed layers gain nothing)."""
     if requested == "auto":
-        return "zstd" if all(f.zstd for f in facts) else "none"
+        if not all(f.zstd for f in facts):
+            return "none", "zstd is not on every node of the chain"
+        if ratio is not None and ratio > INCOMPRESSIBLE:
+            return "none", f"a sample of the layers compresses only to {ratio:.2f}x"
+        return "zstd", "" if ratio is None else f"a sample of the layers compresses to {ratio:.2f}x"
     if requested == "zstd":
         lacking = [f.node for f in facts if not f.zstd]
         if lacking:
             raise StepFailed(f"zstd is not installed on {', '.join(lacking)} (use --compress none, or install it)")
-    return requested
+    return requested, "asked for"
 
 
 def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node], compression: str = "auto",
@@ -207,7 +231,10 @@ def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node]
             del plan.plans[p.node.name]
             senders.remove(p)
     if senders:
-        plan.compression = _choose_compression(compression, [facts] + [p.facts for p in senders])
+        chain_facts = [facts] + [p.facts for p in senders]
+        ratio = _sample_ratio(inventory, plan) if (compression == "auto" and plan.reader == "store"
+                                                    and all(f.zstd for f in chain_facts)) else None
+        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio)
         plan.edges = transfer_plan(source, [p.node for p in senders])
         plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
     return plan, failed

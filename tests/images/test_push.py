@@ -123,3 +123,15 @@ def test_cli_rejects_an_unknown_node_before_connecting(cli, inventory_file):
 def test_cli_build_on_and_local_exclude_each_other(cli, inventory_file):
     code, _out, err = cli("images", "build", "debian-base", "--on", "spark1", "--local", "-i", str(inventory_file))
     assert code == 2 and "exclude" in err
+
+
+def test_auto_compression_skips_zstd_when_a_sample_of_the_layers_does_not_compress():
+    from sparkdeploy.images.push_from import _choose_compression
+
+    with_zstd = [facts(zstd=True), facts(zstd=True)]
+    assert _choose_compression("auto", with_zstd, 0.45)[0] == "zstd"  # CUDA/Python layers: about 2x
+    assert _choose_compression("auto", with_zstd, None)[0] == "zstd"  # not sampled (docker save reader)
+    choice, why = _choose_compression("auto", with_zstd, 0.99)  # random or already-compressed layers
+    assert choice == "none" and "0.99" in why
+    assert _choose_compression("auto", [facts(zstd=True), facts(zstd=False)], 0.45)[0] == "none"
+    assert _choose_compression("zstd", with_zstd, 0.99)[0] == "zstd"  # asked for: as asked
