@@ -19,6 +19,20 @@ def frame(kind, data):
     return kind + len(data).to_bytes(8, "big") + data
 
 
+class _Counted:
+    """The output, counting what was written (reported as `wrote N` on stderr at the end)."""
+
+    def __init__(self, out):
+        self.out, self.bytes = out, 0
+
+    def write(self, data):
+        self.bytes += len(data)
+        self.out.write(data)
+
+    def flush(self):
+        self.out.flush()
+
+
 def plan_batches(positions, sizes, batch_bytes):
     """Consecutive layers to send gathered into loads of at least batch_bytes (store_stream.plan_loads)."""
     loads, current, gathered = [], [], 0
@@ -94,7 +108,9 @@ def reader_main():
         if cfg.get("sample"):
             print(json.dumps(sample_ratio(cfg)))
             return 0
-        write_store_archive(cfg, sys.stdout.buffer, sys.stderr)
+        out = _Counted(sys.stdout.buffer)
+        write_store_archive(cfg, out, sys.stderr)
+        sys.stderr.write(f"wrote {out.bytes}\n")
     except (LayerMismatch, OSError, ValueError) as exc:  # noqa: F821
         sys.stderr.write(f"reading the layer store failed: {exc}\n")
         return 3

@@ -84,3 +84,39 @@ def test_framed_stream_becomes_a_pipeline_of_loads_and_a_cut_keeps_the_finished_
     run_loads(io.BytesIO(cut), load, report)
     assert report[0][0] == 0 and report[-1][0] == 1 and "cut in the middle of a load" in report[-1][1]
     assert b"x" * 4 + b"t1" in [p.read_bytes() for p in tmp_path.glob("load.*")]
+
+
+def test_a_framed_chain_loads_on_every_hop_uncompressed_and_compressed(tmp_path):
+    """Framed (the layer-store reader's pipeline of loads) over three hops: uncompressed, each relay parses the
+    frames straight off the wire and forwards what it reads (no decompressor); with gzip, through `gzip -d`."""
+    import gzip
+
+    data = _frames((b"B", os.urandom(300_000)), (b"T", b"trailer-1"), (b"B", os.urandom(200_000)),
+                   (b"T", b"trailer-2"))
+    load = ["sh", "-c", 'f=$(mktemp -p "$OUT" load.XXXX); cat > "$f"; echo "Loaded image ID: $(wc -c < "$f")"']
+    for decompress, wire in ((["cat"], data), (["gzip", "-d", "-c"], gzip.compress(data, 1))):
+        out = tmp_path / decompress[0]
+        out.mkdir()
+        hops = [{"name": n, "next_ssh": ["sh", "-c"] if i < 2 else None} for i, n in enumerate(["n2", "n3", "n4"])]
+        cfg = {"code": RELAY, "sink": "", "chain": hops, "framed": True, "decompress": decompress, "load": load}
+        proc = subprocess.run(["python3", "-c", BOOT, encode(cfg)], input=wire, capture_output=True, timeout=60,
+                              cwd=out, env=dict(os.environ, OUT=str(out)))
+        results = [json.loads(line[len(RESULT):]) for line in proc.stdout.decode().splitlines()
+                   if line.startswith(RESULT)]
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert sorted(r["node"] for r in results) == ["n2", "n3", "n4"]
+        assert all(r["received"] == len(wire) and r["load_rc"] == 0 and r["loads"] == 2 for r in results), results
+        loads = sorted(p.read_bytes() for p in out.glob("load.*"))
+        first, second = data[: data.index(b"trailer-1") + 9], data[data.index(b"trailer-1") + 9:]
+        body = lambda part: b"".join(  # noqa: E731 - what a load receives: the frames' payloads
+            p[9:] for p in _split(part))
+        assert loads == sorted([body(first), body(second)] * 3)
+
+
+def _split(stream: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(stream):
+        size = int.from_bytes(stream[pos + 1:pos + 9], "big")
+        out.append(stream[pos:pos + 9 + size])
+        pos += 9 + size
+    return out
