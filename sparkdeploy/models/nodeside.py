@@ -12,16 +12,27 @@ Commands (HF_CACHE may start with ~):
   status HF_CACHE [REPO] [--verify]   JSON: per repo/commit, each file ok|missing|size|digest, + free bytes
   have HF_CACHE REPO                  JSON: complete blobs and partial sizes (what a sender can skip)
   finish HF_CACHE                     stdin: a manifest; verify every file, then record the manifest
-  send HF_CACHE REPO REQUEST          REQUEST: {"manifest":..., "want":[[blob, offset], ...]}; stdout: the stream
+  send HF_CACHE REPO REQUEST          REQUEST: {"manifest":..., "want":[[blob, offset], ...], "follow": bool};
+                                      stdout: the stream
   receive HF_CACHE REPO               stdin: the stream; each blob into a partial file, verified, renamed
+  arriving HF_CACHE REPO on|off       mark that bytes of REPO are arriving on this node (a download or a copy)
+
+Forwarding while receiving (`send` with "follow"): while this node's ARRIVING mark exists, a blob that is not
+complete yet is read from the file it is being written to (huggingface_hub's BLOB.incomplete, or our own
+BLOB.sparkdeploy-partial) as it grows: both are renamed to BLOB when done, so the open file stays the same.
+The next node thus receives the model while this one downloads it; it still checks every digest itself.
 """
 
 import hashlib
 import json
 import os
 import sys
+import time
 
 PARTIAL = ".sparkdeploy-partial"
+INCOMPLETE = ".incomplete"  # huggingface_hub's partial download of a blob
+ARRIVING = "arriving"  # in the record folder: bytes of this model are still arriving on this node
+STALL_S = 300  # a followed file that has not grown for this long: the download or copy feeding it is gone
 CHUNK = 1 << 20
 
 
@@ -201,24 +212,60 @@ def cmd_finish(hf_cache, manifest, fresh=None):
     return {"ok": True, "bad": {}}
 
 
+def cmd_arriving(hf_cache, repo, state):
+    mark = os.path.join(record_dir(hf_cache, repo), ARRIVING)
+    if state == "on":
+        os.makedirs(os.path.dirname(mark), exist_ok=True)
+        with open(mark, "w"):
+            pass
+    elif os.path.exists(mark):
+        os.unlink(mark)
+
+
+def _open_blob(blobs, blob, arriving):
+    """The blob's file, complete or (while bytes arrive here) the one it is being written to; None if none yet."""
+    names = (blob, blob + INCOMPLETE, blob + PARTIAL) if arriving() else (blob,)
+    for name in names:
+        try:
+            return open(os.path.join(blobs, name), "rb")
+        except FileNotFoundError:
+            continue
+    return None
+
+
 def cmd_send(hf_cache, repo, request):
     """A stream of [header line][bytes]...: the manifest, then each wanted blob from its offset. The bytes go
-    with sendfile (kernel to pipe, no copy through Python)."""
+    with sendfile (kernel to pipe, no copy through Python). With "follow", blobs still arriving on this node
+    are sent as they are written (see the module's note)."""
     out = sys.stdout.buffer
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
+    mark = os.path.join(record_dir(hf_cache, repo), ARRIVING)
+    arriving = (lambda: os.path.exists(mark)) if request.get("follow") else (lambda: False)
+    sizes = {f["blob"]: f["size"] for f in request["manifest"]["files"]}
     out.write((json.dumps({"manifest": request["manifest"]}) + "\n").encode())
     for blob, offset in request["want"]:
-        path = os.path.join(blobs, blob)
-        size = os.path.getsize(path)
+        size = sizes[blob]
         out.write((json.dumps({"blob": blob, "offset": offset, "size": size}) + "\n").encode())
         out.flush()
-        with open(path, "rb") as fh:
-            pos = offset
+        fh, pos, grew = None, offset, time.monotonic()
+        try:
             while pos < size:
-                sent = os.sendfile(1, fh.fileno(), pos, min(size - pos, 1 << 30))
-                if sent == 0:
-                    raise SystemExit(f"{path} shrank while being sent")
-                pos += sent
+                fh = fh or _open_blob(blobs, blob, arriving)
+                sent = os.sendfile(1, fh.fileno(), pos, min(size - pos, 1 << 30)) if fh else 0
+                if sent:
+                    pos, grew = pos + sent, time.monotonic()
+                    continue
+                if not arriving() and fh is not None and os.fstat(fh.fileno()).st_size <= pos:
+                    raise SystemExit(f"{blob}: this node has {pos} of its {size} bytes and none are arriving "
+                                     "(the download or copy here stopped); run the pull again")
+                if not arriving() and fh is None:
+                    raise SystemExit(f"{blob}: not on this node and not arriving; run the pull again")
+                if time.monotonic() - grew > STALL_S:
+                    raise SystemExit(f"{blob}: no new bytes for {STALL_S} s at {pos} of {size}; run the pull again")
+                time.sleep(0.05)
+        finally:
+            if fh:
+                fh.close()
     out.write(b'{"end": true}\n')
     out.flush()
 
@@ -291,6 +338,8 @@ def main(argv):
         cmd_send(hf_cache, rest[0], json.loads(rest[1]))
     elif cmd == "receive":
         return cmd_receive(hf_cache, rest[0])
+    elif cmd == "arriving":
+        cmd_arriving(hf_cache, rest[0], rest[1])
     else:
         raise SystemExit(f"unknown command {cmd}")
     return 0

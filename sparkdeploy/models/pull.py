@@ -8,7 +8,9 @@ download: on the download node (the head by default), huggingface_hub in a conta
           the token only in a 0600 env file. Then every file is verified and the manifest recorded.
 copy:     a chain download-node -> n2 -> n3 ... (peers.transfer_plan): each hop runs `nodeside send | ssh
           <next fabric IP> nodeside receive` on the sender (peers.peer_ssh_argv: host keys checked), so the
-          bytes never pass through this machine and the download node sends each byte once. The receiver
+          bytes never pass through this machine and the download node sends each byte once. Every hop runs
+          while the download does: a sender forwards bytes as they are written on its node (nodeside's
+          "follow"), so N nodes are ready about when the download ends. The receiver
           writes each blob to a partial file, resumes it from its length next time, verifies its digest and
           only then renames it; the manifest (the "complete" mark) is written after every file verified.
 """
@@ -298,7 +300,8 @@ class Puller:
         edges = transfer_plan(download_node, todo)
         for frm, to in edges:
             result.plan.append(f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
-                               f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked)")
+                               f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked), "
+                               f"forwarded as it arrives on {frm.name}")
         for n in everyone[1:]:
             if not need[n.name]:
                 result.plan.append(f"{n.name}: has it (verified)")
@@ -307,34 +310,71 @@ class Puller:
                 result.plan.extend(self._trust(ensure_peer_trust, edges, dry_run=True))
             return result
 
-        # 1. the download node
-        if src_done:
-            result.nodes[download_node.name] = NodeResult(download_node.name, "present")
-        else:
-            result.nodes[download_node.name] = self._download(download_node, ref, manifest, held,
-                                                              set(want[download_node.name]), client)
-            if not result.nodes[download_node.name].ok:
-                for n in everyone[1:]:
-                    result.nodes[n.name] = NodeResult(n.name, "skipped", error="the download failed")
-                return result
         for n in everyone[1:]:
             if not need[n.name]:
                 result.nodes[n.name] = NodeResult(n.name, "present")
-        if not edges:
+        if src_done:
+            result.nodes[download_node.name] = NodeResult(download_node.name, "present")
+        if edges:  # node-to-node trust first: nothing starts before every hop can connect
+            for line in self._trust(ensure_peer_trust, edges, dry_run=False):
+                self.say(line)
+        elif src_done:
             return result
 
-        # 2. node-to-node trust, then the chain
-        for line in self._trust(ensure_peer_trust, edges, dry_run=False):
-            self.say(line)
-        broken = ""
-        for frm, to in edges:
-            if broken:
-                result.nodes[to.name] = NodeResult(to.name, "skipped", error=f"{broken} failed before it in the chain")
-                continue
-            result.nodes[to.name] = self._copy(frm, to, manifest, want[to.name], ref)
-            if not result.nodes[to.name].ok:
-                broken = to.name
+        # The download and every hop of the chain at once: each node marks that bytes are arriving, and each
+        # sender forwards them as they are written (nodeside's "follow"), so the model reaches the last node
+        # about when the download ends, not one full copy per hop later.
+        if not src_done:
+            self._drop_stale(download_node, ref, held, set(want[download_node.name]))
+        arriving = ([] if src_done else [download_node]) + [to for _frm, to in edges]
+        for node in arriving:
+            self._arriving(node, ref, True)
+
+        def download() -> None:
+            try:
+                result.nodes[download_node.name] = self._download(download_node, manifest, held, client)
+            except Exception as exc:  # noqa: BLE001 - reported on its node's row, never lost in a thread
+                result.nodes[download_node.name] = NodeResult(download_node.name, "failed", error=str(exc))
+            finally:
+                self._arriving(download_node, ref, False)
+
+        def copy(frm: Node, to: Node) -> None:
+            try:
+                result.nodes[to.name] = self._copy(frm, to, manifest, want[to.name], ref, follow=True)
+            except Exception as exc:  # noqa: BLE001 - as above
+                result.nodes[to.name] = NodeResult(to.name, "failed", source=frm.name, error=str(exc))
+            finally:
+                self._arriving(to, ref, False)
+
+        workers = [] if src_done else [threading.Thread(target=download, daemon=True)]
+        workers += [threading.Thread(target=copy, args=edge, daemon=True) for edge in edges]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        # A node fed by one that failed says so, not the follower's own "nothing arriving" line.
+        feeder = {to.name: frm.name for frm, to in edges}
+        for _frm, to in edges:
+            up = feeder[to.name]
+            if up in result.nodes and not result.nodes[up].ok and not result.nodes[to.name].ok:
+                what = "the download" if up == download_node.name else "the copy"
+                result.nodes[to.name] = NodeResult(
+                    to.name, "skipped", error=f"{what} on {up} failed before it in the chain (what arrived here "
+                    "is kept: run the pull again)")
         return result
+
+    def _arriving(self, node: Node, ref: ModelRef, on: bool) -> None:
+        self.conns[node.name].run(ops.nodeside_argv("arriving", self.hf_cache, ref.repo, "on" if on else "off"),
+                                  check=on)
+
+    def _drop_stale(self, node: Node, ref: ModelRef, held: dict, refetch: set[str]) -> None:
+        """Blobs that failed verification, removed before the download (huggingface_hub trusts a blob's name
+        and would keep them) and before any hop could read them."""
+        conn = self.conns[node.name]
+        stale = [b for b in refetch if held[node.name]["have"].get(b) is not None]
+        if stale:
+            blobs = _abs(self.hf_cache, conn.home()) + "/hub/" + ops.folder(ref.repo) + "/blobs/"
+            conn.run(["rm", "-f", "--", *(blobs + b for b in sorted(stale))])
 
     def _trust(self, ensure_peer_trust, edges, dry_run: bool) -> list[str]:
         lines = []
@@ -349,14 +389,8 @@ class Puller:
             raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
         return {o.node.name: o.value for o in outcomes}
 
-    def _download(self, node: Node, ref: ModelRef, manifest: dict, held: dict, refetch: set[str],
-                  client: ClientSession) -> NodeResult:
+    def _download(self, node: Node, manifest: dict, held: dict, client: ClientSession) -> NodeResult:
         res = NodeResult(node.name, "downloaded", source=self.endpoint)
-        conn = self.conns[node.name]
-        stale = [b for b in refetch if held[node.name]["have"].get(b) is not None]
-        if stale:  # blobs that failed verification: huggingface_hub would keep them (it trusts a blob's name)
-            blobs = _abs(self.hf_cache, conn.home()) + "/hub/" + ops.folder(ref.repo) + "/blobs/"
-            conn.run(["rm", "-f", "--", *(blobs + b for b in sorted(stale))])
         base = sum(min(v, _blob_sizes(manifest).get(b, 0)) for b, v in {**held[node.name]["partial"],
                                                                           **held[node.name]["have"]}.items())
         todo = _to_come(manifest, held[node.name])
@@ -385,7 +419,8 @@ class Puller:
         self.progress.finish(node.name, res.ok, res.error)
         return res
 
-    def _copy(self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef) -> NodeResult:
+    def _copy(self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef,
+              follow: bool = False) -> NodeResult:
         from sparkdeploy.peers import peer_ssh_argv
 
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
@@ -395,7 +430,7 @@ class Puller:
         for attempt in (1, 2):
             todo = sum(sizes[b] - off for b, off in want)
             self.progress.start(to.name, todo, f"copy from {frm.name} {res.via}")
-            request = json.dumps({"manifest": manifest, "want": want})
+            request = json.dumps({"manifest": manifest, "want": want, "follow": follow})
             send = ops.nodeside_argv("send", self.hf_cache, ref.repo, request)
             receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
             pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))

@@ -195,3 +195,76 @@ def test_what_a_node_still_needs():
     assert wanted(manifest, held, {"c": "digest"}) == {"x" * 64: 30, "z" * 64: 0}  # a bad file comes again
     held = {"have": {}, "partial": {"x" * 64: 100}}  # a partial as long as the file: it failed its digest once
     assert wanted(manifest, held)["x" * 64] == 0
+
+
+def _writing(src: Path, blob: dict, receiving: Path, seen: list, pieces: int = 4,
+             pause: float = 0.15) -> threading.Thread:
+    """A download in progress, as huggingface_hub makes one: BLOB.incomplete grows, then is renamed to BLOB.
+    Before the rename it waits (up to 10 s) for bytes at the receiver (`receiving`: its partial file), and notes
+    in `seen` whether any came."""
+    blobs = src / "hub/models--lab--tiny-model/blobs"
+    data = (blobs / blob["blob"]).read_bytes()
+    (blobs / blob["blob"]).unlink()
+    part = blobs / (blob["blob"] + ".incomplete")
+
+    def write() -> None:
+        import time
+
+        step = len(data) // pieces + 1
+        with open(part, "wb") as fh:
+            for i in range(0, len(data), step):
+                time.sleep(pause)
+                fh.write(data[i:i + step])
+                fh.flush()
+        def arrived() -> bool:  # bytes in the receiver's partial file, or already the whole verified blob
+            done = receiving.with_name(blob["blob"])
+            return done.exists() or (receiving.exists() and receiving.stat().st_size > 0)
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not arrived():
+            time.sleep(0.05)
+        seen.append(arrived())
+        os.replace(part, blobs / blob["blob"])
+        nodeside("arriving", str(src), "lab/tiny-model", "off")
+
+    return threading.Thread(target=write, daemon=True)
+
+
+def test_a_sender_forwards_a_blob_while_it_is_being_downloaded(downloaded, tmp_path):
+    """`send` with follow reads a blob from the file huggingface_hub is still writing, through its rename, and
+    the receiver gets every byte verified: the next node is fed while this one downloads."""
+    src = copy_of(downloaded[0], tmp_path)
+    manifest = downloaded[1]
+    big = max(manifest["files"], key=lambda f: f["size"])
+    nodeside("arriving", str(src), "lab/tiny-model", "on")
+    dst, seen = tmp_path / "dst", []
+    writer = _writing(src, big, dst / "hub/models--lab--tiny-model/blobs" / (big["blob"] + ".sparkdeploy-partial"),
+                      seen)
+    request = json.dumps({"manifest": manifest, "want": [[big["blob"], 0]], "follow": True})
+    send = subprocess.Popen([sys.executable, "-c", ops.script("nodeside.py"), "send", str(src), "lab/tiny-model",
+                             request], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    writer.start()
+    got = subprocess.run([sys.executable, "-c", ops.script("nodeside.py"), "receive", str(dst), "lab/tiny-model"],
+                         stdin=send.stdout, capture_output=True, timeout=60)
+    assert send.wait(timeout=60) == 0, send.stderr.read()
+    writer.join()
+    assert seen == [True], "the receiver got nothing until the download had finished"
+    # only the one blob was asked for: the model is not recorded (the rest is missing), but that blob arrived
+    # whole, its digest checked by the receiver before it took the blob's name
+    bad = json.loads(got.stdout)["bad"]
+    assert bad and big["path"] not in bad, got.stdout
+    assert (dst / "hub/models--lab--tiny-model/blobs" / big["blob"]).stat().st_size == big["size"]
+
+
+def test_a_sender_stops_with_one_line_when_its_download_stopped(downloaded, tmp_path):
+    src = copy_of(downloaded[0], tmp_path)
+    manifest = downloaded[1]
+    big = max(manifest["files"], key=lambda f: f["size"])
+    blobs = src / "hub/models--lab--tiny-model/blobs"
+    data = (blobs / big["blob"]).read_bytes()
+    (blobs / big["blob"]).unlink()
+    (blobs / (big["blob"] + ".incomplete")).write_bytes(data[: len(data) // 2])  # a download cut, nothing arriving
+    request = json.dumps({"manifest": manifest, "want": [[big["blob"], 0]], "follow": True})
+    sent = nodeside("send", str(src), "lab/tiny-model", request)
+    assert sent.returncode != 0
+    assert b"not on this node and not arriving" in sent.stderr  # the half file is not taken for the blob

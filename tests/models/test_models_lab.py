@@ -50,9 +50,18 @@ def test_pull_downloads_once_and_copies_over_the_fabric(lab):
     forget(lab, spark1, spark2)
     served, fabric, mgmt = hub_bytes(lab), rx_bytes(lab, spark2, lab.spec.fabric_iface), rx_bytes(lab, spark2, "eth0")
 
-    run = sparkdeploy(lab, "models", "pull", TINY, "--json")
-    assert run.returncode == 0, run.stdout + run.stderr
-    result = json.loads(run.stdout)
+    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "models", "pull",
+                             TINY, "--json", "--inventory", str(lab.spec.inventory_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    overlapped = False  # spark2 held copied bytes while spark1 was still downloading: forwarded as it arrived
+    while proc.poll() is None and not overlapped:
+        copied = lab.ssh(spark2, f"cat {REPO_DIR}/blobs/* 2>/dev/null | head -c 1 | wc -c", check=False).stdout
+        downloading = lab.ssh(spark1, f"ls {REPO_DIR}/blobs 2>/dev/null", check=False).stdout
+        overlapped = copied.strip() == "1" and ".incomplete" in downloading
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert overlapped, "spark2 received nothing until spark1's download had ended"
+    result = json.loads(out)
     size = result["size"]
     assert result["nodes"]["spark1"]["action"] == "downloaded"
     assert result["nodes"]["spark2"] == {**result["nodes"]["spark2"], "action": "copied", "source": "spark1",
