@@ -144,6 +144,7 @@ def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> st
 
 
 INCOMPRESSIBLE = 0.9  # a sample that zlib -1 shrinks by less than 10%: zstd would cost CPU on every hop for nothing
+WORTH_COMPRESSING = 64 << 20  # below this the fabric moves the bytes in well under a second: neither sample nor zstd
 
 
 def _sample_ratio(inventory: Inventory, plan: FromPlan) -> float | None:
@@ -159,10 +160,14 @@ def _sample_ratio(inventory: Inventory, plan: FromPlan) -> float | None:
         return None
 
 
-def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | None = None) -> tuple[str, str]:
-    """(compression, why). auto: zstd when every node of the chain has it and the layers compress; else none
-    (the fabric is faster than gzip on one core, and random or already-compressed layers gain nothing)."""
+def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | None = None,
+                        estimate: int = WORTH_COMPRESSING) -> tuple[str, str]:
+    """(compression, why). auto: zstd when every node of the chain has it, there is enough to send and the
+    layers compress; else none (the fabric is faster than gzip on one core, and random or already-compressed
+    layers gain nothing)."""
     if requested == "auto":
+        if estimate < WORTH_COMPRESSING:
+            return "none", f"only {human_size(estimate)} to send"
         if not all(f.zstd for f in facts):
             return "none", "zstd is not on every node of the chain"
         if ratio is not None and ratio > INCOMPRESSIBLE:
@@ -233,8 +238,10 @@ def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node]
     if senders:
         chain_facts = [facts] + [p.facts for p in senders]
         ratio = _sample_ratio(inventory, plan) if (compression == "auto" and plan.reader == "store"
+                                                    and plan.estimate >= WORTH_COMPRESSING
                                                     and all(f.zstd for f in chain_facts)) else None
-        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio)
+        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio,
+                                                                      plan.estimate)
         plan.edges = transfer_plan(source, [p.node for p in senders])
         plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
     return plan, failed

@@ -135,3 +135,5 @@ def test_auto_compression_skips_zstd_when_a_sample_of_the_layers_does_not_compre
     assert choice == "none" and "0.99" in why
     assert _choose_compression("auto", [facts(zstd=True), facts(zstd=False)], 0.45)[0] == "none"
     assert _choose_compression("zstd", with_zstd, 0.99)[0] == "zstd"  # asked for: as asked
+    choice, why = _choose_compression("auto", with_zstd, None, estimate=3 * 2**20)  # a re-push of one small layer
+    assert choice == "none" and "3.1 MB" in why, why
