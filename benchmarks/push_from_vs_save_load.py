@@ -14,6 +14,7 @@ IPs with the same peer ssh (peers.peer_ssh_argv: same key, cipher and host-key c
                and ours to three vs eugr's to the three, one after the other   goal: <= 0.6x
 
     python benchmarks/push_from_vs_save_load.py [--inventory lab] [--size-gb 0.4] [--layers 4] [--repeat 3]
+        [--cpus-per-node 0.5]   # each node its own CPU share (cgroup quota), as separate machines have
 
 Needs a lab up (two nodes for the first two figures, four for the fan-out: `sparkdeploy lab up --name p4
 --nodes 4 ...` and --inventory pointing at its inventory.yaml). Removes its images from the nodes at the end.
@@ -33,6 +34,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from image_push import REPO, build_images, on_node  # noqa: E402
 
 GOALS = {"first": 0.6, "repush": 0.1, "fanout": 1.5}
+
+
+def node_containers(client, inventory) -> dict:
+    """The lab's node containers by node name (matched on their management IP)."""
+    by_ip = {n.mgmt_ip: n.name for n in inventory.nodes}
+    found = {}
+    for c in client.containers.list(filters={"label": "io.sparkdeploy.lab=1"}):
+        for net in (c.attrs.get("NetworkSettings", {}).get("Networks") or {}).values():
+            if net.get("IPAddress") in by_ip:
+                found[by_ip[net["IPAddress"]]] = c
+    missing = [n.name for n in inventory.nodes if n.name not in found]
+    if missing:
+        raise SystemExit(f"--cpus-per-node: no lab container for {', '.join(missing)} (a lab inventory is needed)")
+    return found
+
+
+def cap_cpus(containers: dict, cpus: float | None) -> None:
+    """Give every node container a fixed CPU share (a cgroup CFS quota per period), or none again (cpus None:
+    quota -1). Each lab node then has its own CPU, as each Spark does, instead of all of them taking turns on
+    this machine's cores. (Not `--cpus`: Docker cannot unset that one.)"""
+    for c in containers.values():
+        c.update(cpu_period=100_000, cpu_quota=int(cpus * 100_000) if cpus else -1)
 
 
 def forget(inventory, nodes, refs) -> None:
@@ -76,6 +99,9 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-compare", action="store_true", help="only the fan-out figure")
+    parser.add_argument("--cpus-per-node", type=float, default=None,
+                        help="cap each lab node container at this many CPUs for the run (e.g. 0.5 for four nodes "
+                             "on a 2-core machine): nodes with their own CPU, like Sparks; removed afterwards")
     args = parser.parse_args()
 
     import docker
@@ -95,11 +121,13 @@ def main() -> int:
         bad = [o for o in push_image(ref, inv, [source]) if not o.ok]
         if bad:
             raise SystemExit(f"could not put {ref} on {source.name}: {bad[0].error}")
+    containers = node_containers(client, inv) if args.cpus_per_node else {}
     ensure_peer_trust(inv, source, others)
     for a, b in zip(others, others[1:]):
         ensure_peer_trust(inv, a, [b])
     rows = []
     try:
+        cap_cpus(containers, args.cpus_per_node)
         if not args.skip_compare:
             one = others[:1]
             times = {"first": ([], []), "repush": ([], [])}
@@ -133,9 +161,11 @@ def main() -> int:
             rows.append(("push --from to 3 nodes vs to 1", m1, m3, m3 / m1, GOALS["fanout"], 0))
             rows.append(("first push to 3 nodes, vs eugr's to 3", me3, m3, m3 / me3, GOALS["first"], 0))
     finally:
+        cap_cpus(containers, None)
         forget(inv, inv.nodes, [v1, v2])
     print(f"image: {args.size_gb} GB in {args.layers} random layers + 1 MB top layer; source {source.name}; "
-          f"medians of {args.repeat}")
+          f"medians of {args.repeat}" + (f"; each node capped at {args.cpus_per_node:g} CPU"
+                                         if args.cpus_per_node else ""))
     print(f"{'scenario':<38} {'baseline s':>10} {'ours s':>8} {'ratio':>6} {'goal':>6}  bytes sent")
     for label, e, o, ratio, goal, nbytes in rows:
         print(f"{label:<38} {e:>10.2f} {o:>8.2f} {ratio:>6.2f} {'<=' + str(goal):>6}  "

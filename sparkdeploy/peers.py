@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, fingerprint
+from sparkdeploy.thread_imports import preload
 
 PEER_KEY = "~/.ssh/sparkdeploy_peer"  # ssh expands ~ in -i and UserKnownHostsFile itself
 PEER_KNOWN_HOSTS = "~/.ssh/known_hosts_sparkdeploy"
@@ -218,7 +219,12 @@ def ensure_plan_trust(inventory: Inventory, edges: list[tuple[Node, Node]], dry_
     receivers: dict[str, tuple[Node, list[Node]]] = {}
     for sender, receiver in edges:
         receivers.setdefault(sender.name, (sender, []))[1].append(receiver)
-    changes: list[str] = []
-    for sender, nodes in receivers.values():
-        changes += ensure_peer_trust(inventory, sender, nodes, dry_run=dry_run)
-    return changes
+    # Every sender at once: each edits only its own key and known_hosts and its receivers' authorized_keys, and
+    # a receiver has one sender in a chain, so no two threads touch one file; a chain of N hops costs one hop.
+    # (Edges giving a receiver two senders would share its authorized_keys: then one sender after the other.)
+    shared = len({r.name for _s, r in edges}) < len(edges)
+    preload()
+    with ThreadPoolExecutor(max_workers=1 if shared else min(8, len(receivers) or 1)) as pool:
+        found = list(pool.map(lambda item: ensure_peer_trust(inventory, item[0], item[1], dry_run=dry_run),
+                              receivers.values()))
+    return [line for lines in found for line in lines]
