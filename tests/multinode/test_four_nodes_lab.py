@@ -159,3 +159,33 @@ def test_doctor_pairwise_fabric_and_nccl_over_four_ranks(lab4, inv4, cli):
     result = report["nccl"]
     assert result["world_size"] == 4 and {x["host"] for x in result["ranks"]} == set(NODES), result
     assert all(x["wrong"] == 0 for x in result["rows"])
+
+
+def test_push_from_one_node_chains_to_the_three_others(lab4, inv4, cli):
+    """`images push --from spark1` to three nodes: one chain spark1 -> spark2 -> spark3 -> spark4 over the fabric
+    (spark1 sends each byte once; each hop loads and forwards as it receives), shown in --dry-run, and every node
+    ends with spark1's image ID under the tag."""
+    tag = "sparkdeploy-test/chain:1"
+    nodes = lab4.nodes
+    base = lab4.ssh(nodes[0], "docker images --format '{{.Repository}}:{{.Tag}}' sparkdeploy/vllm-sim").stdout.split()[0]
+    try:
+        lab4.ssh(nodes[0], f"printf 'FROM {base}\\nRUN head -c 6000000 /dev/urandom > /chain.bin\\n' | "
+                           f"docker build -q -t {tag} -")
+        for node in nodes[1:]:
+            lab4.ssh(node, f"docker image rm {tag} >/dev/null 2>&1; true")
+        code, out, err = cli("images", "push", tag, "--from", "spark1", "--dry-run", "-i", inv4)
+        assert code == 0, out + err
+        fabric = {n.name: n.fabric_ip.split("/")[0] for n in nodes}
+        chain = " -> ".join(f"{n} ({fabric[n]})" for n in NODES)
+        assert f"chain over the fabric: {chain}" in out, out
+
+        code, out, err = cli("images", "push", tag, "--from", "spark1", "--json", "-i", inv4)
+        assert code == 0, out + err
+        report = json.loads(out)
+        assert [n["node"] for n in report["nodes"] if n["action"] == "sent"] == list(NODES[1:]), report
+        assert report["bytes_through_this_machine"] < 64_000  # progress and result lines only
+        ids = {n.name: lab4.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip() for n in nodes}
+        assert len(set(ids.values())) == 1 and ids["spark1"].startswith("sha256:"), ids
+    finally:
+        for node in nodes:
+            lab4.ssh(node, f"docker image rm {tag} >/dev/null 2>&1; true", check=False)
