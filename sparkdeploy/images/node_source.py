@@ -70,7 +70,9 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
                     counts["wire"] += len(data)
                     hop.stdin.write(data)
             except (BrokenPipeError, OSError):
-                pass
+                # The first hop is gone. Nobody reads the compressor any more: stop it, so the loop below gets a
+                # broken pipe instead of waiting forever on a full one.
+                comp.kill()
             finally:
                 try:
                     hop.stdin.close()
@@ -112,6 +114,11 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
     early = flt.done
     if early:
         save.kill()
+    elif error is not None:
+        # The reader may be blocked writing to us: close our end (its next write fails, also through sudo, which
+        # cannot pass a kill on to a root child) and ask it to stop.
+        save.stdout.close()
+        save.terminate()
     save_err = save.stderr.read().decode(errors="replace").strip()
     save_rc = save.wait()
     if comp is not None:

@@ -147,13 +147,12 @@ INCOMPRESSIBLE = 0.9  # a sample that zlib -1 shrinks by less than 10%: zstd wou
 WORTH_COMPRESSING = 64 << 20  # below this the fabric moves the bytes in well under a second: neither sample nor zstd
 
 
-def _sample_ratio(inventory: Inventory, plan: FromPlan) -> float | None:
+def _sample_ratio(src: NodeConnection, plan: FromPlan) -> float | None:
     """zlib -1's ratio on a sample of the layers the chain carries, read on the source from its layer store
     (node_store_reader's sample mode, about 16 MB read); None when it cannot be sampled."""
     config = encode({"root": plan.store_root, "driver": plan.store_driver, "image_id": plan.image.id,
                      "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed), "sample": True})
-    with NodeConnection(plan.source, inventory) as src:
-        r = src.run(["sudo", "-n", "python3", "-", config], check=False, stdin=store_reader_script())
+    r = src.run(["sudo", "-n", "python3", "-", config], check=False, stdin=store_reader_script())
     try:
         return float(json.loads(r.stdout.strip().splitlines()[-1])["ratio"])
     except (ValueError, KeyError, IndexError):
@@ -181,37 +180,45 @@ def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | 
 
 
 def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node], compression: str = "auto",
-              free_space_factor: float = 2.0, dry_run: bool = False, reader: str = "auto"
-              ) -> tuple[FromPlan, list[NodeOutcome]]:
+              free_space_factor: float = 2.0, dry_run: bool = False, reader: str = "auto",
+              conns: dict[str, NodeConnection] | None = None) -> tuple[FromPlan, list[NodeOutcome]]:
     """What each target needs and the chain that carries it; the node facts that could not be read come
-    back as failed outcomes. Sets up peer SSH for the chain (or, with dry_run, says what it would set up)."""
-    tag = _tag_of(name)
+    back as failed outcomes. Sets up peer SSH for the chain (or, with dry_run, says what it would set up).
+    `conns`: connections by node name to use and leave open (the push goes on over them); else its own."""
     targets = [n for n in targets if n.name != source.name]
+    if conns is not None:
+        return _plan_from(name, inventory, source, targets, compression, free_space_factor, dry_run, reader, conns)
     conns = {n.name: NodeConnection(n, inventory) for n in [source] + targets}
-    src = conns[source.name]
     try:
-        def facts_of(node: Node):  # every node at once, the source with its image's history
-            facts = read_node_images(conns[node.name])
-            if node.name != source.name:
-                return facts
-            history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format",
-                               "{{.Size}}", tag], check=False).stdout
-            image = _source_image(tag, facts, history)
-            return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
-
-        read = on_nodes([source] + targets, facts_of)
-        if not read[0].ok:
-            raise read[0].error
-        facts, image, plan_note = read[0].value
-        read = read[1:]
-        plan = FromPlan(source, image, reader="save" if plan_note else "store", reader_note=plan_note,
-                        store_root=facts.root_dir, store_driver=facts.driver)
-        if reader == "store" and plan.reader != "store":
-            raise StepFailed(f"{source.name}: its layer store cannot be read: {plan.reader_note} "
-                             f"(use --layer-source auto or save)")
+        return _plan_from(name, inventory, source, targets, compression, free_space_factor, dry_run, reader, conns)
     finally:
         for conn in conns.values():
             conn.close()
+
+
+def _plan_from(name, inventory, source, targets, compression, free_space_factor, dry_run, reader, conns):
+    tag = _tag_of(name)
+    src = conns[source.name]
+
+    def facts_of(node: Node):  # every node at once, the source with its image's history
+        facts = read_node_images(conns[node.name])
+        if node.name != source.name:
+            return facts
+        history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format",
+                           "{{.Size}}", tag], check=False).stdout
+        image = _source_image(tag, facts, history)
+        return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
+
+    read = on_nodes([source] + targets, facts_of)
+    if not read[0].ok:
+        raise read[0].error
+    facts, image, plan_note = read[0].value
+    read = read[1:]
+    plan = FromPlan(source, image, reader="save" if plan_note else "store", reader_note=plan_note,
+                    store_root=facts.root_dir, store_driver=facts.driver)
+    if reader == "store" and plan.reader != "store":
+        raise StepFailed(f"{source.name}: its layer store cannot be read: {plan.reader_note} "
+                         f"(use --layer-source auto or save)")
     failed = [o for o in read if not o.ok]
     target_facts = {o.node.name: o.value for o in read if o.ok}
     for node in targets:
@@ -237,7 +244,7 @@ def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node]
             senders.remove(p)
     if senders:
         chain_facts = [facts] + [p.facts for p in senders]
-        ratio = _sample_ratio(inventory, plan) if (compression == "auto" and plan.reader == "store"
+        ratio = _sample_ratio(src, plan) if (compression == "auto" and plan.reader == "store"
                                                     and plan.estimate >= WORTH_COMPRESSING
                                                     and all(f.zstd for f in chain_facts)) else None
         plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio,
@@ -381,13 +388,21 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
     progress = progress or PushProgress()
     targets = [n for n in targets if n.name != source.name]
     started = time.monotonic()
-    plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor, reader=reader)
+    # One connection per node for the whole push (plan, stream, tag): every SSH handshake saved is a tenth of a
+    # second of a re-push that sends one small layer.
+    conns = {n.name: NodeConnection(n, inventory) for n in [source] + targets}
+    try:
+        plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor, reader=reader,
+                                 conns=conns)
+    except BaseException:
+        for conn in conns.values():
+            conn.close()
+        raise
     for line in plan.trust:
         progress.note(f"peer SSH: {line}")
     results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}
     results.update(plan.refused)
     image = plan.image
-    conns = {n.name: NodeConnection(n, inventory) for n in targets}
     received = 0
     try:
         for p in plan.plans.values():
@@ -407,8 +422,8 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
                                                                f"docker save ({plan.reader_note})"))
             for node in plan.receivers:
                 progress.begin(node.name, plan.estimate)
-            with NodeConnection(source, inventory) as src:
-                streamed, other, received = run_stream(src, stream_config(plan, temp_tag, batch_bytes), progress)
+            streamed, other, received = run_stream(conns[source.name], stream_config(plan, temp_tag, batch_bytes),
+                                                   progress)
             results.update(_finish(plan, streamed, other, conns, temp_tag))
     finally:
         for conn in conns.values():
