@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkdeploy.images.push import PushProgress, push_image
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +113,81 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
     finally:
         for n in (a, b):
             lab.ssh(n, f"docker image rm {' '.join(tags)} >/dev/null 2>&1; true", check=False)
+
+
+class _CutAt(PushProgress):
+    """Calls `action` once, when the receivers have reported `limit` bytes off the wire (progress lines)."""
+
+    def __init__(self, limit: int, action):
+        super().__init__()
+        self.limit, self.action, self.seen, self.done = limit, action, 0, False
+
+    def advance(self, node, raw=0, wire=0):
+        self.seen += raw
+        if not self.done and self.seen >= self.limit:
+            self.done = True
+            self.action()
+
+
+def _image_id(lab, node, ref: str) -> str | None:
+    result = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {ref}", check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest(lab, lab_inventory, test_images,
+                                                                              forget_on_nodes):
+    """spark1 holds `moving` = big (base + 3, 2, 1 and 24 MB random layers), spark2 holds `moving` = the base
+    only: spark2 lacks 4 layers, sent as 4 loads (batch_bytes=1). spark1's fabric link is slowed (tc) so the
+    stream is still flowing when spark2's relay (the python3 that receives and loads) is killed, by PID, once
+    8 MB have arrived: the first loads have finished, the big one is cut."""
+    import docker
+
+    from sparkdeploy.images.push_from import push_from_node
+
+    a, b = lab.nodes[:2]
+    spark1, spark2 = lab_inventory.nodes[:2]
+    moving = f"{test_images.repo}:moving"
+    ids = test_images.ids
+    forget_on_nodes(moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"])
+    client = docker.from_env()
+    base_id = client.images.get(test_images.base).id
+    try:
+        client.images.get(test_images.base).tag(*moving.rsplit(":", 1))
+        assert push_image(moving, lab_inventory, nodes=[spark2])[0].ok
+        client.images.get(test_images.big).tag(*moving.rsplit(":", 1))
+        assert push_image(moving, lab_inventory, nodes=[spark1])[0].ok
+        assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
+
+        def kill_relay():
+            pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy_relay", check=False).stdout.split()
+            assert pids, f"no relay running on {b.name}"
+            lab.docker_exec(b, "kill", "-9", *pids)
+
+        iface = lab.spec.fabric_iface
+        lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
+                        "latency", "400ms")
+        try:
+            cutter = _CutAt(8_000_000, kill_relay)
+            plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], progress=cutter, batch_bytes=1)
+        finally:
+            lab.docker_exec(a, "tc", "qdisc", "del", "dev", iface, "root", check=False)
+        assert cutter.done, "the stream ended before 8 MB arrived: nothing was cut"
+        whole = plan.plans[spark2.name]
+        assert whole.layers_sent == 4, whole
+        (cut,) = outcomes
+        assert not cut.ok
+        message = str(cut.error)
+        assert message.startswith(f"{spark2.name}: push of {moving} from {spark1.name} failed, no tag moved:"), message
+        assert "\n" not in message and "Traceback" not in message, message
+        assert _image_id(lab, b, moving) == base_id  # the tag did not move...
+        assert _image_id(lab, b, ids["big"]) is None  # ...and the new image ID is not there at all
+
+        plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], batch_bytes=1)
+        (done,) = outcomes
+        assert done.ok, done.error
+        assert done.value.action == "sent"
+        assert 1 <= done.value.layers_sent < 4, done.value  # the loads that finished were kept...
+        assert done.value.raw_bytes < whole.estimate - 3_000_000, (done.value, whole.estimate)  # (3 MB: load 1)
+        assert _image_id(lab, b, moving) == ids["big"]
+    finally:
+        forget_on_nodes(moving, ids["big"])
