@@ -134,60 +134,92 @@ def _image_id(lab, node, ref: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+REPORT_WITHIN_S = 60  # a cut is reported within this, not after push_from's 600 s stall timeout
+
+
+def _push_reported_in_time(lab, source_spec, *args, **kw):
+    """push_from_node(*args, **kw), failing the test when it has not returned within REPORT_WITHIN_S. Then
+    the source's compressor (the only zstd of the spark user there) is killed, by PID, so the stuck source
+    gets a broken pipe and the push returns before the test fails."""
+    from concurrent.futures import ThreadPoolExecutor, TimeoutError
+
+    from sparkdeploy.images.push_from import push_from_node
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(push_from_node, *args, **kw)
+    try:
+        return future.result(timeout=REPORT_WITHIN_S)
+    except TimeoutError:
+        stuck = lab.ssh(source_spec, "ps -u spark -o pid=,args= | grep -v ' grep ' | grep -E 'zstd|python3 - ' "
+                                     "| cut -c1-100", check=False).stdout
+        pids = lab.docker_exec(source_spec, "pgrep", "-u", "spark", "-x", "zstd", check=False).stdout.split()
+        if pids:
+            lab.docker_exec(source_spec, "kill", *pids, check=False)
+        future.result(timeout=120)
+        pytest.fail(f"the push was still running {REPORT_WITHIN_S} s after its stream was cut; on "
+                    f"{source_spec.name}:\n{stuck}")
+    finally:
+        pool.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest(lab, lab_inventory, test_images,
-                                                                              forget_on_nodes):
+                                                                              compression):
     """spark1 holds `moving` = big (base + 3, 2, 1 and 24 MB random layers), spark2 holds `moving` = the base
     only: spark2 lacks 4 layers, sent as 4 loads (batch_bytes=1). spark1's fabric link is slowed (tc) so the
     stream is still flowing when spark2's relay (the python3 that receives and loads) is killed, by PID, once
-    8 MB have arrived: the first loads have finished, the big one is cut."""
+    8 MB have arrived: the first loads have finished, the one of the 24 MB layer is cut."""
+    from types import SimpleNamespace
+
     import docker
 
     from sparkdeploy.images.push_from import push_from_node
+    from tests.images.conftest import remove_from_nodes
 
     a, b = lab.nodes[:2]
     spark1, spark2 = lab_inventory.nodes[:2]
     moving = f"{test_images.repo}:moving"
     ids = test_images.ids
-    forget_on_nodes(moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"])
+    remove_from_nodes(SimpleNamespace(nodes=[b], ssh=lab.ssh),  # spark2 only: spark1 keeps what it has
+                      [moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"]])
     client = docker.from_env()
     base_id = client.images.get(test_images.base).id
+    client.images.get(test_images.base).tag(*moving.rsplit(":", 1))
+    assert push_image(moving, lab_inventory, nodes=[spark2])[0].ok
+    client.images.get(test_images.big).tag(*moving.rsplit(":", 1))
+    assert push_image(moving, lab_inventory, nodes=[spark1])[0].ok
+    assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
+
+    def kill_relay():
+        pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy_relay", check=False).stdout.split()
+        assert pids, f"no relay running on {b.name}"
+        lab.docker_exec(b, "kill", "-9", *pids)
+
+    iface = lab.spec.fabric_iface
+    lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
+                    "latency", "400ms")
     try:
-        client.images.get(test_images.base).tag(*moving.rsplit(":", 1))
-        assert push_image(moving, lab_inventory, nodes=[spark2])[0].ok
-        client.images.get(test_images.big).tag(*moving.rsplit(":", 1))
-        assert push_image(moving, lab_inventory, nodes=[spark1])[0].ok
-        assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
-
-        def kill_relay():
-            pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy_relay", check=False).stdout.split()
-            assert pids, f"no relay running on {b.name}"
-            lab.docker_exec(b, "kill", "-9", *pids)
-
-        iface = lab.spec.fabric_iface
-        lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
-                        "latency", "400ms")
-        try:
-            cutter = _CutAt(8_000_000, kill_relay)
-            plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], progress=cutter, batch_bytes=1)
-        finally:
-            lab.docker_exec(a, "tc", "qdisc", "del", "dev", iface, "root", check=False)
-        assert cutter.done, "the stream ended before 8 MB arrived: nothing was cut"
-        whole = plan.plans[spark2.name]
-        assert whole.layers_sent == 4, whole
-        (cut,) = outcomes
-        assert not cut.ok
-        message = str(cut.error)
-        assert message.startswith(f"{spark2.name}: push of {moving} from {spark1.name} failed, no tag moved:"), message
-        assert "\n" not in message and "Traceback" not in message, message
-        assert _image_id(lab, b, moving) == base_id  # the tag did not move...
-        assert _image_id(lab, b, ids["big"]) is None  # ...and the new image ID is not there at all
-
-        plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], batch_bytes=1)
-        (done,) = outcomes
-        assert done.ok, done.error
-        assert done.value.action == "sent"
-        assert 1 <= done.value.layers_sent < 4, done.value  # the loads that finished were kept...
-        assert done.value.raw_bytes < whole.estimate - 3_000_000, (done.value, whole.estimate)  # (3 MB: load 1)
-        assert _image_id(lab, b, moving) == ids["big"]
+        cutter = _CutAt(8_000_000, kill_relay)
+        plan, outcomes, _ = _push_reported_in_time(lab, a, moving, lab_inventory, spark1, [spark2], progress=cutter,
+                                                   compression=compression, batch_bytes=1)
     finally:
-        forget_on_nodes(moving, ids["big"])
+        lab.docker_exec(a, "tc", "qdisc", "del", "dev", iface, "root", check=False)
+    assert cutter.done, "the stream ended before 8 MB arrived: nothing was cut"
+    whole = plan.plans[spark2.name]
+    assert whole.layers_sent == 4, whole
+    (cut,) = outcomes
+    assert not cut.ok
+    message = str(cut.error)
+    assert message.startswith(f"{spark2.name}: push of {moving} from {spark1.name} failed, no tag moved:"), message
+    assert "\n" not in message and "Traceback" not in message, message
+    assert _image_id(lab, b, moving) == base_id  # the tag did not move...
+    assert _image_id(lab, b, ids["big"]) is None  # ...and the new image ID is not there at all
+
+    plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], compression=compression,
+                                       batch_bytes=1)
+    (done,) = outcomes
+    assert done.ok, done.error
+    assert done.value.action == "sent"
+    assert 1 <= done.value.layers_sent < 4, done.value  # the loads that finished were kept...
+    assert done.value.raw_bytes < whole.estimate - 3_000_000, (done.value, whole.estimate)  # (3 MB: load 1)
+    assert _image_id(lab, b, moving) == ids["big"]
