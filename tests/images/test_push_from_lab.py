@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkdeploy.images.push import PushProgress, push_image
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,3 +123,115 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
     finally:
         for n in (a, b):
             lab.ssh(n, f"docker image rm {' '.join(tags)} >/dev/null 2>&1; true", check=False)
+
+
+class _CutAt(PushProgress):
+    """Calls `action` once, when the receivers have reported `limit` bytes off the wire (progress lines)."""
+
+    def __init__(self, limit: int, action):
+        super().__init__()
+        self.limit, self.action, self.seen, self.done = limit, action, 0, False
+
+    def advance(self, node, raw=0, wire=0):
+        self.seen += raw
+        if not self.done and self.seen >= self.limit:
+            self.done = True
+            self.action()
+
+
+def _image_id(lab, node, ref: str) -> str | None:
+    result = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {ref}", check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+REPORT_WITHIN_S = 30  # a cut is reported within this (the push takes ~3 s), not after the 600 s stall timeout
+
+
+def _push_reported_in_time(lab, source_spec, *args, **kw):
+    """push_from_node(*args, **kw), failing the test when it has not returned within REPORT_WITHIN_S. Then
+    the stuck stream source on the node (the spark user's `python3 - CONFIG`) is killed, by PID, so the push
+    returns before the test fails."""
+    from concurrent.futures import ThreadPoolExecutor, TimeoutError
+
+    from sparkdeploy.images.push_from import push_from_node
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(push_from_node, *args, **kw)
+    try:
+        return future.result(timeout=REPORT_WITHIN_S)
+    except TimeoutError:
+        stuck = lab.docker_exec(source_spec, "ps", "-o", "pid=,stat=,args=", "-u", "spark,root",
+                                check=False).stdout
+        stuck = "\n".join(line[:110] for line in stuck.splitlines() if "python3 -" in line or "zstd" in line)
+        pids = lab.docker_exec(source_spec, "pgrep", "-u", "spark", "-f", "^python3 - ", check=False).stdout.split()
+        if pids:
+            lab.docker_exec(source_spec, "kill", *pids, check=False)
+        future.result(timeout=60)
+        pytest.fail(f"the push still waited {REPORT_WITHIN_S} s after its stream was cut; on {source_spec.name}:"
+                    f"\n{stuck}")
+    finally:
+        pool.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])  # both paths of the source (auto picks either)
+def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest(lab, lab_inventory, test_images,
+                                                                              compression):
+    """spark1 holds `moving` = big (base + 3, 2, 1 and 24 MB random layers), spark2 holds `moving` = the base
+    only: spark2 lacks 4 layers, sent as 4 loads (batch_bytes=1). spark1's fabric link is slowed (tc) so the
+    stream is still flowing when spark2's relay (the python3 that receives and loads) is killed, by PID, once
+    8 MB have arrived: the first loads have finished, the one of the 24 MB layer is cut."""
+    from types import SimpleNamespace
+
+    import docker
+
+    from sparkdeploy.images.push_from import push_from_node
+    from tests.images.conftest import remove_from_nodes
+
+    a, b = lab.nodes[:2]
+    spark1, spark2 = lab_inventory.nodes[:2]
+    moving = f"{test_images.repo}:moving"
+    ids = test_images.ids
+    remove_from_nodes(SimpleNamespace(nodes=[b], ssh=lab.ssh),  # spark2 only: spark1 keeps what it has
+                      [moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"]])
+    client = docker.from_env()
+    base_id = client.images.get(test_images.base).id
+    client.images.get(test_images.base).tag(*moving.rsplit(":", 1))
+    assert push_image(moving, lab_inventory, nodes=[spark2])[0].ok
+    client.images.get(test_images.big).tag(*moving.rsplit(":", 1))
+    assert push_image(moving, lab_inventory, nodes=[spark1])[0].ok
+    assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
+
+    def kill_relay():
+        pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy_relay", check=False).stdout.split()
+        assert pids, f"no relay running on {b.name}"
+        lab.docker_exec(b, "kill", "-9", *pids)
+
+    iface = lab.spec.fabric_iface
+    lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
+                    "latency", "400ms")
+    try:
+        cutter = _CutAt(8_000_000, kill_relay)
+        plan, outcomes, _ = _push_reported_in_time(lab, a, moving, lab_inventory, spark1, [spark2], progress=cutter,
+                                                   compression=compression, batch_bytes=1)
+    finally:
+        lab.docker_exec(a, "tc", "qdisc", "del", "dev", iface, "root", check=False)
+    assert cutter.done, "the stream ended before 8 MB arrived: nothing was cut"
+    whole = plan.plans[spark2.name]
+    assert whole.layers_sent == 4, whole
+    assert plan.compression == compression, plan.compression
+    (cut,) = outcomes
+    assert not cut.ok
+    message = str(cut.error)
+    assert message.startswith(f"{spark2.name}: push of {moving} from {spark1.name} failed, no tag moved:"), message
+    assert "\n" not in message and "Traceback" not in message, message
+    assert _image_id(lab, b, moving) == base_id  # the tag did not move...
+    assert _image_id(lab, b, ids["big"]) is None  # ...and the new image ID is not there at all
+
+    plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], compression=compression,
+                                       batch_bytes=1)
+    (done,) = outcomes
+    assert done.ok, done.error
+    assert done.value.action == "sent"
+    assert 1 <= done.value.layers_sent < 4, done.value  # the loads that finished were kept...
+    assert done.value.raw_bytes < whole.estimate - 3_000_000, (done.value, whole.estimate)  # (3 MB: load 1)
+    assert _image_id(lab, b, moving) == ids["big"]

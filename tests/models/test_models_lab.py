@@ -144,3 +144,41 @@ def test_a_corrupt_file_on_one_node_is_caught_by_list_and_up(lab):
     assert json.loads(fixed.stdout)["nodes"]["spark2"]["action"] == "copied"
     rows, run = listing(lab)
     assert run.returncode == 0 and rows["spark2"]["complete"]
+
+
+def engine_env(lab, node) -> list[str]:
+    out = lab.ssh(node, "docker inspect --format '{{range .Config.Env}}{{println .}}{{end}}' sparkdeploy-vllm").stdout
+    return out.split()
+
+
+def test_up_pulls_a_missing_model_only_when_asked(lab):
+    """spark2 lacks the model (spark1 has it: a model absent from EVERY node passes with the simulated engine,
+    which reads no weights). `up` refuses in preflight with the command that fixes it and starts nothing;
+    `up --pull-model` copies it to spark2 over the fabric first, and the engines run with HF_HUB_OFFLINE=1."""
+    spark1, spark2 = lab.nodes[:2]
+    up = ("up", "-t", "2xsolo", "--set", f"model={TINY}", "--timeout", "240")
+    assert sparkdeploy(lab, "models", "pull", TINY).returncode == 0
+    forget(lab, spark2)
+    ours = "docker ps -a --filter name=sparkdeploy- --format '{{.Names}} {{.ID}}' | sort"
+    before = {n.name: lab.ssh(n, ours).stdout for n in (spark1, spark2)}
+    served = hub_bytes(lab)
+    try:
+        refused = sparkdeploy(lab, *up)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "Traceback" not in refused.stderr
+        error = [ln for ln in refused.stderr.splitlines() if ln.startswith("error:")]
+        assert len(error) == 1 and "preflight failed on spark2" in error[0], refused.stderr
+        assert f"sparkdeploy models pull {TINY} --inventory" in error[0] and "--pull-model" in error[0], error
+        assert "Nothing was changed on any node" in error[0]
+        assert {n.name: lab.ssh(n, ours).stdout for n in (spark1, spark2)} == before  # no container started
+
+        pulled = sparkdeploy(lab, *up, "--pull-model", "--json")
+        assert pulled.returncode == 0, pulled.stdout[-3000:] + pulled.stderr[-3000:]
+        rows, run = listing(lab)
+        assert rows["spark1"]["complete"] and rows["spark2"]["complete"], run.stdout
+        assert rows["spark1"]["commit"] == rows["spark2"]["commit"]
+        assert hub_bytes(lab) == served  # spark2's copy came from spark1, not from the hub
+        for node in (spark1, spark2):  # both are engine nodes in 2xsolo
+            assert "HF_HUB_OFFLINE=1" in engine_env(lab, node), node.name
+    finally:
+        sparkdeploy(lab, "down")
