@@ -27,6 +27,8 @@ from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import parse_env_file
 from tests.sim.chat_suite import expected_shape, run_suite
+from tests.support.cli_process import failure
+from tests.support.cli_process import sd as run_cli_process
 
 pytestmark = pytest.mark.lab
 
@@ -41,20 +43,11 @@ TRANSCRIPT: list[str] = []
 
 
 def sd(*args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess; output kept for the secrets search. The lab is shared: while another
-    run holds the inventory's lock (another engineer's test deploying), wait for it rather than fail."""
-    deadline = time.monotonic() + 600
-    while True:
-        r = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
-                           capture_output=True, text=True, timeout=timeout, env=env)
-        TRANSCRIPT.append(f"$ sparkdeploy {' '.join(args)}\n{r.stdout}\n{r.stderr}")
-        if "another sparkdeploy run" not in r.stderr or time.monotonic() > deadline:
-            return r
-        time.sleep(3)
+    """The real CLI in a subprocess; output kept for the secrets search."""
+    return run_cli_process(*args, timeout=timeout, env=env, transcript=TRANSCRIPT)
 
 
-def _fail(r: subprocess.CompletedProcess) -> str:
-    return f"exit {r.returncode}\nstdout:\n{r.stdout[-6000:]}\nstderr:\n{r.stderr[-6000:]}"
+_fail = failure
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,6 @@ The engines are vllm-sim (SIMULATED GPU math): what is real is the plumbing betw
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,6 +20,7 @@ import requests
 from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import parse_env_file
+from tests.support.cli_process import failure, sd
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab4]
 
@@ -32,19 +30,7 @@ GATE_TIMEOUT = "240"
 NODES = ("spark1", "spark2", "spark3", "spark4")
 
 
-def sd(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess; waits while another run holds the inventory's lock."""
-    deadline = time.monotonic() + 600
-    while True:
-        r = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
-                           capture_output=True, text=True, timeout=timeout)
-        if "another sparkdeploy run" not in r.stderr or time.monotonic() > deadline:
-            return r
-        time.sleep(3)
-
-
-def _fail(r: subprocess.CompletedProcess) -> str:
-    return f"exit {r.returncode}\nstdout:\n{r.stdout[-5000:]}\nstderr:\n{r.stderr[-5000:]}"
+_fail = failure
 
 
 @pytest.fixture(scope="module")
