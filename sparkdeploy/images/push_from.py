@@ -452,7 +452,9 @@ def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_t
         record = streamed.get(node.name)
         if record is None:
             why = upstream_error or f"the stream did not reach it ({other or 'no report from the chain'})"
-            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}")
+            again = "; push again: the loads that finished are kept, only the rest is sent" \
+                if plan.reader == "store" else "; push again"
+            raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}{again}")
         why = load_failure(record.get("load_rc"), "\n".join(record.get("load_tail") or []))
         if why:
             kept = " (the loads that finished are kept: a push again sends the rest)" \

@@ -146,7 +146,7 @@ class ClientSession:
     def __init__(self, puller: "Puller", node: Node, ref: ModelRef, dry_run: bool = False):
         self.puller, self.node, self.ref = puller, node, ref
         conn = puller.conns[node.name]
-        argv, self.env_path = puller._client_argv(node, ref, "pull", ref.revision, dry_run)
+        argv, self.env_path, self.created = puller._client_argv(node, ref, "pull", ref.revision, dry_run)
         self.conn = conn
         self.chan = conn.open().client.get_transport().open_session(timeout=conn.connect_timeout)
         self.chan.settimeout(None)
@@ -173,7 +173,9 @@ class ClientSession:
         return self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
 
     def end(self, word: str) -> dict:
-        """Send `word` (go | stop), wait for the container to end; the download's answer for "go"."""
+        """Send `word` (go | stop), wait for the container to end; the download's answer for "go". Stopped
+        before any download, the cache folders made for its mount go again (only if still empty): a refused
+        pull leaves nothing on the node."""
         try:
             self.chan.sendall((word + "\n").encode())
             self.chan.shutdown_write()
@@ -183,6 +185,8 @@ class ClientSession:
         finally:
             self.chan.close()
             self.conn.run(["rm", "-f", self.env_path], check=False)
+            if word != "go" and self.created:
+                self.conn.run(["rmdir", "--ignore-fail-on-non-empty", *reversed(self.created)], check=False)
         if word != "go":
             return {}
         return self.puller._answer(self.node, self.ref, "download", code, rest, err)
@@ -202,14 +206,22 @@ class Puller:
 
     # -- the hub client on the download node -----------------------------------------------------------
     def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str,
-                     dry_run: bool = False) -> tuple[list[str], str]:
-        """The `docker run` of the hub client on `node`, and its env file (0600, written here; remove it after).
-        A dry run mounts no cache (it only lists files) and so creates no folder on the node."""
+                     dry_run: bool = False) -> tuple[list[str], str, list[str]]:
+        """The `docker run` of the hub client on `node`, its env file (0600, written here; remove it after) and
+        the cache folders made for its mount that did not exist before (outermost first). A dry run mounts no
+        cache (it only lists files) and so creates no folder on the node."""
         conn = self.conns[node.name]
         home = conn.home()
         hf_abs = _abs(self.hf_cache, home)
         state = _abs("~/" + self.inv.cluster.state_dir, home)
         ids = conn.run(["sh", "-c", 'id -u; id -g']).stdout.split()
+        created: list[str] = []
+        if not dry_run:
+            parts = (hf_abs.rstrip("/") + "/hub").split("/")
+            paths = ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
+            created = conn.run(["sh", "-c", 'for d; do [ -d "$d" ] || echo "$d"; done', "sh", *paths]
+                               ).stdout.split("\n")
+            created = [d for d in created if d]
         conn.run(["mkdir", "-p", *([] if dry_run else [hf_abs + "/hub"]), state])
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
@@ -218,12 +230,12 @@ class Puller:
                 "--env-file", env_path, *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
                 "--entrypoint", "python3", self.image,
                 "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
-        return argv, env_path
+        return argv, env_path, created
 
     def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
         """One hub client command (plan | download) to its end; its JSON answer."""
         conn = self.conns[node.name]
-        argv, env_path = self._client_argv(node, ref, cmd, revision)
+        argv, env_path, _created = self._client_argv(node, ref, cmd, revision)
         try:
             result = conn.run(argv, check=False, timeout=None)
         finally:
@@ -457,7 +469,7 @@ class Puller:
                 bad_blobs = {f["blob"] for f in manifest["files"] if f["path"] in verdict["bad"]}
                 want = [[b, 0] for b in sorted(bad_blobs)]
                 continue
-            tail = (out.stderr.strip().splitlines() or [""])[-1] or ops.describe_bad(verdict.get("bad", {}))
+            tail = _copy_problem(out.stderr, to, self.hf_cache) or ops.describe_bad(verdict.get("bad", {}))
             res.action = "failed"
             res.error = (f"{to.name}: copy from {frm.name} over {res.via} failed: {tail}; what arrived is kept "
                          "(verified files, partial ones resume): run the pull again")
@@ -465,6 +477,16 @@ class Puller:
         res.seconds = round(time.monotonic() - t0, 2)
         self.progress.finish(to.name, res.ok, res.error)
         return res
+
+
+def _copy_problem(stderr: str, to: Node, hf_cache: str) -> str:
+    """The line that says why a hop failed. Both ends write to one stderr, and the sender's last line is often
+    only the broken pipe the receiver's failure caused: a full disk is named as such, and tracebacks skipped."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    if any("No space left on device" in ln for ln in lines):
+        return f"{to.name}'s {hf_cache} is full (No space left on device); free space there"
+    plain = [ln for ln in lines if not ln.startswith(("Traceback", "File ", "^", "~")) and "BrokenPipe" not in ln]
+    return (plain or lines or [""])[-1]
 
 
 def _mb(n: int) -> str:

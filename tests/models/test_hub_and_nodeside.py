@@ -268,3 +268,19 @@ def test_a_sender_stops_with_one_line_when_its_download_stopped(downloaded, tmp_
     sent = nodeside("send", str(src), "lab/tiny-model", request)
     assert sent.returncode != 0
     assert b"not on this node and not arriving" in sent.stderr  # the half file is not taken for the blob
+
+
+def test_a_failed_hop_is_named_by_its_cause_not_the_broken_pipe_it_caused():
+    from types import SimpleNamespace
+
+    from sparkdeploy.models.pull import _copy_problem
+
+    to = SimpleNamespace(name="spark2")
+    full = ("OSError: [Errno 28] No space left on device\nTraceback (most recent call last):\n"
+            "  File \"<string>\", line 1, in <module>\nBrokenPipeError: [Errno 32] Broken pipe\n")
+    assert _copy_problem(full, to, "~/.cache/huggingface") == \
+        "spark2's ~/.cache/huggingface is full (No space left on device); free space there"
+    cut = "the stream ended inside abc (5 of 9 bytes kept for resume); run the pull again\n" \
+          "Traceback (most recent call last):\nBrokenPipeError: [Errno 32] Broken pipe\n"
+    assert _copy_problem(cut, to, "~/.cache/huggingface").startswith("the stream ended inside abc")
+    assert _copy_problem("", to, "x") == ""

@@ -45,7 +45,8 @@ def served(lab, repo: str) -> int:
 
 def cache_listing(lab, node) -> str:
     """Every path in the node's hf_cache with its size and mtime: any write, even undone, shows."""
-    return lab.ssh(node, f"cd {CACHE} && find . -printf '%p %s %T@\\n' | sort").stdout
+    return lab.ssh(node, f"if [ -d {CACHE} ]; then cd {CACHE} && find . -printf '%p %s %T@\\n' | sort; "
+                         "else echo no hf cache; fi").stdout
 
 
 @pytest.fixture
@@ -81,10 +82,10 @@ def test_unknown_model_and_gated_model_without_a_token_are_one_line_each(lab, in
 
 def test_a_node_without_room_stops_the_pull_before_any_byte_on_any_node(lab):
     spark1, spark2 = lab.nodes[:2]
-    # Both need the model: spark1 would download it, spark2 receive it. Their hub folder exists, as after any
-    # pull (a pull refused on a node that never had one still makes the empty ~/.cache/huggingface/hub there).
-    for node in (spark1, spark2):
-        lab.ssh(node, f"rm -rf {REPO_DIR} {RECORD_DIR}; mkdir -p {CACHE}/hub")
+    # Both need the model: spark1 would download it (and has no hf cache at all: the refused pull must not
+    # leave even the folder it makes for the hub client's mount), spark2 receive it (its cache is a tmpfs).
+    lab.ssh(spark1, f"rm -rf {CACHE}")
+    lab.ssh(spark2, f"rm -rf {REPO_DIR} {RECORD_DIR}; mkdir -p {CACHE}")
     home, uid, gid = lab.ssh(spark2, "echo $HOME; id -u; id -g").stdout.split()
     small = f"{home}/.cache/huggingface"
     lab.docker_exec(spark2, "mount", "-t", "tmpfs", "-o", f"size=16m,uid={uid},gid={gid},mode=755", "tmpfs", small)
