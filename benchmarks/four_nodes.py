@@ -20,27 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from idempotent_up import sd_timed  # noqa: E402 - the CLI timed, waiting out another run's lock
 GOAL_RATIO = 1.5
 RECIPE = "openai-gpt-oss-120b"
-CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
-
-
-def sd_timed(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    while True:  # a run refused because another holds the inventory's lock is not counted
-        t0 = time.monotonic()
-        r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=900)
-        seconds = time.monotonic() - t0
-        if "another sparkdeploy run" not in r.stderr:
-            return r, seconds
-        time.sleep(3)
 
 
 def times(opts) -> int:

@@ -312,8 +312,14 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     finally:
         for conn in conns.values():
             conn.close()
+    return node_outcomes(chosen, results, progress, started)
+
+
+def node_outcomes(nodes: list[Node], results: dict, progress: PushProgress, started: dict[str, float]
+                  ) -> list[NodeOutcome]:
+    """One outcome per node from its PushResult (timed from `started[node]`) or its error; each bar ended."""
     outcomes = []
-    for node in chosen:
+    for node in nodes:
         value = results.get(node.name)
         outcome = NodeOutcome(node)
         if isinstance(value, PushResult):

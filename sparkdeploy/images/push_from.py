@@ -39,7 +39,7 @@ from sparkdeploy.images.inventory_images import NodeImages, read_node_images
 from sparkdeploy.images.layers import estimate_bytes
 from sparkdeploy.images.node_relay import PROGRESS, RESULT, encode
 from sparkdeploy.images.push import (INCOMING_REPO, NodePlan, PushResult, SourceImage, _finalize, _tag_existing,
-                                     plan_node)
+                                     node_outcomes, plan_node)
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.store_stream import BATCH_BYTES
 from sparkdeploy.inventory import Inventory, Node
@@ -428,18 +428,7 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
     finally:
         for conn in conns.values():
             conn.close()
-    outcomes = []
-    for node in targets:
-        value = results.get(node.name)
-        if isinstance(value, PushResult):
-            value.seconds = time.monotonic() - started
-            progress.end(node.name, True, value.action)
-            outcomes.append(NodeOutcome(node, value))
-        else:
-            error = value if isinstance(value, Exception) else StepFailed(f"{node.name}: not pushed")
-            progress.end(node.name, False, str(error))
-            outcomes.append(NodeOutcome(node, error=error))
-    return plan, outcomes, received
+    return plan, node_outcomes(targets, results, progress, {n.name: started for n in targets}), received
 
 
 def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_tag: str) -> dict:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from sparkdeploy.images.push_progress import PushProgress
+
 TEST_REPO = "sparkdeploy-test/push"
 TEST_LABEL_NAME = "push-test"
 CHANGED_FILE_BYTES = 1_000_000  # the small file that changes between v1 and v2 (random: zstd cannot shrink it)
@@ -111,3 +113,18 @@ def test_images(lab):
         except docker.errors.ImageNotFound:
             pass
     client.images.prune(filters={"dangling": True, "label": f"io.sparkdeploy.image={TEST_LABEL_NAME}"})
+
+
+class CutAfter(PushProgress):
+    """Calls `action` once, when `limit` bytes have been reported (the streams' archive bytes, or what the
+    receivers got off the wire for `images push --from`): a cut at a known point of a real push."""
+
+    def __init__(self, limit: int, action):
+        super().__init__()
+        self.limit, self.action, self.seen, self.done = limit, action, 0, False
+
+    def advance(self, node, raw=0, wire=0):
+        self.seen += raw
+        if not self.done and self.seen >= self.limit:
+            self.done = True
+            self.action()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.images.push import PushProgress, push_image
+from sparkdeploy.images.push import push_image
 
 pytestmark = pytest.mark.lab
 
@@ -125,20 +125,6 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
             lab.ssh(n, f"docker image rm {' '.join(tags)} >/dev/null 2>&1; true", check=False)
 
 
-class _CutAt(PushProgress):
-    """Calls `action` once, when the receivers have reported `limit` bytes off the wire (progress lines)."""
-
-    def __init__(self, limit: int, action):
-        super().__init__()
-        self.limit, self.action, self.seen, self.done = limit, action, 0, False
-
-    def advance(self, node, raw=0, wire=0):
-        self.seen += raw
-        if not self.done and self.seen >= self.limit:
-            self.done = True
-            self.action()
-
-
 def _image_id(lab, node, ref: str) -> str | None:
     result = lab.ssh(node, f"docker image inspect --format '{{{{.Id}}}}' {ref}", check=False)
     return result.stdout.strip() if result.returncode == 0 else None
@@ -185,7 +171,7 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     import docker
 
     from sparkdeploy.images.push_from import push_from_node
-    from tests.images.conftest import remove_from_nodes
+    from tests.images.conftest import CutAfter, remove_from_nodes
 
     a, b = lab.nodes[:2]
     spark1, spark2 = lab_inventory.nodes[:2]
@@ -210,7 +196,7 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
                     "latency", "400ms")
     try:
-        cutter = _CutAt(8_000_000, kill_relay)
+        cutter = CutAfter(8_000_000, kill_relay)
         plan, outcomes, _ = _push_reported_in_time(lab, a, moving, lab_inventory, spark1, [spark2], progress=cutter,
                                                    compression=compression, batch_bytes=1)
     finally:

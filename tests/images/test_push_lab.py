@@ -17,6 +17,7 @@ from sparkdeploy.images.layer_store import LayerStore
 from sparkdeploy.images.layers import chain_ids
 from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
 from sparkdeploy.remote import NodeConnection
+from tests.images.conftest import CutAfter
 
 pytestmark = pytest.mark.lab
 
@@ -98,19 +99,6 @@ def test_preflight_refuses_a_node_without_room_before_sending(lab, lab_inventory
     assert lab.ssh(lab.nodes[0], "docker image ls -aq --no-trunc | sort").stdout == before
 
 
-class _CutAfter(PushProgress):
-    """Calls `action` once, when `limit` archive bytes have gone into the streams."""
-
-    def __init__(self, limit: int, action):
-        self.limit, self.action, self.seen, self.done = limit, action, 0, False
-
-    def advance(self, node, raw=0, wire=0):
-        self.seen += raw
-        if not self.done and self.seen >= self.limit:
-            self.done = True
-            self.action()
-
-
 def _retag(tag_source: str, ref: str) -> None:
     import docker
 
@@ -131,7 +119,7 @@ def test_interrupted_push_keeps_previous_image_and_tags(lab, lab_inventory, test
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, interrupt), reader=reader)
+        push_image(moving, lab_inventory, progress=CutAfter(8_000_000, interrupt), reader=reader)
     time.sleep(1)  # let the nodes' docker load notice the cut archive
     for node in lab.nodes:
         assert node_id(lab, node, moving) == test_images.ids["v1"], node.name
@@ -159,7 +147,7 @@ def test_load_killed_on_one_node_fails_that_node_only(lab, lab_inventory, test_i
         assert len(pids) == 1, f"expected one docker load on {victim.name}, found {pids}"
         lab.docker_exec(victim, "kill", "-9", pids[0])
 
-    outcomes = {o.node.name: o for o in push_image(moving, lab_inventory, progress=_CutAfter(8_000_000, kill_load))}
+    outcomes = {o.node.name: o for o in push_image(moving, lab_inventory, progress=CutAfter(8_000_000, kill_load))}
     failed = outcomes[victim.name]
     assert not failed.ok
     assert str(failed.error).startswith(f"{victim.name}: push of {moving} failed, no tag moved:")
@@ -247,7 +235,7 @@ def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab
 
     with pytest.raises(KeyboardInterrupt):
         push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1,
-                   progress=_CutAfter(6_500_000 + 8_000_000, interrupt))  # a + b + small, then 8 MB of big
+                   progress=CutAfter(6_500_000 + 8_000_000, interrupt))  # a + b + small, then 8 MB of big
     time.sleep(1)
     for node in lab.nodes:
         assert node_id(lab, node, test_images.big) is None, node.name
