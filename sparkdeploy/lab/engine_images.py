@@ -45,40 +45,19 @@ def preload(client, names: list[str], inventory, say, progress=None, nodes=None)
     `progress`: a sparkdeploy.images.push_progress.PushProgress (bars per node). A node that fails raises
     StepFailed naming it: a lab whose engine images are missing is not up.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    import difflib  # noqa: F401 - everything the build thread uses is imported here first (thread_imports)
-    import sparkdeploy.images.build  # noqa: F401
-    import sparkdeploy.images.channel  # noqa: F401
-    import sparkdeploy.images.definitions  # noqa: F401
     from sparkdeploy.images.push import push_image
-    from sparkdeploy.thread_imports import preload as preload_imports
 
-    preload_imports()
     results = []
-    # Builds one after the other on a thread, each push as soon as its image is built: image k+1 builds (apt and
-    # pip, mostly waiting on the network) while image k goes to the nodes (disk and SSH). A cold lab's bring-up
-    # is mostly these two.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-image-build") as builder:
-        built = [builder.submit(resolve, name, client, say) for name in names]
-        try:
-            for name, future in zip(names, built):
-                tag, why = future.result()
-                results.append(_load(name, tag, why, inventory, nodes, progress, client, push_image))
-        except BaseException:
-            for future in built:  # a failed push (or Ctrl-C) starts no further build
-                future.cancel()
-            raise
+    for name in names:
+        tag, why = resolve(name, client, say)
+        if tag is None:
+            results.append(LoadResult(name, None, [], [], why))
+            continue
+        outcomes = push_image(tag, inventory, nodes, progress, client=client)
+        failed = [o for o in outcomes if not o.ok]
+        if failed:
+            raise StepFailed("; ".join(f"loading {tag} into lab node {o.node.name}: {o.error}" for o in failed))
+        loaded = [o.node.name for o in outcomes if o.value.action == "sent"]
+        present = [o.node.name for o in outcomes if o.value.action != "sent"]
+        results.append(LoadResult(name, tag, loaded, present))
     return results
-
-
-def _load(name, tag, why, inventory, nodes, progress, client, push_image) -> LoadResult:
-    if tag is None:
-        return LoadResult(name, None, [], [], why)
-    outcomes = push_image(tag, inventory, nodes, progress, client=client)
-    failed = [o for o in outcomes if not o.ok]
-    if failed:
-        raise StepFailed("; ".join(f"loading {tag} into lab node {o.node.name}: {o.error}" for o in failed))
-    loaded = [o.node.name for o in outcomes if o.value.action == "sent"]
-    present = [o.node.name for o in outcomes if o.value.action != "sent"]
-    return LoadResult(name, tag, loaded, present)
