@@ -69,7 +69,7 @@ else
   if ! installed .venv-litellm litellm "$litellm_hash"; then
     echo "setup: installing .venv-litellm (images/litellm-proxy/requirements.txt)" >&2
     [ -x .venv-litellm/bin/python ] || python3 -m venv .venv-litellm
-    .venv-litellm/bin/python -m pip install "${pip_quiet[@]}" --only-binary=:all: --require-hashes \
+    .venv-litellm/bin/python -m pip install "${pip_quiet[@]}" --only-binary=:all: --require-hashes --no-deps \
       -r images/litellm-proxy/requirements.txt
     echo "$litellm_hash" >.venv-litellm/.sparkdeploy-litellm
   fi
