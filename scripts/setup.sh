@@ -2,10 +2,12 @@
 # Installs what sparkdeploy and its tests need on a fresh Debian/Ubuntu machine (run as root or with sudo):
 # the Docker engine (started if it is not running), shellcheck, debootstrap, and the project's own Python
 # environments:
-#   .venv/          sparkdeploy (editable), its pinned dependencies (requirements.txt) and, unless --runtime,
-#                   the test and bench tools (requirements-test.txt)
+#   .venv/          sparkdeploy (editable) and the hashed lock requirements-test.txt (its runtime pins, the test
+#                   and bench tools), or with --runtime only the runtime lock requirements.txt
 #   .venv-litellm/  the LiteLLM proxy for host-side runs (benchmarks/calibrate_sim.py), installed from the
-#                   proxy image's hash-locked requirements; kept apart because its pins differ from ours
+#                   proxy image's lock; kept apart because its pins differ from ours
+# Every lock is made by scripts/lock.py and installed with --require-hashes --no-deps: nothing is resolved
+# against the index, so a package released upstream today cannot change or break what installs.
 # Nothing is installed into the system interpreter: a package someone installed there by hand can never be
 # what makes a test pass (tests/conftest.py checks it). Idempotent: a second run changes nothing and skips pip
 # when the requirement files have not changed since the last install (a stamp in the venv holds their hash).
@@ -41,36 +43,40 @@ pip_quiet=(--quiet --disable-pip-version-check --no-input)
 # stamp_of INPUTS...: the hash that a venv's stamp must hold for these requirement files to count as installed.
 stamp_of() { cat "$@" | sha256sum | cut -c1-64; }
 installed() { [ -x "$1/bin/python" ] && [ "$(cat "$1/.sparkdeploy-$2" 2>/dev/null)" = "$3" ]; }
+# install_lock VENV NAME: the venv gets exactly the files of a hashed lock and nothing resolved against the index
+# (scripts/lock.py: it first proves the lock complete, then runs pip with --require-hashes --no-deps).
+install_lock() {
+  [ -x "$1/bin/python" ] || python3 -m venv "$1"
+  "$1/bin/python" scripts/lock.py install "$1/bin/python" "$2"  # the venv's pip vendors the packaging it reads with
+}
+# sparkdeploy itself, editable, built with the lock's setuptools (an isolated build would fetch it unhashed).
+install_editable() { .venv/bin/python -m pip install "${pip_quiet[@]}" --no-deps --no-build-isolation -e .; }
 
-# .venv: sparkdeploy (editable) and its runtime pins; with the test set (the default) also the test and bench
-# tools. The test set includes requirements.txt, so an installed test set satisfies the runtime one too.
+# .venv: sparkdeploy (editable) and the runtime lock; with the test set (the default) the test lock instead,
+# which holds the runtime pins too, so an installed test set satisfies the runtime one.
 runtime_hash=$(stamp_of requirements.txt pyproject.toml setup.py)
-test_hash=$(stamp_of requirements.txt requirements-test.txt requirements-bench.txt pyproject.toml setup.py)
+test_hash=$(stamp_of requirements-test.txt pyproject.toml setup.py)
 if [ "$profile" = runtime ]; then
   if ! installed .venv runtime "$runtime_hash" && ! installed .venv test "$test_hash"; then
-    echo "setup: installing .venv (runtime: requirements.txt)" >&2
-    [ -x .venv/bin/python ] || python3 -m venv .venv
-    .venv/bin/python -m pip install "${pip_quiet[@]}" -r requirements.txt
-    .venv/bin/python -m pip install "${pip_quiet[@]}" --no-deps -e .
+    echo "setup: installing .venv (runtime lock: requirements.txt)" >&2
+    install_lock .venv runtime
+    install_editable
     echo "$runtime_hash" >.venv/.sparkdeploy-runtime
   fi
 else
   if ! installed .venv test "$test_hash"; then
-    echo "setup: installing .venv (tests: requirements-test.txt)" >&2
-    [ -x .venv/bin/python ] || python3 -m venv .venv
-    .venv/bin/python -m pip install "${pip_quiet[@]}" -r requirements-test.txt
-    .venv/bin/python -m pip install "${pip_quiet[@]}" --no-deps -e .
+    echo "setup: installing .venv (test lock: requirements-test.txt)" >&2
+    install_lock .venv test
+    install_editable
     echo "$test_hash" >.venv/.sparkdeploy-test
     echo "$runtime_hash" >.venv/.sparkdeploy-runtime
   fi
-  # LiteLLM for host-side runs (benchmarks/calibrate_sim.py): the same hash-locked set the proxy image installs
-  # (never 1.82.7 / 1.82.8: the lock is checked by tests/images and images/litellm-proxy/check_litellm.py).
+  # LiteLLM for host-side runs (benchmarks/calibrate_sim.py): the same lock the proxy image installs (never
+  # 1.82.7 / 1.82.8: scripts/lock.py check refuses them, and so does images/litellm-proxy/check_litellm.py).
   litellm_hash=$(stamp_of images/litellm-proxy/requirements.txt)
   if ! installed .venv-litellm litellm "$litellm_hash"; then
     echo "setup: installing .venv-litellm (images/litellm-proxy/requirements.txt)" >&2
-    [ -x .venv-litellm/bin/python ] || python3 -m venv .venv-litellm
-    .venv-litellm/bin/python -m pip install "${pip_quiet[@]}" --only-binary=:all: --require-hashes --no-deps \
-      -r images/litellm-proxy/requirements.txt
+    install_lock .venv-litellm litellm-proxy
     echo "$litellm_hash" >.venv-litellm/.sparkdeploy-litellm
   fi
 fi

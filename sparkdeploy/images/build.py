@@ -139,10 +139,10 @@ def download_wheels(definition: ImageDefinition, say: Progress) -> None:
     if stamp.is_file() and stamp.read_text() == wanted:
         return
     say(f"downloading wheels for {definition.name} ({definition.platform}, Python {TARGET_PYTHON})")
-    # A hashed lock is complete: resolving it again would ask the index for the newest release of any
-    # package a dependency names with an extra (pip 23's behaviour), which the lock does not hash.
-    no_deps = ["--no-deps"] if "--hash=" in req.read_text() else []
-    _run([sys.executable, "-m", "pip", "download", "--quiet", *no_deps, "-d", str(wheels),
+    # An image's requirements are a complete hashed lock (scripts/lock.py): exactly its files, nothing resolved.
+    # Resolving again would ask the index for the newest release of a package a dependency names with an extra
+    # (pip 23 does), which the lock does not hash: the build would break the day that release appears.
+    _run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes", "--no-deps", "-d", str(wheels),
           *wheel_target_args(definition.platform), "-r", str(req)], f"pip download for image {definition.name}")
     stamp.write_text(wanted)
 
