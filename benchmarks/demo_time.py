@@ -3,9 +3,10 @@
 
 Runs `bash scripts/demo.sh` and reads the `demo:` step lines it prints (seconds since its start) and the
 `lab up` phase summary, then prints one table and the total. With --from-empty it first puts this machine
-in the state of a fresh one (benchmarks/empty_machine.py: labs, images, build cache, venv, wheels and state
-removed, the engine stopped; only the pip download cache is kept). That REMOVES the labs and images of every
-checkout on this engine: run it on a machine nobody else is using.
+in the state of a fresh one as far as sparkdeploy goes (`benchmarks/empty_machine.py --yes`: every lab, sparkdeploy's
+images, this checkout's venvs and wheels, the state folder; nothing else: the engine keeps running and pip's
+download cache stays). That REMOVES the labs and images of every checkout on this engine: run it on a machine
+nobody else is using.
 
     python3 benchmarks/demo_time.py --from-empty      # what a new user waits for
     python3 benchmarks/demo_time.py                   # again, with what the first run built
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from empty_machine import make_empty
+import empty_machine
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_S = 300.0
@@ -32,8 +33,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from-empty", action="store_true", help="wipe to a fresh machine's state first")
     args = parser.parse_args()
-    if args.from_empty:
-        make_empty(REPO)
+    if args.from_empty and empty_machine.main(["--yes", "--repo", str(REPO)]) != 0:
+        print("the machine could not be emptied (above)")
+        return 1
     t0 = time.monotonic()
     proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """CI as a new machine runs it: a fresh clone, `CI=true bash .ci/run` twice in a row, the wall time of each.
 
-The machine is first emptied (benchmarks/empty_machine.py: the engine stopped, images, labs, venvs and state
-removed); the first run installs and builds everything, the second reuses what the first built. Both must pass.
-Destructive for every checkout on this engine: run it only on a machine nobody else is using.
+The machine is first emptied, in two steps: `benchmarks/empty_machine.py --yes` (everything sparkdeploy made:
+every lab of any checkout on this engine, sparkdeploy's images, the clone's venvs, the state folder; nothing
+else), then pip's download cache, emptied here (`pip cache dir`, else pip's default folder): CI must pass with
+nothing downloaded before. The Docker engine keeps running (CI's .ci/start-docker.sh finds it answering; the
+empty_machine script never stops an engine). The first run installs and builds everything, the second reuses
+what the first built. Both must pass. It removes the labs of every checkout on this engine and the user's pip
+cache: run it only on a machine nobody else is using.
 
     python3 benchmarks/fresh_clone_ci.py [--ref HEAD] [--runs 2]
 """
@@ -12,16 +16,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from empty_machine import make_empty
+import empty_machine
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_S = 30 * 60
+
+
+def pip_cache_dir() -> Path:
+    """pip's download cache: where `pip cache dir` says (its config files included), else pip's default."""
+    asked = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True)
+    if asked.returncode == 0 and asked.stdout.strip():
+        return Path(asked.stdout.strip())
+    if os.environ.get("PIP_CACHE_DIR"):
+        return Path(os.environ["PIP_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip"
 
 
 def main() -> int:
@@ -38,7 +53,12 @@ def main() -> int:
     shared = REPO.parent / "shared"
     if shared.is_dir():
         (work / "shared").symlink_to(shared)
-    make_empty(clone)
+    if empty_machine.main(["--yes", "--repo", str(clone)]) != 0:
+        print("FAIL: the machine could not be emptied (above)")
+        return 1
+    cache = pip_cache_dir()
+    shutil.rmtree(cache, ignore_errors=True)
+    print(f"emptied pip's download cache: {cache}", flush=True)
     results = []
     for i in range(args.runs):
         log = work / f"ci-run{i + 1}.log"

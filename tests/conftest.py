@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
+from tests.support.environment import stop_unless_collectable
 
-import pytest
-import yaml
+stop_unless_collectable()  # before anything else is imported: one line when this venv cannot run the suite
 
-from sparkdeploy.cli.common import run_cli
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+from sparkdeploy.cli.common import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

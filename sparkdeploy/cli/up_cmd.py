@@ -142,9 +142,10 @@ def _simulated(dep: Deployment) -> bool:
         return False
 
 
-def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> bool:
+def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out, pushed: list | None = None) -> bool:
     """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
-    When a node of the deployment has it (an image built there), it goes from that node over the fabric."""
+    When a node of the deployment has it (an image built there), it goes from that node over the fabric.
+    `pushed` gets one entry per image: where from, what each node got (`up --json` reports it)."""
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_from import push_from_node
 
@@ -157,16 +158,23 @@ def _push_missing(dep: Deployment, checks: list[preflight.Check], out: Out) -> b
         targets = [dep.inventory.node(n) for n in sorted(node_names)]
         holders = [nd.node for nd in dep.nodes if nd.node.name not in node_names
                    and ref in {c.image for c in nd.containers}]  # its image check passed: it has the image
+        received = None
         if holders:
             out.progress(f"pushing image {ref} from {holders[0].name} to {', '.join(sorted(node_names))} "
                          f"over the fabric")
-            _plan, outcomes, _received = push_from_node(ref, dep.inventory, holders[0], targets)
+            _plan, outcomes, received = push_from_node(ref, dep.inventory, holders[0], targets)
         else:
             out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
             outcomes = push_image(name, dep.inventory, targets)
         for o in outcomes:
             if not o.ok:
                 out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
+        if pushed is not None:
+            # bytes_through_this_machine: from a node, the progress and result lines only (None: sent from here)
+            pushed.append({"image": ref, "from": holders[0].name if holders else None,
+                           "bytes_through_this_machine": received,
+                           "nodes": [dict(o.value.as_dict(), ok=True) if o.ok else
+                                     {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes]})
     return bool(missing)
 
 
@@ -286,7 +294,8 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
     hold_point("preflight", interrupt)
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
-    if failed and not dry_run and all(c.missing_image for c in failed) and _push_missing(dep, failed, out):
+    if failed and not dry_run and all(c.missing_image for c in failed) and \
+            _push_missing(dep, failed, out, result.setdefault("pushed", [])):
         facts = seen["facts"] = read()
         checks = preflight.run(dep, facts, simulated)
         failed = preflight.failures(checks)

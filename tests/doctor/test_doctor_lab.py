@@ -195,16 +195,19 @@ def test_wrong_hca_name_in_the_inventory(lab, cli, derived_inventory):
         data["nodes"][1]["hcas"] = ["rocep1s0f1", "mlx5_bogus"]
 
     path = derived_inventory(wrong)
-    code, report, _ = doctor(cli, path, "--recipe", RECIPE, "--only", "roce")
+    # cluster: spark2 is part of the deployment, so a node.env is rendered for it and roce.nccl_env runs there
+    code, report, _ = doctor(cli, path, "--recipe", RECIPE, "-t", "cluster", "--only", "roce")
     assert code == 1, show(report)
     r = rows(report)
     hcas = r[("roce.hcas", "spark2")]
     assert hcas["status"] == "fail" and "mlx5_bogus" in hcas["measured"]
     assert "hcas: [roceP2p1s0f1, rocep1s0f1]" in hcas["fix"]
     assert r[("roce.hcas", "spark1")]["status"] == "pass"
-    if ("roce.nccl_env", "spark2") in r and r[("roce.nccl_env", "spark2")]["status"] != "skip":
-        env = r[("roce.nccl_env", "spark2")]
-        assert env["status"] == "fail" and "NCCL_IB_HCA: no RDMA device mlx5_bogus" in env["measured"]
+    # the rendered node.env names the wrong HCA too: the check ran and failed (a skip fails this test)
+    env = r[("roce.nccl_env", "spark2")]
+    assert env["status"] == "fail", show(report)
+    assert "NCCL_IB_HCA: no RDMA device mlx5_bogus" in env["measured"], env
+    assert r[("roce.nccl_env", "spark1")]["status"] == "pass", show(report)
 
 
 def test_local_name_in_the_inventory(lab, cli, derived_inventory):

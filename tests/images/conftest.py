@@ -115,6 +115,24 @@ def test_images(lab):
     client.images.prune(filters={"dangling": True, "label": f"io.sparkdeploy.image={TEST_LABEL_NAME}"})
 
 
+def interface_bytes(lab, node) -> dict[str, int]:
+    """rx+tx bytes so far of the node's management and fabric interfaces (by their addresses), read in the node
+    container: compared before and after a push, they show which link its bytes took."""
+    script = ("for d in /sys/class/net/*; do i=${d##*/}; a=$(ip -o -4 addr show dev $i | awk '{print $4}'); "
+              "echo \"$a $(cat $d/statistics/rx_bytes) $(cat $d/statistics/tx_bytes)\"; done")
+    out = lab.docker_exec(node, "sh", "-c", script).stdout
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            ip = parts[0].split("/")[0]
+            if ip == node.mgmt_ip:
+                found["mgmt"] = int(parts[1]) + int(parts[2])
+            elif ip == node.fabric_ip.split("/")[0]:
+                found["fabric"] = int(parts[1]) + int(parts[2])
+    return found
+
+
 class CutAfter(PushProgress):
     """Calls `action` once, when `limit` bytes have been reported (the streams' archive bytes, or what the
     receivers got off the wire for `images push --from`): a cut at a known point of a real push."""

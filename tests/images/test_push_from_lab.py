@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkdeploy.images.push import push_image
+from tests.images.conftest import interface_bytes
 
 pytestmark = pytest.mark.lab
 
@@ -38,23 +39,6 @@ def images_dir(tmp_path, monkeypatch):
     definitions.clear_cache()
     yield root
     definitions.clear_cache()
-
-
-def _counters(lab, node) -> dict[str, int]:
-    """rx+tx bytes per address family of interface: the node's management and fabric addresses."""
-    script = ("for d in /sys/class/net/*; do i=${d##*/}; a=$(ip -o -4 addr show dev $i | awk '{print $4}'); "
-              "echo \"$a $(cat $d/statistics/rx_bytes) $(cat $d/statistics/tx_bytes)\"; done")
-    out = lab.docker_exec(node, "sh", "-c", script).stdout
-    found = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            ip = parts[0].split("/")[0]
-            if ip == node.mgmt_ip:
-                found["mgmt"] = int(parts[1]) + int(parts[2])
-            elif ip == node.fabric_ip.split("/")[0]:
-                found["fabric"] = int(parts[1]) + int(parts[2])
-    return found
 
 
 def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(lab, images_dir, cli):
@@ -87,11 +71,11 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
         with NodeConnection(inventory.nodes[0], inventory) as source:
             assert _sample_ratio(source, plan) > 0.9
 
-        before = {n.name: _counters(lab, n) for n in (a, b)}
+        before = {n.name: interface_bytes(lab, n) for n in (a, b)}
         code, out, err = cli("images", "push", NAME, "--from", a.name, "--json", "-i", inv)
         assert code == 0, out + err
         report = json.loads(out)
-        after = {n.name: _counters(lab, n) for n in (a, b)}
+        after = {n.name: interface_bytes(lab, n) for n in (a, b)}
         row = report["nodes"][0]
         assert row["node"] == b.name and row["action"] == "sent" and row["ok"]
         assert row["bytes_sent"] > 7_000_000  # the random 8 MB layer (zstd cannot shrink it) at least
