@@ -99,6 +99,12 @@ def cases() -> list[Case]:
         ("state_dir absolute", inventory(state_dir="/etc")),
         ("state_dir traversal", inventory(state_dir="../x")),
         ("hf_cache relative", inventory(hf_cache="x")),
+        ("hf_cache newline", inventory(hf_cache="~/hf\nexec touch PWNED")),
+        ("mgmt_ip 0.0.0.0", node_override(mgmt_ip="0.0.0.0")),
+        ("mgmt_ip broadcast", node_override(mgmt_ip="255.255.255.255")),
+        ("mgmt_ip loopback on two nodes", node_override(mgmt_ip="127.0.0.1")),
+        ("fabric_ip the subnet's broadcast", node_override(fabric_ip="198.51.100.255/24")),
+        ("ssh.port true", node_override(ssh={"port": True})),
         ("long string", inventory(hf_cache="/" + "a" * 5000)),
         ("two heads + shared IP", yaml.safe_dump({"nodes": [dict(NODES[0]), dict(NODES[1], role="head",
                                                                                  mgmt_ip="192.0.2.1")]})),
@@ -114,6 +120,8 @@ def cases() -> list[Case]:
     out.append(Case("inventory: IPv6 addresses (accepted, bracketed)", dry + ["--json"],
                     expect=(0,), inventory=yaml.safe_dump({"cluster": {"secrets_file": "secrets.env"}, "nodes": [
                         dict(NODES[0], mgmt_ip="2001:db8::1"), dict(NODES[1], mgmt_ip="2001:db8::2")]})))
+    out.append(Case("inventory: 2xsolo on one node", dry + ["-t", "2xsolo"],
+                    inventory=yaml.safe_dump({"cluster": {"secrets_file": "secrets.env"}, "nodes": NODES[:1]})))
     out.append(Case("inventory: missing file", ["run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i",
                                                  "/nonexistent/inventory.yaml"]))
     out.append(Case("inventory: a folder", ["run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", "/tmp"]))
@@ -161,6 +169,9 @@ def cases() -> list[Case]:
         ("image", "image=../x"),
         ("gpu memory 5", "vllm.gpu_memory_utilization=5"),
         ("topologies empty", "topologies=[]"),
+        ("max_model_len 31 digits", "vllm.max_model_len=1000000000000000000000000000000"),
+        ("max_num_seqs a bool", "vllm.max_num_seqs=true"),
+        ("timeout inf", "litellm.timeout=.inf"),
     ]:
         out.append(Case(f"--set {name}", dry + ["--set", value]))
     # Values that are accepted on purpose: they must stay inert when the rendered scripts run.

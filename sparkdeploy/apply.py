@@ -104,8 +104,11 @@ def cluster_lock(inventory: Inventory):
     """One run at a time per cluster on this machine (flock: released by the kernel however the process ends).
     Every command that changes a node takes it; NodeLocks extends it to runs from other machines."""
     path = lock_path(inventory)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    paths.state_folder(path=path.parent)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise paths.state_unwritable(path.parent, exc) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

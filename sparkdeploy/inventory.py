@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.schema import Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file
 
 IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
@@ -38,10 +38,39 @@ def _not_an_ip(value: str, field: str) -> ValueError:
 
 
 def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """A node's own address: an IP (never a hostname) that another machine can send to, i.e. unicast."""
     try:
-        return ipaddress.ip_address(str(value))
+        addr = ipaddress.ip_address(str(value))
     except ValueError:
         raise _not_an_ip(value, field) from None
+    what = _not_unicast(addr)
+    if what:
+        raise ValueError(f"{addr} is {what}, not one machine's address | fix: write the node's own IP address "
+                         f"in {field}, as `ip -br addr` on the node shows it")
+    return addr
+
+
+def _not_unicast(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why no machine could be reached at `addr` ("" if it is a unicast address). Loopback is a node's own
+    address, so it is refused only where other nodes must reach it (Inventory._consistent)."""
+    if addr.is_unspecified:
+        return "the unspecified address (\"any address\" when listening)"
+    if addr.is_multicast:
+        return "a multicast address"
+    if addr == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    if addr.version == 4 and addr.is_reserved:
+        return "in the reserved range 240.0.0.0/4"
+    return ""
+
+
+def _one_line(value: str | None) -> str | None:
+    """Values pasted into rendered scripts, paths and messages: a newline or control character would break a
+    script line or forge an output line."""
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("holds a newline or another control character | fix: write it on one line, with printable "
+                         "characters only")
+    return value
 
 
 class SSHSettings(BaseModel):
@@ -50,8 +79,13 @@ class SSHSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Whole | None = Field(default=None, ge=1, le=65535)
     key: str | None = Field(default=None, max_length=1024)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        return _one_line(v)
 
     @field_validator("user")
     @classmethod
@@ -72,7 +106,7 @@ class Node(BaseModel):
     fabric_ip: str
     fabric_ifaces: list[str] = Field(min_length=1)
     hcas: list[str] = Field(default_factory=list)
-    gid_index: int | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
+    gid_index: Whole | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
     ssh: SSHSettings = Field(default_factory=SSHSettings)
 
     @field_validator("name")
@@ -99,9 +133,15 @@ class Node(BaseModel):
         addr, _, _prefix = text.partition("/")
         parse_ip(addr, "fabric_ip")
         try:
-            return str(ipaddress.ip_interface(text))
+            iface = ipaddress.ip_interface(text)
         except ValueError:
             raise ValueError(f"{text!r} is not an address with a prefix length | fix: e.g. 192.168.100.10/24") from None
+        net = iface.network
+        if iface.version == 4 and net.prefixlen <= 30 and iface.ip in (net.network_address, net.broadcast_address):
+            which = "network" if iface.ip == net.network_address else "broadcast"
+            raise ValueError(f"{iface.ip} is the {which} address of {net}, not one machine's address | fix: write "
+                             f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}")
+        return str(iface)
 
     @field_validator("fabric_ifaces")
     @classmethod
@@ -138,10 +178,10 @@ class ClusterSettings(BaseModel):
 
     name: str = "sparks"
     default_recipe: str | None = Field(default=None, max_length=128)
-    vllm_port: int = Field(default=8000, ge=1, le=65535)
-    proxy_port: int = Field(default=4000, ge=1, le=65535)
-    master_port: int = Field(default=29500, ge=1, le=65535)
-    ray_port: int = Field(default=6379, ge=1, le=65535)
+    vllm_port: Whole = Field(default=8000, ge=1, le=65535)
+    proxy_port: Whole = Field(default=4000, ge=1, le=65535)
+    master_port: Whole = Field(default=29500, ge=1, le=65535)
+    ray_port: Whole = Field(default=6379, ge=1, le=65535)
     hf_cache: str = Field(default="~/.cache/huggingface", max_length=1024)
     # Where `models pull` downloads from (HF_ENDPOINT): the Hub unless a mirror is named (the lab names its hub).
     hf_endpoint: str | None = Field(default=None, max_length=256)
@@ -150,7 +190,7 @@ class ClusterSettings(BaseModel):
     state_dir: str = Field(default=".sparkdeploy", max_length=255)
     image_override: str | None = Field(default=None, max_length=256)
     metrics: bool = False  # also run Prometheus on the head node, scraping every engine (`up --metrics`)
-    metrics_port: int = Field(default=9090, ge=1, le=65535)
+    metrics_port: Whole = Field(default=9090, ge=1, le=65535)
     # How the ConnectX-7 ports meet: one cable between two nodes, or a switch. Unset: direct for two nodes,
     # switch for more. Either way every fabric_ip is on one subnet (a switch is one L2 segment).
     fabric: Literal["direct", "switch"] | None = None
@@ -178,9 +218,15 @@ class ClusterSettings(BaseModel):
                              "http://10.0.0.5:8090, or remove it to use huggingface.co")
         return v
 
+    @field_validator("default_recipe", "secrets_file", "known_hosts", "image_override")
+    @classmethod
+    def _plain_text(cls, v: str | None) -> str | None:
+        return _one_line(v)
+
     @field_validator("hf_cache")
     @classmethod
     def _hf_cache(cls, v: str) -> str:
+        _one_line(v)
         if not (v.startswith("/") or v.startswith("~/")):
             raise ValueError("hf_cache is an absolute path or starts with ~/ | fix: e.g. ~/.cache/huggingface")
         return v
@@ -211,6 +257,13 @@ class Inventory(BaseModel):
                     problems.append(f"nodes: {node.name} and {seen[value]} share the {what} {value} "
                                     f"| fix: give each node its own {what}")
                 seen[value] = node.name
+        if len(self.nodes) > 1:  # the nodes reach each other (and the proxy its engines) at these addresses
+            for i, node in enumerate(self.nodes):
+                for attr, addr in (("mgmt_ip", node.mgmt_ip), ("fabric_ip", node.fabric_address)):
+                    if ipaddress.ip_address(addr).is_loopback:
+                        problems.append(f"nodes[{i}].{attr}: {addr} is a loopback address: the other nodes cannot "
+                                        f"reach {node.name} there | fix: write {node.name}'s own address on the "
+                                        "network the nodes share, as `ip -br addr` on the node shows it")
         networks = {str(n.fabric_network) for n in self.nodes}
         if len(networks) > 1:
             where = "the switch's one subnet" if self.fabric == "switch" else "the one subnet of the ConnectX-7 link"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sparkdeploy.errors import ConfigError, Problem
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -54,3 +56,25 @@ def state_dir() -> Path:
 
 def lab_dir() -> Path:
     return state_dir() / "lab"
+
+
+def state_unwritable(path: Path, exc: OSError) -> ConfigError:
+    """The one line for a local state folder this process cannot create or write (never a traceback)."""
+    where = "SPARKDEPLOY_STATE" if os.environ.get("SPARKDEPLOY_STATE") else "the default state folder"
+    return ConfigError(Problem(str(path), "", f"cannot write the local state folder ({where}): "
+                               f"{exc.strerror or exc}",
+                               "set SPARKDEPLOY_STATE to a folder this user can write, e.g. "
+                               "export SPARKDEPLOY_STATE=~/.local/state/sparkdeploy"))
+
+
+def state_folder(*parts: str, path: Path | None = None) -> Path:
+    """A folder of the local state (state_dir()/parts, or `path`), created 0700 if missing and checked writable.
+    Every local state write (digest keys, cluster locks, the lab's files) makes its folder here."""
+    folder = path if path is not None else state_dir().joinpath(*parts)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise state_unwritable(folder, exc) from None
+    return folder

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
 TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
@@ -42,6 +42,14 @@ PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MODEL_NAME = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._:/@+-]{0,255}$")
 # vLLM flags that carry a secret: they belong in the secrets file (HF_TOKEN), never on a command line.
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
+# Upper bounds of the recipe's numbers: far above any real value, so a typo (a 31-digit max_model_len) is refused
+# with the bound instead of reaching vLLM's command line or the memory fit.
+MAX_TOKENS = 1 << 24  # 16,777,216: above the longest context any model offers (10M, Llama 4 Scout)
+MAX_NUM_SEQS = 1 << 16  # vLLM's default is 256 to 1024 sequences per step
+MAX_ARCH = 4096  # heads or layers: the largest models have 128 heads and ~130 layers
+MAX_RETRIES = 100
+MAX_WEIGHTS_GB = 100_000.0
+MAX_PROXY_SECONDS = 7 * 24 * 3600.0  # a LiteLLM timeout or cooldown
 
 
 class CompilationSettings(BaseModel):
@@ -58,12 +66,12 @@ class CompilationSettings(BaseModel):
 class VllmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_memory_utilization: float = Field(default=0.70, gt=0.0, le=0.95)
-    max_model_len: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: Number = Field(default=0.70, gt=0.0, le=0.95)
+    max_model_len: Whole | None = Field(default=None, gt=0, le=MAX_TOKENS)
     kv_cache_dtype: str | None = None
     enforce_eager: bool = False
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: Whole | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    max_num_seqs: Whole | None = Field(default=None, gt=0, le=MAX_NUM_SEQS)
     quantization: str | None = None
     load_format: str | None = None
     dtype: str | None = None
@@ -91,12 +99,12 @@ class LiteLLMSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     routing_strategy: Literal[ROUTING_STRATEGIES] = "simple-shuffle"  # type: ignore[valid-type]
-    num_retries: int = Field(default=2, ge=0)
-    timeout: float = Field(default=600, gt=0)
-    allowed_fails: int = Field(default=3, ge=0)
-    cooldown_time: float = Field(default=30, ge=0)
+    num_retries: Whole = Field(default=2, ge=0, le=MAX_RETRIES)
+    timeout: Number = Field(default=600, gt=0, le=MAX_PROXY_SECONDS)
+    allowed_fails: Whole = Field(default=3, ge=0, le=MAX_RETRIES)
+    cooldown_time: Number = Field(default=30, ge=0, le=MAX_PROXY_SECONDS)
     # One worker keeps least-busy's in-flight counters in one process (they are per worker otherwise).
-    num_workers: int = Field(default=1, ge=1, le=64)
+    num_workers: Whole = Field(default=1, ge=1, le=64)
 
 
 class Architecture(BaseModel):
@@ -105,9 +113,9 @@ class Architecture(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    attention_heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    layers: int = Field(gt=0)
+    attention_heads: Whole = Field(gt=0, le=MAX_ARCH)
+    kv_heads: Whole = Field(gt=0, le=MAX_ARCH)
+    layers: Whole = Field(gt=0, le=MAX_ARCH)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Architecture":
@@ -130,9 +138,10 @@ class Recipe(BaseModel):
     default_topology: Literal[TOPOLOGIES]  # type: ignore[valid-type]
     cluster_backend: Literal[BACKENDS] = "ray"  # type: ignore[valid-type]
     fits_one_node: bool = True
-    weights_gb: float | None = Field(default=None, gt=0, description="weights in memory, for the fit and preflight")
+    weights_gb: Number | None = Field(default=None, gt=0, le=MAX_WEIGHTS_GB,
+                                      description="weights in memory, for the fit and preflight")
     # Nodes per engine for cluster and replicas (--tp); unset: cluster spans every node, replicas pairs them.
-    tensor_parallel: int | None = Field(default=None, ge=1, le=64)
+    tensor_parallel: Whole | None = Field(default=None, ge=1, le=64)
     architecture: Architecture | None = None  # from the model's config.json: checks TP/PP layouts before anything runs
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     env: dict[str, str] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -41,6 +42,12 @@ SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # (a node's `docker load` pausing its reads during a push) against it.
 TCP_USER_TIMEOUT_S = 300
 
+# paramiko's transport thread logs every failed handshake with its traceback (a port that accepts TCP but is not
+# sshd: a dozen "Error reading SSH protocol banner" tracebacks), and with no logging configured Python's last-resort
+# handler prints them on stderr. The same error reaches the caller, who reports it once per node (connect_problem),
+# so paramiko's records go nowhere unless the program configures logging itself (e.g. INVOKE_DEBUG=1).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 
 def fingerprint(key: paramiko.PKey) -> str:
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -49,6 +56,16 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 def known_hosts_name(ip: str, port: int) -> str:
     return ip if port == 22 else f"[{ip}]:{port}"
+
+
+def connect_problem(exc: BaseException, host: str, port: int | None) -> str:
+    """A failed SSH connection in words, for the node's one line (no paramiko internals)."""
+    where = f"{host}:{port or 22}"
+    if isinstance(exc, paramiko.SSHException) and ("protocol banner" in str(exc) or "protocol version" in str(exc)):
+        return f"{where} accepts TCP connections but does not speak SSH (no SSH banner: another service on that port?)"
+    if isinstance(exc, EOFError):
+        return f"{where} closed the connection during the SSH handshake"
+    return f"{where}: {exc.__class__.__name__}: {exc}"
 
 
 class HostKeyError(StepFailed):
@@ -195,7 +212,7 @@ class NodeConnection:
                 # Transient: connection refused or timed out. Connecting is idempotent, so retry with backoff.
                 if attempt == CONNECT_ATTEMPTS:
                     raise StepFailed(f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
-                                     f"{attempt} attempts: {exc.__class__.__name__}: {exc}") from None
+                                     f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}") from None
                 time.sleep(delay)
                 delay *= 2
                 conn = self._fabric()

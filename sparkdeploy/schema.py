@@ -8,9 +8,15 @@ from __future__ import annotations
 import typing
 from difflib import get_close_matches
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AllowInfNan, BaseModel, Strict, ValidationError
 
 from sparkdeploy.errors import Problem
+
+# A count, size or port: a whole number as written. pydantic's lax mode would take `true` as 1, 4.0 as 4 and "12" as
+# 12; strict refuses them, and the problem says what to write.
+Whole = typing.Annotated[int, Strict()]
+# A fraction or a number of seconds/GB: an int is fine, `true`, "0.7", nan and inf are not.
+Number = typing.Annotated[float, Strict(), AllowInfNan(False)]
 
 
 def dotted(loc: tuple) -> str:
@@ -54,6 +60,52 @@ def known_keys(model: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items() if name != "directory" and not f.exclude]
 
 
+# The fix for each kind of pydantic error: every problem says what to write, like the project's own checks.
+_FIXES = {
+    "int_type": "give a whole number without quotes or a decimal point, e.g. 4096",
+    "int_parsing": "give a whole number without quotes or a decimal point, e.g. 4096",
+    "int_from_float": "give a whole number without quotes or a decimal point, e.g. 4096",
+    "float_type": "give a number without quotes, e.g. 0.7",
+    "float_parsing": "give a number without quotes, e.g. 0.7",
+    "finite_number": "give a finite number, e.g. 600",
+    "bool_type": "give true or false",
+    "bool_parsing": "give true or false",
+    "string_type": "give text; quote it if YAML would read it as a number or true/false, e.g. \"1.0\"",
+    "list_type": "give a list, e.g. [a, b]",
+    "dict_type": "give a mapping (key: value)",
+    "model_type": "give a mapping (key: value)",
+    "model_attributes_type": "give a mapping (key: value)",
+    "literal_error": "use one of {expected}",
+    "enum": "use one of {expected}",
+    "greater_than": "give a value above {gt}",
+    "greater_than_equal": "give {ge} or more",
+    "less_than": "give a value below {lt}",
+    "less_than_equal": "give at most {le}",
+    "too_short": "give at least {min_length} item(s)",
+    "too_long": "give at most {max_length} item(s)",
+    "string_too_short": "give at least {min_length} character(s)",
+    "string_too_long": "shorten it to at most {max_length} characters",
+}
+GENERIC_FIX = "check the value against the format in the README (Inventory format, Recipes)"
+SHOWN_MAX = 60  # characters of a refused value quoted back (the rest is elided)
+
+
+def fix_for(kind: str, ctx: dict | None) -> str:
+    """The fix for a pydantic error of this kind (its ctx fills in bounds and choices)."""
+    template = _FIXES.get(kind)
+    if template is None:
+        return GENERIC_FIX
+    try:
+        return template.format(**(ctx or {}))
+    except (KeyError, IndexError):
+        return GENERIC_FIX
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX - 3] + "..."
+
+
 def problems_from_validation(exc: ValidationError, file: str, model: type[BaseModel]) -> list[Problem]:
     problems = []
     for err in exc.errors():
@@ -72,6 +124,8 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
             msg = err["msg"]
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]
+            if kind in ("model_type", "model_attributes_type"):  # not "... or instance of VllmSettings"
+                msg = "Input should be a mapping"
             shown = err.get("input")
             # A model-level validator may report several problems, one per line, as "field: message | fix: ..."
             for line in msg.split("\n"):
@@ -82,6 +136,6 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
                     if sep and " " not in head:
                         where, text = head, rest
                 if kind != "value_error" and not isinstance(shown, (dict, list)):
-                    text = f"{text} (got {shown!r})"
-                problems.append(Problem(file, where, text, fix))
+                    text = f"{text} (got {_shown(shown)})"
+                problems.append(Problem(file, where, text, fix or fix_for(kind, err.get("ctx"))))
     return problems

@@ -121,14 +121,22 @@ def digest_key(cluster_id: str) -> bytes:
         return _read_key(path)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:  # the state folder is a file, unreadable, ...: one line with the fix
+        raise paths.state_unwritable(path.parent, exc) from None
+    paths.state_folder(path=path.parent)
     key = secrets_module.token_bytes(KEY_BYTES)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:  # another run made it first: use theirs
         return _read_key(path)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(key.hex().encode() + b"\n")
+    except OSError as exc:
+        raise paths.state_unwritable(path.parent, exc) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key.hex().encode() + b"\n")
+    except OSError as exc:  # a full disk: leave no empty key behind (the next run would refuse it)
+        os.unlink(path)
+        raise paths.state_unwritable(path.parent, exc) from None
     return key
 
 

@@ -15,7 +15,7 @@ import paramiko
 from sparkdeploy.cli.common import inventory_option
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import load_inventory
-from sparkdeploy.remote import fingerprint, known_hosts_name, record_host_key, scan_host_key
+from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
 
 
 def _entries(path: Path) -> list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]]:
@@ -83,7 +83,7 @@ def trust(node_name, inventory, yes, replace):
         key = scan_host_key(node, inv)
     except (OSError, paramiko.SSHException, EOFError) as exc:
         raise StepFailed(f"{node.name} ({node.mgmt_ip}): could not read its host key: "
-                         f"{exc.__class__.__name__}: {exc}") from None
+                         f"{connect_problem(exc, node.mgmt_ip, node.ssh.port)}") from None
     name = known_hosts_name(node.mgmt_ip, node.ssh.port or 22)
     fp = fingerprint(key)
     click.echo(f"{node.name} ({name}) offers {key.get_name()} {fp}")

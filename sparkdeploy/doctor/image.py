@@ -113,9 +113,12 @@ def _cached(image_id: str) -> dict | None:
 
 def _remember(image_id: str, value: dict) -> None:
     """Versions per image ID on this machine: an ID is a content hash, the same ID is the same torch."""
+    from sparkdeploy import paths
+    from sparkdeploy.errors import ConfigError
+
     path = _cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.state_folder(path=path.parent)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -124,7 +127,7 @@ def _remember(image_id: str, value: dict) -> None:
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, path)
-    except OSError:
+    except (OSError, ConfigError):
         pass  # a cache only
 
 

@@ -21,6 +21,7 @@ import docker
 from rich.console import Console
 from rich.markup import escape
 
+from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import engine_images, hub, keys, network, nodes, seed
@@ -172,7 +173,7 @@ def up(spec: LabSpec | None = None, rebuild: bool = False) -> UpResult:
 def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     t0 = time.monotonic()
     client = docker_client()
-    spec.directory.mkdir(parents=True, exist_ok=True)
+    paths.state_folder(path=spec.directory)
     os.chmod(spec.directory, 0o700)
     _check_names(client, spec)
     _adopt_keys(client, spec)

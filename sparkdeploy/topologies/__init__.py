@@ -1,10 +1,12 @@
 """Topologies, registered in one place: each turns inventory + resolved recipe into files and containers per node.
 
-Adding one is one module with a `build(ctx) -> list[NodeDeployment]` function, listed in REGISTRY below.
+Adding one is one module with a `build(ctx) -> list[NodeDeployment]` function, registered in REGISTRY below
+with the fewest nodes it needs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
@@ -16,11 +18,20 @@ from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import cluster, replicas, solo, twosolo
 from sparkdeploy.topologies.base import Context
 
-REGISTRY: dict[str, Callable[[Context], tuple[list[NodeDeployment], str, list[str]]]] = {
-    "solo": solo.build,
-    "cluster": cluster.build,
-    "2xsolo": twosolo.build,
-    "replicas": replicas.build,
+
+@dataclass(frozen=True)
+class Topology:
+    build: Callable[[Context], tuple[list[NodeDeployment], str, list[str]]]
+    # cluster and replicas split one engine over nodes; 2xsolo is one engine per node behind a proxy: on one node
+    # it would be solo with a proxy in front, so it is refused with the fix (solo) rather than quietly served.
+    min_nodes: int = 1
+
+
+REGISTRY: dict[str, Topology] = {
+    "solo": Topology(solo.build),
+    "cluster": Topology(cluster.build, min_nodes=2),
+    "2xsolo": Topology(twosolo.build, min_nodes=2),
+    "replicas": Topology(replicas.build, min_nodes=2),
 }
 
 
@@ -40,9 +51,11 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
                                       f"use an image whose stands_in_for lists {image.name}"))
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
-    if resolved.topology in ("cluster", "replicas") and len(inventory.nodes) < 2:
-        raise ConfigError(Problem(inventory.source, "nodes", f"the {resolved.topology} topology needs at least two "
-                                  "nodes", "add the second Spark or use --topology solo"))
+    topology = REGISTRY[resolved.topology]
+    if len(inventory.nodes) < topology.min_nodes:
+        raise ConfigError(Problem(inventory.source, "nodes", f"the {resolved.topology} topology needs at least "
+                                  f"{topology.min_nodes} nodes, this inventory has {len(inventory.nodes)}",
+                                  "add the second Spark or use --topology solo"))
     if resolved.topology in ("cluster", "replicas") and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
         raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
                                   "declares no torchrun serving launcher", "use --backend ray or native"))
@@ -51,7 +64,7 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
     warnings += check_env(resolved.recipe.env, image)
     ctx = Context(inventory=inventory, resolved=resolved, image=image, run_image=run_image, secrets=secrets,
                   solo_node=inventory.node(solo_node) if solo_node else None)
-    nodes, endpoint, backends = REGISTRY[resolved.topology](ctx)
+    nodes, endpoint, backends = topology.build(ctx)
     metrics_url = None
     if inventory.cluster.metrics if metrics is None else metrics:
         from sparkdeploy.metrics_stack import add_prometheus
