@@ -85,9 +85,7 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
 
 @contextlib.contextmanager
 def _build_lock(name: str):
-    locks = paths.state_dir() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"image-{name}.lock", "w") as fh:
+    with open(paths.state_folder("locks") / f"image-{name}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
