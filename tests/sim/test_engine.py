@@ -136,3 +136,30 @@ def test_more_load_takes_longer_end_to_end():
             engine.add_request(req(i, out=16))
         times.append(run_to_end(engine)[0])
     assert times[0] < times[1] < 8 * times[0]
+
+
+def test_kv_cache_per_token_by_attention_kind():
+    """Per token and GPU: GQA splits its K/V heads over the TP ranks (sliding-window layers paged like full
+    ones); MLA (GLM-4.7-Flash) caches one 576-element latent per layer, whole on every rank; Gated DeltaNet
+    layers (Qwen3.5: 45 of 60) hold no per-token KV."""
+    from vllm_sim.timing import ExecConfig, StepCostModel
+
+    cat = default_catalog()
+
+    def per_token(model: str, tp: int) -> float:
+        return StepCostModel(cat, cat.hardware["gb10"], cat.model(model), ExecConfig(tp=tp)).kv_bytes_per_token()
+
+    assert per_token(MODEL, 2) == 36 * 2 * 8 * 64 * 2 / 2
+    assert per_token("meta-llama/Llama-3.3-70B-Instruct", 2) == 80 * 2 * 8 * 128 * 2 / 2
+    assert per_token("zai-org/GLM-4.7-Flash", 1) == per_token("zai-org/GLM-4.7-Flash", 2) == 47 * 576 * 2
+    assert per_token("Qwen/Qwen3.5-397B-A17B", 2) == 15 * 2 * 2 * 256 * 2 / 2
+
+
+def test_a_quantized_checkpoint_takes_its_base_models_architecture():
+    cat = default_catalog()
+    base, quant = cat.model("Qwen/Qwen3-Coder-30B-A3B-Instruct"), cat.model("Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound")
+    assert (quant.name, quant.default_quantization, base.default_quantization) == (
+        "Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound", "int4", "bf16")
+    assert {**quant.__dict__, "name": "", "default_quantization": ""} == {**base.__dict__, "name": "", "default_quantization": ""}
+    glm = cat.model("cyankiwi/GLM-4.7-Flash-AWQ-4bit")
+    assert (glm.moe_layers, glm.kv_latent_dim, glm.default_quantization) == (46, 576, "awq")

@@ -1,8 +1,9 @@
 """Hardware and model parameters for the timing model, read from data/models.yaml.
 
 Kept as data, not code, so that calibration changes numbers in one reviewed file and a new model is a
-new YAML entry. Unknown model names fall back to the `default` profile (the sim must still serve
-whatever a recipe asks for; the log says it used the fallback).
+new YAML entry. An entry may name a `base` (a quantized checkpoint of another entry): it takes the base's
+facts and overrides some (default_quantization). Unknown model names get the `default` profile: the sim
+still serves whatever a recipe asks for, with any max_model_len, and says loudly that it does (engine.py).
 """
 
 from __future__ import annotations
@@ -49,10 +50,22 @@ class ModelProfile:
     active_params: float
     default_quantization: str
     fitted: dict[str, Any] = field(default_factory=dict)
+    moe_layers: int | None = None           # layers with routed experts (None: every layer)
+    linear_attention_layers: int = 0        # e.g. Gated DeltaNet: a fixed state per sequence, no per-token KV
+    kv_latent_dim: int | None = None        # MLA: elements cached per token and layer (one latent, no K/V heads)
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 0 and self.experts_per_token > 0
+
+    @property
+    def expert_layers(self) -> int:
+        return self.layers if self.moe_layers is None else self.moe_layers
+
+    @property
+    def window_layers(self) -> int:
+        """Sliding-window attention layers: those neither full attention nor linear attention."""
+        return self.layers - self.kv_layers - self.linear_attention_layers
 
 
 @dataclass(frozen=True)
@@ -62,12 +75,28 @@ class Catalog:
     quantization_bytes: dict[str, float]
     kv_cache_bytes: dict[str, float]
 
+    @property
+    def known_models(self) -> list[str]:
+        return sorted(k for k in self.models if k != "default")
+
+    def raw(self, key: str) -> dict[str, Any]:
+        """An entry's facts, its base's first (a quantized checkpoint shares its base model's architecture)."""
+        entry = dict(self.models[key])
+        base = entry.pop("base", None)
+        if base is None:
+            return entry
+        if base not in self.models or base == key:
+            raise KeyError(f"models.yaml: {key}: base {base!r} is not another entry")
+        merged = {k: v for k, v in self.raw(base).items() if k != "aliases"}
+        merged.update(entry)
+        return merged
+
     def model(self, name: str) -> ModelProfile:
         """Profile for a served model path or HF id; matches the id, an alias, or the last path part."""
         key = self._lookup(name)
-        raw = self.models[key or "default"]
+        raw = self.raw(key or "default")
         return ModelProfile(
-            name=key or name,
+            name=key or "default",
             known=key is not None,
             max_position_embeddings=int(raw["max_position_embeddings"]),
             layers=int(raw["layers"]),
@@ -82,6 +111,9 @@ class Catalog:
             active_params=float(raw["active_params"]),
             default_quantization=str(raw["default_quantization"]),
             fitted=dict(raw.get("fitted") or {}),
+            moe_layers=int(raw["moe_layers"]) if raw.get("moe_layers") is not None else None,
+            linear_attention_layers=int(raw.get("linear_attention_layers") or 0),
+            kv_latent_dim=int(raw["kv_latent_dim"]) if raw.get("kv_latent_dim") else None,
         )
 
     def _lookup(self, name: str) -> str | None:

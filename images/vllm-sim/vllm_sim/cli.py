@@ -69,12 +69,7 @@ def run(cfg: ServeConfig) -> int:
     setup_logging(rank=rank)
     log.warning(BANNER.format(v=__version__))
     faults.install()  # SIGUSR1: a real OOM kill under a cgroup memory limit (lab tests)
-    adapter = SimAdapter(cfg)
-    p = adapter.engine.plan
-    log.info("model %s (profile %s), tp=%d, mode=%s, graphs=%s, max_model_len=%d, max_num_batched_tokens=%d, "
-             "max_num_seqs=%d, KV cache %.1f GiB (%d blocks), weights %.1f GiB/GPU",
-             cfg.model, adapter.engine.model.name, cfg.tp, cfg.mode, cfg.graph_mode, p.max_model_len,
-             p.max_num_batched_tokens, p.max_num_seqs, p.kv_cache_gib, p.kv_blocks, p.weights_gib)
+    adapter = SimAdapter(cfg)  # its engine logs the model's sim profile and the resolved plan
     try:
         control = make_control(cfg)
     except RankFailure as e:

@@ -61,7 +61,9 @@ def exec_config(cfg: ServeConfig) -> ExecConfig:
 def plan_engine(cfg: ServeConfig, hw: Hardware, model: ModelProfile, cost: StepCostModel) -> EnginePlan:
     """vLLM's start-up arithmetic: defaults, then memory for weights, activations and KV cache."""
     max_len = cfg.max_model_len or model.max_position_embeddings
-    if max_len > model.max_position_embeddings:
+    # The generic profile's max_position_embeddings is not the model's: checking against it would refuse a
+    # valid recipe (and restart in a loop), so an unknown model takes the max_model_len asked (and says so).
+    if model.known and max_len > model.max_position_embeddings:
         raise ConfigError(
             f"User-specified max_model_len ({max_len}) is greater than the derived max_model_len "
             f"(max_position_embeddings={model.max_position_embeddings} in model's config.json)."
@@ -100,6 +102,15 @@ def plan_engine(cfg: ServeConfig, hw: Hardware, model: ModelProfile, cost: StepC
     return EnginePlan(max_len, mnbt, seqs, blocks, kv_bytes / GIB, weights / GIB)
 
 
+def unknown_model_line(model: str, max_model_len: int | None, catalog: Catalog) -> str:
+    """The one line a start with a model the catalog lacks logs: what the sim does instead, and the fix."""
+    default = catalog.model(model).max_position_embeddings
+    asked = f"max_model_len {max_model_len} is taken as asked" if max_model_len else f"max_model_len is {default}"
+    return (f"NO PROFILE for model {model!r} in vllm_sim/data/models.yaml (known: {', '.join(catalog.known_models)}): "
+            f"SIMULATED with the generic 'default' profile (a dense 8B) and {asked}, unchecked against the "
+            "model's config.json; add the model's entry to models.yaml for its own architecture and limits")
+
+
 class SimEngine:
     def __init__(self, cfg: ServeConfig, catalog: Catalog | None = None, tokenizer: SimTokenizer | None = None):
         self.cfg = cfg
@@ -109,9 +120,14 @@ class SimEngine:
         self.hw = self.catalog.hardware[cfg.hardware]
         self.model = self.catalog.model(cfg.model)
         if not self.model.known:
-            log.warning("model %s is not in vllm_sim/data/models.yaml: timing uses the generic 'default' profile", cfg.model)
+            log.warning(unknown_model_line(cfg.model, cfg.max_model_len, self.catalog))
         self.cost = StepCostModel(self.catalog, self.hw, self.model, exec_config(cfg))
         self.plan = plan_engine(cfg, self.hw, self.model, self.cost)
+        p = self.plan
+        log.info("model %s (sim profile %s), tp=%d, mode=%s, graphs=%s, max_model_len=%d, max_num_batched_tokens=%d, "
+                 "max_num_seqs=%d, KV cache %.1f GiB (%d blocks), weights %.1f GiB/GPU",
+                 cfg.model, self.model.name, cfg.tp, cfg.mode, cfg.graph_mode, p.max_model_len,
+                 p.max_num_batched_tokens, p.max_num_seqs, p.kv_cache_gib, p.kv_blocks, p.weights_gib)
         self.tokenizer = tokenizer or default_tokenizer()
         self.text = TextGen(self.tokenizer)
         self.scheduler = Scheduler(SchedulerLimits(

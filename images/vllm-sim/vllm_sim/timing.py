@@ -102,20 +102,23 @@ class StepCostModel:
         self.expert_bytes = p["expert_per_layer"] * self.b_expert  # one expert in one layer
 
         kv_elem = catalog.kv_bytes_per_element(ex.kv_cache_dtype)
-        per_layer = 2 * model.num_kv_heads * model.head_dim * kv_elem
-        self.kv_bytes_full = per_layer * model.kv_layers                     # per token, growing layers
-        self.kv_bytes_window = per_layer * (model.layers - model.kv_layers)  # per token, sliding layers
+        if model.kv_latent_dim:  # MLA: one latent per token and layer, the same on every TP rank
+            per_layer = model.kv_latent_dim * kv_elem
+        else:                    # K and V heads, split over the TP ranks
+            per_layer = 2 * model.num_kv_heads * model.head_dim * kv_elem / ex.tp
+        self.kv_bytes_full = per_layer * model.kv_layers         # per token and GPU, growing layers
+        self.kv_bytes_window = per_layer * model.window_layers   # per token and GPU, sliding layers
 
     # -- memory sizes (used by the scheduler's KV budget too) -----------------------------------------
     def weight_bytes_total(self) -> float:
         """All weights one GPU holds (embedding included; every expert resident)."""
         m = self.model
-        experts = m.layers * m.experts * self.expert_bytes
+        experts = m.expert_layers * m.experts * self.expert_bytes
         return (self.dense_bytes + m.params["embedding"] * self.b_lm_head + experts) / self.ex.tp
 
     def kv_bytes_per_token(self) -> float:
         """KV bytes per token per GPU, counting sliding-window layers as full (vLLM pages both)."""
-        return (self.kv_bytes_full + self.kv_bytes_window) / self.ex.tp
+        return self.kv_bytes_full + self.kv_bytes_window
 
     # -- step time --------------------------------------------------------------------------------
     def breakdown(self, s: StepShape) -> dict[str, float]:
@@ -130,9 +133,9 @@ class StepCostModel:
         launch = m.layers * (f["launch_us_per_layer_eager"] if eager else f["launch_us_per_layer_graph"]) * 1e-6
 
         experts = distinct_experts(t, m.experts, m.experts_per_token, self._knee, self._exponent) if m.is_moe else 0.0
-        weights = (self.dense_bytes + m.layers * experts * self.expert_bytes) / ex.tp
+        weights = (self.dense_bytes + m.expert_layers * experts * self.expert_bytes) / ex.tp
         window = m.sliding_window or 0
-        kv = (s.decode_context * self.kv_bytes_full + min(s.decode_context, s.decode_seqs * window) * self.kv_bytes_window) / ex.tp
+        kv = s.decode_context * self.kv_bytes_full + min(s.decode_context, s.decode_seqs * window) * self.kv_bytes_window
         memory = (weights + kv) / self._bw
 
         attn_flops = 4.0 * m.kv_layers * m.hidden_size * s.prefill_attention

@@ -1,0 +1,103 @@
+"""Every shipped recipe serves in the lab on each topology it lists (issue 24, item 9).
+
+One `up` per recipe x topology (no --set: the recipe's own values), then one streamed chat completion through the
+endpoint, and each engine's /sim/info says it runs the recipe's model under that model's own sim profile with the
+recipe's max_model_len. The cases come from recipes/*.yaml, so a new recipe or topology is deployed here, or is
+listed below as deployed by another lab test, or the fast test at the end fails. Kept lean for CI: no down
+between cases (the next `up` replaces the deployment), no second `up`, no bench.
+
+The engines are vllm-sim (SIMULATED: no GPU math); the lab serves no weights of these models, and `up` lets a
+model absent from every node pass for a simulated engine (sparkdeploy/models/up_check.py), so nothing is seeded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from sparkdeploy.recipes import load_recipe, recipe_files, resolve
+from sparkdeploy.secrets import parse_env_file
+from tests.deploy.test_deploy_lab import containers, expected_containers, stream_chat
+from tests.support.cli_process import failure, sd
+
+REPO = Path(__file__).resolve().parents[2]
+GATE_TIMEOUT = "240"
+SHIPPED = {name: load_recipe(name)[0] for name in sorted(recipe_files())}
+
+# Deployed, with a completion, by another lab test already: not deployed twice (CI time).
+DEPLOYED_ELSEWHERE = {
+    ("openai-gpt-oss-120b", t): "tests/bench/test_bench_lab.py::test_short_sweep_of_three_topologies (up, then "
+                                "llama-benchy)" for t in ("solo", "cluster", "2xsolo")
+} | {
+    ("glm-4.7-flash-int4", t): f"tests/deploy/test_deploy_lab.py::test_up_stream_idempotent_status_down[{case}]"
+    for t, case in (("solo", "solo"), ("cluster", "cluster-torchrun"), ("2xsolo", "2xsolo"))
+}
+REPLICAS = ("replicas is listed by no recipe (a cluster recipe may run it): it pairs nodes into TP=2 engines behind "
+            "the proxy, so two engines need four nodes; on this two-node lab it would be the cluster engine deployed "
+            "here behind the 2xsolo proxy. The four-node replicas runs in tests/multinode/test_four_nodes_lab.py")
+
+
+def cases() -> list:
+    out = []
+    for name, recipe in SHIPPED.items():
+        for topology in list(recipe.topologies) + (["replicas"] if "cluster" in recipe.topologies else []):
+            why = REPLICAS if topology == "replicas" else DEPLOYED_ELSEWHERE.get((name, topology))
+            marks = [pytest.mark.skip(reason=why)] if why else []
+            out.append(pytest.param(name, topology, marks=marks, id=f"{name}-{topology}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def inv(lab) -> str:
+    path = str(lab.spec.inventory_path)
+    r = sd("down", "-i", path)  # start from nothing of ours
+    assert r.returncode == 0, failure(r)
+    yield path
+    r = sd("down", "-i", path)
+    assert r.returncode == 0, failure(r)
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("recipe,topology", cases())
+def test_recipe_serves_on_topology(lab, inv, recipe, topology):
+    resolved = resolve(recipe, topology)
+    t0 = time.monotonic()
+    r = sd("up", "--recipe", recipe, "-t", topology, "-i", inv, "--timeout", GATE_TIMEOUT, "--json")
+    seconds = time.monotonic() - t0
+    assert r.returncode == 0, failure(r)
+    result = json.loads(r.stdout)
+    assert result["ok"] and result["health"]["ok"], result
+    print(f"{recipe} {topology} ({resolved.backend or 'no backend'}): up {seconds:.1f} s")
+    assert {n: set(c) for n, c in containers(inv).items()} == expected_containers(topology)
+
+    key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"] if topology == "2xsolo" else None
+    # Few tokens: the simulated 70B decodes at about 3 tok/s in real time, as on two Sparks. With a reasoning
+    # parser the (simulated) reasoning comes first: 32 tokens reach the content.
+    tokens = 32 if "--reasoning-parser" in resolved.recipe.vllm.extra_args else 4
+    assert stream_chat(result["endpoint"], key, resolved.recipe.public_name, max_tokens=tokens)
+    for base in result["backends"] or [result["endpoint"]]:
+        info = requests.get(base.removesuffix("/v1") + "/sim/info", timeout=10).json()
+        got = (info["model"], info["model_profile"], info["profile_known"], info["plan"]["max_model_len"])
+        assert got == (resolved.recipe.model, resolved.recipe.model, True, resolved.recipe.vllm.max_model_len), info
+
+
+def test_every_shipped_recipe_topology_is_deployed_by_a_lab_test():
+    """Fast: each case skipped above names a lab test that exists and deploys that recipe on that topology,
+    with the recipe's own values; no entry is stale."""
+    from tests.bench import test_bench_lab
+    from tests.deploy import test_deploy_lab
+
+    listed = {(name, t) for name, r in SHIPPED.items() for t in r.topologies}
+    assert set(DEPLOYED_ELSEWHERE) <= listed, set(DEPLOYED_ELSEWHERE) - listed
+    assert test_bench_lab.RECIPE == "openai-gpt-oss-120b"
+    assert '"--topologies", "solo,cluster,2xsolo"' in (REPO / "tests/bench/test_bench_lab.py").read_text()
+    assert test_deploy_lab.CHAT_RECIPE == "glm-4.7-flash-int4"
+    assert {("solo", None), ("cluster", "torchrun"), ("2xsolo", None)} <= set(test_deploy_lab.CASES)
+    assert not getattr(test_deploy_lab, "CHAT_SETS", None), "the glm deployments must use the recipe's own values"
+    for where in DEPLOYED_ELSEWHERE.values():
+        path, _, name = where.split(" ")[0].partition("::")
+        assert f"def {name.split('[')[0]}(" in (REPO / path).read_text(), where
