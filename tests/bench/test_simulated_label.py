@@ -32,10 +32,10 @@ def test_bench_endpoint_finds_out_that_the_simulator_is_simulated(sim, tmp_path,
                          "--tg", "8", "--out", str(tmp_path / "out"), "--json")  # no --simulated: it asks
     assert code == 0, err
     data = json.loads(out)
-    assert data["simulated"] is True and "GET /version" in data["simulated_evidence"]
+    assert data["simulated"] is True and "X-Simulated-By" in data["simulated_evidence"], data
     assert f"{LABEL}: vllm-sim stands in for the GPU" in err
     lines = [line for line in err.splitlines() if line.startswith(("c1: decode", "c2: decode"))]
-    assert len(lines) == 2 and all(f"t/s, TTFT" in x and f"ms [{LABEL}] -> " in x for x in lines), err
+    assert len(lines) == 2 and all("t/s, TTFT" in x and f"ms [{LABEL}] -> " in x for x in lines), err
     for r in data["results"]:
         md = read_result(Path(r["file"])).metadata
         assert md["simulated"] is True and md["coherence_checked"] is False and md["vllm_version"] == "0.32.0"
@@ -160,6 +160,7 @@ def test_top_reads_the_simulators_marker_and_labels_its_rows(sim):
     for s, labelled in ((snap, True), (real, False)):
         buf = StringIO()
         Console(file=buf, width=200, color_system=None).print(render_table(s, "sparkdeploy top"))
-        text = buf.getvalue()
-        row = next(line for line in text.splitlines() if "spark1" in line)
-        assert (f"sparkdeploy-vllm [{LABEL}]" in row) is labelled and (f"{LABEL}: vllm-sim" in text) is labelled
+        lines = buf.getvalue().splitlines()
+        i = next(n for n, line in enumerate(lines) if "spark1" in line)
+        assert "sparkdeploy-vllm" in lines[i] and (f"│ {LABEL} " in lines[i + 1]) is labelled, lines
+        assert (lines[0].rstrip() == f"{LABEL}: vllm-sim stands in for the GPU: not hardware measurements") is labelled
