@@ -105,10 +105,15 @@ def fmt_value(metric_key: str, value: float | None) -> str:
 
 
 def figures_line(metrics: dict[str, Stat], simulated: bool) -> str:
-    """One measured level in one line (`bench`, `bench sweep`), labelled when the engine is simulated."""
-    d = metrics["decode_tps"]
-    return (f"decode {d.mean:.1f} ± {d.std or 0:.1f} t/s, prefill {metrics['prefill_tps'].mean:.0f} t/s, "
-            f"TTFT {metrics['ttft_ms'].mean:.0f} ms{tag(simulated)}")
+    """One measured level in one line (`bench`, `bench sweep`), labelled when the engine is simulated. A metric
+    llama-benchy did not report (a prefill too short to time) shows as '-'."""
+    def mean(key: str, fmt: str) -> str:
+        return format(metrics[key].mean, fmt) if key in metrics else "-"
+
+    decode = metrics.get("decode_tps")
+    spread = f" ± {decode.std or 0:.1f}" if decode is not None else ""
+    return (f"decode {mean('decode_tps', '.1f')}{spread} t/s, prefill {mean('prefill_tps', '.0f')} t/s, "
+            f"TTFT {mean('ttft_ms', '.0f')} ms{tag(simulated)}")
 
 
 def fmt_cell(metric_key: str, stat: Stat | None) -> str:

@@ -109,7 +109,16 @@ def test_chart_says_simulated_on_the_picture_and_labels_every_plotted_level(simu
         plt.close(fig)
 
 
-# ---------------------------------------------------------------- bench sweep
+# ---------------------------------------------------------------- bench and bench sweep
+
+def test_figures_line_is_labelled_and_survives_a_metric_llama_benchy_did_not_report():
+    from sparkdeploy.bench.report import figures_line
+    from sparkdeploy.bench.store import Stat
+
+    m = {"decode_tps": Stat(12.34, 0.5), "ttft_ms": Stat(40.2)}  # no pp_throughput: a prefill too short to time
+    assert figures_line(m, True) == f"decode 12.3 ± 0.5 t/s, prefill - t/s, TTFT 40 ms [{LABEL}]"
+    assert figures_line(m, False) == "decode 12.3 ± 0.5 t/s, prefill - t/s, TTFT 40 ms"
+
 
 @pytest.mark.parametrize("simulated", [True, False])
 def test_sweep_lines_say_simulated_beside_the_figures(tmp_path, simulated):
