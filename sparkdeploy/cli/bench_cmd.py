@@ -67,7 +67,8 @@ def _common_bench_options(f):
               help="Where result files go (one JSON per level).")
 @inventory_option
 @click.option("--endpoint", metavar="URL", help="Bench this OpenAI base URL instead of the deployed one "
-              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag.")
+              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag. "
+              "Whether the engine is simulated is asked of it first (GET /version, else one one-token completion).")
 @click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
 @click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
 @click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
