@@ -23,6 +23,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sparkdeploy.simulated import any_simulated, metrics_say_simulated
+
 SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
 PROXY_REQUESTS = "litellm_deployment_total_requests_total"
@@ -102,6 +104,7 @@ class Sample:
     generation: float | None = None
     ttft: list[tuple[float, float]] = field(default_factory=list)
     requests: dict[str, float] = field(default_factory=dict)  # proxy: backend id -> requests sent
+    simulated: bool = False  # the engine's /metrics carries vllm-sim's marker (sparkdeploy.simulated)
 
 
 def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TIMEOUT_S) -> Sample:
@@ -129,7 +132,7 @@ def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TI
     return Sample(now, running=_sum(m, "vllm:num_requests_running"), waiting=_sum(m, "vllm:num_requests_waiting"),
                   kv=max(v for _, v in kv) if kv else None, prompt=_sum(m, "vllm:prompt_tokens_total"),
                   generation=_sum(m, "vllm:generation_tokens_total"),
-                  ttft=_buckets(m, "vllm:time_to_first_token_seconds"))
+                  ttft=_buckets(m, "vllm:time_to_first_token_seconds"), simulated=metrics_say_simulated(m))
 
 
 def _rate(new: float | None, old: float | None, seconds: float) -> float | None:
@@ -213,6 +216,7 @@ class Monitor:
                 if self.since_start:
                     ttft, basis = list(last.ttft), "since the engine started"
                 row.update({
+                    "simulated": last.simulated,
                     "running": last.running, "waiting": last.waiting, "kv_cache_usage": last.kv,
                     "prompt_tokens_per_s": _rate(last.prompt, prev.prompt, dt) if prev else None,
                     "generation_tokens_per_s": _rate(last.generation, prev.generation, dt) if prev else None,
@@ -227,7 +231,8 @@ class Monitor:
                     "error": (self.history[t][-1].error or None) if self.history[t] else None}
                    for t in self.targets if t.kind == "proxy"]
         return {"window_s": self.window_s, "engines": engines, "proxies": proxies,
-                "request_share": share, "request_share_basis": basis if share else None}
+                "request_share": share, "request_share_basis": basis if share else None,
+                "simulated": any_simulated(engines)}
 
 
 # What `top` asks each node, in one light read-only command: the running containers of ours with their role,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.conftest import REPO, SECRET_HF, SECRET_KEY
 
 
@@ -111,3 +113,54 @@ def test_run_recipe_takes_the_health_gate_timeout_like_up(cli, inventory_file):
     code, out, err = cli("openai-gpt-oss-120b", "--timeout", "30", "--dry-run", "-i", str(inventory_file),
                          command=run_recipe)  # a dry run connects to nothing
     assert code == 0 and "DRY RUN" in out, err
+
+
+def test_run_recipe_takes_exactly_ups_options():
+    """`run-recipe NAME` is `sparkdeploy up --recipe NAME`: every option of up but --recipe (the argument here),
+    the same names, flags, types and defaults (sparkdeploy.cli.common.up_options defines them once). Only the
+    --dry-run help differs: run-recipe's dry run connects to nothing."""
+    import click
+
+    from sparkdeploy.cli.run_recipe import run_recipe
+    from sparkdeploy.cli.up_cmd import up
+
+    def options(command):
+        out = {}
+        for p in command.params:
+            if isinstance(p, click.Option):
+                info = p.to_info_dict()
+                if p.name == "dry_run":
+                    info.pop("help")
+                out[p.name] = info
+        return out
+
+    ups = options(up)
+    assert ups.pop("recipe")["opts"] == ["--recipe", "-r"]
+    assert options(run_recipe) == ups
+    assert list(options(run_recipe)) == list(ups)  # the same order in --help
+    assert [p.name for p in run_recipe.params if isinstance(p, click.Argument)] == ["recipe"]
+    assert {"pull_model", "metrics", "timeout", "node", "tp"} <= set(ups)
+
+
+@pytest.mark.parametrize("argv", [["run-recipe", "-h"], ["run-recipe", "--help"], ["sparkdeploy", "run-recipe", "-h"],
+                                  ["sparkdeploy", "up", "-h"]])
+def test_run_recipe_and_up_take_dash_h(argv):
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 0 and "--pull-model" in result.stdout and "--metrics" in result.stdout, result.stderr
+
+
+def test_run_recipe_passes_metrics_and_pull_model_on(cli, inventory_file, monkeypatch):
+    from sparkdeploy.cli import up_cmd
+    from sparkdeploy.cli.run_recipe import run_recipe
+
+    code, out, err = cli("openai-gpt-oss-120b", "--dry-run", "--metrics", "-i", str(inventory_file),
+                         command=run_recipe)  # the dry run renders what --metrics adds: Prometheus on the head
+    assert code == 0 and "prometheus" in out.lower(), err
+    code, out, err = cli("openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), command=run_recipe)
+    assert code == 0 and "prometheus" not in out.lower(), err
+    seen = {}
+    monkeypatch.setattr(up_cmd, "deploy", lambda **kw: seen.update(kw))  # what reaches deploy (parsing only)
+    code, _out, err = cli("openai-gpt-oss-120b", "--pull-model", "--no-metrics", "-i", str(inventory_file),
+                          command=run_recipe)
+    assert code == 0, err
+    assert seen["pull_model"] is True and seen["metrics"] is False and seen["recipe"] == "openai-gpt-oss-120b"

@@ -24,6 +24,7 @@ from typing import Any
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.simulated import LABEL, any_simulated
 
 OBJECTIVES = {
     "latency": "shortest request: TTFT + (G-1) / per-request decode rate at N concurrent "
@@ -180,12 +181,12 @@ def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens:
     if len({r.variant for r in chosen}) < 2:
         return None
     dates = sorted(str(r.metadata.get("date", ""))[:10] for r in chosen if r.metadata.get("date"))
-    simulated = any(r.metadata.get("simulated") for r in chosen)
+    simulated = any_simulated(r.metadata for r in chosen)
     return chosen, {"kind": "measured", "recipe": recipe_, "pp": pp, "tg": tg, "files": len(chosen),
                     "dirs": [str(d) for d in dirs], "dates": [dates[0], dates[-1]] if dates else [],
                     "simulated": simulated,
                     "description": f"measured results for {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
-                                   f"{', '.join(str(d) for d in dirs)})" + (" — SIMULATED engine" if simulated else "")}
+                                   f"{', '.join(str(d) for d in dirs)})" + (f" — {LABEL} engine" if simulated else "")}
 
 
 def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tuple[int, str]:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from sparkdeploy.bench.runner import Endpoint
@@ -71,6 +72,7 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
         "recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None, "routing": routing,
         "image": dep.image_tag, "image_definition": running.name, "recipe_image": dep.image.name,
         "vllm_version": running.vllm_version, "simulated": bool(running.simulated),
+        "simulated_evidence": f"the running image {running.name} is marked simulated" if running.simulated else None,
         "inventory": dep.inventory.source,
         "nodes": [{"name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role} for nd in dep.nodes],
         "backends": list(dep.backends),
@@ -105,6 +107,86 @@ def current_endpoint(inventory: str | None, routing: str | None = None) -> Endpo
     if running and running != [ep.metadata.get("image")]:  # what runs, not what this checkout would render now
         ep.metadata["image_rendered"] = ep.metadata.get("image")
         ep.metadata["image"] = ", ".join(running)
+    return ep
+
+
+@dataclass
+class EngineProbe:
+    vllm_version: str | None
+    simulated: bool | None  # None: the engine answered neither question
+    evidence: str  # where `simulated` came from, recorded with the results
+
+
+def _request(url: str, api_key: str | None, body: dict | None, timeout: float):
+    """(status, headers, JSON body or None) of one request; status 0 when nothing answered."""
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to it, as llama-benchy goes
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status, headers = resp.status, list(resp.headers.items())
+    except urllib.error.HTTPError as exc:
+        return exc.code, list(exc.headers.items()) if exc.headers else [], None
+    except (OSError, ValueError):  # refused, timed out, not HTTP
+        return 0, [], None
+    try:
+        return status, headers, json.loads(raw)
+    except ValueError:
+        return status, headers, None
+
+
+def _root(endpoint: Endpoint) -> str:
+    return endpoint.base_url[: -len("/v1")] if endpoint.base_url.endswith("/v1") else endpoint.base_url
+
+
+def _version(endpoint: Endpoint, timeout_s: float) -> tuple[str | None, list]:
+    """GET /version: vLLM answers it (not under /v1); a proxy does not: then unknown. (version, headers)"""
+    status, headers, body = _request(_root(endpoint) + "/version", None, None, timeout_s)
+    ok = status == 200 and isinstance(body, dict) and body.get("version")
+    return (str(body["version"]) if ok else None), headers
+
+
+def engine_version(endpoint: Endpoint, timeout_s: float = 3.0) -> str | None:
+    return _version(endpoint, timeout_s)[0]
+
+
+def probe_engine(endpoint: Endpoint, timeout_s: float = 10.0) -> EngineProbe:
+    """Ask the engine behind a URL its vLLM version and whether it is simulated (sparkdeploy.simulated: vllm-sim's
+    X-Simulated-By header, which LiteLLM passes on). First GET /version (an engine answers it, not under /v1);
+    without the marker there (a proxy has no /version), one chat completion of one token through the URL itself."""
+    from sparkdeploy.simulated import headers_say_simulated
+
+    version, headers = _version(endpoint, timeout_s)
+    if headers_say_simulated(headers):
+        return EngineProbe(version, True, "GET /version answered with X-Simulated-By")
+    status, headers, _ = _request(endpoint.base_url + "/chat/completions", endpoint.api_key,
+                                  {"model": endpoint.model, "max_tokens": 1,
+                                   "messages": [{"role": "user", "content": "Say OK."}]}, timeout_s)
+    if headers_say_simulated(headers):
+        return EngineProbe(version, True, "a one-token chat completion answered with X-Simulated-By")
+    if status == 200:
+        return EngineProbe(version, False, "a one-token chat completion carried no simulator marker")
+    why = f"HTTP {status}" if status else "no answer"
+    return EngineProbe(version, None, f"a one-token chat completion failed ({why}): not known")
+
+
+def url_endpoint(url: str, model: str, api_key: str | None, metadata: dict[str, Any],
+                 mark_simulated: bool = False) -> Endpoint:
+    """`bench --endpoint URL`: an endpoint sparkdeploy did not render; the engine says whether it is simulated
+    (mark_simulated: the user says so for an engine that does not carry vllm-sim's marker)."""
+    ep = Endpoint(url, model, api_key, dict(metadata, source="--endpoint"))
+    probe = probe_engine(ep)
+    ep.metadata["vllm_version"] = probe.vllm_version
+    ep.metadata["simulated"] = True if mark_simulated else probe.simulated
+    ep.metadata["simulated_evidence"] = "--simulated" if mark_simulated and not probe.simulated else probe.evidence
     return ep
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from sparkdeploy.bench.reference import Reference, reference_for
 from sparkdeploy.bench.store import (METRICS, MetricDef, Result, Stat, variant_label, variant_sort_key,
                                      write_json_atomic)
+from sparkdeploy.simulated import LABEL as SIMULATED, NOTE as SIMULATED_NOTE, any_simulated, tag
 
 WINNER_NAMES = {"solo": "Solo", "cluster": "Cluster", "2xsolo-shuffle": "Shuffle", "2xsolo-least-busy": "Least-busy"}
 COLORS = {"solo": "#6b7280", "cluster": "#3b82f6", "2xsolo-shuffle": "#22c55e", "2xsolo-least-busy": "#ef4444"}
@@ -103,6 +104,18 @@ def fmt_value(metric_key: str, value: float | None) -> str:
     return f"{value:,.0f}"
 
 
+def figures_line(metrics: dict[str, Stat], simulated: bool) -> str:
+    """One measured level in one line (`bench`, `bench sweep`), labelled when the engine is simulated. A metric
+    llama-benchy did not report (a prefill too short to time) shows as '-'."""
+    def mean(key: str, fmt: str) -> str:
+        return format(metrics[key].mean, fmt) if key in metrics else "-"
+
+    decode = metrics.get("decode_tps")
+    spread = f" ± {decode.std or 0:.1f}" if decode is not None else ""
+    return (f"decode {mean('decode_tps', '.1f')}{spread} t/s, prefill {mean('prefill_tps', '.0f')} t/s, "
+            f"TTFT {mean('ttft_ms', '.0f')} ms{tag(simulated)}")
+
+
 def fmt_cell(metric_key: str, stat: Stat | None) -> str:
     if stat is None:
         return "-"
@@ -161,6 +174,11 @@ class Group:
     def slug(self) -> str:
         return f"{self.recipe}-pp{self.pp}-tg{self.tg}"
 
+    @property
+    def simulated(self) -> bool:
+        """Any column from a simulated engine labels the whole group (report.md, tables, charts)."""
+        return any_simulated(r.metadata for r in self.results)
+
     def summary(self) -> dict[str, Any]:
         """What was measured: one entry per column; values that differ between its levels are all listed."""
         keys = ("topology", "backend", "routing", "image", "image_id", "vllm_version", "simulated",
@@ -184,8 +202,7 @@ class Group:
             for k in keys + ("dates", "runs"):
                 e[k] = sorted(e[k], key=str)
             out.append(e)
-        return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out,
-                "simulated": any(True in e["simulated"] for e in out)}
+        return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out, "simulated": self.simulated}
 
 
 def group_results(results: list[Result]) -> list[Group]:
@@ -202,9 +219,10 @@ def group_results(results: list[Result]) -> list[Group]:
 
 # ---------------------------------------------------------------- charts
 
-def render_chart(table: Table, path: Path, title: str, reference: Table | None = None) -> Path:
-    """A PNG line chart (log2 concurrency axis, stdev error bars); the plotted numbers are also stored in the
-    PNG's text chunk `sparkdeploy-bench` as JSON, so the chart can be checked against the tables."""
+def chart_figure(table: Table, title: str, reference: Table | None = None, simulated: bool = False):
+    """The line chart of one metric (log2 concurrency axis, stdev error bars): (matplotlib figure, the plotted
+    numbers). Every concurrency level that has a point, measured or reference, has its labelled tick. A chart of
+    a simulated engine says SIMULATED on the picture: a line above the plot and a watermark across it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,7 +230,8 @@ def render_chart(table: Table, path: Path, title: str, reference: Table | None =
 
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=100)
     data: dict[str, Any] = {"metric": table.metric.key, "unit": table.metric.unit, "concurrency": table.concurrency,
-                            "series": {}, "reference": {}}
+                            "series": {}, "reference": {}, "simulated": simulated}
+    levels = set(table.concurrency)
     for v in table.variants:
         xs = [c for c in table.concurrency if (v, c) in table.cells]
         ys = [table.cells[(v, c)].mean for c in xs]
@@ -227,21 +246,44 @@ def render_chart(table: Table, path: Path, title: str, reference: Table | None =
                 continue
             ys = [reference.cells[(v, c)].mean for c in xs]
             ax.plot(xs, ys, linestyle="--", linewidth=1, alpha=0.5, color=COLORS.get(v),
-                    label="dashed: reference (seeds)" if first else None)
+                    label="dashed: reference (seeds, hardware)" if first else None)
             first = False
+            levels.update(xs)
             data["reference"][v] = {str(c): y for c, y in zip(xs, ys)}
+    ticks = sorted(levels)
+    data["ticks"] = ticks
     ax.set_xscale("log", base=2)
-    ax.set_xticks(table.concurrency)
-    ax.set_xticklabels([f"c{c}" for c in table.concurrency])
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"c{c}" for c in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
     ax.set_xlabel("Concurrency")
     ax.set_ylabel(f"{table.metric.title} ({table.metric.unit})")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    if simulated:
+        ax.text(0.5, 0.5, SIMULATED, transform=ax.transAxes, fontsize=64, color="#dc2626", alpha=0.12,
+                rotation=20, ha="center", va="center", fontweight="bold", zorder=0)
+        fig.text(0.01, 0.985, f"{SIMULATED}: {SIMULATED_NOTE}", color="#dc2626", fontsize=10, fontweight="bold",
+                 ha="left", va="top")
+        fig.tight_layout(rect=(0, 0, 1, 0.95))
+    else:
+        fig.tight_layout()
+    return fig, data
+
+
+def render_chart(table: Table, path: Path, title: str, reference: Table | None = None,
+                 simulated: bool = False) -> Path:
+    """chart_figure as a PNG; the plotted numbers are also stored in the PNG's text chunk `sparkdeploy-bench` as
+    JSON, so the chart can be checked against the tables."""
+    import matplotlib.pyplot as plt
+
+    fig, data = chart_figure(table, title, reference, simulated)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Title": title, PNG_DATA_KEY: json.dumps(data)})
+    fig.savefig(path, format="png", metadata={"Title": title + (f" ({SIMULATED})" if simulated else ""),
+                                              PNG_DATA_KEY: json.dumps(data)})
     plt.close(fig)
     return path
 
@@ -405,7 +447,7 @@ def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None
                     continue
                 name = prefix + CHART_FILES[m]
                 render_chart(table, out_dir / name, f"{g.recipe}: {metric_heading(table.metric, g.pp, g.tg)}",
-                             ref_tables.get(m))
+                             ref_tables.get(m), simulated=g.simulated)
                 chart_files.setdefault(g.slug, {})[m] = name
     data = report_json(groups, chart_files, skipped)
     (out_dir / "report.md").write_text(render_markdown(groups, chart_files, skipped))

@@ -164,7 +164,9 @@ def llama_benchy_args(endpoint: Endpoint, settings: BenchSettings, concurrency: 
 def skips_coherence(endpoint: Endpoint, settings: BenchSettings) -> bool:
     """llama-benchy's coherence check asks for the capital of France: a simulated engine (vllm-sim) writes
     placeholder text, so the check is skipped there (and recorded as skipped)."""
-    return settings.skip_coherence or endpoint.metadata.get("simulated") is True
+    from sparkdeploy.simulated import is_simulated
+
+    return settings.skip_coherence or is_simulated(endpoint.metadata)
 
 
 class _ProgressTail:

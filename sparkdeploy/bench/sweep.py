@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
+from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
 TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
 ROUTINGS = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
@@ -264,6 +266,15 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
 
 # ---------------------------------------------------------------- reporters
 
+def cell_line(variant: str, c: int, result: Result, seconds: float) -> str:
+    figures = figures_line(result.metrics, is_simulated(result.metadata))
+    return f"[{variant_label(variant)}] c{c}: {figures} ({seconds:.0f}s)"
+
+
+def deployed_note(endpoint: Endpoint) -> str:
+    return f" — {LABEL} engine: {NOTE}" if is_simulated(endpoint.metadata) else ""
+
+
 class PlainReporter:
     """One line per event (logs, CI, --json runs: to stderr)."""
 
@@ -284,7 +295,8 @@ class PlainReporter:
         self.echo(f"deploying {spec.text} ...")
 
     def deployed(self, spec, endpoint, seconds) -> None:
-        self.echo(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url} ({endpoint.model})")
+        self.echo(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url} ({endpoint.model})"
+                  + deployed_note(endpoint))
 
     def cell_start(self, variant, c) -> None:
         pass
@@ -293,9 +305,7 @@ class PlainReporter:
         pass
 
     def cell_done(self, variant, c, result, seconds) -> None:
-        m = result.metrics
-        self.echo(f"[{variant_label(variant)}] c{c}: decode {m['decode_tps'].mean:.1f} t/s, prefill "
-                  f"{m['prefill_tps'].mean:.0f} t/s, TTFT {m['ttft_ms'].mean:.0f} ms ({seconds:.0f}s)")
+        self.echo(cell_line(variant, c, result, seconds))
 
     def failed(self, variant, c, message) -> None:
         self.echo(f"[{variant_label(variant)}]{f' c{c}' if c else ''}: FAILED: {message}")
@@ -362,7 +372,8 @@ class RichReporter:
     def deployed(self, spec, endpoint, seconds) -> None:
         self.deploys.append(seconds)
         self.deploys_left = max(0, self.deploys_left - 1)
-        self.console.print(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url}", markup=False)
+        self.console.print(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url}{deployed_note(endpoint)}",
+                           markup=False)
         self._update(f"{spec.text}: deployed")
 
     def cell_start(self, variant, c) -> None:
@@ -379,10 +390,7 @@ class RichReporter:
         self.est_done += self.cell_est
         self.real_done += seconds
         self.cell_est = 0.0
-        m = result.metrics
-        self.console.print(f"[{variant_label(variant)}] c{c}: decode {m['decode_tps'].mean:.1f} t/s, prefill "
-                           f"{m['prefill_tps'].mean:.0f} t/s, TTFT {m['ttft_ms'].mean:.0f} ms ({seconds:.0f}s)",
-                           markup=False)
+        self.console.print(cell_line(variant, c, result, seconds), markup=False)
         self._update(f"{variant_label(variant)} c{c} done", advance=1)
 
     def failed(self, variant, c, message) -> None:

@@ -67,7 +67,8 @@ def _common_bench_options(f):
               help="Where result files go (one JSON per level).")
 @inventory_option
 @click.option("--endpoint", metavar="URL", help="Bench this OpenAI base URL instead of the deployed one "
-              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag.")
+              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag. "
+              "Whether the engine is simulated is asked of it first (GET /version, else one one-token completion).")
 @click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
 @click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
 @click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
@@ -75,12 +76,12 @@ def _common_bench_options(f):
 @click.option("--backend", metavar="NAME", help="With --endpoint: the cluster backend recorded (ray, ...).")
 @click.option("--routing", metavar="NAME", help="2xsolo: the proxy's routing strategy, if deployed with a "
               "--set other than the recipe's.")
-@click.option("--simulated/--not-simulated", default=None, help="With --endpoint: record whether the engine is "
-              "simulated.")
+@click.option("--simulated", "mark_simulated", is_flag=True, help="With --endpoint: label the figures SIMULATED "
+              "even though the engine does not say so itself (vllm-sim does: its X-Simulated-By header is read).")
 @json_option
 @click.pass_context
 def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, timeout, out_dir, inventory, endpoint,
-          model, recipe, topology, backend, routing, simulated, as_json):
+          model, recipe, topology, backend, routing, mark_simulated, as_json):
     """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
     one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, vLLM version, nodes,
     date). Works offline: a local tokenizer and a local prompt corpus.
@@ -101,9 +102,11 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
             raise click.UsageError(f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
                                    f"`{ctx.invoked_subcommand}`, not before it")
         return
-    from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint
-    from sparkdeploy.bench.runner import Endpoint, run_cell
+    from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint, engine_version, url_endpoint
+    from sparkdeploy.bench.report import figures_line
+    from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.sweep import parse_levels
+    from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
     levels = parse_levels(concurrency)
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
@@ -111,21 +114,24 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
         if not model:
             raise ConfigError(Problem("--endpoint", endpoint, "needs --model NAME (the served model name)",
                                       "add --model"))
-        md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing,
-              "simulated": simulated, "source": "--endpoint"}
-        ep = Endpoint(endpoint, model, api_key_from_env(), md)
+        md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing}
+        ep = url_endpoint(endpoint, model, api_key_from_env(), md, mark_simulated)
     else:
-        if model or recipe or topology or backend:
-            raise ConfigError(Problem("bench", "", "--model/--recipe/--topology/--backend describe an --endpoint",
-                                      "drop them: the deployed endpoint's come from `sparkdeploy status`"))
+        if model or recipe or topology or backend or mark_simulated:
+            raise ConfigError(Problem("bench", "", "--model/--recipe/--topology/--backend/--simulated describe an "
+                                      "--endpoint", "drop them: the deployed endpoint's come from `sparkdeploy status`"))
         ep = current_endpoint(inventory, routing)
     if ep.metadata.get("vllm_version") is None:
-        ep.metadata["vllm_version"] = _vllm_version(ep)
+        ep.metadata["vllm_version"] = engine_version(ep)
+    simulated = is_simulated(ep.metadata)
     out = Path(out_dir)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
+    if simulated:
+        console.print(f"{LABEL}: {NOTE} ({ep.metadata.get('simulated_evidence')})", style="bold red", markup=False,
+                      highlight=False, soft_wrap=True)
     results = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -134,31 +140,17 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
             r = run_cell(ep, settings, c, out,
                          on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t))
             results.append(r)
-            m = r.metrics
-            console.print(f"c{c}: decode {m['decode_tps'].mean:.1f} ± {m['decode_tps'].std or 0:.1f} t/s, prefill "
-                          f"{m['prefill_tps'].mean:.0f} t/s, TTFT {m['ttft_ms'].mean:.0f} ms -> {r.path}",
+            console.print(f"c{c}: {figures_line(r.metrics, is_simulated(r.metadata))} -> {r.path}",
                           markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        emit_json({"endpoint": ep.base_url, "model": ep.model, "variant": ep.variant,
+        emit_json({"endpoint": ep.base_url, "model": ep.model, "variant": ep.variant, "simulated": simulated,
+                   "simulated_evidence": ep.metadata.get("simulated_evidence"),
                    "results": [{"concurrency": r.concurrency, "file": str(r.path),
                                 "metrics": {k: v.to_json() for k, v in r.metrics.items()},
                                 "failed_requests": r.errors} for r in results]})
     failed = sum(r.errors for r in results)
     if failed:
         raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
-
-
-def _vllm_version(ep) -> str | None:
-    """vLLM answers GET /version (not under /v1); a proxy does not: then unknown."""
-    import json
-    import urllib.request
-
-    root = ep.base_url[: -len("/v1")] if ep.base_url.endswith("/v1") else ep.base_url
-    try:
-        with urllib.request.urlopen(root + "/version", timeout=3) as resp:
-            return str(json.loads(resp.read()).get("version")) or None
-    except Exception:
-        return None
 
 
 @bench.command("sweep")
@@ -260,11 +252,13 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
         return
     from sparkdeploy.bench.report import group_results, markdown_table
 
+    from sparkdeploy.simulated import LABEL, NOTE, tag
+
     for g in group_results(results):
-        click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}")
+        click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}" + (f" — {LABEL}: {NOTE}" if g.simulated else ""))
         for m, t in g.tables.items():
             if t.cells:
-                click.echo(f"\n{t.metric.title} ({t.metric.unit})\n{markdown_table(t)}")
+                click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t)}")
         if g.agreement:
             a = g.agreement["decode_and_ttft"]
             click.echo(f"\nwinners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells"

@@ -13,6 +13,8 @@ import click
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.userfile import redact
 
+# Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 DEFAULT_TIMEOUT_S = 1200.0  # loading a 65 GB model and compiling can take many minutes on a Spark
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
@@ -71,6 +73,33 @@ def deployment_options(command):
                             recipes_dir_option)):
         command = option(command)
     return command
+
+
+UP_DRY_RUN_HELP = "Read the nodes' state and print the plan; change nothing."
+
+
+def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
+    """The options of `up` after --recipe, defined once: `run-recipe NAME` is `up --recipe NAME` and takes exactly
+    these (tests/test_cli.py compares the two commands). Only --dry-run's help is the caller's: run-recipe's dry
+    run prints every file and command without connecting, up's reads the nodes' state first."""
+
+    def decorate(command):
+        for option in reversed((
+            click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head)."),
+            click.option("--dry-run", is_flag=True, help=dry_run_help),
+            click.option("--metrics/--no-metrics", default=None,
+                         help="Also run Prometheus on the head node, scraping every engine and the proxy (default: "
+                              "the inventory's cluster.metrics; set it there to keep Prometheus on later runs)."),
+            click.option("--pull-model", is_flag=True,
+                         help="When the recipe's model is missing or incomplete on an engine node, pull it (download "
+                              "once on the head, copy over the fabric) instead of failing preflight."),
+            timeout_option,
+            json_option,
+        )):
+            command = option(command)
+        return deployment_options(command)  # listed first in --help, as they always were
+
+    return decorate
 
 
 def emit_json(data: Any) -> None:

@@ -11,9 +11,7 @@ import importlib
 import click
 
 from sparkdeploy import __version__
-from sparkdeploy.cli.common import run_cli
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+from sparkdeploy.cli.common import CONTEXT_SETTINGS, run_cli
 
 # name -> "module:attribute", in the order `--help` lists them. A new command is one line here.
 COMMANDS = {
@@ -47,7 +45,7 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
-@click.group(cls=LazyGroup, context_settings=CONTEXT)
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="sparkdeploy")
 def cli():
     """Serve models on clusters of NVIDIA DGX Spark machines.

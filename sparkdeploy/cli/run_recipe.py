@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.cli.common import deployment_options, emit_json, json_option, run_cli, timeout_option
+from sparkdeploy.cli.common import CONTEXT_SETTINGS, emit_json, run_cli, up_options
 from sparkdeploy.context import load_deployment
 from sparkdeploy.dryrun import as_text, describe
 
+DRY_RUN_HELP = ("Print, per node and in order, every file and command; connect to nothing, change nothing "
+                "(`up --dry-run` also reads the nodes' state).")
 
-def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json) -> None:
-    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node)
+
+def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics=None) -> None:
+    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
     desc = describe(dep)
     if as_json:
         emit_json(desc)
@@ -21,15 +24,13 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
         click.echo(as_text(desc), nl=False)
 
 
-@click.command("run-recipe")
+@click.command("run-recipe", context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe")
-@deployment_options
-@click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
-@click.option("--dry-run", is_flag=True, help="Print, per node and in order, every file and command; change nothing.")
-@timeout_option
-@json_option
-def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, timeout, as_json):
-    """Serve RECIPE on your Sparks with the recipe's default topology.
+@up_options(DRY_RUN_HELP)
+def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout,
+               as_json):
+    """Serve RECIPE on your Sparks with the recipe's default topology: `sparkdeploy up --recipe RECIPE`, with
+    up's options.
 
     \b
     Examples:
@@ -38,12 +39,13 @@ def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dr
       run-recipe qwen3-coder-30b-int4 --set vllm.max_model_len=32768
     """
     if dry_run:
-        print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json)
+        print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics)
         return
     from sparkdeploy.cli import up_cmd
 
     up_cmd.deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-                  recipes_dir=recipes_dir, node=node, as_json=as_json, timeout=timeout)
+                  recipes_dir=recipes_dir, node=node, as_json=as_json, timeout=timeout, metrics=metrics,
+                  pull_model=pull_model)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,6 +23,10 @@ def render_table(snapshot: dict, title: str):
     from rich.table import Table
     from rich.text import Text
 
+    from sparkdeploy.simulated import LABEL, NOTE, is_simulated
+
+    if snapshot.get("simulated"):
+        title = Text.assemble((f"{LABEL}: {NOTE}", "bold red"), "\n", title)
     table = Table(title=title, title_justify="left", caption=_caption(snapshot), caption_justify="left")
     columns = ["node", "engine", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "TTFT p50",
                "TTFT p95"]
@@ -36,7 +40,10 @@ def render_table(snapshot: dict, title: str):
             table.add_row(e["node"], e["container"], Text(f"unreachable: {e['error']}", style="red"),
                           *["" for _ in columns[3:]])
             continue
-        row = [e["node"], e["container"], _num(e.get("running"), ".0f"), _num(e.get("waiting"), ".0f"),
+        engine = Text(e["container"])
+        if is_simulated(e):  # a line of its own: a narrow terminal cuts the name, never the label
+            engine.append(f"\n{LABEL}", style="bold red")
+        row = [e["node"], engine, _num(e.get("running"), ".0f"), _num(e.get("waiting"), ".0f"),
                _num(e.get("kv_cache_usage"), ".1f", 100) + ("%" if e.get("kv_cache_usage") is not None else ""),
                _num(e.get("prompt_tokens_per_s"), ".1f"), _num(e.get("generation_tokens_per_s"), ".1f"),
                _seconds(e.get("ttft_p50_s")), _seconds(e.get("ttft_p95_s"))]

@@ -22,8 +22,7 @@ from rich.text import Text
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (Interrupt, Session, add_resources, apply_plan, clean_temp_files, gather_facts,
                                NodeLockHeld, hold_point, inventory_lock, node_locks)
-from sparkdeploy.cli.common import (DEFAULT_TIMEOUT_S, deployment_options, emit_json, inventory_option, json_option,
-                                    timeout_option)
+from sparkdeploy.cli.common import DEFAULT_TIMEOUT_S, emit_json, inventory_option, json_option, up_options
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
@@ -383,17 +382,7 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 
 @click.command("up")
 @recipe_option
-@deployment_options
-@click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head).")
-@click.option("--dry-run", is_flag=True, help="Read the nodes' state and print the plan; change nothing.")
-@click.option("--metrics/--no-metrics", default=None,
-              help="Also run Prometheus on the head node, scraping every engine and the proxy (default: the "
-                   "inventory's cluster.metrics; set it there to keep Prometheus on later runs).")
-@click.option("--pull-model", is_flag=True,
-              help="When the recipe's model is missing or incomplete on an engine node, pull it (download once "
-                   "on the head, copy over the fabric) instead of failing preflight.")
-@timeout_option
-@json_option
+@up_options()
 def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 

@@ -1,8 +1,15 @@
-"""Fixtures of the bench tests: stored results shaped like the seeds, a local tokenizer and corpus."""
+"""Fixtures of the bench tests: stored results shaped like the seeds, a local tokenizer and corpus, the real
+simulator (vllm-sim from the checkout) on localhost, and a real LiteLLM proxy in front of it."""
 
 from __future__ import annotations
 
+import os
 import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -48,3 +55,77 @@ def stored_results(tmp_path) -> Path:
 def bench_data(tmp_path_factory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("bench-data")
     return write_tokenizer(d / "tokenizer.json"), write_corpus(d / "corpus.txt")
+
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_DIR, LAUNCHER_DIR = REPO / "images" / "vllm-sim", REPO / "images" / "launcher"
+SIM_KEY = "sk-SIMbenchKEY314"
+SIM_MODEL = "openai/gpt-oss-120b"
+PROXY_KEY = "sk-PROXYmasterKEY271"
+PROXY_MODEL = "gpt-oss-lab"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(cmd: list, env: dict, log_path: Path, ready_url: str, timeout_s: float = 90.0) -> subprocess.Popen:
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(log_path.parent))
+    log.close()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            with urllib.request.urlopen(ready_url, timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{cmd[0]} did not become ready: {log_path.read_text()[-2000:]}"
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def sim(tmp_path):
+    """vllm-sim serving SIM_MODEL on localhost, started the way the sim's own tests start it: its /v1 base URL."""
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SIM_DIR), str(LAUNCHER_DIR)]),
+               VLLM_SIM_TIME_SCALE="0.2", VLLM_API_KEY=SIM_KEY)  # the key by environment, as vLLM takes it
+    proc = _start([sys.executable, "-m", "vllm_sim", "serve", SIM_MODEL, "--host", "127.0.0.1", "--port", str(port),
+                   "--max-model-len", "4096", "--max-num-batched-tokens", "32768", "--gpu-memory-utilization", "0.7",
+                   "--enforce-eager"], env, tmp_path / "sim.log", f"http://127.0.0.1:{port}/health", 60)
+    yield f"http://127.0.0.1:{port}/v1"
+    _stop(proc)
+
+
+@pytest.fixture
+def proxy(sim, tmp_path):
+    """The project's LiteLLM (.venv-litellm, scripts/setup.sh) in front of the sim, as 2xsolo runs it
+    (hosted_vllm/ provider): its /v1 base URL. Clients use PROXY_KEY and PROXY_MODEL."""
+    import yaml
+
+    litellm = REPO / ".venv-litellm" / "bin" / "litellm"
+    assert litellm.is_file(), f"{litellm} is missing: run `bash scripts/setup.sh`"
+    config = tmp_path / "litellm.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_list": [{"model_name": PROXY_MODEL, "litellm_params": {
+            "model": f"hosted_vllm/{SIM_MODEL}", "api_base": sim, "api_key": SIM_KEY}}],
+        "general_settings": {"master_key": PROXY_KEY}}))
+    port = free_port()
+    env = dict(os.environ, LITELLM_MASTER_KEY=PROXY_KEY, LITELLM_LOG="ERROR", NO_DOCS="True")
+    proc = _start([str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)], env,
+                  tmp_path / "litellm.log", f"http://127.0.0.1:{port}/health/liveliness", 120)
+    yield f"http://127.0.0.1:{port}/v1"
+    _stop(proc)

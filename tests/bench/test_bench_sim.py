@@ -3,62 +3,12 @@ tests start it, with the simulator's offline tokenizer and prompt corpus (the ru
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import pytest
+from tests.bench.conftest import SIM_KEY as KEY, SIM_MODEL as MODEL
 
 from sparkdeploy.bench.runner import BenchSettings, Endpoint, run_cell, sim_data_dir
 from sparkdeploy.bench.store import read_result
-
-REPO = Path(__file__).resolve().parents[2]
-SIM_DIR, LAUNCHER_DIR = REPO / "images" / "vllm-sim", REPO / "images" / "launcher"
-KEY = "sk-SIMbenchKEY314"
-MODEL = "openai/gpt-oss-120b"
-
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def sim(tmp_path):
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SIM_DIR), str(LAUNCHER_DIR)]),
-               VLLM_SIM_TIME_SCALE="0.2", VLLM_API_KEY=KEY)  # the key by environment, as vLLM takes it
-    log = open(tmp_path / "sim.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--host", "127.0.0.1", "--port",
-                             str(port), "--max-model-len", "4096", "--max-num-batched-tokens", "32768",
-                             "--gpu-memory-utilization", "0.7", "--enforce-eager"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, (tmp_path / "sim.log").read_text()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "the simulator did not become healthy"
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-    log.close()
-
 
 def test_llama_benchy_against_the_simulator(sim, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache stays in the test

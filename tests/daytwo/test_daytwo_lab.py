@@ -146,8 +146,10 @@ def test_top_once_json_while_requests_run(day2, secrets):
     snap = json.loads(r.stdout)
     engines = {e["node"]: e for e in snap["engines"]}
     assert set(engines) == {"spark1", "spark2"}
+    assert snap["simulated"] is True  # the lab's engines are vllm-sim: their /metrics say so
     for e in engines.values():
         assert e["error"] is None and e["kv_cache_usage"] is not None and e["running"] is not None
+        assert e["simulated"] is True
         assert e["ttft_p50_s"] is not None and e["ttft_p95_s"] >= e["ttft_p50_s"]
     assert sum(e["generation_tokens_per_s"] for e in engines.values()) > 0
     share = snap["request_share"]
@@ -155,6 +157,10 @@ def test_top_once_json_while_requests_run(day2, secrets):
     assert abs(sum(share.values()) - 1) < 1e-9
     table = sd("top", "-i", day2, "--once")
     assert table.returncode == 0 and "proxy share" in table.stdout and "spark2" in table.stdout
+    lines = table.stdout.splitlines()
+    rows = [n for n, line in enumerate(lines) if "spark1" in line or "spark2" in line]
+    assert len(rows) == 2 and all("│ SIMULATED " in lines[n + 1] for n in rows), table.stdout  # under each engine
+    assert lines[0].startswith("SIMULATED: vllm-sim stands in for the GPU"), table.stdout
 
 
 def test_prometheus_answers_promql_per_engine(day2, secrets):
