@@ -8,6 +8,7 @@ failed (exit 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from difflib import get_close_matches
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,10 @@ class StepFailed(SparkdeployError):
     """A step or check ran and failed."""
 
     exit_code = 1
+
+
+def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
+    """A name that is not among the known ones: one line with the closest names, or all of them."""
+    close = get_close_matches(name, known, n=3)
+    return ConfigError(Problem(kind, name, "not found", f"did you mean {', '.join(close)}?" if close else
+                               f"known: {', '.join(known)}"))

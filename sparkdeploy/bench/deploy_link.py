@@ -1,40 +1,26 @@
-"""The link to deploy: the endpoint of what is deployed now (`sparkdeploy status --json`), and bringing a topology
-up for a sweep (`sparkdeploy.cli.up_cmd.deploy`). Metadata comes from the rendered deployment (recipe, topology,
+"""The link to deploy: the endpoint of what is deployed now (sparkdeploy.deploy.status), and bringing a topology
+up for a sweep (sparkdeploy.deploy.up). Metadata comes from the rendered deployment (recipe, topology,
 backend, routing, image tag, vLLM version, simulated, nodes) and from status (image IDs of the containers).
 The proxy master key comes from the inventory's secrets file (or the environment) and stays in memory."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from sparkdeploy.bench.runner import Endpoint
+from sparkdeploy.deploy.down import remove
+from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.status import cluster_status
+from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 
 
-def status_json(inventory: str | None, timeout_s: float = 120.0) -> dict[str, Any]:
-    """`sparkdeploy status --json` (deploy's public contract), run as a child so its output stays its own."""
-    cmd = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "status", "--json"]
-    if inventory:
-        cmd += ["--inventory", str(inventory)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise StepFailed(f"`sparkdeploy status --json` did not answer within {timeout_s:.0f}s") from None
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        if "No such command 'status'" in (proc.stderr or ""):
-            raise ConfigError(Problem("sparkdeploy status", "", "deploy's status command is not available yet",
-                                      "pass --endpoint URL --model NAME")) from None
-        raise StepFailed(f"`sparkdeploy status --json` failed (exit {proc.returncode}): {tail[0]}") from None
-    return data
+def status_json(inventory: str | None) -> dict[str, Any]:
+    """What `sparkdeploy status --json` reports (deploy's public contract), read through the library."""
+    return cluster_status(inventory)
 
 
 def _engine_images(status: dict, field: str) -> dict[str, str]:
@@ -220,15 +206,12 @@ class Deployer:
         return self.sets + ((f"litellm.routing_strategy={routing}",) if routing else ())
 
     def __call__(self, topology: str, routing: str | None) -> Endpoint:
-        from sparkdeploy.cli import up_cmd
-
         sets = self.sets_for(routing)
         kwargs: dict[str, Any] = dict(recipe=self.recipe, topology=topology, inventory=self.inventory, sets=sets,
                                       recipes_dir=self.recipes_dir)
         if self.timeout_s:
             kwargs["timeout"] = self.timeout_s
-        with contextlib.redirect_stdout(sys.stderr):  # deploy's progress: stdout stays the sweep's (--json)
-            up_cmd.deploy(**kwargs)
+        deploy(reporter=Reporter(), **kwargs)  # its progress on stderr: stdout stays the sweep's (--json)
         try:
             status = status_json(self.inventory)
         except (StepFailed, ConfigError):
@@ -236,10 +219,4 @@ class Deployer:
         return endpoint_of(self.inventory, self.recipe, topology, None, sets, self.recipes_dir, status=status)
 
     def down(self) -> None:
-        from sparkdeploy.cli import up_cmd
-
-        cmd = getattr(up_cmd, "down", None)
-        if cmd is None:
-            return
-        with contextlib.redirect_stdout(sys.stderr):
-            cmd.main(args=["--inventory", str(self.inventory)] if self.inventory else [], standalone_mode=False)
+        remove(self.inventory, reporter=Reporter())

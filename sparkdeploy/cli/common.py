@@ -10,12 +10,12 @@ from typing import Any, Callable
 
 import click
 
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.userfile import redact
 
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
-DEFAULT_TIMEOUT_S = 1200.0  # loading a 65 GB model and compiling can take many minutes on a Spark
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
@@ -157,14 +157,6 @@ def _exit_now_if_stopping() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-
-
-def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
-    from difflib import get_close_matches
-
-    close = get_close_matches(name, known, n=3)
-    return ConfigError(Problem(kind, name, "not found", f"did you mean {', '.join(close)}?" if close else
-                               f"known: {', '.join(known)}"))
 
 
 def exit_with(code: int) -> None:

@@ -41,11 +41,10 @@ def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dr
     if dry_run:
         print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics)
         return
-    from sparkdeploy.cli import up_cmd
+    from sparkdeploy.cli.up_cmd import run_up  # the dry run above needs neither the pipeline nor rich
 
-    up_cmd.deploy(recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-                  recipes_dir=recipes_dir, node=node, as_json=as_json, timeout=timeout, metrics=metrics,
-                  pull_model=pull_model)
+    run_up(as_json, recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
+           recipes_dir=recipes_dir, node=node, timeout=timeout, metrics=metrics, pull_model=pull_model)
 
 
 def main(argv: list[str] | None = None) -> None:

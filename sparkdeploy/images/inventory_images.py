@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import StepFailed, no_such
 from sparkdeploy.images.archive import PARTIAL_LABEL
 from sparkdeploy.images.definitions import LABEL
 from sparkdeploy.images.layers import chain_ids
@@ -126,8 +126,6 @@ def select_nodes(inventory: Inventory, nodes=None) -> list[Node]:
     for item in nodes:
         name = item if isinstance(item, str) else item.name
         if name not in by_name:
-            from sparkdeploy.cli.common import no_such
-
             raise no_such("node", name, list(by_name))
         if by_name[name] not in chosen:
             chosen.append(by_name[name])

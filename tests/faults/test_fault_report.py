@@ -6,7 +6,7 @@ import threading
 import time
 
 from sparkdeploy.apply import HOLD_ENV, HOLD_UNTIL_ENV, Interrupt, hold_point
-from sparkdeploy.cli.up_cmd import _node_lines
+from sparkdeploy.deploy.up import _node_lines
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sparkdeploy import preflight
-from sparkdeploy.cli import up_cmd
+from sparkdeploy.deploy import up as up_pipeline
 from sparkdeploy.inventory import Node
 
 
@@ -38,12 +38,12 @@ def test_up_pushes_from_a_node_that_has_the_image_else_from_here(monkeypatch):
     nodes = [_node(f"spark{i}", i) for i in (1, 2, 3)]
     ref = "sparkdeploy/vllm-node:abc123"
     missing = [preflight.Check(n, "image", False, "missing", missing_image=ref) for n in ("spark2", "spark3")]
-    assert up_cmd._push_missing(_dep(nodes, ref), missing, out)
+    assert up_pipeline.push_missing(_dep(nodes, ref), missing, out)
     assert calls == [("from", ref, "spark1", ["spark2", "spark3"])]
 
     calls.clear()
     everyone = [preflight.Check(n.name, "image", False, "missing", missing_image=ref) for n in nodes]
-    assert up_cmd._push_missing(_dep(nodes, ref), everyone, out)
+    assert up_pipeline.push_missing(_dep(nodes, ref), everyone, out)
     assert calls == [("here", "vllm-node", ["spark1", "spark2", "spark3"])]
 
 

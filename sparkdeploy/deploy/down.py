@@ -1,0 +1,54 @@
+"""`down` as a library: remove what sparkdeploy created on every node it reaches, containers by label and files
+by the manifest's list; a node it cannot reach is named and the others are cleaned."""
+
+from __future__ import annotations
+
+from sparkdeploy.apply import Interrupt, Session, apply_plan, clean_temp_files, gather_facts, inventory_lock, node_locks
+from sparkdeploy.deploy.report import Reporter, plan_summary
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts import NodeFacts
+from sparkdeploy.inventory import load_inventory
+from sparkdeploy.plan import plan_down
+
+
+def remove(inventory: str | None = None, dry_run: bool = False, reporter: Reporter | None = None,
+           result: dict | None = None) -> dict:
+    """Plan and apply the removal on every reachable node; return the result (the `down --json` contract).
+    Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done."""
+    out = reporter if reporter is not None else Reporter()
+    result = result if result is not None else {}
+    inv = load_inventory(inventory)
+    result.update({"dry_run": dry_run, "ok": False, "unreachable": {}})
+    with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
+            node_locks(session, dry_run, out.warn):
+        facts = gather_facts(session, inv.nodes)
+        bad = {name: f for name, f in facts.items() if not isinstance(f, NodeFacts)}
+        good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}
+        result["unreachable"] = {name: str(err) for name, err in bad.items()}
+        no_docker = [name for name, f in good.items() if not f.docker_ok]
+        plan = plan_down([n for n in inv.nodes if n.name in good], good, inv.cluster.state_dir)
+        if dry_run:
+            out.dry_run(plan)
+        else:
+            apply_plan(session, plan, interrupt, say=out.progress if plan.changes else None)
+            if interrupt.set:
+                clean_temp_files(session, [n for n in inv.nodes if n.name in good])
+        result["steps"] = [s.as_dict() for s in plan.steps]
+        if not dry_run:
+            out.steps(plan, "down")
+        for name, err in bad.items():
+            out.line(f"{name}: UNREACHABLE, nothing removed there: {err}", "red")
+        for name in no_docker:
+            out.line(f"{name}: Docker does not answer: containers could not be listed ({good[name].docker_error})",
+                     "red")
+        if interrupt.set:
+            raise KeyboardInterrupt
+        problems = list(bad) + no_docker + sorted({s.node for s in plan.failed()})
+        if problems:
+            raise StepFailed(f"down incomplete on {', '.join(dict.fromkeys(problems))}; "
+                             f"{'the other nodes are clean' if len(problems) < len(inv.nodes) else 'nothing cleaned'}"
+                             "; run `sparkdeploy down` again once the node is back")
+        result["ok"] = True
+        if not dry_run:
+            out.line(plan_summary(plan) + ". Nothing of sparkdeploy's is left on " + ", ".join(good) + ".")
+    return result

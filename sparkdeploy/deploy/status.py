@@ -1,0 +1,108 @@
+"""`status` as a library: per node our containers, image, uptime, health (asked of each endpoint), restarts and
+last exit, and the deployment the nodes' manifests describe."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sparkdeploy import crashes, health
+from sparkdeploy.apply import Session, gather_facts
+from sparkdeploy.facts import NodeFacts
+from sparkdeploy.inventory import load_inventory
+from sparkdeploy.remote import on_nodes
+
+
+def cluster_status(inventory: str | None = None) -> dict:
+    """What runs on every node of the inventory (the `status --json` contract); a node that cannot be reached is
+    listed with `reachable: false` and its error."""
+    inv = load_inventory(inventory)
+    with Session.open(inv) as session:
+        facts = gather_facts(session, inv.nodes)
+        histories = _histories(session, inv, facts)
+    nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
+    deployments = [n["deployment"] for n in nodes if n.get("deployment")]
+    head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
+    dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)
+    all_containers = [c for n in nodes for c in n["containers"]]
+    data = {
+        "inventory": inv.source,
+        "deployed": bool(all_containers),
+        "recipe": dep_info.get("recipe") if dep_info else None,
+        "topology": dep_info.get("topology") if dep_info else None,
+        "backend": dep_info.get("backend") if dep_info else None,
+        "model": dep_info.get("model") if dep_info else None,
+        "endpoint": dep_info.get("endpoint") if dep_info else None,
+        "metrics_url": _metrics_url(inv, facts),
+        "healthy": bool(all_containers) and all(c["running"] and (c["health"] is None or c["health"]["ok"])
+                                                for c in all_containers),
+        "nodes": nodes,
+    }
+    return data
+
+
+def _probe(url: str) -> dict:
+    try:
+        code, _ = health.http_get(url, time.monotonic() + 3.0)
+        return {"url": url, "ok": code == 200, "detail": f"HTTP {code}"}
+    except Exception as exc:  # unreachable endpoint: report it, never fail status on it
+        reason = getattr(exc, "reason", exc)
+        return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
+
+
+def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
+    """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read."""
+    entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
+    if not isinstance(f, NodeFacts):
+        entry.update(reachable=False, error=str(f), containers=[], files=[])
+        return entry
+    manifest = f.manifest or {}
+    health_ports = {c.get("name"): (c.get("health_port"), c.get("role")) for c in manifest.get("containers") or []
+                    if isinstance(c, dict)}
+    containers = []
+    for c in f.containers:
+        port, role = health_ports.get(c.name, (None, c.role))
+        probe = None
+        if port and c.running:
+            path = "/health/liveliness" if (role or c.role) == "proxy" else "/health"
+            probe = _probe(f"http://{node.url_host}:{port}{path}")
+        containers.append({
+            "name": c.name, "role": c.role, "recipe": c.recipe, "topology": c.topology,
+            "backend": c.label("backend") or None, "state": c.status, "running": c.running,
+            "started_at": c.started_at, "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
+            "restarts": c.restarts, "image": c.image_ref, "image_id": c.image_id, "config_hash": c.config_hash,
+            "health": probe,
+            **_crash_fields(history, c.name),
+        })
+    entry.update(reachable=True, docker=f.docker_ok, error=f.docker_error or None, containers=containers,
+                 files=list(f.manifest_files), deployment={k: manifest.get(k) for k in
+                                                           ("recipe", "topology", "backend", "model", "endpoint")}
+                 if manifest else None)
+    return entry
+
+
+def _crash_fields(history, name: str) -> dict:
+    h = history.containers.get(name) if history is not None else None
+    if h is None:
+        return {"last_exit": None, "crashes": "-"}
+    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
+
+
+def _metrics_url(inv, facts: dict) -> str | None:
+    """Prometheus' URL when its container (role metrics) runs: the head node's management IP and its port."""
+    for node in inv.nodes:
+        f = facts.get(node.name)
+        if not isinstance(f, NodeFacts):
+            continue
+        listed = (f.manifest or {}).get("containers") or []
+        ports = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
+        for c in f.containers:
+            if c.role == "metrics" and c.running and ports.get(c.name):
+                return f"http://{node.url_host}:{ports[c.name][0]}"
+    return None
+
+
+def _histories(session: Session, inv, facts: dict) -> dict:
+    """Each reachable node's container history (crashes.read); a node where it fails just shows none."""
+    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]
+    return {o.node.name: o.value for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n))) if o.ok}

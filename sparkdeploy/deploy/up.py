@@ -1,0 +1,263 @@
+"""`up` as a library: render -> facts (read-only, every node in parallel) -> preflight (any failure: nothing
+changes; a missing image is pushed first, from a node that has it when one does) -> plan (files by sha256,
+containers by config-hash label, image by ID) -> apply -> health gate (a real one-token completion).
+
+After a Ctrl-C or a failure every node gets one line saying what happened there; the next `up` converges."""
+
+from __future__ import annotations
+
+
+from sparkdeploy import health, preflight
+from sparkdeploy.apply import (Interrupt, NodeLockHeld, Session, add_resources, apply_plan, clean_temp_files,
+                               gather_facts, hold_point, inventory_lock, node_locks)
+from sparkdeploy.context import load_deployment
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
+from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
+from sparkdeploy.deployment import Deployment
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts import NodeFacts
+from sparkdeploy.images import push, push_from
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.models import up_check
+from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
+from sparkdeploy.secrets import refuse_missing
+
+def simulated(dep: Deployment) -> bool:
+    try:
+        return load_definition(preflight.image_definition_name(dep.image_tag)).simulated
+    except Exception:  # an unknown definition is reported elsewhere; assume real hardware (stricter checks)
+        return False
+
+
+def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, pushed: list | None = None) -> bool:
+    """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
+    When a node of the deployment has it (an image built there), it goes from that node over the fabric.
+    `pushed` gets one entry per image: where from, what each node got (`up --json` reports it)."""
+    missing: dict[str, set[str]] = {}
+    for c in checks:
+        if c.missing_image:
+            missing.setdefault(c.missing_image, set()).add(c.node)
+    for ref, node_names in sorted(missing.items()):
+        name = preflight.image_definition_name(ref)
+        targets = [dep.inventory.node(n) for n in sorted(node_names)]
+        holders = [nd.node for nd in dep.nodes if nd.node.name not in node_names
+                   and ref in {c.image for c in nd.containers}]  # its image check passed: it has the image
+        received = None
+        if holders:
+            out.progress(f"pushing image {ref} from {holders[0].name} to {', '.join(sorted(node_names))} "
+                         f"over the fabric")
+            _plan, outcomes, received = push_from.push_from_node(ref, dep.inventory, holders[0], targets)
+        else:
+            out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
+            outcomes = push.push_image(name, dep.inventory, targets)
+        for o in outcomes:
+            if not o.ok:
+                out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
+        if pushed is not None:
+            # bytes_through_this_machine: from a node, the progress and result lines only (None: sent from here)
+            pushed.append({"image": ref, "from": holders[0].name if holders else None,
+                           "bytes_through_this_machine": received,
+                           "nodes": [dict(o.value.as_dict(), ok=True) if o.ok else
+                                     {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes]})
+    return bool(missing)
+
+
+def _starting(dep: Deployment, facts: dict) -> set[str]:
+    """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
+    if all(isinstance(f, NodeFacts) for f in facts.values()):
+        plan = plan_deployment(dep, facts)
+        return {s.node for s in plan.steps if s.kind == "start-container" and s.change}
+    return {nd.node.name for nd in dep.nodes}
+
+
+def _images_for(dep: Deployment):
+    wanted = {nd.node.name: sorted({c.image for c in nd.containers}) for nd in dep.nodes}
+    return lambda node: wanted.get(node.name, [])
+
+
+def deploy(recipe: str | None = None, topology: str | None = None, backend: str | None = None,
+           inventory: str | None = None, sets=(), recipes_dir: str | None = None, node: str | None = None,
+           dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S, metrics: bool | None = None,
+           pull_model: bool = False, reporter: Reporter | None = None, result: dict | None = None) -> dict:
+    """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract,
+    masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done so far.
+    metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
+    out = reporter if reporter is not None else Reporter()
+    result = result if result is not None else {}
+    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
+    if not dry_run:
+        refuse_missing(dep.secrets)
+    if dep.proxied:
+        dep.secrets.require("LITELLM_MASTER_KEY", f"the {dep.topology} proxy's master key")
+    out.use_mask(dep.secrets.mask)
+    result.update({"recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None,
+                              "image": dep.image_tag, "endpoint": dep.endpoint, "backends": dep.backends,
+                              "metrics_url": dep.metrics_url,
+                              "dry_run": dry_run, "ok": False})
+    for w in dep.warnings:
+        out.warn(w)
+    is_simulated = simulated(dep)
+    inv = dep.inventory
+    try:
+        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
+                node_locks(session, dry_run, out.warn):
+            _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
+    except NodeLockHeld as exc:
+        for line in exc.lines:
+            out.line(line, "red")
+        raise
+    finally:
+        result.update(mask_data(dep.secrets.mask, result))
+    return result
+
+
+def _node_lines(inv, seen: dict, why: str) -> list[str]:
+    """After a Ctrl-C or a failure: one line per node saying what happened there (the table has the steps)."""
+    facts, plan, gate = seen.get("facts"), seen.get("plan"), seen.get("gate")
+    lines = []
+    for node in inv.nodes:
+        name = f"{node.name} ({node.mgmt_ip})"
+        f = (facts or {}).get(node.name)
+        if isinstance(f, Exception):
+            lines.append(f"{name}: UNREACHABLE, nothing changed here: {f}")
+            continue
+        np = next((n for n in plan.nodes if n.node.name == node.name), None) if plan else None
+        if np is None:
+            lines.append(f"{name}: {why}; nothing changed here")
+            continue
+        done = [s for s in np.steps if s.status == CHANGED]
+        failed = [s for s in np.steps if s.status == FAILED]
+        skipped = [s for s in np.steps if s.status == SKIPPED]
+        if failed:
+            lines.append(f"{name}: FAILED at {failed[0].label}: {failed[0].detail}; {len(done)} change(s) made "
+                         f"before it, {len(skipped)} not done")
+        elif skipped:
+            lines.append(f"{name}: {why}: {len(done)} change(s) made, {len(skipped)} not done "
+                         f"(next: {skipped[0].label})")
+        else:
+            dead = [d for d in (gate.dead if gate is not None else []) if d.startswith(f"{node.name} ")]
+            lines.append(f"{name}: every step applied ({len(done)} changed)"
+                         + (f"; then {', '.join(dead)}" if dead else f"; {why}" if gate is not None else ""))
+    return lines
+
+
+def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Reporter, result: dict, dry_run: bool,
+            timeout: float, simulated: bool, pull_model: bool = False) -> None:
+    seen: dict = {}
+    try:
+        _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
+    except (KeyboardInterrupt, StepFailed) as exc:
+        if not dry_run:
+            why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
+            if "gate" in seen:
+                why = "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else \
+                    "health gate failed"
+            elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
+                why = "preflight failed"
+            for line in _node_lines(dep.inventory, seen, why):
+                out.line(line, "red")
+        raise
+
+
+def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: Reporter, result: dict, dry_run: bool,
+                  timeout: float, simulated: bool, seen: dict, pull_model: bool = False) -> None:
+    inv = dep.inventory
+    images_for = _images_for(dep)
+    model_id = dep.recipe.recipe.model
+
+    hold_point("connect", interrupt)  # connected and locked on every node; nothing read yet
+    if interrupt.set:
+        raise KeyboardInterrupt
+    out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
+
+    def read() -> dict:
+        facts = gather_facts(session, inv.nodes, images_for)
+        add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
+        return facts
+
+    facts = seen["facts"] = read()
+    hold_point("preflight", interrupt)
+    checks = preflight.run(dep, facts, simulated)
+    failed = preflight.failures(checks)
+    if failed and not dry_run and all(c.missing_image for c in failed) and \
+            push_missing(dep, failed, out, result.setdefault("pushed", [])):
+        facts = seen["facts"] = read()
+        checks = preflight.run(dep, facts, simulated)
+        failed = preflight.failures(checks)
+    if not failed:  # the recipe's model, complete and verified on every engine node (models/up_check.py)
+        model_checks = up_check.checks(dep, session.conns, simulated)
+        if preflight.failures(model_checks) and pull_model and not dry_run:
+            up_check.pull(dep, session.conns, out.progress)
+            model_checks = up_check.checks(dep, session.conns, simulated)
+        checks += model_checks
+        failed = preflight.failures(checks)
+    result["preflight"] = [c.as_dict() for c in checks]
+    if interrupt.set:
+        raise KeyboardInterrupt
+    if failed:
+        out.preflight(checks)
+        first = failed[0]
+        nodes = sorted({c.node for c in failed})
+        plan = None
+        if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
+            plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+            result["steps"] = [s.as_dict() for s in plan.steps]
+            out.dry_run(plan)
+        raise StepFailed(f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
+                         f"{first.name}: {first.detail}" + (f"; fix: {first.fix}" if first.fix else "") +
+                         "). Nothing was changed on any node.")
+    out.progress(f"preflight: {len(checks)} checks passed")
+
+    plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+    if dry_run:
+        out.preflight(checks)
+        out.dry_run(plan)
+        result["steps"] = [s.as_dict() for s in plan.steps]
+        result["changes"] = plan.changes
+        result["ok"] = True
+        return
+
+    seen["plan"] = plan
+    apply_plan(session, plan, interrupt, dep.secrets.mask, out.progress if plan.changes else None)
+    counts = plan.counts()
+    result["steps"] = [s.as_dict() for s in plan.steps]
+    result["changed"] = counts[CHANGED]
+    result["counts"] = counts
+    out.steps(plan, f"{dep.recipe.name} / {dep.topology}" + (f" / {dep.backend}" if dep.backend else ""))
+    if interrupt.set:
+        clean_temp_files(session, inv.nodes)
+        raise KeyboardInterrupt
+    if plan.failed():
+        s = plan.failed()[0]
+        where = ("no container was started on any node. " if s.phase == 1 else
+                 "the other nodes finished their steps (see the table). ")
+        raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
+                         "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
+
+    started = any(s.kind == "start-container" and s.status == CHANGED for s in plan.steps)
+    out.progress(f"health gate (timeout {timeout:g} s)")
+    hold_point("health", interrupt)
+    gate = health.wait_healthy(dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress,
+                               states_known_running=not started)
+    seen["gate"] = gate
+    result["health"] = gate.as_dict()
+    if interrupt.set:
+        out.warn("interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
+                 "wait for health (it changes nothing), or `sparkdeploy down`")
+        raise KeyboardInterrupt
+    if not gate.ok:
+        gate.logs = health.collect_logs(dep, session.conns)
+        result["health"] = gate.as_dict()
+        for node_name, per in gate.logs.items():
+            for cname, text in per.items():
+                out.line(f"--- {node_name} {cname}: last {health.LOG_TAIL} log lines ---", "bold")
+                out.line(text)
+        raise StepFailed(f"health gate failed: {gate.reason}")
+    result["ok"] = True
+    out.line(plan_summary(plan))
+    out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
+    if dep.backends:
+        out.line(f"backends: {', '.join(dep.backends)}")
+    if dep.metrics_url:
+        scraped = "every engine and the proxy" if dep.backends else "every engine"
+        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
