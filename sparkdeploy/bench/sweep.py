@@ -19,10 +19,10 @@ from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
+from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
-TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
 ROUTINGS = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
             "latency-based-routing", "cost-based-routing")
 DEPLOY_ESTIMATE_S = 90.0  # before the first deploy was timed

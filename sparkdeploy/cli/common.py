@@ -39,13 +39,42 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 set_option = click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE",
     help="Override any recipe field, e.g. --set vllm.max_model_len=8192 (repeatable; YAML values).")
+class RegistryChoice(click.Choice):
+    """A choice among the names of a registry, read when first needed (--help or a value to check), so commands that
+    never take the option do not pay for importing the registry."""
+
+    def __init__(self, names: Callable[[], list[str]]):
+        super().__init__([])
+        self._names = names
+
+    @property  # type: ignore[override]
+    def choices(self):
+        return self._names()
+
+    @choices.setter
+    def choices(self, _value):
+        pass
+
+
+def _topologies() -> list[str]:
+    from sparkdeploy.topologies import REGISTRY  # pydantic and the renderer: only for commands taking --topology
+
+    return list(REGISTRY)
+
+
+def _backends() -> list[str]:
+    from sparkdeploy.topologies import REGISTRY
+
+    return list(dict.fromkeys(b for t in REGISTRY.values() for b in t.backends))
+
+
 topology_option = click.option(
-    "--topology", "-t", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]), default=None,
+    "--topology", "-t", type=RegistryChoice(_topologies), default=None,
     help="solo: one node; cluster: one engine over every node (TP=N, or --tp k with PP=N/k); 2xsolo: one engine "
          "per node behind LiteLLM; replicas: N/k engines of TP=k behind LiteLLM (--tp, default 2). "
          "Default: the recipe's default_topology.")
 backend_option = click.option(
-    "--backend", "-b", type=click.Choice(["ray", "torchrun", "native"]), default=None,
+    "--backend", "-b", type=RegistryChoice(_backends), default=None,
     help="How cluster and replicas launch their ranks (default: the recipe's cluster_backend).")
 tp_option = click.option(
     "--tp", "tp", type=click.IntRange(1, 64), default=None, metavar="K",

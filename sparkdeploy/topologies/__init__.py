@@ -1,7 +1,8 @@
 """Topologies, registered in one place: each turns inventory + resolved recipe into files and containers per node.
 
-Adding one is one module with a `build(ctx) -> list[NodeDeployment]` function, registered in REGISTRY below
-with the fewest nodes it needs.
+Adding one is one module with a `build(ctx) -> (nodes, endpoint, backend URLs)` function, registered in REGISTRY
+below as a Topology with the fewest nodes it needs and the backends it launches with (and its name added to
+recipes.TOPOLOGIES, which the recipe schema validates against). The CLI's --topology and --backend read REGISTRY.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import cluster, replicas, solo, twosolo
 from sparkdeploy.topologies.base import Context
@@ -21,18 +22,23 @@ from sparkdeploy.topologies.base import Context
 
 @dataclass(frozen=True)
 class Topology:
+    name: str
+    # (nodes, endpoint, backend URLs) for one recipe on one inventory
     build: Callable[[Context], tuple[list[NodeDeployment], str, list[str]]]
     # cluster and replicas split one engine over nodes; 2xsolo is one engine per node behind a proxy: on one node
     # it would be solo with a proxy in front, so it is refused with the fix (solo) rather than quietly served.
     min_nodes: int = 1
+    backends: tuple[str, ...] = ()  # how its ranks are launched (--backend); none for one-node engines
 
 
-REGISTRY: dict[str, Topology] = {
-    "solo": Topology(solo.build),
-    "cluster": Topology(cluster.build, min_nodes=2),
-    "2xsolo": Topology(twosolo.build, min_nodes=2),
-    "replicas": Topology(replicas.build, min_nodes=2),
-}
+REGISTRY: dict[str, Topology] = {t.name: t for t in (
+    Topology("solo", solo.build),
+    Topology("cluster", cluster.build, min_nodes=2, backends=BACKENDS),
+    Topology("2xsolo", twosolo.build, min_nodes=2),
+    Topology("replicas", replicas.build, min_nodes=2, backends=BACKENDS),
+)}
+# The recipe schema names the same topologies (recipes.py cannot import this package: it is imported here).
+assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 
 def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Secrets,
