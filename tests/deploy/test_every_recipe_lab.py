@@ -38,8 +38,8 @@ DEPLOYED_ELSEWHERE = {
 }
 REPLICAS = (  # why replicas is not deployed here
     "replicas is listed by no recipe (a cluster recipe may run it): it pairs nodes into TP=2 engines behind "
-            "the proxy, so two engines need four nodes; on this two-node lab it would be the cluster engine deployed "
-            "here behind the 2xsolo proxy. The four-node replicas runs in tests/multinode/test_four_nodes_lab.py")
+    "the proxy, so two engines need four nodes; on this two-node lab it would be the cluster engine deployed "
+    "here behind the 2xsolo proxy. The four-node replicas runs in tests/multinode/test_four_nodes_lab.py")
 
 
 def cases() -> list:
