@@ -24,6 +24,7 @@ from typing import Any
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
 from sparkdeploy.simulated import LABEL, any_simulated
 
 OBJECTIVES = {
@@ -93,7 +94,7 @@ class Advice:
 
     @property
     def topology(self) -> str:
-        return "2xsolo" if self.best.variant.startswith("2xsolo") else self.best.variant
+        return topology_of(self.best.variant)
 
     def to_json(self) -> dict:
         b = self.best
@@ -164,36 +165,65 @@ def nodes_of(results: list[Result]) -> int:
 
 
 def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int,
-              gen_tokens: int) -> tuple[list[Result], dict] | None:
-    dirs = [d for d in (results_dirs or []) if Path(d).exists()]
+              gen_tokens: int) -> tuple[list[Result] | None, dict | str]:
+    """(results, source) of the user's own measurements closest to the shape asked about, or (None, why they
+    cannot answer), so the fallback to the seeds can say why."""
+    asked = [str(d) for d in results_dirs or []]
+    dirs = [d for d in asked if Path(d).exists()]
     if not dirs:
-        return None
+        return None, (f"no results folder at {', '.join(asked)}" if asked else "no results folder given")
     results, _ = load_results(dirs)
+    where = ", ".join(str(d) for d in dirs)
     if recipe:
+        others = sorted({r.recipe for r in results if r.recipe != recipe})
         results = [r for r in results if r.recipe == recipe]
+        if not results:
+            return None, (f"{where} holds no results of {recipe}" +
+                          (f" (it holds {', '.join(others)})" if others else ""))
     if not results:
-        return None
+        return None, f"{where} holds no results"
     # the measured shape closest to the one asked about
     shapes = sorted({(r.recipe, r.pp, r.tg) for r in results},
                     key=lambda s: (abs(math.log(s[1] / prompt_tokens)) + abs(math.log(s[2] / gen_tokens))))
     recipe_, pp, tg = shapes[0]
     chosen = [r for r in results if (r.recipe, r.pp, r.tg) == (recipe_, pp, tg)]
-    if len({r.variant for r in chosen}) < 2:
-        return None
+    variants = sorted({r.variant for r in chosen})
+    if len(variants) < 2:
+        return None, (f"{where} holds {recipe_} (pp{pp}/tg{tg}) measured on one topology only "
+                      f"({variant_label(variants[0])}): a comparison needs two")
     dates = sorted(str(r.metadata.get("date", ""))[:10] for r in chosen if r.metadata.get("date"))
     simulated = any_simulated(r.metadata for r in chosen)
     return chosen, {"kind": "measured", "recipe": recipe_, "pp": pp, "tg": tg, "files": len(chosen),
                     "dirs": [str(d) for d in dirs], "dates": [dates[0], dates[-1]] if dates else [],
                     "simulated": simulated,
-                    "description": f"measured results for {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
-                                   f"{', '.join(str(d) for d in dirs)})" + (f" — {LABEL} engine" if simulated else "")}
+                    "description": f"your measurements of {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
+                                   f"{where})" + (f" — {LABEL} engine" if simulated else "")}
+
+
+def accepted_topologies(recipe: str | None, recipes_dir: str | None = None) -> tuple[set[str] | None, list[str]]:
+    """The topologies `up` accepts for the recipe (recipes.resolve is the judge, as in `up`), and one line per
+    topology it refuses with its reason; (None, []) without a recipe."""
+    if not recipe:
+        return None, []
+    load_recipe(recipe, recipes_dir)  # an unknown recipe is refused as `up` refuses it, not as "no topology"
+    accepted, refused = set(), []
+    for topology in TOPOLOGIES:
+        try:
+            resolve(recipe, topology, recipes_dir=recipes_dir)
+            accepted.add(topology)
+        except ConfigError as exc:
+            refused.append(f"{topology}: {exc.problems[0].message}")
+    return accepted, refused
+
+
+def topology_of(variant: str) -> str:
+    """2xsolo-<routing> -> 2xsolo; the others are their topology."""
+    return "2xsolo" if variant.startswith("2xsolo") else variant
 
 
 def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tuple[int, str]:
     if recipe:
         try:
-            from sparkdeploy.recipes import load_recipe
-
             r, path, _ = load_recipe(recipe, recipes_dir)
             value = getattr(r.vllm, "max_num_batched_tokens", None)
             if value:
@@ -234,25 +264,39 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     if objective not in OBJECTIVES:
         raise ConfigError(Problem("--objective", objective, "unknown", f"use {', '.join(OBJECTIVES)}"))
     notes: list[str] = []
-    measured = _measured(results_dirs, recipe, prompt_tokens, gen_tokens)
-    if measured:
-        results, source = measured
+    measured, source_or_why = _measured(results_dirs, recipe, prompt_tokens, gen_tokens)
+    if measured is not None:
+        results, source = measured, source_or_why
     else:
         ref = seed_reference()
         results = ref.results
         source = {"kind": "reference", "recipe": ref.recipe, "pp": ref.pp, "tg": ref.tg,
-                  "description": ref.describe(), "source": ref.source["files"]}
+                  "description": ref.describe(), "source": ref.source["files"], "why": source_or_why}
+        notes.append(f"using the seeds' measurements of {ref.recipe}: {source_or_why}")
         if recipe and recipe != ref.recipe:
-            notes.append(f"no measurements of {recipe} here: the reference is {ref.recipe}'s (a sparse MoE that "
-                         "fits one node); run `sparkdeploy bench sweep --recipe " + recipe + "` for its own numbers")
+            notes.append(f"the seeds measured {ref.recipe} (a sparse MoE that fits one node), not {recipe}; run "
+                         f"`sparkdeploy bench sweep --recipe {recipe}` for its own numbers")
     ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
     if len(ests) < 2:
         raise ConfigError(Problem("advise", "", "fewer than two topologies measured", "run a sweep first"))
+    accepted, refused = accepted_topologies(recipe, recipes_dir)
+    if accepted is not None:
+        measured_topologies = {topology_of(e.variant) for e in ests}
+        ests = [e for e in ests if topology_of(e.variant) in accepted]
+        left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
+        if left_out:
+            notes.append(f"not ranked, `up` refuses them for {recipe}: " + "; ".join(left_out))
+        if not ests:
+            raise ConfigError(Problem("advise", recipe or "", "none of the measured topologies is one `up` accepts "
+                                      f"for this recipe ({', '.join(sorted(accepted))})",
+                                      f"run `sparkdeploy bench sweep --recipe {recipe}`"))
     ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
     advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
                     ranking, by_obj, notes=notes)
-    advice.engines, advice.nodes = engines_of(results), nodes_of(results)
+    ranked = {e.variant for e in ranking}
+    advice.engines = {v: e for v, e in engines_of(results).items() if v in ranked}
+    advice.nodes = nodes_of(results)
     advice.reasons = explain(advice, recipe, recipes_dir)
     advice.backend, note = serving_backend(recipe, recipes_dir)
     if note and advice.topology == "cluster":
@@ -271,10 +315,14 @@ def _pct(a: float, b: float) -> str:
 
 def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]:
     best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
-    second = ranking[1]
+    second = ranking[1] if len(ranking) > 1 else None
     lb = a.label
     reasons = []
-    if a.objective == "latency":
+    if second is None:  # the recipe leaves one topology: nothing to weigh it against
+        reasons.append(f"{lb(best.variant)} is the only measured topology `up` accepts for {recipe}. At c{n}: "
+                       f"{best.request_s:.2f} s per request (TTFT {best.ttft_ms:.0f} ms, decode "
+                       f"{best.decode_tps:.1f} t/s in total).")
+    elif a.objective == "latency":
         reasons.append(
             f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
             f"(TTFT {best.ttft_ms:.0f} ms + {a.gen_tokens - 1} tokens at {best.decode_tps / n:.1f} t/s each) vs "
@@ -293,17 +341,17 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     est = {e.variant: e for e in ranking}
     mnbt, where = max_batched_tokens(recipe, recipes_dir)
     k = max(mnbt // p, 1)
-    shared = sorted({e for e in a.engines.values() if e > 1}) or [2]
+    shared = sorted({e for e in a.engines.values() if e > 1})
     if n > k:
         parts = []
         for e in shared:
             per = math.ceil(n / e)
-            who = " and ".join(lb(v) for v, x in sorted(a.engines.items()) if x == e) or "2xsolo"
+            who = " and ".join(lb(v) for v, x in sorted(a.engines.items()) if x == e)
             parts.append(f"{who} ({e} engines) gives each ~{per}" + (", which fits one step" if per <= k else
                                                                     f" ({math.ceil(per / k)} steps)"))
         reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
                        f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
-                       f"steps, the rest queue and TTFT grows; " + "; ".join(parts) + ".")
+                       f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + ".")
     else:
         reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
                        f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology.")

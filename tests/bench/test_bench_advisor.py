@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.bench.conftest import make_results
 
-from sparkdeploy.bench.advisor import advise
+from sparkdeploy.bench.advisor import advise, topology_of
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import save_result
+from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes import resolve
 
 
 def test_reference_data_is_the_seeds_tables():
@@ -71,9 +75,44 @@ def test_measured_results_take_precedence(tmp_path):
     a = advise(64, recipe="openai-gpt-oss-120b", results_dirs=[str(d)])
     assert a.source["kind"] == "measured" and a.source["simulated"] is True
     assert a.topology == "solo"
-    # results of another recipe do not count: back to the reference
-    b = advise(64, recipe="other-recipe", results_dirs=[str(d)])
-    assert b.source["kind"] == "reference" and any("no measurements of other-recipe" in n for n in b.notes)
+    # results of another recipe do not count: back to the reference, saying why
+    b = advise(64, recipe="qwen3-coder-30b-int4", results_dirs=[str(d)])
+    assert b.source["kind"] == "reference"
+    assert any(f"{d} holds no results of qwen3-coder-30b-int4 (it holds openai-gpt-oss-120b)" in n for n in b.notes)
+
+
+def test_one_measured_topology_falls_back_to_the_seeds_and_says_so(tmp_path):
+    d = tmp_path / "measured"
+    for r in make_results():
+        if r.variant == "cluster":
+            save_result(r, d)
+    a = advise(8, recipe="openai-gpt-oss-120b", results_dirs=[str(d)])
+    assert a.source["kind"] == "reference"
+    assert any("using the seeds' measurements" in n and "measured on one topology only (Cluster TP=2)" in n
+               for n in a.notes), a.notes
+
+
+@pytest.mark.parametrize("recipe,refused", [("llama-3.3-70b-instruct", {"solo", "2xsolo"}),
+                                            ("qwen3.5-397b-int4-autoround", {"solo", "2xsolo"})])
+def test_advise_recommends_only_what_up_accepts_for_the_recipe(recipe, refused, cli):
+    for n in (1, 8, 64, 256):
+        a = advise(n, recipe=recipe)
+        ranked = {topology_of(e.variant) for e in a.ranking}
+        assert not ranked & refused, (n, ranked)
+        assert a.topology == "cluster"
+        assert any("not ranked, `up` refuses them" in note and "2xsolo:" in note for note in a.notes), a.notes
+    # the command it prints is one `up` accepts (resolve is what `up` asks)
+    code, out, err = cli("advise", "-c", "64", "-r", recipe, "--json")
+    assert code == 0, err
+    assert json.loads(out)["command"] == f"sparkdeploy up --recipe {recipe} --topology cluster"
+    assert resolve(recipe, "cluster").topology == "cluster"
+    with pytest.raises(ConfigError):
+        resolve(recipe, "2xsolo")
+
+
+def test_advise_an_unknown_recipe_is_refused_like_up_refuses_it():
+    with pytest.raises(ConfigError, match="no such recipe"):
+        advise(8, recipe="no-such-recipe")
 
 
 def test_advise_cli_json(cli, tmp_path, monkeypatch):
