@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import StepFailed, no_such
-from sparkdeploy.images.archive import PARTIAL_LABEL
+from sparkdeploy.nodeside.archive import PARTIAL_LABEL
 from sparkdeploy.images.definitions import LABEL
-from sparkdeploy.images.layers import chain_ids
+from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 

@@ -39,10 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.images import archive
+from sparkdeploy.nodeside import archive
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
-from sparkdeploy.images.layer_store import LayerMismatch, LayerStore, open_store
-from sparkdeploy.images.layers import chain_ids, estimate_bytes, missing_layers
+from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
+from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store

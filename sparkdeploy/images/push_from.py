@@ -8,11 +8,11 @@ machine only orchestrates; the image bytes go node to node:
    layers they lack, after a free-space check (2x the archive the chain carries) before the first byte;
 2. make sure each sender of the chain may SSH to its receiver over the fabric with host keys checked
    (peers.ensure_plan_trust: per-node key, from= the sender's fabric IP, host keys pinned by fabric IP);
-3. start node_source on the source node (python3, shipped as text with layers.py: sparkdeploy need not be
-   installed there): `docker save`, filtered to the layers any target lacks, under a temporary tag,
-   compressed, into a peer ssh to the first target's fabric IP, where node_relay loads it and forwards it to
-   the next target as it arrives (peers.transfer_plan: a chain, so the source sends each byte once whatever N
-   is). Only progress lines (node, bytes) and one result line per node come back to this machine;
+3. start nodeside's push-source on the source node (its python3; the package's push bundle shipped whole,
+   nodeside/ship.py): `docker save`, filtered to the layers any target lacks, under a temporary tag,
+   compressed, into a peer ssh to the first target's fabric IP, where nodeside's relay loads it and forwards
+   it to the next target as it arrives (peers.transfer_plan: a chain, so the source sends each byte once
+   whatever N is). Only progress lines (node, bytes) and one result line per node come back to this machine;
 4. on every target, check the loaded image ID against the source's, and only then move the tag (push.py's
    finalize): a cut or failed load moves no tag.
 
@@ -30,23 +30,23 @@ import shlex
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_argv, load_failure
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images
-from sparkdeploy.images.layers import estimate_bytes
-from sparkdeploy.images.node_relay import PROGRESS, RESULT, encode
 from sparkdeploy.images.push import (INCOMING_REPO, NodePlan, PushResult, SourceImage, _finalize, _tag_existing,
                                      node_outcomes, plan_node)
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.store_stream import BATCH_BYTES
 from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.nodeside import ship
+from sparkdeploy.nodeside.layers import estimate_bytes
+from sparkdeploy.nodeside.relay import PROGRESS, RESULT
+from sparkdeploy.nodeside.ship import encode
 from sparkdeploy.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
-HERE = Path(__file__).resolve().parent
 COMPRESSIONS = ("auto", "zstd", "gzip", "none")
 DECOMPRESSORS = {"zstd": ["zstd", "-d", "-q", "-c"], "gzip": ["gzip", "-d", "-c"], "none": ["cat"]}
 LINE_TIMEOUT_S = 600  # no progress line from the chain for this long: the push is stalled
@@ -149,10 +149,10 @@ WORTH_COMPRESSING = 64 << 20  # below this the fabric moves the bytes in well un
 
 def _sample_ratio(src: NodeConnection, plan: FromPlan) -> float | None:
     """zlib -1's ratio on a sample of the layers the chain carries, read on the source from its layer store
-    (node_store_reader's sample mode, about 16 MB read); None when it cannot be sampled."""
+    (nodeside's store-reader, its sample mode: about 16 MB read); None when it cannot be sampled."""
     config = encode({"root": plan.store_root, "driver": plan.store_driver, "image_id": plan.image.id,
                      "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed), "sample": True})
-    r = src.run(["sudo", "-n", "python3", "-", config], check=False, stdin=store_reader_script())
+    r = src.run(["sudo", "-n", *ship.argv("store-reader", config)], check=False)
     try:
         return float(json.loads(r.stdout.strip().splitlines()[-1])["ratio"])
     except (ValueError, KeyError, IndexError):
@@ -256,40 +256,12 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
 
 # -- the stream -----------------------------------------------------------------------------------------------
 
-def _program(names: list[str]) -> str:
-    """Modules of this folder as one standard-library program: one __future__ import first, our own imports
-    dropped (their names are defined by the modules before)."""
-    lines = ["from __future__ import annotations"]
-    for name in names:
-        for line in (HERE / name).read_text().splitlines():
-            if line.startswith(("from __future__", "from sparkdeploy")):
-                continue
-            lines.append(line.replace('if __name__ == "sparkdeploy_relay":', "if False:"))
-    return "\n".join(lines) + "\n"
-
-
-def store_reader_script() -> str:
-    """What runs as root on the source when its layer store is readable: the archive of the needed layers."""
-    return _program(["layers.py", "archive.py", "layer_store.py", "node_store_reader.py"]) + \
-        "sys.exit(reader_main())\n"
-
-
-def source_script() -> str:
-    """What runs on the source node: layers.py (the save filter), node_relay.py (to start the first hop),
-    node_source.py, and the store reader's code as a string (run through sudo)."""
-    return _program(["layers.py", "node_relay.py", "node_source.py"]) + (
-        f"READER_CODE = {store_reader_script()!r}\n"
-        "CFG = json.loads(base64.b64decode(sys.argv[1]))\n"
-        "sys.exit(produce(CFG, ArchiveFilter, next_hop_argv, _say, PROGRESS, RESULT))\n")
-
-
 def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict:
     """The source's config: the image, the layers to keep, and the chain (each hop's peer ssh to the next)."""
     chain = [plan.source] + plan.receivers
     hops = [{"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
             for i, n in enumerate(chain)]
-    relay = {"code": (HERE / "node_relay.py").read_text(), "sink": shlex.join(load_argv(plan.compression)),
-             "chain": hops}
+    relay = {"sink": shlex.join(load_argv(plan.compression)), "chain": hops}
     if plan.reader == "store":  # a pipeline of loads: each relay unpacks the stream and runs the loads itself
         relay.update(framed=True, decompress=DECOMPRESSORS[plan.compression], load=["docker", "load"])
     config = {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed),
@@ -304,13 +276,12 @@ def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES)
 
 def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
                ) -> tuple[dict[str, dict], str, int]:
-    """Start node_source on the source node and follow its lines: (results by node, other output, bytes this
+    """Start nodeside's push-source on the source node and follow its lines: (results by node, other output, bytes this
     machine received on the channel)."""
     transport = src.open().client.get_transport()
     chan = transport.open_session(timeout=src.connect_timeout)
     chan.settimeout(timeout)
-    chan.exec_command(shlex.join(["python3", "-", encode(config)]))
-    chan.sendall(source_script().encode())
+    chan.exec_command(shlex.join(ship.argv("push-source", encode(config))))
     chan.shutdown_write()
     results: dict[str, dict] = {}
     other: list[str] = []

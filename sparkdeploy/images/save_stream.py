@@ -1,8 +1,8 @@
 """The `save` reader: one `docker save` of the image, filtered on the fly into each group's archive.
 
-For engines whose layer store cannot be read here (sparkdeploy.images.layer_store says why). Every group of
+For engines whose layer store cannot be read here (sparkdeploy.nodeside.layer_store says why). Every group of
 nodes (same missing layers, same compression) gets one archive and one `docker load`; the save is read only as
-far as the groups need (sparkdeploy.images.layers.ArchiveFilter finishes an archive early). Engine 20.10
+far as the groups need (sparkdeploy.nodeside.layers.ArchiveFilter finishes an archive early). Engine 20.10
 writes the whole image to a temp folder before the first byte of a save, so this reader costs at least that
 even when one small layer is sent.
 """
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import CHUNK, Fanout, FeedChannel, load_timeout, open_loads, wait_load
-from sparkdeploy.images.layers import ArchiveFilter
+from sparkdeploy.nodeside.layers import ArchiveFilter
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.images.streams import NodeStream, StreamGroup
 

@@ -22,10 +22,10 @@ import threading
 from dataclasses import dataclass
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.images import archive
+from sparkdeploy.nodeside import archive
 from sparkdeploy.images.channel import Fanout, FeedChannel, load_timeout, open_loads, wait_load
-from sparkdeploy.images.layer_store import LayerMismatch
-from sparkdeploy.images.layers import chain_ids
+from sparkdeploy.nodeside.layer_store import LayerMismatch
+from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.images.streams import NodeStream, StreamGroup
 

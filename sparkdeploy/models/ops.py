@@ -1,4 +1,5 @@
-"""This machine's side of the node scripts: the argv that runs them, their JSON, their errors as one line."""
+"""This machine's side of the node programs (nodeside/models.py, nodeside/hub_client.py): the argv that runs
+them, their JSON, their errors as one line."""
 
 from __future__ import annotations
 
@@ -6,22 +7,14 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Node
+from sparkdeploy.nodeside import ship
 from sparkdeploy.remote import NodeConnection
 
-HERE = Path(__file__).resolve().parent
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
-
-
-@cache
-def script(name: str) -> str:
-    """The source of a node script (nodeside.py, hub_client.py), run with `python3 -c`."""
-    return (HERE / name).read_text()
 
 
 @dataclass(frozen=True)
@@ -52,7 +45,8 @@ def folder(repo: str) -> str:
 
 
 def nodeside_argv(cmd: str, hf_cache: str, *args: str) -> list[str]:
-    return ["python3", "-c", script("nodeside.py"), cmd, hf_cache, *args]
+    """nodeside's `models` program (nodeside/models.py), shipped whole in the command."""
+    return ship.argv("models", cmd, hf_cache, *args)
 
 
 def run_json(conn: NodeConnection, argv: list[str], what: str, stdin: str | None = None,

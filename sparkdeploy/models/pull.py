@@ -27,6 +27,7 @@ from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import ops
 from sparkdeploy.models.ops import ModelRef
+from sparkdeploy.nodeside import ship
 from sparkdeploy.remote import NodeConnection, on_nodes
 from sparkdeploy.secrets import Secrets
 
@@ -140,7 +141,7 @@ def _env_file(ref: ModelRef, inv: Inventory, secrets: Secrets) -> str:
 
 
 class ClientSession:
-    """`hub_client.py pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
+    """nodeside's `hub-client pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
     one client start serves both steps while this machine checks room on every node in between."""
 
     def __init__(self, puller: "Puller", node: Node, ref: ModelRef, dry_run: bool = False):
@@ -226,10 +227,10 @@ class Puller:
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
         # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
+        python, *client = ship.argv("hub-client", cmd, ref.repo, revision)
         argv = ["docker", "run", "--rm", "-i", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
                 "--env-file", env_path, *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
-                "--entrypoint", "python3", self.image,
-                "-c", ops.script("hub_client.py"), cmd, ref.repo, revision]
+                "--entrypoint", python, self.image, *client]
         return argv, env_path, created
 
     def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:

@@ -1,4 +1,4 @@
-"""Reading layers from the engine's layer store (sparkdeploy.images.layer_store) and the archive written from them.
+"""Reading layers from the engine's layer store (sparkdeploy.nodeside.layer_store) and the archive written from them.
 
 The fast tests build a layer store on disk the way engine 20.10 lays it out: a layer tar made by Python's
 tarfile, its tar-split record (the headers and padding as Segment entries, a File entry where each file's
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.images import archive
-from sparkdeploy.images.layer_store import LayerMismatch, LayerStore, open_store
-from sparkdeploy.images.layers import chain_ids, with_size
+from sparkdeploy.nodeside import archive
+from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
+from sparkdeploy.nodeside.layers import chain_ids, with_size
 
 # -- a store on disk, as the engine writes it -----------------------------------------------------------------
 

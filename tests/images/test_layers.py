@@ -17,7 +17,7 @@ import tarfile
 
 import pytest
 
-from sparkdeploy.images.layers import (
+from sparkdeploy.nodeside.layers import (
     ArchiveFilter, chain_ids, estimate_bytes, legacy_layer_dirs, missing_layers)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
-from sparkdeploy.images.layers import chain_ids
+from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.images.channel import load_failure
 from sparkdeploy.images.push import SourceImage, plan_node
 from sparkdeploy.inventory import Node

@@ -1,6 +1,7 @@
-"""The relay that runs on each receiving node of `images push --from` (node_relay.py), run here as real
-processes: each hop started by the previous one through a command prefix (`sh -c` standing in for the peer ssh
-prefix, which the lab test uses for real), loads what it receives and forwards it as it arrives."""
+"""The relay that runs on each receiving node of `images push --from` (nodeside/relay.py), run here as real
+processes from the archive shipped to the nodes: each hop started by the previous one through a command prefix
+(`sh -c` standing in for the peer ssh prefix, which the lab test uses for real), loads what it receives and
+forwards it as it arrives."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import os
 import subprocess
 from pathlib import Path
 
-from sparkdeploy.images.node_relay import BOOT, PROGRESS, RESULT, encode
-from sparkdeploy.images.push_from import source_script, store_reader_script
-
-RELAY = (Path(__file__).resolve().parents[2] / "sparkdeploy" / "images" / "node_relay.py").read_text()
+from sparkdeploy.nodeside import ship
+from sparkdeploy.nodeside.relay import PROGRESS, RESULT
+from sparkdeploy.nodeside.ship import encode
 
 
 def run_chain(tmp_path: Path, names: list[str], data: bytes, sink: str) -> tuple[list[dict], str, int]:
     hops = [{"name": n, "next_ssh": ["sh", "-c"] if i + 1 < len(names) else None} for i, n in enumerate(names)]
-    cfg = {"code": RELAY, "sink": sink, "chain": hops}
-    proc = subprocess.run(["python3", "-c", BOOT, encode(cfg)], input=data, capture_output=True, timeout=60,
+    cfg = {"sink": sink, "chain": hops}
+    proc = subprocess.run(ship.argv("relay", encode(cfg)), input=data, capture_output=True, timeout=60,
                           cwd=tmp_path, env=dict(os.environ, OUT=str(tmp_path)))
     results = [json.loads(line[len(RESULT):]) for line in proc.stdout.decode().splitlines()
                if line.startswith(RESULT)]
@@ -50,16 +50,6 @@ def test_a_failing_sink_keeps_forwarding_and_is_reported(tmp_path):
     assert [p.read_bytes() for p in tmp_path.glob("got.*")] == [data]
 
 
-def test_the_node_programs_are_standard_library_only_and_compile():
-    for text in (source_script(), store_reader_script()):
-        compile(text, "node_program", "exec")
-        imports = {line.split()[1].split(".")[0] for line in text.splitlines()
-                   if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
-        assert "sparkdeploy" not in imports
-        assert imports <= {"base64", "gzip", "hashlib", "json", "os", "pathlib", "re", "shlex", "subprocess", "sys",
-                           "tempfile", "threading", "time", "dataclasses"}, imports
-
-
 def _frames(*parts: tuple[bytes, bytes]) -> bytes:
     return b"".join(kind + len(data).to_bytes(8, "big") + data for kind, data in parts)
 
@@ -67,7 +57,7 @@ def _frames(*parts: tuple[bytes, bytes]) -> bytes:
 def test_framed_stream_becomes_a_pipeline_of_loads_and_a_cut_keeps_the_finished_ones(tmp_path, monkeypatch):
     import io
 
-    from sparkdeploy.images.node_relay import run_loads
+    from sparkdeploy.nodeside.relay import run_loads
 
     monkeypatch.setenv("OUT", str(tmp_path))
     load = ["sh", "-c", 'f=$(mktemp -p "$OUT" load.XXXX); cat > "$f"; echo "Loaded image ID: $(wc -c < "$f")"']
@@ -98,8 +88,8 @@ def test_a_framed_chain_loads_on_every_hop_uncompressed_and_compressed(tmp_path)
         out = tmp_path / decompress[0]
         out.mkdir()
         hops = [{"name": n, "next_ssh": ["sh", "-c"] if i < 2 else None} for i, n in enumerate(["n2", "n3", "n4"])]
-        cfg = {"code": RELAY, "sink": "", "chain": hops, "framed": True, "decompress": decompress, "load": load}
-        proc = subprocess.run(["python3", "-c", BOOT, encode(cfg)], input=wire, capture_output=True, timeout=60,
+        cfg = {"sink": "", "chain": hops, "framed": True, "decompress": decompress, "load": load}
+        proc = subprocess.run(ship.argv("relay", encode(cfg)), input=wire, capture_output=True, timeout=60,
                               cwd=out, env=dict(os.environ, OUT=str(out)))
         results = [json.loads(line[len(RESULT):]) for line in proc.stdout.decode().splitlines()
                    if line.startswith(RESULT)]

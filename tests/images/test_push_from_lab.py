@@ -119,7 +119,7 @@ REPORT_WITHIN_S = 30  # a cut is reported within this (the push takes ~3 s), not
 
 def _push_reported_in_time(lab, source_spec, *args, **kw):
     """push_from_node(*args, **kw), failing the test when it has not returned within REPORT_WITHIN_S. Then
-    the stuck stream source on the node (the spark user's `python3 - CONFIG`) is killed, by PID, so the push
+    the stuck stream source on the node (the spark user's nodeside `push-source CONFIG`) is killed, by PID, so the push
     returns before the test fails."""
     from concurrent.futures import ThreadPoolExecutor, TimeoutError
 
@@ -133,7 +133,8 @@ def _push_reported_in_time(lab, source_spec, *args, **kw):
         stuck = lab.docker_exec(source_spec, "ps", "-o", "pid=,stat=,args=", "-u", "spark,root",
                                 check=False).stdout
         stuck = "\n".join(line[:110] for line in stuck.splitlines() if "python3 -" in line or "zstd" in line)
-        pids = lab.docker_exec(source_spec, "pgrep", "-u", "spark", "-f", "^python3 - ", check=False).stdout.split()
+        pids = lab.docker_exec(source_spec, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* push-source ",
+                               check=False).stdout.split()
         if pids:
             lab.docker_exec(source_spec, "kill", *pids, check=False)
         future.result(timeout=60)
@@ -172,7 +173,8 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
 
     def kill_relay():
-        pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy_relay", check=False).stdout.split()
+        pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* relay ",
+                               check=False).stdout.split()
         assert pids, f"no relay running on {b.name}"
         lab.docker_exec(b, "kill", "-9", *pids)
 

@@ -13,8 +13,8 @@ import pytest
 
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.inventory_images import read_node_images
-from sparkdeploy.images.layer_store import LayerStore
-from sparkdeploy.images.layers import chain_ids
+from sparkdeploy.nodeside.layer_store import LayerStore
+from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
 from sparkdeploy.remote import NodeConnection
 from tests.images.conftest import CutAfter
@@ -260,7 +260,7 @@ def _tampered_store(root, client, ref: str):
     """A copy of the engine's store for `ref` whose top layer has one byte changed in its file."""
     import shutil
 
-    from sparkdeploy.images.layer_store import open_store
+    from sparkdeploy.nodeside.layer_store import open_store
 
     image = client.images.get(ref)
     real, why = open_store(client, image.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sparkdeploy.images import archive
+from sparkdeploy.nodeside import archive
 from sparkdeploy.images.store_stream import Load, plan_loads
 
 

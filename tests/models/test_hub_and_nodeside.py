@@ -1,6 +1,7 @@
 """The lab hub server and the node scripts, without the lab: the real server process on localhost, the real
 huggingface_hub client (pinned in requirements-test.txt) downloading from it, and the node-side copy and
-verification run as the processes they are on a node (python3 -c), through a real pipe."""
+verification run as the processes they are on a node (the shipped archive: nodeside/ship.py), through a real
+pipe."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sparkdeploy.lab import hub_repo
 from sparkdeploy.lab.hub_server import serve
 from sparkdeploy.models import ops
 from sparkdeploy.models.pull import _to_come
+from sparkdeploy.nodeside import ship
 
 TOKEN = "hf_labtesttoken"
 
@@ -34,19 +36,19 @@ def hub(tmp_path_factory):
 
 
 def hub_client(endpoint: str, home: Path, *calls: tuple[str, ...], token: str = "") -> list[dict]:
-    """Run hub_client.py's commands in ONE process (huggingface_hub imports once): one answer per call; each
+    """Run nodeside/hub_client.py's commands in ONE process (huggingface_hub imports once): one answer per call; each
     call is (token, cmd, repo, revision) or (cmd, repo, revision)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_PROGRESS_BARS="1")
-    driver = ("import json, os, sys\nns = {'__name__': 'hub_client'}\nexec(sys.argv[1], ns)\n"
-              "for call in json.loads(sys.argv[2]):\n"
+    driver = ("import json, os, sys\nfrom sparkdeploy.nodeside.hub_client import main\n"
+              "for call in json.loads(sys.argv[1]):\n"
               "    os.environ.pop('HF_TOKEN', None)\n"
               "    if call[0]: os.environ['HF_TOKEN'] = call[0]\n"
-              "    try: ns['main'](call[1:])\n"
+              "    try: main(call[1:])\n"
               "    except SystemExit: pass\n"
               "    sys.stdout.flush()\n")
     norm = [list(c) if len(c) == 4 else [token, *c] for c in calls]
-    run = subprocess.run([sys.executable, "-c", driver, ops.script("hub_client.py"), json.dumps(norm)], env=env,
+    run = subprocess.run([sys.executable, "-c", driver, json.dumps(norm)], env=env,
                          capture_output=True, text=True, timeout=120)
     answers = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert len(answers) == len(calls), run.stderr[-2000:]
@@ -54,7 +56,7 @@ def hub_client(endpoint: str, home: Path, *calls: tuple[str, ...], token: str = 
 
 
 def nodeside(*args: str, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", ops.script("nodeside.py"), *args], input=stdin,
+    return subprocess.run(ship.argv("models", *args, python=sys.executable), input=stdin,
                           capture_output=True, timeout=120)
 
 
@@ -241,10 +243,10 @@ def test_a_sender_forwards_a_blob_while_it_is_being_downloaded(downloaded, tmp_p
     writer = _writing(src, big, dst / "hub/models--lab--tiny-model/blobs" / (big["blob"] + ".sparkdeploy-partial"),
                       seen)
     request = json.dumps({"manifest": manifest, "want": [[big["blob"], 0]], "follow": True})
-    send = subprocess.Popen([sys.executable, "-c", ops.script("nodeside.py"), "send", str(src), "lab/tiny-model",
-                             request], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    send = subprocess.Popen(ship.argv("models", "send", str(src), "lab/tiny-model", request, python=sys.executable),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     writer.start()
-    got = subprocess.run([sys.executable, "-c", ops.script("nodeside.py"), "receive", str(dst), "lab/tiny-model"],
+    got = subprocess.run(ship.argv("models", "receive", str(dst), "lab/tiny-model", python=sys.executable),
                          stdin=send.stdout, capture_output=True, timeout=60)
     assert send.wait(timeout=60) == 0, send.stderr.read()
     writer.join()

@@ -105,7 +105,8 @@ def test_a_copy_cut_midway_resumes_and_is_never_taken_for_complete(lab):
             if sum(int(s) for s in sizes.split()) > 4_000_000:
                 break
             time.sleep(0.2)
-        lab.docker_exec(spark2, "pkill", "-f", "sparkdeploy-partial")  # the receiving end dies midway
+        # the receiving end dies midway (nodeside's `models receive`, shipped in its command line)
+        lab.docker_exec(spark2, "pkill", "-f", "sparkdeploy-nodeside.* models receive ")
         out, err = proc.communicate(timeout=120)
     finally:
         lab.docker_exec(spark1, "tc", "qdisc", "del", "dev", iface, "root", check=False)

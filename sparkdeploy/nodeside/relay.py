@@ -1,5 +1,5 @@
-"""Runs ON a receiving node of `images push --from` (shipped as text, standard library only: sparkdeploy is
-not installed on the nodes). Started by the previous hop's peer ssh as `python3 -c BOOT CONFIG`.
+"""Runs ON a receiving node of `images push --from`. Started by the previous hop's peer ssh as `relay CONFIG`
+of this package's archive (ship.argv): CONFIG is base64 JSON, so it needs no quoting at any depth.
 
 It reads the image stream on stdin and, chunk by chunk, writes it to this node's sink (`zstd -dc | docker
 load`) and to the ssh that starts the same relay on the next node of the chain: each node forwards while it
@@ -8,7 +8,6 @@ on stderr, and each hop's result as one `@@sparkdeploy-result` JSON line on stdo
 through first). A hop that cannot forward keeps loading; a sink that fails keeps forwarding.
 """
 
-import base64
 import json
 import shlex
 import subprocess
@@ -16,27 +15,24 @@ import sys
 import threading
 import time
 
+from . import ship
+from .ship import decode, encode
+
 PROGRESS = "@@sparkdeploy-progress "
 RESULT = "@@sparkdeploy-result "
 CHUNK = 1 << 20
-# Started as `python3 -c BOOT CONFIG`: CONFIG is base64 JSON (no quoting at any depth), the code rides in it.
-BOOT = ("import base64,json,sys;c=json.loads(base64.b64decode(sys.argv[1]));"
-        "exec(c['code'],{'CFG':c,'__name__':'sparkdeploy_relay'})")
 
 
-def encode(cfg):
-    return base64.b64encode(json.dumps(cfg, separators=(",", ":")).encode()).decode()
-
-
-def next_hop_argv(cfg):
-    """argv that starts the relay on the next hop (chain[1]) through this hop's peer ssh prefix."""
+def next_hop_argv(cfg, app):
+    """argv that starts the relay on the next hop (chain[1]) through this hop's peer ssh prefix; `app`: the
+    archive (base64) the relay runs from there."""
     me, rest = cfg["chain"][0], cfg["chain"][1:]
     if not rest:
         return None
-    return list(me["next_ssh"]) + [shlex.join(["python3", "-c", BOOT, encode(dict(cfg, chain=rest))])]
+    return list(me["next_ssh"]) + [shlex.join(ship.argv("relay", encode(dict(cfg, chain=rest)), app=app))]
 
 
-def _say(stream, prefix, record):
+def say(stream, prefix, record):
     try:
         stream.write(prefix + json.dumps(record, separators=(",", ":")) + "\n")
         stream.flush()
@@ -151,7 +147,7 @@ class _Tee:
                     self.forward_ok = False
             if time.monotonic() - self.said >= 1.0:
                 self.said = time.monotonic()
-                _say(self.err, PROGRESS, {"node": self.me, "received": self.got})
+                say(self.err, PROGRESS, {"node": self.me, "received": self.got})
         return data
 
     def drain(self):
@@ -159,12 +155,12 @@ class _Tee:
             pass
 
 
-def relay(cfg, source=None, out=None, err=None):
+def relay(cfg, app, source=None, out=None, err=None):
     source = source or sys.stdin.buffer
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["chain"][0]["name"]
     sink_out, loads = [], []
-    argv = next_hop_argv(cfg)
+    argv = next_hop_argv(cfg, app)
     if cfg.get("framed") and list(cfg["decompress"]) == ["cat"]:
         forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None
         tee = _Tee(source, forward, me, err)
@@ -199,7 +195,7 @@ def relay(cfg, source=None, out=None, err=None):
                 sink_ok = False
         if time.monotonic() - said >= 1.0:
             said = time.monotonic()
-            _say(err, PROGRESS, {"node": me, "received": got})
+            say(err, PROGRESS, {"node": me, "received": got})
     try:
         sink.stdin.close()
     except (BrokenPipeError, OSError):
@@ -209,7 +205,7 @@ def relay(cfg, source=None, out=None, err=None):
 
 def _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader=None):
     """Close the next hop's input, wait for it and for this node's loads, and say this hop's result."""
-    _say(err, PROGRESS, {"node": me, "received": got})
+    say(err, PROGRESS, {"node": me, "received": got})
     if forward is not None:
         try:
             forward.stdin.close()
@@ -225,10 +221,10 @@ def _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader=None)
         sink_rc = sink_rc or rc
         sink_out = [text.encode()]
     tail = (sink_out[0] if sink_out else b"").decode(errors="replace").strip().splitlines()[-5:]
-    _say(out, RESULT, {"node": me, "received": got, "load_rc": sink_rc, "load_tail": tail,
+    say(out, RESULT, {"node": me, "received": got, "load_rc": sink_rc, "load_tail": tail,
                        "forward_rc": forward_rc, "loads": len(loads)})
     return 0 if sink_rc == 0 and forward_rc in (None, 0) else 1
 
 
-if __name__ == "sparkdeploy_relay":
-    sys.exit(relay(CFG))  # noqa: F821 - CFG is given by BOOT
+def main(argv):
+    return relay(decode(argv[0]), ship.own())

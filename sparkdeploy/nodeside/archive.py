@@ -1,4 +1,4 @@
-"""Write a `docker load` archive from layers read one by one (sparkdeploy.images.layer_store).
+"""Write a `docker load` archive from layers read one by one (layer_store.py).
 
 The layout is the manifest form every graph-driver engine loads (20.10 to 28): `<diff hex>/layer.tar` for
 each layer sent, `<image id hex>.json` (the config), and `manifest.json` naming the config, the one tag it
@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sparkdeploy.images.layers import GUARD_FOLDER, ZERO_BLOCK, file_header, folder_header, padded
+from .layers import GUARD_FOLDER, ZERO_BLOCK, file_header, folder_header, padded
 
 PARTIAL_LABEL = "io.sparkdeploy.partial-of"  # on the image of a load that carries part of an image's layers
 

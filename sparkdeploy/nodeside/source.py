@@ -1,11 +1,10 @@
-"""Runs ON the source node of `images push --from` (shipped as text after layers.py and node_relay.py, standard
-library only). Started as `python3 - CONFIG` with this code on stdin.
+"""Runs ON the source node of `images push --from`: `push-source CONFIG` of this package's archive (ship.argv).
 
-The layers the chain lacks, read from the node's layer store as root (node_store_reader, through `sudo -n`,
+The layers the chain lacks, read from the node's layer store as root (store_reader, through `sudo -n`,
 where that works without a password) or else from `docker save` of the image, filtered on the fly
 (layers.ArchiveFilter); either way the archive loads under a temporary tag, so a cut or failed load moves no
 tag. Compressed, into the peer ssh
-that starts node_relay on the first receiver. Reports `@@sparkdeploy-progress` (archive bytes read, bytes
+that starts the relay on the first receiver. Reports `@@sparkdeploy-progress` (archive bytes read, bytes
 sent) on stderr and one `@@sparkdeploy-result` line on stdout after the chain's own results.
 """
 
@@ -13,6 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+
+from . import ship
+from .layers import ArchiveFilter
+from .relay import PROGRESS, RESULT, next_hop_argv, say
+from .ship import decode
 
 COMPRESSORS = {
     "zstd": ["zstd", "-1", "-T0", "-q", "-c"],
@@ -38,22 +42,21 @@ class _PassThrough:
         return []
 
 
-def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=None, err=None):
+def produce(cfg, app, out=None, err=None):
+    """`app`: the archive (base64) the store reader and the first relay run from."""
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["relay"]["chain"][0]["name"]
     if cfg.get("reader_config"):  # the layer store, as root: only the layers sent are read
-        save = subprocess.Popen(["sudo", "-n", "python3", "-", cfg["reader_config"]], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        save.stdin.write(READER_CODE.encode())  # noqa: F821 - appended by push_from.source_script
-        save.stdin.close()
+        save = subprocess.Popen(["sudo", "-n", *ship.argv("store-reader", cfg["reader_config"], app=app)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         flt = _PassThrough()
     else:
         save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        flt = filter_cls(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
-    first = next_hop_argv(cfg["relay"])
+        flt = ArchiveFilter(cfg["diff_ids"], set(cfg["needed"]), rename_to=cfg["temp_tag"], image_id=cfg["image_id"])
+    first = next_hop_argv(cfg["relay"], app)
     compressor = COMPRESSORS[cfg["compress"]]
     if cfg.get("reader_config") and not compressor:
-        return _direct(cfg, save, first, me, say, progress_tag, result_tag, out, err)
+        return _direct(cfg, save, first, me, out, err)
     counts = {"raw": 0, "wire": 0}
     pump = None
     if compressor:
@@ -100,7 +103,7 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
                     counts["wire"] += len(piece)
             if time.monotonic() - said >= 1.0:
                 said = time.monotonic()
-                say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"],
+                say(err, PROGRESS, {"node": me, "read": flt.bytes_in, "raw": counts["raw"],
                                         "wire": counts["wire"]})
     except (BrokenPipeError, OSError) as exc:
         error = f"the stream to the first node broke ({exc.__class__.__name__})"
@@ -129,14 +132,14 @@ def produce(cfg, filter_cls, next_hop_argv, say, progress_tag, result_tag, out=N
         what = "reading the layer store" if cfg.get("reader_config") else "docker save"
         tail = [line for line in save_err.splitlines() if not line.startswith("partial ")]
         error = f"{what} exited {save_rc}: {' | '.join(tail)[-300:]}"
-    say(err, progress_tag, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
+    say(err, PROGRESS, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
     partials = [line.split()[1] for line in save_err.splitlines() if line.startswith("partial ")]
-    say(out, result_tag, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
+    say(out, RESULT, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
                           "error": error, "first_hop_rc": hop_rc, "finished_early": early, "partials": partials})
     return 0 if error is None and hop_rc == 0 else 1
 
 
-def _direct(cfg, save, first, me, say, progress_tag, result_tag, out, err):
+def _direct(cfg, save, first, me, out, err):
     """The store reader's archive needs no filter and, uncompressed, no pump: its stdout is the first hop's
     stdin, so the bytes go from the reader to ssh without a copy through this process (the node's CPU is
     what a push is short of). The reader reports the bytes it wrote on its last stderr line."""
@@ -151,8 +154,12 @@ def _direct(cfg, save, first, me, say, progress_tag, result_tag, out, err):
         tail = [line for line in lines if not line.startswith(("partial ", "wrote "))]
         error = (f"the stream to the first node broke (its ssh exited {hop_rc})" if hop_rc != 0 else
                  f"reading the layer store exited {save_rc}: {' | '.join(tail)[-300:]}")
-    say(err, progress_tag, {"node": me, "read": sent, "raw": sent, "wire": sent})
+    say(err, PROGRESS, {"node": me, "read": sent, "raw": sent, "wire": sent})
     partials = [line.split()[1] for line in lines if line.startswith("partial ")]
-    say(out, result_tag, {"node": me, "raw": sent, "wire": sent, "read": sent, "error": error,
+    say(out, RESULT, {"node": me, "raw": sent, "wire": sent, "read": sent, "error": error,
                           "first_hop_rc": hop_rc, "finished_early": False, "partials": partials})
     return 0 if error is None and hop_rc == 0 else 1
+
+
+def main(argv):
+    return produce(decode(argv[0]), ship.own())

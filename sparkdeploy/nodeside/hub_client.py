@@ -1,6 +1,7 @@
 """What runs in a container on the download node: the real huggingface_hub client (the engine image has it).
 
-Shipped as `python3 -c <this file> plan|download REPO REVISION`, in a `docker run` of the recipe's image with
+Run as `hub-client plan|download|pull REPO REVISION` of this package's archive (ship.argv), its python3 the
+engine image's: a `docker run` of the recipe's image with
 the hub cache mounted at HF_HOME and an env file (0600) holding HF_TOKEN and HF_ENDPOINT: the token never
 appears in an argument. Why the engine image: vLLM images always carry huggingface_hub (vLLM reads models
 with it), the image is on the node already, and the client then matches what the engine will read.
@@ -77,6 +78,3 @@ def main(argv):
         fail("error", f"{exc.__class__.__name__}: {str(exc)[:300]}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

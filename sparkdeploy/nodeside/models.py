@@ -1,12 +1,12 @@
 """What runs ON a node for `models`: status, verify, send, receive. Standard library only (the node's python3).
 
-Shipped as `python3 -c <this file> CMD ...`; nothing secret is in its arguments. The hub cache layout is the
-one huggingface_hub and vLLM read: HF_HOME/hub/models--ORG--NAME/{blobs,snapshots/COMMIT,refs/REV}. A blob's
-name is its digest (sha256 of the content for LFS files, the git blob id otherwise), which is what makes every
-file checkable on every node. sparkdeploy's own record sits beside the hub cache, never inside it:
-HF_HOME/sparkdeploy-models/models--ORG--NAME/COMMIT.json (the manifest: the hub's file list, written last, so
-a model without one is not complete) and verified.json (size+mtime+inode of blobs already hashed, so `up`
-re-hashes only files that changed since).
+Run as `models CMD ...` of this package's archive (ship.argv); nothing secret is in its arguments. The hub
+cache layout is the one huggingface_hub and vLLM read: HF_HOME/hub/models--ORG--NAME/{blobs,snapshots/COMMIT,
+refs/REV}. A blob's name is its digest (sha256 of the content for LFS files, the git blob id otherwise),
+which is what makes every file checkable on every node. sparkdeploy's own record sits beside the hub cache,
+never inside it: HF_HOME/sparkdeploy-models/models--ORG--NAME/COMMIT.json (the manifest: the hub's file list,
+written last, so a model without one is not complete) and verified.json (size+mtime+inode of blobs already
+hashed, so `up` re-hashes only files that changed since).
 
 Commands (HF_CACHE may start with ~):
   status HF_CACHE [REPO] [--verify]   JSON: per repo/commit, each file ok|missing|size|digest, + free bytes
@@ -343,7 +343,3 @@ def main(argv):
     else:
         raise SystemExit(f"unknown command {cmd}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
