@@ -26,7 +26,7 @@ from sparkdeploy.cli.common import (DEFAULT_TIMEOUT_S, deployment_options, emit_
                                     timeout_option)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deployment import Deployment
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.models import up_check
@@ -138,7 +138,8 @@ def _simulated(dep: Deployment) -> bool:
 
     try:
         return load_definition(preflight.image_definition_name(dep.image_tag)).simulated
-    except Exception:  # an unknown definition is reported elsewhere; assume real hardware (stricter checks)
+    # An unknown or unreadable definition is reported elsewhere; assume real hardware (stricter checks).
+    except (ConfigError, OSError, ValueError):
         return False
 
 
@@ -214,8 +215,8 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     simulated = _simulated(dep)
     inv = dep.inventory
     try:
-        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run, out.warn):
+        with inventory_lock(inv), Interrupt(out.progress) as interrupt, \
+                Session.open(inv, mask=dep.secrets.mask) as session, node_locks(session, dry_run, out.warn):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, simulated, pull_model)
     except NodeLockHeld as exc:
         for line in exc.lines:
@@ -476,7 +477,7 @@ def _probe(url: str) -> dict:
     try:
         code, _ = health.http_get(url, time.monotonic() + 3.0)
         return {"url": url, "ok": code == 200, "detail": f"HTTP {code}"}
-    except Exception as exc:  # unreachable endpoint: report it, never fail status on it
+    except health.HTTP_ERRORS as exc:  # unreachable endpoint: report it, never fail status on it
         reason = getattr(exc, "reason", exc)
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 
