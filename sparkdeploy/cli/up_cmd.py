@@ -31,7 +31,7 @@ from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.models import up_check
 from sparkdeploy.secrets import refuse_missing
-from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, plan_deployment, plan_down
+from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind, plan_deployment, plan_down
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
 
@@ -127,7 +127,7 @@ def _dry_run_plan(out: Out, plan: Plan) -> None:
         for i, s in enumerate(n.steps, 1):
             mark = "change" if s.change else "ok    "
             out.line(f"{i:>2}. {mark} {s.kind} {s.target}  ({s.reason})")
-            if s.change and s.file is not None and s.kind == "write":
+            if s.change and s.file is not None and s.kind == StepKind.WRITE:
                 shown = s.file.shown()
                 for content_line in shown.rstrip("\n").split("\n"):
                     out.line(f"      | {content_line}")
@@ -183,7 +183,7 @@ def _starting(dep: Deployment, facts: dict) -> set[str]:
     """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
     if all(isinstance(f, NodeFacts) for f in facts.values()):
         plan = plan_deployment(dep, facts)
-        return {s.node for s in plan.steps if s.kind == "start-container" and s.change}
+        return {s.node for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.change}
     return {nd.node.name for nd in dep.nodes}
 
 
@@ -350,7 +350,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
                          "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
 
-    started = any(s.kind == "start-container" and s.status == CHANGED for s in plan.steps)
+    started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
     out.progress(f"health gate (timeout {timeout:g} s)")
     hold_point("health", interrupt)
     gate = health.wait_healthy(dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress,
