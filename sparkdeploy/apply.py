@@ -27,7 +27,7 @@ from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.plan import CHANGED, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step
+from sparkdeploy.plan import CHANGED, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step, StepKind
 from sparkdeploy import remote
 from sparkdeploy.remote import NodeConnection, on_nodes
 
@@ -241,16 +241,15 @@ class Session:
     conns: dict[str, NodeConnection]
 
     @classmethod
-    def open(cls, inventory: Inventory, connect_timeout: float | None = None) -> "Session":
+    def open(cls, inventory: Inventory, connect_timeout: float | None = None,
+             mask: Callable[[str], str] | None = None) -> "Session":
+        """mask: the run's secrets mask, applied to what a failed command's error carries."""
         kwargs = {"connect_timeout": connect_timeout} if connect_timeout else {}
-        return cls(inventory, {n.name: NodeConnection(n, inventory, **kwargs) for n in inventory.nodes})
+        return cls(inventory, {n.name: NodeConnection(n, inventory, mask=mask, **kwargs) for n in inventory.nodes})
 
     def close(self) -> None:
         for conn in self.conns.values():
-            try:
-                conn.close()
-            except Exception:  # closing a dead connection: nothing to report
-                pass
+            conn.close()  # a dead connection closes quietly (NodeConnection.close)
 
     def __enter__(self) -> "Session":
         return self
@@ -294,49 +293,78 @@ def _no_such_container(text: str) -> bool:
     return "No such container" in text or "no such container" in text
 
 
-def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
-    """Do one step; return a short detail. Raises StepFailed (or another error) when it fails."""
-    kind = step.kind
-    path = f"{state_dir}/{step.target}"
-    if kind == "remove-container":
-        r = conn.run(["docker", "rm", "--force", step.container_id or step.target], check=False)
+def _remove_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    r = conn.run(["docker", "rm", "--force", step.container_id or step.target], check=False)
+    if not r.ok and not _no_such_container(r.stderr):
+        raise conn.failed(r, f"docker rm exited {r.exit_code}: {r.stderr.strip()[-300:]}")
+    return "removed"
+
+
+def _state_dir(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    conn.run(["mkdir", "-p", "-m", "0700", state_dir])
+    conn.run(["chmod", "0700", state_dir])
+    return "0700"
+
+
+def _remove_file(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    conn.run(["rm", "-f", "--", f"{state_dir}/{step.target}"])
+    return "removed"
+
+
+def _write(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    assert step.file is not None
+    conn.put(step.file.content, f"{state_dir}/{step.target}", mode=step.file.mode)
+    if step.file.secret:  # a hash of a secret file is a way to test guesses: never shown
+        return f"{step.file.mode:04o}"
+    return f"{step.file.mode:04o} sha256 {step.file.sha256[:12]}"
+
+
+def _chmod(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    conn.run(["chmod", f"{step.mode:04o}", f"{state_dir}/{step.target}"])
+    return f"{step.mode:04o}"
+
+
+def _rmdir(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    r = conn.run(["rmdir", "--", state_dir], check=False)
+    if not r.ok:
+        raise _Unchanged("kept: not empty (holds something this tool did not write)")
+    return "removed"
+
+
+def _start_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    assert step.container is not None
+    if step.container_id:
+        r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
         if not r.ok and not _no_such_container(r.stderr):
-            raise StepFailed(f"docker rm exited {r.exit_code}: {r.stderr.strip()[-300:]}")
-        return "removed"
-    if kind == "state-dir":
-        conn.run(["mkdir", "-p", "-m", "0700", state_dir])
-        conn.run(["chmod", "0700", state_dir])
-        return "0700"
-    if kind == "remove-file":
-        conn.run(["rm", "-f", "--", path])
-        return "removed"
-    if kind in ("write", "manifest"):
-        assert step.file is not None
-        conn.put(step.file.content, path, mode=step.file.mode)
-        if step.file.secret:  # a hash of a secret file is a way to test guesses: never shown
-            return f"{step.file.mode:04o}"
-        return f"{step.file.mode:04o} sha256 {step.file.sha256[:12]}"
-    if kind == "chmod":
-        conn.run(["chmod", f"{step.mode:04o}", path])
-        return f"{step.mode:04o}"
-    if kind == "rmdir":
-        r = conn.run(["rmdir", "--", state_dir], check=False)
-        if not r.ok:
-            raise _Unchanged("kept: not empty (holds something this tool did not write)")
-        return "removed"
-    if kind == "start-container":
-        assert step.container is not None
-        if step.container_id:
-            r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
-            if not r.ok and not _no_such_container(r.stderr):
-                raise StepFailed(f"could not remove the old container: {r.stderr.strip()[-300:]}")
-        r = conn.run(["bash", f"{state_dir}/{step.container.run_script}"], check=False, timeout=START_TIMEOUT_S)
-        if not r.ok:
-            tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
-            raise StepFailed(f"`bash {step.container.run_script}` exited {r.exit_code}: {tail}")
-        new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-        return f"started {new_id[:12]}"
-    raise StepFailed(f"unknown step {kind}")
+            raise conn.failed(r, f"could not remove the old container: {r.stderr.strip()[-300:]}")
+    r = conn.run(["bash", f"{state_dir}/{step.container.run_script}"], check=False, timeout=START_TIMEOUT_S)
+    if not r.ok:
+        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
+        raise conn.failed(r, f"`bash {step.container.run_script}` exited {r.exit_code}: {tail}")
+    new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    return f"started {new_id[:12]}"
+
+
+# One handler per step kind: (connection, step, the state dir's absolute path) -> a short detail.
+HANDLERS: dict[StepKind, Callable[[NodeConnection, Step, str], str]] = {
+    StepKind.REMOVE_CONTAINER: _remove_container,
+    StepKind.STATE_DIR: _state_dir,
+    StepKind.REMOVE_FILE: _remove_file,
+    StepKind.WRITE: _write,
+    StepKind.MANIFEST: _write,
+    StepKind.CHMOD: _chmod,
+    StepKind.RMDIR: _rmdir,
+    StepKind.START_CONTAINER: _start_container,
+}
+
+
+def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    """Do one step; return a short detail. Raises StepFailed (CommandFailed, ConnectionLost, CommandTimeout) or
+    OSError (an SFTP write the node refused) when it fails."""
+    handler = HANDLERS.get(step.kind)
+    if handler is None:
+        raise StepFailed(f"unknown step {step.kind}")
+    return handler(conn, step, state_dir)
 
 
 def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: Interrupt | None,
@@ -349,7 +377,7 @@ def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: 
         if interrupt is not None and interrupt.set:
             step.status, step.detail = SKIPPED, "interrupted"
             continue
-        if step.kind == "start-container":
+        if step.kind == StepKind.START_CONTAINER:
             hold_point("start", interrupt)  # the files are written; no container (re)started yet
             if interrupt is not None and interrupt.set:
                 step.status, step.detail = SKIPPED, "interrupted"
@@ -359,11 +387,11 @@ def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: 
                 say(f"{step.node}: {step.label}")
             step.detail = mask(run_step(conn, step, node_plan.state_dir))
             step.status = CHANGED
-            if step.kind == "write":
+            if step.kind == StepKind.WRITE:
                 hold_point("write", interrupt)  # one file written, the rest not yet
         except _Unchanged as exc:
             step.status, step.detail = OK, mask(str(exc))
-        except Exception as exc:  # reported per node; nothing else on this node runs after a failure
+        except (StepFailed, OSError) as exc:  # reported per node; nothing else on this node runs after a failure
             step.status, step.detail = FAILED, mask(f"{exc}" or exc.__class__.__name__)
             for rest in steps[i + 1:]:
                 rest.status, rest.detail = (OK, "") if not rest.change else (SKIPPED, f"after the failed {step.kind}")

@@ -28,6 +28,9 @@ from sparkdeploy.remote import on_nodes
 POLL_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
 MAX_ANSWER = 1 << 20  # bytes of an answer read at most
+# What an HTTP request to an endpoint can raise: refused, reset or timed out (OSError), a malformed answer
+# (HTTPException), a malformed URL (ValueError: e.g. a bad port in an endpoint read from a node's manifest).
+HTTP_ERRORS = (OSError, http.client.HTTPException, ValueError)
 LOG_TAIL = 30
 STATE_FORMAT = "{{.Name}} {{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}"
 
@@ -167,7 +170,7 @@ def _try(probe: Probe, model: str, key: str | None, deadline: float) -> None:
             probe.detail = f"HTTP {code}" + ("" if probe.ok else f" {_printable(text.strip()[:120])}")
         else:
             probe.ok, probe.detail = chat_completion(probe.url, model, key if probe.bearer else None, deadline)
-    except (OSError, http.client.HTTPException, ValueError) as exc:  # not healthy yet; the reason is shown
+    except HTTP_ERRORS as exc:  # not healthy yet; the reason is shown
         reason = getattr(exc, "reason", exc)
         probe.ok, probe.detail = False, _printable(f"{reason.__class__.__name__}: {reason}"[:200])
     probe.seconds = time.monotonic() - t0

@@ -194,10 +194,7 @@ def follow(conns: list[NodeConnection], emit: Callable[[LogLine | Notice], None]
                     out.put(Notice(name, f"lost ({exc.__class__.__name__}: {exc}); following the other nodes, "
                                          f"retrying every {RETRY_S:g} s"))
                     lost = True
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001 - closing a dead connection
-                    pass
+                conn.close()  # a dead connection closes quietly (NodeConnection.close)
                 stop.wait(RETRY_S)
 
     threads = [threading.Thread(target=node_loop, args=(c,), daemon=True, name=f"logs-{c.node.name}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, NodeFacts, safe_name
@@ -28,11 +29,24 @@ OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "p
 STATE_DIR_MODE = 0o700
 
 
-@dataclass
+class StepKind(StrEnum):
+    """What a step does on its node; the values are what --json and the tables show (apply.HANDLERS runs each)."""
+
+    REMOVE_CONTAINER = "remove-container"
+    STATE_DIR = "state-dir"
+    REMOVE_FILE = "remove-file"
+    WRITE = "write"
+    CHMOD = "chmod"
+    MANIFEST = "manifest"
+    START_CONTAINER = "start-container"
+    RMDIR = "rmdir"
+
+
+@dataclass(kw_only=True)  # built with keywords: eight of its fields would be easy to swap by position
 class Step:
     node: str
     phase: int
-    kind: str  # remove-container | state-dir | remove-file | write | chmod | manifest | start-container | rmdir
+    kind: StepKind
     target: str
     change: bool
     reason: str = ""
@@ -149,23 +163,27 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
     sd = state_dir_path(facts, state_dir)
     plan = NodePlan(node=node, state_dir=sd)
     for c in facts.containers:
-        plan.steps.append(Step(node.name, 1, "remove-container", c.name, True, _other_reason(c, why),
-                               container_id=c.id))
+        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_CONTAINER, target=c.name, change=True,
+                               reason=_other_reason(c, why), container_id=c.id))
     for name in facts.temp_files:
-        plan.steps.append(Step(node.name, 1, "remove-file", name, True, "leftover temp file"))
+        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
+                               reason="leftover temp file"))
     for name in facts.manifest_files:
         if name in facts.files and name != MANIFEST:
-            plan.steps.append(Step(node.name, 1, "remove-file", name, True, "listed in the manifest"))
+            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
+                                   reason="listed in the manifest"))
     if MANIFEST in facts.files:
-        plan.steps.append(Step(node.name, 1, "remove-file", MANIFEST, True, "ours"))
+        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True,
+                               reason="ours"))
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
         others = [n for n in facts.files if n not in ours] + [n + "/" for n in facts.other_entries]
         if others:  # never remove what we did not write
-            plan.steps.append(Step(node.name, 1, "rmdir", sd, False,
-                                   f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"))
+            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.RMDIR, target=sd, change=False,
+                                   reason=f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"))
         else:
-            plan.steps.append(Step(node.name, 1, "rmdir", sd, True, "empty once our files are gone"))
+            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.RMDIR, target=sd, change=True,
+                                   reason="empty once our files are gone"))
     return plan
 
 
@@ -185,60 +203,69 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
     # phase 1: the old goes first, then the files
     for c in facts.containers:
         if c.name not in wanted:
-            steps.append(Step(node.name, 1, "remove-container", c.name, True,
-                              _other_reason(c, "not part of this deployment"), container_id=c.id))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_CONTAINER, target=c.name, change=True,
+                              reason=_other_reason(c, "not part of this deployment"), container_id=c.id))
     if facts.state_dir_mode is None:
-        steps.append(Step(node.name, 1, "state-dir", sd, True, "missing", mode=STATE_DIR_MODE))
-    elif facts.state_dir_mode != STATE_DIR_MODE:
-        steps.append(Step(node.name, 1, "state-dir", sd, True, f"mode {facts.state_dir_mode:04o} -> 0700",
+        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=True, reason="missing",
                           mode=STATE_DIR_MODE))
+    elif facts.state_dir_mode != STATE_DIR_MODE:
+        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=True,
+                          reason=f"mode {facts.state_dir_mode:04o} -> 0700", mode=STATE_DIR_MODE))
     else:
-        steps.append(Step(node.name, 1, "state-dir", sd, False, "exists, 0700"))
+        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=False,
+                          reason="exists, 0700"))
     for name in facts.temp_files:
-        steps.append(Step(node.name, 1, "remove-file", name, True, "leftover temp file of an interrupted run"))
+        steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
+                          reason="leftover temp file of an interrupted run"))
 
     names = {f.name for f in nd.files}
     old = [n for n in facts.manifest_files if n in facts.files]
     final_manifest = manifest_text(dep, nd)
     if names - set(facts.manifest_files):
         # list new names before writing them: an interrupted run never leaves a file of ours unlisted
-        steps.append(Step(node.name, 1, "manifest", MANIFEST, True, "list the new files before writing them",
+        steps.append(Step(node=node.name, phase=1, kind=StepKind.MANIFEST, target=MANIFEST, change=True,
+                          reason="list the new files before writing them",
                           file=_manifest_spec(manifest_text(dep, nd, old))))
 
     for f in nd.files:
         have = facts.files.get(f.name)
         if have is None:
-            steps.append(Step(node.name, 1, "write", f.name, True, "missing", file=f, mode=f.mode))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=True,
+                              reason="missing", file=f, mode=f.mode))
         elif have.sha256 != f.sha256:
-            steps.append(Step(node.name, 1, "write", f.name, True, "content differs (sha256)", file=f, mode=f.mode))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=True,
+                              reason="content differs (sha256)", file=f, mode=f.mode))
         elif have.mode != f.mode:
-            steps.append(Step(node.name, 1, "chmod", f.name, True, f"mode {have.mode:04o} -> {f.mode:04o}",
-                              file=f, mode=f.mode))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.CHMOD, target=f.name, change=True,
+                              reason=f"mode {have.mode:04o} -> {f.mode:04o}", file=f, mode=f.mode))
         else:
-            steps.append(Step(node.name, 1, "write", f.name, False, "same sha256 and mode", file=f, mode=f.mode))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=False,
+                              reason="same sha256 and mode", file=f, mode=f.mode))
     for name in old:
         if name not in names and name != MANIFEST:
-            steps.append(Step(node.name, 1, "remove-file", name, True, "ours, no longer rendered"))
+            steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
+                              reason="ours, no longer rendered"))
 
     # phase 2: containers, then the manifest as it now is
     for c in nd.containers:
         reason = _container_reason(c, facts)
         have = facts.container(c.name)
         if reason is None:
-            steps.append(Step(node.name, 2, "start-container", c.name, False,
-                              f"running, config-hash {c.config_hash}", container=c, container_id=have.id))
+            steps.append(Step(node=node.name, phase=2, kind=StepKind.START_CONTAINER, target=c.name, change=False,
+                              reason=f"running, config-hash {c.config_hash}", container=c, container_id=have.id))
         else:
-            steps.append(Step(node.name, 2, "start-container", c.name, True, reason, container=c,
-                              container_id=have.id if have else None))
+            steps.append(Step(node=node.name, phase=2, kind=StepKind.START_CONTAINER, target=c.name, change=True,
+                              reason=reason, container=c, container_id=have.id if have else None))
     have_manifest = facts.files.get(MANIFEST)
     final_spec = _manifest_spec(final_manifest)
     same = have_manifest is not None and have_manifest.sha256 == final_spec.sha256
-    pre = next((s for s in steps if s.kind == "manifest"), None)
+    pre = next((s for s in steps if s.kind == StepKind.MANIFEST), None)
     if pre is not None and pre.file is not None and pre.file.sha256 == final_spec.sha256:
-        steps.append(Step(node.name, 2, "manifest", MANIFEST, False, "written in phase 1", file=final_spec))
+        steps.append(Step(node=node.name, phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=False,
+                          reason="written in phase 1", file=final_spec))
         return plan
-    steps.append(Step(node.name, 2, "manifest", MANIFEST, not same, "up to date" if same else "record this deployment",
-                      file=_manifest_spec(final_manifest)))
+    steps.append(Step(node=node.name, phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=not same,
+                      reason="up to date" if same else "record this deployment", file=_manifest_spec(final_manifest)))
     return plan
 
 
@@ -261,7 +288,7 @@ def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
 def _restart_together(plan: Plan, group: set[str]) -> None:
     """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa). The
     proxy on a rank's node is no rank: it restarts only for its own changes."""
-    starts = [s for s in plan.steps if s.kind == "start-container" and s.node in group
+    starts = [s for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.node in group
               and not (s.container and s.container.role == "proxy")]
     changed = [s for s in starts if s.change]
     if not changed:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.plan import plan_node, short_id
+from sparkdeploy.plan import StepKind, plan_node, short_id
 
 HEADROOM_GB = 8.0  # on top of the weights: the OS, Docker, the CUDA context, activations
 MIN_FREE_DISK_GB = 2.0
@@ -181,7 +181,8 @@ def _memory(dep: Deployment, nd: NodeDeployment, f: NodeFacts) -> Check:
     need = share + HEADROOM_GB
     node_plan = plan_node(dep, nd, f)
     engine_names = {c.name for c in engines}
-    restarts = [s for s in node_plan.steps if s.kind == "start-container" and s.change and s.target in engine_names]
+    restarts = [s for s in node_plan.steps
+                if s.kind == StepKind.START_CONTAINER and s.change and s.target in engine_names]
     if not restarts:
         return Check(nd.node.name, "memory", True, "our engine runs unchanged")
     if not f.resources:

@@ -36,6 +36,9 @@ CONNECT_ATTEMPTS = 3
 # Connect failed"), and SFTP and push streams take sessions too.
 MAX_PARALLEL_COMMANDS = 6
 KEEPALIVE_S = 15
+# What closing a connection whose peer is gone can raise.
+CLOSE_ERRORS = (OSError, EOFError, paramiko.SSHException)
+TAIL_CHARS = 4000  # of a failed command's stdout and stderr, kept on its CommandFailed
 TRANSFER_TIMEOUT_S = 60.0  # one SFTP request, or unacknowledged data on the TCP connection
 SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Sent data unacknowledged this long fails the connection. Generous: Linux also counts a zero receive window
@@ -112,16 +115,55 @@ class CommandResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
+    def masked(self, mask: Callable[[str], str], tail: int = TAIL_CHARS) -> "CommandResult":
+        """The result as an error may carry it: secrets masked, only the last `tail` characters of the output."""
+        return CommandResult(self.node, mask(self.command), self.exit_code, mask(self.stdout[-tail:]),
+                             mask(self.stderr[-tail:]))
+
+
+# -- what can go wrong with a remote command (all StepFailed: every `except StepFailed` still catches them) ----
+
+class CommandFailed(StepFailed):
+    """The command ran and exited non-zero; `result` is what it returned (secrets masked, output tails), the way
+    invoke's UnexpectedExit carries its Result."""
+
+    def __init__(self, result: CommandResult, message: str | None = None):
+        self.result = result
+        if message is None:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            message = f"{result.node}: `{_short(result.command)}` exited {result.exit_code}" + (
+                ": " + " | ".join(tail) if tail else "")
+        super().__init__(message)
+
+
+class ConnectionLost(StepFailed):
+    """The SSH connection died during a command or a write (the node went away mid-run), or never came up."""
+
+
+class NodeUnreachable(ConnectionLost):
+    """No SSH connection could be opened to the node (refused, timed out, not SSH): nothing ran there."""
+
+
+class CommandTimeout(StepFailed):
+    """The command ran past its timeout; the connection itself may still be fine."""
+
+    def __init__(self, message: str, command: str, timeout: float | None):
+        self.command = command
+        self.timeout = timeout
+        super().__init__(message)
+
 
 class NodeConnection:
     """One SSH connection to one node (opened lazily, reused for every command). Safe to share between
     threads: one connection is opened however many ask at once, and at most MAX_PARALLEL_COMMANDS commands
     run on it at a time (the others wait their turn)."""
 
-    def __init__(self, node: Node, inventory: Inventory, connect_timeout: float = CONNECT_TIMEOUT_S):
+    def __init__(self, node: Node, inventory: Inventory, connect_timeout: float = CONNECT_TIMEOUT_S,
+                 mask: Callable[[str], str] | None = None):
         self.node = node
         self.inventory = inventory
         self.connect_timeout = connect_timeout
+        self.mask = mask or _unmasked  # applied to what a CommandFailed carries (the secrets of the run)
         self._conn = None
         self._sftp = None
         self._open_lock = threading.Lock()
@@ -211,7 +253,7 @@ class NodeConnection:
             except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
                 # Transient: connection refused or timed out. Connecting is idempotent, so retry with backoff.
                 if attempt == CONNECT_ATTEMPTS:
-                    raise StepFailed(f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
+                    raise NodeUnreachable(f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
                                      f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}") from None
                 time.sleep(delay)
                 delay *= 2
@@ -221,12 +263,14 @@ class NodeConnection:
         return conn
 
     def close(self) -> None:
-        if self._sftp is not None:
-            self._sftp.close()
-            self._sftp = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Close what is open; closing a dead connection is not an error (nothing to report)."""
+        sftp, conn, self._sftp, self._conn = self._sftp, self._conn, None, None
+        for thing in (sftp, conn):
+            if thing is not None:
+                try:
+                    thing.close()
+                except CLOSE_ERRORS:
+                    pass
 
     def __enter__(self):
         return self
@@ -257,16 +301,21 @@ class NodeConnection:
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()
         except (socket.timeout, TimeoutError):
-            raise StepFailed(f"{self.node.name}: `{_short(command)}` timed out after {timeout:g}s") from None
+            raise CommandTimeout(f"{self.node.name}: `{_short(self.mask(command))}` timed out after {timeout:g}s",
+                                 self.mask(command), timeout) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn, self.lost = None, True
-            raise StepFailed(f"{self.node.name}: connection lost during `{_short(command)}`: {exc}") from None
+            raise ConnectionLost(f"{self.node.name}: connection lost during `{_short(self.mask(command))}`: "
+                                 f"{self.mask(str(exc))}") from None
         result = CommandResult(self.node.name, command, code, out, err)
         if check and code != 0:
-            tail = (err or out).strip().splitlines()[-5:]
-            raise StepFailed(f"{self.node.name}: `{_short(command)}` exited {code}" +
-                             (": " + " | ".join(tail) if tail else ""))
+            raise self.failed(result)
         return result
+
+    def failed(self, result: CommandResult, message: str | None = None) -> CommandFailed:
+        """The error for a failed command: its result masked and trimmed; `message` (masked too) when the caller
+        words it itself (the default names the command, its exit code and the last lines of its output)."""
+        return CommandFailed(result.masked(self.mask), None if message is None else self.mask(message))
 
     # -- files ---------------------------------------------------------------------------------------
     def sftp(self) -> paramiko.SFTPClient:
@@ -294,7 +343,7 @@ class NodeConnection:
         except (socket.timeout, TimeoutError, EOFError, paramiko.SSHException) as exc:
             # that session is in an unknown state: open a new one next time
             self._sftp, self._conn, self.lost = None, None, True
-            raise StepFailed(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
+            raise ConnectionLost(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
                              f"({exc.__class__.__name__}); the node may be gone") from None
 
     def read(self, path: str) -> bytes | None:
@@ -371,6 +420,10 @@ def _drain(chan, timeout: float | None) -> tuple[str, str]:
     return out.decode(errors="replace"), err.decode(errors="replace")
 
 
+def _unmasked(text: str) -> str:
+    return text
+
+
 def _short(command: str, limit: int = 120) -> str:
     return command if len(command) <= limit else command[: limit - 3] + "..."
 
@@ -397,7 +450,9 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
     def call(outcome: NodeOutcome) -> None:
         try:
             outcome.value = fn(outcome.node)
-        except Exception as exc:  # collected per node and reported by the caller
+        # Broad on purpose: a node's worker thread must hand any failure (even a bug) to the caller, who reports
+        # it on that node; an exception left in the thread would leave the node in an unknown state.
+        except Exception as exc:
             outcome.error = exc
 
     preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)

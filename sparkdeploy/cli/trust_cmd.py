@@ -40,7 +40,7 @@ def _matches(entry: paramiko.hostkeys.HostKeyEntry, name: str) -> bool:
             try:
                 if paramiko.HostKeys.hash_host(name, host) == host:
                     return True
-            except Exception:  # a malformed hashed entry matches nothing
+            except (ValueError, IndexError):  # a malformed hashed entry (bad base64, missing salt) matches nothing
                 continue
         elif host == name:
             return True

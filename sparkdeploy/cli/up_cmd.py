@@ -19,7 +19,7 @@ from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
+from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 from sparkdeploy.preflight import Check
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
@@ -92,7 +92,7 @@ class Out(Reporter):
             for i, s in enumerate(n.steps, 1):
                 mark = "change" if s.change else "ok    "
                 self.line(f"{i:>2}. {mark} {s.kind} {s.target}  ({s.reason})")
-                if s.change and s.file is not None and s.kind == "write":
+                if s.change and s.file is not None and s.kind == StepKind.WRITE:
                     shown = s.file.shown()
                     for content_line in shown.rstrip("\n").split("\n"):
                         self.line(f"      | {content_line}")

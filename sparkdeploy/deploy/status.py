@@ -45,7 +45,7 @@ def _probe(url: str) -> dict:
     try:
         code, _ = health.http_get(url, time.monotonic() + 3.0)
         return {"url": url, "ok": code == 200, "detail": f"HTTP {code}"}
-    except Exception as exc:  # unreachable endpoint: report it, never fail status on it
+    except health.HTTP_ERRORS as exc:  # unreachable endpoint: report it, never fail status on it
         reason = getattr(exc, "reason", exc)
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 

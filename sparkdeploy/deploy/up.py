@@ -14,18 +14,19 @@ from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.models import up_check
-from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
+from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
 from sparkdeploy.secrets import refuse_missing
 
 def simulated(dep: Deployment) -> bool:
     try:
         return load_definition(preflight.image_definition_name(dep.image_tag)).simulated
-    except Exception:  # an unknown definition is reported elsewhere; assume real hardware (stricter checks)
+    # An unknown or unreadable definition is reported elsewhere; assume real hardware (stricter checks).
+    except (ConfigError, OSError, ValueError):
         return False
 
 
@@ -66,7 +67,7 @@ def _starting(dep: Deployment, facts: dict) -> set[str]:
     """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
     if all(isinstance(f, NodeFacts) for f in facts.values()):
         plan = plan_deployment(dep, facts)
-        return {s.node for s in plan.steps if s.kind == "start-container" and s.change}
+        return {s.node for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.change}
     return {nd.node.name for nd in dep.nodes}
 
 
@@ -99,8 +100,8 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     is_simulated = simulated(dep)
     inv = dep.inventory
     try:
-        with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-                node_locks(session, dry_run, out.warn):
+        with inventory_lock(inv), Interrupt(out.progress) as interrupt, \
+                Session.open(inv, mask=dep.secrets.mask) as session, node_locks(session, dry_run, out.warn):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
     except NodeLockHeld as exc:
         for line in exc.lines:
@@ -234,7 +235,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
                          "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
 
-    started = any(s.kind == "start-container" and s.status == CHANGED for s in plan.steps)
+    started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
     out.progress(f"health gate (timeout {timeout:g} s)")
     hold_point("health", interrupt)
     gate = health.wait_healthy(dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress,

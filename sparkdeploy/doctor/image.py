@@ -23,6 +23,8 @@ from .session import DoctorRun, NodeSession
 VERSIONS_PY = r"""
 import json
 out = {}
+# Broad on purpose: torch in an unknown image fails in many ways (ImportError, OSError for a missing CUDA
+# library, RuntimeError from a build without NCCL), importing it or asking it; each failure is the finding.
 try:
     import torch
     out["torch"] = torch.__version__
@@ -44,7 +46,7 @@ except Exception as exc:
 try:
     import importlib.metadata as md
     out["vllm"] = md.version("vllm")
-except Exception:
+except ImportError:  # PackageNotFoundError: no vLLM in this image
     out["vllm"] = None
 print("@@versions@@" + json.dumps(out))
 """

@@ -22,6 +22,7 @@ import re
 import threading
 from pathlib import Path
 
+from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
 from . import engine, graph_advice
@@ -164,7 +165,9 @@ def allreduce(run: DoctorRun) -> Result:
             argv = _argv(run, node, rank, len(nodes), head, dirs[node.name], image, simulated, max_bytes)
             res = run.session(node).run(argv, timeout=PROBE_TIMEOUT_S + 60)
             outputs[node.name] = (res.exit_code, res.stdout, res.stderr)
-        except Exception as exc:  # noqa: BLE001 - reported per node
+        # Broad on purpose: a rank's thread must record any failure for its node (an exception left in a
+        # thread would be lost and the node's row would read as no output).
+        except Exception as exc:  # noqa: BLE001
             errors[node.name] = str(exc)
 
     try:
@@ -180,7 +183,7 @@ def allreduce(run: DoctorRun) -> Result:
         for node in nodes:
             try:
                 run.session(node).run(["docker", "rm", "--force", CONTAINER], timeout=30)
-            except Exception:  # noqa: BLE001 - best effort cleanup of our own container
+            except StepFailed:  # best effort cleanup of our own container (the node may be gone)
                 pass
 
     head_out = outputs.get(head.name, (None, "", ""))

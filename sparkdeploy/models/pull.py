@@ -120,7 +120,7 @@ def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progre
     while not stop.wait(POLL_S):
         try:
             held = ops.have(conn, hf_cache, manifest["repo"])
-        except Exception:  # a poll that fails is only a missed bar update
+        except StepFailed:  # a poll that fails (node busy, answer unreadable) is only a missed bar update
             continue
         done = sum(min(held["have"].get(b, 0) or held["partial"].get(b, 0), s) for b, s in sizes.items())
         progress.update(node, max(0, done - base))

@@ -74,7 +74,9 @@ def main(argv):
         fail("http", str(exc).splitlines()[0])
     except OSError as exc:
         fail("io", f"{exc.__class__.__name__}: {exc}")
-    except Exception as exc:  # e.g. the hub unreachable: still one line for the CLI
+    # Broad on purpose: this program's contract is one JSON line and exit 3, never a traceback, whatever else
+    # huggingface_hub raises (its own errors, ValueError for a malformed repo id).
+    except Exception as exc:  # noqa: BLE001
         fail("error", f"{exc.__class__.__name__}: {str(exc)[:300]}")
     return 0
 

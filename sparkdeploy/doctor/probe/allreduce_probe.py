@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             v = torch.cuda.nccl.version()
             nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a torch built without NCCL raises RuntimeError/AttributeError: no version
             nccl_version = None
     me = {"rank": rank, "host": socket.gethostname(), "torch": torch.__version__, "nccl": nccl_version,
           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 if graph is not None:
                     try:
                         graph.reset()
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001 - teardown: a graph that failed to capture may not reset
                         pass
                     graph = None
                 sync()
