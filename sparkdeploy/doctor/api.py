@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import read_facts
+from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import load_inventory
+from sparkdeploy.recipes import resolve
+from sparkdeploy.remote import on_nodes
+from sparkdeploy.secrets import load_secrets
+from sparkdeploy.topologies import build_deployment
 
 from .registry import CHECKS
 from .runner import Report, execute, select
@@ -11,36 +17,56 @@ from .session import DoctorRun, Options
 
 
 def prepare(inventory_path: str | None, options: Options, recipes_dir: str | None = None) -> DoctorRun:
-    """Load the inventory, secrets and the recipe's deployment. Problems become check rows, not exceptions."""
+    """Load the inventory and secrets, and render the recipe given with --recipe (else the runner renders what
+    the nodes run, once connected). Problems become check rows, not exceptions."""
     try:
         inventory = load_inventory(inventory_path)
     except ConfigError as exc:
         return DoctorRun(inventory=None, inventory_error=exc, options=options)
     run = DoctorRun(inventory=inventory, options=options)
     try:
-        from sparkdeploy.secrets import load_secrets
-
         run.secrets = load_secrets(inventory.local_path(inventory.cluster.secrets_file))
     except ConfigError as exc:
         run.deployment_error = exc
         return run
-    name = options.recipe or inventory.cluster.default_recipe
-    run.recipe_name = name
-    if not name:
-        return run
-    try:
-        from sparkdeploy.images.definitions import load_definition
-        from sparkdeploy.recipes import resolve
-        from sparkdeploy.topologies import build_deployment
+    if options.recipe:
+        render(run, options.recipe, options.topology, None, "given with --recipe", recipes_dir)
+    else:  # what runs is what to check: read from the nodes' manifests once they are connected (runner)
+        run.render_later = lambda r: render_deployed(r, recipes_dir)
+    return run
 
-        resolved = resolve(name, options.topology, None, (), recipes_dir)
-        run.deployment = build_deployment(inventory, resolved, run.secrets)
-        override = inventory.cluster.image_override
+
+def render(run: DoctorRun, name: str | None, topology: str | None, backend: str | None, source: str,
+           recipes_dir: str | None) -> None:
+    """The deployment the recipe checks look at (its image, memory, ports); a problem becomes a check row."""
+    run.recipe_name, run.recipe_source = name, source
+    if not name:
+        return
+    try:
+        resolved = resolve(name, topology, backend, (), recipes_dir)
+        run.deployment = build_deployment(run.inventory, resolved, run.secrets)
+        override = run.inventory.cluster.image_override
         run.simulated_image = (load_definition(override) if override else run.deployment.image).simulated
     except ConfigError as exc:
         run.deployment = None
         run.deployment_error = exc
-    return run
+
+
+def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
+    """The recipe, topology and backend the nodes' manifests name (the head's first), read over the sessions the
+    runner opened; with nothing deployed (or no node read), the inventory's default recipe, saying so."""
+    state_dir = run.inventory.cluster.state_dir
+    nodes = sorted((n for n in run.nodes if run.reachable(n)), key=lambda n: n.role != "head")
+    outcomes = on_nodes(nodes, lambda n: read_facts(run.session(n).conn, state_dir).manifest)
+    found = [(o.node.name, o.value) for o in outcomes if o.ok and o.value and o.value.get("recipe")]
+    if found:
+        manifest = found[0][1]
+        render(run, manifest["recipe"], run.options.topology or manifest.get("topology"), manifest.get("backend"),
+               f"deployed on {', '.join(name for name, _ in found)}", recipes_dir)
+    else:
+        why = "nothing is deployed" if nodes else "no node could be read"
+        render(run, run.inventory.cluster.default_recipe, run.options.topology, None,
+               f"{why}: the inventory's default recipe", recipes_dir)
 
 
 def doctor(inventory_path: str | None, options: Options | None = None, only: tuple[str, ...] = (),

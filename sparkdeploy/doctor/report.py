@@ -25,9 +25,11 @@ def headline(report: Report) -> str:
     if d is not None:
         topo = d.topology + (f"/{d.backend}" if d.topology == "cluster" else "")
         parts.append(f"recipe {d.recipe.name} ({topo}), image {d.image_tag}"
-                     + (" SIMULATED" if run.simulated_image else ""))
+                     + (" SIMULATED" if run.simulated_image else "")
+                     + (f" [{run.recipe_source}]" if run.recipe_source else ""))
     elif run.recipe_name:
-        parts.append(f"recipe {run.recipe_name} (did not render)")
+        parts.append(f"recipe {run.recipe_name} (did not render)"
+                     + (f" [{run.recipe_source}]" if run.recipe_source else ""))
     return ", ".join(parts)
 
 
@@ -111,6 +113,7 @@ def as_dict(report: Report, strict: bool = False, exit_code: int | None = None) 
         "seconds": round(report.seconds, 3),
         "inventory": str(run.inventory.path) if run and run.inventory else None,
         "recipe": d.recipe.name if d else (run.recipe_name if run else None),
+        "recipe_source": run.recipe_source if run else None,
         "topology": d.topology if d else None,
         "image": d.image_tag if d else None,
         "simulated_image": bool(run and run.simulated_image),

@@ -27,6 +27,7 @@ MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and
 # behind another's, so N nodes take about as long as two.
 CONNECT_TIMEOUT_S = 6
 ACCESS_CHECK = "access.ssh"
+RECIPE_CHECK = "inventory.recipe"  # runs once the recipe is rendered (after connect when read from the nodes)
 
 
 @dataclass
@@ -174,7 +175,8 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
     """Run `checks` (already selected) against `run`; always returns every row, never stops at the first."""
     started = time.monotonic()
     report = Report(run=run)
-    cluster_first = [c for c in checks if c.id.startswith("inventory.")]
+    # The inventory's own checks first; the recipe's once it is rendered (from the nodes' manifests, after connect).
+    cluster_first = [c for c in checks if c.id.startswith("inventory.") and c.id != RECIPE_CHECK]
     for check in cluster_first:
         report.results.extend(_run_tasks(run, [_Task(check, None)]))
     if run.inventory is None:
@@ -186,7 +188,9 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
 
     rest = [c for c in checks if c not in cluster_first]
     node_checks = [c for c in rest if c.scope == "node"]
-    if node_checks or any(c.scope == "cluster" for c in rest):
+    # Only a selection that looks at the recipe pays for reading what the nodes run.
+    render_later = run.render_later if any(c.needs_recipe or c.id == RECIPE_CHECK for c in rest) else None
+    if node_checks or any(c.scope == "cluster" for c in rest) or render_later:
         for node in run.nodes:
             run.sessions[node.name] = NodeSession(node, NodeConnection(node, run.inventory,
                                                                        connect_timeout=CONNECT_TIMEOUT_S))
@@ -194,6 +198,8 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
         access = access or Check(ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n),
                                  timeout_s=45)
         report.results.extend(_run_tasks(run, [_Task(access, n) for n in run.nodes]))
+    if render_later is not None:
+        render_later(run)
 
     tasks: list[_Task] = []
     skipped: list[Result] = []

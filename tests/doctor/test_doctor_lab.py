@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkdeploy.inventory import load_inventory
 from sparkdeploy.lab.nodes import ssh_banner
 from sparkdeploy.lab.spec import FABRIC_IFACE
 
@@ -344,6 +345,30 @@ def test_endpoints_of_2xsolo_and_a_hung_engine(lab, cli, deployed):
             break
         time.sleep(2)
     assert code == 0, show(report)
+
+
+def test_doctor_checks_the_recipe_that_is_deployed_and_says_which(lab, cli, sim_image):
+    """Issue 30: with another recipe deployed than the inventory's default, doctor checked the default (its
+    image, memory and ports) and said so in its header. It reads the nodes' manifests now."""
+    inv = str(lab.spec.inventory_path)
+    other = "qwen3-coder-30b-int4"
+    assert other != load_inventory(inv).cluster.default_recipe
+    r = sd("up", "-i", inv, "--recipe", other, "--topology", "solo", "--timeout", "240")
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    try:
+        code, report, _ = doctor(cli, inv, "--only", "inventory.recipe", "--only", "gpu.memory")
+        assert (report["recipe"], report["recipe_source"]) == (other, "deployed on spark1"), show(report)
+        assert code == 0, show(report)
+        code, out, _ = cli("doctor", "-i", inv, "--only", "inventory.recipe")
+        assert f"recipe {other} (solo)" in out and "[deployed on spark1]" in out, out
+        code, report, _ = doctor(cli, inv, "--recipe", RECIPE, "--only", "inventory.recipe")
+        assert (report["recipe"], report["recipe_source"]) == (RECIPE, "given with --recipe"), show(report)
+    finally:
+        r = sd("down", "-i", inv)
+        assert r.returncode == 0, r.stderr[-2000:]
+    code, report, _ = doctor(cli, inv, "--only", "inventory.recipe")
+    assert report["recipe"] == load_inventory(inv).cluster.default_recipe, show(report)
+    assert report["recipe_source"] == "nothing is deployed: the inventory's default recipe", show(report)
 
 
 def test_unknown_and_changed_host_keys_are_refused(lab, cli, derived_inventory, tmp_path):
