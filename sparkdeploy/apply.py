@@ -27,7 +27,7 @@ from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.plan import CHANGED, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step, StepKind
+from sparkdeploy.plan import CHANGED, DOCTOR_FOLDER, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step, StepKind
 from sparkdeploy import remote
 from sparkdeploy.remote import NodeConnection, on_nodes
 
@@ -324,6 +324,13 @@ def _chmod(conn: NodeConnection, step: Step, state_dir: str) -> str:
     return f"{step.mode:04o}"
 
 
+def _remove_folder(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    if step.target != DOCTOR_FOLDER:  # the one subfolder of the state dir that is ours (plan.DOCTOR_FOLDER)
+        raise StepFailed(f"refusing to remove {step.target}: not a folder sparkdeploy writes")
+    conn.run(["rm", "-rf", "--", f"{state_dir}/{step.target}"])
+    return "removed"
+
+
 def _rmdir(conn: NodeConnection, step: Step, state_dir: str) -> str:
     r = conn.run(["rmdir", "--", state_dir], check=False)
     if not r.ok:
@@ -354,6 +361,7 @@ HANDLERS: dict[StepKind, Callable[[NodeConnection, Step, str], str]] = {
     StepKind.MANIFEST: _write,
     StepKind.CHMOD: _chmod,
     StepKind.RMDIR: _rmdir,
+    StepKind.REMOVE_FOLDER: _remove_folder,
     StepKind.START_CONTAINER: _start_container,
 }
 

@@ -40,6 +40,12 @@ class StepKind(StrEnum):
     MANIFEST = "manifest"
     START_CONTAINER = "start-container"
     RMDIR = "rmdir"
+    REMOVE_FOLDER = "remove-folder"
+
+
+# The folder `doctor --nccl` writes in the state dir (its probe, node.env, result.json): sparkdeploy's, so `down`
+# removes it with the rest. The one subfolder of the state dir that is ours; any other stays.
+DOCTOR_FOLDER = "doctor"
 
 
 @dataclass(kw_only=True)  # built with keywords: eight of its fields would be easy to swap by position
@@ -175,9 +181,13 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
     if MANIFEST in facts.files:
         plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True,
                                reason="ours"))
+    if DOCTOR_FOLDER in facts.other_entries:
+        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FOLDER, target=DOCTOR_FOLDER,
+                               change=True, reason="doctor --nccl's probe files"))
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
-        others = [n for n in facts.files if n not in ours] + [n + "/" for n in facts.other_entries]
+        others = [n for n in facts.files if n not in ours] + [n + "/" for n in facts.other_entries
+                                                              if n != DOCTOR_FOLDER]
         if others:  # never remove what we did not write
             plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.RMDIR, target=sd, change=False,
                                    reason=f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"))

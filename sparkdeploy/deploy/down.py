@@ -8,7 +8,7 @@ from sparkdeploy.deploy.report import Reporter, plan_summary
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import load_inventory
-from sparkdeploy.plan import plan_down
+from sparkdeploy.plan import CHANGED, Plan, StepKind, plan_down
 
 
 def remove(inventory: str | None = None, dry_run: bool = False, reporter: Reporter | None = None,
@@ -50,5 +50,14 @@ def remove(inventory: str | None = None, dry_run: bool = False, reporter: Report
                              "; run `sparkdeploy down` again once the node is back")
         result["ok"] = True
         if not dry_run:
-            out.line(plan_summary(plan) + ". Nothing of sparkdeploy's is left on " + ", ".join(good) + ".")
+            out.line(plan_summary(plan) + ". " + _what_is_left(plan, list(good)))
     return result
+
+
+def _what_is_left(plan: Plan, nodes: list[str]) -> str:
+    """The last line, true: nothing of ours is left, except a state folder that holds what `up` did not write."""
+    kept = {s.node: s.reason for s in plan.steps if s.kind == StepKind.RMDIR and s.status != CHANGED}
+    clean = [n for n in nodes if n not in kept]
+    parts = [f"Nothing of sparkdeploy's is left on {', '.join(clean)}."] if clean else []
+    parts += [f"On {node} the state folder stays: {reason.removeprefix('kept: ')}." for node, reason in kept.items()]
+    return " ".join(parts)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
+from sparkdeploy.plan import DOCTOR_FOLDER
 
 from . import engine, graph_advice
 from .model import FAIL, PASS, WARN, Result, fail
@@ -105,7 +106,7 @@ def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]
 
 def _state_dir(run: DoctorRun, node: Node) -> str:
     home = run.session(node).conn.home()
-    return f"{home}/{run.inventory.cluster.state_dir}/doctor"
+    return f"{home}/{run.inventory.cluster.state_dir}/{DOCTOR_FOLDER}"
 
 
 def _argv(run: DoctorRun, node: Node, rank: int, world: int, head: Node, directory: str, image: str,

@@ -241,13 +241,16 @@ def test_down_plan_removes_only_ours():
     dep = make_deployment("2xsolo")
     facts = _facts(dep)
     facts["spark1"].other_names["postgres"] = "9" * 64
-    facts["spark1"].other_entries.append("doctor")  # another tool's folder in the state dir
+    facts["spark1"].other_entries.append("backups")  # someone else's folder in the state dir
+    facts["spark1"].other_entries.append("doctor")  # doctor --nccl's: ours (issue 30: down left it behind)
+    facts["spark2"].other_entries.append("doctor")
     plan = plan_down(dep.inventory.nodes, facts, ".sparkdeploy")
     rmdir1 = next(s for s in plan.steps if s.node == "spark1" and s.kind == "rmdir")
-    assert not rmdir1.change and "doctor/" in rmdir1.reason
+    assert not rmdir1.change and "backups/" in rmdir1.reason and "doctor" not in rmdir1.reason
     targets = {(s.node, s.kind, s.target) for s in plan.steps if s.change}
     assert ("spark1", "remove-container", "sparkdeploy-litellm") in targets
-    assert not any(t[2] == "postgres" for t in targets)
+    assert not any(t[2] in ("postgres", "backups") for t in targets)
+    assert {("spark1", "remove-folder", "doctor"), ("spark2", "remove-folder", "doctor")} <= targets
     assert ("spark2", "rmdir", "/home/spark/.sparkdeploy") in targets
 
 

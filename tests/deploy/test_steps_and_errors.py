@@ -136,7 +136,7 @@ def test_every_step_kind_has_a_handler():
 
 def test_step_kinds_print_as_the_strings_the_json_and_golden_files_show():
     assert [k.value for k in StepKind] == ["remove-container", "state-dir", "remove-file", "write", "chmod",
-                                           "manifest", "start-container", "rmdir"]
+                                           "manifest", "start-container", "rmdir", "remove-folder"]
     step = _step(StepKind.START_CONTAINER, target="sparkdeploy-vllm")
     assert step.label == "start-container sparkdeploy-vllm"
     assert json.dumps(step.as_dict()["step"]) == '"start-container"'

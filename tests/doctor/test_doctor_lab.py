@@ -276,6 +276,16 @@ def test_nccl_probe_runs_simulated_over_the_fabric(lab, cli, sim_image):
     for node in lab.nodes:
         names = lab.docker_exec(node, "docker", "ps", "-a", "--format", "{{.Names}}").stdout.split()
         assert "sparkdeploy-doctor-nccl" not in names
+    # `down` removes what doctor wrote too (issue 30: it said nothing was left while doctor/ stayed on every
+    # node), and its last line is true
+    inv = str(lab.spec.inventory_path)
+    for node in lab.nodes:
+        assert lab.ssh(node, "test -d .sparkdeploy/doctor", check=False).returncode == 0
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for node in lab.nodes:
+        assert lab.ssh(node, "test -e .sparkdeploy/doctor", check=False).returncode != 0, node.name
+    assert "Nothing of sparkdeploy's is left on spark1, spark2." in r.stdout, r.stdout[-1500:]
 
 
 # -- endpoints of a running topology --------------------------------------------------------------------------
