@@ -200,7 +200,7 @@ class Monitor:
         return ({k: v / whole for k, v in totals.items()} if whole > 0 else {}), basis
 
     def snapshot(self) -> dict:
-        share, basis = self.proxy_share()
+        share, share_basis = self.proxy_share()
         engines = []
         for t in self.targets:
             if t.kind != "engine":
@@ -231,7 +231,7 @@ class Monitor:
                     "error": (self.history[t][-1].error or None) if self.history[t] else None}
                    for t in self.targets if t.kind == "proxy"]
         return {"window_s": self.window_s, "engines": engines, "proxies": proxies,
-                "request_share": share, "request_share_basis": basis if share else None,
+                "request_share": share, "request_share_basis": share_basis if share else None,
                 "simulated": any_simulated(engines)}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import click
@@ -59,12 +60,19 @@ def _caption(snapshot: dict) -> str:
     bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
     over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
     parts = [f"tokens/s over the last interval; TTFT {over}"]
-    if snapshot.get("request_share_basis"):
-        parts.append(f"proxy share over the {snapshot['request_share_basis']}")
+    basis = snapshot.get("request_share_basis")
+    if basis:
+        parts.append(f"proxy share over {snapshot['window_s']:g} s" if basis == "window" else f"proxy share {basis}")
     for p in snapshot.get("proxies", []):
         if p.get("error"):
             parts.append(f"proxy {p['url']}: {p['error']}")
     return "; ".join(parts)
+
+
+def _plain_console():
+    from rich.console import Console
+
+    return Console(highlight=False, width=120, force_terminal=False, no_color=True)
 
 
 def _console():
@@ -139,6 +147,16 @@ def top(inventory, interval, window, once, sample_gap, as_json):
             while True:
                 monitor.sample()
                 click.echo(json.dumps(monitor.snapshot(), default=str), nl=True)
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+    if not sys.stdout.isatty():  # piped or redirected: a live screen would print nothing; one table each interval
+        try:
+            while True:
+                monitor.sample()
+                _plain_console().print(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"))
+                sys.stdout.flush()
                 time.sleep(interval)
         except KeyboardInterrupt:
             return

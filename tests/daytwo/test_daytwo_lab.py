@@ -147,6 +147,7 @@ def test_top_once_json_while_requests_run(day2, secrets):
     engines = {e["node"]: e for e in snap["engines"]}
     assert set(engines) == {"spark1", "spark2"}
     assert snap["simulated"] is True  # the lab's engines are vllm-sim: their /metrics say so
+    assert snap["request_share_basis"] == "since the proxy started"  # --once: the share is the proxy's whole life
     for e in engines.values():
         assert e["error"] is None and e["kv_cache_usage"] is not None and e["running"] is not None
         assert e["simulated"] is True
@@ -156,11 +157,28 @@ def test_top_once_json_while_requests_run(day2, secrets):
     assert set(share) == {"spark1", "spark2"} and all(v > 0 for v in share.values())
     assert abs(sum(share.values()) - 1) < 1e-9
     table = sd("top", "-i", day2, "--once")
-    assert table.returncode == 0 and "proxy share" in table.stdout and "spark2" in table.stdout
+    assert table.returncode == 0 and "spark2" in table.stdout
+    # the caption says what the share is over (issue 30: "proxy share over the since the engine started")
+    assert "proxy share since the proxy started" in " ".join(table.stdout.split()), table.stdout
     lines = table.stdout.splitlines()
     rows = [n for n, line in enumerate(lines) if "spark1" in line or "spark2" in line]
     assert len(rows) == 2 and all("│ SIMULATED " in lines[n + 1] for n in rows), table.stdout  # under each engine
     assert lines[0].startswith("SIMULATED: vllm-sim stands in for the GPU"), table.stdout
+
+
+def test_live_top_into_a_pipe_prints_a_table_each_interval(day2):
+    """Issue 30: live `top` piped to a file printed nothing (a live screen needs a terminal)."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "top", "-i",
+                             day2, "--interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.count("sparkdeploy top (") >= 2, out[-3000:]  # one table per interval, not one frozen screen
+    assert "\x1b[" not in out  # plain text: no terminal control codes in the file
+    assert "spark1" in out and "spark2" in out
 
 
 def test_prometheus_answers_promql_per_engine(day2, secrets):

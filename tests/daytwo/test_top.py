@@ -60,6 +60,27 @@ def test_monitor_rates_window_and_shares():
     assert snap["request_share_basis"] == "window"
 
 
+def test_the_proxy_share_keeps_its_own_basis_and_the_caption_reads():
+    """Issue 30: the share's basis was the last engine's TTFT basis ("proxy share over the since the engine
+    started")."""
+    from sparkdeploy.cli.top_cmd import _caption
+
+    e1, e2, proxy = _target("spark1"), _target("spark2"), _target("spark1", "proxy")
+    mon = top.Monitor([e1, e2, proxy], window_s=60)
+    b = [(0.1, 1.0), (math.inf, 1.0)]
+    mon.history[e1].extend([top.Sample(100.0, generation=0, ttft=b), top.Sample(102.0, generation=10, ttft=b)])
+    mon.history[e2].extend([top.Sample(102.0, generation=10, ttft=b)])  # one sample: TTFT since it started
+    mon.history[proxy].extend([top.Sample(100.0, requests={"spark1": 1, "spark2": 1}),
+                               top.Sample(102.0, requests={"spark1": 3, "spark2": 2})])
+    snap = mon.snapshot()
+    assert snap["engines"][1]["ttft_basis"] == "since the engine started"
+    assert snap["request_share_basis"] == "window"
+    assert "proxy share over 60 s" in _caption(snap)
+    once = top.Monitor([e1, e2, proxy], window_s=60, since_start=True)
+    once.history = mon.history
+    assert "proxy share since the proxy started" in _caption(once.snapshot())
+
+
 def test_counter_reset_is_not_negative():
     assert top._rate(5, 100, 2.0) == 0.0
     assert top._delta_buckets([(1.0, 1.0)], [(1.0, 5.0)]) == [(1.0, 1.0)]
