@@ -112,6 +112,22 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     return result
 
 
+def replaces(dep: Deployment, facts: dict) -> str | None:
+    """The deployment the nodes run now when it is not this one ("recipe / topology[ / backend] on nodes"), from
+    their manifests; None when nothing runs or the same recipe and topology do."""
+    now: dict[tuple, list[str]] = {}
+    for node in dep.inventory.nodes:
+        f = facts.get(node.name)
+        m = f.manifest if isinstance(f, NodeFacts) else None
+        if m and m.get("recipe"):
+            now.setdefault((m["recipe"], m.get("topology"), m.get("backend")), []).append(node.name)
+    mine = (dep.recipe.name, dep.topology, dep.backend or None)
+    other = {k: v for k, v in now.items() if k != mine}
+    if not other:
+        return None
+    return "; ".join(" / ".join(str(x) for x in key if x) + f" on {', '.join(nodes)}" for key, nodes in other.items())
+
+
 def _node_lines(inv, seen: dict, why: str) -> list[str]:
     """After a Ctrl-C or a failure: one line per node saying what happened there (the table has the steps)."""
     facts, plan, gate = seen.get("facts"), seen.get("plan"), seen.get("gate")
@@ -177,6 +193,11 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         return facts
 
     facts = seen["facts"] = read()
+    replaced = replaces(dep, facts)
+    if replaced:  # said before anything changes (and by --dry-run): `up` converges to ONE deployment
+        result["replaces"] = replaced
+        out.warn(f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
+                 f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else ""))
     hold_point("preflight", interrupt)
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)

@@ -243,8 +243,15 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
 def test_switching_topology_takes_the_old_one_down(lab, inv):
     r = sd("up", "--recipe", RECIPE, "-t", "2xsolo", "-i", inv, "--timeout", GATE_TIMEOUT)
     assert r.returncode == 0, _fail(r)
+    # named before anything changes, by --dry-run too (issue 30: run-recipe replaced it without a word)
+    dry = sd("up", "--recipe", RECIPE, "-t", "solo", "-i", inv, "--dry-run")
+    assert dry.returncode == 0, _fail(dry)
+    said = " ".join(dry.stderr.split())  # rich folds long lines
+    assert f"would replace {RECIPE} / 2xsolo on spark1, spark2 with {RECIPE} / solo" in said, _fail(dry)
     r = sd("up", "--recipe", RECIPE, "-t", "solo", "-i", inv, "--timeout", GATE_TIMEOUT, "--json")
     assert r.returncode == 0, _fail(r)
+    assert json.loads(r.stdout)["replaces"] == f"{RECIPE} / 2xsolo on spark1, spark2"
+    assert f"replacing {RECIPE} / 2xsolo on spark1, spark2 with {RECIPE} / solo" in " ".join(r.stderr.split())
     removed = {(s["node"], s["target"]) for s in json.loads(r.stdout)["steps"]
                if s["step"] == "remove-container" and s["status"] == "changed"}
     assert removed == {("spark1", "sparkdeploy-litellm"), ("spark2", "sparkdeploy-vllm")}

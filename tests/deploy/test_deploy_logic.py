@@ -254,6 +254,20 @@ def test_down_plan_removes_only_ours():
     assert ("spark2", "rmdir", "/home/spark/.sparkdeploy") in targets
 
 
+def test_up_names_the_deployment_it_replaces():
+    from sparkdeploy.deploy.up import replaces
+
+    dep = make_deployment("2xsolo")
+    facts = _facts(dep)
+    assert replaces(dep, facts) is None  # nothing deployed
+    for f in facts.values():
+        f.manifest = {"recipe": dep.recipe.name, "topology": "2xsolo", "backend": None}
+    assert replaces(dep, facts) is None  # the same one: converging, not replacing
+    facts["spark1"].manifest = {"recipe": "qwen3-coder-30b-int4", "topology": "cluster", "backend": "torchrun"}
+    facts["spark2"].manifest = {"recipe": "qwen3-coder-30b-int4", "topology": "cluster", "backend": "torchrun"}
+    assert replaces(dep, facts) == "qwen3-coder-30b-int4 / cluster / torchrun on spark1, spark2"
+
+
 def test_manifest_is_deterministic_and_lists_no_secret():
     dep = make_deployment("2xsolo")
     text = manifest_text(dep, dep.nodes[0])
