@@ -46,6 +46,14 @@ class StepFailed(SparkdeployError):
     exit_code = 1
 
 
+class NothingDeployed(StepFailed):
+    """A command that watches or measures a deployment found none: the same line and exit code (1) in every
+    command (top, logs, bench); `status` reports the same state and exits 0."""
+
+    def __init__(self, where: str, fix: str = "run `sparkdeploy up` first"):
+        super().__init__(f"nothing of sparkdeploy's runs on {where}: {fix}")
+
+
 def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
     """A name that is not among the known ones: one line with the closest names, or all of them."""
     close = get_close_matches(name, known, n=3)

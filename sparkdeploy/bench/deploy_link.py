@@ -15,7 +15,7 @@ from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, NothingDeployed, Problem, StepFailed
 
 
 def status_json(inventory: str | None) -> dict[str, Any]:
@@ -77,8 +77,8 @@ def current_endpoint(inventory: str | None, routing: str | None = None) -> Endpo
     """What `sparkdeploy status` says is deployed now."""
     status = status_json(inventory)
     if not status.get("deployed") or not status.get("endpoint"):
-        raise ConfigError(Problem(status.get("inventory") or "inventory", "", "nothing is deployed",
-                                  "run `sparkdeploy up` first, or pass --endpoint URL --model NAME"))
+        raise NothingDeployed(status.get("inventory") or "the inventory's nodes",
+                              "run `sparkdeploy up` first, or pass --endpoint URL --model NAME")
     if not status.get("healthy"):
         raise StepFailed(f"the deployment at {status['endpoint']} is not healthy (see `sparkdeploy status`)")
     sets = [f"litellm.routing_strategy={routing}"] if routing else []

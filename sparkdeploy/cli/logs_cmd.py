@@ -79,7 +79,7 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
     """
     from sparkdeploy import logs as node_logs
     from sparkdeploy.apply import Session
-    from sparkdeploy.errors import StepFailed
+    from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.remote import on_nodes
     from sparkdeploy.secrets import load_secrets
@@ -112,7 +112,10 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
     for o in failed:
         click.secho(f"{o.node.name}: could not read its logs: {mask(str(o.error))}", fg="red", err=True)
     if not shown and not failed:
-        what = f" named {', '.join(wanted)}" if wanted else ""
-        click.echo(f"no sparkdeploy container{what} on {', '.join(n.name for n in chosen)}", err=True)
+        if wanted:
+            click.echo(f"no sparkdeploy container named {', '.join(wanted)} on "
+                       f"{', '.join(n.name for n in chosen)}", err=True)
+        else:
+            raise NothingDeployed(", ".join(n.name for n in chosen))
     if failed:
         raise StepFailed(f"logs incomplete: {', '.join(o.node.name for o in failed)} could not be read")

@@ -105,7 +105,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage.
     """
     from sparkdeploy import top as monitor_mod
-    from sparkdeploy.errors import StepFailed
+    from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.remote import NodeConnection
     from sparkdeploy.secrets import load_secrets
@@ -124,7 +124,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     for name, error in errors.items():
         click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(error))}", fg="red", err=True)
     if not targets:
-        raise StepFailed("no running sparkdeploy engine to watch (see `sparkdeploy status`)")
+        raise NothingDeployed(inv.source)
 
     if once:
         monitor.sample()
