@@ -232,7 +232,7 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
 @bench.command("report")
 @click.argument("dirs", nargs=-1, required=True, metavar="DIR...")
 @click.option("--out", "out_dir", metavar="DIR", help="Where report.md, report.json and the charts go "
-              "(default: the first DIR).")
+              "(default: DIR when there is one; required with several).")
 @click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
 @json_option
 def report_cmd(dirs, out_dir, no_charts, as_json):
@@ -241,6 +241,9 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
     from sparkdeploy.bench.report import write_report
     from sparkdeploy.bench.store import load_results
 
+    if len(dirs) > 1 and not out_dir:  # writing into one of them would mix a joint report into one's results
+        raise ConfigError(Problem(" ".join(dirs), "--out", "several result folders: where does the joint report go?",
+                                  "name a folder with --out DIR"))
     results, skipped = load_results(dirs)
     if not results:
         raise ConfigError(Problem(", ".join(dirs), "", "no benchmark results there",

@@ -6,7 +6,7 @@ import pytest
 
 from sparkdeploy.bench import deploy_link
 from sparkdeploy.bench.deploy_link import endpoint_of
-from sparkdeploy.errors import ConfigError, StepFailed
+from sparkdeploy.errors import NothingDeployed, StepFailed
 
 SECRET_KEY = "sk-SECRETmasterKEY456"  # tests/conftest.py's secrets file
 STATUS = {"deployed": True, "healthy": True, "recipe": "openai-gpt-oss-120b", "topology": "2xsolo", "backend": None,

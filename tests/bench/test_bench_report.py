@@ -143,3 +143,17 @@ def test_report_text_output(stored_results, cli):
     assert code == 0, err
     assert "Cluster (+20%)" in out and "winners agree with the reference in 14/14" in out
     assert not (stored_results / "decode.png").exists()
+
+
+def test_a_report_of_several_folders_goes_where_the_user_says(stored_results, tmp_path, cli):
+    """Issue 30: `bench report D1 D2` wrote the joint report into D1, among D1's own results."""
+    other = tmp_path / "other"
+    other.mkdir()
+    before = sorted(p.name for p in stored_results.iterdir())
+    code, out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts")
+    assert code == 2 and "--out" in err and "several result folders" in err, err
+    assert sorted(p.name for p in stored_results.iterdir()) == before  # nothing written into D1
+    joint = tmp_path / "joint"
+    code, out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts", "--out", str(joint))
+    assert code == 0, err
+    assert (joint / "report.md").is_file() and sorted(p.name for p in stored_results.iterdir()) == before
