@@ -75,6 +75,17 @@ def test_replicas_tp2_on_four_nodes_is_two_engines(four):
     assert load_deployment(four, RECIPE, "replicas", "native").engine_groups == dep.engine_groups
 
 
+def test_replicas_that_make_one_engine_warn(four, write_inventory):
+    """Issue 30: replicas on two nodes (one TP=2 engine behind a proxy) was accepted silently."""
+    two = load_deployment(str(write_inventory(TWO_NODES, name="two.yaml")), RECIPE, "replicas", "native")
+    assert len(two.engine_groups) == 1
+    assert any("one engine behind the proxy" in w and "--topology cluster" in w for w in two.warnings), two.warnings
+    wide = load_deployment(four, RECIPE, "replicas", "native", sets=["tensor_parallel=4"])
+    assert any("one engine behind the proxy" in w for w in wide.warnings)
+    assert not any("one engine behind the proxy" in w for w in
+                   load_deployment(four, RECIPE, "replicas", "native").warnings)
+
+
 def test_2xsolo_on_four_nodes_is_four_engines(four):
     dep = load_deployment(four, RECIPE, "2xsolo")
     assert len(dep.backends) == 4 and dep.engine_groups == []
