@@ -43,3 +43,13 @@ def test_paths_and_links_in_docs_exist(doc):
                 and not (doc.parent / target).exists():
             missing.append(f"link {target}")
     assert not missing, f"{doc.relative_to(REPO)} names what the checkout lacks: {', '.join(missing)}"
+
+
+def test_readme_examples_are_the_shipped_files():
+    """Issue 30: the README's recipe example differed from the shipped file. Each example marked
+    `<!-- the shipped PATH ... -->` must be that file, byte for byte; the recipe and the inventory are marked."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"<!-- the shipped (\S+) [^>]*-->\n```yaml\n(.*?)```\n", text, re.S)
+    assert {path for path, _ in blocks} >= {"recipes/openai-gpt-oss-120b.yaml", "inventory.yaml"}, blocks
+    for path, body in blocks:
+        assert body == (REPO / path).read_text(), f"README's example of {path} differs from the file"
