@@ -24,7 +24,9 @@ from typing import Any
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
+from sparkdeploy.topologies import REGISTRY
 from sparkdeploy.simulated import LABEL, any_simulated
 
 OBJECTIVES = {
@@ -71,6 +73,7 @@ class Advice:
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     backend: str | None = None   # a cluster backend other than the recipe's, when only it serves the recipe's flags
+    inventory: str | None = None  # the inventory the ranking was checked against (named in the command)
 
     @property
     def best(self) -> Estimate:
@@ -108,6 +111,8 @@ class Advice:
         if b.variant == "replicas":
             tp = max(self.nodes // self.engines.get("replicas", 2), 1)
             cmd += f" --tp {tp}" if tp != 2 else ""
+        if self.inventory:
+            cmd += f" --inventory {self.inventory}"
         return {"recommendation": {"topology": self.topology, "routing": routing, "variant": b.variant,
                                    "label": self.label(b.variant), "backend": backend},
                 "objective": self.objective, "objective_text": OBJECTIVES[self.objective],
@@ -200,16 +205,25 @@ def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens:
                                    f"{where})" + (f" — {LABEL} engine" if simulated else "")}
 
 
-def accepted_topologies(recipe: str | None, recipes_dir: str | None = None) -> tuple[set[str] | None, list[str]]:
-    """The topologies `up` accepts for the recipe (recipes.resolve is the judge, as in `up`), and one line per
-    topology it refuses with its reason; (None, []) without a recipe."""
-    if not recipe:
+def accepted_topologies(recipe: str | None, recipes_dir: str | None = None,
+                        inventory: str | None = None) -> tuple[set[str] | None, list[str]]:
+    """The topologies `up` accepts for the recipe (recipes.resolve is the judge, as in `up`) and, with an
+    inventory, for its node count (each topology's min_nodes); one line per topology refused, with its reason.
+    (None, []) with neither."""
+    if not recipe and not inventory:
         return None, []
-    load_recipe(recipe, recipes_dir)  # an unknown recipe is refused as `up` refuses it, not as "no topology"
+    if recipe:
+        load_recipe(recipe, recipes_dir)  # an unknown recipe is refused as `up` refuses it, not as "no topology"
+    nodes = len(load_inventory(inventory).nodes) if inventory else None
     accepted, refused = set(), []
     for topology in TOPOLOGIES:
         try:
-            resolve(recipe, topology, recipes_dir=recipes_dir)
+            if recipe:
+                resolve(recipe, topology, recipes_dir=recipes_dir)
+            if nodes is not None and nodes < REGISTRY[topology].min_nodes:
+                refused.append(f"{topology}: needs at least {REGISTRY[topology].min_nodes} nodes, the inventory "
+                               f"has {nodes}")
+                continue
             accepted.add(topology)
         except ConfigError as exc:
             refused.append(f"{topology}: {exc.problems[0].message}")
@@ -258,7 +272,7 @@ def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple
 
 def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, recipe: str | None = None,
            objective: str = "latency", results_dirs: list[str] | None = None,
-           recipes_dir: str | None = None) -> Advice:
+           recipes_dir: str | None = None, inventory: str | None = None) -> Advice:
     if concurrency < 1 or prompt_tokens < 1 or gen_tokens < 1:
         raise ConfigError(Problem("advise", "", "concurrency, prompt and generated tokens must be >= 1", ""))
     if objective not in OBJECTIVES:
@@ -279,13 +293,14 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
     if len(ests) < 2:
         raise ConfigError(Problem("advise", "", "fewer than two topologies measured", "run a sweep first"))
-    accepted, refused = accepted_topologies(recipe, recipes_dir)
+    accepted, refused = accepted_topologies(recipe, recipes_dir, inventory)
     if accepted is not None:
         measured_topologies = {topology_of(e.variant) for e in ests}
         ests = [e for e in ests if topology_of(e.variant) in accepted]
         left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
         if left_out:
-            notes.append(f"not ranked, `up` refuses them for {recipe}: " + "; ".join(left_out))
+            notes.append(f"not ranked, `up` refuses them{f' for {recipe}' if recipe else ''}"
+                         f"{' on this inventory' if inventory else ''}: " + "; ".join(left_out))
         if not ests:
             raise ConfigError(Problem("advise", recipe or "", "none of the measured topologies is one `up` accepts "
                                       f"for this recipe ({', '.join(sorted(accepted))})",
@@ -294,6 +309,7 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
     advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
                     ranking, by_obj, notes=notes)
+    advice.inventory = inventory
     ranked = {e.variant for e in ranking}
     advice.engines = {v: e for v, e in engines_of(results).items() if v in ranked}
     advice.nodes = nodes_of(results)

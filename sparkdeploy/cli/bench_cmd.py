@@ -283,15 +283,17 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 @click.option("--results", "results_dirs", multiple=True, metavar="DIR",
               help=f"Measured results to use (repeatable; default ./{DEFAULT_OUT} when it exists). Without any: "
                    "the shipped reference tables.")
+@click.option("--inventory", "-i", "inventory", metavar="PATH|lab", default=None,
+              help="Also leave out topologies this inventory cannot run (too few nodes), and name it in the command.")
 @recipes_dir_option
 @json_option
-def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, recipes_dir, as_json):
+def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, inventory, recipes_dir, as_json):
     """Recommend a topology (solo, cluster, 2xsolo, replicas) for N concurrent requests and say why."""
     from sparkdeploy.bench.advisor import advise as advise_fn
     from sparkdeploy.bench.advisor import render_text
 
     dirs = list(results_dirs) or ([DEFAULT_OUT] if Path(DEFAULT_OUT).is_dir() else [])
-    a = advise_fn(concurrency, prompt_tokens, gen_tokens, recipe, objective, dirs, recipes_dir)
+    a = advise_fn(concurrency, prompt_tokens, gen_tokens, recipe, objective, dirs, recipes_dir, inventory)
     if as_json:
         emit_json(a.to_json())
     else:

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from tests.bench.conftest import make_results
+from tests.conftest import TWO_NODES
 
 from sparkdeploy.bench.advisor import advise, topology_of
 from sparkdeploy.bench.reference import seed_reference
@@ -126,3 +127,12 @@ def test_advise_cli_json(cli, tmp_path, monkeypatch):
     assert code == 0 and out.startswith("recommended: 2xsolo")
     code, out, err = cli("advise", "-c", "0")
     assert code == 2
+
+
+def test_advise_leaves_out_what_the_inventory_cannot_run(write_inventory):
+    one = {"cluster": dict(TWO_NODES["cluster"]), "nodes": [dict(TWO_NODES["nodes"][0])]}
+    inv = str(write_inventory(one))
+    a = advise(64, recipe="openai-gpt-oss-120b", inventory=inv)
+    assert a.topology == "solo" and {topology_of(e.variant) for e in a.ranking} == {"solo"}
+    assert any("2xsolo: needs at least 2 nodes, the inventory has 1" in n for n in a.notes), a.notes
+    assert a.to_json()["command"] == f"sparkdeploy up --recipe openai-gpt-oss-120b --topology solo --inventory {inv}"
