@@ -1,5 +1,5 @@
 """The sweep end to end in the shared lab (deploy each topology, llama-benchy against it, report), kept short:
-two levels, one run. The full sweep is `sparkdeploy bench sweep` (docs/bench/README.md), not a test."""
+one level (c4: several requests batched at once), one run. The full sweep is `sparkdeploy bench sweep` (docs/bench/README.md), not a test."""
 
 from __future__ import annotations
 
@@ -29,28 +29,28 @@ def test_short_sweep_of_three_topologies(lab_inventory, tmp_path, cli, monkeypat
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache
     out = tmp_path / "sweep"
     code, stdout, err = cli("bench", "sweep", "--recipe", RECIPE, "--topologies", "solo,cluster,2xsolo",
-                            "--concurrency", "1,4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
+                            "--concurrency", "4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
                             "--plain", "--json")
     assert code == 0, err
     data = json.loads(stdout)
-    assert data["status"] == "complete" and len(data["measured"]) == 6
+    assert data["status"] == "complete" and len(data["measured"]) == 3
     results, skipped = load_results([out])
-    assert len(results) == 6 and not skipped
+    assert len(results) == 3 and not skipped
     for r in results:
         md = r.metadata
         assert md["simulated"] is True and md["image_definition"] == "vllm-sim"
         assert md["image_id"].startswith("sha256:") and md["failed_requests"] == 0 and md["requests"] == r.concurrency
         assert r.metrics["decode_tps"].mean > 0 and r.metrics["ttft_ms"].mean > 0
     by = {(r.variant, r.concurrency): r for r in results}
-    assert by[("cluster", 1)].metadata["backend"] == "ray" and by[("2xsolo-shuffle", 1)].metadata["routing"] == \
+    assert by[("cluster", 4)].metadata["backend"] == "ray" and by[("2xsolo-shuffle", 4)].metadata["routing"] == \
         "simple-shuffle"
-    assert by[("2xsolo-shuffle", 1)].metadata["endpoint"].endswith(":4000/v1")  # through the LiteLLM proxy
+    assert by[("2xsolo-shuffle", 4)].metadata["endpoint"].endswith(":4000/v1")  # through the LiteLLM proxy
     md = (out / "report.md").read_text()
     assert "| Solo | solo |" in md and "| Cluster TP=2 | cluster | ray |" in md and "Simulated" in md
     # the same command again: everything stored, nothing deployed
     code, stdout, err = cli("bench", "sweep", "--recipe", RECIPE, "--topologies", "solo,cluster,2xsolo",
-                            "--concurrency", "1,4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
+                            "--concurrency", "4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
                             "--plain", "--json")
     assert code == 0, err
     again = json.loads(stdout)
-    assert again["measured"] == [] and len(again["skipped_stored"]) == 6 and "deploying" not in err
+    assert again["measured"] == [] and len(again["skipped_stored"]) == 3 and "deploying" not in err
