@@ -6,10 +6,19 @@ After a Ctrl-C or a failure every node gets one line saying what happened there;
 
 from __future__ import annotations
 
-
 from sparkdeploy import health, preflight
-from sparkdeploy.apply import (Interrupt, NodeLockHeld, Session, add_resources, apply_plan, clean_temp_files,
-                               gather_facts, hold_point, inventory_lock, node_locks)
+from sparkdeploy.apply import (
+    Interrupt,
+    NodeLockHeld,
+    Session,
+    add_resources,
+    apply_plan,
+    clean_temp_files,
+    gather_facts,
+    hold_point,
+    inventory_lock,
+    node_locks,
+)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
@@ -21,6 +30,7 @@ from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
 from sparkdeploy.secrets import refuse_missing
+
 
 def simulated(dep: Deployment) -> bool:
     try:

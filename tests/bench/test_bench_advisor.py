@@ -10,13 +10,12 @@ import json
 
 import pytest
 
-from tests.bench.conftest import make_results
-
 from sparkdeploy.bench.advisor import advise, topology_of
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import save_result
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes import resolve
+from tests.bench.conftest import make_results
 
 
 def test_reference_data_is_the_seeds_tables():
