@@ -48,7 +48,7 @@ class RegistryChoice(click.Choice):
         super().__init__([])
         self._names = names
 
-    @property  # type: ignore[override]
+    @property
     def choices(self):
         return self._names()
 

@@ -211,7 +211,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         nodes = sorted({c.node for c in failed})
         plan = None
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
-            plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+            plan = plan_deployment(dep, facts)
             result["steps"] = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
         raise StepFailed(f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
@@ -219,7 +219,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
                          "). Nothing was changed on any node.")
     out.progress(f"preflight: {len(checks)} checks passed")
 
-    plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+    plan = plan_deployment(dep, facts)
     if dry_run:
         out.preflight(checks)
         out.dry_run(plan)
