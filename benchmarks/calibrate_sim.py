@@ -130,7 +130,7 @@ class Topology:
     def _sim_args(self, port: int) -> list[str]:
         return [self.t["model"], "--host", "127.0.0.1", "--port", str(port), *self.t["serve_args"]]
 
-    def start(self) -> "Topology":
+    def start(self) -> Topology:
         env = sim_env(self.scale)
         py = sys.executable
         if self.name in ("solo", "solo-proxy"):
@@ -170,16 +170,30 @@ class Topology:
 
     def _start_proxy(self) -> str:
         # The project's own LiteLLM venv (scripts/setup.sh), never whatever `litellm` is on PATH.
-        litellm = os.environ.get("SPARKDEPLOY_LITELLM", str(Path(__file__).resolve().parent.parent / ".venv-litellm/bin/litellm"))
+        litellm = os.environ.get(
+            "SPARKDEPLOY_LITELLM", str(Path(__file__).resolve().parent.parent / ".venv-litellm/bin/litellm")
+        )
         if not os.access(litellm, os.X_OK):
-            raise RuntimeError(f"{litellm} is missing: run scripts/setup.sh (it makes .venv-litellm) and source scripts/venv.sh")
+            raise RuntimeError(
+                f"{litellm} is missing: run scripts/setup.sh (it makes .venv-litellm) and source scripts/venv.sh"
+            )
         model = self.t["model"]
         config = {
-            "model_list": [{"model_name": model,
-                            "litellm_params": {"model": f"hosted_vllm/{model}", "api_base": f"{url}/v1", "api_key": "EMPTY"},
-                            "model_info": {"id": f"sim{i}"}} for i, url in enumerate(self.sim_urls)],
-            "router_settings": {"routing_strategy": "simple-shuffle", "num_retries": 2, "timeout": 600,
-                                "allowed_fails": 3, "cooldown_time": 30},
+            "model_list": [
+                {
+                    "model_name": model,
+                    "litellm_params": {"model": f"hosted_vllm/{model}", "api_base": f"{url}/v1", "api_key": "EMPTY"},
+                    "model_info": {"id": f"sim{i}"},
+                }
+                for i, url in enumerate(self.sim_urls)
+            ],
+            "router_settings": {
+                "routing_strategy": "simple-shuffle",
+                "num_retries": 2,
+                "timeout": 600,
+                "allowed_fails": 3,
+                "cooldown_time": 30,
+            },
         }
         cfg = self.logdir / "litellm.yaml"
         cfg.write_text(yaml.safe_dump(config))
@@ -265,11 +279,20 @@ def fit(maxiter: int = 400) -> dict[str, float]:
     def loss(x):
         if min(x) <= 0:
             return 1e9
-        errs = np.array([e for _, _, _, e in errors(t, predicted(catalog_with(dict(zip(names, x)), t["model"]), runs=10))])
+        errs = np.array(
+            [
+                e
+                for _, _, _, e in errors(
+                    t, predicted(catalog_with(dict(zip(names, x, strict=False)), t["model"]), runs=10)
+                )
+            ]
+        )
         return float(np.mean(errs ** 2) + 0.5 * np.max(np.abs(errs)) ** 2)
 
-    r = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5, "adaptive": True})
-    return dict(zip(names, (float(v) for v in r.x)))
+    r = minimize(
+        loss, x0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5, "adaptive": True}
+    )
+    return dict(zip(names, (float(v) for v in r.x), strict=False))
 
 
 def cap_scan(caps=(32, 36, 40, 44, 48, 52, 56, None)) -> list[tuple[int | None, float]]:
@@ -301,8 +324,10 @@ def errors(t: dict, measured: dict) -> list[tuple[str, str, int, float]]:
 
 def table(t: dict, topo: str, points: dict[int, dict[str, float]]) -> list[str]:
     seeds = t["topologies"][SEED_COLUMN.get(topo, topo)]
-    rows = ["| c | decode seed | decode sim | err | prefill seed | prefill sim | err | TTFT seed (ms) | TTFT sim | err |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| c | decode seed | decode sim | err | prefill seed | prefill sim | err | TTFT seed (ms) | TTFT sim | err |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in sorted(points):
         i = t["concurrency"].index(c)
         cells = [f"c{c}"]
@@ -316,9 +341,13 @@ def table(t: dict, topo: str, points: dict[int, dict[str, float]]) -> list[str]:
 def summary(t: dict, measured: dict) -> list[str]:
     rows = ["| topology | max |err| decode | prefill | TTFT |", "|---|---|---|---|"]
     for topo in measured:
-        worst = {m: max((abs(math.exp(e) - 1) for tp, mm, _, e in errors(t, {topo: measured[topo]}) if mm == m), default=0)
-                 for m in METRICS}
-        rows.append(f"| {topo} | {worst['decode'] * 100:.0f}% | {worst['prefill'] * 100:.0f}% | {worst['ttft'] * 100:.0f}% |")
+        worst = {
+            m: max((abs(math.exp(e) - 1) for tp, mm, _, e in errors(t, {topo: measured[topo]}) if mm == m), default=0)
+            for m in METRICS
+        }
+        rows.append(
+            f"| {topo} | {worst['decode'] * 100:.0f}% | {worst['prefill'] * 100:.0f}% | {worst['ttft'] * 100:.0f}% |"
+        )
     return rows
 
 
@@ -467,13 +496,18 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         "Every process is real; only the GPU is simulated (each step sleeps the time the model computes).",
         "",
         "- **solo**: one `python -m vllm_sim serve` process.",
-        "- **cluster-tp2**: two sim processes, " + ("in vLLM's native multi-node mode (`-tp 2 --nnodes 2`)"
-                                                      if args.tp2_backend == "native" else "under the torchrun launcher")
+        "- **cluster-tp2**: two sim processes, "
+        + (
+            "in vLLM's native multi-node mode (`-tp 2 --nnodes 2`)"
+            if args.tp2_backend == "native"
+            else "under the torchrun launcher"
+        )
         + ": a real",
         "  gloo group on 127.0.0.1, rank 0 broadcasts each step's new requests, both ranks step in lockstep and",
         "  meet in an all-reduce every step.",
         "- **2xsolo-shuffle**: two sims behind a real LiteLLM proxy (litellm 1.100.5, `hosted_vllm/`, simple-shuffle,",
-        f"  {args.proxy_workers} worker(s)); the sims send {args.stream_interval} tokens per SSE chunk (`--stream-interval`).",
+        (f"  {args.proxy_workers} worker(s)); the sims send {args.stream_interval} tokens per SSE chunk "
+        "(`--stream-interval`)."),
         f"- llama-benchy 0.4.0, pp1024 tg128, concurrency {' '.join(f'c{c}' for c in concurrency)}, --runs {runs},",
         "  `--skip-coherence` (the sim's text is placeholder), the sim's tokenizer and corpus (offline).",
         "  The seeds used 50 runs per level: with 3-5 runs, 2xsolo's random routing adds a few % of noise at c2-c8.",

@@ -52,7 +52,7 @@ def run_doctor(inventory: Path, extra: list[str]) -> tuple[float, dict]:
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        raise SystemExit(f"doctor printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise SystemExit(f"doctor printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
     return seconds, report
 
 

@@ -2,7 +2,8 @@
 """Four Sparks against two, in one run: `doctor` and an idempotent `up` on the four-node lab vs the two-node lab
 (goal: four nodes <= 1.5x two), and the SIMULATED topology comparison on four nodes.
 
-    python benchmarks/four_nodes.py times   [--runs 5] [--topology 2xsolo]  # needs `lab up` and `lab up --nodes 4 --name lab4`
+    # needs `lab up` and `lab up --nodes 4 --name lab4`:
+    python benchmarks/four_nodes.py times   [--runs 5] [--topology 2xsolo]
     python benchmarks/four_nodes.py predict [--out DIR]                      # no lab: vllm-sim's GB10 model
 
 times: for each lab, the deployment is brought up once (not timed), then the two labs alternate: a full
@@ -21,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from idempotent_up import sd_timed  # noqa: E402 - the CLI timed, waiting out another run's lock
+
 GOAL_RATIO = 1.5
 RECIPE = "openai-gpt-oss-120b"
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
@@ -75,11 +76,13 @@ def times(opts) -> int:
 
 def predict(opts) -> int:
     sys.path[:0] = [str(REPO / "images" / "vllm-sim"), str(REPO / "images" / "launcher")]
+    import yaml
+
     from vllm_sim.catalog import DATA_DIR
     from vllm_sim.config import from_namespace
     from vllm_sim.flags import parse_serve_args
-    from vllm_sim.predict import predict as run, with_tp
-    import yaml
+    from vllm_sim.predict import predict as run
+    from vllm_sim.predict import with_tp
 
     t = yaml.safe_load((DATA_DIR / "calibration-targets.yaml").read_text())
     cfg = from_namespace(parse_serve_args([t["model"], *t["serve_args"]]), env={})

@@ -221,7 +221,7 @@ def main() -> int:
                     busy1, total1 = cpu_busy()
                     rusage1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
                     mine = sum(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-                               for r0, r1 in zip(rusage0, rusage1))
+                               for r0, r1 in zip(rusage0, rusage1, strict=False))
                     results["ours_first"].append(seconds)
                     results["bytes_first"].append(sum(r.bytes_sent for r in res))
                     profile.append((seconds, {k: v - started for k, v in phases.marks.items()}, busy1 - busy0,

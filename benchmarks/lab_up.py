@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy.lab import LabSpec, down, up  # noqa: E402
-from sparkdeploy.lab.spec import DEFAULT_IMAGES  # noqa: E402
+from sparkdeploy.lab import LabSpec, down, up
+from sparkdeploy.lab.spec import DEFAULT_IMAGES
 
 WARM_GOAL_S = 60.0
 COLD_GOAL_S = 600.0

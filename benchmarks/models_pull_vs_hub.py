@@ -62,7 +62,7 @@ def main() -> int:
         def one(node):
             try:
                 puller._hub_client(node, ref, "download", ref.revision)
-            except Exception as exc:  # reported below
+            except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(f"{node.name}: {exc}")
 
         t0 = time.monotonic()

@@ -145,7 +145,6 @@ def measure(args, out: Path) -> dict:
             print(f"nccl_probe_vs_nccl_tests: {exc}", file=sys.stderr, flush=True)
         meta["build_s"] = round(time.monotonic() - started, 1)
     env = child_env(nccl_lib)
-    common = ["-g", str(args.gpus), "-n", str(args.iters)]
     sweep = ["-b", "8", "-e", str(args.max_bytes), "-f", "2", "-n", str(args.iters), "-N", str(args.repeats)]
     meta["nccl_tests_eager"] = [str(binary), *sweep, "-g", str(args.gpus)]  # one thread drives every GPU
     meta["nccl_tests_threads"] = [str(binary), *sweep, "-t", str(args.gpus), "-g", "1"]  # one thread per GPU
@@ -244,12 +243,14 @@ def render(rows: list[dict], goals: list[dict], probe: dict, meta: dict) -> str:
         argv = meta.get(f"nccl_tests_{key}") or []
         return " ".join(Path(a).name if i == 0 else a for i, a in enumerate(argv))
 
-    fmt = (lambda v: "n/a" if v is None else f"{v:.2f}")
-    lines = [f"# probe sweep method: {probe.get('sweep_method')}; NCCL direct: {direct.get('library')} "
-             f"(NCCL {direct.get('version')}); torch NCCL {', '.join(probe.get('nccl_versions', []))}",
+    def fmt(v):
+        return "n/a" if v is None else f"{v:.2f}"
+
+    lines = [(f"# probe sweep method: {probe.get('sweep_method')}; NCCL direct: {direct.get('library')} "
+             f"(NCCL {direct.get('version')}); torch NCCL {', '.join(probe.get('nccl_versions', []))}"),
              f"# -g N: {cmd('eager')}", f"# -t N: {cmd('threads')}", f"# graph: {cmd('graph')} (4 KiB graph row)",
-             f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; "
-             "ratio = probe / nccl-tests",
+             (f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; "
+             "ratio = probe / nccl-tests"),
              "",
              "| what | nccl-tests -g N | nccl-tests -t N | probe | ratio (-g) | ratio (-t) | goal | method |",
              "|---|---:|---:|---:|---:|---:|---|---|"]

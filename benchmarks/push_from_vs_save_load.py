@@ -31,7 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_push import REPO, build_images, on_node  # noqa: E402
+import itertools
+
+from image_push import REPO, build_images, on_node
 
 GOALS = {"first": 0.6, "repush": 0.1, "fanout": 1.5}
 
@@ -123,7 +125,7 @@ def main() -> int:
             raise SystemExit(f"could not put {ref} on {source.name}: {bad[0].error}")
     containers = node_containers(client, inv) if args.cpus_per_node else {}
     ensure_peer_trust(inv, source, others)
-    for a, b in zip(others, others[1:]):
+    for a, b in itertools.pairwise(others):
         ensure_peer_trust(inv, a, [b])
     rows = []
     try:

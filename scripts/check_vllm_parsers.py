@@ -34,8 +34,17 @@ from vllm_sim.chat_frontend import SimChatFrontend  # noqa: E402
 from vllm_sim.textgen import script_text  # noqa: E402
 from vllm_sim.tokenizer import CORPUS_FILE, SimTokenizer  # noqa: E402
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    },
+}
 
 
 MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
@@ -115,11 +124,15 @@ def main() -> int:
             text, _ = script_text(sim.intent(plan), tool_parser)
             ids = tokenizer.encode(text, add_special_tokens=False)
             assert tokenizer.decode(ids) == text
-            prompt = tokenizer.encode(PROMPT[tool_parser if not reasoning_parser else "think"], add_special_tokens=False)
+            prompt = tokenizer.encode(
+                PROMPT[tool_parser if not reasoning_parser else "think"], add_special_tokens=False
+            )
             want = whole(sim.parser(plan).complete(text, []))
             got_whole = whole(real.parser(plan, prompt).complete(text, ids))
-            stream = real.parser(plan, prompt)   # one token a step, as the engine streams with --stream-interval 1
-            got_stream = joined([stream.delta(tokenizer.decode([t]), [t], n == len(ids) - 1) for n, t in enumerate(ids)])
+            stream = real.parser(plan, prompt)  # one token a step, as the engine streams with --stream-interval 1
+            got_stream = joined(
+                [stream.delta(tokenizer.decode([t]), [t], n == len(ids) - 1) for n, t in enumerate(ids)]
+            )
             ok = want == got_whole == got_stream
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")
@@ -133,7 +146,7 @@ def main() -> int:
             intent = real.intent(plan, 64)
             params = decode_sampling_params(intent, SamplingParams)
             constrained = params.structured_outputs is not None
-            ok = params.max_tokens == 64 and (constrained or "tool_choice" in extra and tool_parser is None)
+            ok = params.max_tokens == 64 and (constrained or ("tool_choice" in extra and tool_parser is None))
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} SamplingParams for {json.dumps(extra)[:60]}: "
                   f"structured_outputs={'set' if constrained else None}")

@@ -64,7 +64,7 @@ def derive(low: dict, high: dict, delta: dict) -> dict:
             raise SystemExit(f"{flag} is listed as added by the fork but upstream already has it")
         flags[flag] = dict(entry)
     present = set(flags)
-    for flag, entry in flags.items():  # aliases point only at flags that exist
+    for entry in flags.values():  # aliases point only at flags that exist
         entry["aliases"] = sorted(a for a in entry.get("aliases", []) if a in present)
     value_sets = {k: [v for v in high["value_sets"][k] if v in set(low["value_sets"].get(k, []))]
                   for k in high.get("value_sets", {})}

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def dump_flags(parser: argparse.ArgumentParser) -> tuple[dict[str, Any], list[str]]:
     flags: dict[str, Any] = {}
     positionals: list[str] = []
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+    for action in parser._actions:  # argparse has no public walk
         if not action.option_strings:
             positionals.append(action.dest)
             continue

@@ -18,17 +18,16 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from sparkdeploy import paths
+from sparkdeploy import paths, remote
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import CHANGED, DOCTOR_FOLDER, FAILED, OK, PENDING, SKIPPED, NodePlan, Plan, Step, StepKind
-from sparkdeploy import remote
 from sparkdeploy.remote import NodeConnection, on_nodes
 
 START_TIMEOUT_S = 300  # `docker run --detach` returns once the container started
@@ -52,7 +51,7 @@ class Interrupt:
         self.event.set()
         self._say("interrupted: finishing the commands under way, then cleaning up (Ctrl-C again to stop at once)")
 
-    def __enter__(self) -> "Interrupt":
+    def __enter__(self) -> Interrupt:
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
         return self
@@ -78,7 +77,7 @@ _held: set[str] = set()  # phases already announced (every node's thread holds; 
 _hold_lock = threading.Lock()
 
 
-def hold_point(phase: str, interrupt: "Interrupt | None") -> None:
+def hold_point(phase: str, interrupt: Interrupt | None) -> None:
     if os.environ.get(HOLD_ENV) != phase or interrupt is None:
         return
     with _hold_lock:
@@ -134,10 +133,10 @@ inventory_lock = cluster_lock  # the name the commands used first
 # A directory made with mkdir (atomic on every filesystem) in the SSH user's home on each node, holding who took
 # it and when: two machines (or two checkouts) that run against the same nodes cannot both change them.
 NODE_LOCK_DIR = ".sparkdeploy.lock"
-_ACQUIRE = ('d="$HOME/{dir}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
-            'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi').format(dir=NODE_LOCK_DIR)
-_RELEASE = ('d="$HOME/{dir}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = "$1" ] && rm -rf -- "$d"; '
-            'true').format(dir=NODE_LOCK_DIR)
+_ACQUIRE = (f'd="$HOME/{NODE_LOCK_DIR}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
+            'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi')
+_RELEASE = (f'd="$HOME/{NODE_LOCK_DIR}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = "$1" ] && rm -rf -- "$d"; '
+            'true')
 
 
 class NodeLockHeld(StepFailed):
@@ -158,7 +157,7 @@ class NodeLocks:
     """Take the lock on every reachable node (a node that cannot be reached fails later, per node, as usual);
     if another run holds it on any node, release what was taken and stop, naming the holder and since when."""
 
-    def __init__(self, session: "Session", say: Callable[[str], None] | None = None):
+    def __init__(self, session: Session, say: Callable[[str], None] | None = None):
         self.session = session
         self.say = say or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True))
         self.token = secrets.token_hex(8)
@@ -193,7 +192,7 @@ class NodeLocks:
             return False
         return False
 
-    def __enter__(self) -> "NodeLocks":
+    def __enter__(self) -> NodeLocks:
         outcomes = on_nodes(self.session.inventory.nodes, self._take)
         self.taken = [o.node for o in outcomes if o.ok and o.value is None]
         held = [(o.node, o.value) for o in outcomes if o.ok and o.value is not None]
@@ -226,7 +225,7 @@ class NodeLocks:
                      f"{node.name} and rm -r ~/{NODE_LOCK_DIR}")
 
 
-def node_locks(session: "Session", dry_run: bool = False, say: Callable[[str], None] | None = None):
+def node_locks(session: Session, dry_run: bool = False, say: Callable[[str], None] | None = None):
     """The node lock for a run that changes nodes; a dry run changes nothing and takes none."""
     return nullcontext() if dry_run else NodeLocks(session, say)
 
@@ -242,7 +241,7 @@ class Session:
 
     @classmethod
     def open(cls, inventory: Inventory, connect_timeout: float | None = None,
-             mask: Callable[[str], str] | None = None) -> "Session":
+             mask: Callable[[str], str] | None = None) -> Session:
         """mask: the run's secrets mask, applied to what a failed command's error carries."""
         kwargs = {"connect_timeout": connect_timeout} if connect_timeout else {}
         return cls(inventory, {n.name: NodeConnection(n, inventory, mask=mask, **kwargs) for n in inventory.nodes})
@@ -251,7 +250,7 @@ class Session:
         for conn in self.conns.values():
             conn.close()  # a dead connection closes quietly (NodeConnection.close)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -418,8 +417,8 @@ def apply_plan(session: Session, plan: Plan, interrupt: Interrupt | None = None,
                     s.status, s.detail = (OK, "") if not s.change else (SKIPPED, why)
             break
         by_node = {n.node.name: n for n in todo}
-        outcomes = on_nodes([n.node for n in todo],
-                            lambda node: _run_node(session.conn(node), by_node[node.name], phase, interrupt, mask, say))
+        outcomes = on_nodes([n.node for n in todo],  # on_nodes returns before the loop moves on
+                            lambda node: _run_node(session.conn(node), by_node[node.name], phase, interrupt, mask, say))  # noqa: B023
         for o in outcomes:  # _run_node catches step errors; anything else is a bug, still reported per node
             if not o.ok:
                 for s in by_node[o.node.name].phase(phase):

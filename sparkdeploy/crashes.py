@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.facts import parse_time
@@ -137,7 +137,7 @@ def _json_lines(lines: list[str]) -> list[dict]:
 
 def _nano_time(value) -> datetime | None:
     try:
-        return datetime.fromtimestamp(int(value) / 1e9, tz=timezone.utc)
+        return datetime.fromtimestamp(int(value) / 1e9, tz=UTC)
     except (TypeError, ValueError):
         return None
 
@@ -186,7 +186,7 @@ def _failing_since(health: dict | None) -> datetime | None:
 def parse(text: str) -> NodeHistory:
     """The script's output -> NodeHistory (pure: unit-tested without a node)."""
     sec = _sections(text)
-    now = parse_time((sec.get("now") or [""])[0]) or datetime.now(timezone.utc)
+    now = parse_time((sec.get("now") or [""])[0]) or datetime.now(UTC)
     history = NodeHistory(now)
     exits = _exits_from_events(_json_lines(sec.get("events", [])))
     for d in _json_lines(sec.get("inspect", [])):

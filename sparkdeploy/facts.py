@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.remote import NodeConnection
@@ -30,7 +30,8 @@ _INSPECT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Image}},"r
 # $1 what to read: state (containers, images, files, ports) | resources (memory, disk, model cache) | all;
 # $2 state dir (relative to $HOME), $3 hf cache (~/... or absolute), $4 the model's hub folder name,
 # $5... image references. Read-only: every command here only looks.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 what="$1"; sd="$2"; hf="$3"; model="$4"; shift 4
 dir="$HOME/$sd"
 case "$hf" in "~") hf="$HOME";; "~/"*) hf="$HOME/${hf#\~/}";; esac
@@ -43,7 +44,9 @@ s names
 docker ps -a --no-trunc --format '{{.ID}} {{.Label "io.sparkdeploy.managed"}} {{.Names}}' 2>/dev/null
 s inspect
 ids=$(docker ps -aq --no-trunc --filter label=io.sparkdeploy.managed=true 2>/dev/null)
-[ -n "$ids" ] && docker inspect --format '""" + _INSPECT.replace("'", "'\\''") + r"""' $ids 2>/dev/null
+[ -n "$ids" ] && docker inspect --format '"""  # noqa: E501 - shell lines run as written
+    + _INSPECT.replace("'", "'\\''")
+    + r"""' $ids 2>/dev/null
 s images
 for ref in "$@"; do id=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/null) || id=-; printf '%s %s\n' "$ref" "${id:--}"; done
 s statedir
@@ -75,7 +78,8 @@ for pair in "home:$HOME" "hf_cache:$p" "docker:$droot"; do
 done
 fi
 s end
-"""
+"""  # noqa: E501 - shell lines run as written
+)
 
 
 @dataclass
@@ -116,7 +120,7 @@ class ContainerFact:
         started = parse_time(self.started_at)
         if not self.running or started is None:
             return None
-        return max(0.0, ((now or datetime.now(timezone.utc)) - started).total_seconds())
+        return max(0.0, ((now or datetime.now(UTC)) - started).total_seconds())
 
 
 @dataclass
@@ -152,7 +156,7 @@ class NodeFacts:
     listening: set[int] = field(default_factory=set)
     resources: bool = False  # memory, disk and model cache were read (only where something starts)
 
-    def add_resources(self, other: "NodeFacts") -> None:
+    def add_resources(self, other: NodeFacts) -> None:
         for name in ("mem_total_mb", "mem_available_mb", "gpu_mem_total_mb", "gpu_mem_free_mb", "model_cached",
                      "disk_free_mb", "resources"):
             setattr(self, name, getattr(other, name))

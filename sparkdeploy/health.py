@@ -19,8 +19,8 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.remote import on_nodes
@@ -97,7 +97,7 @@ class _Deadline:
             except OSError:
                 pass
 
-    def __enter__(self) -> "_Deadline":
+    def __enter__(self) -> _Deadline:
         self._timer.start()
         return self
 

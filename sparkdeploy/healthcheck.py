@@ -20,7 +20,9 @@ RETRIES = 3  # unhealthy after ~15 s of failures: one slow answer is not a wedge
 START_PERIOD = "30m"  # the largest recipes take ~20 min to load on a Spark
 
 # One line on failure, not a traceback (Docker keeps the last 5 outputs in the container's health log).
-_PROBE = "import sys, urllib.request as u; sys.excepthook = lambda t, e, b: print(e); u.urlopen(sys.argv[1], timeout=2.5)"
+_PROBE = (
+    "import sys, urllib.request as u; sys.excepthook = lambda t, e, b: print(e); u.urlopen(sys.argv[1], timeout=2.5)"
+)
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,7 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _hf_cache(cls, v: str) -> str:
         _one_line(v)
-        if not (v.startswith("/") or v.startswith("~/")):
+        if not v.startswith(("/", "~/")):
             raise ValueError("hf_cache is an absolute path or starts with ~/ | fix: e.g. ~/.cache/huggingface")
         return v
 
@@ -244,7 +244,7 @@ class Inventory(BaseModel):
     path: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Inventory":
+    def _consistent(self) -> Inventory:
         problems: list[str] = []
         heads = [n for n in self.nodes if n.role == "head"]
         if len(heads) != 1:

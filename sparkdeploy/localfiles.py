@@ -68,7 +68,9 @@ def open_subfolder(parent_fd: int, name: str, shown: Path, private: bool) -> int
     try:
         fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
-        raise _refuse(shown, f"is not a folder of its own ({exc.strerror})", "remove it, or pass --out a new folder") from None
+        raise _refuse(
+            shown, f"is not a folder of its own ({exc.strerror})", "remove it, or pass --out a new folder"
+        ) from None
     if private:
         try:
             _check_private(fd, shown)

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import queue
 import re
-import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
 from sparkdeploy.deployment import MANAGED_LABEL
 from sparkdeploy.remote import NodeConnection
@@ -142,9 +141,9 @@ def _stream(conn: NodeConnection, argv: list[str], stop: threading.Event) -> Ite
         while not stop.is_set():
             try:
                 data = chan.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 if not transport.is_active():
-                    raise ConnectionError("the SSH connection dropped")
+                    raise ConnectionError("the SSH connection dropped") from None
                 continue
             if not data:
                 break

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 
@@ -90,7 +91,7 @@ def transfer_plan(source: Node, targets: list[Node]) -> list[tuple[Node, Node]]:
     for node in targets:
         if all(node.name != n.name for n in chain):
             chain.append(node)
-    return list(zip(chain, chain[1:]))
+    return list(itertools.pairwise(chain))
 
 
 # -- pure text edits (unit tested) -------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def ensure_peer_trust(inventory: Inventory, source: Node, targets: list[Node], d
 
         kh_path = _home_path(home, PEER_KNOWN_HOSTS)
         text = (src.read(kh_path) or b"").decode(errors="replace")
-        for target, (keys, _lines) in zip(targets, found):
+        for target, (keys, _lines) in zip(targets, found, strict=False):
             host = known_hosts_host(target)
             new = with_known_host(text, host, keys)
             if new is not None:

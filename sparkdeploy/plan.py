@@ -307,8 +307,8 @@ def _restart_together(plan: Plan, group: set[str]) -> None:
     for s in starts:
         if not s.change:
             s.change = True
-            s.reason = f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} " \
-                       f"(one engine across nodes)"
+            s.reason = (f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} "
+                        f"(one engine across nodes)")
 
 
 def plan_down(inventory_nodes: list[Node], facts: dict[str, NodeFacts], state_dir: str) -> Plan:

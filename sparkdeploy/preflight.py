@@ -58,9 +58,16 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
             continue
         checks.append(Check(node.name, "ssh", True, f"{node.ssh.user or ''}@{node.mgmt_ip}".lstrip("@")))
         if not f.docker_ok:
-            checks.append(Check(node.name, "docker", False, f"docker does not answer for the SSH user: {f.docker_error}",
-                                "start Docker on the node and let the SSH user run it without sudo "
-                                "(sudo usermod -aG docker USER, then log in again)"))
+            checks.append(
+                Check(
+                    node.name,
+                    "docker",
+                    False,
+                    f"docker does not answer for the SSH user: {f.docker_error}",
+                    "start Docker on the node and let the SSH user run it without sudo "
+                    "(sudo usermod -aG docker USER, then log in again)",
+                )
+            )
             continue
         checks.append(Check(node.name, "docker", True, f"Docker {f.docker_version}"))
         if f.state_dir_foreign:

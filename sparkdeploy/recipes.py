@@ -118,7 +118,7 @@ class Architecture(BaseModel):
     layers: Whole = Field(gt=0, le=MAX_ARCH)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Architecture":
+    def _consistent(self) -> Architecture:
         if self.attention_heads % self.kv_heads:
             raise ValueError(f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
                              "| fix: copy both from the model's config.json (num_attention_heads, "
@@ -193,7 +193,7 @@ class Recipe(BaseModel):
         return out
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Recipe":
+    def _consistent(self) -> Recipe:
         problems = []
         if self.default_topology not in self.topologies:
             problems.append(f"default_topology: {self.default_topology} is not in topologies "
@@ -258,7 +258,9 @@ def find_recipe(name: str, recipes_dir: str | None = None) -> Path:
 def read_recipe_data(path: Path) -> dict:
     data = load_yaml_file(path, "recipe")
     if not isinstance(data, dict):
-        raise ConfigError(Problem(str(path), "", "a recipe is a mapping of keys", "see recipes/openai-gpt-oss-120b.yaml"))
+        raise ConfigError(
+            Problem(str(path), "", "a recipe is a mapping of keys", "see recipes/openai-gpt-oss-120b.yaml")
+        )
     return data
 
 
@@ -323,7 +325,9 @@ def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Reci
     data = read_recipe_data(path)
     recipe = validate(data, str(path))
     if recipe.name != path.stem:
-        raise ConfigError(Problem(str(path), "name", f"{recipe.name!r} differs from the file name", f"set name: {path.stem}"))
+        raise ConfigError(
+            Problem(str(path), "name", f"{recipe.name!r} differs from the file name", f"set name: {path.stem}")
+        )
     return recipe, path, data
 
 

@@ -16,10 +16,11 @@ import shlex
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import paramiko
 
@@ -115,7 +116,7 @@ class CommandResult:
     def ok(self) -> bool:
         return self.exit_code == 0
 
-    def masked(self, mask: Callable[[str], str], tail: int = TAIL_CHARS) -> "CommandResult":
+    def masked(self, mask: Callable[[str], str], tail: int = TAIL_CHARS) -> CommandResult:
         """The result as an error may carry it: secrets masked, only the last `tail` characters of the output."""
         return CommandResult(self.node, mask(self.command), self.exit_code, mask(self.stdout[-tail:]),
                              mask(self.stderr[-tail:]))
@@ -250,7 +251,7 @@ class NodeConnection:
             except paramiko.AuthenticationException as exc:
                 raise StepFailed(f"{self.node.name} ({self.node.mgmt_ip}): SSH authentication failed ({exc}); "
                                  "check ssh.user and ssh.key in the inventory") from None
-            except (OSError, socket.timeout, paramiko.SSHException, EOFError) as exc:
+            except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
                 # Transient: connection refused or timed out. Connecting is idempotent, so retry with backoff.
                 if attempt == CONNECT_ATTEMPTS:
                     raise NodeUnreachable(f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
@@ -300,7 +301,7 @@ class NodeConnection:
             chan.shutdown_write()
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise CommandTimeout(f"{self.node.name}: `{_short(self.mask(command))}` timed out after {timeout:g}s",
                                  self.mask(command), timeout) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -340,7 +341,7 @@ class NodeConnection:
                 fh.write(data)
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
-        except (socket.timeout, TimeoutError, EOFError, paramiko.SSHException) as exc:
+        except (TimeoutError, EOFError, paramiko.SSHException) as exc:
             # that session is in an unknown state: open a new one next time
             self._sftp, self._conn, self.lost = None, None, True
             raise ConnectionLost(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
@@ -414,7 +415,7 @@ def _drain(chan, timeout: float | None) -> tuple[str, str]:
         if (chan.eof_received or chan.closed) and not chan.recv_ready() and not chan.recv_stderr_ready():
             break
         if deadline is not None and time.monotonic() > deadline:
-            raise socket.timeout()
+            raise TimeoutError()
         if not progressed:
             time.sleep(0.01)
     return out.decode(errors="replace"), err.decode(errors="replace")
@@ -452,7 +453,7 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
             outcome.value = fn(outcome.node)
         # Broad on purpose: a node's worker thread must hand any failure (even a bug) to the caller, who reports
         # it on that node; an exception left in the thread would leave the node in an unknown state.
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - broad on purpose, see above
             outcome.error = exc
 
     preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)

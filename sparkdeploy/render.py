@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import jinja2
@@ -67,7 +67,7 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment(templates: str | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates or str(paths.templates_dir())),

@@ -149,7 +149,7 @@ def _read_key(path: Path) -> bytes:
     except ValueError:
         key = b""
     if len(key) != KEY_BYTES:
-        raise ConfigError(Problem(str(path), "", "not a sparkdeploy digest key", f"remove it (a new one is made)"))
+        raise ConfigError(Problem(str(path), "", "not a sparkdeploy digest key", "remove it (a new one is made)"))
     return key
 
 

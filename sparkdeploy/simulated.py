@@ -14,7 +14,8 @@ Every printed figure of a simulated engine carries LABEL beside it (report.md, t
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 LABEL = "SIMULATED"
 NOTE = "vllm-sim stands in for the GPU: not hardware measurements"

@@ -167,7 +167,7 @@ class Monitor:
             return
         with ThreadPoolExecutor(max_workers=len(self.targets)) as pool:
             samples = list(pool.map(lambda t: scrape(t, self.bearer), self.targets))
-        for target, s in zip(self.targets, samples):
+        for target, s in zip(self.targets, samples, strict=False):
             h = self.history[target]
             h.append(s)
             while len(h) > 2 and s.time - h[0].time > self.window_s:

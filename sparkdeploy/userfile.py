@@ -112,7 +112,7 @@ class UserLoader(yaml.SafeLoader):
 def parse_yaml(text: str, source: str, fix: str = "fix the syntax") -> Any:
     """Parse user YAML (see the module doc). Errors name the line and column, never the text."""
     try:
-        return yaml.load(text, Loader=UserLoader)  # noqa: S506 - UserLoader is a SafeLoader
+        return yaml.load(text, Loader=UserLoader)  # UserLoader is a SafeLoader
     except _Refused as exc:
         raise ConfigError(Problem(source, _where(exc.mark), exc.message, fix)) from None
     except yaml.MarkedYAMLError as exc:
@@ -147,7 +147,7 @@ def redact(text: str) -> str:
 def parse_yaml_value(text: str, source: str) -> Any:
     """A YAML value given on the command line (`--set k=v`): not valid YAML means the plain string."""
     try:
-        return yaml.load(text, Loader=UserLoader)  # noqa: S506 - UserLoader is a SafeLoader
+        return yaml.load(text, Loader=UserLoader)  # UserLoader is a SafeLoader
     except _Refused as exc:
         raise ConfigError(Problem(source, "", exc.message, "write the value out")) from None
     except (yaml.YAMLError, RecursionError):

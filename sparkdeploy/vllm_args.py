@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from sparkdeploy import paths
@@ -58,7 +58,9 @@ def _opt(flag: str, value) -> list[str]:
     return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
-def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist: Distributed = Distributed()) -> list[str]:
+def serve_args(
+    resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist: Distributed = Distributed()
+) -> list[str]:
     """Arguments after `vllm serve` (the model first)."""
     r = resolved.recipe
     v = r.vllm
@@ -103,12 +105,12 @@ def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist
 
 # -- validation against the pinned vLLM's parser ---------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _read_spec(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def flag_spec(version: str) -> dict:
     """The dump for a vLLM version, wherever an image definition carries it (images/*/vllm-args-V.json)."""
     matches = sorted(paths.images_dir().glob(f"*/vllm-args-{version}.json"))
@@ -190,8 +192,12 @@ def check_env(env: dict[str, str], image: ImageDefinition) -> list[str]:
     if not image.vllm_version:
         return []
     known = set(image_spec(image).get("environment_variables", []))
-    return [f"env {name} is not an environment variable of {describe(image)}: it has no effect unless "
-            f"the image's own patches read it" for name in sorted(env) if name.startswith("VLLM_") and name not in known]
+    return [
+        f"env {name} is not an environment variable of {describe(image)}: it has no effect unless "
+        f"the image's own patches read it"
+        for name in sorted(env)
+        if name.startswith("VLLM_") and name not in known
+    ]
 
 
 def _images_accepting(flag: str) -> list[str]:

@@ -3,13 +3,12 @@ flag and the backend, with the fix; the flags the torchrun launcher honours (too
 
 from __future__ import annotations
 
-import shutil
-
 from sparkdeploy import lint
 from sparkdeploy.backend_features import FRONTEND_FLAGS, refused_flags, serving_backends
 from tests.conftest import REPO
 
-CHAT_TEMPLATE = '--set=vllm.extra_args=["--enable-auto-tool-choice","--tool-call-parser","qwen3_coder","--chat-template","/t.jinja"]'
+CHAT_TEMPLATE = ('--set=vllm.extra_args=["--enable-auto-tool-choice","--tool-call-parser","qwen3_coder",'
+                 '"--chat-template","/t.jinja"]')
 
 
 def test_torchrun_refuses_only_what_its_launcher_ignores():
@@ -44,10 +43,18 @@ def test_dry_run_and_lint_name_the_flag_and_the_backend(cli, inventory_file, tmp
     recipes.mkdir()
     text = (REPO / "recipes/qwen3-coder-30b-int4.yaml").read_text()
     (recipes / "qwen3-coder-30b-int4.yaml").write_text(
-        text.replace("extra_args: [--enable-auto-tool-choice", "extra_args: [--response-role, bot, --enable-auto-tool-choice"))
-    rows = {(r["topology"], r["backend"]): r for r in lint.lint_all(str(recipes)) if r["recipe"] == "qwen3-coder-30b-int4"}
+        text.replace(
+            "extra_args: [--enable-auto-tool-choice", "extra_args: [--response-role, bot, --enable-auto-tool-choice"
+        )
+    )
+    rows = {
+        (r["topology"], r["backend"]): r for r in lint.lint_all(str(recipes)) if r["recipe"] == "qwen3-coder-30b-int4"
+    }
     assert not rows[("cluster", "torchrun")]["ok"]
-    assert any("--response-role is not honoured by the torchrun backend" in p for p in rows[("cluster", "torchrun")]["problems"])
+    assert any(
+        "--response-role is not honoured by the torchrun backend" in p
+        for p in rows[("cluster", "torchrun")]["problems"]
+    )
     assert rows[("cluster", "ray")]["ok"] and rows[("cluster", "native")]["ok"] and rows[("solo", None)]["ok"]
 
 
@@ -57,8 +64,12 @@ def test_advise_names_a_backend_that_serves_the_recipes_flags(tmp_path):
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     text = (REPO / "recipes/qwen3-coder-30b-int4.yaml").read_text()
-    (recipes / "coder-template.yaml").write_text(text.replace("name: qwen3-coder-30b-int4", "name: coder-template").replace(
-        "extra_args: [--enable-auto-tool-choice", "extra_args: [--chat-template, /t.jinja, --enable-auto-tool-choice"))
+    (recipes / "coder-template.yaml").write_text(
+        text.replace("name: qwen3-coder-30b-int4", "name: coder-template").replace(
+            "extra_args: [--enable-auto-tool-choice",
+            "extra_args: [--chat-template, /t.jinja, --enable-auto-tool-choice",
+        )
+    )
     shipped = advise(1, recipe="qwen3-coder-30b-int4").to_json()
     assert shipped["recommendation"]["topology"] == "cluster"   # the seeds: cluster wins decode at c1
     assert shipped["recommendation"]["backend"] is None and "--backend" not in shipped["command"]  # torchrun serves it

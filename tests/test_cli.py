@@ -13,7 +13,9 @@ from tests.conftest import REPO, SECRET_HF, SECRET_KEY
 def test_dry_run_of_the_example_inventory(cli):
     code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "--inventory", str(REPO / "inventory.yaml"))
     assert code == 0, err
-    assert "DRY RUN" in out and "== spark1 192.168.1.101 (head) ==" in out and "== spark2 192.168.1.102 (worker) ==" in out
+    assert (
+        "DRY RUN" in out and "== spark1 192.168.1.101 (head) ==" in out and "== spark2 192.168.1.102 (worker) ==" in out
+    )
     assert "--distributed-executor-backend ray" in out
 
 
@@ -23,7 +25,9 @@ def test_dry_run_masks_secrets(cli, inventory_file):
         assert code == 0, err
         assert SECRET_HF not in out + err and SECRET_KEY not in out + err
         assert "HF_TOKEN=********" in out
-    code, out, _ = cli("run-recipe", "openai-gpt-oss-120b", "-t", "2xsolo", "--dry-run", "--json", "-i", str(inventory_file))
+    code, out, _ = cli(
+        "run-recipe", "openai-gpt-oss-120b", "-t", "2xsolo", "--dry-run", "--json", "-i", str(inventory_file)
+    )
     assert code == 0 and SECRET_KEY not in out
     data = json.loads(out)
     assert data["topology"] == "2xsolo" and len(data["nodes"]) == 2
@@ -37,7 +41,7 @@ def test_secret_from_the_environment_is_masked_too(cli, inventory_file, monkeypa
 
 
 def test_unknown_recipe_exit_2_with_suggestions(cli, inventory_file):
-    code, out, err = cli("run-recipe", "gpt-oss-120b", "--dry-run", "-i", str(inventory_file))
+    code, _out, err = cli("run-recipe", "gpt-oss-120b", "--dry-run", "-i", str(inventory_file))
     assert code == 2
     assert "did you mean openai-gpt-oss-120b" in err and "Traceback" not in err
 
@@ -48,7 +52,7 @@ def test_bad_inventory_exit_2_one_line_per_problem(cli, write_inventory):
           - {name: a, role: head, mgmt_ip: spark1.local, fabric_ip: 10.0.0.1/24, fabric_ifaces: [x]}
           - {name: b, mgmt_ip: host-b, fabric_ip: 10.0.1.2/24, fabric_ifaces: [x]}
     """)
-    code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(path))
+    code, _out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(path))
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"error: {path}: nodes[") for line in lines)
@@ -56,14 +60,16 @@ def test_bad_inventory_exit_2_one_line_per_problem(cli, write_inventory):
 
 
 def test_refused_topology_exit_2(cli, inventory_file):
-    code, out, err = cli("run-recipe", "llama-3.3-70b-instruct", "-t", "solo", "--dry-run", "-i", str(inventory_file))
+    code, _out, err = cli("run-recipe", "llama-3.3-70b-instruct", "-t", "solo", "--dry-run", "-i", str(inventory_file))
     assert code == 2 and "use --topology cluster" in err
 
 
 def test_recipes_list_show_lint(cli):
     code, out, _ = cli("recipes", "list", "--json")
     assert code == 0 and {r["name"] for r in json.loads(out)} >= {"openai-gpt-oss-120b", "llama-3.3-70b-instruct"}
-    code, out, _ = cli("recipes", "show", "openai-gpt-oss-120b", "-t", "2xsolo", "--set", "vllm.max_num_seqs=8", "--json")
+    code, out, _ = cli(
+        "recipes", "show", "openai-gpt-oss-120b", "-t", "2xsolo", "--set", "vllm.max_num_seqs=8", "--json"
+    )
     rows = {r["key"]: r for r in json.loads(out)["values"]}
     assert rows["vllm.max_num_seqs"] == {"key": "vllm.max_num_seqs", "value": 8, "source": "--set"}
     assert rows["vllm.max_model_len"]["source"] == "openai-gpt-oss-120b.yaml"
@@ -82,7 +88,9 @@ def test_recipes_lint_fails_on_a_broken_recipe(cli, tmp_path):
 
 def test_render_writes_files_with_their_modes(cli, inventory_file, tmp_path):
     out_dir = tmp_path / "out"
-    code, out, err = cli("render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file), "--out", str(out_dir))
+    code, _out, err = cli(
+        "render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file), "--out", str(out_dir)
+    )
     assert code == 0, err
     secrets = out_dir / "spark1" / "secrets.env"
     assert oct(secrets.stat().st_mode & 0o777) == "0o600"

@@ -161,8 +161,8 @@ def test_empty_machine_removes_only_sparkdeploys_objects_and_only_with_yes(tmp_p
     dry = _script(*args, state=state)
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert dry.stderr.strip().splitlines() == [
-        "empty_machine: nothing removed; add --yes to remove the above (usage: python3 benchmarks/empty_machine.py "
-        "[--repo PATH] [--only-label KEY=VALUE] --yes)"], dry.stderr
+        ("empty_machine: nothing removed; add --yes to remove the above (usage: python3 benchmarks/empty_machine.py "
+        "[--repo PATH] [--only-label KEY=VALUE] --yes)")], dry.stderr
     run = mark.rsplit("=", 1)[1]
     listed = dry.stdout.splitlines()
     assert f"would remove: container sparkdeploy-test-empty-{run}" in listed, dry.stdout

@@ -8,8 +8,16 @@ import sysconfig
 import types
 from pathlib import Path
 
-from tests.support.environment import (REPO, RUNTIME_REQUIREMENTS, TEST_REQUIREMENTS, installed_versions,
-                                       lacking_test_set, outsiders, pins, problems)
+from tests.support.environment import (
+    REPO,
+    RUNTIME_REQUIREMENTS,
+    TEST_REQUIREMENTS,
+    installed_versions,
+    lacking_test_set,
+    outsiders,
+    pins,
+    problems,
+)
 
 
 def test_this_session_runs_in_the_projects_venv():
@@ -26,7 +34,9 @@ def test_a_module_from_the_system_site_packages_is_named():
     ok.__file__ = str(REPO / "sparkdeploy" / "__init__.py")
     stdlib = types.ModuleType("json_like")
     stdlib.__file__ = sysconfig.get_paths(vars={"base": sys.base_prefix})["stdlib"] + "/json/__init__.py"
-    assert outsiders({"planted": fake, "ours": ok, "json_like": stdlib}) == [f"planted: {Path(fake.__file__).resolve()}"]
+    assert outsiders({"planted": fake, "ours": ok, "json_like": stdlib}) == [
+        f"planted: {Path(fake.__file__).resolve()}"
+    ]
 
 
 def test_a_module_from_anywhere_else_is_named(tmp_path):
@@ -37,7 +47,9 @@ def test_a_module_from_anywhere_else_is_named(tmp_path):
 
 def test_the_system_interpreter_is_refused(tmp_path):
     """The same check, run by the base interpreter (no venv): it names the fix."""
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from tests.support.environment import problems; print(problems())"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from tests.support.environment import problems; print(problems())"
+    )
     out = subprocess.run([sys._base_executable, "-I", "-c", code, str(REPO)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -38,7 +38,7 @@ def test_every_container_with_a_health_port_declares_a_check_on_its_own_port(top
 class _Handler(http.server.BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):  # http.server's name
         self.send_response(type(self).status)
         self.end_headers()
 

@@ -106,17 +106,19 @@ def test_every_pip_run_on_a_lock_is_strict():
 
 # -- the incident, offline -----------------------------------------------------------------------------------
 
-def _wheel(directory: Path, name: str, version: str, requires: list[str] = (), extras: dict = None) -> Path:
+def _wheel(directory: Path, name: str, version: str, requires: list[str] = (), extras: dict | None = None) -> Path:
     """A minimal pure-Python wheel, enough for pip to resolve and install it."""
     dist = f"{name.replace('-', '_')}-{version}"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     for extra, reqs in (extras or {}).items():
         meta.append(f"Provides-Extra: {extra}")
         meta += [f'Requires-Dist: {r} ; extra == "{extra}"' for r in reqs]
-    files = {f"{name.replace('-', '_')}_mod.py": b"",
-             f"{dist}.dist-info/METADATA": ("\n".join(meta) + "\n").encode(),
-             f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{name.replace('-', '_')}_mod.py": b"",
+        f"{dist}.dist-info/METADATA": ("\n".join(meta) + "\n").encode(),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     record = []
     for path, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()

@@ -37,7 +37,7 @@ def not_sshd():
         while not stop.is_set():
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -97,7 +97,7 @@ def unwritable_state(tmp_path, monkeypatch):
 def test_render_with_an_unwritable_state_folder_is_one_line_with_the_fix(cli, inventory_file, tmp_path,
                                                                           unwritable_state):
     out = tmp_path / "out"
-    code, stdout, err = cli("render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file),
+    code, _stdout, err = cli("render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file),
                             "--out", str(out))
     assert code == 2, err
     lines = [line for line in err.splitlines() if not line.startswith("warning:")]

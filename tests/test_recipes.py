@@ -45,8 +45,8 @@ def test_unknown_key_did_you_mean(tmp_path):
     path = write_recipe(tmp_path, vllm={"gpu_memory_utilisation": 0.7})
     with pytest.raises(ConfigError) as info:
         recipes.load_recipe(path)
-    assert messages(info) == [f"{path}: vllm.gpu_memory_utilisation: unknown key "
-                              "(fix: did you mean 'gpu_memory_utilization'?)"]
+    assert messages(info) == [(f"{path}: vllm.gpu_memory_utilisation: unknown key "
+                              "(fix: did you mean 'gpu_memory_utilization'?)")]
 
 
 def test_unknown_top_level_key(tmp_path):

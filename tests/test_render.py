@@ -164,7 +164,9 @@ def test_every_rendered_script_passes_shellcheck(tmp_path):
                     path.write_text(f.content)
                     count += 1
     scripts = sorted(str(p) for p in tmp_path.glob("*.sh"))
-    result = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", *scripts], capture_output=True, text=True)
+    result = subprocess.run(
+        ["shellcheck", "--severity=style", "--shell=bash", *scripts], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout[-4000:]
     assert count >= 30
 

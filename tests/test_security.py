@@ -175,7 +175,7 @@ def test_bad_secrets_file_is_one_line_naming_it(cli, write_inventory, tmp_path, 
 # -- YAML: one loader for every user file ------------------------------------------------------------------
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
 
 
 def test_alias_bomb_recipe_is_refused_quickly(cli, inventory_file, tmp_path):
@@ -247,7 +247,7 @@ def test_yaml_errors_name_line_and_column_never_the_text():
     "served_model_name=two words", "model=../../x",
 ])
 def test_names_that_could_escape_are_refused(cli, inventory_file, sets):
-    code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--set", sets)
+    code, _out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--set", sets)
     one_error(code, err)
     assert "\x1b" not in err.replace("\x1b[31m", "").replace("\x1b[0m", "")
 

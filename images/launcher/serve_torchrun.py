@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sparklaunch.torchrun import main  # noqa: E402
+from sparklaunch.torchrun import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -58,7 +58,7 @@ def main() -> int:
         # whatever VLLM_TARGET_DEVICE says; a build has no GPU, so set the choice where vllm.platforms caches it.
         from vllm.platforms.cpu import CpuPlatform
 
-        platforms._current_platform = CpuPlatform()  # noqa: SLF001
+        platforms._current_platform = CpuPlatform()
     try:  # where `vllm serve` builds its parser: launchers/ since the 0.2x releases, openai/ before
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
     except ImportError:
@@ -66,7 +66,7 @@ def main() -> int:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser())
-    real = {opt for action in parser._actions for opt in action.option_strings}  # noqa: SLF001
+    real = {opt for action in parser._actions for opt in action.option_strings}
     if args.option_strings_out.parent.is_dir():
         args.option_strings_out.write_text("".join(f"{o}\n" for o in sorted(real)))
     spec = json.loads(args.args_json.read_text())
@@ -88,7 +88,7 @@ def main() -> int:
     for module in ("ray", "fastsafetensors"):
         try:
             __import__(module)
-        except Exception as exc:  # any import failure means the image is unusable for that backend
+        except Exception as exc:  # noqa: BLE001 - any import failure means the image is unusable for that backend
             problems.append(f"cannot import {module}: {exc}")
     for path in args.require_file:
         if not path.is_file():

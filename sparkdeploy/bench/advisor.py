@@ -238,11 +238,11 @@ def topology_of(variant: str) -> str:
 def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tuple[int, str]:
     if recipe:
         try:
-            r, path, _ = load_recipe(recipe, recipes_dir)
+            r, _path, _ = load_recipe(recipe, recipes_dir)
             value = getattr(r.vllm, "max_num_batched_tokens", None)
             if value:
                 return int(value), f"recipe {recipe}"
-        except Exception:
+        except Exception:  # noqa: BLE001 - an unreadable recipe falls back to the reference value
             pass
     return DEFAULT_MAX_BATCHED_TOKENS, "the reference recipe"
 
@@ -389,7 +389,9 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     shuffle = next((e for v, e in est.items() if v == "2xsolo-shuffle"), None)
     if "2xsolo-least-busy" in est:
         lbz = est["2xsolo-least-busy"]
-        cmp_ = f" ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for simple-shuffle here)" if shuffle else ""
+        cmp_ = (
+            f" ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for simple-shuffle here)" if shuffle else ""
+        )
         reasons.append("least-busy routing starves a backend with identical engines: one drains, every new request "
                        f"rushes to it, the other idles{cmp_}; use simple-shuffle.")
     if best.variant.startswith("2xsolo"):

@@ -41,7 +41,7 @@ def _running_definition(dep):
     name = dep.image_tag.rsplit("/", 1)[-1].split(":", 1)[0]
     try:
         return load_definition(name)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no definition for the tag: the tag is what is shown
         return dep.image
 
 
@@ -189,7 +189,7 @@ def expected_image(endpoint: Endpoint) -> dict[str, str]:
         from sparkdeploy.images.build import docker_client
 
         return {"image_id": docker_client().images.get(tag).id}
-    except Exception:  # no engine here, or the tag is not built here: compare tags
+    except Exception:  # noqa: BLE001 - no engine here, or the tag is not built here: compare tags
         return {"image": tag}
 
 
@@ -207,8 +207,13 @@ class Deployer:
 
     def __call__(self, topology: str, routing: str | None) -> Endpoint:
         sets = self.sets_for(routing)
-        kwargs: dict[str, Any] = dict(recipe=self.recipe, topology=topology, inventory=self.inventory, sets=sets,
-                                      recipes_dir=self.recipes_dir)
+        kwargs: dict[str, Any] = {
+            "recipe": self.recipe,
+            "topology": topology,
+            "inventory": self.inventory,
+            "sets": sets,
+            "recipes_dir": self.recipes_dir,
+        }
         if self.timeout_s:
             kwargs["timeout"] = self.timeout_s
         deploy(reporter=Reporter(), **kwargs)  # its progress on stderr: stdout stays the sweep's (--json)

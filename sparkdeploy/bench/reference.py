@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -53,7 +53,7 @@ def _build(data: dict) -> Reference:
                      results=results)
 
 
-@lru_cache(maxsize=None)
+@cache
 def seed_reference() -> Reference:
     text = resources.files("sparkdeploy.bench").joinpath("data", SEED_FILE).read_text()
     return _build(json.loads(text))

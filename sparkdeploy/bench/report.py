@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.bench.reference import Reference, reference_for
-from sparkdeploy.bench.store import (METRICS, MetricDef, Result, Stat, variant_label, variant_sort_key,
-                                     write_json_atomic)
-from sparkdeploy.simulated import LABEL as SIMULATED, NOTE as SIMULATED_NOTE, any_simulated, tag
+from sparkdeploy.bench.store import METRICS, MetricDef, Result, Stat, variant_label, variant_sort_key, write_json_atomic
+from sparkdeploy.simulated import LABEL as SIMULATED
+from sparkdeploy.simulated import NOTE as SIMULATED_NOTE
+from sparkdeploy.simulated import any_simulated, tag
 
 WINNER_NAMES = {"solo": "Solo", "cluster": "Cluster", "2xsolo-shuffle": "Shuffle", "2xsolo-least-busy": "Least-busy"}
 COLORS = {"solo": "#6b7280", "cluster": "#3b82f6", "2xsolo-shuffle": "#22c55e", "2xsolo-least-busy": "#ef4444"}
@@ -237,7 +238,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
         ys = [table.cells[(v, c)].mean for c in xs]
         errs = [table.cells[(v, c)].std or 0.0 for c in xs]
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=variant_label(v), color=COLORS.get(v))
-        data["series"][v] = {str(c): y for c, y in zip(xs, ys)}
+        data["series"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
     if reference is not None:
         first = True
         for v in table.variants:
@@ -249,7 +250,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
                     label="dashed: reference (seeds, hardware)" if first else None)
             first = False
             levels.update(xs)
-            data["reference"][v] = {str(c): y for c, y in zip(xs, ys)}
+            data["reference"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
     ticks = sorted(levels)
     data["ticks"] = ticks
     ax.set_xscale("log", base=2)
@@ -351,12 +352,15 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         s = g.summary()
         out += [f"## {g.recipe} — pp{g.pp} / tg{g.tg}", ""]
         if s["simulated"]:
-            out += ["> **Simulated.** These numbers come from the vLLM simulator (vllm-sim) standing in for GPU "
+            out += [("> **Simulated.** These numbers come from the vLLM simulator (vllm-sim) standing in for GPU "
                     "images in the lab, not from DGX Spark hardware: they exercise the sweep and the report end to "
                     "end and compare the simulator's calibration with the seeds. They are not hardware "
-                    "measurements.", ""]
-        out += ["| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date | Failed requests |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+                    "measurements."), ""]
+        out += [
+            ("| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date "
+            "| Failed requests |"),
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for col in s["columns"]:
             nodes = col.get("nodes") or []
             node_text = ", ".join(n.get("name", "?") if isinstance(n, dict) else str(n) for n in nodes) or "-"
@@ -370,10 +374,17 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
                        f"{ids} | {join(col['vllm_version'])} | {node_text} | {join(col['runs'])} | "
                        f"{join(col['dates'])} | {col['failed_requests']} |")
         lb = sorted({v for c in s["columns"] for v in c["llama_benchy_version"]})
-        out += ["", f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
+        out += [
+            "",
+            (
+                f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
                 "`tg_throughput`, prefill = `pp_throughput` (totals over the window at c > 1), TTFT = `e2e_ttft`; "
-                "cells are mean ± stdev (throughput: over runs; TTFT: over requests). Winner: margin over the runner-up; "
-                "`~` = the margin is within the combined standard error of the two means.", ""]
+                "cells are mean ± stdev (throughput: over runs; TTFT: over requests). "
+                "Winner: margin over the runner-up; "
+                "`~` = the margin is within the combined standard error of the two means."
+            ),
+            "",
+        ]
         for m, table in g.tables.items():
             if not table.cells:
                 continue
@@ -386,8 +397,8 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         if g.agreement:
             a = g.agreement
             out += ["### Winners compared with the reference", "",
-                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
-                    "measured here with the reference's winner among the same columns.", "",
+                    (f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
+                    "measured here with the reference's winner among the same columns."), "",
                     "| Metric | Cells agreeing | % |", "|---|---|---|"]
             for m, info in a["metrics"].items():
                 pct = "-" if info["pct"] is None else f"{info['pct']:.0f}%"

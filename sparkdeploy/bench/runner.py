@@ -21,10 +21,11 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sparkdeploy.bench.store import Result, metrics_from_llama_benchy, save_result, variant_of
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
@@ -245,7 +246,7 @@ def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_
     host = urllib.parse.urlparse(endpoint.base_url).hostname or ""
     for name in ("NO_PROXY", "no_proxy"):  # aiohttp honours HTTP(S)_PROXY (trust_env=True): not for our endpoint
         env[name] = ",".join(x for x in (env.get(name, ""), host) if x)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     t0 = time.monotonic()
     expected = concurrency * settings.runs
     tail = _ProgressTail(progress_path)

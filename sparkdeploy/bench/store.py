@@ -12,9 +12,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 SCHEMA = "sparkdeploy-bench-result/1"
 
@@ -80,7 +81,7 @@ class Stat:
         return {"mean": self.mean, "std": self.std, "values": self.values}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Stat":
+    def from_json(cls, data: dict) -> Stat:
         return cls(float(data["mean"]), None if data.get("std") is None else float(data["std"]),
                    [float(v) for v in data.get("values") or []])
 
@@ -115,7 +116,7 @@ class Result:
                 "metadata": self.metadata, "llama_benchy": self.llama_benchy}
 
     @classmethod
-    def from_json(cls, data: dict, path: Path | None = None) -> "Result":
+    def from_json(cls, data: dict, path: Path | None = None) -> Result:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a sparkdeploy bench result (schema {data.get('schema')!r})")
         return cls(recipe=str(data["recipe"]), variant=str(data["variant"]), pp=int(data["pp"]), tg=int(data["tg"]),

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
-from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
+from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
 ROUTINGS = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
@@ -95,7 +96,7 @@ def estimate_cell_s(variant: str, concurrency: int, settings: BenchSettings) -> 
 # ---------------------------------------------------------------- progress display
 
 class Reporter(Protocol):
-    def start(self, plan: "SweepPlan") -> None: ...
+    def start(self, plan: SweepPlan) -> None: ...
     def topology(self, spec: TopologySpec, variant: str, todo: list[int], skipped: list[int]) -> None: ...
     def deploying(self, spec: TopologySpec) -> None: ...
     def deployed(self, spec: TopologySpec, endpoint: Endpoint, seconds: float) -> None: ...
@@ -103,7 +104,7 @@ class Reporter(Protocol):
     def cell_progress(self, variant: str, concurrency: int, done: int, total: int) -> None: ...
     def cell_done(self, variant: str, concurrency: int, result: Result, seconds: float) -> None: ...
     def failed(self, variant: str, concurrency: int | None, message: str) -> None: ...
-    def finish(self, summary: "SweepSummary") -> None: ...
+    def finish(self, summary: SweepSummary) -> None: ...
 
 
 @dataclass
@@ -184,7 +185,7 @@ def make_plan(recipe: str, specs: list[TopologySpec], levels: list[int], setting
     if len(set(variants)) != len(variants):
         raise ConfigError(Problem("--topologies", ",".join(s.text for s in specs), "two entries measure the same "
                                   "column", "list each topology once"))
-    for spec, variant in zip(specs, variants):
+    for spec, variant in zip(specs, variants, strict=False):
         plan.variants[spec] = variant
         same = expected(spec) if expected else None
         have = [c for c in levels
@@ -215,7 +216,7 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
             td = time.monotonic()
             try:
                 endpoint = deploy(spec.topology, spec.routing)
-            except Exception as exc:  # any failure of one topology's deploy: recorded, the next one goes on
+            except Exception as exc:  # noqa: BLE001 - any failure of one topology's deploy: recorded, the next one goes on
                 summary.failures.append({"variant": variant, "concurrency": None, "step": "deploy",
                                          "error": _error_text(exc)})
                 reporter.failed(variant, None, f"deploy failed: {_error_text(exc)}")
@@ -229,8 +230,9 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
                 reporter.cell_start(variant, c)
                 tc = time.monotonic()
                 try:
-                    result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))
-                except Exception as exc:
+                    # bench returns before the loop moves on: the progress callback never outlives `variant`
+                    result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))  # noqa: B023
+                except Exception as exc:  # noqa: BLE001 - any failure of one cell: recorded, the next cell goes on
                     summary.failures.append({"variant": variant, "concurrency": c, "step": "bench",
                                              "error": _error_text(exc)})
                     reporter.failed(variant, c, _error_text(exc))
@@ -257,7 +259,7 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
         if write_report is not None and (summary.measured or summary.skipped):
             try:
                 summary.report = write_report()
-            except Exception as exc:  # a report problem must not hide the sweep's own outcome
+            except Exception as exc:  # noqa: BLE001 - a report problem must not hide the sweep's own outcome
                 summary.failures.append({"variant": None, "concurrency": None, "step": "report", "error": str(exc)})
         summary.seconds = time.monotonic() - t0
         reporter.finish(summary)

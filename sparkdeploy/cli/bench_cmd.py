@@ -118,8 +118,14 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
         ep = url_endpoint(endpoint, model, api_key_from_env(), md, mark_simulated)
     else:
         if model or recipe or topology or backend or mark_simulated:
-            raise ConfigError(Problem("bench", "", "--model/--recipe/--topology/--backend/--simulated describe an "
-                                      "--endpoint", "drop them: the deployed endpoint's come from `sparkdeploy status`"))
+            raise ConfigError(
+                Problem(
+                    "bench",
+                    "",
+                    "--model/--recipe/--topology/--backend/--simulated describe an --endpoint",
+                    "drop them: the deployed endpoint's come from `sparkdeploy status`",
+                )
+            )
         ep = current_endpoint(inventory, routing)
     if ep.metadata.get("vllm_version") is None:
         ep.metadata["vllm_version"] = engine_version(ep)
@@ -175,7 +181,14 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
     from sparkdeploy.bench.deploy_link import Deployer, endpoint_of, expected_image
     from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.store import load_results
-    from sparkdeploy.bench.sweep import PlainReporter, RichReporter, make_plan, parse_levels, parse_topologies, run_sweep
+    from sparkdeploy.bench.sweep import (
+        PlainReporter,
+        RichReporter,
+        make_plan,
+        parse_levels,
+        parse_topologies,
+        run_sweep,
+    )
     from sparkdeploy.context import recipe_name_for
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.recipes import load_recipe
@@ -254,12 +267,11 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
         emit_json(data)
         return
     from sparkdeploy.bench.report import group_results, markdown_table
-
     from sparkdeploy.simulated import LABEL, NOTE, tag
 
     for g in group_results(results):
         click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}" + (f" — {LABEL}: {NOTE}" if g.simulated else ""))
-        for m, t in g.tables.items():
+        for _m, t in g.tables.items():
             if t.cells:
                 click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t)}")
         if g.agreement:
@@ -300,4 +312,4 @@ def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_di
         click.echo(render_text(a))
 
 
-__all__ = ["bench", "advise"]
+__all__ = ["advise", "bench"]

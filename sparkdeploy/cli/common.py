@@ -6,12 +6,13 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.userfile import redact
 
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
@@ -47,7 +48,7 @@ class RegistryChoice(click.Choice):
         super().__init__([])
         self._names = names
 
-    @property  # type: ignore[override]
+    @property
     def choices(self):
         return self._names()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.errors import StepFailed
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option, topology_option
+from sparkdeploy.errors import StepFailed
 
 
 def _size(text: str | None) -> int | None:
@@ -28,10 +28,13 @@ def _size(text: str | None) -> int | None:
 @click.option("--only", "only", multiple=True, metavar="ID",
               help="Run only checks whose id starts with ID (repeatable): e.g. --only network --only gpu.driver.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
-@click.option("--nccl", is_flag=True,
-              help="Also run the all-reduce probe in the recipe's image over the fabric (SIMULATED gloo/CPU in the lab); "
-                   "its 4 KiB eager vs CUDA-graph figures say whether the recipe should keep graphs, cut them at the "
-                   "all-reduce or enforce eager.")
+@click.option(
+    "--nccl",
+    is_flag=True,
+    help="Also run the all-reduce probe in the recipe's image over the fabric (SIMULATED gloo/CPU in the lab); "
+    "its 4 KiB eager vs CUDA-graph figures say whether the recipe should keep graphs, cut them at the "
+    "all-reduce or enforce eager.",
+)
 @click.option("--nccl-max-bytes", default=None, metavar="SIZE", help="Largest probe message (default 256M; lab 64M).")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @json_option
@@ -45,7 +48,8 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
     2 the inventory (or an option) is invalid: the report shows each problem with its fix.
     """
 
-    from sparkdeploy.doctor.api import CHECKS, doctor as run_doctor
+    from sparkdeploy.doctor.api import CHECKS
+    from sparkdeploy.doctor.api import doctor as run_doctor
     from sparkdeploy.doctor.report import as_dict, render
     from sparkdeploy.doctor.session import Options
 

@@ -89,11 +89,10 @@ def build_cmd(name, on_node, local, force, dry_run, inventory):
         click.echo(tag)
         return
     from sparkdeploy.images.build import build_on_node
+    from sparkdeploy.images.build_plan import node_checks
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.remote import NodeConnection
-
-    from sparkdeploy.images.build_plan import node_checks
 
     inv = load_inventory(inventory)
     node = select_nodes(inv, [on_node])[0]

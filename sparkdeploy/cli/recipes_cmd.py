@@ -8,7 +8,15 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkdeploy import recipes as recipes_mod
-from sparkdeploy.cli.common import emit_json, json_option, recipes_dir_option, set_option, topology_option, backend_option, warn
+from sparkdeploy.cli.common import (
+    backend_option,
+    emit_json,
+    json_option,
+    recipes_dir_option,
+    set_option,
+    topology_option,
+    warn,
+)
 from sparkdeploy.doctor import graph_advice
 from sparkdeploy.errors import ConfigError
 
@@ -62,15 +70,19 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
         return
     for w in resolved.warnings:
         warn(w)
-    table = Table(title=plain(f"{resolved.name} ({resolved.topology}{', ' + resolved.backend if resolved.backend else ''})"),
-                  title_justify="left")
+    table = Table(
+        title=plain(f"{resolved.name} ({resolved.topology}{', ' + resolved.backend if resolved.backend else ''})"),
+        title_justify="left",
+    )
     table.add_column("key")
     table.add_column("value")
     table.add_column("from")
     for r in rows:
         table.add_row(plain(r["key"]), plain(repr(r["value"]) if isinstance(r["value"], str) else str(r["value"])),
                       plain(r["source"]))
-    table.add_row("all-reduce (derived)", plain(allreduce["mode"]), "vllm.enforce_eager, vllm.compilation.eager_allreduce")
+    table.add_row(
+        "all-reduce (derived)", plain(allreduce["mode"]), "vllm.enforce_eager, vllm.compilation.eager_allreduce"
+    )
     Console(width=160).print(table)
     click.echo(f"all-reduce: {allreduce['mode']}: {allreduce['meaning']}. `sparkdeploy doctor --nccl` measures which "
                "this cluster wants.")
@@ -108,7 +120,7 @@ def lint_cmd(recipes_dir, as_json):
         raise click.exceptions.Exit(1)
 
 
-__all__ = ["recipes_group", "ConfigError"]
+__all__ = ["ConfigError", "recipes_group"]
 
 
 def plain(value: str) -> Text:

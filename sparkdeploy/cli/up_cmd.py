@@ -63,8 +63,13 @@ class Out(Reporter):
         for c in checks:
             if only_failures and c.ok:
                 continue
-            table.add_row(self.cell(c.node), self.cell(c.name), self.cell("ok" if c.ok else "FAILED", "green" if c.ok else "red"),
-                          self.cell(c.detail), self.cell(c.fix))
+            table.add_row(
+                self.cell(c.node),
+                self.cell(c.name),
+                self.cell("ok" if c.ok else "FAILED", "green" if c.ok else "red"),
+                self.cell(c.detail),
+                self.cell(c.fix),
+            )
         self.table(table)
         for c in checks:  # in full, one line each (a table folds long fingerprints and paths)
             if not c.ok:
@@ -194,14 +199,23 @@ def status(inventory, as_json):
                 table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])
             for c in n["containers"]:
                 h = c["health"]
-                table.add_row(out.cell(n["name"]), out.cell(c["name"]), out.cell(c["role"]),
-                              out.cell(f"{c['recipe']} / {c['topology']}" + (f" / {c['backend']}" if c["backend"] and c["backend"] != "none" else "")),
-                              out.cell(c["state"], "green" if c["running"] else "red"),
-                              out.cell(_uptime(c["uptime_s"])),
-                              out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
-                              out.cell("-" if h is None else ("ok" if h["ok"] else h["detail"]),
-                                       "" if h is None else ("green" if h["ok"] else "red")),
-                              out.cell(c.get("restarts", 0), _crash_style(c)))
+                table.add_row(
+                    out.cell(n["name"]),
+                    out.cell(c["name"]),
+                    out.cell(c["role"]),
+                    out.cell(
+                        f"{c['recipe']} / {c['topology']}"
+                        + (f" / {c['backend']}" if c["backend"] and c["backend"] != "none" else "")
+                    ),
+                    out.cell(c["state"], "green" if c["running"] else "red"),
+                    out.cell(_uptime(c["uptime_s"])),
+                    out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
+                    out.cell(
+                        "-" if h is None else ("ok" if h["ok"] else h["detail"]),
+                        "" if h is None else ("green" if h["ok"] else "red"),
+                    ),
+                    out.cell(c.get("restarts", 0), _crash_style(c)),
+                )
         out.table(table)
         for n in nodes:  # in full, one line each (a table folds them): how each container last stopped
             for c in n["containers"]:
@@ -211,8 +225,10 @@ def status(inventory, as_json):
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")
         if data["endpoint"]:
-            out.line(f"endpoint: {data['endpoint']} (model {data['model']})" + ("" if data["healthy"] else "  NOT HEALTHY"),
-                     "green" if data["healthy"] else "red")
+            out.line(
+                f"endpoint: {data['endpoint']} (model {data['model']})" + ("" if data["healthy"] else "  NOT HEALTHY"),
+                "green" if data["healthy"] else "red",
+            )
         elif not all_containers:
             out.line("nothing of sparkdeploy's is deployed")
         if data["metrics_url"]:
@@ -221,4 +237,4 @@ def status(inventory, as_json):
         raise StepFailed(f"unreachable: {', '.join(unreachable)}")
 
 
-__all__ = ["up", "down", "status", "run_up"]
+__all__ = ["down", "run_up", "status", "up"]

@@ -6,10 +6,19 @@ After a Ctrl-C or a failure every node gets one line saying what happened there;
 
 from __future__ import annotations
 
-
 from sparkdeploy import health, preflight
-from sparkdeploy.apply import (Interrupt, NodeLockHeld, Session, add_resources, apply_plan, clean_temp_files,
-                               gather_facts, hold_point, inventory_lock, node_locks)
+from sparkdeploy.apply import (
+    Interrupt,
+    NodeLockHeld,
+    Session,
+    add_resources,
+    apply_plan,
+    clean_temp_files,
+    gather_facts,
+    hold_point,
+    inventory_lock,
+    node_locks,
+)
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
@@ -21,6 +30,7 @@ from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
 from sparkdeploy.secrets import refuse_missing
+
 
 def simulated(dep: Deployment) -> bool:
     try:
@@ -222,7 +232,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         nodes = sorted({c.node for c in failed})
         plan = None
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
-            plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+            plan = plan_deployment(dep, facts)
             result["steps"] = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
         raise StepFailed(f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
@@ -230,7 +240,7 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
                          "). Nothing was changed on any node.")
     out.progress(f"preflight: {len(checks)} checks passed")
 
-    plan = plan_deployment(dep, facts)  # type: ignore[arg-type]
+    plan = plan_deployment(dep, facts)
     if dry_run:
         out.preflight(checks)
         out.dry_run(plan)

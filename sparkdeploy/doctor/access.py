@@ -12,7 +12,7 @@ from .model import Result, fail, ok
 from .runner import connect
 from .session import DoctorRun
 
-__all__ = ["ssh", "docker_without_sudo"]
+__all__ = ["docker_without_sudo", "ssh"]
 
 
 def ssh(run: DoctorRun, node: Node) -> Result:

@@ -84,4 +84,4 @@ def recent_crashes(run: DoctorRun, node: Node) -> list[Result] | Result:
     return diagnose(history, node.name, _lower_util(run))
 
 
-__all__ = ["recent_crashes", "diagnose", "Result"]
+__all__ = ["Result", "diagnose", "recent_crashes"]

@@ -45,7 +45,7 @@ def http(url: str, body: dict | None = None, key: str | None = None, timeout: fl
     except urllib.error.HTTPError as exc:
         raw = exc.read().decode(errors="replace")[:300]
         raise HttpError(f"HTTP {exc.code}: {raw.strip()[:160]}") from None
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise HttpError(f"no answer within {timeout:g} s") from None
     except urllib.error.URLError as exc:
         reason = exc.reason

@@ -110,7 +110,7 @@ def driver(run: DoctorRun, node: Node) -> Result:
 
 
 def memory(run: DoctorRun, node: Node) -> Result:
-    gpu, none = _first(run, node)
+    gpu, _none = _first(run, node)
     f = facts(run, node)
     nd = run.node_deployment(node)
     if nd is None or not any(c.role != "proxy" for c in nd.containers):

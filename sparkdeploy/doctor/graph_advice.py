@@ -73,6 +73,6 @@ def for_recipe(advice: Advice, mode: str, recipe: str) -> str:
         return f"{recipe}: {mode}, which fits this cluster: {advice.reason}"
     change = f"set {SETTING[advice.choice]}"
     if mode == EAGER:
-        change = (f"set vllm.enforce_eager: false" + (f" and {SETTING[CUT]}" if advice.choice == CUT else "")
+        change = ("set vllm.enforce_eager: false" + (f" and {SETTING[CUT]}" if advice.choice == CUT else "")
                   + " (unless the recipe enforces eager for another reason: it gives up every op's graph)")
     return f"{recipe} uses {mode} ({SETTING[mode]}); this cluster wants {advice.choice}: {change}. {advice.reason}"

@@ -28,7 +28,7 @@ from sparkdeploy.plan import DOCTOR_FOLDER
 
 from . import engine, graph_advice
 from .model import FAIL, PASS, WARN, Result, fail
-from .nccl_table import parse_nccl_table  # noqa: F401 - re-exported: the probe's table reader
+from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
 from .session import DoctorRun
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
@@ -117,11 +117,32 @@ def _argv(run: DoctorRun, node: Node, rank: int, world: int, head: Node, directo
             "--volume", f"{directory}:{MOUNT}"]
     if not simulated:
         argv += ["--gpus", "all"]
-    argv += ["--entrypoint", "python3", image, "-m", "torch.distributed.run",
-             "--nnodes", str(world), "--node-rank", str(rank), "--nproc-per-node", "1",
-             "--master-addr", head.fabric_address, "--master-port", str(run.inventory.cluster.master_port + PORT_OFFSET),
-             f"{MOUNT}/allreduce_probe.py", "--backend", "gloo" if simulated else "nccl",
-             "--max-bytes", str(max_bytes), "--timeout", str(PROBE_TIMEOUT_S), "--json", f"{MOUNT}/result.json"]
+    argv += [
+        "--entrypoint",
+        "python3",
+        image,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(world),
+        "--node-rank",
+        str(rank),
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        head.fabric_address,
+        "--master-port",
+        str(run.inventory.cluster.master_port + PORT_OFFSET),
+        f"{MOUNT}/allreduce_probe.py",
+        "--backend",
+        "gloo" if simulated else "nccl",
+        "--max-bytes",
+        str(max_bytes),
+        "--timeout",
+        str(PROBE_TIMEOUT_S),
+        "--json",
+        f"{MOUNT}/result.json",
+    ]
     return argv
 
 

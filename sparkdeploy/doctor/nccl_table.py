@@ -7,7 +7,9 @@ import re
 
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
                  r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A))?")
-LAT = re.compile(r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)")
+LAT = re.compile(
+    r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)"
+)
 LAT_ROW = re.compile(r"^#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(.*)$")
 TEARDOWN = re.compile(r"^# teardown: clean in ([\d.]+) s", re.M)
 GROUPS = ("out-of-place", "in-place")

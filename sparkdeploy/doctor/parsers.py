@@ -84,7 +84,7 @@ def parse_nvidia_smi_csv(text: str, fields: list[str]) -> list[dict[str, str | N
             continue
         if cells[0].split(" [")[0] == fields[0]:
             continue  # a header
-        rows.append({f: (None if c.lower() in NA_VALUES else c) for f, c in zip(fields, cells)})
+        rows.append({f: (None if c.lower() in NA_VALUES else c) for f, c in zip(fields, cells, strict=False)})
     return rows
 
 

@@ -70,8 +70,12 @@ def devices(run: DoctorRun, node: Node) -> Result:
     if mtus:
         measured += f"; active_mtu {'/'.join(map(str, sorted(mtus)))}"
     if down:
-        return fail(measured, expected, f"bring the fabric link up (network.link); check the cable on {', '.join(down)}",
-                    simulated=sim)
+        return fail(
+            measured,
+            expected,
+            f"bring the fabric link up (network.link); check the cable on {', '.join(down)}",
+            simulated=sim,
+        )
     if mtus and min(mtus) < EXPECTED_RDMA_MTU:
         return warn(measured, expected, "RoCE runs 1024-byte frames on an Ethernet MTU of 1500: set MTU 9000 on the "
                     "fabric port (network.mtu)", simulated=sim)
@@ -155,7 +159,7 @@ def nccl_env(run: DoctorRun, node: Node) -> Result:
     if nd is None or not any(f.name == "node.env" for f in nd.files):
         return skip(f"no node.env rendered for {node.name}")
     env = parse_env_lines(nd.file("node.env").content)
-    ifaces = [n for n in network.facts(run, node)["links"]]
+    ifaces = list(network.facts(run, node)["links"])
     hca_names = sorted(facts(run, node)["devices"])
     problems, shown = [], []
     for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",

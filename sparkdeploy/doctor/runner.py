@@ -37,7 +37,7 @@ class Report:
     run: DoctorRun | None = None
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in (PASS, WARN, FAIL, SKIP)}
+        out = dict.fromkeys((PASS, WARN, FAIL, SKIP), 0)
         for r in self.results:
             out[r.status] += 1
         return out
@@ -69,7 +69,7 @@ def _tcp_probe(ip: str, port: int, timeout: float) -> str:
     try:
         with socket.create_connection((ip, port), timeout=timeout):
             return ""
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer on {ip}:{port} within {timeout:g} s"
     except OSError as exc:
         return f"{ip}:{port}: {exc.strerror or exc}"

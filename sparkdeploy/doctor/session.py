@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError
@@ -26,10 +27,18 @@ from sparkdeploy.secrets import Secrets
 from .parsers import SECTION, Section, parse_sections
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
-SCRIPT_PRELUDE = r"""
-sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '""" + SECTION + r"""' "$n"; "$@" 2>"$t"; rc=$?;
-  printf '\n%s %s.err\n' '""" + SECTION + r"""' "$n"; cat "$t"; rm -f "$t"; printf '\n%s %s.rc %s\n' '""" + SECTION + r"""' "$n" "$rc"; }
+SCRIPT_PRELUDE = (
+    r"""
+sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '"""
+    + SECTION
+    + r"""' "$n"; "$@" 2>"$t"; rc=$?;
+  printf '\n%s %s.err\n' '"""
+    + SECTION
+    + r"""' "$n"; cat "$t"; rm -f "$t"; printf '\n%s %s.rc %s\n' '"""
+    + SECTION
+    + r"""' "$n" "$rc"; }
 """
+)
 
 
 def parallel_script(parts: list[str]) -> str:
@@ -130,7 +139,7 @@ class NodeSession:
         """Several gather scripts in ONE command (one SSH channel), run in parallel on the node."""
         return self.script(parallel_script(parts), args, timeout=timeout)
 
-    def facts(self, key: str, fn: Callable[["NodeSession"], Any]):
+    def facts(self, key: str, fn: Callable[[NodeSession], Any]):
         return self.memo.get(key, lambda: fn(self))
 
     @property

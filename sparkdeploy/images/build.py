@@ -9,9 +9,9 @@ exists, so a second call costs one API round trip. Two kinds of definition:
 
 from __future__ import annotations
 
-import gzip
 import contextlib
 import fcntl
+import gzip
 import io
 import os
 import platform
@@ -21,8 +21,8 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
@@ -37,7 +37,7 @@ def docker_client():
     try:
         client = docker.from_env(timeout=600)
         client.ping()
-    except Exception as exc:  # the SDK raises several kinds; all mean "no engine"
+    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; all mean "no engine"
         raise StepFailed(
             f"no Docker engine answers on this machine ({exc.__class__.__name__}); start it "
             "(for example: bash .ci/start-docker.sh)"

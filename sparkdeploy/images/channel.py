@@ -12,7 +12,6 @@ import queue
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import threading
 
@@ -118,9 +117,9 @@ class FeedChannel:
                 self.wire += len(data)
                 self.progress.advance(self.node, wire=len(data))
             self.chan.shutdown_write()
-        except socket.timeout:
+        except TimeoutError:
             self.error = f"the node read nothing for {self.stall_timeout:g}s"
-        except Exception as exc:  # connection lost, or the node's docker load exited early
+        except Exception as exc:  # noqa: BLE001 - connection lost, or the node's docker load exited early
             self.error = f"the SSH channel closed while sending ({exc.__class__.__name__}: {exc})"
         finally:
             while self.error is not None and not self.queue.empty():  # unblock a producer
@@ -130,11 +129,11 @@ class FeedChannel:
         while True:
             try:
                 data = self.chan.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 if self._closing:
                     return
                 continue
-            except Exception:
+            except Exception:  # noqa: BLE001 - any read failure ends the reader; the writer reports
                 return
             if not data:
                 return
@@ -165,7 +164,7 @@ class FeedChannel:
         self._closing = True
         try:
             self.chan.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - aborting: a channel that fails to close is already gone
             pass
 
 
@@ -189,7 +188,7 @@ def prefer_aead(transport) -> None:
                                                                          if c not in AEAD_CIPHERS)
     try:
         transport.renegotiate_keys()
-    except Exception:  # the server refused: the connection keeps its cipher
+    except Exception:  # noqa: BLE001 - the server refused: the connection keeps its cipher
         options.ciphers = offered
 
 
@@ -288,7 +287,7 @@ def open_loads(conns: dict[str, NodeConnection], names: list[str], method: str,
     for name in names:
         try:
             channels[name] = FeedChannel(conns[name], load_argv(method), progress)
-        except Exception as exc:  # this node fails, the others go on
+        except Exception as exc:  # noqa: BLE001 - this node fails, the others go on
             failed[name] = f"could not start docker load over SSH: {exc}"
     return channels, failed
 

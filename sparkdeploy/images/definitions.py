@@ -8,7 +8,7 @@ tag and any change gives a new one. Downloaded wheels are not hashed: the pinned
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -66,7 +66,7 @@ class ImageDefinition(BaseModel):
     def repo(self) -> str:
         return f"{TAG_REPO}/{self.name}"
 
-    def base_definition(self) -> "ImageDefinition | None":
+    def base_definition(self) -> ImageDefinition | None:
         """The base when it is one of ours, else None (an external reference such as nvcr.io/...)."""
         if self.base and "/" not in self.base and ":" not in self.base:
             return load_definition(self.base)
@@ -115,7 +115,7 @@ def definition_names() -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/manifest.yaml"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(directory: Path) -> ImageDefinition:
     manifest = directory / "manifest.yaml"
     try:

@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import StepFailed, no_such
-from sparkdeploy.nodeside.archive import PARTIAL_LABEL
 from sparkdeploy.images.definitions import LABEL
-from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.nodeside.archive import PARTIAL_LABEL
+from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
 # A fixed script (no values are interpolated): engine facts, then one JSON line per image.
@@ -31,7 +31,7 @@ echo "df $(df -PB1 "$root" 2>/dev/null | awk 'NR==2 {print $4}')"
 echo "zstd $(command -v zstd >/dev/null 2>&1 && echo yes || echo no)"
 ids=$(docker image ls -aq --no-trunc | sort -u)
 [ -z "$ids" ] || docker image inspect --format 'image FORMAT' $ids || exit 91
-""".replace("FORMAT", _FORMAT)
+""".replace("FORMAT", _FORMAT)  # noqa: E501 - shell lines run as written
 
 
 @dataclass

@@ -39,15 +39,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.nodeside import archive
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
-from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
-from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
 from sparkdeploy.images.streams import NodeStream, group_plans
 from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.nodeside import archive
+from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
+from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 from sparkdeploy.thread_imports import preload
 
@@ -209,7 +209,7 @@ tag=$2
 shift 3
 [ $# -eq 0 ] || docker rmi "$@" >/dev/null 2>&1 || true
 docker image inspect --format '{{.Id}}' "$tag"
-"""
+"""  # noqa: E501 - shell lines run as written
 TAG_SCRIPT = r"""
 docker tag "$1" "$2" || exit 5
 docker image inspect --format '{{.Id}}' "$2"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -35,8 +34,16 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_argv, load_failure
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images
-from sparkdeploy.images.push import (INCOMING_REPO, NodePlan, PushResult, SourceImage, _finalize, _tag_existing,
-                                     node_outcomes, plan_node)
+from sparkdeploy.images.push import (
+    INCOMING_REPO,
+    NodePlan,
+    PushResult,
+    SourceImage,
+    _finalize,
+    _tag_existing,
+    node_outcomes,
+    plan_node,
+)
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.store_stream import BATCH_BYTES
 from sparkdeploy.inventory import Inventory, Node
@@ -84,8 +91,8 @@ class FromPlan:
 
     def lines(self) -> list[str]:
         img = self.image
-        out = [f"source: {self.source.name}, fabric {self.source.fabric_address}; image {img.tag} "
-               f"{img.id.removeprefix('sha256:')[:12]} ({len(img.diff_ids)} layers)"]
+        out = [(f"source: {self.source.name}, fabric {self.source.fabric_address}; image {img.tag} "
+               f"{img.id.removeprefix('sha256:')[:12]} ({len(img.diff_ids)} layers)")]
         for name, plan in self.plans.items():
             node = plan.node
             if plan.action == "present":
@@ -102,7 +109,7 @@ class FromPlan:
                        f"{human_size(self.estimate)}, {self.compression}"
                        + (f" ({self.compression_note})" if self.compression_note else "")
                        + "; the source sends each byte once, "
-                       f"each target loads it and forwards it to the next as it arrives")
+                       "each target loads it and forwards it to the next as it arrives")
             out.append(f"layers read on {self.source.name} from " + (
                 "its layer store (sudo -n): only the layers sent" if self.reader == "store" else
                 f"docker save of the whole image ({self.reader_note})"))
@@ -311,8 +318,8 @@ def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeou
                     break
                 time.sleep(0.05)
                 if time.monotonic() - last > timeout:
-                    raise socket.timeout()
-    except socket.timeout:
+                    raise TimeoutError()
+    except TimeoutError:
         chan.close()
         raise StepFailed(f"{src.node.name}: the stream from it sent no progress for {timeout:g} s; stopped") from None
     for kind in buffers:

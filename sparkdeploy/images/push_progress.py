@@ -38,8 +38,14 @@ class RichPushProgress(PushProgress):
 
     def __init__(self, console=None):
         from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         self.console = console or Console(stderr=True, highlight=False)
         self.bar = Progress(TextColumn("{task.description:<10}"), BarColumn(), DownloadColumn(),

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import CHUNK, Fanout, FeedChannel, load_timeout, open_loads, wait_load
-from sparkdeploy.nodeside.layers import ArchiveFilter
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.nodeside.layers import ArchiveFilter
 
 
 def stream_from_save(source, groups: list[StreamGroup], conns, client, progress: PushProgress,

@@ -22,12 +22,12 @@ import threading
 from dataclasses import dataclass
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.nodeside import archive
 from sparkdeploy.images.channel import Fanout, FeedChannel, load_timeout, open_loads, wait_load
-from sparkdeploy.nodeside.layer_store import LayerMismatch
-from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.nodeside import archive
+from sparkdeploy.nodeside.layer_store import LayerMismatch
+from sparkdeploy.nodeside.layers import chain_ids
 
 BATCH_BYTES = 256 * 1024 * 1024  # per load: big enough that a load's fixed cost (~0.3 s) is small
 

@@ -63,7 +63,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "sparkdeploy-lab-hub"
 
     def log_message(self, fmt, *args):  # access log on stderr: `docker logs` of the hub container
-        sys.stderr.write("%s %s\n" % (self.address_string(), fmt % args))
+        sys.stderr.write(f"{self.address_string()} {fmt % args}\n")
 
     # -- answers ----------------------------------------------------------------------------------------
     def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:

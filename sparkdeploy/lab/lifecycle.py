@@ -2,8 +2,8 @@
 
 up: keys -> lab images (built once, content-hash tags) -> networks -> node containers (reused when their
 config hash matches, started when stopped, replaced otherwise) -> wait for sshd and the inner dockerd ->
-known_hosts, secrets.env, inventory.yaml -> the model hub (hub.py) -> engine images into the nodes. Each step checks before it acts, so
-a second `up` changes nothing and an interrupted one is finished by the next.
+known_hosts, secrets.env, inventory.yaml -> the model hub (hub.py) -> engine images into the nodes. Each step
+checks before it acts, so a second `up` changes nothing and an interrupted one is finished by the next.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def seed(client, spec: LabSpec, source: str, targets: list[str], node_image: str
     finally:
         with ThreadPoolExecutor(len(everyone)) as pool:
             started = list(pool.map(lambda c: _exec(c, "lab-service", "start", "dockerd"), everyone))
-    bad = [f"{c.name}: {out}" for c, (code, out) in zip(everyone, started) if code != 0]
+    bad = [f"{c.name}: {out}" for c, (code, out) in zip(everyone, started, strict=False) if code != 0]
     if bad:
         raise StepFailed("dockerd did not restart after seeding: " + "; ".join(bad))
     return [n for n, _ in fresh]

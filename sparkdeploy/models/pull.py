@@ -144,7 +144,7 @@ class ClientSession:
     """nodeside's `hub-client pull` in one container: the manifest first, then "go" (download) or "stop" on stdin, so
     one client start serves both steps while this machine checks room on every node in between."""
 
-    def __init__(self, puller: "Puller", node: Node, ref: ModelRef, dry_run: bool = False):
+    def __init__(self, puller: Puller, node: Node, ref: ModelRef, dry_run: bool = False):
         self.puller, self.node, self.ref = puller, node, ref
         conn = puller.conns[node.name]
         argv, self.env_path, self.created = puller._client_argv(node, ref, "pull", ref.revision, dry_run)
@@ -455,7 +455,10 @@ class Puller:
             try:
                 out = self.conns[frm.name].run(["bash", "-o", "pipefail", "-c", pipeline], check=False, timeout=None)
             except StepFailed as exc:
-                res.action, res.error = "failed", f"{to.name}: copy from {frm.name} broke: {exc}; run the pull again to resume"
+                res.action, res.error = (
+                    "failed",
+                    f"{to.name}: copy from {frm.name} broke: {exc}; run the pull again to resume",
+                )
                 break
             finally:
                 stop.set()

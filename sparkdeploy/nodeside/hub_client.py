@@ -43,8 +43,7 @@ def manifest(repo, revision):
 
 def main(argv):
     cmd, repo, revision = argv[0], argv[1], argv[2]
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         if cmd == "plan":

@@ -106,7 +106,7 @@ def open_store(client, image_id: str) -> tuple[LayerStore | None, str]:
     """This engine's layer store when it can be read here, or None and why not."""
     try:
         info = client.info()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any engine failure means no store here, said why
         return None, f"docker info failed ({exc.__class__.__name__})"
     driver = info.get("Driver") or ""
     if any("containerd.snapshotter" in str(pair) for pair in info.get("DriverStatus") or []):

@@ -91,7 +91,7 @@ def estimate_bytes(sizes: list[int], needed: list[bool]) -> int:
     nonzero = [s for s in sizes if s > 0]
     total = 0
     if len(sizes) == n:
-        total = sum(s for s, need in zip(sizes, needed) if need)
+        total = sum(s for s, need in zip(sizes, needed, strict=False) if need)
     else:
         slack = max(0, n - len(nonzero))
         for j, size in enumerate(nonzero):
@@ -478,7 +478,7 @@ class ArchiveFilter:
             if candidates:
                 self.positions[folder.name] = candidates[0]
                 self._confirmed.add(candidates[0])
-            send = diff in self.needed or not candidates and diff not in self.diff_ids
+            send = diff in self.needed or (not candidates and diff not in self.diff_ids)
             header_raw = folder.pieces.pop()  # the layer.tar header, kept last
             folder.decision = "send" if send else "drop"
             self._record(diff, send)

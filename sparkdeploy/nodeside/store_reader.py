@@ -16,7 +16,6 @@ from .layer_store import LayerMismatch, LayerStore
 from .layers import chain_ids
 from .ship import decode
 
-
 BODY, TRAILER = b"B", b"T"  # frames: part of the current load's layers | its config, manifest and end (it ends)
 
 

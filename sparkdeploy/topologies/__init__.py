@@ -7,8 +7,8 @@ recipes.TOPOLOGIES, which the recipe schema validates against). The CLI's --topo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
@@ -62,7 +62,11 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
         raise ConfigError(Problem(inventory.source, "nodes", f"the {resolved.topology} topology needs at least "
                                   f"{topology.min_nodes} nodes, this inventory has {len(inventory.nodes)}",
                                   "add the second Spark or use --topology solo"))
-    if resolved.topology in ("cluster", "replicas") and resolved.backend == "torchrun" and "torchrun" not in run_image.launchers:
+    if (
+        resolved.topology in ("cluster", "replicas")
+        and resolved.backend == "torchrun"
+        and "torchrun" not in run_image.launchers
+    ):
         raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
                                   "declares no torchrun serving launcher", "use --backend ray or native"))
     from sparkdeploy.vllm_args import check_env

@@ -8,10 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdeploy import __version__
-from sparkdeploy import healthcheck
-from sparkdeploy.deployment import (LABEL_PREFIX, MANAGED_LABEL, ContainerSpec, FileSpec, NodeDeployment, config_hash,
-                                    health_path)
+from sparkdeploy import __version__, healthcheck
+from sparkdeploy.deployment import (
+    LABEL_PREFIX,
+    MANAGED_LABEL,
+    ContainerSpec,
+    FileSpec,
+    NodeDeployment,
+    config_hash,
+    health_path,
+)
 from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
@@ -94,8 +100,8 @@ class Context:
                   restart: str = "unless-stopped", extra_files: tuple[FileSpec, ...] = (),
                   **entry_vars: Any) -> None:
         """Add one container to `nd`: its entry script, any extra files, and the run script that starts it."""
-        common = dict(name=name, node=nd.node, recipe_name=self.recipe.name, topology=self.resolved.topology,
-                      backend=self.resolved.backend)
+        common = {"name": name, "node": nd.node, "recipe_name": self.recipe.name, "topology": self.resolved.topology,
+                      "backend": self.resolved.backend}
         entry = FileSpec(entry_name, render(entry_template, **common, **entry_vars), mode=0o755)
         depends = [entry, *extra_files, *[f for f in nd.files if f.name in ("node.env", "secrets.env")]]
         run_vars = dict(common, image=image_tag, restart=restart, gpus=gpus, entry=entry_name,

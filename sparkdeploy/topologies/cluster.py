@@ -32,7 +32,7 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
     for rank, node in enumerate(ranks):
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node, head))
         role = "head" if rank == 0 else "worker"
-        common = dict(role=role, name=SERVING_CONTAINER, image_tag=ctx.run_image.tag, gpus=True)
+        common = {"role": role, "name": SERVING_CONTAINER, "image_tag": ctx.run_image.tag, "gpus": True}
         if backend == "ray":
             if rank == 0:
                 args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "ray"))

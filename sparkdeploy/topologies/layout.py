@@ -58,9 +58,14 @@ def plan(inventory: Inventory, resolved: ResolvedRecipe, default_tp: int | None 
         if tp > n:  # replicas on fewer nodes than one group needs: one engine over what there is
             tp = n
     if tp > n or n % tp:
-        raise ConfigError(Problem(str(resolved.source), tp_field,
-                                  f"TP={tp} does not split {n} nodes into whole groups",
-                                  f"use a --tp that divides {n} ({', '.join(str(d) for d in range(1, n + 1) if n % d == 0)})"))
+        raise ConfigError(
+            Problem(
+                str(resolved.source),
+                tp_field,
+                f"TP={tp} does not split {n} nodes into whole groups",
+                f"use a --tp that divides {n} ({', '.join(str(d) for d in range(1, n + 1) if n % d == 0)})",
+            )
+        )
     if explicit is not None:
         groups = [list(g) for g in explicit]
         head = inventory.head

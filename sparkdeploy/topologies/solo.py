@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context
-from sparkdeploy.vllm_args import serve_args, check_args
+from sparkdeploy.vllm_args import check_args, serve_args
 
 
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:

@@ -1,6 +1,6 @@
-"""Test helpers for tests/bench: a tiny offline tokenizer, a prompt corpus, and a minimal OpenAI-compatible streaming server
-(enough for llama-benchy: /v1/models and streamed /v1/chat/completions with usage). The server is a stand-in
-for the runner's mechanics only; the real engine stand-in is vllm-sim (see test_sim_e2e.py)."""
+"""Test helpers for tests/bench: a tiny offline tokenizer, a prompt corpus, and a minimal OpenAI-compatible
+streaming server (enough for llama-benchy: /v1/models and streamed /v1/chat/completions with usage). The server
+is a stand-in for the runner's mechanics only; the real engine stand-in is vllm-sim (see test_sim_e2e.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         self.thread.start()
         return self
 

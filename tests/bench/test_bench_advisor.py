@@ -10,14 +10,13 @@ import json
 
 import pytest
 
-from tests.bench.conftest import make_results
-from tests.conftest import TWO_NODES
-
 from sparkdeploy.bench.advisor import advise, topology_of
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import save_result
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes import resolve
+from tests.bench.conftest import make_results
+from tests.conftest import TWO_NODES
 
 
 def test_reference_data_is_the_seeds_tables():

@@ -17,8 +17,8 @@ RECIPE = "openai-gpt-oss-120b"
 def lab_inventory(lab):
     """The shared session lab, nothing deployed."""
     inventory = str(lab.spec.inventory_path)
-    from sparkdeploy.cli.main import cli
     from sparkdeploy.cli.common import run_cli
+    from sparkdeploy.cli.main import cli
 
     run_cli(cli, ["down", "--inventory", inventory])
     yield inventory

@@ -6,10 +6,10 @@ import json
 import re
 
 import pytest
-from tests.bench.conftest import make_results
 
 from sparkdeploy.bench.report import read_chart_data, write_report
 from sparkdeploy.bench.store import load_results, save_result, variant_label
+from tests.bench.conftest import make_results
 
 HEADINGS = {"decode_tps": "### Decode throughput", "prefill_tps": "### Prefill throughput",
             "ttft_ms": "### Time to first token"}
@@ -27,7 +27,7 @@ def parse_md_table(md: str, heading: str) -> tuple[list[str], dict[int, dict[str
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[int(cells[0].lstrip("c"))] = dict(zip(head, cells))
+        rows[int(cells[0].lstrip("c"))] = dict(zip(head, cells, strict=False))
     return head, rows
 
 
@@ -48,7 +48,10 @@ def test_report_files_hold_the_stored_numbers(stored_results, tmp_path, cli):
     results, _ = load_results([stored_results])
     assert len(results) == 21
     md = (out / "report.md").read_text()
-    assert json.loads((out / "report.json").read_text())["groups"][0]["tables"].keys() == data["groups"][0]["tables"].keys()
+    assert (
+        json.loads((out / "report.json").read_text())["groups"][0]["tables"].keys()
+        == data["groups"][0]["tables"].keys()
+    )
     for metric, heading in HEADINGS.items():
         head, rows = parse_md_table(md, heading)
         assert head == ["Concurrency", "Solo", "Cluster TP=2", "Shuffle", "Winner"]
@@ -134,7 +137,7 @@ def test_load_results_skips_foreign_and_broken_files_and_keeps_the_newer_duplica
 
 
 def test_report_of_nothing_is_a_clean_error(tmp_path, cli):
-    code, out, err = cli("bench", "report", str(tmp_path))
+    code, _out, err = cli("bench", "report", str(tmp_path))
     assert code == 2 and "no benchmark results" in err and "Traceback" not in err
 
 

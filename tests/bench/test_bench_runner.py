@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.bench.bench_fakes import FakeOpenAI
 
 from sparkdeploy.bench import runner
 from sparkdeploy.bench.runner import BenchSettings, Endpoint, corpus_book_url, llama_benchy_cache_dir, run_cell
 from sparkdeploy.bench.store import read_result
 from sparkdeploy.errors import ConfigError, StepFailed
+from tests.bench.bench_fakes import FakeOpenAI
 
 KEY = "sk-SECRETbenchKEY789"
 

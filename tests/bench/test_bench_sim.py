@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.bench.conftest import SIM_KEY as KEY, SIM_MODEL as MODEL
-
 from sparkdeploy.bench.runner import BenchSettings, Endpoint, run_cell, sim_data_dir
 from sparkdeploy.bench.store import read_result
+from tests.bench.conftest import SIM_KEY as KEY
+from tests.bench.conftest import SIM_MODEL as MODEL
+
 
 def test_llama_benchy_against_the_simulator(sim, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache stays in the test

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.bench.conftest import make_results
 
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import Result, save_result, stored
-from sparkdeploy.bench.sweep import (PlainReporter, estimate_cell_s, make_plan, parse_levels, parse_topologies,
-                                     run_sweep)
+from sparkdeploy.bench.sweep import PlainReporter, estimate_cell_s, make_plan, parse_levels, parse_topologies, run_sweep
 from sparkdeploy.errors import ConfigError, StepFailed
+from tests.bench.conftest import make_results
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
 RECIPE = "openai-gpt-oss-120b"
@@ -23,7 +22,12 @@ class Fake:
     """A fake deploy and bench: records calls, can be told to fail or be interrupted at one cell."""
 
     def __init__(self, out, interrupt_at=None, fail_bench_at=None, fail_deploy=None, failed_requests_at=None):
-        self.out, self.interrupt_at, self.fail_bench_at, self.fail_deploy = out, interrupt_at, fail_bench_at, fail_deploy
+        self.out, self.interrupt_at, self.fail_bench_at, self.fail_deploy = (
+            out,
+            interrupt_at,
+            fail_bench_at,
+            fail_deploy,
+        )
         self.failed_requests_at = failed_requests_at
         self.deploys, self.benched = [], []
 
@@ -42,7 +46,7 @@ class Fake:
             progress(3, c * 3)
             raise KeyboardInterrupt
         if cell == self.fail_bench_at:
-            raise StepFailed("llama-benchy failed at c%d" % c)
+            raise StepFailed(f"llama-benchy failed at c{c}")
         progress(c * 3, c * 3)
         self.benched.append(cell)
         ref = REF[cell]

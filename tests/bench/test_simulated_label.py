@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.bench.bench_fakes import FakeOpenAI
-from tests.bench.conftest import PROXY_KEY, PROXY_MODEL, SIM_KEY, SIM_MODEL, free_port, make_results
 
 from sparkdeploy.bench.deploy_link import url_endpoint
 from sparkdeploy.bench.report import build_table, chart_figure, read_chart_data
@@ -17,6 +15,8 @@ from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import METRICS, read_result, save_result
 from sparkdeploy.bench.sweep import PlainReporter, make_plan, parse_topologies, run_sweep
 from sparkdeploy.simulated import LABEL
+from tests.bench.bench_fakes import FakeOpenAI
+from tests.bench.conftest import PROXY_KEY, PROXY_MODEL, SIM_KEY, SIM_MODEL, free_port, make_results
 
 TITLES = tuple(m.title for m in METRICS.values())
 
@@ -97,7 +97,7 @@ def test_chart_says_simulated_on_the_picture_and_labels_every_plotted_level(simu
 
     measured = [r for r in make_results() if r.concurrency <= 8]
     ref = build_table("decode_tps", seed_reference().results)
-    fig, data = chart_figure(build_table("decode_tps", measured), "decode", ref, simulated=simulated)
+    fig, _data = chart_figure(build_table("decode_tps", measured), "decode", ref, simulated=simulated)
     try:
         (ax,) = fig.axes
         words = [t.get_text() for t in fig.texts + ax.texts]

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sparkdeploy import crashes
 from sparkdeploy.doctor.containers import diagnose
 from sparkdeploy.doctor.model import FAIL, PASS, WARN
 
-NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 S = crashes.SECTION
 
 

@@ -5,7 +5,6 @@ tests/lab/conftest.py brings it up: `lab up` is idempotent, so this reuses the s
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.deploy.deploy_helpers import make_deployment

@@ -142,7 +142,7 @@ def check_balance(backends: list[str], endpoint: str, key: str, model: str = MOD
         codes = list(pool.map(one, range(64)))
     assert codes == [200] * 64, codes
     after = [metric_total(m) for m in metrics]
-    delta = [a - b for a, b in zip(after, before)]
+    delta = [a - b for a, b in zip(after, before, strict=False)]
     return delta[0], delta[1]
 
 

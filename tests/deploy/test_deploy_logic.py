@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from pathlib import Path
+from typing import ClassVar
 
 import paramiko
 import pytest
@@ -15,11 +15,18 @@ from sparkdeploy import facts as facts_mod
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import inventory_lock
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import ContainerFact, FileFact
+from sparkdeploy.facts import FileFact
 from sparkdeploy.plan import manifest_text, plan_deployment, plan_down
-
-from tests.deploy.deploy_helpers import (IMAGE, IMAGE_ID, PROXY_IMAGE, SECRET_HF, SECRET_KEY, converged_facts, empty_facts,
-                             make_deployment)
+from tests.deploy.deploy_helpers import (
+    IMAGE,
+    IMAGE_ID,
+    PROXY_IMAGE,
+    SECRET_HF,
+    SECRET_KEY,
+    converged_facts,
+    empty_facts,
+    make_deployment,
+)
 
 
 def _facts(dep, f=converged_facts):
@@ -72,7 +79,7 @@ hf_cache /dev/nvme0n1p2 3000000000 1000000000 2000000000 34% /
 00000000:1F40
 00000000000000000000000000000000:0FA0
 @@sparkdeploy-facts@@ end
-"""
+"""  # noqa: E501 - a node's output, one record a line
 
 
 def test_parse_facts():
@@ -169,8 +176,12 @@ def test_one_value_restarts_only_what_depends_on_it():
     facts = _facts(dep)
     changed = make_deployment("2xsolo", worker_value="2")  # only spark2's engine files change
     plan = plan_deployment(changed, facts)
-    assert _changes(plan) == [("spark2", "write", "node.env"), ("spark2", "write", "vllm.entry.sh"),
-                              ("spark2", "start-container", "sparkdeploy-vllm"), ("spark2", "manifest", "manifest.json")]
+    assert _changes(plan) == [
+        ("spark2", "write", "node.env"),
+        ("spark2", "write", "vllm.entry.sh"),
+        ("spark2", "start-container", "sparkdeploy-vllm"),
+        ("spark2", "manifest", "manifest.json"),
+    ]
 
 
 def test_cluster_ranks_restart_together():
@@ -368,7 +379,7 @@ def test_second_concurrent_run_is_refused(tmp_path, monkeypatch):
 # -- health gate against a stub server ------------------------------------------------------------------
 
 class _Stub(http.server.BaseHTTPRequestHandler):
-    seen: list = []
+    seen: ClassVar[list] = []  # shared: the server makes one handler per request
 
     def log_message(self, *a):
         pass
@@ -490,7 +501,9 @@ def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
     order = []
     s = _session(dep)
     for c in s.conns.values():
-        c.hook = lambda text, name=c.node.name: order.append((name, text.split()[0] if not text.startswith("put") else "put"))
+        c.hook = lambda text, name=c.node.name: order.append(
+            (name, text.split()[0] if not text.startswith("put") else "put")
+        )
     apply_plan(s, plan)
     assert plan.counts()["changed"] == plan.changes and not plan.failed()
     first_start = min(i for i, (_, t) in enumerate(order) if t == "bash")

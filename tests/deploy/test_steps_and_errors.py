@@ -9,7 +9,6 @@ or how it breaks.
 from __future__ import annotations
 
 import json
-import socket
 
 import paramiko
 import pytest
@@ -20,7 +19,7 @@ from sparkdeploy.deployment import ContainerSpec
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.plan import Step, StepKind
-from sparkdeploy.remote import (CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable)
+from sparkdeploy.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
 from sparkdeploy.secrets import MASK, Secrets
 from tests.conftest import TWO_NODES
 
@@ -239,7 +238,7 @@ def test_a_node_that_refuses_connections_raises_node_unreachable(monkeypatch):
 def test_closing_a_dead_connection_is_quiet():
     class Dead(Fabric):
         def close(self):
-            raise socket.error("Broken pipe")
+            raise OSError("Broken pipe")
 
     conn = _connection()
     conn._conn = Dead([])

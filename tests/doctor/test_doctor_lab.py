@@ -43,7 +43,7 @@ def rows(report) -> dict[tuple[str, str | None], dict]:
 
 
 def show(report) -> str:
-    return "\n".join(f"{r['check']:<20} {str(r['node']):<7} {r['status']:<4} {r['measured']} | {r['fix']}"
+    return "\n".join(f"{r['check']:<20} {r['node']!s:<7} {r['status']:<4} {r['measured']} | {r['fix']}"
                      for r in report["results"])
 
 
@@ -69,7 +69,7 @@ def spark2(lab):
 
 def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
     only = [a for g in (*NODE_CHECK_GROUPS, "inventory") for a in ("--only", g)]
-    code, report, err = doctor(cli, lab.spec.inventory_path, "--recipe", RECIPE, *only)
+    code, report, _err = doctor(cli, lab.spec.inventory_path, "--recipe", RECIPE, *only)
     assert code == 0, show(report)
     assert report["seconds"] < 60
     r = rows(report)
@@ -215,7 +215,7 @@ def test_local_name_in_the_inventory(lab, cli, derived_inventory):
     def mdns(data):
         data["nodes"][1]["mgmt_ip"] = "spark2.local"
 
-    code, report, err = doctor(cli, derived_inventory(mdns))
+    code, report, _err = doctor(cli, derived_inventory(mdns))
     assert code == 2
     first = report["results"][0]
     assert first["check"] == "inventory.valid" and first["status"] == "fail"

@@ -96,7 +96,7 @@ def test_show_gids_real_and_sysfs_fallback_format():
         rocep1s0f1      1       2       0000:0000:0000:0000:0000:ffff:c0a8:640a 192.168.100.10          v1      enp1s0f1np1
         rocep1s0f1      1       3       0000:0000:0000:0000:0000:ffff:c0a8:640a 192.168.100.10          v2      enp1s0f1np1
         n_gids_found=4
-        """)
+        """)  # noqa: E501 - show_gids output as the tool prints it
     assert rocev2_gid_index(parse_show_gids(real), "rocep1s0f1", "192.168.100.10") == 3
     # doctor's sysfs fallback prints no IPv4 column: it is derived from the IPv4-mapped GID
     fallback = "rocep1s0f1 1 3 0000:0000:0000:0000:0000:ffff:c0a8:640a v2 enp1s0f1np1\n"

@@ -7,6 +7,7 @@ sparkdeploy/doctor/probe/allreduce_probe.py --backend nccl --json OUT` on a host
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def test_probe_gloo_two_ranks(tmp_path):
     result = json.loads(out.read_text())
     assert result["ok"] and result["backend"] == "gloo" and result["world_size"] == 2 and result["simulated"]
     sizes = [r["size"] for r in result["rows"]]
-    assert sizes[0] == 8 and sizes[-1] == 2**20 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert sizes[0] == 8 and sizes[-1] == 2**20 and all(b == 2 * a for a, b in itertools.pairwise(sizes))
     assert all(r["wrong"] == 0 for r in result["rows"])
     for r in result["rows"]:
         assert r["busbw"] == pytest.approx(r["algbw"])  # n = 2: busbw = algbw x 2(n-1)/n

@@ -21,7 +21,6 @@ from sparkdeploy.doctor.session import NodeSession, Options, _testinfra_backend_
 from sparkdeploy.errors import ConfigError
 from tests.conftest import TWO_NODES
 
-
 # -- helpers ---------------------------------------------------------------------------------------------
 
 class FakeConn:
@@ -303,7 +302,7 @@ def test_json_is_valid_yaml_free_of_secrets(cli, write_inventory):
     from tests.conftest import SECRET_HF, SECRET_KEY
 
     path = write_inventory()
-    code, out, _ = cli("doctor", "-i", str(path), "--only", "inventory", "--json")
+    _code, out, _ = cli("doctor", "-i", str(path), "--only", "inventory", "--json")
     assert SECRET_HF not in out and SECRET_KEY not in out
     assert yaml.safe_load(out)["results"][0]["check"] == "inventory.valid"
 

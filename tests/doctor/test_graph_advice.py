@@ -68,4 +68,7 @@ def test_advice_per_recipe_names_the_setting_and_the_figures():
     assert "another reason" in text
     text, data = allreduce_advice(SEEDS_CX7, None)
     assert text.startswith("this cluster wants cut at all-reduce") and "recipe" not in data
-    assert allreduce_advice({"eager_us": 1.0, "graph_us": None, "graph_error": "not applicable"}, cut_recipe) == ("", {})
+    assert allreduce_advice({"eager_us": 1.0, "graph_us": None, "graph_error": "not applicable"}, cut_recipe) == (
+        "",
+        {},
+    )

@@ -43,7 +43,7 @@ def test_goals_follow_the_ratios():
              "rows": [{"size": s, "time_us": 11.0, "busbw": 100.0} for s in (8, 4096, 2**20, 2**27)],
              "lat4k": {"rows": [{"id": "eager nccl-direct", "mode": "eager", "us": 10.5, "method": "m"}]}}
     meta = {"probe_rc": 0, "probe_wall_s": 9.0, "probe_timeout_s": 300, "teardown_s": 0.4}
-    rows, goals = bench.compare({"g": table(10.0, 101.0), "t": table(10.0, 110.0)}, probe, meta)
+    _rows, goals = bench.compare({"g": table(10.0, 101.0), "t": table(10.0, 110.0)}, probe, meta)
     met = {g["goal"]: g["ok"] for g in goals}
     assert met["time within 15% of nccl-tests, 8 B to 1 MiB [-g N]"]  # 1.10
     assert met["busbw within 3% of nccl-tests at >= 128 MiB [-g N]"]  # 0.99

@@ -1,5 +1,6 @@
-"""Fixtures for tests/images: with the ONE shared session lab (`lab`, tests/conftest.py), small test images built on this machine FROM the lab's debian-base, removed from this machine
-and from the nodes at the end of the session.
+"""Fixtures for tests/images: with the ONE shared session lab (`lab`, tests/conftest.py), small test images
+built on this machine FROM the lab's debian-base, removed from this machine and from the nodes at the end of
+the session.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class DiskStore:
         self.tars = [_layer_tar(members) for members in layers]
         self.diff_ids = ["sha256:" + hashlib.sha256(t).hexdigest() for t in self.tars]
         self.chains = chain_ids(self.diff_ids)
-        for n, (tar_bytes, members) in enumerate(zip(self.tars, layers)):
+        for n, (tar_bytes, members) in enumerate(zip(self.tars, layers, strict=False)):
             folder = self.root / "image/overlay2/layerdb/sha256" / self.chains[n].split(":")[1]
             folder.mkdir(parents=True)
             (folder / "diff").write_text(self.diff_ids[n])
@@ -248,7 +248,7 @@ def test_the_engines_own_layers_equal_docker_save(test_images):
                 saved["sha256:" + hashlib.sha256(tar.extractfile(member).read()).hexdigest()] = member.size
     diffs = image.attrs["RootFS"]["Layers"]
     assert set(saved) == set(diffs)
-    for chain, diff in zip(chain_ids(diffs), diffs):
+    for chain, diff in zip(chain_ids(diffs), diffs, strict=False):
         digest, size = hashlib.sha256(), 0
         for chunk in store.layer_chunks(chain, diff):
             digest.update(chunk)

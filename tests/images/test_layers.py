@@ -17,9 +17,7 @@ import tarfile
 
 import pytest
 
-from sparkdeploy.nodeside.layers import (
-    ArchiveFilter, chain_ids, estimate_bytes, legacy_layer_dirs, missing_layers)
-
+from sparkdeploy.nodeside.layers import ArchiveFilter, chain_ids, estimate_bytes, legacy_layer_dirs, missing_layers
 
 # -- archives as docker writes them, and docker load's rule ---------------------------------------------------
 
@@ -66,7 +64,7 @@ def legacy_archive(layers: list[bytes], tag: str | None = None, dir_names: list[
     config, image_id = _config(layers)
     entries: list[tuple[str, bytes | None, str | None]] = []
     first_of: dict[str, str] = {}
-    for i, (name, data) in enumerate(zip(names, layers)):
+    for i, (name, data) in enumerate(zip(names, layers, strict=False)):
         meta = {"id": name, "created": "1970-01-01T00:00:00Z", "os": "linux"}
         if i:
             meta["parent"] = names[i - 1]
@@ -89,7 +87,9 @@ def oci_archive(layers: list[bytes], tag: str) -> bytes:
     """An engine-25-style `docker save`: blobs named by digest (a layer's is its diff ID), index.json."""
     config, image_id = _config(layers)
     entries: list[tuple[str, bytes | None, str | None]] = [("blobs", None, None), ("blobs/sha256", None, None)]
-    entries += [(f"blobs/sha256/{d.split(':')[1]}", data, None) for d, data in zip(diffs_of(layers), layers)]
+    entries += [
+        (f"blobs/sha256/{d.split(':')[1]}", data, None) for d, data in zip(diffs_of(layers), layers, strict=False)
+    ]
     entries.append((f"blobs/sha256/{image_id}", config, None))
     index = {"schemaVersion": 2, "manifests": [{"digest": "sha256:" + "e" * 64, "annotations": {
         "io.containerd.image.name": f"docker.io/{tag}", "org.opencontainers.image.ref.name": tag.split(":")[1]}}]}
@@ -110,7 +110,7 @@ def load_check(archive: bytes, node_chains: set[str], expect_tags: list[str] | N
     config = json.loads(tar.extractfile(item["Config"]).read())
     diffs = config["rootfs"]["diff_ids"]
     assert len(item["Layers"]) == len(diffs)
-    for diff, chain, path in zip(diffs, chain_ids(diffs), item["Layers"]):
+    for diff, chain, path in zip(diffs, chain_ids(diffs), item["Layers"], strict=False):
         if chain in node_chains:
             continue
         member = files.get(path)
@@ -171,7 +171,7 @@ def test_legacy_archive_keeps_exactly_the_missing_layers(layers, present, guess)
     chains = chain_ids(diffs)
     node = {chains[i] for i in present if all(j in present for j in range(i + 1))}
     needed = {diffs[i] for i in missing_layers(diffs, node)}
-    archive, config = legacy_archive(layers, tag="src/img:1")
+    archive, _config = legacy_archive(layers, tag="src/img:1")
     out, flt = run_filter(archive, diffs, needed, rename_to="incoming/img:abc", guess_legacy_dirs=guess)
     load_check(out, node, expect_tags=["incoming/img:abc"])
     names = tarfile.open(fileobj=io.BytesIO(out)).getnames()
@@ -212,7 +212,7 @@ def test_early_finish_waits_for_the_file_a_link_points_to():
     node = set(chains[:3])
     archive, config = legacy_archive(layers, link_duplicates=True,
                                      dir_names=["5" * 64, "9" * 64, "6" * 64, "0" * 64])
-    out, flt = run_filter(archive, diffs, {diffs[3]}, image_id="sha256:" + hashlib.sha256(config).hexdigest(),
+    out, _flt = run_filter(archive, diffs, {diffs[3]}, image_id="sha256:" + hashlib.sha256(config).hexdigest(),
                           guess_legacy_dirs=False)
     load_check(out, node)
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
-from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.images.channel import load_failure
+from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
 from sparkdeploy.images.push import SourceImage, plan_node
 from sparkdeploy.inventory import Node
+from sparkdeploy.nodeside.layers import chain_ids
 
 DIFFS = [f"sha256:{c * 64}" for c in "abcd"]
 SOURCE = SourceImage("sparkdeploy/x:0123456789ab", "sha256:" + "9" * 64, "x", DIFFS,

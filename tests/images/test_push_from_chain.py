@@ -40,9 +40,9 @@ def test_every_hop_loads_the_whole_stream_and_forwards_it(tmp_path):
 
 def test_a_failing_sink_keeps_forwarding_and_is_reported(tmp_path):
     data = os.urandom(500_000)
-    sink = 'if [ -e "$OUT/failed-once" ]; then cat > "$(mktemp -p "$OUT" got.XXXX)"; ' \
-           'else touch "$OUT/failed-once"; echo "no space left on device" >&2; exit 3; fi'
-    results, err, code = run_chain(tmp_path, ["n2", "n3"], data, sink)
+    sink = ('if [ -e "$OUT/failed-once" ]; then cat > "$(mktemp -p "$OUT" got.XXXX)"; '
+            'else touch "$OUT/failed-once"; echo "no space left on device" >&2; exit 3; fi')
+    results, _err, code = run_chain(tmp_path, ["n2", "n3"], data, sink)
     assert code == 1  # the first hop's own load failed
     by = {r["node"]: r for r in results}
     assert by["n2"]["load_rc"] == 3 and "no space left on device" in by["n2"]["load_tail"][-1]

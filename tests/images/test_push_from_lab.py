@@ -56,8 +56,8 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
 
         code, out, err = cli("images", "push", NAME, "--from", a.name, "--dry-run", "-i", inv)
         assert code == 0, err
-        assert f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} " \
-               f"({b.fabric_ip.split('/')[0]})" in out, out
+        assert (f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} "
+                f"({b.fabric_ip.split('/')[0]})") in out, out
         assert f"{b.name} ({b.fabric_ip.split('/')[0]}): lacks" in out
         assert f"layers read on {a.name} from its layer store (sudo -n)" in out  # the lab user has it
         assert "none (only " in out, out  # a few MB: compressing would not pay

@@ -13,9 +13,9 @@ import pytest
 
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.inventory_images import read_node_images
+from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
 from sparkdeploy.nodeside.layer_store import LayerStore
 from sparkdeploy.nodeside.layers import chain_ids
-from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
 from sparkdeploy.remote import NodeConnection
 from tests.images.conftest import CutAfter
 
@@ -143,7 +143,9 @@ def test_load_killed_on_one_node_fails_that_node_only(lab, lab_inventory, test_i
     victim = lab.nodes[0]
 
     def kill_load():
-        pids = lab.docker_exec(victim, "pgrep", "-u", "spark", "-f", "^(/[^ ]*/)?docker load$", check=False).stdout.split()
+        pids = lab.docker_exec(
+            victim, "pgrep", "-u", "spark", "-f", "^(/[^ ]*/)?docker load$", check=False
+        ).stdout.split()
         assert len(pids) == 1, f"expected one docker load on {victim.name}, found {pids}"
         lab.docker_exec(victim, "kill", "-9", pids[0])
 
@@ -268,7 +270,7 @@ def _tampered_store(root, client, ref: str):
     (root / "image/overlay2/imagedb/content/sha256").mkdir(parents=True)
     shutil.copy(real.imagedb / image.id.split(":")[1], root / "image/overlay2/imagedb/content/sha256")
     diffs = image.attrs["RootFS"]["Layers"]
-    for n, (chain, diff) in enumerate(zip(chain_ids(diffs), diffs)):
+    for n, (chain, _diff) in enumerate(zip(chain_ids(diffs), diffs, strict=False)):
         folder = root / "image/overlay2/layerdb/sha256" / chain.split(":")[1]
         shutil.copytree(real.layerdb / chain.split(":")[1], folder)
         cache = (folder / "cache-id").read_text().strip()

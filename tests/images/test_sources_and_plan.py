@@ -161,7 +161,7 @@ def test_a_flag_the_fork_dump_cannot_prove_is_refused_as_such(cli, tmp_path):
 def test_a_local_build_of_an_arm64_image_on_another_arch_stops_at_once(cli, monkeypatch):
     # This machine's arch as an x86 laptop's (the real engine still answers: the tag is looked up first).
     monkeypatch.setattr("sparkdeploy.images.build.platform.machine", lambda: "x86_64")
-    code, out, err = cli("images", "build", "vllm-node", "--local")
+    code, _out, err = cli("images", "build", "vllm-node", "--local")
     assert code == 1
     assert "vllm-node must be built on aarch64 and this machine is x86_64" in err
     assert "images build vllm-node --on NODE" in err

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sparkdeploy.nodeside import archive
 from sparkdeploy.images.store_stream import Load, plan_loads
+from sparkdeploy.nodeside import archive
 
 
 def test_layers_are_gathered_into_loads_of_at_least_the_batch():

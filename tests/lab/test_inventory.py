@@ -16,7 +16,7 @@ def test_inventory_loads_and_matches_the_lab(lab):
     assert inv.local_path(inv.cluster.known_hosts) == lab.known_hosts
     assert [n.name for n in inv.nodes] == [n.name for n in lab.nodes]
     assert inv.head.name == "spark1"
-    for node, want in zip(inv.nodes, lab.nodes):
+    for node, want in zip(inv.nodes, lab.nodes, strict=False):
         assert node.mgmt_ip == want.mgmt_ip
         assert node.fabric_ip == f"{want.fabric_ip}/{want.prefixlen}"
         assert node.fabric_ifaces == [lab.spec.fabric_iface]

@@ -92,12 +92,16 @@ def test_foreign_overlapping_network_is_a_config_error(client, tmp_path):
 
 
 def test_down_removes_this_lab_and_nothing_else(side, lab, client):
-    shared_before = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
+    shared_before = {
+        c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})
+    }
     removed = down(side)
     assert sorted(removed["containers"]) == sorted([side.container_name("spark1"), hub.container_name(side)])
     assert sorted(removed["networks"]) == sorted([side.mgmt_network, side.fabric_network])
     assert removed["volumes"] == [side.volume_name("spark1")]
     assert _labelled(client, side) == []
     assert not side.inventory_path.exists()
-    shared_after = {c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})}
+    shared_after = {
+        c.name: c.id for c in client.containers.list(filters={"label": f"{NAME_LABEL}={LabSpec().qualified_name}"})
+    }
     assert shared_after == shared_before and len(shared_after) == lab.spec.nodes + 1  # the nodes and the hub

@@ -43,9 +43,25 @@ def test_no_password_or_root_login(lab):
     root = lab.ssh(node, "true", check=False, user="root")
     assert root.returncode == 255 and "Permission denied" in root.stderr
     password = subprocess.run(
-        ["ssh", "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "StrictHostKeyChecking=yes", "-o",
-         "BatchMode=yes", "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=password,keyboard-interactive",
-         f"spark@{node.mgmt_ip}", "true"], capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-o",
+            f"UserKnownHostsFile={lab.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+            f"spark@{node.mgmt_ip}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert password.returncode == 255
     assert "Permission denied (publickey)" in password.stderr  # the only method the server offers
 

@@ -53,7 +53,7 @@ def test_rdma_twins_active_on_fabric_port(lab):
         devices = lab.ssh(node, "ibv_devices").stdout
         assert all(h in devices for h in lab.spec.hcas)
         links = json.loads(lab.ssh(node, "rdma -j link").stdout)
-        assert [(l["ifname"], l["state"], l["netdev"]) for l in links] == [
+        assert [(lk["ifname"], lk["state"], lk["netdev"]) for lk in links] == [
             (h, "ACTIVE", lab.spec.fabric_iface) for h in lab.spec.hcas]
 
 

@@ -282,7 +282,7 @@ def test_a_failed_hop_is_named_by_its_cause_not_the_broken_pipe_it_caused():
             "  File \"<string>\", line 1, in <module>\nBrokenPipeError: [Errno 32] Broken pipe\n")
     assert _copy_problem(full, to, "~/.cache/huggingface") == \
         "spark2's ~/.cache/huggingface is full (No space left on device); free space there"
-    cut = "the stream ended inside abc (5 of 9 bytes kept for resume); run the pull again\n" \
-          "Traceback (most recent call last):\nBrokenPipeError: [Errno 32] Broken pipe\n"
+    cut = ("the stream ended inside abc (5 of 9 bytes kept for resume); run the pull again\n"
+           "Traceback (most recent call last):\nBrokenPipeError: [Errno 32] Broken pipe\n")
     assert _copy_problem(cut, to, "~/.cache/huggingface").startswith("the stream ended inside abc")
     assert _copy_problem("", to, "x") == ""

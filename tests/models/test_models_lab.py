@@ -22,8 +22,19 @@ RECORD_DIR = "~/.cache/huggingface/sparkdeploy-models/models--lab--tiny-model"
 
 
 def sparkdeploy(lab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args,
-                           "--inventory", str(lab.spec.inventory_path)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sparkdeploy.cli.main import main; main()",
+            *args,
+            "--inventory",
+            str(lab.spec.inventory_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def rx_bytes(lab, node, iface: str) -> int:

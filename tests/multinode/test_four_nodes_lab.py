@@ -88,7 +88,7 @@ def spread(endpoint: str, backends: list[str], key: str, n: int) -> list[float]:
     before = [served(b) for b in backends]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: chat(endpoint, key, f"request {i}"), range(n)))
-    return [served(b) - b0 for b, b0 in zip(backends, before)]
+    return [served(b) - b0 for b, b0 in zip(backends, before, strict=False)]
 
 
 def test_cluster_tp4_native_and_idempotent_up(lab4, inv4):
@@ -136,7 +136,7 @@ def test_doctor_pairwise_fabric_and_nccl_over_four_ranks(lab4, inv4, cli):
     report = json.loads(out)
     rows = {(r["check"], r["node"]): r for r in report["results"]}
     assert code == 0, out + err
-    for i, node in enumerate(NODES):
+    for _i, node in enumerate(NODES):
         ping = rows[("network.ping_df", node)]
         assert ping["status"] == "pass" and "8972 B DF ok" in ping["measured"], ping
         peers = [p for p in NODES if p != node]
@@ -153,7 +153,9 @@ def test_push_from_one_node_chains_to_the_three_others(lab4, inv4, cli):
     ends with spark1's image ID under the tag."""
     tag = "sparkdeploy-test/chain:1"
     nodes = lab4.nodes
-    base = lab4.ssh(nodes[0], "docker images --format '{{.Repository}}:{{.Tag}}' sparkdeploy/vllm-sim").stdout.split()[0]
+    base = lab4.ssh(nodes[0], "docker images --format '{{.Repository}}:{{.Tag}}' sparkdeploy/vllm-sim").stdout.split()[
+        0
+    ]
     try:
         lab4.ssh(nodes[0], f"printf 'FROM {base}\\nRUN head -c 6000000 /dev/urandom > /chain.bin\\n' | "
                            f"docker build -q -t {tag} -")

@@ -165,9 +165,9 @@ def test_fabric_direct_cable_or_switch(write_inventory):
 
 
 def test_cli_tp_option_is_the_recipe_field(four, cli, tmp_path):
-    code, out, err = cli("render", RECIPE, "-t", "replicas", "--tp", "4", "-b", "native", "-i", four,
+    code, _out, err = cli("render", RECIPE, "-t", "replicas", "--tp", "4", "-b", "native", "-i", four,
                          "--out", str(tmp_path / "r"))
     assert code == 0, err
     assert "--tensor-parallel-size 4" in (tmp_path / "r" / "spark1" / "vllm.entry.sh").read_text()
-    code, out, err = cli("render", RECIPE, "-t", "cluster", "--tp", "3", "-i", four, "--out", str(tmp_path / "s"))
+    code, _out, err = cli("render", RECIPE, "-t", "cluster", "--tp", "3", "-i", four, "--out", str(tmp_path / "s"))
     assert code == 2 and "TP=3 does not split 4 nodes" in err and "Traceback" not in err

@@ -6,8 +6,14 @@ from __future__ import annotations
 import shlex
 
 from sparkdeploy.inventory import Node
-from sparkdeploy.peers import (authorized_line, known_hosts_host, peer_ssh_argv, transfer_plan, with_authorized,
-                               with_known_host)
+from sparkdeploy.peers import (
+    authorized_line,
+    known_hosts_host,
+    peer_ssh_argv,
+    transfer_plan,
+    with_authorized,
+    with_known_host,
+)
 
 
 def node(name: str, i: int, port: int | None = None, user: str | None = "spark") -> Node:

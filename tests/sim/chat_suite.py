@@ -42,8 +42,12 @@ def _message_shape(body: dict) -> dict:
     msg = choice["message"]
     content = msg.get("content") or ""
     assert not any(m in content for m in MARKUP), f"parser markup leaked into content: {content!r}"
-    return {"finish_reason": choice["finish_reason"], "content": bool(content.strip()),
-            "reasoning": bool(msg.get("reasoning")), "tool_calls": [_call_shape(c) for c in msg.get("tool_calls") or []]}
+    return {
+        "finish_reason": choice["finish_reason"],
+        "content": bool(content.strip()),
+        "reasoning": bool(msg.get("reasoning")),
+        "tool_calls": [_call_shape(c) for c in msg.get("tool_calls") or []],
+    }
 
 
 def _stream_shape(resp: requests.Response) -> dict:

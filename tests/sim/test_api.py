@@ -139,7 +139,9 @@ def test_health_ping_version_corpus(server):
     corpus = requests.get(server + "/sim/corpus.txt", timeout=5)
     assert corpus.status_code == 200 and len(corpus.text.split()) > 50000
     info = requests.get(server + "/sim/info", timeout=5).json()
-    assert info["simulated"] is True and info["graph_mode"] == "eager" and info["plan"]["max_num_batched_tokens"] == 32768
+    assert (
+        info["simulated"] is True and info["graph_mode"] == "eager" and info["plan"]["max_num_batched_tokens"] == 32768
+    )
 
 
 def _metric(text: str, name: str) -> float:

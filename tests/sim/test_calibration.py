@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from sparklaunch.protocol import GenRequest
 from vllm_sim.adapter import MAX_CATCH_UP_S, SimAdapter
 from vllm_sim.catalog import DATA_DIR
 from vllm_sim.config import from_namespace
 from vllm_sim.flags import parse_serve_args
 from vllm_sim.predict import predict, with_tp
-from sparklaunch.protocol import GenRequest
 
 TARGETS = yaml.safe_load((DATA_DIR / "calibration-targets.yaml").read_text())
 
@@ -87,7 +87,7 @@ def test_steps_are_paced_on_a_continuous_timeline(seed_cfg):
     a = SimAdapter(seed_cfg, sleep=t.sleep, clock=t.clock)
     a.add_request(GenRequest("r", [0] * 1024, 50))
     durations = []
-    for i in range(5):
+    for _i in range(5):
         before = a.simulated_seconds
         a.step()
         durations.append(a.simulated_seconds - before)

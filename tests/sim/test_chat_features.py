@@ -30,7 +30,11 @@ def recipe_parsers() -> list[tuple[str, str | None, str | None]]:
     out = []
     for path in sorted((REPO / "recipes").glob("*.yaml")):
         args = [str(a) for a in (yaml.safe_load(path.read_text()).get("vllm") or {}).get("extra_args") or []]
-        after = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag in ("--tool-call-parser", "--reasoning-parser")}
+        after = {
+            flag: args[i + 1]
+            for i, flag in enumerate(args[:-1])
+            if flag in ("--tool-call-parser", "--reasoning-parser")
+        }
         if after:
             out.append((path.stem, after.get("--tool-call-parser"), after.get("--reasoning-parser")))
     return out
@@ -52,8 +56,8 @@ def test_tool_call_markup_round_trips_through_the_parser(parser):
     if parser == "qwen3_coder":
         assert "<function=get_weather>\n<parameter=city>\nParis <north>\n</parameter>" in text
     if parser == "glm47":
-        assert text == "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris <north></arg_value>" \
-                       "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+        assert text == ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris <north></arg_value>"
+                        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>")
     assert read_tool_call(parser, text[len("<tool_call>"):-len("</tool_call>")], tools) == ("get_weather", args)
 
 

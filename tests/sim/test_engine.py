@@ -15,9 +15,9 @@ MODEL = "openai/gpt-oss-120b"
 
 
 def cfg(**kw) -> ServeConfig:
-    base = dict(model=MODEL, served_model_names=[MODEL], max_model_len=4096, gpu_memory_utilization=0.7,
-                kv_cache_dtype="fp8", enforce_eager=True, max_num_batched_tokens=32768,
-                mxfp4_layers=frozenset({"moe", "qkv", "o", "lm_head"}))
+    base = {"model": MODEL, "served_model_names": [MODEL], "max_model_len": 4096, "gpu_memory_utilization": 0.7,
+                "kv_cache_dtype": "fp8", "enforce_eager": True, "max_num_batched_tokens": 32768,
+                "mxfp4_layers": frozenset({"moe", "qkv", "o", "lm_head"})}
     base.update(kw)
     return ServeConfig(**base)
 
@@ -109,7 +109,9 @@ def test_allreduce_latency_follows_graph_mode():
         "cudagraph_mode": "PIECEWISE", "splitting_ops": ["vllm::all_reduce"]})).cost
     eager = SimEngine(cfg(tp=2, nnodes=2)).cost
     n = 2 * 36 + 1
-    assert graph.breakdown(shape)["comm"] - split.breakdown(shape)["comm"] == pytest.approx(n * (46 - 23) * 1e-6, rel=1e-6)
+    assert graph.breakdown(shape)["comm"] - split.breakdown(shape)["comm"] == pytest.approx(
+        n * (46 - 23) * 1e-6, rel=1e-6
+    )
     assert split.breakdown(shape)["comm"] - eager.breakdown(shape)["comm"] == pytest.approx(n * 5e-6, rel=1e-6)
     assert graph.breakdown(shape)["launch"] < eager.breakdown(shape)["launch"]
 
@@ -157,9 +159,16 @@ def test_kv_cache_per_token_by_attention_kind():
 
 def test_a_quantized_checkpoint_takes_its_base_models_architecture():
     cat = default_catalog()
-    base, quant = cat.model("Qwen/Qwen3-Coder-30B-A3B-Instruct"), cat.model("Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound")
+    base, quant = (
+        cat.model("Qwen/Qwen3-Coder-30B-A3B-Instruct"),
+        cat.model("Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound"),
+    )
     assert (quant.name, quant.default_quantization, base.default_quantization) == (
         "Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound", "int4", "bf16")
-    assert {**quant.__dict__, "name": "", "default_quantization": ""} == {**base.__dict__, "name": "", "default_quantization": ""}
+    assert {**quant.__dict__, "name": "", "default_quantization": ""} == {
+        **base.__dict__,
+        "name": "",
+        "default_quantization": "",
+    }
     glm = cat.model("cyankiwi/GLM-4.7-Flash-AWQ-4bit")
     assert (glm.moe_layers, glm.kv_latent_dim, glm.default_quantization) == (46, 576, "awq")

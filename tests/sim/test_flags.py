@@ -61,7 +61,13 @@ def test_every_required_flag_and_alias():
     cfg = from_namespace(ns, env={})
     assert cfg.served_model_names == ["a", "b"] and cfg.tp == 2 and cfg.max_model_len == 8000
     assert cfg.max_num_batched_tokens == 16384 and cfg.max_num_seqs == 64 and cfg.mode == "ray"
-    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port, cfg.headless) == (2, 1, "10.0.0.1", 29600, True)
+    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port, cfg.headless) == (
+        2,
+        1,
+        "10.0.0.1",
+        29600,
+        True,
+    )
     assert cfg.trust_remote_code and cfg.dtype == "bfloat16" and cfg.load_format == "dummy"
 
 
@@ -79,7 +85,9 @@ def test_flexible_spellings_like_vllm():
 
 
 def test_human_readable_ints():
-    assert human_readable_int("4k") == 4000 and human_readable_int("4K") == 4096 and human_readable_int("32768") == 32768
+    assert (
+        human_readable_int("4k") == 4000 and human_readable_int("4K") == 4096 and human_readable_int("32768") == 32768
+    )
     with pytest.raises(ValueError):
         human_readable_int("4q")
 

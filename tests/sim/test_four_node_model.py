@@ -4,20 +4,17 @@ The derivation is in docs/multinode.md; no Spark measured any of it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import yaml
 
+from sparkdeploy.bench.advisor import advise
+from sparkdeploy.bench.store import Result, Stat, save_result
 from vllm_sim.catalog import DATA_DIR
 from vllm_sim.config import from_namespace
 from vllm_sim.engine import SimEngine
 from vllm_sim.flags import parse_serve_args
 from vllm_sim.predict import predict, with_tp
 from vllm_sim.timing import ExecConfig, StepShape, ring_factors
-
-from sparkdeploy.bench.advisor import advise
-from sparkdeploy.bench.store import Result, Stat, save_result
 
 TARGETS = yaml.safe_load((DATA_DIR / "calibration-targets.yaml").read_text())
 RECIPE = "openai-gpt-oss-120b"
@@ -58,7 +55,11 @@ def test_advisor_on_four_nodes_cluster_at_c1_engines_at_c64(cfg, tmp_path):
     nodes = [{"name": f"spark{i}"} for i in range(1, 5)]
     for variant, (points, engines) in layouts.items():
         for p in points:
-            md = {"simulated": True, "nodes": nodes, "backends": [f"e{i}" for i in range(engines)] if engines > 1 else []}
+            md = {
+                "simulated": True,
+                "nodes": nodes,
+                "backends": [f"e{i}" for i in range(engines)] if engines > 1 else [],
+            }
             save_result(Result(RECIPE, variant, TARGETS["pp"], TARGETS["tg"], p.concurrency,
                                {"decode_tps": Stat(p.decode_tps), "prefill_tps": Stat(p.prefill_tps),
                                 "ttft_ms": Stat(p.ttft_ms)}, md), tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -37,7 +38,7 @@ class FakeAdapter:
 
     simulated = False
     batch_window_s = 0.0
-    served_model_names = ["m"]
+    served_model_names: ClassVar[list[str]] = ["m"]
     model_root = "m"
     max_model_len = 100
 
@@ -177,7 +178,13 @@ def test_delta_tracker_turns_cumulative_outputs_into_deltas():
 
 def test_sampling_kwargs_pass_only_what_the_client_set():
     req = GenRequest("r", [1], 12, min_tokens=2, ignore_eos=True, sampling={"temperature": 0.2, "seed": 7, "bogus": 1})
-    assert sampling_kwargs(req) == {"max_tokens": 12, "min_tokens": 2, "ignore_eos": True, "temperature": 0.2, "seed": 7}
+    assert sampling_kwargs(req) == {
+        "max_tokens": 12,
+        "min_tokens": 2,
+        "ignore_eos": True,
+        "temperature": 0.2,
+        "seed": 7,
+    }
 
 
 def test_vllm_adapter_drives_an_llmengine_shaped_object():

@@ -36,7 +36,9 @@ def test_chat_template_matches_the_jinja_one_transformers_uses():
 
     auto = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
     messages = [{"role": "system", "content": "the river"}, {"role": "user", "content": "a tower ."}]
-    assert SimTokenizer.render_chat(messages) == auto.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert SimTokenizer.render_chat(messages) == auto.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_generated_text_says_simulated_and_counts_exactly():

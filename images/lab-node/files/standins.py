@@ -81,7 +81,7 @@ def guid(hca: str) -> str:
     """A node GUID per HCA made from the interface MAC (EUI-64, as mlx5 does); the twin differs in byte 0."""
     mac = [int(x, 16) for x in read_sys(fabric_iface(), "address", "00:00:00:00:00:00").split(":")]
     twin = hcas().index(hca) if hca in hcas() else 0
-    return "%02x%02x%02xfffe%02x%02x%02x" % (mac[0] ^ (twin << 4), mac[1], mac[2], mac[3], mac[4], mac[5])
+    return f"{mac[0] ^ (twin << 4):02x}{mac[1]:02x}{mac[2]:02x}fffe{mac[3]:02x}{mac[4]:02x}{mac[5]:02x}"
 
 
 def fmt_guid(raw: str) -> str:
@@ -286,7 +286,7 @@ def show_gids(args: list[str]) -> int:
     iface = fabric_iface()
     mac = read_sys(iface, "address", "00:00:00:00:00:00").split(":")
     eui = [int(mac[0], 16) ^ 2] + [int(x, 16) for x in mac[1:3]] + [0xFF, 0xFE] + [int(x, 16) for x in mac[3:]]
-    link_local = "fe80:0000:0000:0000:" + ":".join("%02x%02x" % (eui[i], eui[i + 1]) for i in range(0, 8, 2))
+    link_local = "fe80:0000:0000:0000:" + ":".join(f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2))
     entries = [(link_local, "", "v1"), (link_local, "", "v2")]
     for addr in ipv4_addresses(iface):
         mapped = ipaddress.IPv6Address(f"::ffff:{addr}").exploded

@@ -14,7 +14,8 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -78,7 +79,9 @@ class OpenAIServer:
         self.created = int(time.time())
         # tools / reasoning: the engine's chat front end (sparklaunch.chat); the serving flags it was given
         self.frontend = getattr(self.adapter, "chat_frontend", None)
-        self.features = self.frontend.features if self.frontend is not None else getattr(self.adapter, "chat_features", None)
+        self.features = (
+            self.frontend.features if self.frontend is not None else getattr(self.adapter, "chat_features", None)
+        )
 
     # -- app ------------------------------------------------------------------------------------
     def app(self, extra_routes: list[web.RouteDef] | None = None) -> web.Application:
@@ -241,7 +244,7 @@ class OpenAIServer:
         finally:
             self.fanout.queues.pop(req.request_id, None)
 
-    async def _collect(self, q: asyncio.Queue, shape: "_Shape") -> web.Response:
+    async def _collect(self, q: asyncio.Queue, shape: _Shape) -> web.Response:
         text: list[str] = []
         token_ids: list[int] = []
         logprobs: list[dict[str, Any]] = []
@@ -255,7 +258,7 @@ class OpenAIServer:
             if d.finished:
                 return web.json_response(shape.full("".join(text), token_ids, d, logprobs))
 
-    async def _stream(self, request: web.Request, q: asyncio.Queue, shape: "_Shape") -> web.StreamResponse:
+    async def _stream(self, request: web.Request, q: asyncio.Queue, shape: _Shape) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         if self.adapter.simulated:
             resp.headers["X-Simulated-By"] = "vllm-sim"
@@ -265,7 +268,9 @@ class OpenAIServer:
             d: Delta = await q.get()
             events: list[dict[str, Any]] = []
             if d.error:
-                events.append({"error": {"message": f"engine failed: {d.error}", "type": "EngineDeadError", "code": 500}})
+                events.append(
+                    {"error": {"message": f"engine failed: {d.error}", "type": "EngineDeadError", "code": 500}}
+                )
             else:
                 if first and shape.chat:
                     events.append(shape.role_chunk())
@@ -323,7 +328,7 @@ class _Shape:
             return {"content": [dict(one(e["token"], e["logprob"]),
                                      top_logprobs=[one(t, lp) for t, lp in e.get("top", [])]) for e in entries]}
         return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [{t: lp for t, lp in e.get("top", [])} for e in entries], "text_offset": None}
+                "top_logprobs": [dict(e.get("top", [])) for e in entries], "text_offset": None}
 
     def _keep_calls(self, calls: list[dict[str, Any]], streaming: bool) -> list[dict[str, Any]]:
         """parallel_tool_calls=false keeps the first call only (vLLM's maybe_filter_parallel_tool_calls)."""

@@ -62,7 +62,7 @@ class ChatFeatures:
     reasoning_parser: str | None = None
 
     @classmethod
-    def from_namespace(cls, ns: Any) -> "ChatFeatures":
+    def from_namespace(cls, ns: Any) -> ChatFeatures:
         so = getattr(ns, "structured_outputs_config", None)
         reasoning = getattr(ns, "reasoning_parser", None) or getattr(so, "reasoning_parser", None) or None
         return cls(bool(getattr(ns, "enable_auto_tool_choice", False)), getattr(ns, "tool_call_parser", None) or None,
@@ -127,14 +127,20 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
     """Check the chat-specific fields against the server's flags; raise RequestError naming the field."""
     check_fields(body)
     f = features or ChatFeatures()
-    plan = ChatPlan(body=body, logprobs=bool(body.get("logprobs")), include_reasoning=body.get("include_reasoning", True) is not False,
-                    parallel_tool_calls=body.get("parallel_tool_calls", True) is not False)
+    plan = ChatPlan(
+        body=body,
+        logprobs=bool(body.get("logprobs")),
+        include_reasoning=body.get("include_reasoning", True) is not False,
+        parallel_tool_calls=body.get("parallel_tool_calls", True) is not False,
+    )
     top = body.get("top_logprobs")
     if top is not None:
         if not isinstance(top, int) or not 0 <= top <= 20:
             raise RequestError("top_logprobs", "top_logprobs: an integer from 0 to 20 is required")
         if top and not plan.logprobs:
-            raise RequestError("top_logprobs", "top_logprobs: when using `top_logprobs`, `logprobs` must be set to true")
+            raise RequestError(
+                "top_logprobs", "top_logprobs: when using `top_logprobs`, `logprobs` must be set to true"
+            )
         plan.top_logprobs = top
 
     kwargs = body.get("chat_template_kwargs") or {}
@@ -156,7 +162,9 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
             fn = t.get("function") if isinstance(t, dict) else None
             if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict) \
                     or not isinstance(fn.get("name"), str):
-                raise RequestError("tools", f"tools[{i}]: {{type: function, function: {{name, parameters}}}} is required")
+                raise RequestError(
+                    "tools", f"tools[{i}]: {{type: function, function: {{name, parameters}}}} is required"
+                )
             plan.tools[fn["name"]] = fn
     choice = body.get("tool_choice")
     if choice is None:
@@ -171,7 +179,9 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
     elif choice in ("none", "auto", "required"):
         plan.tool_choice = choice
     else:
-        raise RequestError("tool_choice", f"tool_choice: 'none', 'auto', 'required' or a named function, got {choice!r}")
+        raise RequestError(
+            "tool_choice", f"tool_choice: 'none', 'auto', 'required' or a named function, got {choice!r}"
+        )
     if plan.tool_choice != "none" and not plan.tools:
         raise RequestError("tool_choice", f"tool_choice: {plan.tool_choice!r} needs tools")
     if plan.tool_choice == "auto" and not (f.enable_auto_tool_choice and f.tool_call_parser):

@@ -14,8 +14,8 @@ TCP) as torchrun or vLLM's own --nnodes mode would set it up. Ray's variant is i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 from .protocol import Delta, StepInput
 
@@ -102,7 +102,7 @@ class GlooControl:
         if self._dist is not None and self._dist.is_initialized():
             try:
                 self._dist.destroy_process_group()
-            except Exception as e:  # a dead peer can make teardown fail; nothing left to save
+            except Exception as e:  # noqa: BLE001 - a dead peer can make teardown fail; nothing left to save
                 log.debug("destroy_process_group: %s", e)
 
     # -- collectives ----------------------------------------------------------------------------
@@ -131,4 +131,6 @@ class GlooControl:
             raise RankFailure(f"per-step all-reduce failed: {e}") from e
         self.steps += 1
         if int(t.item()) != produced * self.world_size:
-            raise RankFailure(f"ranks out of step: rank {self.rank} produced {produced} tokens, the sum is {int(t.item())}")
+            raise RankFailure(
+                f"ranks out of step: rank {self.rank} produced {produced} tokens, the sum is {int(t.item())}"
+            )

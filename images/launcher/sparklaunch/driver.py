@@ -130,7 +130,7 @@ class EngineDriver:
     def _run(self) -> None:
         try:
             self.control.start()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any rendezvous failure ends this rank, reported
             self._die(f"rank rendezvous failed: {type(e).__name__}: {e}")
             return
         self.ready.set()

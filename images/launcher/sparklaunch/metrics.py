@@ -42,7 +42,10 @@ class Histogram:
 
     def samples(self, name: str, labels: str) -> list[tuple[str, float]]:
         with self._lock:
-            out = [(f'{name}_bucket{{{labels},le="{bound!r}"}}', c) for bound, c in zip(self.buckets, self.counts)]
+            out = [
+                (f'{name}_bucket{{{labels},le="{bound!r}"}}', c)
+                for bound, c in zip(self.buckets, self.counts, strict=False)
+            ]
             out.append((f'{name}_bucket{{{labels},le="+Inf"}}', self.count))
             out += [(f"{name}_count{{{labels}}}", self.count), (f"{name}_sum{{{labels}}}", self.sum)]
         return out
@@ -101,8 +104,15 @@ def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated
     metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
            [(f"vllm:generation_tokens_total{{{base}}}", counters.generation_tokens)])
     reasons = sorted(set(counters.finished) | {"stop", "length", "abort"})
-    metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-           [(f'vllm:request_success_total{{{base},finished_reason="{_label(r)}"}}', counters.finished.get(r, 0)) for r in reasons])
+    metric(
+        "vllm:request_success",
+        "counter",
+        "Count of successfully processed requests.",
+        [
+            (f'vllm:request_success_total{{{base},finished_reason="{_label(r)}"}}', counters.finished.get(r, 0))
+            for r in reasons
+        ],
+    )
     if latencies is not None:
         metric("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.",
                latencies.ttft.samples("vllm:time_to_first_token_seconds", base))

@@ -49,7 +49,7 @@ class StepInput:
         ).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "StepInput":
+    def from_bytes(cls, data: bytes) -> StepInput:
         raw = json.loads(data.decode("utf-8"))
         return cls(
             new=[GenRequest(**r) for r in raw.get("new", [])],

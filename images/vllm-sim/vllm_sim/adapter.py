@@ -20,9 +20,8 @@ from sparklaunch.protocol import Delta, EngineStats, GenRequest
 
 from .chat_frontend import SimChatFrontend
 from .config import ConfigError, ServeConfig
-from .formats import UnsupportedFormat
 from .engine import SimEngine
-
+from .formats import UnsupportedFormat
 
 MAX_CATCH_UP_S = 0.5
 

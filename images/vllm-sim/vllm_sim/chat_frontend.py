@@ -77,7 +77,7 @@ class SimChatFrontend:
             out["json"] = example_value(plan.json_schema) if plan.json_schema else {"simulated": True}
         return out or None
 
-    def parser(self, plan: ChatPlan, prompt_token_ids: list[int] | None = None) -> "SimOutputParser":
+    def parser(self, plan: ChatPlan, prompt_token_ids: list[int] | None = None) -> SimOutputParser:
         return SimOutputParser(self.features.tool_call_parser if plan.parses_tools else None, plan)
 
 

@@ -39,14 +39,28 @@ def sim_routes(cfg: ServeConfig, adapter: SimAdapter, mode: str) -> list[web.Rou
 
     async def info(request: web.Request) -> web.Response:
         e = adapter.engine
-        return web.json_response({
-            "simulated": True, "vllm_sim_version": __version__, "mode": mode, "model": cfg.model,
-            "model_profile": e.model.name, "profile_known": e.model.known, "hardware": e.hw.name,
-            "tp": cfg.tp, "pp": cfg.pp, "nnodes": cfg.nnodes, "graph_mode": cfg.graph_mode, "allreduce_split": cfg.allreduce_split,
-            "plan": e.plan.__dict__, "time_scale": cfg.time_scale, "steps": e.steps,
-            "simulated_seconds": round(adapter.simulated_seconds, 3),
-            "tokenizer_dir": str(TOKENIZER_DIR), "corpus_file": str(CORPUS_FILE),
-        })
+        return web.json_response(
+            {
+                "simulated": True,
+                "vllm_sim_version": __version__,
+                "mode": mode,
+                "model": cfg.model,
+                "model_profile": e.model.name,
+                "profile_known": e.model.known,
+                "hardware": e.hw.name,
+                "tp": cfg.tp,
+                "pp": cfg.pp,
+                "nnodes": cfg.nnodes,
+                "graph_mode": cfg.graph_mode,
+                "allreduce_split": cfg.allreduce_split,
+                "plan": e.plan.__dict__,
+                "time_scale": cfg.time_scale,
+                "steps": e.steps,
+                "simulated_seconds": round(adapter.simulated_seconds, 3),
+                "tokenizer_dir": str(TOKENIZER_DIR),
+                "corpus_file": str(CORPUS_FILE),
+            }
+        )
 
     return [web.get("/sim/corpus.txt", corpus), web.get("/sim/info", info)]
 

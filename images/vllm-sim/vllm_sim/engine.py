@@ -89,7 +89,10 @@ def plan_engine(cfg: ServeConfig, hw: Hardware, model: ModelProfile, cost: StepC
             f"{cfg.gpu_memory_utilization} of {hw.memory_gib} GiB allows ({budget / GIB:.1f} GiB)."
         )
     if kv_bytes <= 0:
-        raise ConfigError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
+        raise ConfigError(
+            "No available memory for the cache blocks. "
+            "Try increasing `gpu_memory_utilization` when initializing the engine."
+        )
     per_token = cost.kv_bytes_per_token()
     blocks = int(kv_bytes // (per_token * BLOCK_SIZE))
     if blocks * BLOCK_SIZE < max_len:

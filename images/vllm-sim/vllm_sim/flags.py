@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 ARGS_FILE = DATA_DIR / "vllm-args.json"
@@ -33,7 +34,7 @@ def human_readable_int(value: str) -> int:
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
              "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
     result = float(number) * scale
-    if suffix == "" and "." in number or result != int(result):
+    if (suffix == "" and "." in number) or result != int(result):
         raise ValueError(value)
     return int(result)
 
@@ -74,7 +75,7 @@ class VllmArgumentParser(argparse.ArgumentParser):
     """argparse with vLLM's error wording; `value_sets` are checked after parsing (vLLM checks them in
     its config classes, the sim reports them like parser errors so a bad recipe fails fast)."""
 
-    value_sets: dict[str, list[str]] = {}
+    value_sets: ClassVar[dict[str, list[str]]] = {}
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         ns = super().parse_args(preprocess(list(args or [])), namespace)

@@ -15,7 +15,7 @@ vllm/parser/qwen3.py, glm47_moe.py and tool_parsers/hermes_tool_parser.py):
 Reasoning parsers glm45, glm47, qwen3, deepseek_r1: the chat template opens `<think>` in the generation
 prompt, so the model's output is `REASONING</think>CONTENT` (a leading `<think>` is tolerated).
 Parameter values that are not strings are written as JSON and read back by the tool's schema type.
-"""
+"""  # noqa: E501 - a markdown table row
 
 from __future__ import annotations
 

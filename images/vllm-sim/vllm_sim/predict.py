@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from sparklaunch.protocol import GenRequest
 
 from .catalog import Catalog
 from .config import ServeConfig
 from .engine import SimEngine
-
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,6 @@ class RayControl:
         for a in self.actors:
             try:
                 self._ray.kill(a)
-            except Exception:  # already dead
+            except Exception:  # noqa: BLE001 - already dead
                 pass
         self._ray.shutdown()

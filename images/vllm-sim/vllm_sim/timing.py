@@ -135,7 +135,9 @@ class StepCostModel:
         experts = distinct_experts(t, m.experts, m.experts_per_token, self._knee, self._exponent) if m.is_moe else 0.0
         weights = (self.dense_bytes + m.expert_layers * experts * self.expert_bytes) / ex.tp
         window = m.sliding_window or 0
-        kv = s.decode_context * self.kv_bytes_full + min(s.decode_context, s.decode_seqs * window) * self.kv_bytes_window
+        kv = (
+            s.decode_context * self.kv_bytes_full + min(s.decode_context, s.decode_seqs * window) * self.kv_bytes_window
+        )
         memory = (weights + kv) / self._bw
 
         attn_flops = 4.0 * m.kv_layers * m.hidden_size * s.prefill_attention
@@ -152,7 +154,9 @@ class StepCostModel:
                 lat = hw.allreduce_graph_us
             payload = t * m.hidden_size * 2.0  # bf16 activations
             steps, share = ring_factors(ex.tp)
-            comm = n_ar * (lat * steps * 1e-6 + share * payload / (hw.fabric_gbs * GB)) + f["distributed_step_us"] * 1e-6
+            comm = (
+                n_ar * (lat * steps * 1e-6 + share * payload / (hw.fabric_gbs * GB)) + f["distributed_step_us"] * 1e-6
+            )
 
         seqs = s.num_seqs * f["per_seq_us"] * 1e-6
         return {"launch": launch, "memory": memory, "compute": compute, "comm": comm, "seqs": seqs}

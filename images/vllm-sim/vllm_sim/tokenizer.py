@@ -58,7 +58,9 @@ class SimTokenizer:
 
     @staticmethod
     def render_chat(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        parts = [f"<|start|>{m.get('role', 'user')}<|message|>{_content_text(m.get('content'))}<|end|>" for m in messages]
+        parts = [
+            f"<|start|>{m.get('role', 'user')}<|message|>{_content_text(m.get('content'))}<|end|>" for m in messages
+        ]
         if add_generation_prompt:
             parts.append("<|start|>assistant<|message|>")
         return "".join(parts)

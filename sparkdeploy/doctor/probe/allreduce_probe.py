@@ -272,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl" and not torch.cuda.is_available():
-        print("allreduce_probe: --backend nccl needs CUDA; this torch sees no GPU (use --backend gloo)", file=sys.stderr)
+        print(
+            "allreduce_probe: --backend nccl needs CUDA; this torch sees no GPU (use --backend gloo)", file=sys.stderr
+        )
         return 2
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
@@ -503,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     teardown = teardown_watchdog(max(5.0, min(TEARDOWN_TIMEOUT_S, left)), rank)
     t0 = time.monotonic()
     PHASE["name"] = "teardown: communicators"
-    del small
+    small = None  # frees the tensor (the closures above share its cell, so `del` would leave them a dangling name)
     sync()
     if comm is not None:
         direct.destroy(comm)

@@ -37,11 +37,16 @@ def token_logprobs(ids: list[int], entries: list[Any]) -> list[dict[str, Any]] |
     if not entries:
         return None
     out = []
-    for tid, entry in zip(ids, entries):
+    for tid, entry in zip(ids, entries, strict=False):
         chosen = entry.get(tid)
         ranked = sorted((lp for t, lp in entry.items() if getattr(lp, "rank", None)), key=lambda lp: lp.rank)
-        out.append({"token": getattr(chosen, "decoded_token", "") or "", "logprob": max(getattr(chosen, "logprob", -9999.0), -9999.0),
-                    "top": [[lp.decoded_token or "", max(lp.logprob, -9999.0)] for lp in ranked]})
+        out.append(
+            {
+                "token": getattr(chosen, "decoded_token", "") or "",
+                "logprob": max(getattr(chosen, "logprob", -9999.0), -9999.0),
+                "top": [[lp.decoded_token or "", max(lp.logprob, -9999.0)] for lp in ranked],
+            }
+        )
     return out
 
 
@@ -125,7 +130,9 @@ class VllmAdapter:
         pass
 
 
-def build(argv: list[str], rank: int, world_size: int) -> tuple[VllmAdapter, ServeOptions]:  # pragma: no cover - needs a GPU
+def build(
+    argv: list[str], rank: int, world_size: int
+) -> tuple[VllmAdapter, ServeOptions]:  # pragma: no cover - needs a GPU
     """Parse `vllm serve` arguments with vLLM's own parser and build the rank's engine."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLMEngine, SamplingParams
@@ -141,9 +148,15 @@ def build(argv: list[str], rank: int, world_size: int) -> tuple[VllmAdapter, Ser
         raise SystemExit(f"tp x pp = {engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size} but "
                          f"torchrun started {world_size} ranks")
     engine = LLMEngine.from_engine_args(engine_args)
-    opts = ServeOptions(host=args.host or "0.0.0.0", port=args.port, served_model_names=args.served_model_name or [args.model],
-                        api_keys=list(args.api_key or []), stream_interval=getattr(args, "stream_interval", 1) or 1,
-                        tp=engine_args.tensor_parallel_size, pp=engine_args.pipeline_parallel_size)
+    opts = ServeOptions(
+        host=args.host or "0.0.0.0",
+        port=args.port,
+        served_model_names=args.served_model_name or [args.model],
+        api_keys=list(args.api_key or []),
+        stream_interval=getattr(args, "stream_interval", 1) or 1,
+        tp=engine_args.tensor_parallel_size,
+        pp=engine_args.pipeline_parallel_size,
+    )
     max_len = engine.model_config.max_model_len
     adapter = VllmAdapter(engine, SamplingParams, engine.get_tokenizer(), opts, args.model, max_len)
     if rank == 0:   # tools, tool_choice, reasoning, response_format: vLLM's own parsers and request model

@@ -37,7 +37,11 @@ class VllmOutputParser:
                                       prompt_token_ids=self.prompt_token_ids, finished=finished)
         if msg is None:
             return {}
-        out = {k: v for k, v in _dump(msg).items() if k in ("reasoning", "content", "tool_calls") and v not in (None, "", [])}
+        out = {
+            k: v
+            for k, v in _dump(msg).items()
+            if k in ("reasoning", "content", "tool_calls") and v not in (None, "", [])
+        }
         return out
 
     def complete(self, text: str, token_ids: list[int]) -> dict[str, Any]:
@@ -82,7 +86,9 @@ class VllmChatFrontend:
     def _parser(self, plan: ChatPlan) -> Any:
         if self.parser_cls is None:
             return None
-        return self.parser_cls(self.tokenizer, self._request(plan).tools, chat_template_kwargs=plan.chat_template_kwargs)
+        return self.parser_cls(
+            self.tokenizer, self._request(plan).tools, chat_template_kwargs=plan.chat_template_kwargs
+        )
 
     def render(self, messages: list[dict[str, Any]], plan: ChatPlan) -> str:
         tools = [{"type": "function", "function": f} for f in plan.tools.values()] if plan.parses_tools else None
