@@ -26,8 +26,8 @@ from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, v
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
-from sparkdeploy.topologies import REGISTRY
 from sparkdeploy.simulated import LABEL, any_simulated
+from sparkdeploy.topologies import REGISTRY
 
 OBJECTIVES = {
     "latency": "shortest request: TTFT + (G-1) / per-request decode rate at N concurrent "

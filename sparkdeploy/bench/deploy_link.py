@@ -15,7 +15,7 @@ from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
-from sparkdeploy.errors import ConfigError, NothingDeployed, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed
 
 
 def status_json(inventory: str | None) -> dict[str, Any]:

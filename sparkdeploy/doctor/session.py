@@ -177,8 +177,7 @@ class DoctorRun:
     deployment_error: ConfigError | None = None
     recipe_name: str | None = None
     recipe_source: str = ""  # why this recipe: given with --recipe, deployed on the nodes, or the default
-    render_later: Callable[["DoctorRun"], None] | None = None  # renders what the nodes run, once connected
-    recipe_source: str = ""  # why this recipe: given with --recipe, deployed on the nodes, or the default
+    render_later: Callable[[DoctorRun], None] | None = None  # renders what the nodes run, once connected
     simulated_image: bool = False  # the image that runs is a lab stand-in (image_override: vllm-sim)
     secrets: Secrets = field(default_factory=Secrets)
     options: Options = field(default_factory=Options)

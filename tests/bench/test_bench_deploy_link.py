@@ -43,7 +43,7 @@ def test_current_endpoint_from_status(inventory_file, monkeypatch):
     assert ep.base_url == "http://192.0.2.1:4000/v1" and ep.variant == "2xsolo-shuffle" and ep.api_key == SECRET_KEY
     assert ep.metadata["image"] == "sparkdeploy/vllm-sim:aaaaaaaaaaaa"  # what runs, not what would render now
     monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, deployed=False, endpoint=None))
-    with pytest.raises(NothingDeployed, match="nothing of sparkdeploy.s runs on"):
+    with pytest.raises(NothingDeployed, match=r"nothing of sparkdeploy's runs on"):
         deploy_link.current_endpoint(str(inventory_file))
     monkeypatch.setattr(deploy_link, "status_json", lambda inv: dict(STATUS, healthy=False))
     with pytest.raises(StepFailed, match="not healthy"):

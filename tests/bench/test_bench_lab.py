@@ -1,5 +1,6 @@
-"""The sweep end to end in the shared lab (deploy each topology, llama-benchy against it, report), kept short:
-one level (c4: several requests batched at once), one run. The full sweep is `sparkdeploy bench sweep` (docs/bench/README.md), not a test."""
+"""The sweep end to end in the shared lab (deploy each topology, llama-benchy against it, report), kept
+short: one level (c4: several requests batched at once), one run. The full sweep is `sparkdeploy bench sweep`
+(docs/bench/README.md), not a test."""
 
 from __future__ import annotations
 

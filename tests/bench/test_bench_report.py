@@ -153,10 +153,10 @@ def test_a_report_of_several_folders_goes_where_the_user_says(stored_results, tm
     other = tmp_path / "other"
     other.mkdir()
     before = sorted(p.name for p in stored_results.iterdir())
-    code, out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts")
+    code, _out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts")
     assert code == 2 and "--out" in err and "several result folders" in err, err
     assert sorted(p.name for p in stored_results.iterdir()) == before  # nothing written into D1
     joint = tmp_path / "joint"
-    code, out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts", "--out", str(joint))
+    code, _out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts", "--out", str(joint))
     assert code == 0, err
     assert (joint / "report.md").is_file() and sorted(p.name for p in stored_results.iterdir()) == before
