@@ -56,10 +56,17 @@ TOPOLOGIES = ("solo", "cluster-tp2", "2xsolo-shuffle", "solo-proxy")
 # solo-proxy: one sim behind the same LiteLLM proxy as 2xsolo; compared with the solo seeds (the seeds sent
 # every topology through LiteLLM) and with direct solo, it shows whether the proxy on this machine limits c64.
 SEED_COLUMN = {"solo-proxy": "solo"}
-FIT_HW = ("bw_efficiency", "prefill_tflops", "tp_compute_efficiency", "launch_us_per_layer_eager", "per_seq_us",
-          "distributed_step_us", "batch_window_ms")
+FIT_HW = (
+    "bw_efficiency",
+    "prefill_tflops",
+    "tp_compute_efficiency",
+    "launch_us_per_layer_eager",
+    "per_seq_us",
+    "distributed_step_us",
+    "batch_window_ms",
+)
 FIT_MODEL = ("routing_exponent", "routing_knee_tokens")
-PROXY_SPACING_S = 0.004   # predictor: requests reach the engines this far apart behind the proxy
+PROXY_SPACING_S = 0.004  # predictor: requests reach the engines this far apart behind the proxy
 DIRECT_SPACING_S = 0.001
 
 
@@ -68,6 +75,7 @@ def load_targets() -> dict:
 
 
 # ------------------------------------------------------------------------------------------ processes
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -80,8 +88,9 @@ class Proc:
         self.name = name
         self.log = logdir / f"{name}.log"
         self._fh = open(self.log, "wb")
-        self.p = subprocess.Popen(argv, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                  start_new_session=True)
+        self.p = subprocess.Popen(
+            argv, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO), start_new_session=True
+        )
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -119,8 +128,16 @@ def wait_ok(url: str, procs: list[Proc], timeout: float = 180.0) -> None:
 class Topology:
     """Starts the servers of one topology; `base_url` is what llama-benchy talks to."""
 
-    def __init__(self, name: str, targets: dict, logdir: Path, time_scale: float, tp2_backend: str,
-                 stream_interval: int, proxy_workers: int = 1):
+    def __init__(
+        self,
+        name: str,
+        targets: dict,
+        logdir: Path,
+        time_scale: float,
+        tp2_backend: str,
+        stream_interval: int,
+        proxy_workers: int = 1,
+    ):
         self.name, self.t, self.logdir, self.scale = name, targets, logdir, time_scale
         self.tp2_backend, self.stream_interval, self.proxy_workers = tp2_backend, stream_interval, proxy_workers
         self.procs: list[Proc] = []
@@ -136,30 +153,77 @@ class Topology:
         if self.name in ("solo", "solo-proxy"):
             port = free_port()
             extra = ["--stream-interval", str(self.stream_interval)] if self.name == "solo-proxy" else []
-            self.procs.append(Proc("sim", [py, "-m", "vllm_sim", "serve", *self._sim_args(port), *extra], env,
-                                   self.logdir))
+            self.procs.append(
+                Proc("sim", [py, "-m", "vllm_sim", "serve", *self._sim_args(port), *extra], env, self.logdir)
+            )
             self.sim_urls = [f"http://127.0.0.1:{port}"]
         elif self.name == "cluster-tp2":
             port, master = free_port(), free_port()
             if self.tp2_backend == "native":
                 for rank in (0, 1):
-                    extra = ["-tp", "2", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-                             "--master-port", str(master)] + (["--headless"] if rank else [])
-                    self.procs.append(Proc(f"sim-rank{rank}", [py, "-m", "vllm_sim", "serve", *self._sim_args(port),
-                                                                *extra], env, self.logdir))
+                    extra = [
+                        "-tp",
+                        "2",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        str(rank),
+                        "--master-addr",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(master),
+                    ] + (["--headless"] if rank else [])
+                    self.procs.append(
+                        Proc(
+                            f"sim-rank{rank}",
+                            [py, "-m", "vllm_sim", "serve", *self._sim_args(port), *extra],
+                            env,
+                            self.logdir,
+                        )
+                    )
             else:
                 launcher = str(LAUNCHER_DIR / "serve_torchrun.py")
                 for rank in (0, 1):
-                    argv = [py, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
-                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master),
-                            launcher, *self._sim_args(port), "-tp", "2"]
+                    argv = [
+                        py,
+                        "-m",
+                        "torch.distributed.run",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        str(rank),
+                        "--nproc-per-node",
+                        "1",
+                        "--master-addr",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(master),
+                        launcher,
+                        *self._sim_args(port),
+                        "-tp",
+                        "2",
+                    ]
                     self.procs.append(Proc(f"torchrun-node{rank}", argv, env, self.logdir))
             self.sim_urls = [f"http://127.0.0.1:{port}"]
         else:
             ports = [free_port(), free_port()]
             for i, port in enumerate(ports):
-                self.procs.append(Proc(f"sim{i}", [py, "-m", "vllm_sim", "serve", *self._sim_args(port),
-                                                   "--stream-interval", str(self.stream_interval)], env, self.logdir))
+                self.procs.append(
+                    Proc(
+                        f"sim{i}",
+                        [
+                            py,
+                            "-m",
+                            "vllm_sim",
+                            "serve",
+                            *self._sim_args(port),
+                            "--stream-interval",
+                            str(self.stream_interval),
+                        ],
+                        env,
+                        self.logdir,
+                    )
+                )
             self.sim_urls = [f"http://127.0.0.1:{p}" for p in ports]
         for url in self.sim_urls:
             wait_ok(url + "/health", self.procs)
@@ -199,11 +263,28 @@ class Topology:
         cfg.write_text(yaml.safe_dump(config))
         port = free_port()
         env = dict(os.environ, LITELLM_LOG="ERROR")
-        self.procs.append(Proc("litellm", [litellm, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
-                                           "--num_workers", str(self.proxy_workers),
-                                           # as templates/entry-litellm.sh.j2: a busy machine must not
-                                           # kill workers still importing LiteLLM
-                                           "--timeout_worker_healthcheck", "60"], env, self.logdir))
+        self.procs.append(
+            Proc(
+                "litellm",
+                [
+                    litellm,
+                    "--config",
+                    str(cfg),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--num_workers",
+                    str(self.proxy_workers),
+                    # as templates/entry-litellm.sh.j2: a busy machine must not
+                    # kill workers still importing LiteLLM
+                    "--timeout_worker_healthcheck",
+                    "60",
+                ],
+                env,
+                self.logdir,
+            )
+        )
         wait_ok(f"http://127.0.0.1:{port}/health/liveliness", self.procs)
         return f"http://127.0.0.1:{port}"
 
@@ -213,6 +294,7 @@ class Topology:
 
 
 # ------------------------------------------------------------------------------------------ llama-benchy
+
 
 def book_url() -> str:
     """llama-benchy fetches --book-url with requests (no file://) unless its cache has the URL's md5: reuse
@@ -224,20 +306,47 @@ def book_url() -> str:
 
 def run_benchy(base_url: str, model: str, concurrency: list[int], runs: int, pp: int, tg: int, out: Path) -> dict:
     argv = [sys.executable, "-m", "llama_benchy"]  # this interpreter's (the project's venv), never another on PATH
-    argv += ["--base-url", base_url + "/v1", "--model", model, "--tokenizer", str(TOKENIZER_DIR),
-             "--book-url", book_url(), "--pp", str(pp), "--tg", str(tg), "--runs", str(runs),
-             "--concurrency", *map(str, concurrency), "--skip-coherence", "--format", "json", "--save-result", str(out)]
+    argv += [
+        "--base-url",
+        base_url + "/v1",
+        "--model",
+        model,
+        "--tokenizer",
+        str(TOKENIZER_DIR),
+        "--book-url",
+        book_url(),
+        "--pp",
+        str(pp),
+        "--tg",
+        str(tg),
+        "--runs",
+        str(runs),
+        "--concurrency",
+        *map(str, concurrency),
+        "--skip-coherence",
+        "--format",
+        "json",
+        "--save-result",
+        str(out),
+    ]
     log = out.with_suffix(".log")
     with open(log, "wb") as fh:
         rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=str(out.parent)).returncode
     if rc != 0 or not out.is_file():
         raise RuntimeError(f"llama-benchy failed ({rc}); see {log}:\n{log.read_text()[-2000:]}")
     data = json.loads(out.read_text())
-    return {b["concurrency"]: {"decode": b["tg_throughput"]["mean"], "prefill": b["pp_throughput"]["mean"],
-                               "ttft": b["e2e_ttft"]["mean"]} for b in data["benchmarks"]}
+    return {
+        b["concurrency"]: {
+            "decode": b["tg_throughput"]["mean"],
+            "prefill": b["pp_throughput"]["mean"],
+            "ttft": b["e2e_ttft"]["mean"],
+        }
+        for b in data["benchmarks"]
+    }
 
 
 # ------------------------------------------------------------------------------------------ predictor / fit
+
 
 def seed_config():
     t = load_targets()
@@ -252,8 +361,10 @@ def predicted(catalog=None, runs: int = 50) -> dict[str, dict[int, dict[str, flo
         "cluster-tp2": predict(with_tp(cfg, 2), cs, catalog=catalog, spacing_s=DIRECT_SPACING_S),
         "2xsolo-shuffle": predict(cfg, cs, engines=2, runs=runs, catalog=catalog, spacing_s=PROXY_SPACING_S),
     }
-    return {k: {p.concurrency: {"decode": p.decode_tps, "prefill": p.prefill_tps, "ttft": p.ttft_ms} for p in v}
-            for k, v in pts.items()}
+    return {
+        k: {p.concurrency: {"decode": p.decode_tps, "prefill": p.prefill_tps, "ttft": p.ttft_ms} for p in v}
+        for k, v in pts.items()
+    }
 
 
 def catalog_with(values: dict[str, float], model: str):
@@ -287,7 +398,7 @@ def fit(maxiter: int = 400) -> dict[str, float]:
                 )
             ]
         )
-        return float(np.mean(errs ** 2) + 0.5 * np.max(np.abs(errs)) ** 2)
+        return float(np.mean(errs**2) + 0.5 * np.max(np.abs(errs)) ** 2)
 
     r = minimize(
         loss, x0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5, "adaptive": True}
@@ -309,6 +420,7 @@ def cap_scan(caps=(32, 36, 40, 44, 48, 52, 56, None)) -> list[tuple[int | None, 
 
 
 # ------------------------------------------------------------------------------------------ report
+
 
 def errors(t: dict, measured: dict) -> list[tuple[str, str, int, float]]:
     """(topology, metric, concurrency, log error) for every point measured."""
@@ -365,6 +477,7 @@ def print_report(t: dict, measured: dict, title: str) -> None:
 
 # ------------------------------------------------------------------------------------------ main
 
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="c1,c8,c64, one run each, no doc (the lower-cost mode)")
@@ -375,13 +488,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topologies", nargs="+", choices=TOPOLOGIES, default=list(TOPOLOGIES))
     ap.add_argument("--tp2-backend", choices=("native", "torchrun"), default="native")
     ap.add_argument("--stream-interval", type=int, default=4, help="tokens per SSE chunk of the sims behind the proxy")
-    ap.add_argument("--proxy-workers", type=int, default=2,
-                    help="LiteLLM --num_workers (2: one per core here, so the proxy keeps up at c64)")
-    ap.add_argument("--time-scale", type=float, default=1.0,
-                    help="run the sims this much faster than real time and scale the figures back (<1: cheaper, "
-                         "but client/proxy overheads weigh more)")
-    ap.add_argument("--write-doc", action=argparse.BooleanOptionalAction, default=None,
-                    help="write docs/calibration.md (default: yes for a full run)")
+    ap.add_argument(
+        "--proxy-workers",
+        type=int,
+        default=2,
+        help="LiteLLM --num_workers (2: one per core here, so the proxy keeps up at c64)",
+    )
+    ap.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="run the sims this much faster than real time and scale the figures back (<1: cheaper, "
+        "but client/proxy overheads weigh more)",
+    )
+    ap.add_argument(
+        "--write-doc",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write docs/calibration.md (default: yes for a full run)",
+    )
     ap.add_argument("--tolerance", type=float, help="override the targets' tolerance (0.25) for the exit status")
     ap.add_argument("--keep-logs", action="store_true")
     args = ap.parse_args(argv)
@@ -419,8 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             topo.stop()
         s = args.time_scale
-        measured[name] = {c: {"decode": v["decode"] * s, "prefill": v["prefill"] * s, "ttft": v["ttft"] / s}
-                          for c, v in raw.items()}
+        measured[name] = {
+            c: {"decode": v["decode"] * s, "prefill": v["prefill"] * s, "ttft": v["ttft"] / s} for c, v in raw.items()
+        }
         print("\n".join(table(t, name, measured[name])), flush=True)
     elapsed = time.time() - started
     load_after = os.getloadavg()
@@ -453,12 +579,18 @@ def fitted_rows() -> list[str]:
     for k, v in cat.hardware["gb10"].fitted.items():
         rows.append(f"| gb10.{k} | {v:g} | {notes.get(k, '')} |")
     m = cat.model(t["model"]).fitted
-    rows.append(f"| {t['model']}.routing_knee_tokens | {m['routing_knee_tokens']:g} | up to this many tokens of a "
-                "step route to experts independently |")
-    rows.append(f"| {t['model']}.routing_exponent | {m['routing_exponent']:g} | past the knee, independent routings "
-                "grow as tokens^exponent: tokens of one batch share experts |")
-    rows.append(f"| {t['model']}.max_running_seqs | {m['max_running_seqs']} | admission cap of one engine: the seeds' "
-                "c64 plateau of solo and cluster (see below) |")
+    rows.append(
+        f"| {t['model']}.routing_knee_tokens | {m['routing_knee_tokens']:g} | up to this many tokens of a "
+        "step route to experts independently |"
+    )
+    rows.append(
+        f"| {t['model']}.routing_exponent | {m['routing_exponent']:g} | past the knee, independent routings "
+        "grow as tokens^exponent: tokens of one batch share experts |"
+    )
+    rows.append(
+        f"| {t['model']}.max_running_seqs | {m['max_running_seqs']} | admission cap of one engine: the seeds' "
+        "c64 plateau of solo and cluster (see below) |"
+    )
     return rows
 
 
@@ -466,16 +598,24 @@ def proxy_check(measured: dict) -> list[str]:
     """Direct solo vs the same sim behind the proxy: the proxy's and client's share of the figures."""
     if "solo" not in measured or "solo-proxy" not in measured:
         return []
-    rows = ["## Proxy check", "",
-            "Same sim, direct vs behind the proxy (difference of the proxied figure, in %):", "",
-            "| c | decode | prefill | TTFT |", "|---|---|---|---|"]
+    rows = [
+        "## Proxy check",
+        "",
+        "Same sim, direct vs behind the proxy (difference of the proxied figure, in %):",
+        "",
+        "| c | decode | prefill | TTFT |",
+        "|---|---|---|---|",
+    ]
     for c in sorted(set(measured["solo"]) & set(measured["solo-proxy"])):
         d, p = measured["solo"][c], measured["solo-proxy"][c]
         rows.append(f"| c{c} | " + " | ".join(f"{(p[m] / d[m] - 1) * 100:+.0f}%" for m in METRICS) + " |")
-    return rows + ["", "Were the proxy (or the client, which both runs share) the bottleneck, the proxied figures",
-                   "would fall behind most at c64. At low concurrency another effect shows: the proxy hands on a",
-                   "run's simultaneous requests one after another, so fewer of them share the first prefill step.",
-                   ""]
+    return rows + [
+        "",
+        "Were the proxy (or the client, which both runs share) the bottleneck, the proxied figures",
+        "would fall behind most at c64. At low concurrency another effect shows: the proxy hands on a",
+        "run's simultaneous requests one after another, so fewer of them share the first prefill step.",
+        "",
+    ]
 
 
 def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
@@ -506,8 +646,10 @@ def render_doc(t, measured, args, concurrency, elapsed, loads) -> str:
         "  gloo group on 127.0.0.1, rank 0 broadcasts each step's new requests, both ranks step in lockstep and",
         "  meet in an all-reduce every step.",
         "- **2xsolo-shuffle**: two sims behind a real LiteLLM proxy (litellm 1.100.5, `hosted_vllm/`, simple-shuffle,",
-        (f"  {args.proxy_workers} worker(s)); the sims send {args.stream_interval} tokens per SSE chunk "
-        "(`--stream-interval`)."),
+        (
+            f"  {args.proxy_workers} worker(s)); the sims send {args.stream_interval} tokens per SSE chunk "
+            "(`--stream-interval`)."
+        ),
         f"- llama-benchy 0.4.0, pp1024 tg128, concurrency {' '.join(f'c{c}' for c in concurrency)}, --runs {runs},",
         "  `--skip-coherence` (the sim's text is placeholder), the sim's tokenizer and corpus (offline).",
         "  The seeds used 50 runs per level: with 3-5 runs, 2xsolo's random routing adds a few % of noise at c2-c8.",

@@ -28,8 +28,12 @@ GOAL_S = 2.0
 
 def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *argv],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"`sparkdeploy {' '.join(argv)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
@@ -48,22 +52,27 @@ def main() -> int:
     nodes = {e["node"] for e in json.loads(first.stdout)["engines"]}
     _, lines = timed(logs)
     log_nodes = {line.split("/", 1)[0] for line in lines.stdout.splitlines() if "/" in line.split(" ", 1)[0]}
-    print(f"engines on {len(nodes)} node(s) ({', '.join(sorted(nodes))}); logs from {len(log_nodes)} node(s), "
-          f"{len(lines.stdout.splitlines())} lines")
+    print(
+        f"engines on {len(nodes)} node(s) ({', '.join(sorted(nodes))}); logs from {len(log_nodes)} node(s), "
+        f"{len(lines.stdout.splitlines())} lines"
+    )
     if len(nodes) < 2 or len(log_nodes) < 2:
         print("warning: fewer than two nodes serve: deploy a two-node topology first", file=sys.stderr)
     top_s, logs_s = [], []
     for _ in range(args.runs):
         top_s.append(timed(top)[0])
         logs_s.append(timed(logs)[0])
-    rows = [("top --once --json", statistics.median(top_s)),
-            ("top --once, less the sample gap", statistics.median(top_s) - args.sample_gap),
-            ("logs --tail 100", statistics.median(logs_s))]
+    rows = [
+        ("top --once --json", statistics.median(top_s)),
+        ("top --once, less the sample gap", statistics.median(top_s) - args.sample_gap),
+        ("logs --tail 100", statistics.median(logs_s)),
+    ]
     print(f"{'command':34} {'median s':>9} {'ratio to 2 s':>13}   runs: {args.runs}")
     for name, value in rows:
         print(f"{name:34} {value:9.2f} {value / GOAL_S:13.2f}")
-    print("all: " + ", ".join(f"{x:.2f}" for x in top_s) + " (top) | " + ", ".join(f"{x:.2f}" for x in logs_s)
-          + " (logs)")
+    print(
+        "all: " + ", ".join(f"{x:.2f}" for x in top_s) + " (top) | " + ", ".join(f"{x:.2f}" for x in logs_s) + " (logs)"
+    )
     return 0 if rows[0][1] < GOAL_S and rows[2][1] < GOAL_S else 1
 
 

@@ -37,8 +37,9 @@ def main() -> int:
         print("the machine could not be emptied (above)")
         return 1
     t0 = time.monotonic()
-    proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["bash", "scripts/demo.sh"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     steps: list[tuple[str, float]] = []
     lab_phases = ""
     assert proc.stdout is not None

@@ -46,8 +46,21 @@ def absolute_inventory(path: Path) -> dict:
 
 def run_doctor(inventory: Path, extra: list[str]) -> tuple[float, dict]:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "doctor",
-                           "-i", str(inventory), "--json", *extra], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sparkdeploy.cli.main import main; main()",
+            "doctor",
+            "-i",
+            str(inventory),
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     seconds = time.monotonic() - started
     try:
         report = json.loads(proc.stdout)
@@ -59,11 +72,15 @@ def run_doctor(inventory: Path, extra: list[str]) -> tuple[float, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--recipe", default="openai-gpt-oss-120b",
-                        help="recipe for the image/memory/port checks ('' for none)")
+    parser.add_argument(
+        "--recipe", default="openai-gpt-oss-120b", help="recipe for the image/memory/port checks ('' for none)"
+    )
     parser.add_argument("--inventory", default=None, help="the lab's inventory (default: the default lab's)")
-    parser.add_argument("--cold", action="store_true",
-                        help="forget the image versions cached by image ID first (the first run reads them)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="forget the image versions cached by image ID first (the first run reads them)",
+    )
     args = parser.parse_args()
 
     from sparkdeploy.lab.spec import LabSpec
@@ -102,12 +119,16 @@ def main() -> int:
     print(f"doctor (no --nccl), {args.runs} runs each, lab inventory {lab_inv}")
     for name in cases:
         s = last[name]["summary"]
-        print(f"  {name:<9}: median {statistics.median(times[name]):.2f} s wall "
-              f"(checks {statistics.median(inner[name]):.2f} s), min {min(times[name]):.2f}, "
-              f"max {max(times[name]):.2f}; last run {s['pass']} pass {s['warn']} warn {s['fail']} fail "
-              f"{s['skip']} skip")
-    print(f"  first runs (warm-up; image versions {'already cached' if cached_before else 'read by docker run'}): "
-          + ", ".join(f"{k} {v:.2f} s" for k, v in first.items()))
+        print(
+            f"  {name:<9}: median {statistics.median(times[name]):.2f} s wall "
+            f"(checks {statistics.median(inner[name]):.2f} s), min {min(times[name]):.2f}, "
+            f"max {max(times[name]):.2f}; last run {s['pass']} pass {s['warn']} warn {s['fail']} fail "
+            f"{s['skip']} skip"
+        )
+    print(
+        f"  first runs (warm-up; image versions {'already cached' if cached_before else 'read by docker run'}): "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in first.items())
+    )
     m2, m1 = statistics.median(times["two nodes"]), statistics.median(times["one node"])
     ratio = m2 / m1
     print(f"  two/one : {ratio:.2f}x (goal <= {GOAL_RATIO}x)  {'OK' if ratio <= GOAL_RATIO else 'MISSED'}")

@@ -75,8 +75,9 @@ class Selection:
     def lines(self) -> list[str]:
         out = [f"{kind} {o.name}" for kind in KINDS[:3] for o in self.remove[kind]]
         out += [f"image tag {tag}" for tag in self.untag]
-        out += [f"image {o.id[:19]} (dangling, {IMAGE_LABEL}={o.labels.get(IMAGE_LABEL)})"
-                for o in self.remove["image"]]
+        out += [
+            f"image {o.id[:19]} (dangling, {IMAGE_LABEL}={o.labels.get(IMAGE_LABEL)})" for o in self.remove["image"]
+        ]
         return out
 
 
@@ -103,13 +104,16 @@ def select(objects: list[EngineObject], only: tuple[str, str] | None = None) -> 
         elif not own and IMAGE_LABEL in obj.labels:
             chosen.kept.append(f"image {', '.join(obj.tags)}: built from a sparkdeploy image, tagged by someone else")
         elif own and len(own) < len(obj.tags):
-            chosen.kept.append(f"image {', '.join(t for t in obj.tags if t not in own)}: "
-                               f"also tagged {', '.join(own)} (that tag goes, the image stays)")
+            chosen.kept.append(
+                f"image {', '.join(t for t in obj.tags if t not in own)}: "
+                f"also tagged {', '.join(own)} (that tag goes, the image stays)"
+            )
     chosen.untag.sort()
     return chosen
 
 
 # -- the engine ----------------------------------------------------------------------------------------------
+
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=300)
@@ -139,8 +143,11 @@ def list_engine() -> list[EngineObject]:
     ids = sorted(set(docker("images", "-q", "--no-trunc").stdout.split()))
     for i in _inspect("image", ids):
         tags = [t for t in i.get("RepoTags") or [] if not t.endswith(":<none>")]
-        objects.append(EngineObject("image", i["Id"], tags[0] if tags else i["Id"][:19],
-                                    (i.get("Config") or {}).get("Labels") or {}, tags))
+        objects.append(
+            EngineObject(
+                "image", i["Id"], tags[0] if tags else i["Id"][:19], (i.get("Config") or {}).get("Labels") or {}, tags
+            )
+        )
     return objects
 
 
@@ -190,8 +197,9 @@ def remove_files(repo: Path, dry_run: bool) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose venvs and wheels go "
-                                                                "(default: this one)")
+    parser.add_argument(
+        "--repo", type=Path, default=REPO, help="the checkout whose venvs and wheels go (default: this one)"
+    )
     parser.add_argument("--only-label", metavar="KEY=VALUE", help="only engine objects that also carry this label")
     parser.add_argument("--yes", action="store_true", help="remove (without it: list what would go, exit 2)")
     args = parser.parse_args(argv)
@@ -204,14 +212,17 @@ def main(argv: list[str] | None = None) -> int:
         only = (key, value)
     repo = args.repo.resolve()
     if not (repo / "sparkdeploy" / "__init__.py").is_file():
-        print(f"empty_machine: --repo {repo} is not a sparkdeploy checkout (no sparkdeploy/__init__.py)",
-              file=sys.stderr)
+        print(
+            f"empty_machine: --repo {repo} is not a sparkdeploy checkout (no sparkdeploy/__init__.py)", file=sys.stderr
+        )
         return 2
     why = engine_answers()
     if why == "stopped":
-        print("empty_machine: the Docker engine does not answer, so sparkdeploy's containers and images cannot be "
-              "told apart: start it (bash .ci/start-docker.sh) and run this again; nothing was removed",
-              file=sys.stderr)
+        print(
+            "empty_machine: the Docker engine does not answer, so sparkdeploy's containers and images cannot be "
+            "told apart: start it (bash .ci/start-docker.sh) and run this again; nothing was removed",
+            file=sys.stderr,
+        )
         return 1
     chosen = select(list_engine(), only) if why is None else Selection()
     verb = "removing" if args.yes else "would remove"

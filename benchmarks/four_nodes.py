@@ -66,8 +66,10 @@ def times(opts) -> int:
         ratio = four / two
         worst = max(worst, ratio)
         label = "doctor (no --nccl)" if what == "doctor" else "idempotent up"
-        print(f"  {label:<20} two {two:.2f} s, four {four:.2f} s (medians): {ratio:.2f}x (goal <= {GOAL_RATIO}x) "
-              f"{'OK' if ratio <= GOAL_RATIO else 'MISSED'}")
+        print(
+            f"  {label:<20} two {two:.2f} s, four {four:.2f} s (medians): {ratio:.2f}x (goal <= {GOAL_RATIO}x) "
+            f"{'OK' if ratio <= GOAL_RATIO else 'MISSED'}"
+        )
     if opts.down:
         for inv in labs.values():
             sd_timed("down", "-i", inv)
@@ -109,15 +111,25 @@ def predict(opts) -> int:
         nodes = [{"name": f"spark{i}", "role": "head" if i == 1 else "worker"} for i in range(1, 5)]
         for variant, (pts, engines, _per) in layouts.items():
             for p in pts:
-                metrics = {"decode_tps": Stat(p.decode_tps), "prefill_tps": Stat(p.prefill_tps),
-                           "ttft_ms": Stat(p.ttft_ms)}
-                md = {"simulated": True, "source": "benchmarks/four_nodes.py predict (SIMULATED)",
-                      "topology": variant.split("-")[0], "nodes": nodes,
-                      "backends": [f"engine{i}" for i in range(engines)] if engines > 1 else []}
-                save_result(Result(RECIPE, variant, t.get("pp", 1024), t.get("tg", 128), p.concurrency,
-                                   metrics, md), out)
-        print(f"\nwrote {len(LEVELS) * len(layouts)} SIMULATED results to {out}: "
-              f"sparkdeploy advise --results {out} --recipe {RECIPE} --concurrency N")
+                metrics = {
+                    "decode_tps": Stat(p.decode_tps),
+                    "prefill_tps": Stat(p.prefill_tps),
+                    "ttft_ms": Stat(p.ttft_ms),
+                }
+                md = {
+                    "simulated": True,
+                    "source": "benchmarks/four_nodes.py predict (SIMULATED)",
+                    "topology": variant.split("-")[0],
+                    "nodes": nodes,
+                    "backends": [f"engine{i}" for i in range(engines)] if engines > 1 else [],
+                }
+                save_result(
+                    Result(RECIPE, variant, t.get("pp", 1024), t.get("tg", 128), p.concurrency, metrics, md), out
+                )
+        print(
+            f"\nwrote {len(LEVELS) * len(layouts)} SIMULATED results to {out}: "
+            f"sparkdeploy advise --results {out} --recipe {RECIPE} --concurrency N"
+        )
     return 0
 
 

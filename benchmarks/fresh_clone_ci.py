@@ -47,9 +47,19 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="sparkdeploy-ci-"))
     clone = work / "main"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "checkout", "-q", subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", args.ref], capture_output=True, text=True, check=True).stdout.strip()],
-        check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(clone),
+            "checkout",
+            "-q",
+            subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", args.ref], capture_output=True, text=True, check=True
+            ).stdout.strip(),
+        ],
+        check=True,
+    )
     shared = REPO.parent / "shared"
     if shared.is_dir():
         (work / "shared").symlink_to(shared)
@@ -64,15 +74,24 @@ def main() -> int:
         log = work / f"ci-run{i + 1}.log"
         t0 = time.monotonic()
         with open(log, "w") as f:
-            code = subprocess.run(["bash", ".ci/run"], cwd=clone, stdout=f, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=dict(os.environ, CI="true")).returncode
+            code = subprocess.run(
+                ["bash", ".ci/run"],
+                cwd=clone,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, CI="true"),
+            ).returncode
         seconds = time.monotonic() - t0
         tail = [line for line in log.read_text().splitlines() if " passed" in line or " failed" in line]
         results.append((code, seconds, tail))
         print(f"run {i + 1}: exit {code}, {seconds / 60:.1f} min  ({'; '.join(tail[-2:])})  log {log}", flush=True)
     ok = all(code == 0 for code, _, _ in results)
-    print(f"{'PASS' if ok else 'FAIL'}: " + ", ".join(f"{s / 60:.1f} min" for _, s, _ in results)
-          + f"  (goal < {GOAL_S / 60:.0f} min each)")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: "
+        + ", ".join(f"{s / 60:.1f} min" for _, s, _ in results)
+        + f"  (goal < {GOAL_S / 60:.0f} min each)"
+    )
     return 0 if ok else 1
 
 

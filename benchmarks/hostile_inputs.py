@@ -40,16 +40,29 @@ CANARY_KEY = "sk-CANARYmasterKEY1111"
 PWN = "$(touch PWNED)"
 RECIPE = (REPO / "recipes" / "openai-gpt-oss-120b.yaml").read_text()
 NODES = [
-    {"name": "spark1", "role": "head", "mgmt_ip": "192.0.2.1", "fabric_ip": "198.51.100.1/24",
-     "fabric_ifaces": ["enp1s0f1np1"], "ssh": {"user": "spark"}},
-    {"name": "spark2", "role": "worker", "mgmt_ip": "192.0.2.2", "fabric_ip": "198.51.100.2/24",
-     "fabric_ifaces": ["enp1s0f1np1"], "ssh": {"user": "spark"}},
+    {
+        "name": "spark1",
+        "role": "head",
+        "mgmt_ip": "192.0.2.1",
+        "fabric_ip": "198.51.100.1/24",
+        "fabric_ifaces": ["enp1s0f1np1"],
+        "ssh": {"user": "spark"},
+    },
+    {
+        "name": "spark2",
+        "role": "worker",
+        "mgmt_ip": "192.0.2.2",
+        "fabric_ip": "198.51.100.2/24",
+        "fabric_ifaces": ["enp1s0f1np1"],
+        "ssh": {"user": "spark"},
+    },
 ]
 
 
 def inventory(**cluster) -> str:
-    return yaml.safe_dump({"cluster": {"name": "t", "secrets_file": "secrets.env", **cluster}, "nodes": NODES},
-                          sort_keys=False)
+    return yaml.safe_dump(
+        {"cluster": {"name": "t", "secrets_file": "secrets.env", **cluster}, "nodes": NODES}, sort_keys=False
+    )
 
 
 def node_override(**fields) -> str:
@@ -58,7 +71,8 @@ def node_override(**fields) -> str:
 
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False)
+)
 
 
 @dataclass
@@ -106,8 +120,10 @@ def cases() -> list[Case]:
         ("fabric_ip the subnet's broadcast", node_override(fabric_ip="198.51.100.255/24")),
         ("ssh.port true", node_override(ssh={"port": True})),
         ("long string", inventory(hf_cache="/" + "a" * 5000)),
-        ("two heads + shared IP", yaml.safe_dump({"nodes": [dict(NODES[0]), dict(NODES[1], role="head",
-                                                                                 mgmt_ip="192.0.2.1")]})),
+        (
+            "two heads + shared IP",
+            yaml.safe_dump({"nodes": [dict(NODES[0]), dict(NODES[1], role="head", mgmt_ip="192.0.2.1")]}),
+        ),
         ("bad iface", node_override(fabric_ifaces=["$(touch PWNED)"])),
         ("fabric without prefix", node_override(fabric_ip="198.51.100.1")),
         ("unknown key", inventory() + "extra: 1\n"),
@@ -117,21 +133,46 @@ def cases() -> list[Case]:
         ("huge file", "# " + "x" * (2 << 20) + "\n"),
     ]:
         out.append(Case(f"inventory: {name}", dry, inventory=text))
-    out.append(Case("inventory: IPv6 addresses (accepted, bracketed)", dry + ["--json"],
-                    expect=(0,), inventory=yaml.safe_dump({"cluster": {"secrets_file": "secrets.env"}, "nodes": [
-                        dict(NODES[0], mgmt_ip="2001:db8::1"), dict(NODES[1], mgmt_ip="2001:db8::2")]})))
-    out.append(Case("inventory: 2xsolo on one node", dry + ["-t", "2xsolo"],
-                    inventory=yaml.safe_dump({"cluster": {"secrets_file": "secrets.env"}, "nodes": NODES[:1]})))
-    out.append(Case("inventory: missing file", ["run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i",
-                                                 "/nonexistent/inventory.yaml"]))
+    out.append(
+        Case(
+            "inventory: IPv6 addresses (accepted, bracketed)",
+            dry + ["--json"],
+            expect=(0,),
+            inventory=yaml.safe_dump(
+                {
+                    "cluster": {"secrets_file": "secrets.env"},
+                    "nodes": [dict(NODES[0], mgmt_ip="2001:db8::1"), dict(NODES[1], mgmt_ip="2001:db8::2")],
+                }
+            ),
+        )
+    )
+    out.append(
+        Case(
+            "inventory: 2xsolo on one node",
+            dry + ["-t", "2xsolo"],
+            inventory=yaml.safe_dump({"cluster": {"secrets_file": "secrets.env"}, "nodes": NODES[:1]}),
+        )
+    )
+    out.append(
+        Case(
+            "inventory: missing file",
+            ["run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", "/nonexistent/inventory.yaml"],
+        )
+    )
     out.append(Case("inventory: a folder", ["run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", "/tmp"]))
     # -- secrets files -----------------------------------------------------------------------------------------
-    for name, text in [("a folder", "DIR"), ("a FIFO", "FIFO"), ("non-UTF-8", b"HF_TOKEN=\xff\n"),
-                       ("a bad line holding a secret", f"{CANARY_HF}\n"), ("binary", bytes(range(256)))]:
+    for name, text in [
+        ("a folder", "DIR"),
+        ("a FIFO", "FIFO"),
+        ("non-UTF-8", b"HF_TOKEN=\xff\n"),
+        ("a bad line holding a secret", f"{CANARY_HF}\n"),
+        ("binary", bytes(range(256))),
+    ]:
         out.append(Case(f"secrets: {name}", dry, secrets=text))
     out.append(Case("secrets: missing (dry run warns)", dry, expect=(0,), secrets="NONE"))
-    out.append(Case("secrets: missing (run refuses)", ["run-recipe", "openai-gpt-oss-120b", "-i", "{inv}"],
-                    secrets="NONE"))
+    out.append(
+        Case("secrets: missing (run refuses)", ["run-recipe", "openai-gpt-oss-120b", "-i", "{inv}"], secrets="NONE")
+    )
     # -- recipes -----------------------------------------------------------------------------------------------
     for name, text in [
         ("alias bomb", RECIPE + "x_bomb:\n  " + BOMB.replace("\n", "\n  ")),
@@ -141,20 +182,32 @@ def cases() -> list[Case]:
         ("image traversal", RECIPE.replace("image: vllm-node-mxfp4", "image: ../../../etc")),
         ("image absolute", RECIPE.replace("image: vllm-node-mxfp4", "image: /etc")),
         ("model traversal", RECIPE.replace("model: openai/gpt-oss-120b", "model: ../../etc")),
-        ("served name newline", RECIPE.replace("served_model_name: openai/gpt-oss-120b",
-                                               'served_model_name: "a\\n== spark9 forged =="')),
-        ("served name escape", RECIPE.replace("served_model_name: openai/gpt-oss-120b",
-                                              'served_model_name: "a\\e[2Jb"')),
+        (
+            "served name newline",
+            RECIPE.replace("served_model_name: openai/gpt-oss-120b", 'served_model_name: "a\\n== spark9 forged =="'),
+        ),
+        (
+            "served name escape",
+            RECIPE.replace("served_model_name: openai/gpt-oss-120b", 'served_model_name: "a\\e[2Jb"'),
+        ),
         ("secret in env", RECIPE + f"env: {{HF_TOKEN: {CANARY_HF}}}\n"),
         ("python tag", "!!python/object/apply:os.system ['touch PWNED']\n"),
         ("a list", "- 1\n"),
         ("long description", RECIPE.replace("description: ", "description: " + "d" * 5000 + " ", 1)),
     ]:
         out.append(Case(f"recipe: {name}", dry_r, recipe=text))
-    for args in (["recipes", "list", "--recipes-dir", "{recipes}"],
-                 ["recipes", "show", "openai-gpt-oss-120b", "--recipes-dir", "{recipes}"]):
-        out.append(Case(f"recipe markup [/x] in `{' '.join(args[:2])}`", args, expect=(0,),
-                        recipe=RECIPE.replace("description: ", "description: '[/x][bold]' # ", 1)))
+    for args in (
+        ["recipes", "list", "--recipes-dir", "{recipes}"],
+        ["recipes", "show", "openai-gpt-oss-120b", "--recipes-dir", "{recipes}"],
+    ):
+        out.append(
+            Case(
+                f"recipe markup [/x] in `{' '.join(args[:2])}`",
+                args,
+                expect=(0,),
+                recipe=RECIPE.replace("description: ", "description: '[/x][bold]' # ", 1),
+            )
+        )
     # -- --set ---------------------------------------------------------------------------------------------------
     for name, value in [
         ("3000-part key", ".".join(["a"] * 3000) + "=1"),
@@ -175,16 +228,31 @@ def cases() -> list[Case]:
     ]:
         out.append(Case(f"--set {name}", dry + ["--set", value]))
     # Values that are accepted on purpose: they must stay inert when the rendered scripts run.
-    for name, value in [("$(...) in an arg", f'vllm.extra_args=["--mxfp4-layers", "{PWN}"]'),
-                        ("backticks in env", "env.X=`touch PWNED`"), ("; in env", "env.Y=a; touch PWNED"),
-                        ("quote in hf_cache", None)]:
+    for name, value in [
+        ("$(...) in an arg", f'vllm.extra_args=["--mxfp4-layers", "{PWN}"]'),
+        ("backticks in env", "env.X=`touch PWNED`"),
+        ("; in env", "env.Y=a; touch PWNED"),
+        ("quote in hf_cache", None),
+    ]:
         if value is None:
-            out.append(Case("render: hf_cache with $(...)", ["render", "openai-gpt-oss-120b", "-t", "solo", "-i",
-                                                              "{inv}", "--out", "{tmp}/r"], expect=(0,),
-                            inventory=inventory(hf_cache=f"~/hf {PWN}"), run_scripts=True))
+            out.append(
+                Case(
+                    "render: hf_cache with $(...)",
+                    ["render", "openai-gpt-oss-120b", "-t", "solo", "-i", "{inv}", "--out", "{tmp}/r"],
+                    expect=(0,),
+                    inventory=inventory(hf_cache=f"~/hf {PWN}"),
+                    run_scripts=True,
+                )
+            )
         else:
-            out.append(Case(f"render: {name}", ["render", "openai-gpt-oss-120b", "-t", "solo", "-i", "{inv}",
-                                                 "--out", "{tmp}/r", "--set", value], expect=(0,), run_scripts=True))
+            out.append(
+                Case(
+                    f"render: {name}",
+                    ["render", "openai-gpt-oss-120b", "-t", "solo", "-i", "{inv}", "--out", "{tmp}/r", "--set", value],
+                    expect=(0,),
+                    run_scripts=True,
+                )
+            )
     # -- options ---------------------------------------------------------------------------------------------------
     render = ["render", "openai-gpt-oss-120b", "-i", "{inv}"]
     out += [
@@ -233,8 +301,10 @@ def run_case(case: Case, base: Path) -> dict:
     elif case.secrets == "FIFO":
         os.mkfifo(secrets)
     elif case.secrets != "NONE":
-        _write(secrets, case.secrets if case.secrets is not None else f"HF_TOKEN={CANARY_HF}\n"
-                                                                       f"LITELLM_MASTER_KEY={CANARY_KEY}\n")
+        _write(
+            secrets,
+            case.secrets if case.secrets is not None else f"HF_TOKEN={CANARY_HF}\nLITELLM_MASTER_KEY={CANARY_KEY}\n",
+        )
         if not secrets.is_fifo():
             secrets.chmod(0o600)
     (tmp / "open").mkdir()
@@ -275,9 +345,18 @@ def run_case(case: Case, base: Path) -> dict:
     traceback = escaped is not None or "Traceback" in text
     ok = code in case.expect and not traceback and not leaks and not executions
     first = next((line for line in err.getvalue().splitlines() if line.strip()), "")
-    return {"case": case.name, "exit": code, "expected": list(case.expect), "ok": ok, "traceback": traceback,
-            "escaped": escaped, "leaks": leaks, "executions": executions, "seconds": round(seconds, 2),
-            "first_line": first[:160]}
+    return {
+        "case": case.name,
+        "exit": code,
+        "expected": list(case.expect),
+        "ok": ok,
+        "traceback": traceback,
+        "escaped": escaped,
+        "leaks": leaks,
+        "executions": executions,
+        "seconds": round(seconds, 2),
+        "first_line": first[:160],
+    }
 
 
 def main() -> int:
@@ -292,23 +371,30 @@ def main() -> int:
         for name in ("HF_TOKEN", "LITELLM_MASTER_KEY", "SPARKDEPLOY_INVENTORY", "SPARKDEPLOY_RECIPES"):
             os.environ.pop(name, None)
         results = [run_case(c, base) for c in cases()]
-    summary = {"inputs": len(results), "tracebacks": sum(r["traceback"] for r in results),
-               "leaks": sum(bool(r["leaks"]) for r in results),
-               "executions": sum(bool(r["executions"]) for r in results),
-               "wrong_exit": sum(r["exit"] not in r["expected"] for r in results),
-               "slowest_s": max(r["seconds"] for r in results)}
+    summary = {
+        "inputs": len(results),
+        "tracebacks": sum(r["traceback"] for r in results),
+        "leaks": sum(bool(r["leaks"]) for r in results),
+        "executions": sum(bool(r["executions"]) for r in results),
+        "wrong_exit": sum(r["exit"] not in r["expected"] for r in results),
+        "slowest_s": max(r["seconds"] for r in results),
+    }
     if args.json:
         print(json.dumps({"summary": summary, "results": results}, indent=2))
     else:
         for r in results:
             if args.verbose or not r["ok"]:
                 mark = "ok  " if r["ok"] else "FAIL"
-                print(f"{mark} exit {r['exit']:>3} {r['case']}: {r['escaped'] or r['first_line']}"
-                      + (f" leaks={r['leaks']}" if r["leaks"] else "")
-                      + (f" executions={r['executions']}" if r["executions"] else ""))
-        print(f"hostile inputs tried: {summary['inputs']}; tracebacks: {summary['tracebacks']}; leaks: "
-              f"{summary['leaks']}; executions: {summary['executions']}; wrong exit codes: {summary['wrong_exit']}; "
-              f"slowest case: {summary['slowest_s']:.2f} s")
+                print(
+                    f"{mark} exit {r['exit']:>3} {r['case']}: {r['escaped'] or r['first_line']}"
+                    + (f" leaks={r['leaks']}" if r["leaks"] else "")
+                    + (f" executions={r['executions']}" if r["executions"] else "")
+                )
+        print(
+            f"hostile inputs tried: {summary['inputs']}; tracebacks: {summary['tracebacks']}; leaks: "
+            f"{summary['leaks']}; executions: {summary['executions']}; wrong exit codes: {summary['wrong_exit']}; "
+            f"slowest case: {summary['slowest_s']:.2f} s"
+        )
     return 0 if all(r["ok"] for r in results) else 1
 
 

@@ -74,8 +74,13 @@ def phases(inventory: str, args: list[str]) -> dict[str, float]:
     with Session.open(dep.inventory) as session:
         t0 = time.monotonic()
         images = {nd.node.name: sorted({c.image for c in nd.containers}) for nd in dep.nodes}
-        facts = gather_facts(session, dep.inventory.nodes, lambda n: images.get(n.name, []),
-                             dep.inventory.cluster.hf_cache, dep.recipe.recipe.model)
+        facts = gather_facts(
+            session,
+            dep.inventory.nodes,
+            lambda n: images.get(n.name, []),
+            dep.inventory.cluster.hf_cache,
+            dep.recipe.recipe.model,
+        )
         t["ssh+facts"] = time.monotonic() - t0
         t0 = time.monotonic()
         preflight.run(dep, facts, simulated=True)
@@ -122,9 +127,11 @@ def main() -> int:
         print("a container was restarted by an idempotent up")
         return 1
     median = statistics.median(samples)
-    print(f"\nidempotent `sparkdeploy up` ({opts.topology}{'/' + opts.backend if opts.backend else ''}, 2 lab nodes): "
-          f"median {median:.2f} s over {len(samples)} runs (min {min(samples):.2f}, max {max(samples):.2f}); "
-          f"goal < {GOAL_S:g} s; ratio median/goal = {median / GOAL_S:.2f}")
+    print(
+        f"\nidempotent `sparkdeploy up` ({opts.topology}{'/' + opts.backend if opts.backend else ''}, 2 lab nodes): "
+        f"median {median:.2f} s over {len(samples)} runs (min {min(samples):.2f}, max {max(samples):.2f}); "
+        f"goal < {GOAL_S:g} s; ratio median/goal = {median / GOAL_S:.2f}"
+    )
     t = phases(opts.inventory, args)
     print("phases of one in-process run: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items()))
     t0 = time.monotonic()

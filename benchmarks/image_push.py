@@ -44,6 +44,7 @@ GOALS = {"first": 0.6, "repush": 0.1, "present_s": 2.0, "repush_bytes": 1.2}
 
 # -- the synthetic image -------------------------------------------------------------------------------------
 
+
 def build_images(client, base: str, size_gb: float, layers: int) -> dict[str, str]:
     from sparkdeploy.images.definitions import LABEL
 
@@ -51,8 +52,11 @@ def build_images(client, base: str, size_gb: float, layers: int) -> dict[str, st
     rnd = random.Random(2)
     ids = {}
     for version in ("v1", "v2"):
-        dockerfile = "ARG BASE\nFROM ${BASE}\n" + "".join(
-            f"RUN head -c {per_layer} /dev/urandom > /blob{i}.bin\n" for i in range(layers)) + "COPY top.bin /top.bin\n"
+        dockerfile = (
+            "ARG BASE\nFROM ${BASE}\n"
+            + "".join(f"RUN head -c {per_layer} /dev/urandom > /blob{i}.bin\n" for i in range(layers))
+            + "COPY top.bin /top.bin\n"
+        )
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for name, data in (("Dockerfile", dockerfile.encode()), ("top.bin", rnd.randbytes(TOP_BYTES))):
@@ -61,8 +65,16 @@ def build_images(client, base: str, size_gb: float, layers: int) -> dict[str, st
                 tar.addfile(info, io.BytesIO(data))
         buf.seek(0)
         tag = f"{REPO}:{version}"
-        for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, buildargs={"BASE": base}, rm=True,
-                                      forcerm=True, labels={LABEL: LABEL_NAME}, decode=True):
+        for chunk in client.api.build(
+            fileobj=buf,
+            custom_context=True,
+            tag=tag,
+            buildargs={"BASE": base},
+            rm=True,
+            forcerm=True,
+            labels={LABEL: LABEL_NAME},
+            decode=True,
+        ):
             if "error" in chunk:
                 raise SystemExit(f"building {tag}: {chunk['error']}")
         ids[version] = client.images.get(tag).id
@@ -75,10 +87,18 @@ def build_images(client, base: str, size_gb: float, layers: int) -> dict[str, st
 
 # -- nodes ---------------------------------------------------------------------------------------------------
 
+
 def ssh_argv(inventory, node) -> list[str]:
     ssh = node.ssh
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={inventory.local_path(inventory.cluster.known_hosts)}"]
+    argv = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={inventory.local_path(inventory.cluster.known_hosts)}",
+    ]
     if ssh.key:
         argv += ["-i", str(inventory.local_path(ssh.key)), "-o", "IdentitiesOnly=yes"]
     if ssh.port:
@@ -94,15 +114,20 @@ def on_node(inventory, node, command: str) -> str:
 def forget(inventory, refs: list[str], ids=()) -> None:
     """Untag our bench images on every node (their own layers go with them), with the partial images a cut
     push of the images `ids` left; nothing else is touched."""
-    partials = "".join(f"docker image ls -q --filter label=io.sparkdeploy.partial-of={i} | sort -u | "
-                       f"xargs -r docker image rm >/dev/null 2>&1; " for i in ids)
+    partials = "".join(
+        f"docker image ls -q --filter label=io.sparkdeploy.partial-of={i} | sort -u | "
+        f"xargs -r docker image rm >/dev/null 2>&1; "
+        for i in ids
+    )
     for node in inventory.nodes:
         on_node(inventory, node, f"docker image rm {' '.join(refs)} >/dev/null 2>&1; {partials}true")
 
 
 def node_ids(inventory, ref: str) -> list[str]:
-    return [on_node(inventory, n, f"docker image inspect --format '{{{{.Id}}}}' {ref} 2>/dev/null").strip()
-            for n in inventory.nodes]
+    return [
+        on_node(inventory, n, f"docker image inspect --format '{{{{.Id}}}}' {ref} 2>/dev/null").strip()
+        for n in inventory.nodes
+    ]
 
 
 def naive(inventory, ref: str) -> float:
@@ -154,8 +179,9 @@ def ours(inventory, ref: str, compression: str, phases: Phases | None = None, re
     from sparkdeploy.images.push import PushProgress, push_image
 
     started = time.monotonic()
-    outcomes = push_image(ref, inventory, progress=phases.hooks if phases else PushProgress(),
-                          compression=compression, reader=reader)
+    outcomes = push_image(
+        ref, inventory, progress=phases.hooks if phases else PushProgress(), compression=compression, reader=reader
+    )
     seconds = time.monotonic() - started
     failed = [str(o.error) for o in outcomes if not o.ok]
     if failed:
@@ -174,6 +200,7 @@ def save_alone(client, ref: str) -> tuple[float, float, int]:
 
 # -- main ----------------------------------------------------------------------------------------------------
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inventory", default="lab")
@@ -181,8 +208,12 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--compress", default="auto", choices=["auto", "zstd", "gzip", "none"])
-    parser.add_argument("--layer-source", default="auto", choices=["auto", "store", "save"],
-                        help="where our push reads the layers (push_image's reader)")
+    parser.add_argument(
+        "--layer-source",
+        default="auto",
+        choices=["auto", "store", "save"],
+        help="where our push reads the layers (push_image's reader)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bench images (host and nodes)")
     args = parser.parse_args()
 
@@ -195,15 +226,22 @@ def main() -> int:
     client = docker.from_env(timeout=1200)
     base = ensure_image("debian-base", client, progress=lambda line: print(line, file=sys.stderr))
     v1, v2 = f"{REPO}:v1", f"{REPO}:v2"
-    print(f"building {REPO} v1/v2: {args.size_gb:g} GB of random data in {args.layers} layers + 1 MB top",
-          flush=True)
+    print(f"building {REPO} v1/v2: {args.size_gb:g} GB of random data in {args.layers} layers + 1 MB top", flush=True)
     t0 = time.monotonic()
     ids = build_images(client, base, args.size_gb, args.layers)
     image_bytes = client.images.get(v1).attrs["Size"]
     print(f"  built in {time.monotonic() - t0:.0f} s ({image_bytes / 1e9:.2f} GB with the base)", flush=True)
     print(f"  load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    results: dict[str, list] = {"naive_first": [], "ours_first": [], "naive_re": [], "ours_re": [],
-                                "present": [], "bytes_re": [], "layers_re": [], "bytes_first": []}
+    results: dict[str, list] = {
+        "naive_first": [],
+        "ours_first": [],
+        "naive_re": [],
+        "ours_re": [],
+        "present": [],
+        "bytes_re": [],
+        "layers_re": [],
+        "bytes_first": [],
+    }
     profile = []
     try:
         # -- first push ---------------------------------------------------------------------------------
@@ -220,15 +258,24 @@ def main() -> int:
                     seconds, res, started = ours(inventory, v1, args.compress, phases, args.layer_source)
                     busy1, total1 = cpu_busy()
                     rusage1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-                    mine = sum(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-                               for r0, r1 in zip(rusage0, rusage1, strict=False))
+                    mine = sum(
+                        r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+                        for r0, r1 in zip(rusage0, rusage1, strict=False)
+                    )
                     results["ours_first"].append(seconds)
                     results["bytes_first"].append(sum(r.bytes_sent for r in res))
-                    profile.append((seconds, {k: v - started for k, v in phases.marks.items()}, busy1 - busy0,
-                                    total1 - total0, mine, res))
+                    profile.append(
+                        (
+                            seconds,
+                            {k: v - started for k, v in phases.marks.items()},
+                            busy1 - busy0,
+                            total1 - total0,
+                            mine,
+                            res,
+                        )
+                    )
                 assert node_ids(inventory, v1) == [ids["v1"]] * len(inventory.nodes)
-                print(f"  first push {rep + 1}/{args.repeat} {who}: "
-                      f"{results[who + '_first'][-1]:.1f} s", flush=True)
+                print(f"  first push {rep + 1}/{args.repeat} {who}: {results[who + '_first'][-1]:.1f} s", flush=True)
         # -- re-push after a small change -------------------------------------------------------------------
         for rep in range(args.repeat):
             order = ("naive", "ours") if rep % 2 == 0 else ("ours", "naive")
@@ -249,8 +296,21 @@ def main() -> int:
             assert {r.action for r in res} == {"present"}
             results["present"].append(seconds)
         started = time.monotonic()
-        cli = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "images",
-                              "push", v2, "-i", args.inventory, "--json"], capture_output=True, text=True)
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from sparkdeploy.cli.main import main; main()",
+                "images",
+                "push",
+                v2,
+                "-i",
+                args.inventory,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+        )
         cli_seconds = time.monotonic() - started
         if cli.returncode != 0:
             raise SystemExit(f"CLI push failed: {cli.stderr}")
@@ -270,28 +330,40 @@ def main() -> int:
     re_ratio = med["ours_re"] / med["naive_re"]
     re_bytes_ratio = med["bytes_re"] / TOP_BYTES
     print()
-    print(f"image: {image_bytes / 1e9:.2f} GB, {args.layers} random layers + 1 MB top, 2 nodes, "
-          f"compression {profile[0][5][0].compression}; medians of {args.repeat}")
-    print(f"first push   naive {med['naive_first']:6.1f} s   ours {med['ours_first']:6.1f} s   "
-          f"ratio {first_ratio:.2f}  (goal <= {GOALS['first']})  {'PASS' if first_ratio <= GOALS['first'] else 'MISS'}")
-    print(f"re-push      naive {med['naive_re']:6.1f} s   ours {med['ours_re']:6.1f} s   "
-          f"ratio {re_ratio:.2f}  (goal <= {GOALS['repush']})  {'PASS' if re_ratio <= GOALS['repush'] else 'MISS'}; "
-          f"sent {med['bytes_re'] / 1e6:.2f} MB per node = {re_bytes_ratio:.2f}x the changed layer, "
-          f"{int(med['layers_re'])} layer (goal <= {GOALS['repush_bytes']}x)  "
-          f"{'PASS' if re_bytes_ratio <= GOALS['repush_bytes'] else 'MISS'}")
-    print(f"present      ours {med['present']:.2f} s in-process, {cli_seconds:.2f} s as a CLI process  "
-          f"(goal < {GOALS['present_s']} s)  {'PASS' if med['present'] < GOALS['present_s'] else 'MISS'}")
+    print(
+        f"image: {image_bytes / 1e9:.2f} GB, {args.layers} random layers + 1 MB top, 2 nodes, "
+        f"compression {profile[0][5][0].compression}; medians of {args.repeat}"
+    )
+    print(
+        f"first push   naive {med['naive_first']:6.1f} s   ours {med['ours_first']:6.1f} s   "
+        f"ratio {first_ratio:.2f}  (goal <= {GOALS['first']})  {'PASS' if first_ratio <= GOALS['first'] else 'MISS'}"
+    )
+    print(
+        f"re-push      naive {med['naive_re']:6.1f} s   ours {med['ours_re']:6.1f} s   "
+        f"ratio {re_ratio:.2f}  (goal <= {GOALS['repush']})  {'PASS' if re_ratio <= GOALS['repush'] else 'MISS'}; "
+        f"sent {med['bytes_re'] / 1e6:.2f} MB per node = {re_bytes_ratio:.2f}x the changed layer, "
+        f"{int(med['layers_re'])} layer (goal <= {GOALS['repush_bytes']}x)  "
+        f"{'PASS' if re_bytes_ratio <= GOALS['repush_bytes'] else 'MISS'}"
+    )
+    print(
+        f"present      ours {med['present']:.2f} s in-process, {cli_seconds:.2f} s as a CLI process  "
+        f"(goal < {GOALS['present_s']} s)  {'PASS' if med['present'] < GOALS['present_s'] else 'MISS'}"
+    )
     print()
     print("where the time of our first push goes (median run):")
     seconds, marks, busy, total, mine, res = sorted(profile, key=lambda p: p[0])[len(profile) // 2]
-    print(f"  this machine's docker save alone: first byte after {save_first:.1f} s (the engine writes the whole "
-          f"archive to a temp folder first), all {save_size / 1e9:.2f} GB read after {save_total:.1f} s")
+    print(
+        f"  this machine's docker save alone: first byte after {save_first:.1f} s (the engine writes the whole "
+        f"archive to a temp folder first), all {save_size / 1e9:.2f} GB read after {save_total:.1f} s"
+    )
     for name, at in sorted(marks.items(), key=lambda kv: kv[1]):
         print(f"  {at:6.1f} s  {name}")
     print(f"  {seconds:6.1f} s  push returns")
-    print(f"  CPU: the machine's {os.cpu_count()} cores were {100 * busy / max(total, 1e-9):.0f}% busy during the "
-          f"push ({busy:.0f} cpu-s of {total:.0f}); this process and its compressor used {mine:.1f} cpu-s; the rest "
-          f"is the engines (save here, load on the nodes), sshd, and other work on the machine")
+    print(
+        f"  CPU: the machine's {os.cpu_count()} cores were {100 * busy / max(total, 1e-9):.0f}% busy during the "
+        f"push ({busy:.0f} cpu-s of {total:.0f}); this process and its compressor used {mine:.1f} cpu-s; the rest "
+        f"is the engines (save here, load on the nodes), sshd, and other work on the machine"
+    )
     return 0
 
 

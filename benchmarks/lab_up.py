@@ -57,8 +57,10 @@ def timed_up(spec: LabSpec, before=None, rebuild: bool = False) -> float:
 def report(what: str, samples: list[float], goal: float) -> str:
     median = statistics.median(samples)
     runs = ", ".join(f"{s:.1f}" for s in samples)
-    return (f"{what:<34} median {median:7.1f} s  goal < {goal:.0f} s  ratio {median / goal:.2f}  "
-            f"{'PASS' if median < goal else 'FAIL'}  (runs: {runs})")
+    return (
+        f"{what:<34} median {median:7.1f} s  goal < {goal:.0f} s  ratio {median / goal:.2f}  "
+        f"{'PASS' if median < goal else 'FAIL'}  (runs: {runs})"
+    )
 
 
 def main() -> int:
@@ -77,17 +79,25 @@ def main() -> int:
 
         down(LabSpec(name="labbench", state_dir=Path(state)))  # an interrupted earlier run
         mgmt, fabric = free_subnets(docker.from_env())
-        spec = LabSpec(name="labbench", nodes=args.nodes, mgmt_subnet=mgmt, fabric_subnet=fabric, state_dir=Path(state),
-                       images=tuple(i for i in args.images.split(",") if i))
+        spec = LabSpec(
+            name="labbench",
+            nodes=args.nodes,
+            mgmt_subnet=mgmt,
+            fabric_subnet=fabric,
+            state_dir=Path(state),
+            images=tuple(i for i in args.images.split(",") if i),
+        )
         lines = []
         try:
             up(spec)  # builds the lab images if missing: not timed (that is the cold figure)
             fresh = [timed_up(spec, before=down) for _ in range(args.runs)]
             kept = [timed_up(spec, before=remove_containers) for _ in range(args.runs)]
             again = [timed_up(spec) for _ in range(args.runs)]
-            lines += [report("lab up, empty nodes (after down)", fresh, WARM_GOAL_S),
-                      report("lab up, nodes' volumes kept", kept, WARM_GOAL_S),
-                      report("lab up again (lab running)", again, WARM_GOAL_S)]
+            lines += [
+                report("lab up, empty nodes (after down)", fresh, WARM_GOAL_S),
+                report("lab up, nodes' volumes kept", kept, WARM_GOAL_S),
+                report("lab up again (lab running)", again, WARM_GOAL_S),
+            ]
             if not args.no_cold:
                 cold = [timed_up(spec, before=down, rebuild=True) for _ in range(args.cold_runs)]
                 lines.append(report("lab up --rebuild (from nothing)", cold, COLD_GOAL_S))

@@ -52,9 +52,19 @@ def main() -> int:
         return hub.stats(spec)["repos"].get(args.model, {}).get("bytes", 0)
 
     def clean() -> None:
-        on_nodes(nodes, lambda n: conns[n.name].run(["sh", "-c", 'rm -rf "$1/hub/$2" "$1/sparkdeploy-models/$2"',
-                                                     "sh", inv.cluster.hf_cache.replace("~", conns[n.name].home(), 1),
-                                                     folder(ref.repo)]))
+        on_nodes(
+            nodes,
+            lambda n: conns[n.name].run(
+                [
+                    "sh",
+                    "-c",
+                    'rm -rf "$1/hub/$2" "$1/sparkdeploy-models/$2"',
+                    "sh",
+                    inv.cluster.hf_cache.replace("~", conns[n.name].home(), 1),
+                    folder(ref.repo),
+                ]
+            ),
+        )
 
     def baseline() -> float:
         errors = []
@@ -107,8 +117,10 @@ def main() -> int:
     print(f"baseline (every node from the hub): median {b:.1f} s  {times['baseline']}")
     print(f"models pull (once + fabric copy):   median {o:.1f} s  {times['ours']}")
     print(f"time ratio ours/baseline: {o / b:.2f}x (goal <= 0.6x)")
-    print(f"hub bytes per model size: ours {statistics.median(hub_bytes['ours']) / size:.2f}x (goal 1.0x), "
-          f"baseline {statistics.median(hub_bytes['baseline']) / size:.2f}x")
+    print(
+        f"hub bytes per model size: ours {statistics.median(hub_bytes['ours']) / size:.2f}x (goal 1.0x), "
+        f"baseline {statistics.median(hub_bytes['baseline']) / size:.2f}x"
+    )
     return 0
 
 

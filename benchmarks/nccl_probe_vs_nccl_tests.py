@@ -45,9 +45,15 @@ BIG = 128 * 2**20
 SMALL_MAX = 2**20
 GRAPH_LAUNCHES = 20
 GRAPH_CALLS = 20  # the probe's --graph-calls default
-FILES = {"eager": "nccl-tests-eager.txt", "threads": "nccl-tests-eager-threads.txt",
-         "graph": "nccl-tests-graph.txt", "probe": "probe.txt",
-         "probe_json": "probe.json", "meta": "meta.json", "comparison": "comparison.txt"}
+FILES = {
+    "eager": "nccl-tests-eager.txt",
+    "threads": "nccl-tests-eager-threads.txt",
+    "graph": "nccl-tests-graph.txt",
+    "probe": "probe.txt",
+    "probe_json": "probe.json",
+    "meta": "meta.json",
+    "comparison": "comparison.txt",
+}
 
 
 def parse_size(text: str) -> int:
@@ -92,10 +98,21 @@ def build(src: Path, build_dir: Path, nccl_home: str, log: Path) -> Path:
     if not (linkdir / "include").exists():
         (linkdir / "include").symlink_to(Path(nccl_home) / "include")
     binary = build_dir / "all_reduce_perf"
-    argv = ["make", "-C", str(src / "src"), f"-j{os.cpu_count() or 4}", "MPI=0", f"NCCL_HOME={linkdir}",
-            f"BUILDDIR={build_dir}", "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90", "os.build", str(binary)]
-    cuda_home = os.environ.get("CUDA_HOME") or (str(Path(shutil.which("nvcc")).resolve().parents[1])
-                                                if shutil.which("nvcc") else "/usr/local/cuda")
+    argv = [
+        "make",
+        "-C",
+        str(src / "src"),
+        f"-j{os.cpu_count() or 4}",
+        "MPI=0",
+        f"NCCL_HOME={linkdir}",
+        f"BUILDDIR={build_dir}",
+        "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90",
+        "os.build",
+        str(binary),
+    ]
+    cuda_home = os.environ.get("CUDA_HOME") or (
+        str(Path(shutil.which("nvcc")).resolve().parents[1]) if shutil.which("nvcc") else "/usr/local/cuda"
+    )
     argv.append(f"CUDA_HOME={cuda_home}")
     with log.open("w") as fh:
         rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT).returncode
@@ -125,9 +142,14 @@ def free_port() -> int:
 
 
 def measure(args, out: Path) -> dict:
-    meta: dict = {"gpus": args.gpus, "repeats": args.repeats, "iters": args.iters, "max_bytes": args.max_bytes,
-                  "probe_timeout_s": args.probe_timeout,
-                  "env": MULTICAST_OFF}
+    meta: dict = {
+        "gpus": args.gpus,
+        "repeats": args.repeats,
+        "iters": args.iters,
+        "max_bytes": args.max_bytes,
+        "probe_timeout_s": args.probe_timeout,
+        "env": MULTICAST_OFF,
+    }
     nccl_lib = None
     if args.nccl_tests_bin:
         binary = Path(args.nccl_tests_bin)
@@ -148,19 +170,56 @@ def measure(args, out: Path) -> dict:
     sweep = ["-b", "8", "-e", str(args.max_bytes), "-f", "2", "-n", str(args.iters), "-N", str(args.repeats)]
     meta["nccl_tests_eager"] = [str(binary), *sweep, "-g", str(args.gpus)]  # one thread drives every GPU
     meta["nccl_tests_threads"] = [str(binary), *sweep, "-t", str(args.gpus), "-g", "1"]  # one thread per GPU
-    meta["nccl_tests_graph"] = [str(binary), "-b", "4096", "-e", "4096", "-G", str(GRAPH_LAUNCHES), "-n",
-                                str(GRAPH_CALLS), "-N", str(args.repeats), "-t", str(args.gpus), "-g", "1"]
+    meta["nccl_tests_graph"] = [
+        str(binary),
+        "-b",
+        "4096",
+        "-e",
+        "4096",
+        "-G",
+        str(GRAPH_LAUNCHES),
+        "-n",
+        str(GRAPH_CALLS),
+        "-N",
+        str(args.repeats),
+        "-t",
+        str(args.gpus),
+        "-g",
+        "1",
+    ]
     for key, timeout in (("eager", 300), ("threads", 300), ("graph", 120)):
         if binary is None:
             (out / FILES[key]).write_text(f"# not run: {meta['build_error']}\n")
             continue
         meta[f"nccl_tests_{key}_rc"], _ = run_to(out / FILES[key], meta[f"nccl_tests_{key}"], env, timeout)
-    probe = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus),
-             "--master-port", str(free_port()), str(PROBE), "--backend", args.backend,
-             "--max-bytes", str(args.max_bytes), "--iters", str(args.iters), "--repeats", str(args.repeats),
-             "--budget-bytes", str(64 * 2**30),
-             "--graph-calls", str(GRAPH_CALLS), "--graph-replays", str(GRAPH_LAUNCHES),
-             "--timeout", str(args.probe_timeout), "--json", str(out / FILES["probe_json"])]
+    probe = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(args.gpus),
+        "--master-port",
+        str(free_port()),
+        str(PROBE),
+        "--backend",
+        args.backend,
+        "--max-bytes",
+        str(args.max_bytes),
+        "--iters",
+        str(args.iters),
+        "--repeats",
+        str(args.repeats),
+        "--budget-bytes",
+        str(64 * 2**30),
+        "--graph-calls",
+        str(GRAPH_CALLS),
+        "--graph-replays",
+        str(GRAPH_LAUNCHES),
+        "--timeout",
+        str(args.probe_timeout),
+        "--json",
+        str(out / FILES["probe_json"]),
+    ]
     meta["probe"] = probe
     meta["probe_rc"], meta["probe_wall_s"] = run_to(out / FILES["probe"], probe, env, args.probe_timeout + 60)
     meta["probe_wall_s"] = round(meta["probe_wall_s"], 2)
@@ -172,8 +231,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-REFS = {"g": "nccl-tests -g N (one thread drives every GPU: the issue's command)",
-        "t": "nccl-tests -t N -g 1 (one thread per GPU: the probe's shape, one process per GPU)"}
+REFS = {
+    "g": "nccl-tests -g N (one thread drives every GPU: the issue's command)",
+    "t": "nccl-tests -t N -g 1 (one thread per GPU: the probe's shape, one process per GPU)",
+}
 
 
 def compare(texts: dict[str, str], probe: dict, meta: dict) -> tuple[list[dict], list[dict]]:
@@ -188,10 +249,20 @@ def compare(texts: dict[str, str], probe: dict, meta: dict) -> tuple[list[dict],
         ref_tables = ref_tables or refs
         vals = {k: median_at(t, size, field) for k, t in ref_tables.items()}
         ratios = {k: ratio(value, v) for k, v in vals.items()}
-        oks = {k: (r is not None and abs(r - 1) <= tolerance) if tolerance is not None else None
-               for k, r in ratios.items()}
-        rows.append({"what": what, "refs": vals, "probe": value, "ratios": ratios, "goal": goal, "ok": oks,
-                     "method": row_method})
+        oks = {
+            k: (r is not None and abs(r - 1) <= tolerance) if tolerance is not None else None for k, r in ratios.items()
+        }
+        rows.append(
+            {
+                "what": what,
+                "refs": vals,
+                "probe": value,
+                "ratios": ratios,
+                "goal": goal,
+                "ok": oks,
+                "method": row_method,
+            }
+        )
 
     for p in probe.get("rows", []):
         size = p["size"]
@@ -199,33 +270,60 @@ def compare(texts: dict[str, str], probe: dict, meta: dict) -> tuple[list[dict],
             add(f"{human(size)} time (us)", "time_us", p["time_us"], size, "time", TIME_TOLERANCE, method)
         else:
             big = size >= BIG
-            add(f"{human(size)} busbw (GB/s)", "busbw", p["busbw"], size, "busbw" if big else "",
-                BUSBW_TOLERANCE if big else None, method)
+            add(
+                f"{human(size)} busbw (GB/s)",
+                "busbw",
+                p["busbw"],
+                size,
+                "busbw" if big else "",
+                BUSBW_TOLERANCE if big else None,
+                method,
+            )
     for lat in (probe.get("lat4k") or {}).get("rows", []):
         graph = lat["mode"] == "graph"
         headline = lat["id"] == "eager nccl-direct"
-        add(f"4 KiB {lat['id']} (us)", "time_us", lat["us"], 4096, "eager" if headline else "",
-            TIME_TOLERANCE if headline else None, lat["method"],
-            {"t": graph_ref} if graph else None)
+        add(
+            f"4 KiB {lat['id']} (us)",
+            "time_us",
+            lat["us"],
+            4096,
+            "eager" if headline else "",
+            TIME_TOLERANCE if headline else None,
+            lat["method"],
+            {"t": graph_ref} if graph else None,
+        )
     goals = []
-    names = {"time": f"time within {TIME_TOLERANCE:.0%} of nccl-tests, 8 B to 1 MiB",
-             "busbw": f"busbw within {BUSBW_TOLERANCE:.0%} of nccl-tests at >= 128 MiB",
-             "eager": f"eager 4 KiB (NCCL direct) within {TIME_TOLERANCE:.0%} of nccl-tests' 4 KiB in-place time"}
+    names = {
+        "time": f"time within {TIME_TOLERANCE:.0%} of nccl-tests, 8 B to 1 MiB",
+        "busbw": f"busbw within {BUSBW_TOLERANCE:.0%} of nccl-tests at >= 128 MiB",
+        "eager": f"eager 4 KiB (NCCL direct) within {TIME_TOLERANCE:.0%} of nccl-tests' 4 KiB in-place time",
+    }
     for key, name in names.items():
         group = [r for r in rows if r["goal"] == key]
         for ref in REFS:
             judged = [r for r in group if r["ratios"].get(ref) is not None]
             worst = max((abs(r["ratios"][ref] - 1) for r in judged), default=None)
-            goals.append({"goal": f"{name} [{'-g N' if ref == 'g' else '-t N -g 1'}]",
-                          "ok": bool(judged) and len(judged) == len(group) and all(r["ok"][ref] for r in judged),
-                          "rows": len(judged), "worst": worst})
+            goals.append(
+                {
+                    "goal": f"{name} [{'-g N' if ref == 'g' else '-t N -g 1'}]",
+                    "ok": bool(judged) and len(judged) == len(group) and all(r["ok"][ref] for r in judged),
+                    "rows": len(judged),
+                    "worst": worst,
+                }
+            )
     end_ok = meta.get("probe_rc") == 0 and probe.get("ok") is True
     teardown = meta.get("teardown_s")
     wall, limit = meta.get("probe_wall_s") or 0, meta.get("probe_timeout_s") or 0
-    goals.append({"goal": f"probe exits cleanly after graph capture within --timeout {limit:g} s",
-                  "ok": end_ok and teardown is not None and wall <= limit, "rows": 1, "worst": None,
-                  "detail": f"exit {meta.get('probe_rc')}, wall {wall} s, teardown "
-                            + (f"clean in {teardown:.2f} s" if teardown is not None else "not reported")})
+    goals.append(
+        {
+            "goal": f"probe exits cleanly after graph capture within --timeout {limit:g} s",
+            "ok": end_ok and teardown is not None and wall <= limit,
+            "rows": 1,
+            "worst": None,
+            "detail": f"exit {meta.get('probe_rc')}, wall {wall} s, teardown "
+            + (f"clean in {teardown:.2f} s" if teardown is not None else "not reported"),
+        }
+    )
     return rows, goals
 
 
@@ -246,23 +344,35 @@ def render(rows: list[dict], goals: list[dict], probe: dict, meta: dict) -> str:
     def fmt(v):
         return "n/a" if v is None else f"{v:.2f}"
 
-    lines = [(f"# probe sweep method: {probe.get('sweep_method')}; NCCL direct: {direct.get('library')} "
-             f"(NCCL {direct.get('version')}); torch NCCL {', '.join(probe.get('nccl_versions', []))}"),
-             f"# -g N: {cmd('eager')}", f"# -t N: {cmd('threads')}", f"# graph: {cmd('graph')} (4 KiB graph row)",
-             (f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; "
-             "ratio = probe / nccl-tests"),
-             "",
-             "| what | nccl-tests -g N | nccl-tests -t N | probe | ratio (-g) | ratio (-t) | goal | method |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+    lines = [
+        (
+            f"# probe sweep method: {probe.get('sweep_method')}; NCCL direct: {direct.get('library')} "
+            f"(NCCL {direct.get('version')}); torch NCCL {', '.join(probe.get('nccl_versions', []))}"
+        ),
+        f"# -g N: {cmd('eager')}",
+        f"# -t N: {cmd('threads')}",
+        f"# graph: {cmd('graph')} (4 KiB graph row)",
+        (
+            f"# in-place columns of nccl-tests; medians of {meta.get('repeats', 1)} runs each; "
+            "ratio = probe / nccl-tests"
+        ),
+        "",
+        "| what | nccl-tests -g N | nccl-tests -t N | probe | ratio (-g) | ratio (-t) | goal | method |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
         marks = " ".join(f"{k}:{'ok' if v else 'MISSED'}" for k, v in r["ok"].items() if v is not None)
-        lines.append(f"| {r['what']} | {fmt(r['refs'].get('g'))} | {fmt(r['refs'].get('t'))} | {fmt(r['probe'])} | "
-                     f"{fmt(r['ratios'].get('g'))} | {fmt(r['ratios'].get('t'))} | {marks} | {r['method']} |")
+        lines.append(
+            f"| {r['what']} | {fmt(r['refs'].get('g'))} | {fmt(r['refs'].get('t'))} | {fmt(r['probe'])} | "
+            f"{fmt(r['ratios'].get('g'))} | {fmt(r['ratios'].get('t'))} | {marks} | {r['method']} |"
+        )
     lines.append("")
     for g in goals:
         worst = f", worst {g['worst']:.1%} off" if g.get("worst") is not None else ""
-        lines.append(f"goal: {g['goal']}: {'MET' if g['ok'] else 'MISSED'} ({g['rows']} rows{worst})"
-                     + (f"; {g['detail']}" if g.get("detail") else ""))
+        lines.append(
+            f"goal: {g['goal']}: {'MET' if g['ok'] else 'MISSED'} ({g['rows']} rows{worst})"
+            + (f"; {g['detail']}" if g.get("detail") else "")
+        )
     return "\n".join(lines)
 
 
@@ -271,8 +381,11 @@ def report(out: Path) -> int:
     probe_text = (out / FILES["probe"]).read_text()
     probe = json.loads((out / FILES["probe_json"]).read_text()) if (out / FILES["probe_json"]).exists() else {}
     meta["teardown_s"] = parse_nccl_table(probe_text).get("teardown_s")
-    texts = {k: (out / FILES[f]).read_text() for k, f in (("g", "eager"), ("t", "threads"), ("graph", "graph"))
-             if (out / FILES[f]).exists()}
+    texts = {
+        k: (out / FILES[f]).read_text()
+        for k, f in (("g", "eager"), ("t", "threads"), ("graph", "graph"))
+        if (out / FILES[f]).exists()
+    }
     rows, goals = compare(texts, probe, meta)
     text = render(rows, goals, probe, meta)
     (out / FILES["comparison"]).write_text(text + "\n")
@@ -281,8 +394,11 @@ def report(out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--nccl-tests-src", help="nccl-tests source tree (NVIDIA/nccl-tests)")
     p.add_argument("--nccl-tests-bin", help="an all_reduce_perf already built (skips the build)")
     p.add_argument("--nccl-home", help="NCCL include/ and lib/ (default: the nvidia-nccl wheel torch uses)")
@@ -290,8 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--max-bytes", type=parse_size, default=2**30)
     p.add_argument("--iters", type=int, default=20, help="timed iterations per size, both tools (nccl-tests -n)")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="runs per size, both tools (nccl-tests -N; the probe's --repeats); medians are compared")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="runs per size, both tools (nccl-tests -N; the probe's --repeats); medians are compared",
+    )
     p.add_argument("--backend", default="nccl", help="the probe's backend (gloo: a CPU dry run of the plumbing)")
     p.add_argument("--probe-timeout", type=float, default=300)
     p.add_argument("--out", default="nccl-compare", help="folder for the raw outputs")

@@ -101,9 +101,13 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-compare", action="store_true", help="only the fan-out figure")
-    parser.add_argument("--cpus-per-node", type=float, default=None,
-                        help="cap each lab node container at this many CPUs for the run (e.g. 0.5 for four nodes "
-                             "on a 2-core machine): nodes with their own CPU, like Sparks; removed afterwards")
+    parser.add_argument(
+        "--cpus-per-node",
+        type=float,
+        default=None,
+        help="cap each lab node container at this many CPUs for the run (e.g. 0.5 for four nodes "
+        "on a 2-core machine): nodes with their own CPU, like Sparks; removed afterwards",
+    )
     args = parser.parse_args()
 
     import docker
@@ -165,14 +169,18 @@ def main() -> int:
     finally:
         cap_cpus(containers, None)
         forget(inv, inv.nodes, [v1, v2])
-    print(f"image: {args.size_gb} GB in {args.layers} random layers + 1 MB top layer; source {source.name}; "
-          f"medians of {args.repeat}" + (f"; each node capped at {args.cpus_per_node:g} CPU"
-                                         if args.cpus_per_node else ""))
+    print(
+        f"image: {args.size_gb} GB in {args.layers} random layers + 1 MB top layer; source {source.name}; "
+        f"medians of {args.repeat}"
+        + (f"; each node capped at {args.cpus_per_node:g} CPU" if args.cpus_per_node else "")
+    )
     print(f"{'scenario':<38} {'baseline s':>10} {'ours s':>8} {'ratio':>6} {'goal':>6}  bytes sent")
     for label, e, o, ratio, goal, nbytes in rows:
-        print(f"{label:<38} {e:>10.2f} {o:>8.2f} {ratio:>6.2f} {'<=' + str(goal):>6}  "
-              f"{nbytes / 1e6:.1f} MB" if nbytes else f"{label:<38} {e:>10.2f} {o:>8.2f} {ratio:>6.2f} "
-              f"{'<=' + str(goal):>6}")
+        print(
+            f"{label:<38} {e:>10.2f} {o:>8.2f} {ratio:>6.2f} {'<=' + str(goal):>6}  {nbytes / 1e6:.1f} MB"
+            if nbytes
+            else f"{label:<38} {e:>10.2f} {o:>8.2f} {ratio:>6.2f} {'<=' + str(goal):>6}"
+        )
     return 0
 
 

@@ -50,8 +50,9 @@ def timed_runs(args: list[str], runs: int, label: str) -> list[float]:
     for i in range(runs):
         r, seconds = sd_timed("up", *args, "--json")
         if r.returncode != 0 or json.loads(r.stdout)["changed"] != 0:
-            raise SystemExit(f"{label} run {i + 1} failed or changed something:\n"
-                             f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+            raise SystemExit(
+                f"{label} run {i + 1} failed or changed something:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            )
         samples.append(seconds)
         print(f"{label} run {i + 1}: {seconds:.2f} s, 0 changed")
     return samples
@@ -71,8 +72,9 @@ def main() -> int:
 
     spec = LabSpec()
     inventory = str(spec.inventory_path)
-    nodes = [(spec.container_name(n.name), mgmt_iface(spec.container_name(n.name), n.mgmt_ip))
-             for n in spec.node_specs()]
+    nodes = [
+        (spec.container_name(n.name), mgmt_iface(spec.container_name(n.name), n.mgmt_ip)) for n in spec.node_specs()
+    ]
     args = ["--recipe", RECIPE, "-t", opts.topology, "-i", inventory, "--timeout", "300"]
     if opts.topology == "cluster":
         args += ["-b", opts.backend]
@@ -87,10 +89,12 @@ def main() -> int:
     finally:
         set_delay(nodes, None)
     mp, ms = statistics.median(plain), statistics.median(slow)
-    print(f"\nidempotent `sparkdeploy up` ({opts.topology}, {len(nodes)} lab nodes), median of {opts.runs}: "
-          f"plain {mp:.2f} s, +{opts.delay_ms} ms on the management network {ms:.2f} s "
-          f"(min {min(slow):.2f}, max {max(slow):.2f}); slow/plain = {ms / mp:.1f}x; goal < {GOAL_S:g} s; "
-          f"ratio median/goal = {ms / GOAL_S:.2f}")
+    print(
+        f"\nidempotent `sparkdeploy up` ({opts.topology}, {len(nodes)} lab nodes), median of {opts.runs}: "
+        f"plain {mp:.2f} s, +{opts.delay_ms} ms on the management network {ms:.2f} s "
+        f"(min {min(slow):.2f}, max {max(slow):.2f}); slow/plain = {ms / mp:.1f}x; goal < {GOAL_S:g} s; "
+        f"ratio median/goal = {ms / GOAL_S:.2f}"
+    )
     if opts.down:
         sd_timed("down", "-i", inventory)
     return 0 if ms < GOAL_S else 1

@@ -21,8 +21,14 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
 
-    status = json.loads(subprocess.run(["sparkdeploy", "status", "--inventory", args.inventory, "--json"],
-                                       check=True, capture_output=True, text=True).stdout)
+    status = json.loads(
+        subprocess.run(
+            ["sparkdeploy", "status", "--inventory", args.inventory, "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     endpoint, model = status["endpoint"], status["model"]
     headers = {"Content-Type": "application/json"}
     if status.get("topology") == "2xsolo":
@@ -33,8 +39,13 @@ def main() -> int:
         key = load_secrets(inv.local_path(inv.cluster.secrets_file)).get("LITELLM_MASTER_KEY")
         if key:
             headers["Authorization"] = f"Bearer {key}"
-    body = {"model": model, "messages": [{"role": "user", "content": args.prompt}], "stream": True,
-            "max_tokens": args.max_tokens, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": args.prompt}],
+        "stream": True,
+        "max_tokens": args.max_tokens,
+        "stream_options": {"include_usage": True},
+    }
     request = urllib.request.Request(f"{endpoint}/chat/completions", data=json.dumps(body).encode(), headers=headers)
     print(f"> {args.prompt}\n< ", end="", flush=True)
     with urllib.request.urlopen(request, timeout=120) as response:
@@ -47,8 +58,10 @@ def main() -> int:
                 print((choice.get("delta") or {}).get("content") or "", end="", flush=True)
             if chunk.get("usage"):
                 usage = chunk["usage"]
-                print(f"\n({usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens "
-                      f"from {endpoint})")
+                print(
+                    f"\n({usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens "
+                    f"from {endpoint})"
+                )
     return 0
 
 

@@ -23,10 +23,23 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ARM64 = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-         "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux_2_26_aarch64",
-         "--platform", "manylinux_2_24_aarch64", "--platform", "manylinux2014_aarch64",
-         "--platform", "manylinux_2_17_aarch64"]
+ARM64 = [
+    "--only-binary=:all:",
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--platform",
+    "manylinux_2_28_aarch64",
+    "--platform",
+    "manylinux_2_26_aarch64",
+    "--platform",
+    "manylinux_2_24_aarch64",
+    "--platform",
+    "manylinux2014_aarch64",
+    "--platform",
+    "manylinux_2_17_aarch64",
+]
 
 
 def sha256(path: Path) -> str:

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")   # no accelerator needed: only the serving layer runs
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # no accelerator needed: only the serving layer runs
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "images" / "launcher"), str(ROOT / "images" / "vllm-sim"), str(ROOT)]
 
@@ -47,13 +47,25 @@ WEATHER = {
 }
 
 
-MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                 "</arg_value>")
+MARKUP_TOKENS = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
 
 
 # the end of a rendered prompt, where generation starts: a thinking template opens <think> there
-PROMPT = {"think": "user: weather?\nassistant: <think>", "qwen3_coder": "user: weather?\nassistant:\n",
-          "glm47": "user: weather?\nassistant:", "hermes": "user: weather?\nassistant:"}
+PROMPT = {
+    "think": "user: weather?\nassistant: <think>",
+    "qwen3_coder": "user: weather?\nassistant:\n",
+    "glm47": "user: weather?\nassistant:",
+    "hermes": "user: weather?\nassistant:",
+}
 
 
 def byte_level_tokenizer():
@@ -66,8 +78,9 @@ def byte_level_tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=list(MARKUP_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=list(MARKUP_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([CORPUS_FILE.read_text(encoding="utf-8")[:200_000]], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=list(MARKUP_TOKENS))
 
@@ -97,8 +110,11 @@ def joined(deltas: list[dict]) -> dict:
 
 
 def summary(reasoning, content, calls) -> dict:
-    return {"reasoning": (reasoning or "").strip() or None, "content": (content or "").strip() or None,
-            "tool_calls": [(c["name"], json.loads(c["arguments"] or "{}")) for c in calls]}
+    return {
+        "reasoning": (reasoning or "").strip() or None,
+        "content": (content or "").strip() or None,
+        "tool_calls": [(c["name"], json.loads(c["arguments"] or "{}")) for c in calls],
+    }
 
 
 def whole(parsed: dict) -> dict:
@@ -118,8 +134,12 @@ def main() -> int:
         real = VllmChatFrontend(features, tokenizer, recipe)
         sim = SimChatFrontend(features, sim_tok)
         for choice in ("auto", "required"):
-            body = {"model": recipe, "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER],
-                    "tool_choice": choice}
+            body = {
+                "model": recipe,
+                "messages": [{"role": "user", "content": "weather?"}],
+                "tools": [WEATHER],
+                "tool_choice": choice,
+            }
             plan = plan_chat(body, features)
             text, _ = script_text(sim.intent(plan), tool_parser)
             ids = tokenizer.encode(text, add_special_tokens=False)
@@ -138,9 +158,11 @@ def main() -> int:
             print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")
             if not ok:
                 print(f"     sim:          {want}\n     vLLM whole:   {got_whole}\n     vLLM stream:  {got_stream}")
-        for extra in ({"tool_choice": "required", "tools": [WEATHER]},
-                      {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
-                      {"response_format": {"type": "json_object"}}):
+        for extra in (
+            {"tool_choice": "required", "tools": [WEATHER]},
+            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
+            {"response_format": {"type": "json_object"}},
+        ):
             body = {"model": recipe, "messages": [{"role": "user", "content": "x"}], **extra}
             plan = plan_chat(body, features)
             intent = real.intent(plan, 64)
@@ -148,8 +170,10 @@ def main() -> int:
             constrained = params.structured_outputs is not None
             ok = params.max_tokens == 64 and (constrained or ("tool_choice" in extra and tool_parser is None))
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} SamplingParams for {json.dumps(extra)[:60]}: "
-                  f"structured_outputs={'set' if constrained else None}")
+            print(
+                f"{'ok  ' if ok else 'FAIL'} {recipe:<30} SamplingParams for {json.dumps(extra)[:60]}: "
+                f"structured_outputs={'set' if constrained else None}"
+            )
     print("all agree" if not failures else f"{failures} difference(s)")
     return 1 if failures else 0
 

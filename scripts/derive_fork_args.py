@@ -30,7 +30,7 @@ import yaml
 
 def _base(flag: str) -> str:
     """`--no-x` follows `--x` (BooleanOptionalAction registers both on one action)."""
-    return "--" + flag[len("--no-"):] if flag.startswith("--no-") else flag
+    return "--" + flag[len("--no-") :] if flag.startswith("--no-") else flag
 
 
 def _common_choices(a, b):
@@ -66,12 +66,14 @@ def derive(low: dict, high: dict, delta: dict) -> dict:
     present = set(flags)
     for entry in flags.values():  # aliases point only at flags that exist
         entry["aliases"] = sorted(a for a in entry.get("aliases", []) if a in present)
-    value_sets = {k: [v for v in high["value_sets"][k] if v in set(low["value_sets"].get(k, []))]
-                  for k in high.get("value_sets", {})}
-    env = (set(low["environment_variables"]) & set(high["environment_variables"])
-           | set(delta.get("env_added", []))) - set(delta.get("env_removed", []))
-    comp = high["compilation_defaults"] if low.get("compilation_defaults") == high.get("compilation_defaults") \
-        else None
+    value_sets = {
+        k: [v for v in high["value_sets"][k] if v in set(low["value_sets"].get(k, []))]
+        for k in high.get("value_sets", {})
+    }
+    env = (
+        set(low["environment_variables"]) & set(high["environment_variables"]) | set(delta.get("env_added", []))
+    ) - set(delta.get("env_removed", []))
+    comp = high["compilation_defaults"] if low.get("compilation_defaults") == high.get("compilation_defaults") else None
     fork = delta["fork"]
     return {
         "vllm_version": fork["version"],
@@ -101,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing")
     args = ap.parse_args(argv)
-    doc = derive(json.loads(args.low.read_text()), json.loads(args.high.read_text()),
-                 yaml.safe_load(args.delta.read_text()))
+    doc = derive(
+        json.loads(args.low.read_text()), json.loads(args.high.read_text()), yaml.safe_load(args.delta.read_text())
+    )
     text = json.dumps(doc, indent=1, ensure_ascii=True) + "\n"
     if args.check:
         if not args.out.is_file() or args.out.read_text() != text:
@@ -111,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out} matches ({len(doc['flags'])} option strings, {len(doc['unverified_flags'])} unverified)")
         return 0
     args.out.write_text(text)
-    print(f"wrote {args.out}: {doc['source_ref']}, {len(doc['flags'])} option strings, "
-          f"{len(doc['unverified_flags'])} unverified")
+    print(
+        f"wrote {args.out}: {doc['source_ref']}, {len(doc['flags'])} option strings, "
+        f"{len(doc['unverified_flags'])} unverified"
+    )
     return 0
 
 

@@ -186,9 +186,9 @@ def wheel_provenance() -> str:
         return "vllm from an index (no direct_url.json)"
     info = json.loads(raw)
     name = info.get("url", "").rsplit("/", 1)[-1]
-    digest = info.get("archive_info", {}).get("hashes", {}).get("sha256") or info.get(
-        "archive_info", {}
-    ).get("hash", "")
+    digest = info.get("archive_info", {}).get("hashes", {}).get("sha256") or info.get("archive_info", {}).get(
+        "hash", ""
+    )
     return f"{name} sha256:{digest.removeprefix('sha256=')}"
 
 
@@ -233,7 +233,7 @@ def build_document(expect_version: str | None) -> dict[str, Any]:
             "-O<x>, -O=<x>, -O <n>": "--optimization-level <x> (levels 0-3; the spaced form only for 0-3); "
             "-O is no longer a --compilation-config shorthand",
             "--a_b": "--a-b (underscores in flag names become dashes)",
-            "--x.y.z V": "--x '{\"y\": {\"z\": V}}' (dotted keys into a JSON dict argument)",
+            "--x.y.z V": '--x \'{"y": {"z": V}}\' (dotted keys into a JSON dict argument)',
             "--x.y+ A,B": "list [A, B]; repeated occurrences on one command line are concatenated, "
             "but the result still REPLACES the default of x.y",
         },
@@ -254,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = build_document(args.expect_version)
     if args.source_ref:
-        doc = {"vllm_version": doc["vllm_version"], "source_ref": args.source_ref,
-               **{k: v for k, v in doc.items() if k != "vllm_version"}}
+        doc = {
+            "vllm_version": doc["vllm_version"],
+            "source_ref": args.source_ref,
+            **{k: v for k, v in doc.items() if k != "vllm_version"},
+        }
     text = json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=True) + "\n"
     if args.out is None:
         sys.stdout.write(text)

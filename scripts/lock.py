@@ -62,10 +62,17 @@ class Target:
 
     def environment(self, arch: str) -> dict[str, str]:
         env = dict(default_environment())
-        env.update(python_version=self.python, python_full_version=self.python_full,
-                   implementation_version=self.python_full, implementation_name="cpython",
-                   platform_python_implementation="CPython", platform_machine=arch, sys_platform="linux",
-                   platform_system="Linux", os_name="posix")
+        env.update(
+            python_version=self.python,
+            python_full_version=self.python_full,
+            implementation_version=self.python_full,
+            implementation_name="cpython",
+            platform_python_implementation="CPython",
+            platform_machine=arch,
+            sys_platform="linux",
+            platform_system="Linux",
+            os_name="posix",
+        )
         return env
 
 
@@ -89,19 +96,43 @@ BOOKWORM = Target("3.11.2", ("x86_64", "aarch64"))
 HOST = Target("3.11.7", ("x86_64", "aarch64"))
 HOST_X86 = Target("3.11.7", ("x86_64",))
 
-LOCKS = {lock.name: lock for lock in (
-    Lock("runtime", "requirements.in", "requirements.txt", HOST,
-         ("what sparkdeploy needs to run (scripts/setup.sh --runtime), and the build tools of its editable install",)),
-    Lock("test", "requirements-test.in", "requirements-test.txt", HOST_X86,
-         ("the runtime set plus the test and bench tools (scripts/setup.sh)",)),
-    Lock("litellm-proxy", "images/litellm-proxy/requirements.in", "images/litellm-proxy/requirements.txt", BOOKWORM,
-         ("the proxy image and .venv-litellm (host-side runs of benchmarks/calibrate_sim.py)",)),
-    Lock("vllm-sim", "images/vllm-sim/requirements.in", "images/vllm-sim/requirements.txt",
-         Target("3.11.2", ("x86_64",)), ("the lab's simulated engine image (linux/amd64)",)),
-)}
+LOCKS = {
+    lock.name: lock
+    for lock in (
+        Lock(
+            "runtime",
+            "requirements.in",
+            "requirements.txt",
+            HOST,
+            ("what sparkdeploy needs to run (scripts/setup.sh --runtime), and its editable install's build tools",),
+        ),
+        Lock(
+            "test",
+            "requirements-test.in",
+            "requirements-test.txt",
+            HOST_X86,
+            ("the runtime set plus the test and bench tools (scripts/setup.sh)",),
+        ),
+        Lock(
+            "litellm-proxy",
+            "images/litellm-proxy/requirements.in",
+            "images/litellm-proxy/requirements.txt",
+            BOOKWORM,
+            ("the proxy image and .venv-litellm (host-side runs of benchmarks/calibrate_sim.py)",),
+        ),
+        Lock(
+            "vllm-sim",
+            "images/vllm-sim/requirements.in",
+            "images/vllm-sim/requirements.txt",
+            Target("3.11.2", ("x86_64",)),
+            ("the lab's simulated engine image (linux/amd64)",),
+        ),
+    )
+}
 
 
 # -- reading a lock ------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Pin:
@@ -137,19 +168,24 @@ def read_pins(path: Path) -> tuple[list[Pin], list[str]]:
     for number, text in logical:
         m = PIN_RE.match(text)
         if not m:
-            problems.append(f"{path.name}:{number}: not an exact, hashed pin: {text[:80]}"
-                            " (fix: regenerate with python3 scripts/lock.py make)")
+            problems.append(
+                f"{path.name}:{number}: not an exact, hashed pin: {text[:80]}"
+                " (fix: regenerate with python3 scripts/lock.py make)"
+            )
             continue
         hashes = tuple(re.findall(r"[0-9a-f]{64}", m.group(4)))
         if not hashes:
-            problems.append(f"{path.name}:{number}: {m.group(1)}=={m.group(3)} has no --hash "
-                            "(fix: regenerate with python3 scripts/lock.py make)")
+            problems.append(
+                f"{path.name}:{number}: {m.group(1)}=={m.group(3)} has no --hash "
+                "(fix: regenerate with python3 scripts/lock.py make)"
+            )
         extras = frozenset(canonicalize_name(e) for e in (m.group(2) or "").split(",") if e)
         pins.append(Pin(canonicalize_name(m.group(1)), extras, m.group(3), hashes, number))
     return pins, problems
 
 
 # -- proving a lock complete ---------------------------------------------------------------------------------
+
 
 def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
     """One line per requirement of the target's closure that the lock does not satisfy (and per surplus pin).
@@ -167,8 +203,10 @@ def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
     for pin in pins:
         meta = recorded.get(pin.name)
         if meta is None or meta.get("version") != pin.version:
-            out.append(f"{where}: {pin.name}=={pin.version} has no requirements recorded in {Path(lock.deps_file).name}"
-                       " (fix: regenerate with python3 scripts/lock.py make)")
+            out.append(
+                f"{where}: {pin.name}=={pin.version} has no requirements recorded in {Path(lock.deps_file).name}"
+                " (fix: regenerate with python3 scripts/lock.py make)"
+            )
         if pin.version in BANNED.get(pin.name, ()):
             out.append(f"{where}: {pin.name}=={pin.version} is a compromised release (fix: never lock it)")
     needed: set[str] = set()
@@ -185,12 +223,16 @@ def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
             pin = by_name.get(name)
             shown = f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}"
             if pin is None:
-                out.append(f"{where}: {parent} {shown}, which is not locked ({arch})"
-                           " (fix: regenerate with python3 scripts/lock.py make)")
+                out.append(
+                    f"{where}: {parent} {shown}, which is not locked ({arch})"
+                    " (fix: regenerate with python3 scripts/lock.py make)"
+                )
                 continue
             if req.specifier and not req.specifier.contains(pin.version, prereleases=True):
-                out.append(f"{where}: {parent} {shown}, but the lock pins {pin.version} ({arch})"
-                           " (fix: regenerate with python3 scripts/lock.py make)")
+                out.append(
+                    f"{where}: {parent} {shown}, but the lock pins {pin.version} ({arch})"
+                    " (fix: regenerate with python3 scripts/lock.py make)"
+                )
             if name in extras_of and wanted <= extras_of[name]:
                 continue
             extras_of[name] = extras_of.get(name, set()) | wanted
@@ -198,15 +240,18 @@ def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
             meta = recorded.get(name) or {}
             for text in meta.get("requires_dist") or []:
                 dep = Requirement(text)
-                if dep.marker and not any(dep.marker.evaluate(dict(env, extra=e))
-                                          for e in ["", *sorted(extras_of[name])]):
+                if dep.marker and not any(
+                    dep.marker.evaluate(dict(env, extra=e)) for e in ["", *sorted(extras_of[name])]
+                ):
                     continue
                 dep.marker = None
                 todo.append((dep, f"{pin.name}=={pin.version} requires"))
     for pin in pins:
         if pin.name not in needed:
-            out.append(f"{where}: {pin.name}=={pin.version} is locked but nothing requires it on "
-                       f"{'/'.join(lock.target.arches)} (fix: regenerate the lock)")
+            out.append(
+                f"{where}: {pin.name}=={pin.version} is locked but nothing requires it on "
+                f"{'/'.join(lock.target.arches)} (fix: regenerate the lock)"
+            )
     return sorted(set(out))
 
 
@@ -214,27 +259,43 @@ def check(lock: Lock, root: Path = ROOT) -> list[str]:
     path, deps_path = root / lock.output, root / lock.deps_file
     if not path.is_file() or not deps_path.is_file():
         return [
-            (f"{lock.output}: missing lock or {Path(lock.deps_file).name} "
-            f"(fix: python3 scripts/lock.py make {lock.name})")
+            (
+                f"{lock.output}: missing lock or {Path(lock.deps_file).name} "
+                f"(fix: python3 scripts/lock.py make {lock.name})"
+            )
         ]
     pins, problems = read_pins(path)
     deps = json.loads(deps_path.read_text())
     source = root / lock.source
     if source.is_file() and deps.get("source_sha256") != _sha256(source):
-        problems.append(f"{lock.output}: {lock.source} changed since the lock was made "
-                        f"(fix: python3 scripts/lock.py make {lock.name})")
+        problems.append(
+            f"{lock.output}: {lock.source} changed since the lock was made "
+            f"(fix: python3 scripts/lock.py make {lock.name})"
+        )
     return problems + completeness(lock, pins, deps)
 
 
 # -- installing and downloading ------------------------------------------------------------------------------
 
+
 def install_argv(python: str, lock_file: str) -> list[str]:
     """How a venv installs a lock: exactly its files, nothing resolved."""
-    return [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", *STRICT,
-            "-r", lock_file]
+    return [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-input",
+        *STRICT,
+        "-r",
+        lock_file,
+    ]
 
 
 # -- making a lock -------------------------------------------------------------------------------------------
+
 
 def _sha256(path: Path) -> str:
     import hashlib
@@ -275,10 +336,30 @@ def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool) -> list[d
     t = lock.target
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-lock-") as tmp:
         report = Path(tmp) / "report.json"
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-                "--report", str(report), "--target", str(Path(tmp) / "t"), "--only-binary=:all:",
-                "--python-version", t.python, "--implementation", "cp",
-                "--abi", "cp" + t.python.replace(".", ""), "--abi", "abi3", "--abi", "none"]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            "--target",
+            str(Path(tmp) / "t"),
+            "--only-binary=:all:",
+            "--python-version",
+            t.python,
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp" + t.python.replace(".", ""),
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+        ]
         for tag in _platforms(arch, t.glibc_max, descending):
             argv += ["--platform", tag]
         result = subprocess.run(argv + tops, capture_output=True, text=True)
@@ -299,9 +380,16 @@ def make(lock: Lock) -> None:
                 install = _resolve(lock, tops + extra, arch, descending)
                 found = {canonicalize_name(i["metadata"]["name"]): i for i in install}
                 pins = [Pin(n, frozenset(), i["metadata"]["version"], ("0" * 64,), 0) for n, i in found.items()]
-                deps = {"top": tops, "packages": {n: {"version": i["metadata"]["version"],
-                                                      "requires_dist": i["metadata"].get("requires_dist") or []}
-                                                  for n, i in found.items()}}
+                deps = {
+                    "top": tops,
+                    "packages": {
+                        n: {
+                            "version": i["metadata"]["version"],
+                            "requires_dist": i["metadata"].get("requires_dist") or [],
+                        }
+                        for n, i in found.items()
+                    },
+                }
                 missing = [line for line in completeness(lock, pins, deps) if "which is not locked" in line]
                 if not missing:
                     break
@@ -340,8 +428,13 @@ def make(lock: Lock) -> None:
         lines += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "") for i, h in enumerate(hashes)]
         packages[key] = {"version": meta["version"], "requires_dist": meta.get("requires_dist") or []}
     text = "\n".join(lines) + "\n"
-    deps = {"generated_by": "scripts/lock.py", "source": lock.source, "source_sha256": _sha256(ROOT / lock.source),
-            "top": tops + extra, "packages": packages}
+    deps = {
+        "generated_by": "scripts/lock.py",
+        "source": lock.source,
+        "source_sha256": _sha256(ROOT / lock.source),
+        "top": tops + extra,
+        "packages": packages,
+    }
     with tempfile.TemporaryDirectory() as tmp:  # prove it before writing it
         scratch = Path(tmp)
         (scratch / lock.output).parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ START_TIMEOUT_S = 300  # `docker run --detach` returns once the container starte
 
 # -- interrupt and lock ---------------------------------------------------------------------------------
 
+
 class Interrupt:
     """First Ctrl-C: set `event` (steps under way finish, the rest are skipped, temp files are cleaned).
     Second Ctrl-C: KeyboardInterrupt at once."""
@@ -113,8 +114,10 @@ def cluster_lock(inventory: Inventory):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 128, 0).decode(errors="replace").strip() or "?"
-            raise StepFailed(f"another sparkdeploy run (pid {holder}) is working on this cluster "
-                             f"({inventory.source}); wait for it to finish (lock: {path})") from None
+            raise StepFailed(
+                f"another sparkdeploy run (pid {holder}) is working on this cluster "
+                f"({inventory.source}); wait for it to finish (lock: {path})"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
         try:
@@ -133,10 +136,13 @@ inventory_lock = cluster_lock  # the name the commands used first
 # A directory made with mkdir (atomic on every filesystem) in the SSH user's home on each node, holding who took
 # it and when: two machines (or two checkouts) that run against the same nodes cannot both change them.
 NODE_LOCK_DIR = ".sparkdeploy.lock"
-_ACQUIRE = (f'd="$HOME/{NODE_LOCK_DIR}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
-            'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi')
-_RELEASE = (f'd="$HOME/{NODE_LOCK_DIR}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = "$1" ] && rm -rf -- "$d"; '
-            'true')
+_ACQUIRE = (
+    f'd="$HOME/{NODE_LOCK_DIR}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
+    'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi'
+)
+_RELEASE = (
+    f'd="$HOME/{NODE_LOCK_DIR}"; read -r t _ < "$d/holder" 2>/dev/null && [ "$t" = "$1" ] && rm -rf -- "$d"; true'
+)
 
 
 class NodeLockHeld(StepFailed):
@@ -161,8 +167,10 @@ class NodeLocks:
         self.session = session
         self.say = say or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True))
         self.token = secrets.token_hex(8)
-        self.holder = (f"{self.token} {socket.gethostname()} pid {os.getpid()} since "
-                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+        self.holder = (
+            f"{self.token} {socket.gethostname()} pid {os.getpid()} since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        )
         self.taken: list[Node] = []
 
     def _take(self, node: Node) -> str | None:
@@ -199,14 +207,25 @@ class NodeLocks:
         if held:
             self.__exit__()
             held_by = {node.name: _who(holder) for node, holder in held}
-            lines = [f"{o.node.name} ({o.node.mgmt_ip}): " + (
-                f"held by another sparkdeploy run ({held_by[o.node.name]})" if o.node.name in held_by else
-                f"not reachable: {o.error}" if not o.ok else "free (released again)") + "; nothing changed here"
-                for o in outcomes]
+            lines = [
+                f"{o.node.name} ({o.node.mgmt_ip}): "
+                + (
+                    f"held by another sparkdeploy run ({held_by[o.node.name]})"
+                    if o.node.name in held_by
+                    else f"not reachable: {o.error}"
+                    if not o.ok
+                    else "free (released again)"
+                )
+                + "; nothing changed here"
+                for o in outcomes
+            ]
             node, holder = held[0]
-            raise NodeLockHeld(f"{node.name} ({node.mgmt_ip}): another sparkdeploy run holds the node lock "
-                               f"({_who(holder)}); wait for it to finish. If that run is gone: ssh to {node.name} "
-                               f"and rm -r ~/{NODE_LOCK_DIR}", lines)
+            raise NodeLockHeld(
+                f"{node.name} ({node.mgmt_ip}): another sparkdeploy run holds the node lock "
+                f"({_who(holder)}); wait for it to finish. If that run is gone: ssh to {node.name} "
+                f"and rm -r ~/{NODE_LOCK_DIR}",
+                lines,
+            )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -214,15 +233,20 @@ class NodeLocks:
         # A node whose connection died during the run (powered off, cable pulled) is not waited for again: its
         # lock stays, and the run says so (the next run from this machine finds its pid gone and takes it over).
         lost = [n for n in nodes if self.session.conns[n.name].lost]
-        outcomes = on_nodes([n for n in nodes if n not in lost],
-                            lambda n: self.session.conns[n.name].run(["sh", "-c", _RELEASE, "sh", self.token],
-                                                                     timeout=30, check=False, force=True))
+        outcomes = on_nodes(
+            [n for n in nodes if n not in lost],
+            lambda n: self.session.conns[n.name].run(
+                ["sh", "-c", _RELEASE, "sh", self.token], timeout=30, check=False, force=True
+            ),
+        )
         left = [(n, "the connection was lost during the run") for n in lost]
         left += [(o.node, str(o.error)) for o in outcomes if not o.ok]
         for node, why in left:
-            self.say(f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there ({why}); the next "
-                     f"run from this machine takes it over; from another machine remove it first: ssh to "
-                     f"{node.name} and rm -r ~/{NODE_LOCK_DIR}")
+            self.say(
+                f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there ({why}); the next "
+                f"run from this machine takes it over; from another machine remove it first: ssh to "
+                f"{node.name} and rm -r ~/{NODE_LOCK_DIR}"
+            )
 
 
 def node_locks(session: Session, dry_run: bool = False, say: Callable[[str], None] | None = None):
@@ -232,6 +256,7 @@ def node_locks(session: Session, dry_run: bool = False, say: Callable[[str], Non
 
 # -- connections and facts ------------------------------------------------------------------------------
 
+
 @dataclass
 class Session:
     """One connection per node of the inventory, opened lazily, closed at the end of the run."""
@@ -240,8 +265,9 @@ class Session:
     conns: dict[str, NodeConnection]
 
     @classmethod
-    def open(cls, inventory: Inventory, connect_timeout: float | None = None,
-             mask: Callable[[str], str] | None = None) -> Session:
+    def open(
+        cls, inventory: Inventory, connect_timeout: float | None = None, mask: Callable[[str], str] | None = None
+    ) -> Session:
         """mask: the run's secrets mask, applied to what a failed command's error carries."""
         kwargs = {"connect_timeout": connect_timeout} if connect_timeout else {}
         return cls(inventory, {n.name: NodeConnection(n, inventory, mask=mask, **kwargs) for n in inventory.nodes})
@@ -260,8 +286,14 @@ class Session:
         return self.conns[node if isinstance(node, str) else node.name]
 
 
-def gather_facts(session: Session, nodes: list[Node], images_for: Callable[[Node], list[str]] = lambda n: [],
-                 hf_cache: str = "~", model: str = "", what: str = "state") -> dict[str, NodeFacts | Exception]:
+def gather_facts(
+    session: Session,
+    nodes: list[Node],
+    images_for: Callable[[Node], list[str]] = lambda n: [],
+    hf_cache: str = "~",
+    model: str = "",
+    what: str = "state",
+) -> dict[str, NodeFacts | Exception]:
     """Facts of every node in parallel: the node's NodeFacts, or the exception that stopped the reading."""
     state_dir = session.inventory.cluster.state_dir
 
@@ -271,8 +303,9 @@ def gather_facts(session: Session, nodes: list[Node], images_for: Callable[[Node
     return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
 
 
-def add_resources(session: Session, facts: dict[str, NodeFacts | Exception], names: set[str], hf_cache: str,
-                  model: str) -> None:
+def add_resources(
+    session: Session, facts: dict[str, NodeFacts | Exception], names: set[str], hf_cache: str, model: str
+) -> None:
     """Read memory, disk and the model cache on the named nodes (those where something starts)."""
     nodes = [n for n in session.inventory.nodes if n.name in names and isinstance(facts.get(n.name), NodeFacts)]
     for name, res in gather_facts(session, nodes, hf_cache=hf_cache, model=model, what="resources").items():
@@ -283,6 +316,7 @@ def add_resources(session: Session, facts: dict[str, NodeFacts | Exception], nam
 
 
 # -- steps ----------------------------------------------------------------------------------------------
+
 
 class _Unchanged(Exception):
     """A step that found nothing to do after all (reported ok, with the reason)."""
@@ -374,8 +408,14 @@ def run_step(conn: NodeConnection, step: Step, state_dir: str) -> str:
     return handler(conn, step, state_dir)
 
 
-def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: Interrupt | None,
-              mask: Callable[[str], str], say: Callable[[str], None] | None) -> None:
+def _run_node(
+    conn: NodeConnection,
+    node_plan: NodePlan,
+    phase: int,
+    interrupt: Interrupt | None,
+    mask: Callable[[str], str],
+    say: Callable[[str], None] | None,
+) -> None:
     steps = node_plan.phase(phase)
     for i, step in enumerate(steps):
         if not step.change:
@@ -400,13 +440,18 @@ def _run_node(conn: NodeConnection, node_plan: NodePlan, phase: int, interrupt: 
             step.status, step.detail = OK, mask(str(exc))
         except (StepFailed, OSError) as exc:  # reported per node; nothing else on this node runs after a failure
             step.status, step.detail = FAILED, mask(f"{exc}" or exc.__class__.__name__)
-            for rest in steps[i + 1:]:
+            for rest in steps[i + 1 :]:
                 rest.status, rest.detail = (OK, "") if not rest.change else (SKIPPED, f"after the failed {step.kind}")
             return
 
 
-def apply_plan(session: Session, plan: Plan, interrupt: Interrupt | None = None,
-               mask: Callable[[str], str] = lambda s: s, say: Callable[[str], None] | None = None) -> None:
+def apply_plan(
+    session: Session,
+    plan: Plan,
+    interrupt: Interrupt | None = None,
+    mask: Callable[[str], str] = lambda s: s,
+    say: Callable[[str], None] | None = None,
+) -> None:
     """Run phase 1 on every node, then (if every node succeeded) phase 2. Step statuses are set in place."""
     for phase in (1, 2):
         todo = [n for n in plan.nodes if n.phase(phase)]
@@ -417,8 +462,10 @@ def apply_plan(session: Session, plan: Plan, interrupt: Interrupt | None = None,
                     s.status, s.detail = (OK, "") if not s.change else (SKIPPED, why)
             break
         by_node = {n.node.name: n for n in todo}
-        outcomes = on_nodes([n.node for n in todo],  # on_nodes returns before the loop moves on
-                            lambda node: _run_node(session.conn(node), by_node[node.name], phase, interrupt, mask, say))  # noqa: B023
+        outcomes = on_nodes(
+            [n.node for n in todo],  # on_nodes returns before the loop moves on
+            lambda node: _run_node(session.conn(node), by_node[node.name], phase, interrupt, mask, say),  # noqa: B023
+        )
         for o in outcomes:  # _run_node catches step errors; anything else is a bug, still reported per node
             if not o.ok:
                 for s in by_node[o.node.name].phase(phase):
@@ -432,7 +479,8 @@ def clean_temp_files(session: Session, nodes: list[Node]) -> None:
     script = 'cd "$HOME/$1" 2>/dev/null || exit 0; for f in .*"$2"; do [ -f "$f" ] && rm -f -- "$f"; done; exit 0'
 
     def one(node: Node) -> None:
-        session.conn(node).run(["bash", "-c", script, "sparkdeploy-clean", state_dir, TEMP_SUFFIX], check=False,
-                               timeout=20)
+        session.conn(node).run(
+            ["bash", "-c", script, "sparkdeploy-clean", state_dir, TEMP_SUFFIX], check=False, timeout=20
+        )
 
     on_nodes(nodes, one)

@@ -17,25 +17,73 @@ from __future__ import annotations
 
 from sparkdeploy.errors import ConfigError, Problem
 
-FRONTEND_FLAGS = frozenset({
-    "--lora-modules", "--chat-template", "--chat-template-content-format", "--trust-request-chat-template",
-    "--trust-request-mm-kwargs", "--default-chat-template-kwargs", "--response-role", "--return-tokens-as-token-ids",
-    "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none", "--tool-call-parser", "--tool-parser-plugin",
-    "--tool-strict-level", "--tool-server", "--max-log-len", "--enable-prompt-tokens-details",
-    "--enable-per-request-metrics", "--enable-server-load-tracking", "--enable-force-include-usage",
-    "--sse-keep-alive-interval", "--enable-tokenizer-info-endpoint", "--enable-log-outputs", "--enable-log-deltas",
-    "--cohere-is-reasoning-model", "--cohere-format", "--anthropic-disabled-thinking-effort", "--log-error-stack",
-    "--tokens-only", "--enable-scale-out", "--fingerprint-mode", "--fingerprint-value", "--host", "--port",
-    "--grpc-port", "--uds", "--uvicorn-log-level", "--disable-uvicorn-access-log", "--disable-access-log-for-endpoints",
-    "--allow-credentials", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--api-key",
-    "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--enable-ssl-refresh", "--ssl-cert-reqs", "--ssl-ciphers",
-    "--root-path", "--middleware", "--enable-request-id-headers", "--disable-fastapi-docs", "--enable-offline-docs",
-    "--reasoning-parser", "--reasoning-parser-plugin", "--api-server-count", "--enable-log-requests",
-})
+FRONTEND_FLAGS = frozenset(
+    {
+        "--lora-modules",
+        "--chat-template",
+        "--chat-template-content-format",
+        "--trust-request-chat-template",
+        "--trust-request-mm-kwargs",
+        "--default-chat-template-kwargs",
+        "--response-role",
+        "--return-tokens-as-token-ids",
+        "--enable-auto-tool-choice",
+        "--exclude-tools-when-tool-choice-none",
+        "--tool-call-parser",
+        "--tool-parser-plugin",
+        "--tool-strict-level",
+        "--tool-server",
+        "--max-log-len",
+        "--enable-prompt-tokens-details",
+        "--enable-per-request-metrics",
+        "--enable-server-load-tracking",
+        "--enable-force-include-usage",
+        "--sse-keep-alive-interval",
+        "--enable-tokenizer-info-endpoint",
+        "--enable-log-outputs",
+        "--enable-log-deltas",
+        "--cohere-is-reasoning-model",
+        "--cohere-format",
+        "--anthropic-disabled-thinking-effort",
+        "--log-error-stack",
+        "--tokens-only",
+        "--enable-scale-out",
+        "--fingerprint-mode",
+        "--fingerprint-value",
+        "--host",
+        "--port",
+        "--grpc-port",
+        "--uds",
+        "--uvicorn-log-level",
+        "--disable-uvicorn-access-log",
+        "--disable-access-log-for-endpoints",
+        "--allow-credentials",
+        "--allowed-origins",
+        "--allowed-methods",
+        "--allowed-headers",
+        "--api-key",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--ssl-ca-certs",
+        "--enable-ssl-refresh",
+        "--ssl-cert-reqs",
+        "--ssl-ciphers",
+        "--root-path",
+        "--middleware",
+        "--enable-request-id-headers",
+        "--disable-fastapi-docs",
+        "--enable-offline-docs",
+        "--reasoning-parser",
+        "--reasoning-parser-plugin",
+        "--api-server-count",
+        "--enable-log-requests",
+    }
+)
 # what sparklaunch's server does with them: listen, check the key, tools and reasoning (sparklaunch.chat)
-TORCHRUN_HONOURS = frozenset({"--host", "--port", "--api-key", "--enable-auto-tool-choice", "--tool-call-parser",
-                              "--reasoning-parser"})
-HONOURED = {"ray": None, "native": None, "torchrun": TORCHRUN_HONOURS}   # None: every flag (vllm serve itself)
+TORCHRUN_HONOURS = frozenset(
+    {"--host", "--port", "--api-key", "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser"}
+)
+HONOURED = {"ray": None, "native": None, "torchrun": TORCHRUN_HONOURS}  # None: every flag (vllm serve itself)
 
 
 def _flags(args: list[str]) -> list[str]:
@@ -51,10 +99,16 @@ def refused_flags(args: list[str], backend: str | None) -> list[str]:
 
 
 def problems(args: list[str], backend: str | None, recipe_file: str) -> list[Problem]:
-    return [Problem(recipe_file, "vllm.extra_args",
-                    f"{flag} is not honoured by the {backend} backend (its HTTP server is the serving launcher, "
-                    f"which would ignore it)", f"use --backend ray or native, or drop {flag}")
-            for flag in refused_flags(args, backend)]
+    return [
+        Problem(
+            recipe_file,
+            "vllm.extra_args",
+            f"{flag} is not honoured by the {backend} backend (its HTTP server is the serving launcher, "
+            f"which would ignore it)",
+            f"use --backend ray or native, or drop {flag}",
+        )
+        for flag in refused_flags(args, backend)
+    ]
 
 
 def check_backend_flags(args: list[str], backend: str | None, recipe_file: str) -> None:

@@ -23,24 +23,40 @@ READ_TIMEOUT_S = 20
 SECTION = "@@sparkdeploy-crashes@@"
 
 # The whole State (a map on some engines, where a missing Health key fails a template that names it); no Env.
-_INSPECT = ('{"id":{{json .Id}},"name":{{json .Name}},"state":{{json .State}},"restarts":{{json .RestartCount}},'
-            '"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}}}')
-_EVENT = ('{"action":{{json .Action}},"time":{{json .TimeNano}},"id":{{json .Actor.ID}},'
-          '"code":{{json (index .Actor.Attributes "exitCode")}}}')
+_INSPECT = (
+    '{"id":{{json .Id}},"name":{{json .Name}},"state":{{json .State}},"restarts":{{json .RestartCount}},'
+    '"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}}}'
+)
+_EVENT = (
+    '{"action":{{json .Action}},"time":{{json .TimeNano}},"id":{{json .Actor.ID}},'
+    '"code":{{json (index .Actor.Attributes "exitCode")}}}'
+)
 
 # $1 the managed label, $2 seconds of history. Read-only.
-SCRIPT = r"""
+SCRIPT = (
+    r"""
 label="$1"; since=$(( $(date +%s) - $2 ))
-printf '%s inspect\n' '""" + SECTION + r"""'
+printf '%s inspect\n' '"""
+    + SECTION
+    + r"""'
 ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
-[ -n "$ids" ] && docker inspect --format '""" + _INSPECT.replace("'", "'\\''") + r"""' $ids 2>/dev/null
-printf '%s events\n' '""" + SECTION + r"""'
+[ -n "$ids" ] && docker inspect --format '"""
+    + _INSPECT.replace("'", "'\\''")
+    + r"""' $ids 2>/dev/null
+printf '%s events\n' '"""
+    + SECTION
+    + r"""'
 docker events --since "$since" --until "$(date +%s)" --filter type=container --filter "label=$label=true" \
   --filter event=die --filter event=oom --filter event=kill \
-  --format '""" + _EVENT.replace("'", "'\\''") + r"""' 2>/dev/null
-printf '%s now\n' '""" + SECTION + r"""'
+  --format '"""
+    + _EVENT.replace("'", "'\\''")
+    + r"""' 2>/dev/null
+printf '%s now\n' '"""
+    + SECTION
+    + r"""'
 date -u +%Y-%m-%dT%H:%M:%SZ
 """
+)
 
 
 def _signal_name(number: int) -> str:
@@ -74,8 +90,13 @@ class Exit:
         return f"exit code {self.code}"
 
     def as_dict(self) -> dict:
-        return {"at": self.at.isoformat() if self.at else None, "code": self.code, "oom_killed": self.oom,
-                "by_docker": self.by_docker, "reason": self.reason}
+        return {
+            "at": self.at.isoformat() if self.at else None,
+            "code": self.code,
+            "oom_killed": self.oom,
+            "by_docker": self.by_docker,
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -94,15 +115,20 @@ class ContainerHistory:
 
     def exits_within(self, seconds: float, now: datetime) -> list[Exit]:
         """The crashes (exits Docker did not ask for) of the last `seconds`."""
-        return [e for e in self.exits
-                if e.at is not None and not e.by_docker and (now - e.at).total_seconds() <= seconds]
+        return [
+            e for e in self.exits if e.at is not None and not e.by_docker and (now - e.at).total_seconds() <= seconds
+        ]
 
     def as_dict(self) -> dict:
-        return {"restarts": self.restarts, "last_exit": self.last_exit.as_dict() if self.last_exit else None,
-                "recent_exits": len(self.exits), "oom_kills": sum(1 for e in self.exits if e.oom),
-                "docker_health": self.health,
-                "health_failing_since": self.failing_since.isoformat() if self.failing_since else None,
-                "error": self.error or None}
+        return {
+            "restarts": self.restarts,
+            "last_exit": self.last_exit.as_dict() if self.last_exit else None,
+            "recent_exits": len(self.exits),
+            "oom_kills": sum(1 for e in self.exits if e.oom),
+            "docker_health": self.health,
+            "health_failing_since": self.failing_since.isoformat() if self.failing_since else None,
+            "error": self.error or None,
+        }
 
 
 @dataclass
@@ -116,7 +142,7 @@ def _sections(text: str) -> dict[str, list[str]]:
     name = None
     for line in text.splitlines():
         if line.startswith(SECTION + " "):
-            name = line[len(SECTION) + 1:].strip()
+            name = line[len(SECTION) + 1 :].strip()
             out[name] = []
         elif name is not None and line.strip():
             out[name].append(line.strip())
@@ -165,8 +191,9 @@ def _exits_from_events(events: list[dict]) -> dict[str, list[Exit]]:
         elif action == "die":
             oom_at, kill_at = pending.pop((cid, "oom"), None), pending.pop((cid, "kill"), None)
             oom = oom_at is not None and at is not None and (at - oom_at).total_seconds() < 60
-            by_docker = not oom and kill_at is not None and at is not None and \
-                (at - kill_at).total_seconds() < KILL_TO_DIE_S
+            by_docker = (
+                not oom and kill_at is not None and at is not None and (at - kill_at).total_seconds() < KILL_TO_DIE_S
+            )
             per.setdefault(cid, []).append(Exit(at, _int(e.get("code")), oom, by_docker))
     return per
 
@@ -198,23 +225,38 @@ def parse(text: str) -> NodeHistory:
         last = recent[-1] if recent else None
         if not running and finished is not None:
             # Stopped now: inspect's state is the last exit (and says OOM even when the events are gone).
-            last = Exit(finished, _int(state.get("ExitCode")), bool(state.get("OOMKilled")) or bool(last and last.oom),
-                        bool(last and last.by_docker))
+            last = Exit(
+                finished,
+                _int(state.get("ExitCode")),
+                bool(state.get("OOMKilled")) or bool(last and last.oom),
+                bool(last and last.by_docker),
+            )
         elif last is None and finished is not None:  # restarted long ago: the code is no longer known
             last = Exit(finished, None, bool(state.get("OOMKilled")))
         health = state.get("Health") if isinstance(state.get("Health"), dict) else None
         history.containers[name] = ContainerHistory(
-            name=name, role=str(d.get("role") or ""), status=str(state.get("Status") or ""), running=running,
-            restarts=_int(d.get("restarts")) or 0, started_at=parse_time(str(state.get("StartedAt") or "")),
-            last_exit=last, exits=recent, health=health.get("Status") if health else None,
-            failing_since=_failing_since(health), error=str(state.get("Error") or ""))
+            name=name,
+            role=str(d.get("role") or ""),
+            status=str(state.get("Status") or ""),
+            running=running,
+            restarts=_int(d.get("restarts")) or 0,
+            started_at=parse_time(str(state.get("StartedAt") or "")),
+            last_exit=last,
+            exits=recent,
+            health=health.get("Status") if health else None,
+            failing_since=_failing_since(health),
+            error=str(state.get("Error") or ""),
+        )
     return history
 
 
 def read(conn, history_s: int = HISTORY_S) -> NodeHistory:
     """Read one node's container history over its SSH connection (read-only)."""
-    result = conn.run(["bash", "-c", SCRIPT, "sparkdeploy-crashes", MANAGED_LABEL, str(int(history_s))],
-                      check=False, timeout=READ_TIMEOUT_S)
+    result = conn.run(
+        ["bash", "-c", SCRIPT, "sparkdeploy-crashes", MANAGED_LABEL, str(int(history_s))],
+        check=False,
+        timeout=READ_TIMEOUT_S,
+    )
     return parse(result.stdout)
 
 

@@ -30,16 +30,28 @@ def describe(dep: Deployment) -> dict:
         for kind, text in nd.fresh_steps():
             if kind == "write":
                 f = files[text]
-                steps.append({"write": f"~/{nd.state_dir}/{f.name}", "mode": f"{f.mode:04o}", "secret": f.secret,
-                              "content": f.shown()})
+                steps.append(
+                    {
+                        "write": f"~/{nd.state_dir}/{f.name}",
+                        "mode": f"{f.mode:04o}",
+                        "secret": f.secret,
+                        "content": f.shown(),
+                    }
+                )
             else:
                 steps.append({"run": text})
-        out["nodes"].append({
-            "name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role,
-            "containers": [{"name": c.name, "role": c.role, "image": c.image, "config_hash": c.config_hash}
-                           for c in nd.containers],
-            "steps": steps,
-        })
+        out["nodes"].append(
+            {
+                "name": nd.node.name,
+                "mgmt_ip": nd.node.mgmt_ip,
+                "role": nd.node.role,
+                "containers": [
+                    {"name": c.name, "role": c.role, "image": c.image, "config_hash": c.config_hash}
+                    for c in nd.containers
+                ],
+                "steps": steps,
+            }
+        )
     return mask(dep, out)
 
 

@@ -57,5 +57,6 @@ class NothingDeployed(StepFailed):
 def no_such(kind: str, name: str, known: list[str]) -> ConfigError:
     """A name that is not among the known ones: one line with the closest names, or all of them."""
     close = get_close_matches(name, known, n=3)
-    return ConfigError(Problem(kind, name, "not found", f"did you mean {', '.join(close)}?" if close else
-                               f"known: {', '.join(known)}"))
+    return ConfigError(
+        Problem(kind, name, "not found", f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known)}")
+    )

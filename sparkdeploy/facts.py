@@ -21,11 +21,13 @@ TEMP_SUFFIX = ".sparkdeploy-tmp"  # NodeConnection.put's temp files: `.NAME.spar
 SECTION = "@@sparkdeploy-facts@@"
 FACTS_TIMEOUT_S = 60
 
-_INSPECT = ('{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Image}},"ref":{{json .Config.Image}},'
-            '"labels":{{json .Config.Labels}},"status":{{json .State.Status}},"running":{{json .State.Running}},'
-            '"restarting":{{json .State.Restarting}},"exit_code":{{json .State.ExitCode}},'
-            '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
-            '"restarts":{{json .RestartCount}}}')
+_INSPECT = (
+    '{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Image}},"ref":{{json .Config.Image}},'
+    '"labels":{{json .Config.Labels}},"status":{{json .State.Status}},"running":{{json .State.Running}},'
+    '"restarting":{{json .State.Restarting}},"exit_code":{{json .State.ExitCode}},'
+    '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
+    '"restarts":{{json .RestartCount}}}'
+)
 
 # $1 what to read: state (containers, images, files, ports) | resources (memory, disk, model cache) | all;
 # $2 state dir (relative to $HOME), $3 hf cache (~/... or absolute), $4 the model's hub folder name,
@@ -157,8 +159,15 @@ class NodeFacts:
     resources: bool = False  # memory, disk and model cache were read (only where something starts)
 
     def add_resources(self, other: NodeFacts) -> None:
-        for name in ("mem_total_mb", "mem_available_mb", "gpu_mem_total_mb", "gpu_mem_free_mb", "model_cached",
-                     "disk_free_mb", "resources"):
+        for name in (
+            "mem_total_mb",
+            "mem_available_mb",
+            "gpu_mem_total_mb",
+            "gpu_mem_free_mb",
+            "model_cached",
+            "disk_free_mb",
+            "resources",
+        ):
             setattr(self, name, getattr(other, name))
 
     def container(self, name: str) -> ContainerFact | None:
@@ -213,7 +222,7 @@ def split_sections(text: str) -> dict[str, str]:
         if line.startswith(SECTION + " "):
             if name is not None:
                 sections[name] = "\n".join(lines).strip("\n")
-            name = line[len(SECTION) + 1:].strip()
+            name = line[len(SECTION) + 1 :].strip()
             lines = []
         elif name is not None:
             lines.append(line)
@@ -270,12 +279,22 @@ def parse(node: str, text: str) -> NodeFacts:
         labels = d.get("labels") or {}
         if labels.get(MANAGED_LABEL) != "true":
             continue
-        f.containers.append(ContainerFact(
-            id=d.get("id") or "", name=(d.get("name") or "").lstrip("/"), image_id=d.get("image") or "",
-            image_ref=d.get("ref") or "", labels=labels, status=d.get("status") or "",
-            running=bool(d.get("running")), restarting=bool(d.get("restarting")),
-            exit_code=int(d.get("exit_code") or 0), started_at=d.get("started") or "",
-            finished_at=d.get("finished") or "", restarts=int(d.get("restarts") or 0)))
+        f.containers.append(
+            ContainerFact(
+                id=d.get("id") or "",
+                name=(d.get("name") or "").lstrip("/"),
+                image_id=d.get("image") or "",
+                image_ref=d.get("ref") or "",
+                labels=labels,
+                status=d.get("status") or "",
+                running=bool(d.get("running")),
+                restarting=bool(d.get("restarting")),
+                exit_code=int(d.get("exit_code") or 0),
+                started_at=d.get("started") or "",
+                finished_at=d.get("finished") or "",
+                restarts=int(d.get("restarts") or 0),
+            )
+        )
     f.containers.sort(key=lambda c: c.name)
 
     for line in sec.get("images", "").splitlines():
@@ -343,17 +362,35 @@ def hub_folder(model: str) -> str:
     return "models--" + model.replace("/", "--")
 
 
-def read_facts(conn: NodeConnection, state_dir: str, images: list[str] = (), hf_cache: str = "~",
-               model: str = "", what: str = "state") -> NodeFacts:
+def read_facts(
+    conn: NodeConnection,
+    state_dir: str,
+    images: list[str] = (),
+    hf_cache: str = "~",
+    model: str = "",
+    what: str = "state",
+) -> NodeFacts:
     """Read the node's state in one SSH command (read-only). what: state | resources | all."""
-    argv = ["bash", "-c", SCRIPT, "sparkdeploy-facts", what, state_dir, hf_cache,
-            hub_folder(model) if model else "", *images]
+    argv = [
+        "bash",
+        "-c",
+        SCRIPT,
+        "sparkdeploy-facts",
+        what,
+        state_dir,
+        hf_cache,
+        hub_folder(model) if model else "",
+        *images,
+    ]
     result = conn.run(argv, check=False, timeout=FACTS_TIMEOUT_S)
     facts = parse(conn.node.name, result.stdout)
     if not facts.home:
         from sparkdeploy.errors import StepFailed
 
         reason = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise StepFailed(f"{conn.node.name}: could not read the node's state (exit {result.exit_code}"
-                         + (": " + " | ".join(reason) if reason else "") + ")")
+        raise StepFailed(
+            f"{conn.node.name}: could not read the node's state (exit {result.exit_code}"
+            + (": " + " | ".join(reason) if reason else "")
+            + ")"
+        )
     return facts

@@ -56,9 +56,14 @@ class GateResult:
     logs: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> container -> last lines (masked)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "seconds": round(self.seconds, 2), "reason": self.reason, "dead": self.dead,
-                "probes": [{"name": p.name, "url": p.url, "ok": p.ok, "detail": p.detail} for p in self.probes],
-                "logs": self.logs}
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 2),
+            "reason": self.reason,
+            "dead": self.dead,
+            "probes": [{"name": p.name, "url": p.url, "ok": p.ok, "detail": p.detail} for p in self.probes],
+            "logs": self.logs,
+        }
 
 
 def probes_for(dep: Deployment) -> list[Probe]:
@@ -68,11 +73,18 @@ def probes_for(dep: Deployment) -> list[Probe]:
             if c.health_port is None:
                 continue
             path = c.health_path
-            probes.append(Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.url_host}:{c.health_port}{path}",
-                                "health"))
+            probes.append(
+                Probe(f"{nd.node.name} {c.name} {path}", f"http://{nd.node.url_host}:{c.health_port}{path}", "health")
+            )
     public_bearer = dep.proxied
-    probes.append(Probe(f"chat completion {dep.endpoint}", dep.endpoint.rstrip("/") + "/chat/completions",
-                        "completion", bearer=public_bearer))
+    probes.append(
+        Probe(
+            f"chat completion {dep.endpoint}",
+            dep.endpoint.rstrip("/") + "/chat/completions",
+            "completion",
+            bearer=public_bearer,
+        )
+    )
     for url in dep.backends:
         probes.append(Probe(f"chat completion {url}", url.rstrip("/") + "/chat/completions", "completion"))
     return probes
@@ -106,8 +118,14 @@ class _Deadline:
         self._conn.close()
 
 
-def http_request(url: str, deadline: float, method: str = "GET", body: bytes | None = None,
-                 headers: dict[str, str] | None = None, limit: int = MAX_ANSWER) -> tuple[int, bytes]:
+def http_request(
+    url: str,
+    deadline: float,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    limit: int = MAX_ANSWER,
+) -> tuple[int, bytes]:
     """(status, the first `limit` bytes of the body); every step ends by `deadline` (time.monotonic())."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -133,8 +151,15 @@ def http_get(url: str, deadline: float) -> tuple[int, str]:
 
 def chat_completion(url: str, model: str, bearer: str | None, deadline: float) -> tuple[bool, str]:
     """One real generation of one token. (ok, detail); an answer of the wrong shape is not ok, with why."""
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
-                       "max_tokens": 1, "temperature": 0, "stream": False}).encode()
+    body = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "Reply with OK."}],
+            "max_tokens": 1,
+            "temperature": 0,
+            "stream": False,
+        }
+    ).encode()
     headers = {"Content-Type": "application/json"}
     if bearer:
         headers["Authorization"] = f"Bearer {bearer}"
@@ -176,8 +201,9 @@ def _try(probe: Probe, model: str, key: str | None, deadline: float) -> None:
     probe.seconds = time.monotonic() - t0
 
 
-def container_states(dep: Deployment, conns: dict, deadline: float | None = None
-                     ) -> dict[str, dict[str, tuple[str, int, int]]]:
+def container_states(
+    dep: Deployment, conns: dict, deadline: float | None = None
+) -> dict[str, dict[str, tuple[str, int, int]]]:
     """node -> container -> (status, exit code, restart count), read over SSH (read-only)."""
     by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
 
@@ -199,8 +225,10 @@ def container_states(dep: Deployment, conns: dict, deadline: float | None = None
 CRASH_LOOP_RESTARTS = 2  # restarts seen during the gate that mean a crash loop, not a slow start
 
 
-def _dead(states: dict[str, dict[str, tuple[str, int, int]]],
-          baseline: dict[str, dict[str, tuple[str, int, int]]] | None = None) -> list[str]:
+def _dead(
+    states: dict[str, dict[str, tuple[str, int, int]]],
+    baseline: dict[str, dict[str, tuple[str, int, int]]] | None = None,
+) -> list[str]:
     """Containers that stopped, or restart in a loop (the restart policy would keep the gate waiting)."""
     out = []
     for node, per in states.items():
@@ -210,8 +238,10 @@ def _dead(states: dict[str, dict[str, tuple[str, int, int]]],
                 continue
             first = ((baseline or {}).get(node) or {}).get(name)
             if first is not None and restarts - first[2] >= CRASH_LOOP_RESTARTS:
-                out.append(f"{node} {name}: restarting in a loop ({restarts - first[2]} restarts during the gate, "
-                           f"last exit code {code})")
+                out.append(
+                    f"{node} {name}: restarting in a loop ({restarts - first[2]} restarts during the gate, "
+                    f"last exit code {code})"
+                )
     return out
 
 
@@ -226,12 +256,20 @@ def collect_logs(dep: Deployment, conns: dict, tail: int = LOG_TAIL) -> dict[str
             out[c.name] = dep.secrets.mask(text or f"(no output; docker logs exited {r.exit_code})")
         return out
 
-    return {o.node.name: (o.value if o.ok else {"(ssh)": dep.secrets.mask(str(o.error))})
-            for o in on_nodes([nd.node for nd in by_name.values()], one)}
+    return {
+        o.node.name: (o.value if o.ok else {"(ssh)": dep.secrets.mask(str(o.error))})
+        for o in on_nodes([nd.node for nd in by_name.values()], one)
+    }
 
 
-def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[], bool] = lambda: False,
-                 say: Callable[[str], None] | None = None, states_known_running: bool = False) -> GateResult:
+def wait_healthy(
+    dep: Deployment,
+    conns: dict,
+    timeout: float,
+    stop: Callable[[], bool] = lambda: False,
+    say: Callable[[str], None] | None = None,
+    states_known_running: bool = False,
+) -> GateResult:
     """Poll until every probe passes (health first, then completions) or the timeout; see the module doc.
 
     states_known_running: the containers were seen running a moment ago (nothing was started): skip the first
@@ -255,8 +293,13 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
             baseline = baseline or states
             dead = _dead(states, baseline)
             if dead:
-                return GateResult(False, time.monotonic() - t0, probes,
-                                  mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
+                return GateResult(
+                    False,
+                    time.monotonic() - t0,
+                    probes,
+                    mask(f"a container stopped during the health gate: {'; '.join(dead)}"),
+                    dead,
+                )
         check_states = True
         for p in probes:
             if p.kind == "health" and not p.ok:
@@ -271,17 +314,23 @@ def wait_healthy(dep: Deployment, conns: dict, timeout: float, stop: Callable[[]
             if not states_known_running:  # a rank may have died after its peer answered: look once more
                 dead = _dead(container_states(dep, conns, deadline), baseline)
                 if dead:
-                    return GateResult(False, time.monotonic() - t0, probes,
-                                      mask(f"a container stopped during the health gate: {'; '.join(dead)}"), dead)
+                    return GateResult(
+                        False,
+                        time.monotonic() - t0,
+                        probes,
+                        mask(f"a container stopped during the health gate: {'; '.join(dead)}"),
+                        dead,
+                    )
             return GateResult(True, time.monotonic() - t0, probes)
         now = time.monotonic()
         if now >= deadline:
             failing = [f"{p.name}: {p.detail}" for p in probes if not p.ok]
-            return GateResult(False, now - t0, probes,
-                              mask(f"not healthy after {timeout:g} s: " + "; ".join(failing)))
+            return GateResult(False, now - t0, probes, mask(f"not healthy after {timeout:g} s: " + "; ".join(failing)))
         if say and now - last_say > 10:
             waiting = [p.name for p in probes if not p.ok]
-            say(f"health: waiting for {', '.join(waiting[:3])}{' ...' if len(waiting) > 3 else ''} "
-                f"({now - t0:.0f} s of {timeout:g} s)")
+            say(
+                f"health: waiting for {', '.join(waiting[:3])}{' ...' if len(waiting) > 3 else ''} "
+                f"({now - t0:.0f} s of {timeout:g} s)"
+            )
             last_say = now
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))

@@ -45,8 +45,10 @@ def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
         raise _not_an_ip(value, field) from None
     what = _not_unicast(addr)
     if what:
-        raise ValueError(f"{addr} is {what}, not one machine's address | fix: write the node's own IP address "
-                         f"in {field}, as `ip -br addr` on the node shows it")
+        raise ValueError(
+            f"{addr} is {what}, not one machine's address | fix: write the node's own IP address "
+            f"in {field}, as `ip -br addr` on the node shows it"
+        )
     return addr
 
 
@@ -54,7 +56,7 @@ def _not_unicast(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Why no machine could be reached at `addr` ("" if it is a unicast address). Loopback is a node's own
     address, so it is refused only where other nodes must reach it (Inventory._consistent)."""
     if addr.is_unspecified:
-        return "the unspecified address (\"any address\" when listening)"
+        return 'the unspecified address ("any address" when listening)'
     if addr.is_multicast:
         return "a multicast address"
     if addr == ipaddress.IPv4Address("255.255.255.255"):
@@ -68,8 +70,9 @@ def _one_line(value: str | None) -> str | None:
     """Values pasted into rendered scripts, paths and messages: a newline or control character would break a
     script line or forge an output line."""
     if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError("holds a newline or another control character | fix: write it on one line, with printable "
-                         "characters only")
+        raise ValueError(
+            "holds a newline or another control character | fix: write it on one line, with printable characters only"
+        )
     return value
 
 
@@ -92,8 +95,10 @@ class SSHSettings(BaseModel):
     def _user(cls, v: str | None) -> str | None:
         # It lands in ssh's login and in the fixes we print (sudo chown USER:), so only a POSIX user name.
         if v is not None and not USER_NAME.match(v):
-            raise ValueError("is not a user name (letters, digits, '_', '.', '-'; at most 32; not starting with "
-                             "'-') | fix: write the login name on the node")
+            raise ValueError(
+                "is not a user name (letters, digits, '_', '.', '-'; at most 32; not starting with "
+                "'-') | fix: write the login name on the node"
+            )
         return v
 
 
@@ -127,9 +132,7 @@ class Node(BaseModel):
         text = str(v)
         if "/" not in text:
             parse_ip(text, "fabric_ip")
-            raise ValueError(
-                f"{text!r} has no prefix length | fix: write it with its prefix, e.g. {text}/24"
-            )
+            raise ValueError(f"{text!r} has no prefix length | fix: write it with its prefix, e.g. {text}/24")
         addr, _, _prefix = text.partition("/")
         parse_ip(addr, "fabric_ip")
         try:
@@ -139,8 +142,10 @@ class Node(BaseModel):
         net = iface.network
         if iface.version == 4 and net.prefixlen <= 30 and iface.ip in (net.network_address, net.broadcast_address):
             which = "network" if iface.ip == net.network_address else "broadcast"
-            raise ValueError(f"{iface.ip} is the {which} address of {net}, not one machine's address | fix: write "
-                             f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}")
+            raise ValueError(
+                f"{iface.ip} is the {which} address of {net}, not one machine's address | fix: write "
+                f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}"
+            )
         return str(iface)
 
     @field_validator("fabric_ifaces")
@@ -199,8 +204,9 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         if not LABEL_NAME.match(v):
-            raise ValueError("a cluster name is a label of letters, digits, '.', '_' and '-' (at most 63) "
-                             "| fix: e.g. sparks")
+            raise ValueError(
+                "a cluster name is a label of letters, digits, '.', '_' and '-' (at most 63) | fix: e.g. sparks"
+            )
         return v
 
     @field_validator("state_dir")
@@ -214,8 +220,10 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _hf_endpoint(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/-]*)?$", v):
-            raise ValueError("hf_endpoint is an http(s) URL of a Hugging Face Hub mirror | fix: e.g. "
-                             "http://10.0.0.5:8090, or remove it to use huggingface.co")
+            raise ValueError(
+                "hf_endpoint is an http(s) URL of a Hugging Face Hub mirror | fix: e.g. "
+                "http://10.0.0.5:8090, or remove it to use huggingface.co"
+            )
         return v
 
     @field_validator("default_recipe", "secrets_file", "known_hosts", "image_override")
@@ -254,16 +262,20 @@ class Inventory(BaseModel):
             for node in self.nodes:
                 value = getattr(node, attr)
                 if value in seen:
-                    problems.append(f"nodes: {node.name} and {seen[value]} share the {what} {value} "
-                                    f"| fix: give each node its own {what}")
+                    problems.append(
+                        f"nodes: {node.name} and {seen[value]} share the {what} {value} "
+                        f"| fix: give each node its own {what}"
+                    )
                 seen[value] = node.name
         if len(self.nodes) > 1:  # the nodes reach each other (and the proxy its engines) at these addresses
             for i, node in enumerate(self.nodes):
                 for attr, addr in (("mgmt_ip", node.mgmt_ip), ("fabric_ip", node.fabric_address)):
                     if ipaddress.ip_address(addr).is_loopback:
-                        problems.append(f"nodes[{i}].{attr}: {addr} is a loopback address: the other nodes cannot "
-                                        f"reach {node.name} there | fix: write {node.name}'s own address on the "
-                                        "network the nodes share, as `ip -br addr` on the node shows it")
+                        problems.append(
+                            f"nodes[{i}].{attr}: {addr} is a loopback address: the other nodes cannot "
+                            f"reach {node.name} there | fix: write {node.name}'s own address on the "
+                            "network the nodes share, as `ip -br addr` on the node shows it"
+                        )
         networks = {str(n.fabric_network) for n in self.nodes}
         if len(networks) > 1:
             where = "the switch's one subnet" if self.fabric == "switch" else "the one subnet of the ConnectX-7 link"
@@ -272,8 +284,10 @@ class Inventory(BaseModel):
                 f"fabric_ip on {where}"
             )
         if self.cluster.fabric == "direct" and len(self.nodes) > 2:
-            problems.append(f"cluster.fabric: a direct cable links two nodes, this inventory has {len(self.nodes)} "
-                            "| fix: set fabric: switch (every node's CX7 port on one switch and one subnet)")
+            problems.append(
+                f"cluster.fabric: a direct cable links two nodes, this inventory has {len(self.nodes)} "
+                "| fix: set fabric: switch (every node's CX7 port on one switch and one subnet)"
+            )
         problems += self._group_problems()
         if problems:
             raise ValueError("\n".join(problems))
@@ -287,11 +301,15 @@ class Inventory(BaseModel):
             for ref in group:
                 node = next((n for n in self.nodes if ref in (n.name, n.mgmt_ip)), None)
                 if node is None:
-                    problems.append(f"groups: [{gi}] names {ref!r}, not a node | fix: use a node's name "
-                                    f"({', '.join(n.name for n in self.nodes)})")
+                    problems.append(
+                        f"groups: [{gi}] names {ref!r}, not a node | fix: use a node's name "
+                        f"({', '.join(n.name for n in self.nodes)})"
+                    )
                 elif node.name in seen:
-                    problems.append(f"groups: {node.name} is in group {seen[node.name]} and group {gi} | fix: put "
-                                    "each node in one group")
+                    problems.append(
+                        f"groups: {node.name} is in group {seen[node.name]} and group {gi} | fix: put "
+                        "each node in one group"
+                    )
                 else:
                     seen[node.name] = gi
         missing = [n.name for n in self.nodes if n.name not in seen]
@@ -299,8 +317,10 @@ class Inventory(BaseModel):
             problems.append(f"groups: {', '.join(missing)} in no group | fix: list every node in one group")
         sizes = sorted({len(g) for g in self.groups})
         if len(sizes) > 1 or 0 in sizes:
-            problems.append(f"groups: groups of {', '.join(map(str, sizes))} nodes | fix: one engine = one TP group, "
-                            "so every group has the same number of nodes")
+            problems.append(
+                f"groups: groups of {', '.join(map(str, sizes))} nodes | fix: one engine = one TP group, "
+                "so every group has the same number of nodes"
+            )
         return problems
 
     @property
@@ -327,8 +347,9 @@ class Inventory(BaseModel):
         for n in self.nodes:
             if n.name == name or n.mgmt_ip == name:
                 return n
-        raise ConfigError(Problem(self.source, "nodes", f"no node named {name!r}",
-                                  f"known: {', '.join(n.name for n in self.nodes)}"))
+        raise ConfigError(
+            Problem(self.source, "nodes", f"no node named {name!r}", f"known: {', '.join(n.name for n in self.nodes)}")
+        )
 
     @property
     def cluster_id(self) -> str:
@@ -363,8 +384,14 @@ def resolve_inventory_path(given: str | None) -> Path:
     path = Path("inventory.yaml")
     if path.is_file():
         return path
-    raise ConfigError(Problem("inventory.yaml", "", "no inventory found",
-                              "pass --inventory PATH, set SPARKDEPLOY_INVENTORY, or use --inventory lab"))
+    raise ConfigError(
+        Problem(
+            "inventory.yaml",
+            "",
+            "no inventory found",
+            "pass --inventory PATH, set SPARKDEPLOY_INVENTORY, or use --inventory lab",
+        )
+    )
 
 
 def _cross_node_problems(data: dict, source: str) -> list[Problem]:
@@ -379,8 +406,14 @@ def _cross_node_problems(data: dict, source: str) -> list[Problem]:
         for n in nodes:
             value = str(n.get(key, ""))
             if value and value in seen:
-                problems.append(Problem(source, "nodes", f"{n.get('name')} and {seen[value]} share the {what} "
-                                        f"{value[:64]}", f"give each node its own {what}"))
+                problems.append(
+                    Problem(
+                        source,
+                        "nodes",
+                        f"{n.get('name')} and {seen[value]} share the {what} {value[:64]}",
+                        f"give each node its own {what}",
+                    )
+                )
             seen.setdefault(value, str(n.get("name")))
     return problems
 

@@ -11,10 +11,22 @@ from sparkdeploy.topologies import build_deployment
 LINT_INVENTORY = {
     "cluster": {"name": "lint"},
     "nodes": [
-        {"name": "spark1", "role": "head", "mgmt_ip": "192.0.2.1", "fabric_ip": "198.51.100.1/24",
-         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"]},
-        {"name": "spark2", "role": "worker", "mgmt_ip": "192.0.2.2", "fabric_ip": "198.51.100.2/24",
-         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"]},
+        {
+            "name": "spark1",
+            "role": "head",
+            "mgmt_ip": "192.0.2.1",
+            "fabric_ip": "198.51.100.1/24",
+            "fabric_ifaces": ["enp1s0f1np1"],
+            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+        },
+        {
+            "name": "spark2",
+            "role": "worker",
+            "mgmt_ip": "192.0.2.2",
+            "fabric_ip": "198.51.100.2/24",
+            "fabric_ifaces": ["enp1s0f1np1"],
+            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+        },
     ],
 }
 
@@ -37,16 +49,40 @@ def lint_all(recipes_dir: str | None = None) -> list[dict]:
         try:
             recipe, _, _ = recipes_mod.load_recipe(str(path))
         except ConfigError as exc:
-            results.append({"recipe": name, "topology": None, "backend": None, "ok": False,
-                            "problems": [str(p) for p in exc.problems], "warnings": []})
+            results.append(
+                {
+                    "recipe": name,
+                    "topology": None,
+                    "backend": None,
+                    "ok": False,
+                    "problems": [str(p) for p in exc.problems],
+                    "warnings": [],
+                }
+            )
             continue
         for topo, backend in combinations(recipe):
             try:
                 resolved = recipes_mod.resolve(str(path), topo, backend)
                 dep = build_deployment(inventory, resolved, secrets)
-                results.append({"recipe": name, "topology": topo, "backend": backend, "ok": True, "problems": [],
-                                "warnings": dep.warnings})
+                results.append(
+                    {
+                        "recipe": name,
+                        "topology": topo,
+                        "backend": backend,
+                        "ok": True,
+                        "problems": [],
+                        "warnings": dep.warnings,
+                    }
+                )
             except ConfigError as exc:
-                results.append({"recipe": name, "topology": topo, "backend": backend, "ok": False,
-                                "problems": [str(p) for p in exc.problems], "warnings": []})
+                results.append(
+                    {
+                        "recipe": name,
+                        "topology": topo,
+                        "backend": backend,
+                        "ok": False,
+                        "problems": [str(p) for p in exc.problems],
+                        "warnings": [],
+                    }
+                )
     return results

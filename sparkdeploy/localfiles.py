@@ -25,11 +25,17 @@ def _refuse(path: Path | str, message: str, fix: str) -> ConfigError:
 def _check_private(fd: int, path: Path | str) -> None:
     st = os.fstat(fd)
     if st.st_uid != os.geteuid():
-        raise _refuse(path, "belongs to another user, who could read the secrets written there",
-                      "pass --out a new folder, or one of your own")
+        raise _refuse(
+            path,
+            "belongs to another user, who could read the secrets written there",
+            "pass --out a new folder, or one of your own",
+        )
     if st.st_mode & 0o022:
-        raise _refuse(path, f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}), who could swap "
-                      "a file for a symlink", f"chmod 700 {path}, or pass --out a new folder")
+        raise _refuse(
+            path,
+            f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o}), who could swap a file for a symlink",
+            f"chmod 700 {path}, or pass --out a new folder",
+        )
 
 
 def open_folder(path: Path, private: bool) -> int:
@@ -40,8 +46,9 @@ def open_folder(path: Path, private: bool) -> int:
     except FileExistsError:
         raise _refuse(path, "exists and is not a folder", "pass --out a folder") from None
     except OSError as exc:
-        raise _refuse(path, f"cannot create the folder: {exc.strerror}",
-                      "pass --out a folder you can create and write") from None
+        raise _refuse(
+            path, f"cannot create the folder: {exc.strerror}", "pass --out a folder you can create and write"
+        ) from None
     try:
         fd = os.open(path, DIR_FLAGS if private else os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:

@@ -93,7 +93,7 @@ def parse(node: str, text: str) -> tuple[list[LogLine], list[str]]:
     lines, containers = [], []
     for raw in text.splitlines():
         if raw.startswith(MARK):
-            containers.append(raw[len(MARK):].strip())
+            containers.append(raw[len(MARK) :].strip())
             continue
         line = parse_line(node, raw)
         if line is not None:
@@ -107,18 +107,29 @@ def merge(per_node: Iterable[list[LogLine]]) -> list[LogLine]:
 
 
 def _argv(since: str | None, tail: int | None, follow: bool, containers: tuple[str, ...]) -> list[str]:
-    return ["bash", "-c", SCRIPT, "sparkdeploy-logs", MANAGED_LABEL, since or "",
-            "all" if tail is None else str(tail), "1" if follow else "0", *containers]
+    return [
+        "bash",
+        "-c",
+        SCRIPT,
+        "sparkdeploy-logs",
+        MANAGED_LABEL,
+        since or "",
+        "all" if tail is None else str(tail),
+        "1" if follow else "0",
+        *containers,
+    ]
 
 
-def read(conn: NodeConnection, since: str | None = None, tail: int | None = None,
-         containers: tuple[str, ...] = ()) -> tuple[list[LogLine], list[str]]:
+def read(
+    conn: NodeConnection, since: str | None = None, tail: int | None = None, containers: tuple[str, ...] = ()
+) -> tuple[list[LogLine], list[str]]:
     """One node's logs (not following)."""
     result = conn.run(_argv(since, tail, False, containers), check=False, timeout=READ_TIMEOUT_S)
     return parse(conn.node.name, result.stdout)
 
 
 # -- follow ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Notice:
@@ -157,8 +168,14 @@ def _stream(conn: NodeConnection, argv: list[str], stop: threading.Event) -> Ite
         chan.close()
 
 
-def follow(conns: list[NodeConnection], emit: Callable[[LogLine | Notice], None], stop: threading.Event,
-           since: str | None = None, tail: int | None = None, containers: tuple[str, ...] = ()) -> None:
+def follow(
+    conns: list[NodeConnection],
+    emit: Callable[[LogLine | Notice], None],
+    stop: threading.Event,
+    since: str | None = None,
+    tail: int | None = None,
+    containers: tuple[str, ...] = (),
+) -> None:
     """Follow every node until `stop` is set. A node that drops is announced, retried every RETRY_S seconds
     (from its last line's time, so nothing is shown twice), and announced again when it is back."""
     out: queue.Queue = queue.Queue()
@@ -190,14 +207,18 @@ def follow(conns: list[NodeConnection], emit: Callable[[LogLine | Notice], None]
                 if stop.is_set():
                     return
                 if not lost:
-                    out.put(Notice(name, f"lost ({exc.__class__.__name__}: {exc}); following the other nodes, "
-                                         f"retrying every {RETRY_S:g} s"))
+                    out.put(
+                        Notice(
+                            name,
+                            f"lost ({exc.__class__.__name__}: {exc}); following the other nodes, "
+                            f"retrying every {RETRY_S:g} s",
+                        )
+                    )
                     lost = True
                 conn.close()  # a dead connection closes quietly (NodeConnection.close)
                 stop.wait(RETRY_S)
 
-    threads = [threading.Thread(target=node_loop, args=(c,), daemon=True, name=f"logs-{c.node.name}")
-               for c in conns]
+    threads = [threading.Thread(target=node_loop, args=(c,), daemon=True, name=f"logs-{c.node.name}") for c in conns]
     for t in threads:
         t.start()
     held: list[LogLine] = []
@@ -222,4 +243,3 @@ def follow(conns: list[NodeConnection], emit: Callable[[LogLine | Notice], None]
 
 def _key(stamp: str) -> str:
     return LogLine("", "", stamp, "").key
-

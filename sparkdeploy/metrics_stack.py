@@ -28,17 +28,23 @@ def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict:
         for c in nd.containers:
             if c.health_port is None:
                 continue
-            target = {"targets": [f"{nd.node.url_host}:{c.health_port}"],
-                      "labels": {"node": nd.node.name, "container": c.name}}
+            target = {
+                "targets": [f"{nd.node.url_host}:{c.health_port}"],
+                "labels": {"node": nd.node.name, "container": c.name},
+            }
             if c.role in ENGINE_ROLES:
                 engines.append(target)
             elif c.role == "proxy":
                 proxies.append(target)
     jobs = [{"job_name": "vllm", "static_configs": engines}]
     if proxies and with_key:
-        jobs.append({"job_name": "litellm", "authorization": {"type": "Bearer",
-                                                              "credentials_file": f"/sparkdeploy/{KEY_FILE}"},
-                     "static_configs": proxies})
+        jobs.append(
+            {
+                "job_name": "litellm",
+                "authorization": {"type": "Bearer", "credentials_file": f"/sparkdeploy/{KEY_FILE}"},
+                "static_configs": proxies,
+            }
+        )
     return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": "15s"}, "scrape_configs": jobs}
 
 
@@ -51,15 +57,33 @@ def add_prometheus(ctx: Context, nodes: list[NodeDeployment]) -> str:
         nodes.append(nd)
     key = ctx.secrets.get("LITELLM_MASTER_KEY")
     proxied = any(c.role == "proxy" for n in nodes for c in n.containers)
-    config = FileSpec("prometheus.yml", render("prometheus.yml.j2", config=prometheus_config(nodes, bool(key)),
-                                               recipe_name=ctx.recipe.name, topology=ctx.resolved.topology))
+    config = FileSpec(
+        "prometheus.yml",
+        render(
+            "prometheus.yml.j2",
+            config=prometheus_config(nodes, bool(key)),
+            recipe_name=ctx.recipe.name,
+            topology=ctx.resolved.topology,
+        ),
+    )
     extra = [config]
     if proxied and key:
         extra.append(FileSpec(KEY_FILE, key + "\n", mode=0o600, secret=True))
     elif proxied:
         ctx.warnings.append("metrics: no LITELLM_MASTER_KEY, so Prometheus cannot scrape the proxy")
     port = ctx.cluster.metrics_port
-    ctx.container(nd, role="metrics", name=PROMETHEUS_CONTAINER, entry_template="entry-prometheus.sh.j2",
-                  entry_name="prometheus.entry.sh", image_tag=load_definition(PROMETHEUS_IMAGE).tag, gpus=False,
-                  ports=(port,), health_port=None, extra_files=tuple(extra), port=port, retention=RETENTION)
+    ctx.container(
+        nd,
+        role="metrics",
+        name=PROMETHEUS_CONTAINER,
+        entry_template="entry-prometheus.sh.j2",
+        entry_name="prometheus.entry.sh",
+        image_tag=load_definition(PROMETHEUS_IMAGE).tag,
+        gpus=False,
+        ports=(port,),
+        health_port=None,
+        extra_files=tuple(extra),
+        port=port,
+        retention=RETENTION,
+    )
     return f"http://{head.url_host}:{port}"

@@ -61,10 +61,15 @@ def lab_dir() -> Path:
 def state_unwritable(path: Path, exc: OSError) -> ConfigError:
     """The one line for a local state folder this process cannot create or write (never a traceback)."""
     where = "SPARKDEPLOY_STATE" if os.environ.get("SPARKDEPLOY_STATE") else "the default state folder"
-    return ConfigError(Problem(str(path), "", f"cannot write the local state folder ({where}): "
-                               f"{exc.strerror or exc}",
-                               "set SPARKDEPLOY_STATE to a folder this user can write, e.g. "
-                               "export SPARKDEPLOY_STATE=~/.local/state/sparkdeploy"))
+    return ConfigError(
+        Problem(
+            str(path),
+            "",
+            f"cannot write the local state folder ({where}): {exc.strerror or exc}",
+            "set SPARKDEPLOY_STATE to a folder this user can write, e.g. "
+            "export SPARKDEPLOY_STATE=~/.local/state/sparkdeploy",
+        )
+    )
 
 
 def state_folder(*parts: str, path: Path | None = None) -> Path:

@@ -65,12 +65,38 @@ def known_hosts_host(node: Node) -> str:
 
 def peer_ssh_prefix(source: Node, target: Node) -> list[str]:
     """The peer ssh command up to the target's fabric address; the remote command (one argument) follows."""
-    argv = ["ssh", "-T", "-i", PEER_KEY, "-b", source.fabric_address, "-c", PEER_CIPHERS,
-            "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={PEER_KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "UpdateHostKeys=no", "-o", f"ConnectTimeout={PEER_CONNECT_TIMEOUT_S}",
-            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4", "-o", "LogLevel=ERROR",
-            "-p", str(target.ssh.port or 22)]
+    argv = [
+        "ssh",
+        "-T",
+        "-i",
+        PEER_KEY,
+        "-b",
+        source.fabric_address,
+        "-c",
+        PEER_CIPHERS,
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={PEER_KNOWN_HOSTS}",
+        "-o",
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        "UpdateHostKeys=no",
+        "-o",
+        f"ConnectTimeout={PEER_CONNECT_TIMEOUT_S}",
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        "ServerAliveCountMax=4",
+        "-o",
+        "LogLevel=ERROR",
+        "-p",
+        str(target.ssh.port or 22),
+    ]
     if target.ssh.user:
         argv += ["-l", target.ssh.user]
     return argv + ["--", target.fabric_address]
@@ -95,6 +121,7 @@ def transfer_plan(source: Node, targets: list[Node]) -> list[tuple[Node, Node]]:
 
 
 # -- pure text edits (unit tested) -------------------------------------------------------------------------
+
 
 def authorized_line(public_key: str, sender: Node) -> str:
     """The authorized_keys line for a sender's peer key: only from its fabric address, nothing but commands."""
@@ -128,6 +155,7 @@ def with_known_host(text: str, host: str, keys: list[str]) -> str | None:
 
 # -- setting it up on the nodes -----------------------------------------------------------------------------
 
+
 def host_keys_of(conn: NodeConnection) -> list[str]:
     """The node's host keys ("type base64"), read over the CLI's verified connection; the key that connection
     verified must be among them (else the files are not the sshd's, and nothing is trusted)."""
@@ -139,8 +167,10 @@ def host_keys_of(conn: NodeConnection) -> list[str]:
             keys.append(f"{parts[0]} {parts[1]}")
     verified = conn.open().client.get_transport().get_remote_server_key()
     if f"{verified.get_name()} {verified.get_base64()}" not in keys:
-        raise StepFailed(f"{conn.node.name}: the host key this machine verified ({fingerprint(verified)}) is not "
-                         f"among /etc/ssh/ssh_host_*_key.pub there; not trusting those files for peer SSH")
+        raise StepFailed(
+            f"{conn.node.name}: the host key this machine verified ({fingerprint(verified)}) is not "
+            f"among /etc/ssh/ssh_host_*_key.pub there; not trusting those files for peer SSH"
+        )
     return sorted(set(keys))
 
 
@@ -185,15 +215,19 @@ def ensure_peer_trust(inventory: Inventory, source: Node, targets: list[Node], d
                     text = (conn.read(path) or b"").decode(errors="replace")
                     new = with_authorized(text, line)
                     if new is not None:
-                        what = (f"{target.name}: {'would authorize' if dry_run else 'authorized'} {source.name}'s "
-                                f"peer key in ~/.ssh/authorized_keys (from=\"{source.fabric_address}\" only)")
+                        what = (
+                            f"{target.name}: {'would authorize' if dry_run else 'authorized'} {source.name}'s "
+                            f'peer key in ~/.ssh/authorized_keys (from="{source.fabric_address}" only)'
+                        )
                         if not dry_run:
                             conn.run(["install", "-d", "-m", "0700", path.rsplit("/", 1)[0]])
                             conn.put(new, path, 0o600)
                         lines.append(what)
                 else:
-                    lines.append(f"{target.name}: would authorize {source.name}'s new peer key in "
-                                 f"~/.ssh/authorized_keys (from=\"{source.fabric_address}\" only)")
+                    lines.append(
+                        f"{target.name}: would authorize {source.name}'s new peer key in "
+                        f'~/.ssh/authorized_keys (from="{source.fabric_address}" only)'
+                    )
                 return keys, lines
 
         with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
@@ -208,8 +242,10 @@ def ensure_peer_trust(inventory: Inventory, source: Node, targets: list[Node], d
             new = with_known_host(text, host, keys)
             if new is not None:
                 text = new
-                changes.append(f"{source.name}: {'would pin' if dry_run else 'pinned'} {target.name}'s host keys "
-                               f"under its fabric address {host} in {PEER_KNOWN_HOSTS} ({_fingerprints(keys)})")
+                changes.append(
+                    f"{source.name}: {'would pin' if dry_run else 'pinned'} {target.name}'s host keys "
+                    f"under its fabric address {host} in {PEER_KNOWN_HOSTS} ({_fingerprints(keys)})"
+                )
         if not dry_run and any("pinned" in c for c in changes):
             src.put(text, kh_path, 0o600)
     return changes
@@ -226,6 +262,7 @@ def ensure_plan_trust(inventory: Inventory, edges: list[tuple[Node, Node]], dry_
     shared = len({r.name for _s, r in edges}) < len(edges)
     preload()
     with ThreadPoolExecutor(max_workers=1 if shared else min(8, len(receivers) or 1)) as pool:
-        found = list(pool.map(lambda item: ensure_peer_trust(inventory, item[0], item[1], dry_run=dry_run),
-                              receivers.values()))
+        found = list(
+            pool.map(lambda item: ensure_peer_trust(inventory, item[0], item[1], dry_run=dry_run), receivers.values())
+        )
     return [line for lines in found for line in lines]

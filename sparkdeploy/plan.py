@@ -68,8 +68,16 @@ class Step:
         return f"{self.kind} {self.target}"
 
     def as_dict(self) -> dict:
-        return {"node": self.node, "phase": self.phase, "step": self.kind, "target": self.target,
-                "change": self.change, "reason": self.reason, "status": self.status, "detail": self.detail}
+        return {
+            "node": self.node,
+            "phase": self.phase,
+            "step": self.kind,
+            "target": self.target,
+            "change": self.change,
+            "reason": self.reason,
+            "status": self.status,
+            "detail": self.detail,
+        }
 
 
 @dataclass
@@ -133,8 +141,17 @@ def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: list[str] = 
         "node": nd.node.name,
         "role": nd.node.role,
         "files": names,
-        "containers": [{"name": c.name, "role": c.role, "image": c.image, "config_hash": c.config_hash,
-                        "ports": list(c.ports), "health_port": c.health_port} for c in nd.containers],
+        "containers": [
+            {
+                "name": c.name,
+                "role": c.role,
+                "image": c.image,
+                "config_hash": c.config_hash,
+                "ports": list(c.ports),
+                "health_port": c.health_port,
+            }
+            for c in nd.containers
+        ],
     }
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
@@ -169,31 +186,82 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
     sd = state_dir_path(facts, state_dir)
     plan = NodePlan(node=node, state_dir=sd)
     for c in facts.containers:
-        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_CONTAINER, target=c.name, change=True,
-                               reason=_other_reason(c, why), container_id=c.id))
+        plan.steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.REMOVE_CONTAINER,
+                target=c.name,
+                change=True,
+                reason=_other_reason(c, why),
+                container_id=c.id,
+            )
+        )
     for name in facts.temp_files:
-        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
-                               reason="leftover temp file"))
+        plan.steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.REMOVE_FILE,
+                target=name,
+                change=True,
+                reason="leftover temp file",
+            )
+        )
     for name in facts.manifest_files:
         if name in facts.files and name != MANIFEST:
-            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
-                                   reason="listed in the manifest"))
+            plan.steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.REMOVE_FILE,
+                    target=name,
+                    change=True,
+                    reason="listed in the manifest",
+                )
+            )
     if MANIFEST in facts.files:
-        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True,
-                               reason="ours"))
+        plan.steps.append(
+            Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True, reason="ours")
+        )
     if DOCTOR_FOLDER in facts.other_entries:
-        plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FOLDER, target=DOCTOR_FOLDER,
-                               change=True, reason="doctor --nccl's probe files"))
+        plan.steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.REMOVE_FOLDER,
+                target=DOCTOR_FOLDER,
+                change=True,
+                reason="doctor --nccl's probe files",
+            )
+        )
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
-        others = [n for n in facts.files if n not in ours] + [n + "/" for n in facts.other_entries
-                                                              if n != DOCTOR_FOLDER]
+        others = [n for n in facts.files if n not in ours] + [
+            n + "/" for n in facts.other_entries if n != DOCTOR_FOLDER
+        ]
         if others:  # never remove what we did not write
-            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.RMDIR, target=sd, change=False,
-                                   reason=f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"))
+            plan.steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.RMDIR,
+                    target=sd,
+                    change=False,
+                    reason=f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})",
+                )
+            )
         else:
-            plan.steps.append(Step(node=node.name, phase=1, kind=StepKind.RMDIR, target=sd, change=True,
-                                   reason="empty once our files are gone"))
+            plan.steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.RMDIR,
+                    target=sd,
+                    change=True,
+                    reason="empty once our files are gone",
+                )
+            )
     return plan
 
 
@@ -213,69 +281,199 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
     # phase 1: the old goes first, then the files
     for c in facts.containers:
         if c.name not in wanted:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_CONTAINER, target=c.name, change=True,
-                              reason=_other_reason(c, "not part of this deployment"), container_id=c.id))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.REMOVE_CONTAINER,
+                    target=c.name,
+                    change=True,
+                    reason=_other_reason(c, "not part of this deployment"),
+                    container_id=c.id,
+                )
+            )
     if facts.state_dir_mode is None:
-        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=True, reason="missing",
-                          mode=STATE_DIR_MODE))
+        steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.STATE_DIR,
+                target=sd,
+                change=True,
+                reason="missing",
+                mode=STATE_DIR_MODE,
+            )
+        )
     elif facts.state_dir_mode != STATE_DIR_MODE:
-        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=True,
-                          reason=f"mode {facts.state_dir_mode:04o} -> 0700", mode=STATE_DIR_MODE))
+        steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.STATE_DIR,
+                target=sd,
+                change=True,
+                reason=f"mode {facts.state_dir_mode:04o} -> 0700",
+                mode=STATE_DIR_MODE,
+            )
+        )
     else:
-        steps.append(Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=False,
-                          reason="exists, 0700"))
+        steps.append(
+            Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=False, reason="exists, 0700")
+        )
     for name in facts.temp_files:
-        steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
-                          reason="leftover temp file of an interrupted run"))
+        steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.REMOVE_FILE,
+                target=name,
+                change=True,
+                reason="leftover temp file of an interrupted run",
+            )
+        )
 
     names = {f.name for f in nd.files}
     old = [n for n in facts.manifest_files if n in facts.files]
     final_manifest = manifest_text(dep, nd)
     if names - set(facts.manifest_files):
         # list new names before writing them: an interrupted run never leaves a file of ours unlisted
-        steps.append(Step(node=node.name, phase=1, kind=StepKind.MANIFEST, target=MANIFEST, change=True,
-                          reason="list the new files before writing them",
-                          file=_manifest_spec(manifest_text(dep, nd, old))))
+        steps.append(
+            Step(
+                node=node.name,
+                phase=1,
+                kind=StepKind.MANIFEST,
+                target=MANIFEST,
+                change=True,
+                reason="list the new files before writing them",
+                file=_manifest_spec(manifest_text(dep, nd, old)),
+            )
+        )
 
     for f in nd.files:
         have = facts.files.get(f.name)
         if have is None:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=True,
-                              reason="missing", file=f, mode=f.mode))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.WRITE,
+                    target=f.name,
+                    change=True,
+                    reason="missing",
+                    file=f,
+                    mode=f.mode,
+                )
+            )
         elif have.sha256 != f.sha256:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=True,
-                              reason="content differs (sha256)", file=f, mode=f.mode))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.WRITE,
+                    target=f.name,
+                    change=True,
+                    reason="content differs (sha256)",
+                    file=f,
+                    mode=f.mode,
+                )
+            )
         elif have.mode != f.mode:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.CHMOD, target=f.name, change=True,
-                              reason=f"mode {have.mode:04o} -> {f.mode:04o}", file=f, mode=f.mode))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.CHMOD,
+                    target=f.name,
+                    change=True,
+                    reason=f"mode {have.mode:04o} -> {f.mode:04o}",
+                    file=f,
+                    mode=f.mode,
+                )
+            )
         else:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.WRITE, target=f.name, change=False,
-                              reason="same sha256 and mode", file=f, mode=f.mode))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.WRITE,
+                    target=f.name,
+                    change=False,
+                    reason="same sha256 and mode",
+                    file=f,
+                    mode=f.mode,
+                )
+            )
     for name in old:
         if name not in names and name != MANIFEST:
-            steps.append(Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True,
-                              reason="ours, no longer rendered"))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.REMOVE_FILE,
+                    target=name,
+                    change=True,
+                    reason="ours, no longer rendered",
+                )
+            )
 
     # phase 2: containers, then the manifest as it now is
     for c in nd.containers:
         reason = _container_reason(c, facts)
         have = facts.container(c.name)
         if reason is None:
-            steps.append(Step(node=node.name, phase=2, kind=StepKind.START_CONTAINER, target=c.name, change=False,
-                              reason=f"running, config-hash {c.config_hash}", container=c, container_id=have.id))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=2,
+                    kind=StepKind.START_CONTAINER,
+                    target=c.name,
+                    change=False,
+                    reason=f"running, config-hash {c.config_hash}",
+                    container=c,
+                    container_id=have.id,
+                )
+            )
         else:
-            steps.append(Step(node=node.name, phase=2, kind=StepKind.START_CONTAINER, target=c.name, change=True,
-                              reason=reason, container=c, container_id=have.id if have else None))
+            steps.append(
+                Step(
+                    node=node.name,
+                    phase=2,
+                    kind=StepKind.START_CONTAINER,
+                    target=c.name,
+                    change=True,
+                    reason=reason,
+                    container=c,
+                    container_id=have.id if have else None,
+                )
+            )
     have_manifest = facts.files.get(MANIFEST)
     final_spec = _manifest_spec(final_manifest)
     same = have_manifest is not None and have_manifest.sha256 == final_spec.sha256
     pre = next((s for s in steps if s.kind == StepKind.MANIFEST), None)
     if pre is not None and pre.file is not None and pre.file.sha256 == final_spec.sha256:
-        steps.append(Step(node=node.name, phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=False,
-                          reason="written in phase 1", file=final_spec))
+        steps.append(
+            Step(
+                node=node.name,
+                phase=2,
+                kind=StepKind.MANIFEST,
+                target=MANIFEST,
+                change=False,
+                reason="written in phase 1",
+                file=final_spec,
+            )
+        )
         return plan
-    steps.append(Step(node=node.name, phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=not same,
-                      reason="up to date" if same else "record this deployment", file=_manifest_spec(final_manifest)))
+    steps.append(
+        Step(
+            node=node.name,
+            phase=2,
+            kind=StepKind.MANIFEST,
+            target=MANIFEST,
+            change=not same,
+            reason="up to date" if same else "record this deployment",
+            file=_manifest_spec(final_manifest),
+        )
+    )
     return plan
 
 
@@ -298,8 +496,11 @@ def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
 def _restart_together(plan: Plan, group: set[str]) -> None:
     """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa). The
     proxy on a rank's node is no rank: it restarts only for its own changes."""
-    starts = [s for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.node in group
-              and not (s.container and s.container.role == "proxy")]
+    starts = [
+        s
+        for s in plan.steps
+        if s.kind == StepKind.START_CONTAINER and s.node in group and not (s.container and s.container.role == "proxy")
+    ]
     changed = [s for s in starts if s.change]
     if not changed:
         return
@@ -307,8 +508,10 @@ def _restart_together(plan: Plan, group: set[str]) -> None:
     for s in starts:
         if not s.change:
             s.change = True
-            s.reason = (f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} "
-                        f"(one engine across nodes)")
+            s.reason = (
+                f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} "
+                f"(one engine across nodes)"
+            )
 
 
 def plan_down(inventory_nodes: list[Node], facts: dict[str, NodeFacts], state_dir: str) -> Plan:

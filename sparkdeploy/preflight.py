@@ -53,8 +53,7 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
     for node in dep.inventory.nodes:
         f = facts.get(node.name)
         if f is None or isinstance(f, Exception):
-            checks.append(Check(node.name, "ssh", False, str(f) if f else "not checked",
-                                _ssh_fix(f)))
+            checks.append(Check(node.name, "ssh", False, str(f) if f else "not checked", _ssh_fix(f)))
             continue
         checks.append(Check(node.name, "ssh", True, f"{node.ssh.user or ''}@{node.mgmt_ip}".lstrip("@")))
         if not f.docker_ok:
@@ -89,10 +88,14 @@ def _foreign_state_dir(dep: Deployment, node, f: NodeFacts) -> Check:
     a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
     user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
     state_dir = f"~/{dep.inventory.cluster.state_dir}"
-    return Check(node.name, "state-dir", False,
-                 f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
-                 f"bind-mount folder as root); sparkdeploy cannot replace files there",
-                 f"on {node.name}: sudo chown -R {user}: {state_dir}")
+    return Check(
+        node.name,
+        "state-dir",
+        False,
+        f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
+        f"bind-mount folder as root); sparkdeploy cannot replace files there",
+        f"on {node.name}: sudo chown -R {user}: {state_dir}",
+    )
 
 
 def _ssh_fix(error) -> str:
@@ -108,9 +111,15 @@ def _names(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
     out = []
     for c in nd.containers:
         if c.name in f.other_names:
-            out.append(Check(nd.node.name, "names", False,
-                             f"a container named {c.name} exists and is not sparkdeploy's (no io.sparkdeploy.managed "
-                             f"label)", f"rename or remove that container yourself (docker rm -f {c.name})"))
+            out.append(
+                Check(
+                    nd.node.name,
+                    "names",
+                    False,
+                    f"a container named {c.name} exists and is not sparkdeploy's (no io.sparkdeploy.managed label)",
+                    f"rename or remove that container yourself (docker rm -f {c.name})",
+                )
+            )
     if not out:
         out.append(Check(nd.node.name, "names", True, "no foreign container holds our names"))
     return out
@@ -124,8 +133,16 @@ def _images(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
             out.append(Check(nd.node.name, "image", True, f"{ref} ({short_id(image_id)})"))
         else:
             name = image_definition_name(ref)
-            out.append(Check(nd.node.name, "image", False, f"{ref} is not on {nd.node.name}",
-                             f"sparkdeploy images push {name}", missing_image=ref))
+            out.append(
+                Check(
+                    nd.node.name,
+                    "image",
+                    False,
+                    f"{ref} is not on {nd.node.name}",
+                    f"sparkdeploy images push {name}",
+                    missing_image=ref,
+                )
+            )
     return out
 
 
@@ -142,9 +159,15 @@ def _same_image_ids(dep: Deployment, facts: dict[str, NodeFacts | Exception]) ->
     for ref, per_node in sorted(ids.items()):
         if len(set(per_node.values())) > 1:
             seen = ", ".join(f"{n} {short_id(i)}" for n, i in sorted(per_node.items()))
-            out.append(Check(",".join(sorted(per_node)), "image", False,
-                             f"{ref} has different image IDs on the nodes ({seen})",
-                             f"sparkdeploy images push {image_definition_name(ref)} (the same image everywhere)"))
+            out.append(
+                Check(
+                    ",".join(sorted(per_node)),
+                    "image",
+                    False,
+                    f"{ref} has different image IDs on the nodes ({seen})",
+                    f"sparkdeploy images push {image_definition_name(ref)} (the same image everywhere)",
+                )
+            )
     return out
 
 
@@ -169,10 +192,16 @@ def _ports(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
                 holder = manifest_ports.get(port) or ", ".join(sorted(running))
                 out.append(Check(nd.node.name, "ports", True, f"{port} held by our {holder}"))
             else:
-                out.append(Check(nd.node.name, "ports", False,
-                                 f"port {port} (needed by {c.name}) is in use by another program",
-                                 "stop that program, or choose another port in the inventory "
-                                 "(cluster.vllm_port, proxy_port, master_port, ray_port)"))
+                out.append(
+                    Check(
+                        nd.node.name,
+                        "ports",
+                        False,
+                        f"port {port} (needed by {c.name}) is in use by another program",
+                        "stop that program, or choose another port in the inventory "
+                        "(cluster.vllm_port, proxy_port, master_port, ray_port)",
+                    )
+                )
     return out
 
 
@@ -188,25 +217,35 @@ def _memory(dep: Deployment, nd: NodeDeployment, f: NodeFacts) -> Check:
     need = share + HEADROOM_GB
     node_plan = plan_node(dep, nd, f)
     engine_names = {c.name for c in engines}
-    restarts = [s for s in node_plan.steps
-                if s.kind == StepKind.START_CONTAINER and s.change and s.target in engine_names]
+    restarts = [
+        s for s in node_plan.steps if s.kind == StepKind.START_CONTAINER and s.change and s.target in engine_names
+    ]
     if not restarts:
         return Check(nd.node.name, "memory", True, "our engine runs unchanged")
     if not f.resources:
         return Check(nd.node.name, "memory", False, "free memory was not read", "run again")
     running = _ours_running(f)
     if running:
-        return Check(nd.node.name, "memory", True,
-                     f"{free_text} while our {', '.join(running)} run; they are removed before the new engine "
-                     f"starts (needs {need:.0f} GiB)")
+        return Check(
+            nd.node.name,
+            "memory",
+            True,
+            f"{free_text} while our {', '.join(running)} run; they are removed before the new engine "
+            f"starts (needs {need:.0f} GiB)",
+        )
     if free is None:
-        return Check(nd.node.name, "memory", False, "cannot read free memory (/proc/meminfo, nvidia-smi)",
-                     "check the node")
+        return Check(
+            nd.node.name, "memory", False, "cannot read free memory (/proc/meminfo, nvidia-smi)", "check the node"
+        )
     if free / GIB < need:
-        return Check(nd.node.name, "memory", False,
-                     f"{free_text}; needs {share:.0f} GiB of weights + {HEADROOM_GB:.0f} GiB headroom = {need:.0f} GiB "
-                     f"(unified memory: over-commit wedges the node)",
-                     "stop what uses the memory on the node, or use a topology that splits the weights (cluster)")
+        return Check(
+            nd.node.name,
+            "memory",
+            False,
+            f"{free_text}; needs {share:.0f} GiB of weights + {HEADROOM_GB:.0f} GiB headroom = {need:.0f} GiB "
+            f"(unified memory: over-commit wedges the node)",
+            "stop what uses the memory on the node, or use a topology that splits the weights (cluster)",
+        )
     return Check(nd.node.name, "memory", True, f"{free_text} >= {need:.0f} GiB ({share:.0f} weights + headroom)")
 
 
@@ -222,15 +261,24 @@ def _disk(dep: Deployment, nd: NodeDeployment, f: NodeFacts, simulated: bool) ->
     elif not f.model_cached and weights:
         need_hf = weights + MIN_FREE_DISK_GB
         why = f"the model is not in {dep.inventory.cluster.hf_cache} yet: {weights:g} GB to download"
-    for where, need, reason in (("hf_cache", need_hf, why), ("docker", MIN_FREE_DISK_GB, "Docker's data root"),
-                                ("home", MIN_FREE_DISK_GB, "the state dir")):
+    for where, need, reason in (
+        ("hf_cache", need_hf, why),
+        ("docker", MIN_FREE_DISK_GB, "Docker's data root"),
+        ("home", MIN_FREE_DISK_GB, "the state dir"),
+    ):
         free = f.disk_free_mb.get(where)
         if free is None:
             continue
         if free / GIB < need:
-            out.append(Check(nd.node.name, "disk", False,
-                             f"{where}: {free / GIB:.1f} GiB free, needs {need:.0f} GiB ({reason})",
-                             "free disk space on the node"))
+            out.append(
+                Check(
+                    nd.node.name,
+                    "disk",
+                    False,
+                    f"{where}: {free / GIB:.1f} GiB free, needs {need:.0f} GiB ({reason})",
+                    "free disk space on the node",
+                )
+            )
         else:
             out.append(Check(nd.node.name, "disk", True, f"{where}: {free / GIB:.0f} GiB free ({reason})"))
     return out

@@ -24,8 +24,14 @@ TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
 # replicas is R cluster engines behind the proxy: a recipe that lists cluster may run it, with cluster's overrides.
 MULTI_NODE_ENGINES = ("cluster", "replicas")
 BACKENDS = ("ray", "torchrun", "native")
-ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
-                      "latency-based-routing", "cost-based-routing")
+ROUTING_STRATEGIES = (
+    "simple-shuffle",
+    "least-busy",
+    "usage-based-routing",
+    "usage-based-routing-v2",
+    "latency-based-routing",
+    "cost-based-routing",
+)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Values that belong in the secrets file, never in a recipe (recipes are shared and printed).
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY)$", re.IGNORECASE)
@@ -87,9 +93,11 @@ class VllmSettings(BaseModel):
             for arg in v:
                 flag = arg.split("=", 1)[0] if isinstance(arg, str) else ""
                 if flag in SECRET_FLAGS:
-                    raise ValueError(f"{flag} would put a secret on the command line (visible in ps and logs) | "
-                                     "fix: remove it; put HF_TOKEN in the inventory's secrets file (the proxy's "
-                                     "LITELLM_MASTER_KEY protects the public endpoint)")
+                    raise ValueError(
+                        f"{flag} would put a secret on the command line (visible in ps and logs) | "
+                        "fix: remove it; put HF_TOKEN in the inventory's secrets file (the proxy's "
+                        "LITELLM_MASTER_KEY protects the public endpoint)"
+                    )
                 if isinstance(arg, str) and (len(arg) > 1024 or any(ord(c) < 32 for c in arg)):
                     raise ValueError("an argument is one line of at most 1024 characters | fix: check the value")
         return v
@@ -120,9 +128,11 @@ class Architecture(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
         if self.attention_heads % self.kv_heads:
-            raise ValueError(f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
-                             "| fix: copy both from the model's config.json (num_attention_heads, "
-                             "num_key_value_heads)")
+            raise ValueError(
+                f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
+                "| fix: copy both from the model's config.json (num_attention_heads, "
+                "num_key_value_heads)"
+            )
         return self
 
 
@@ -138,8 +148,9 @@ class Recipe(BaseModel):
     default_topology: Literal[TOPOLOGIES]  # type: ignore[valid-type]
     cluster_backend: Literal[BACKENDS] = "ray"  # type: ignore[valid-type]
     fits_one_node: bool = True
-    weights_gb: Number | None = Field(default=None, gt=0, le=MAX_WEIGHTS_GB,
-                                      description="weights in memory, for the fit and preflight")
+    weights_gb: Number | None = Field(
+        default=None, gt=0, le=MAX_WEIGHTS_GB, description="weights in memory, for the fit and preflight"
+    )
     # Nodes per engine for cluster and replicas (--tp); unset: cluster spans every node, replicas pairs them.
     tensor_parallel: Whole | None = Field(default=None, ge=1, le=64)
     architecture: Architecture | None = None  # from the model's config.json: checks TP/PP layouts before anything runs
@@ -152,8 +163,10 @@ class Recipe(BaseModel):
     @classmethod
     def _plain_name(cls, v: str) -> str:
         if not PLAIN_NAME.match(v) or v in (".", ".."):
-            raise ValueError("must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
-                             "not starting with '-') | fix: check the value")
+            raise ValueError(
+                "must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
+                "not starting with '-') | fix: check the value"
+            )
         return v
 
     @field_validator("model", "served_model_name")
@@ -162,8 +175,10 @@ class Recipe(BaseModel):
         if v is None:
             return v
         if not MODEL_NAME.match(v) or ".." in v.split("/"):
-            raise ValueError("must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no "
-                             "spaces, newlines or escapes; not starting with '-') | fix: check the value")
+            raise ValueError(
+                "must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no "
+                "spaces, newlines or escapes; not starting with '-') | fix: check the value"
+            )
         return v
 
     @field_validator("description")
@@ -196,13 +211,17 @@ class Recipe(BaseModel):
     def _consistent(self) -> Recipe:
         problems = []
         if self.default_topology not in self.topologies:
-            problems.append(f"default_topology: {self.default_topology} is not in topologies "
-                            f"| fix: pick one of {', '.join(self.topologies)}")
+            problems.append(
+                f"default_topology: {self.default_topology} is not in topologies "
+                f"| fix: pick one of {', '.join(self.topologies)}"
+            )
         if not self.fits_one_node:
             single = [t for t in self.topologies if t in ("solo", "2xsolo")]
             if single:
-                problems.append(f"topologies: {', '.join(single)} need the model on one node, and fits_one_node is "
-                                "false | fix: list only cluster")
+                problems.append(
+                    f"topologies: {', '.join(single)} need the model on one node, and fits_one_node is "
+                    "false | fix: list only cluster"
+                )
         for topo in self.overrides:
             if topo not in self.topologies and not (topo == "replicas" and "cluster" in self.topologies):
                 problems.append(f"overrides: {topo} is not in topologies | fix: remove overrides.{topo}")
@@ -233,12 +252,16 @@ class ResolvedRecipe:
 
 # -- loading ---------------------------------------------------------------------------------------------
 
+
 def recipe_files(recipes_dir: str | None = None) -> dict[str, Path]:
     """name -> file; a name in an earlier directory hides the same name in a later one."""
     found: dict[str, Path] = {}
     if recipes_dir and not Path(recipes_dir).expanduser().is_dir():
-        raise ConfigError(Problem(str(recipes_dir), "", "--recipes-dir is not a folder",
-                                  "pass a folder that holds your recipes (*.yaml)"))
+        raise ConfigError(
+            Problem(
+                str(recipes_dir), "", "--recipes-dir is not a folder", "pass a folder that holds your recipes (*.yaml)"
+            )
+        )
     for directory in paths.recipe_dirs(recipes_dir):
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
@@ -270,8 +293,14 @@ def parse_set(pairs: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key or not SET_KEY.match(key) or len(key) > 200 or key.count(".") >= MAX_SET_PARTS:
-            raise ConfigError(Problem("--set", key[:60], "expects KEY=VALUE with a dotted key of at most "
-                                      f"{MAX_SET_PARTS} parts", "e.g. --set vllm.max_model_len=8192"))
+            raise ConfigError(
+                Problem(
+                    "--set",
+                    key[:60],
+                    f"expects KEY=VALUE with a dotted key of at most {MAX_SET_PARTS} parts",
+                    "e.g. --set vllm.max_model_len=8192",
+                )
+            )
         value = parse_yaml_value(raw, f"--set {key}") if raw != "" else ""
         out.append((key, value))
     return out
@@ -331,8 +360,13 @@ def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Reci
     return recipe, path, data
 
 
-def resolve(name_or_path: str, topology: str | None = None, backend: str | None = None,
-            sets: list[str] | tuple[str, ...] = (), recipes_dir: str | None = None) -> ResolvedRecipe:
+def resolve(
+    name_or_path: str,
+    topology: str | None = None,
+    backend: str | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    recipes_dir: str | None = None,
+) -> ResolvedRecipe:
     recipe, path, data = load_recipe(name_or_path, recipes_dir)
     set_values = parse_set(sets)
     # --set applies to the whole recipe first, so it can also change topologies or overrides.
@@ -355,9 +389,11 @@ def resolve(name_or_path: str, topology: str | None = None, backend: str | None 
     final = validate(merged, f"{path} (overrides.{topo})")
 
     sources: dict[str, str] = {}
-    defaults = _leaves(Recipe.model_validate(
-        {k: raw[k] for k in ("name", "description", "model", "image", "topologies", "default_topology")}
-    ).model_dump(exclude={"overrides"}))
+    defaults = _leaves(
+        Recipe.model_validate(
+            {k: raw[k] for k in ("name", "description", "model", "image", "topologies", "default_topology")}
+        ).model_dump(exclude={"overrides"})
+    )
     for key in defaults:
         sources[key] = "default"
     for key in _leaves(base):
@@ -377,8 +413,9 @@ def resolve(name_or_path: str, topology: str | None = None, backend: str | None 
     if topo in ("2xsolo", "replicas") and final.litellm.routing_strategy == "least-busy":
         resolved.warnings.append(LEAST_BUSY_WARNING)
     if final.vllm.compilation.eager_allreduce and final.vllm.enforce_eager:
-        resolved.warnings.append("vllm.compilation.eager_allreduce has no effect with vllm.enforce_eager: true "
-                                 "(no CUDA graphs are captured)")
+        resolved.warnings.append(
+            "vllm.compilation.eager_allreduce has no effect with vllm.enforce_eager: true (no CUDA graphs are captured)"
+        )
     return resolved
 
 
@@ -391,10 +428,20 @@ def check_topology(recipe: Recipe, topology: str, path: Path) -> None:
         return
     if topology in ("solo", "2xsolo") and not recipe.fits_one_node:
         need = f"needs about {recipe.weights_gb:g} GB for its weights alone" if recipe.weights_gb else "does not fit"
-        raise ConfigError(Problem(
-            str(path), "topologies",
-            f"{recipe.name} {need}, more than one DGX Spark's {SPARK_MEMORY_GB} GB of unified memory, so "
-            f"{topology} (a whole copy of the model per node) cannot run it",
-            "use --topology cluster (TP=2 splits the weights across both nodes)"))
-    raise ConfigError(Problem(str(path), "topologies", f"{recipe.name} does not support {topology}",
-                              f"use one of {', '.join(recipe.topologies)}"))
+        raise ConfigError(
+            Problem(
+                str(path),
+                "topologies",
+                f"{recipe.name} {need}, more than one DGX Spark's {SPARK_MEMORY_GB} GB of unified memory, so "
+                f"{topology} (a whole copy of the model per node) cannot run it",
+                "use --topology cluster (TP=2 splits the weights across both nodes)",
+            )
+        )
+    raise ConfigError(
+        Problem(
+            str(path),
+            "topologies",
+            f"{recipe.name} does not support {topology}",
+            f"use one of {', '.join(recipe.topologies)}",
+        )
+    )

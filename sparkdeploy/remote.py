@@ -118,11 +118,13 @@ class CommandResult:
 
     def masked(self, mask: Callable[[str], str], tail: int = TAIL_CHARS) -> CommandResult:
         """The result as an error may carry it: secrets masked, only the last `tail` characters of the output."""
-        return CommandResult(self.node, mask(self.command), self.exit_code, mask(self.stdout[-tail:]),
-                             mask(self.stderr[-tail:]))
+        return CommandResult(
+            self.node, mask(self.command), self.exit_code, mask(self.stdout[-tail:]), mask(self.stderr[-tail:])
+        )
 
 
 # -- what can go wrong with a remote command (all StepFailed: every `except StepFailed` still catches them) ----
+
 
 class CommandFailed(StepFailed):
     """The command ran and exited non-zero; `result` is what it returned (secrets masked, output tails), the way
@@ -133,7 +135,8 @@ class CommandFailed(StepFailed):
         if message is None:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
             message = f"{result.node}: `{_short(result.command)}` exited {result.exit_code}" + (
-                ": " + " | ".join(tail) if tail else "")
+                ": " + " | ".join(tail) if tail else ""
+            )
         super().__init__(message)
 
 
@@ -159,8 +162,13 @@ class NodeConnection:
     threads: one connection is opened however many ask at once, and at most MAX_PARALLEL_COMMANDS commands
     run on it at a time (the others wait their turn)."""
 
-    def __init__(self, node: Node, inventory: Inventory, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 mask: Callable[[str], str] | None = None):
+    def __init__(
+        self,
+        node: Node,
+        inventory: Inventory,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        mask: Callable[[str], str] | None = None,
+    ):
         self.node = node
         self.inventory = inventory
         self.connect_timeout = connect_timeout
@@ -184,8 +192,14 @@ class NodeConnection:
         connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if ssh.key:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
-        conn = Connection(self.node.mgmt_ip, user=ssh.user, port=ssh.port, config=Config(),
-                          connect_timeout=int(self.connect_timeout), connect_kwargs=connect_kwargs)
+        conn = Connection(
+            self.node.mgmt_ip,
+            user=ssh.user,
+            port=ssh.port,
+            config=Config(),
+            connect_timeout=int(self.connect_timeout),
+            connect_kwargs=connect_kwargs,
+        )
         # Fabric installs AutoAddPolicy on the node and on every ProxyJump hop: reject unknown keys on all of them.
         hop = conn
         while hop is not None:
@@ -209,10 +223,12 @@ class NodeConnection:
             for ktype in theirs.keys():
                 if ktype in mine.keys() and mine[ktype] != theirs[ktype]:
                     raise HostKeyError(
-                        self.node, f"{self.node.name} ({name}): the {ktype} host key pinned in {self.known_hosts} "
+                        self.node,
+                        f"{self.node.name} ({name}): the {ktype} host key pinned in {self.known_hosts} "
                         f"({fingerprint(mine[ktype])}) differs from the one in {system_path} "
                         f"({fingerprint(theirs[ktype])}); refusing to connect. Check the node's key on its console, "
-                        f"then remove the wrong line (ssh-keygen -R {name} -f FILE)")
+                        f"then remove the wrong line (ssh-keygen -R {name} -f FILE)",
+                    )
         keys = client.get_host_keys()
         for host_keys in (pinned, system):
             entry = host_keys.lookup(name)
@@ -239,7 +255,9 @@ class NodeConnection:
                     self.node,
                     f"{self.node.name} ({name}): unknown SSH host key {exc.key.get_name()} {fingerprint(exc.key)}; "
                     f"nothing was run. If that fingerprint is the node's, trust it with: sparkdeploy trust "
-                    f"{self.node.name}", exc.key) from None
+                    f"{self.node.name}",
+                    exc.key,
+                ) from None
             except paramiko.BadHostKeyException as exc:
                 raise HostKeyError(
                     self.node,
@@ -247,15 +265,20 @@ class NodeConnection:
                     f"expected {fingerprint(exc.expected_key)}); refusing to connect. If the node was reinstalled, "
                     f"check the new fingerprint on its console, then run: sparkdeploy trust {self.node.name} "
                     f"--replace",
-                    exc.key) from None
+                    exc.key,
+                ) from None
             except paramiko.AuthenticationException as exc:
-                raise StepFailed(f"{self.node.name} ({self.node.mgmt_ip}): SSH authentication failed ({exc}); "
-                                 "check ssh.user and ssh.key in the inventory") from None
+                raise StepFailed(
+                    f"{self.node.name} ({self.node.mgmt_ip}): SSH authentication failed ({exc}); "
+                    "check ssh.user and ssh.key in the inventory"
+                ) from None
             except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
                 # Transient: connection refused or timed out. Connecting is idempotent, so retry with backoff.
                 if attempt == CONNECT_ATTEMPTS:
-                    raise NodeUnreachable(f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
-                                     f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}") from None
+                    raise NodeUnreachable(
+                        f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
+                        f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}"
+                    ) from None
                 time.sleep(delay)
                 delay *= 2
                 conn = self._fabric()
@@ -280,8 +303,15 @@ class NodeConnection:
         self.close()
 
     # -- commands ------------------------------------------------------------------------------------
-    def run(self, argv: list[str] | str, *, check: bool = True, timeout: float | None = 120,
-            stdin: str | None = None, force: bool = False) -> CommandResult:
+    def run(
+        self,
+        argv: list[str] | str,
+        *,
+        check: bool = True,
+        timeout: float | None = 120,
+        stdin: str | None = None,
+        force: bool = False,
+    ) -> CommandResult:
         """Run argv (quoted here) or a fixed shell snippet (str: only our own constant text, never values).
         After a second Ctrl-C (STOPPING) nothing new starts, except `force` (releasing our node lock)."""
         command = argv if isinstance(argv, str) else shlex.join(argv)
@@ -302,12 +332,16 @@ class NodeConnection:
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()
         except TimeoutError:
-            raise CommandTimeout(f"{self.node.name}: `{_short(self.mask(command))}` timed out after {timeout:g}s",
-                                 self.mask(command), timeout) from None
+            raise CommandTimeout(
+                f"{self.node.name}: `{_short(self.mask(command))}` timed out after {timeout:g}s",
+                self.mask(command),
+                timeout,
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn, self.lost = None, True
-            raise ConnectionLost(f"{self.node.name}: connection lost during `{_short(self.mask(command))}`: "
-                                 f"{self.mask(str(exc))}") from None
+            raise ConnectionLost(
+                f"{self.node.name}: connection lost during `{_short(self.mask(command))}`: {self.mask(str(exc))}"
+            ) from None
         result = CommandResult(self.node.name, command, code, out, err)
         if check and code != 0:
             raise self.failed(result)
@@ -344,8 +378,10 @@ class NodeConnection:
         except (TimeoutError, EOFError, paramiko.SSHException) as exc:
             # that session is in an unknown state: open a new one next time
             self._sftp, self._conn, self.lost = None, None, True
-            raise ConnectionLost(f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
-                             f"({exc.__class__.__name__}); the node may be gone") from None
+            raise ConnectionLost(
+                f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
+                f"({exc.__class__.__name__}); the node may be gone"
+            ) from None
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -366,8 +402,9 @@ def _host_keys(path: Path | None) -> paramiko.HostKeys:
         try:
             keys.load(str(path))
         except (OSError, paramiko.SSHException, UnicodeDecodeError, ValueError) as exc:
-            raise StepFailed(f"{path}: cannot read the known_hosts file ({exc.__class__.__name__}); "
-                             "fix or remove the bad line") from None
+            raise StepFailed(
+                f"{path}: cannot read the known_hosts file ({exc.__class__.__name__}); fix or remove the bad line"
+            ) from None
     return keys
 
 
@@ -387,8 +424,12 @@ def _keepalive(transport) -> None:
     if not isinstance(sock, socket.socket):
         return  # a ProxyJump channel or ProxyCommand pipe: the SSH keepalive covers it
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 4),
-                        ("TCP_USER_TIMEOUT", TCP_USER_TIMEOUT_S * 1000)):
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_S),
+        ("TCP_KEEPINTVL", 5),
+        ("TCP_KEEPCNT", 4),
+        ("TCP_USER_TIMEOUT", TCP_USER_TIMEOUT_S * 1000),
+    ):
         if hasattr(socket, name):
             options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
     for level, opt, value in options:
@@ -431,6 +472,7 @@ def _short(command: str, limit: int = 120) -> str:
 
 # -- many nodes at once ----------------------------------------------------------------------------------
 
+
 @dataclass
 class NodeOutcome:
     node: Node
@@ -470,6 +512,7 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
 
 
 # -- trust -----------------------------------------------------------------------------------------------
+
 
 def scan_host_key(node: Node, inventory: Inventory, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.PKey:
     """The host key the node offers (read during the key exchange; no authentication is attempted)."""

@@ -77,8 +77,9 @@ def environment(templates: str | None = None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(q=shell_quote, shjoin=shell_join, qpath=shell_path, to_yaml=to_yaml, to_json=to_json,
-                       envline=env_line)
+    env.filters.update(
+        q=shell_quote, shjoin=shell_join, qpath=shell_path, to_yaml=to_yaml, to_json=to_json, envline=env_line
+    )
     return env
 
 
@@ -101,8 +102,11 @@ def render(template: str, /, **context: Any) -> str:
     except jinja2.UndefinedError as exc:
         line = _template_line(exc, name)
         where = f"templates/{name}" + (f":{line}" if line else "")
-        raise ConfigError(Problem(where, "", f"undefined variable: {exc.message}",
-                                  "pass the variable to the template or fix its name")) from None
+        raise ConfigError(
+            Problem(
+                where, "", f"undefined variable: {exc.message}", "pass the variable to the template or fix its name"
+            )
+        ) from None
     except jinja2.TemplateError as exc:
         raise ConfigError(Problem(f"templates/{name}", "", f"template error: {exc}", "fix the template")) from None
     except ValueError as exc:

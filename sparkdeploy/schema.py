@@ -70,7 +70,7 @@ _FIXES = {
     "finite_number": "give a finite number, e.g. 600",
     "bool_type": "give true or false",
     "bool_parsing": "give true or false",
-    "string_type": "give text; quote it if YAML would read it as a number or true/false, e.g. \"1.0\"",
+    "string_type": 'give text; quote it if YAML would read it as a number or true/false, e.g. "1.0"',
     "list_type": "give a list, e.g. [a, b]",
     "dict_type": "give a mapping (key: value)",
     "model_type": "give a mapping (key: value)",
@@ -103,7 +103,7 @@ def fix_for(kind: str, ctx: dict | None) -> str:
 
 def _shown(value) -> str:
     text = repr(value)
-    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX - 3] + "..."
+    return text if len(text) <= SHOWN_MAX else text[: SHOWN_MAX - 3] + "..."
 
 
 def problems_from_validation(exc: ValidationError, file: str, model: type[BaseModel]) -> list[Problem]:
@@ -123,7 +123,7 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
         else:
             msg = err["msg"]
             if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
+                msg = msg[len("Value error, ") :]
             if kind in ("model_type", "model_attributes_type"):  # not "... or instance of VllmSettings"
                 msg = "Input should be a mapping"
             shown = err.get("input")

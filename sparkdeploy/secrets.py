@@ -40,8 +40,14 @@ class Secrets:
     def require(self, name: str, why: str) -> str:
         value = self.values.get(name)
         if not value:
-            raise ConfigError(Problem(self.source or "secrets", name, f"is not set ({why})",
-                                      f"add {name}=... to the secrets file or export {name}"))
+            raise ConfigError(
+                Problem(
+                    self.source or "secrets",
+                    name,
+                    f"is not set ({why})",
+                    f"add {name}=... to the secrets file or export {name}",
+                )
+            )
         return value
 
     def mask(self, text: str) -> str:
@@ -56,21 +62,30 @@ def refuse_missing(secrets: Secrets) -> None:
     """For a command that deploys: a secrets file named in the inventory must exist (a typo in its path
     must not start a proxy without its master key)."""
     if secrets.missing:
-        raise ConfigError(Problem(secrets.missing, "", "the secrets file (cluster.secrets_file) does not exist",
-                                  "create it with NAME=value lines (HF_TOKEN, LITELLM_MASTER_KEY) and chmod 600, "
-                                  "or fix the path in the inventory"))
+        raise ConfigError(
+            Problem(
+                secrets.missing,
+                "",
+                "the secrets file (cluster.secrets_file) does not exist",
+                "create it with NAME=value lines (HF_TOKEN, LITELLM_MASTER_KEY) and chmod 600, "
+                "or fix the path in the inventory",
+            )
+        )
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
-    text = read_text(path, "secrets file", "fix cluster.secrets_file in the inventory, or create the file "
-                     "(NAME=value lines, chmod 600)")
+    text = read_text(
+        path,
+        "secrets file",
+        "fix cluster.secrets_file in the inventory, or create the file (NAME=value lines, chmod 600)",
+    )
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):]
+            line = line[len("export ") :]
         key, sep, value = line.partition("=")
         if not sep or not key.strip().isidentifier():
             # never echo the line: it may hold a secret
@@ -88,8 +103,10 @@ def load_secrets(path: Path | None, environ: dict[str, str] | None = None) -> Se
     if path is not None and not os.path.lexists(path):
         # A dry run or render of the example inventory still works; `up` refuses (secrets.refuse_missing).
         secrets.missing = str(path)
-        secrets.warnings.append(f"{path} (cluster.secrets_file) does not exist: nothing is read from it, and "
-                                "`up` will refuse to run until it does (create it: NAME=value lines, chmod 600)")
+        secrets.warnings.append(
+            f"{path} (cluster.secrets_file) does not exist: nothing is read from it, and "
+            "`up` will refuse to run until it does (create it: NAME=value lines, chmod 600)"
+        )
     elif path is not None:  # anything else wrong with it (a folder, unreadable, not UTF-8) is an error now
         values = parse_env_file(path)
         mode = stat.S_IMODE(path.stat().st_mode)

@@ -29,7 +29,7 @@ SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
 PROXY_REQUESTS = "litellm_deployment_total_requests_total"
 
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -46,8 +46,10 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
             value = float(m.group(3))
         except ValueError:
             continue
-        labels = {k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
-                  for k, v in _LABEL.findall(m.group(2) or "")}
+        labels = {
+            k: v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+            for k, v in _LABEL.findall(m.group(2) or "")
+        }
         out.setdefault(m.group(1), []).append((labels, value))
     return out
 
@@ -129,10 +131,16 @@ def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TI
             requests[key] = requests.get(key, 0.0) + value
         return Sample(now, requests=requests)
     kv = m.get("vllm:kv_cache_usage_perc")
-    return Sample(now, running=_sum(m, "vllm:num_requests_running"), waiting=_sum(m, "vllm:num_requests_waiting"),
-                  kv=max(v for _, v in kv) if kv else None, prompt=_sum(m, "vllm:prompt_tokens_total"),
-                  generation=_sum(m, "vllm:generation_tokens_total"),
-                  ttft=_buckets(m, "vllm:time_to_first_token_seconds"), simulated=metrics_say_simulated(m))
+    return Sample(
+        now,
+        running=_sum(m, "vllm:num_requests_running"),
+        waiting=_sum(m, "vllm:num_requests_waiting"),
+        kv=max(v for _, v in kv) if kv else None,
+        prompt=_sum(m, "vllm:prompt_tokens_total"),
+        generation=_sum(m, "vllm:generation_tokens_total"),
+        ttft=_buckets(m, "vllm:time_to_first_token_seconds"),
+        simulated=metrics_say_simulated(m),
+    )
 
 
 def _rate(new: float | None, old: float | None, seconds: float) -> float | None:
@@ -151,8 +159,9 @@ def _delta_buckets(new, old) -> list[tuple[float, float]]:
 class Monitor:
     """Samples of every target, kept for `window_s`; `snapshot()` turns them into one row per engine."""
 
-    def __init__(self, targets: list[Target], bearer: str | None = None, window_s: float = 60.0,
-                 since_start: bool = False):
+    def __init__(
+        self, targets: list[Target], bearer: str | None = None, window_s: float = 60.0, since_start: bool = False
+    ):
         """since_start: TTFT quantiles and request shares from every request since each engine (proxy)
         started, not over the window (`top --once`, whose only window is one sample gap)."""
         self.targets = targets
@@ -207,32 +216,53 @@ class Monitor:
                 continue
             first, prev, last = self._window(t)
             newest = self.history[t][-1] if self.history[t] else None
-            row: dict = {"node": t.node, "container": t.container, "url": t.url,
-                         "error": newest.error if newest is not None and newest.error else None}
+            row: dict = {
+                "node": t.node,
+                "container": t.container,
+                "url": t.url,
+                "error": newest.error if newest is not None and newest.error else None,
+            }
             if last is not None:
                 dt = last.time - prev.time if prev is not None else 0.0
                 ttft = _delta_buckets(last.ttft, first.ttft) if first is not last else list(last.ttft)
                 basis = "window" if first is not last else "since the engine started"
                 if self.since_start:
                     ttft, basis = list(last.ttft), "since the engine started"
-                row.update({
-                    "simulated": last.simulated,
-                    "running": last.running, "waiting": last.waiting, "kv_cache_usage": last.kv,
-                    "prompt_tokens_per_s": _rate(last.prompt, prev.prompt, dt) if prev else None,
-                    "generation_tokens_per_s": _rate(last.generation, prev.generation, dt) if prev else None,
-                    "ttft_p50_s": quantile(0.5, ttft), "ttft_p95_s": quantile(0.95, ttft),
-                    "ttft_requests": ttft[-1][1] if ttft else 0,
-                    "ttft_basis": basis,
-                })
+                row.update(
+                    {
+                        "simulated": last.simulated,
+                        "running": last.running,
+                        "waiting": last.waiting,
+                        "kv_cache_usage": last.kv,
+                        "prompt_tokens_per_s": _rate(last.prompt, prev.prompt, dt) if prev else None,
+                        "generation_tokens_per_s": _rate(last.generation, prev.generation, dt) if prev else None,
+                        "ttft_p50_s": quantile(0.5, ttft),
+                        "ttft_p95_s": quantile(0.95, ttft),
+                        "ttft_requests": ttft[-1][1] if ttft else 0,
+                        "ttft_basis": basis,
+                    }
+                )
             if share:
                 row["request_share"] = share.get(t.node, 0.0)
             engines.append(row)
-        proxies = [{"node": t.node, "container": t.container, "url": t.url,
-                    "error": (self.history[t][-1].error or None) if self.history[t] else None}
-                   for t in self.targets if t.kind == "proxy"]
-        return {"window_s": self.window_s, "engines": engines, "proxies": proxies,
-                "request_share": share, "request_share_basis": share_basis if share else None,
-                "simulated": any_simulated(engines)}
+        proxies = [
+            {
+                "node": t.node,
+                "container": t.container,
+                "url": t.url,
+                "error": (self.history[t][-1].error or None) if self.history[t] else None,
+            }
+            for t in self.targets
+            if t.kind == "proxy"
+        ]
+        return {
+            "window_s": self.window_s,
+            "engines": engines,
+            "proxies": proxies,
+            "request_share": share,
+            "request_share_basis": share_basis if share else None,
+            "simulated": any_simulated(engines),
+        }
 
 
 # What `top` asks each node, in one light read-only command: the running containers of ours with their role,
@@ -274,8 +304,11 @@ def read_targets(inventory, conns: dict) -> tuple[list[Target], dict[str, Except
     from sparkdeploy.remote import on_nodes
 
     def one(node):
-        r = conns[node.name].run(["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", MANAGED_LABEL,
-                                  inventory.cluster.state_dir], check=False, timeout=30)
+        r = conns[node.name].run(
+            ["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", MANAGED_LABEL, inventory.cluster.state_dir],
+            check=False,
+            timeout=30,
+        )
         return node_targets(node, r.stdout)
 
     outcomes = on_nodes(list(inventory.nodes), one)

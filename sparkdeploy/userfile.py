@@ -36,8 +36,9 @@ def read_text(path: Path, what: str = "file", fix: str = "check the path") -> st
     except IsADirectoryError:
         raise ConfigError(Problem(shown, "", f"{what} is a folder, not a file", fix)) from None
     except OSError as exc:
-        raise ConfigError(Problem(shown, "", f"cannot read the {what}: {exc.strerror}",
-                                  "make it readable by this user (chmod u+r)")) from None
+        raise ConfigError(
+            Problem(shown, "", f"cannot read the {what}: {exc.strerror}", "make it readable by this user (chmod u+r)")
+        ) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -45,8 +46,11 @@ def read_text(path: Path, what: str = "file", fix: str = "check the path") -> st
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(Problem(shown, "", f"{what} is not a regular file", fix))
         if st.st_size > MAX_FILE_BYTES:
-            raise ConfigError(Problem(shown, "", f"{what} is {st.st_size} bytes, more than {MAX_FILE_BYTES}",
-                                      "is this the right file?"))
+            raise ConfigError(
+                Problem(
+                    shown, "", f"{what} is {st.st_size} bytes, more than {MAX_FILE_BYTES}", "is this the right file?"
+                )
+            )
         try:
             data = os.read(fd, MAX_FILE_BYTES + 1)
         except OSError as exc:
@@ -56,9 +60,10 @@ def read_text(path: Path, what: str = "file", fix: str = "check the path") -> st
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ConfigError(Problem(shown, f"line {line}", f"{what} is not UTF-8 text",
-                                  "save it as UTF-8 (is this the right file?)")) from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            Problem(shown, f"line {line}", f"{what} is not UTF-8 text", "save it as UTF-8 (is this the right file?)")
+        ) from None
 
 
 class _Refused(yaml.YAMLError):
@@ -101,8 +106,11 @@ class UserLoader(yaml.SafeLoader):
                 if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                     key = key_node.value
                     if key in seen:
-                        raise _Refused(f"duplicate key {key[:60]!r} (first on line {seen[key].line + 1}): YAML "
-                                       "would keep only the last one", key_node.start_mark)
+                        raise _Refused(
+                            f"duplicate key {key[:60]!r} (first on line {seen[key].line + 1}): YAML "
+                            "would keep only the last one",
+                            key_node.start_mark,
+                        )
                     seen[key] = key_node.start_mark
                 elif isinstance(key_node, (MappingNode, SequenceNode)):
                     raise _Refused("a key must be a plain value", key_node.start_mark)
@@ -134,8 +142,9 @@ def _where(mark) -> str:
 
 # Values that look like secrets: redacted from any error text (a secrets file given as an inventory, a token
 # pasted into a recipe). Names as in recipes.SECRET_NAME; hf_/sk- are Hugging Face and LiteLLM key shapes.
-_SECRET_ASSIGN = re.compile(r"([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY|APIKEY)['\"]?\s*[=:]\s*)(\S+)",
-                            re.IGNORECASE)
+_SECRET_ASSIGN = re.compile(
+    r"([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY|APIKEY)['\"]?\s*[=:]\s*)(\S+)", re.IGNORECASE
+)
 _SECRET_SHAPES = re.compile(r"\b(?:hf_[A-Za-z0-9]{6,}|sk-[A-Za-z0-9_-]{6,}|(?:ghp|gho|xox[bp])_[A-Za-z0-9_-]{6,})")
 
 

@@ -43,9 +43,14 @@ def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict
         # the all-reduce: graphs are cut around it and NCCL runs eagerly between graph pieces.
         defaults = list(image.compilation_defaults.get("splitting_ops", []))
         if not defaults:
-            raise ConfigError(Problem(f"images/{image.name}/manifest.yaml", "compilation_defaults.splitting_ops",
-                                      "unknown for this image, so the eager all-reduce cannot keep the defaults",
-                                      "record vLLM's default splitting_ops for the pinned version"))
+            raise ConfigError(
+                Problem(
+                    f"images/{image.name}/manifest.yaml",
+                    "compilation_defaults.splitting_ops",
+                    "unknown for this image, so the eager all-reduce cannot keep the defaults",
+                    "record vLLM's default splitting_ops for the pinned version",
+                )
+            )
         config["splitting_ops"] = defaults + [op for op in ["vllm::all_reduce"] if op not in defaults]
         config.setdefault("cudagraph_mode", "PIECEWISE")
     config.update(comp.extra)
@@ -64,8 +69,7 @@ def serve_args(
     """Arguments after `vllm serve` (the model first)."""
     r = resolved.recipe
     v = r.vllm
-    args: list[str] = [r.model, *_opt("--served-model-name", r.public_name), "--host", "0.0.0.0",
-                       "--port", str(port)]
+    args: list[str] = [r.model, *_opt("--served-model-name", r.public_name), "--host", "0.0.0.0", "--port", str(port)]
     args += ["--gpu-memory-utilization", f"{v.gpu_memory_utilization:g}"]
     if v.max_model_len:
         args += ["--max-model-len", str(v.max_model_len)]
@@ -95,8 +99,16 @@ def serve_args(
     if dist.executor_backend:
         args += ["--distributed-executor-backend", dist.executor_backend]
     if dist.nnodes:
-        args += ["--nnodes", str(dist.nnodes), "--node-rank", str(dist.node_rank),
-                 "--master-addr", str(dist.master_addr), "--master-port", str(dist.master_port)]
+        args += [
+            "--nnodes",
+            str(dist.nnodes),
+            "--node-rank",
+            str(dist.node_rank),
+            "--master-addr",
+            str(dist.master_addr),
+            "--master-port",
+            str(dist.master_port),
+        ]
     if dist.headless:
         args.append("--headless")
     args += list(v.extra_args)
@@ -104,6 +116,7 @@ def serve_args(
 
 
 # -- validation against the pinned vLLM's parser ---------------------------------------------------------
+
 
 @cache
 def _read_spec(path: str) -> dict:
@@ -115,8 +128,14 @@ def flag_spec(version: str) -> dict:
     """The dump for a vLLM version, wherever an image definition carries it (images/*/vllm-args-V.json)."""
     matches = sorted(paths.images_dir().glob(f"*/vllm-args-{version}.json"))
     if not matches:
-        raise ConfigError(Problem("images/", f"vllm-args-{version}.json", f"no argument list for vLLM {version}",
-                                  "dump it with scripts/dump_vllm_args.py"))
+        raise ConfigError(
+            Problem(
+                "images/",
+                f"vllm-args-{version}.json",
+                f"no argument list for vLLM {version}",
+                "dump it with scripts/dump_vllm_args.py",
+            )
+        )
     return _read_spec(str(matches[0]))
 
 
@@ -126,8 +145,14 @@ def image_spec(image: ImageDefinition) -> dict:
     (vllm-sim stands in for vllm-node with vLLM 0.32.0's)."""
     version = image.vllm_version
     if not version:
-        raise ConfigError(Problem(f"images/{image.name}/manifest.yaml", "vllm_version", "missing",
-                                  "pin the vLLM version the image carries"))
+        raise ConfigError(
+            Problem(
+                f"images/{image.name}/manifest.yaml",
+                "vllm_version",
+                "missing",
+                "pin the vLLM version the image carries",
+            )
+        )
     own = image.directory / f"vllm-args-{version}.json" if image.directory else None
     if own is not None and own.is_file():
         return _read_spec(str(own))
@@ -161,8 +186,10 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
         if info is None:
             owner = [d for d in _images_accepting(flag) if d != image.name]
             if flag in unproven:
-                msg = (f"{flag} may or may not be a flag of image {image.name} ({describe(image)}): its dump "
-                       f"could not prove it")
+                msg = (
+                    f"{flag} may or may not be a flag of image {image.name} ({describe(image)}): its dump "
+                    f"could not prove it"
+                )
                 fix = "drop it, or build the image and refresh its flag dump (docs/images.md)"
             elif owner:
                 msg = f"{flag} is not a flag of image {image.name} ({describe(image)})"
@@ -179,9 +206,14 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
         # the dump records those sets too.
         choices = info.get("choices") or whole.get("value_sets", {}).get(flag)
         if takes_value and choices and value is not None and value not in [str(c) for c in choices]:
-            problems.append(Problem(recipe_file, "vllm",
-                                    f"{flag} {value!r} is not one of the choices of image {image.name} "
-                                    f"({describe(image)})", f"use one of {', '.join(map(str, choices))}"))
+            problems.append(
+                Problem(
+                    recipe_file,
+                    "vllm",
+                    f"{flag} {value!r} is not one of the choices of image {image.name} ({describe(image)})",
+                    f"use one of {', '.join(map(str, choices))}",
+                )
+            )
         i += 1 if (eq or not takes_value) else 2
     if problems:
         raise ConfigError(problems)

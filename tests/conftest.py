@@ -19,12 +19,26 @@ REPO = Path(__file__).resolve().parent.parent
 TWO_NODES = {
     "cluster": {"name": "test", "default_recipe": "openai-gpt-oss-120b", "secrets_file": "secrets.env"},
     "nodes": [
-        {"name": "spark1", "role": "head", "mgmt_ip": "192.0.2.1", "fabric_ip": "198.51.100.1/24",
-         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
-         "ssh": {"user": "spark", "key": "id_test"}},
-        {"name": "spark2", "role": "worker", "mgmt_ip": "192.0.2.2", "fabric_ip": "198.51.100.2/24",
-         "fabric_ifaces": ["enp1s0f1np1"], "hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
-         "ssh": {"user": "spark", "key": "id_test"}},
+        {
+            "name": "spark1",
+            "role": "head",
+            "mgmt_ip": "192.0.2.1",
+            "fabric_ip": "198.51.100.1/24",
+            "fabric_ifaces": ["enp1s0f1np1"],
+            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+            "gid_index": 3,
+            "ssh": {"user": "spark", "key": "id_test"},
+        },
+        {
+            "name": "spark2",
+            "role": "worker",
+            "mgmt_ip": "192.0.2.2",
+            "fabric_ip": "198.51.100.2/24",
+            "fabric_ifaces": ["enp1s0f1np1"],
+            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+            "gid_index": 3,
+            "ssh": {"user": "spark", "key": "id_test"},
+        },
     ],
 }
 SECRET_HF = "hf_SECRETtokenVALUE123"

@@ -7,18 +7,38 @@ from sparkdeploy import lint
 from sparkdeploy.backend_features import FRONTEND_FLAGS, refused_flags, serving_backends
 from tests.conftest import REPO
 
-CHAT_TEMPLATE = ('--set=vllm.extra_args=["--enable-auto-tool-choice","--tool-call-parser","qwen3_coder",'
-                 '"--chat-template","/t.jinja"]')
+CHAT_TEMPLATE = (
+    '--set=vllm.extra_args=["--enable-auto-tool-choice","--tool-call-parser","qwen3_coder",'
+    '"--chat-template","/t.jinja"]'
+)
 
 
 def test_torchrun_refuses_only_what_its_launcher_ignores():
-    args = ["M", "--host", "0.0.0.0", "--port", "8000", "--enable-auto-tool-choice", "--tool-call-parser", "glm47",
-            "--reasoning-parser", "glm45", "--response-role=bot", "--chat-template", "t.jinja", "-tp", "2"]
+    args = [
+        "M",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "glm47",
+        "--reasoning-parser",
+        "glm45",
+        "--response-role=bot",
+        "--chat-template",
+        "t.jinja",
+        "-tp",
+        "2",
+    ]
     assert refused_flags(args, "torchrun") == ["--response-role", "--chat-template"]
     assert refused_flags(args, "ray") == [] and refused_flags(args, "native") == [] and refused_flags(args, None) == []
     assert serving_backends(["--chat-template", "t"]) == ["ray", "native"]
     assert serving_backends(["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"]) == [
-        "torchrun", "ray", "native"]
+        "torchrun",
+        "ray",
+        "native",
+    ]
 
 
 def test_frontend_flags_are_flags_of_the_pinned_vllm():
@@ -32,8 +52,9 @@ def test_dry_run_and_lint_name_the_flag_and_the_backend(cli, inventory_file, tmp
     code, out, err = cli("run-recipe", "qwen3-coder-30b-int4", "--dry-run", "-i", str(inventory_file), CHAT_TEMPLATE)
     assert code == 2 and "Traceback" not in err
     assert "--chat-template is not honoured by the torchrun backend" in err and "use --backend ray or native" in err
-    code, out, err = cli("run-recipe", "qwen3-coder-30b-int4", "--dry-run", "-i", str(inventory_file), "-b", "ray",
-                         CHAT_TEMPLATE)
+    code, out, err = cli(
+        "run-recipe", "qwen3-coder-30b-int4", "--dry-run", "-i", str(inventory_file), "-b", "ray", CHAT_TEMPLATE
+    )
     assert code == 0, err
     # the shipped recipe as it is: torchrun serves its tool-call flags
     code, out, err = cli("run-recipe", "qwen3-coder-30b-int4", "--dry-run", "-i", str(inventory_file))
@@ -71,7 +92,7 @@ def test_advise_names_a_backend_that_serves_the_recipes_flags(tmp_path):
         )
     )
     shipped = advise(1, recipe="qwen3-coder-30b-int4").to_json()
-    assert shipped["recommendation"]["topology"] == "cluster"   # the seeds: cluster wins decode at c1
+    assert shipped["recommendation"]["topology"] == "cluster"  # the seeds: cluster wins decode at c1
     assert shipped["recommendation"]["backend"] is None and "--backend" not in shipped["command"]  # torchrun serves it
     a = advise(1, recipe="coder-template", recipes_dir=str(recipes)).to_json()
     assert a["recommendation"]["topology"] == "cluster" and a["recommendation"]["backend"] == "ray"

@@ -81,7 +81,8 @@ def test_recipes_list_show_lint(cli):
 def test_recipes_lint_fails_on_a_broken_recipe(cli, tmp_path):
     (tmp_path / "broken.yaml").write_text(
         "name: broken\ndescription: x\nmodel: m/m\nimage: vllm-node\ntopologies: [solo]\ndefault_topology: solo\n"
-        "vllm: {extra_args: [--mxfp4-layers, moe]}\n")
+        "vllm: {extra_args: [--mxfp4-layers, moe]}\n"
+    )
     code, out, _ = cli("recipes", "lint", "--recipes-dir", str(tmp_path))
     assert code == 1 and "FAIL broken / solo" in out and "--mxfp4-layers" in out
 
@@ -106,8 +107,9 @@ def test_console_scripts_installed_and_help_teaches():
 
 
 def test_no_traceback_from_the_console_script(tmp_path):
-    result = subprocess.run(["run-recipe", "nope", "--dry-run", "-i", str(tmp_path / "missing.yaml")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["run-recipe", "nope", "--dry-run", "-i", str(tmp_path / "missing.yaml")], capture_output=True, text=True
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr and "cannot read" in result.stderr
 
 
@@ -118,8 +120,9 @@ def test_run_recipe_takes_the_health_gate_timeout_like_up(cli, inventory_file):
         args = ("openai-gpt-oss-120b",) if command else ("up", "-r", "openai-gpt-oss-120b")
         code, _out, err = cli(*args, "--timeout", "0", "-i", str(inventory_file), command=command)
         assert code == 2 and "--timeout" in err
-    code, out, err = cli("openai-gpt-oss-120b", "--timeout", "30", "--dry-run", "-i", str(inventory_file),
-                         command=run_recipe)  # a dry run connects to nothing
+    code, out, err = cli(
+        "openai-gpt-oss-120b", "--timeout", "30", "--dry-run", "-i", str(inventory_file), command=run_recipe
+    )  # a dry run connects to nothing
     assert code == 0 and "DRY RUN" in out, err
 
 
@@ -150,8 +153,10 @@ def test_run_recipe_takes_exactly_ups_options():
     assert {"pull_model", "metrics", "timeout", "node", "tp"} <= set(ups)
 
 
-@pytest.mark.parametrize("argv", [["run-recipe", "-h"], ["run-recipe", "--help"], ["sparkdeploy", "run-recipe", "-h"],
-                                  ["sparkdeploy", "up", "-h"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["run-recipe", "-h"], ["run-recipe", "--help"], ["sparkdeploy", "run-recipe", "-h"], ["sparkdeploy", "up", "-h"]],
+)
 def test_run_recipe_and_up_take_dash_h(argv):
     result = subprocess.run(argv, capture_output=True, text=True)
     assert result.returncode == 0 and "--pull-model" in result.stdout and "--metrics" in result.stdout, result.stderr
@@ -161,14 +166,16 @@ def test_run_recipe_passes_metrics_and_pull_model_on(cli, inventory_file, monkey
     from sparkdeploy.cli import up_cmd
     from sparkdeploy.cli.run_recipe import run_recipe
 
-    code, out, err = cli("openai-gpt-oss-120b", "--dry-run", "--metrics", "-i", str(inventory_file),
-                         command=run_recipe)  # the dry run renders what --metrics adds: Prometheus on the head
+    code, out, err = cli(
+        "openai-gpt-oss-120b", "--dry-run", "--metrics", "-i", str(inventory_file), command=run_recipe
+    )  # the dry run renders what --metrics adds: Prometheus on the head
     assert code == 0 and "prometheus" in out.lower(), err
     code, out, err = cli("openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), command=run_recipe)
     assert code == 0 and "prometheus" not in out.lower(), err
     seen = {}
     monkeypatch.setattr(up_cmd, "deploy", lambda **kw: seen.update(kw))  # what reaches deploy (parsing only)
-    code, _out, err = cli("openai-gpt-oss-120b", "--pull-model", "--no-metrics", "-i", str(inventory_file),
-                          command=run_recipe)
+    code, _out, err = cli(
+        "openai-gpt-oss-120b", "--pull-model", "--no-metrics", "-i", str(inventory_file), command=run_recipe
+    )
     assert code == 0, err
     assert seen["pull_model"] is True and seen["metrics"] is False and seen["recipe"] == "openai-gpt-oss-120b"

@@ -28,8 +28,10 @@ def repo_paths(text: str) -> list[str]:
 
 
 def test_repo_paths_finds_paths_and_skips_patterns():
-    text = ("see `images/vllm-check/check_image.py`, `sparkdeploy/top.py:scrape`, `images/<name>/manifest.yaml`, "
-            "`docs/figures/run1..5/`, `~/.cache/x`, `vllm serve`, `nodes/spark1.yaml`")
+    text = (
+        "see `images/vllm-check/check_image.py`, `sparkdeploy/top.py:scrape`, `images/<name>/manifest.yaml`, "
+        "`docs/figures/run1..5/`, `~/.cache/x`, `vllm serve`, `nodes/spark1.yaml`"
+    )
     assert repo_paths(text) == ["images/vllm-check/check_image.py", "sparkdeploy/top.py"]
 
 
@@ -39,8 +41,7 @@ def test_paths_and_links_in_docs_exist(doc):
     missing = [f"`{p}`" for p in repo_paths(text) if not (REPO / p).exists()]
     for target in LINK.findall(text):
         target = target.split("#", 1)[0]
-        if target and "://" not in target and not target.startswith("mailto:") \
-                and not (doc.parent / target).exists():
+        if target and "://" not in target and not target.startswith("mailto:") and not (doc.parent / target).exists():
             missing.append(f"link {target}")
     assert not missing, f"{doc.relative_to(REPO)} names what the checkout lacks: {', '.join(missing)}"
 

@@ -65,22 +65,34 @@ def test_only_sparkdeploys_objects_are_chosen():
     ]
     chosen = em.select(listing)
     names = {kind: [o.name for o in objs] for kind, objs in chosen.remove.items()}
-    assert names == {"container": ["sparkdeploy-other-lab-spark1", "sparkdeploy-vllm"],
-                     "network": ["sparkdeploy-other-lab-mgmt"], "volume": ["sparkdeploy-other-lab-spark1-docker"],
-                     "image": ["step"]}
-    assert chosen.untag == ["sparkdeploy-incoming/vllm-sim:5f5f", "sparkdeploy/vllm-sim:0123456789ab",
-                            "sparkdeploy/vllm-sim:old"]
-    assert chosen.kept == ["image mine:1: also tagged sparkdeploy/vllm-sim:old (that tag goes, the image stays)",
-                           "image someones/app:2: built from a sparkdeploy image, tagged by someone else"]
+    assert names == {
+        "container": ["sparkdeploy-other-lab-spark1", "sparkdeploy-vllm"],
+        "network": ["sparkdeploy-other-lab-mgmt"],
+        "volume": ["sparkdeploy-other-lab-spark1-docker"],
+        "image": ["step"],
+    }
+    assert chosen.untag == [
+        "sparkdeploy-incoming/vllm-sim:5f5f",
+        "sparkdeploy/vllm-sim:0123456789ab",
+        "sparkdeploy/vllm-sim:old",
+    ]
+    assert chosen.kept == [
+        "image mine:1: also tagged sparkdeploy/vllm-sim:old (that tag goes, the image stays)",
+        "image someones/app:2: built from a sparkdeploy image, tagged by someone else",
+    ]
     assert "image sha256:step (dangling, io.sparkdeploy.image=debian-base)" in chosen.lines()
 
     only = em.select(listing, ("io.sparkdeploy.lab.name", "other-lab"))
     assert [o.name for objs in only.remove.values() for o in objs] == [
-        "sparkdeploy-other-lab-spark1", "sparkdeploy-other-lab-mgmt", "sparkdeploy-other-lab-spark1-docker"]
+        "sparkdeploy-other-lab-spark1",
+        "sparkdeploy-other-lab-mgmt",
+        "sparkdeploy-other-lab-spark1-docker",
+    ]
     assert only.untag == [] and not em.select(listing, ("io.sparkdeploy.lab.name", "mine")).lines()
 
 
 # -- the script, against the real engine -----------------------------------------------------------------------
+
 
 def _docker(*args: str, stdin: bytes | None = None) -> str:
     r = subprocess.run(["docker", *args], input=stdin, capture_output=True, timeout=120)
@@ -117,10 +129,20 @@ def engine_objects():
         image("foreign_untagged", None)
         image("derived", f"empty-machine-foreign/derived:{run}", "io.sparkdeploy.image=empty-machine-test")
         # the lab container uses our image: it must go first, or `docker rmi` refuses the tag
-        made["lab_container"] = _docker("create", "--label", mark, "--label", "io.sparkdeploy.lab=1",
-                                        "--name", f"sparkdeploy-test-empty-{run}", made["ours"], "true")
-        made["foreign_container"] = _docker("create", "--label", mark, "--name", f"empty-machine-other-{run}",
-                                            made["foreign"], "true")
+        made["lab_container"] = _docker(
+            "create",
+            "--label",
+            mark,
+            "--label",
+            "io.sparkdeploy.lab=1",
+            "--name",
+            f"sparkdeploy-test-empty-{run}",
+            made["ours"],
+            "true",
+        )
+        made["foreign_container"] = _docker(
+            "create", "--label", mark, "--name", f"empty-machine-other-{run}", made["foreign"], "true"
+        )
         made["lab_volume"] = _docker("volume", "create", "--label", mark, "--label", "io.sparkdeploy.lab=1")
         made["foreign_volume"] = _docker("volume", "create", "--label", mark)
         yield mark, made
@@ -138,9 +160,13 @@ def engine_objects():
 
 def _script(*args: str, state: Path) -> subprocess.CompletedProcess:
     # the system interpreter, as fresh_clone_ci.py runs it once the venv is gone
-    return subprocess.run([sys._base_executable, "-I", str(REPO / "benchmarks" / "empty_machine.py"), *args],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, SPARKDEPLOY_STATE=str(state)))
+    return subprocess.run(
+        [sys._base_executable, "-I", str(REPO / "benchmarks" / "empty_machine.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, SPARKDEPLOY_STATE=str(state)),
+    )
 
 
 def test_empty_machine_removes_only_sparkdeploys_objects_and_only_with_yes(tmp_path, engine_objects):
@@ -155,26 +181,37 @@ def test_empty_machine_removes_only_sparkdeploys_objects_and_only_with_yes(tmp_p
     args = ("--repo", str(checkout), "--only-label", mark)
     ours = ("lab_container", "lab_volume", "ours", "ours_untagged")
     theirs = ("foreign_container", "foreign_volume", "foreign", "foreign_untagged", "derived")
-    kind = {"lab_container": "container", "foreign_container": "container", "lab_volume": "volume",
-            "foreign_volume": "volume"}
+    kind = {
+        "lab_container": "container",
+        "foreign_container": "container",
+        "lab_volume": "volume",
+        "foreign_volume": "volume",
+    }
 
     dry = _script(*args, state=state)
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert dry.stderr.strip().splitlines() == [
-        ("empty_machine: nothing removed; add --yes to remove the above (usage: python3 benchmarks/empty_machine.py "
-        "[--repo PATH] [--only-label KEY=VALUE] --yes)")], dry.stderr
+        (
+            "empty_machine: nothing removed; add --yes to remove the above (usage: python3 benchmarks/empty_machine.py "
+            "[--repo PATH] [--only-label KEY=VALUE] --yes)"
+        )
+    ], dry.stderr
     run = mark.rsplit("=", 1)[1]
     listed = dry.stdout.splitlines()
     assert f"would remove: container sparkdeploy-test-empty-{run}" in listed, dry.stdout
     assert f"would remove: volume {made['lab_volume']}" in listed
     assert f"would remove: image tag sparkdeploy/empty-machine-test:{run}" in listed
-    assert (f"would remove: image {made['ours_untagged'][:19]} (dangling, io.sparkdeploy.image=empty-machine-test)"
-            in listed)
-    assert {f"would remove: folder {checkout / f}" for f in (".venv", ".venv-litellm", "images/vllm-sim/wheels")} \
-        | {f"would remove: folder {state}"} <= set(listed)
+    assert (
+        f"would remove: image {made['ours_untagged'][:19]} (dangling, io.sparkdeploy.image=empty-machine-test)"
+        in listed
+    )
+    assert {f"would remove: folder {checkout / f}" for f in (".venv", ".venv-litellm", "images/vllm-sim/wheels")} | {
+        f"would remove: folder {state}"
+    } <= set(listed)
     assert len([line for line in listed if line.startswith("would remove:")]) == 8, dry.stdout
-    assert (f"keeping: image empty-machine-foreign/derived:{run}: built from a sparkdeploy image, tagged by "
-            "someone else") in listed
+    assert (
+        f"keeping: image empty-machine-foreign/derived:{run}: built from a sparkdeploy image, tagged by someone else"
+    ) in listed
     assert all(_exists(kind.get(k, "image"), made[k]) for k in ours + theirs), "the dry run removed something"
     assert (checkout / ".venv").is_dir() and state.is_dir()
 
@@ -186,7 +223,8 @@ def test_empty_machine_removes_only_sparkdeploys_objects_and_only_with_yes(tmp_p
     assert sorted(p.name for p in (checkout / "images").rglob("*")) == ["Dockerfile", "debian-base", "vllm-sim"]
     assert not state.exists()
     assert json.loads(_docker("image", "inspect", "--format", "{{json .RepoTags}}", made["derived"])) == [
-        f"empty-machine-foreign/derived:{run}"]
+        f"empty-machine-foreign/derived:{run}"
+    ]
 
 
 def test_fresh_clone_ci_empties_the_cache_pip_uses(monkeypatch, tmp_path):

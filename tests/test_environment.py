@@ -50,20 +50,29 @@ def test_the_system_interpreter_is_refused(tmp_path):
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from tests.support.environment import problems; print(problems())"
     )
-    out = subprocess.run([sys._base_executable, "-I", "-c", code, str(REPO)], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys._base_executable, "-I", "-c", code, str(REPO)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "scripts/test.sh" in out.stdout and "system interpreter" in out.stdout
 
 
 # -- a venv set up to run sparkdeploy only (scripts/setup.sh --runtime, as scripts/demo.sh does) ------------------
 
+
 def test_pins_are_read_through_includes_and_hash_lines(tmp_path):
     (tmp_path / "base.txt").write_text("# runtime\nclick==8.5.1 \\\n    --hash=sha256:ab\nPyYAML==6.0.3  # why\n")
-    (tmp_path / "test.txt").write_text("-r base.txt\npytest==9.0.3\ntorch==2.13.0+cpu ; sys_platform == 'linux'\n"
-                                       "huggingface_hub[cli]==2.4.0\n--extra-index-url https://example\n")
-    assert pins(tmp_path / "test.txt") == {"click": "8.5.1", "pyyaml": "6.0.3", "pytest": "9.0.3",
-                                           "torch": "2.13.0+cpu", "huggingface-hub": "2.4.0"}
+    (tmp_path / "test.txt").write_text(
+        "-r base.txt\npytest==9.0.3\ntorch==2.13.0+cpu ; sys_platform == 'linux'\n"
+        "huggingface_hub[cli]==2.4.0\n--extra-index-url https://example\n"
+    )
+    assert pins(tmp_path / "test.txt") == {
+        "click": "8.5.1",
+        "pyyaml": "6.0.3",
+        "pytest": "9.0.3",
+        "torch": "2.13.0+cpu",
+        "huggingface-hub": "2.4.0",
+    }
     # the project's own files: the test set includes the runtime set
     runtime, test = pins(RUNTIME_REQUIREMENTS), pins(TEST_REQUIREMENTS)
     assert runtime and runtime.items() <= test.items() and "torch" in test and "torch" not in runtime
@@ -139,12 +148,18 @@ def test_pytest_in_a_runtime_only_venv_stops_with_one_line(tmp_path):
     lacking = subprocess.run([str(python), "-c", "import torch"], capture_output=True, text=True, timeout=60)
     assert "No module named 'torch'" in lacking.stderr  # the venv is what demo.sh leaves: no test packages
     # test_launcher imports aiohttp (a test package) at module level: without the guard, a collection error
-    run = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not lab",
-                          "tests/sim/test_launcher.py"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not lab", "tests/sim/test_launcher.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
     assert run.returncode == 3, run.stdout + run.stderr
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"ERROR: the project's venv ({tmp_path / 'venv'}) lacks the test packages of "
-                               "requirements-test.txt: "), lines
+    assert lines[0].startswith(
+        f"ERROR: the project's venv ({tmp_path / 'venv'}) lacks the test packages of requirements-test.txt: "
+    ), lines
     assert "scripts/setup.sh --runtime" in lines[0], lines
     assert lines[0].endswith("run `bash scripts/setup.sh`, then `source scripts/venv.sh`"), lines

@@ -34,8 +34,7 @@ def golden_name(recipe: str, topo: str, backend: str | None) -> str:
     return f"{recipe}__{topo}" + (f"__{backend}" if backend else "") + ".txt"
 
 
-@pytest.mark.parametrize("recipe,topo,backend", all_deployments(),
-                         ids=lambda v: str(v) if v is not None else "-")
+@pytest.mark.parametrize("recipe,topo,backend", all_deployments(), ids=lambda v: str(v) if v is not None else "-")
 def test_dry_run_matches_golden(recipe, topo, backend):
     text = normalise(as_text(describe(deployment(topo, backend, recipe=recipe))))
     path = GOLDEN / golden_name(recipe, topo, backend)

@@ -15,8 +15,10 @@ from sparkdeploy import healthcheck
 from tests.test_render import deployment
 
 
-@pytest.mark.parametrize("topology,backend", [("solo", None), ("2xsolo", None), ("cluster", "ray"),
-                                              ("cluster", "native"), ("cluster", "torchrun")])
+@pytest.mark.parametrize(
+    "topology,backend",
+    [("solo", None), ("2xsolo", None), ("cluster", "ray"), ("cluster", "native"), ("cluster", "torchrun")],
+)
 def test_every_container_with_a_health_port_declares_a_check_on_its_own_port(topology, backend):
     dep = deployment(topology, backend)
     seen = 0
@@ -65,6 +67,7 @@ def test_probe_exit_code_follows_the_endpoint_and_fails_in_one_line(server, stat
 
 
 def test_probe_fails_when_nothing_listens():
-    r = subprocess.run(["/bin/sh", "-c", healthcheck.for_port(9, "/health").cmd], capture_output=True, text=True,
-                       timeout=30)
+    r = subprocess.run(
+        ["/bin/sh", "-c", healthcheck.for_port(9, "/health").cmd], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 1 and "Connection refused" in r.stdout

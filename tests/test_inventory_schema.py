@@ -29,8 +29,12 @@ def test_shipped_example_loads():
 
 def test_hostname_is_rejected(write_inventory):
     out = problems(write_inventory, lambda d: d["nodes"][1].update(mgmt_ip="spark2.example.com"))
-    assert out == [(f"{out[0].split(':')[0]}: nodes[1].mgmt_ip: 'spark2.example.com' is not an IP address "
-                   "(hostnames are not accepted) (fix: write the IP address)")]
+    assert out == [
+        (
+            f"{out[0].split(':')[0]}: nodes[1].mgmt_ip: 'spark2.example.com' is not an IP address "
+            "(hostnames are not accepted) (fix: write the IP address)"
+        )
+    ]
 
 
 def test_mdns_name_says_why(write_inventory):

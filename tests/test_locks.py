@@ -106,6 +106,7 @@ def test_every_pip_run_on_a_lock_is_strict():
 
 # -- the incident, offline -----------------------------------------------------------------------------------
 
+
 def _wheel(directory: Path, name: str, version: str, requires: list[str] = (), extras: dict | None = None) -> Path:
     """A minimal pure-Python wheel, enough for pip to resolve and install it."""
     dist = f"{name.replace('-', '_')}-{version}"
@@ -171,16 +172,39 @@ def _pip_env() -> dict:
 def test_the_install_command_takes_the_lock_and_resolves_nothing(tmp_path, bundled_pip_venv):
     simple, wheels = _index(tmp_path)
     lock_file = tmp_path / "requirements.txt"
-    lock_file.write_text("".join(f"{name}=={version} --hash=sha256:{_sha(wheels[key])}\n" for key, name, version in (
-        ("fastapi-sso", "fastapi-sso", "0.23.0"), ("pydantic", "pydantic", "2.14.3"),
-        ("email-validator", "email-validator", "2.3.0"))))
+    lock_file.write_text(
+        "".join(
+            f"{name}=={version} --hash=sha256:{_sha(wheels[key])}\n"
+            for key, name, version in (
+                ("fastapi-sso", "fastapi-sso", "0.23.0"),
+                ("pydantic", "pydantic", "2.14.3"),
+                ("email-validator", "email-validator", "2.3.0"),
+            )
+        )
+    )
     python = str(bundled_pip_venv / "bin" / "python")
     index = ["--index-url", simple.as_uri()]
     target = tmp_path / "site"
     # 085fd96's command: a hashed lock without --no-deps. pip resolves pydantic[email] against the index.
-    old = subprocess.run([python, "-m", "pip", "install", "--quiet", "--only-binary=:all:", "--require-hashes",
-                          "--target", str(target), *index, "-r", str(lock_file)],
-                         capture_output=True, text=True, env=_pip_env())
+    old = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "--target",
+            str(target),
+            *index,
+            "-r",
+            str(lock_file),
+        ],
+        capture_output=True,
+        text=True,
+        env=_pip_env(),
+    )
     assert old.returncode != 0 and "must have their versions pinned with ==" in old.stderr, old.stderr[-800:]
     assert "pydantic-2.14.4" in old.stderr
     # The project's command: exactly the lock's files.

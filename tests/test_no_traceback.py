@@ -56,20 +56,41 @@ def not_sshd():
 
 
 def _one_node(write_inventory, tmp_path, port: int):
-    return write_inventory({
-        "cluster": {"name": "t", "default_recipe": "openai-gpt-oss-120b", "secrets_file": "secrets.env",
-                    "known_hosts": str(tmp_path / "known_hosts")},
-        "nodes": [{"name": "spark1", "role": "head", "mgmt_ip": "127.0.0.1", "fabric_ip": "198.51.100.1/24",
-                   "fabric_ifaces": ["enp1s0f1np1"], "ssh": {"user": "spark", "port": port}}],
-    })
+    return write_inventory(
+        {
+            "cluster": {
+                "name": "t",
+                "default_recipe": "openai-gpt-oss-120b",
+                "secrets_file": "secrets.env",
+                "known_hosts": str(tmp_path / "known_hosts"),
+            },
+            "nodes": [
+                {
+                    "name": "spark1",
+                    "role": "head",
+                    "mgmt_ip": "127.0.0.1",
+                    "fabric_ip": "198.51.100.1/24",
+                    "fabric_ifaces": ["enp1s0f1np1"],
+                    "ssh": {"user": "spark", "port": port},
+                }
+            ],
+        }
+    )
 
 
-@pytest.mark.parametrize("command", [["up", "--dry-run", "-t", "solo"], ["status"], ["doctor", "-t", "solo"],
-                                     ["trust", "spark1", "--yes"]], ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize(
+    "command",
+    [["up", "--dry-run", "-t", "solo"], ["status"], ["doctor", "-t", "solo"], ["trust", "spark1", "--yes"]],
+    ids=lambda c: " ".join(c[:2]),
+)
 def test_a_port_that_is_not_sshd_is_one_line_for_the_node(command, not_sshd, write_inventory, tmp_path):
     inventory = _one_node(write_inventory, tmp_path, not_sshd)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPARKDEPLOY_STATE": str(tmp_path / "state"),
-           "COLUMNS": "200"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "SPARKDEPLOY_STATE": str(tmp_path / "state"),
+        "COLUMNS": "200",
+    }
     r = sd(*command, "-i", str(inventory), timeout=120, env=env)
     assert r.returncode == 1, failure(r)
     for noise in ("Traceback", "paramiko", "SSHException", "EOFError", "protocol banner"):
@@ -84,6 +105,7 @@ def test_a_port_that_is_not_sshd_is_one_line_for_the_node(command, not_sshd, wri
 
 # -- the local state folder --------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def unwritable_state(tmp_path, monkeypatch):
     """A state folder no one can create, root included: its parent is a regular file."""
@@ -94,11 +116,13 @@ def unwritable_state(tmp_path, monkeypatch):
     return state
 
 
-def test_render_with_an_unwritable_state_folder_is_one_line_with_the_fix(cli, inventory_file, tmp_path,
-                                                                          unwritable_state):
+def test_render_with_an_unwritable_state_folder_is_one_line_with_the_fix(
+    cli, inventory_file, tmp_path, unwritable_state
+):
     out = tmp_path / "out"
-    code, _stdout, err = cli("render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file),
-                            "--out", str(out))
+    code, _stdout, err = cli(
+        "render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file), "--out", str(out)
+    )
     assert code == 2, err
     lines = [line for line in err.splitlines() if not line.startswith("warning:")]
     assert len(lines) == 1 and lines[0].startswith(f"error: {unwritable_state}"), err

@@ -10,8 +10,22 @@ from tests.conftest import REPO
 
 
 def test_wheel_carries_recipes_templates_and_images(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(REPO)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("sparkdeploy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "sparkdeploy/data/recipes/openai-gpt-oss-120b.yaml" in names
@@ -24,10 +38,27 @@ def test_wheel_carries_recipes_templates_and_images(tmp_path):
     subprocess.run([venv / "bin" / "pip", "install", "-q", "--no-deps", str(wheel)], check=True, capture_output=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([venv / "bin" / "python", "-c", "import sparkdeploy, sys; print(sparkdeploy.__file__)"],
-                           cwd=elsewhere, check=True, capture_output=True, text=True).stdout
+    where = subprocess.run(
+        [venv / "bin" / "python", "-c", "import sparkdeploy, sys; print(sparkdeploy.__file__)"],
+        cwd=elsewhere,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert str(venv) in where, "the test must exercise the installed wheel, not the checkout"
-    result = subprocess.run([venv / "bin" / "run-recipe", "openai-gpt-oss-120b", "--dry-run", "-t", "2xsolo",
-                             "-i", str(REPO / "inventory.yaml")], cwd=elsewhere, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            venv / "bin" / "run-recipe",
+            "openai-gpt-oss-120b",
+            "--dry-run",
+            "-t",
+            "2xsolo",
+            "-i",
+            str(REPO / "inventory.yaml"),
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "litellm-config.yaml" in result.stdout

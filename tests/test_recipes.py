@@ -8,8 +8,13 @@ import yaml
 from sparkdeploy import recipes
 from sparkdeploy.errors import ConfigError
 
-SHIPPED = ["openai-gpt-oss-120b", "qwen3-coder-30b-int4", "glm-4.7-flash-int4", "qwen3.5-397b-int4-autoround",
-           "llama-3.3-70b-instruct"]
+SHIPPED = [
+    "openai-gpt-oss-120b",
+    "qwen3-coder-30b-int4",
+    "glm-4.7-flash-int4",
+    "qwen3.5-397b-int4-autoround",
+    "llama-3.3-70b-instruct",
+]
 
 
 def write_recipe(tmp_path, **changes) -> str:
@@ -45,8 +50,9 @@ def test_unknown_key_did_you_mean(tmp_path):
     path = write_recipe(tmp_path, vllm={"gpu_memory_utilisation": 0.7})
     with pytest.raises(ConfigError) as info:
         recipes.load_recipe(path)
-    assert messages(info) == [(f"{path}: vllm.gpu_memory_utilisation: unknown key "
-                              "(fix: did you mean 'gpu_memory_utilization'?)")]
+    assert messages(info) == [
+        (f"{path}: vllm.gpu_memory_utilisation: unknown key (fix: did you mean 'gpu_memory_utilization'?)")
+    ]
 
 
 def test_unknown_top_level_key(tmp_path):

@@ -27,7 +27,7 @@ HOSTILE = [
     "; touch PWNED",
     "$(touch PWNED)",
     "`touch PWNED`",
-    "it's \"quoted\"",
+    'it\'s "quoted"',
     "two words",
     "line\nbreak",
     "--help",
@@ -64,6 +64,7 @@ def deployment(topology="solo", backend=None, recipe="openai-gpt-oss-120b", sets
 
 # -- filters -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", HOSTILE)
 def test_quoted_value_round_trips_through_bash(value):
     out = subprocess.run(["bash", "-c", f"printf '%s' {shell_quote(value)}"], capture_output=True, text=True)
@@ -71,14 +72,21 @@ def test_quoted_value_round_trips_through_bash(value):
 
 
 def test_shjoin_keeps_each_argument_whole():
-    out = subprocess.run(["bash", "-c", f"for a in {shell_join(HOSTILE)}; do printf '%s\\0' \"$a\"; done"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", f"for a in {shell_join(HOSTILE)}; do printf '%s\\0' \"$a\"; done"],
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.split("\0")[:-1] == HOSTILE
 
 
 def test_shell_path_expands_home_only():
-    out = subprocess.run(["bash", "-c", f"printf '%s' {shell_path('~/a b/$(x)')}"], capture_output=True, text=True,
-                         env={**os.environ, "HOME": "/home/u"})
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s' {shell_path('~/a b/$(x)')}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": "/home/u"},
+    )
     assert out.stdout == "/home/u/a b/$(x)"
 
 
@@ -97,12 +105,18 @@ def test_undefined_variable_fails_naming_template_and_variable():
 
 def test_env_file_refuses_a_newline():
     with pytest.raises(ConfigError) as info:
-        render("node.env.j2", node=Inventory.model_validate(TWO_NODES).head, env={"A": "x\nB=y"},
-               recipe_name="r", topology="solo")
+        render(
+            "node.env.j2",
+            node=Inventory.model_validate(TWO_NODES).head,
+            env={"A": "x\nB=y"},
+            recipe_name="r",
+            topology="solo",
+        )
     assert "newline" in str(info.value)
 
 
 # -- hostile values through a whole deployment, executed ------------------------------------------------
+
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_recipe_values_are_inert_when_scripts_run(tmp_path, value, monkeypatch):
@@ -134,14 +148,17 @@ def test_hostile_recipe_values_are_inert_when_scripts_run(tmp_path, value, monke
     assert run.returncode == 0, run.stderr
     (vllm_argv,) = recorded(tmp_path, "vllm")
     assert vllm_argv[:2] == ["serve", "openai/gpt-oss-120b"]
-    assert vllm_argv[vllm_argv.index("--host") - 2:vllm_argv.index("--host")] == ["--served-model-name",
-                                                                                 "openai/gpt-oss-120b"]
+    assert vllm_argv[vllm_argv.index("--host") - 2 : vllm_argv.index("--host")] == [
+        "--served-model-name",
+        "openai/gpt-oss-120b",
+    ]
     assert vllm_argv[-2:] == ["--mxfp4-layers", value]
     assert f"HOSTILE={value.replace(chr(10), ' ')}" in nd.file("node.env").content.splitlines()
     assert not list(tmp_path.rglob("PWNED*")), "a hostile value ran as a command"
 
 
 # -- shellcheck and serializers over every recipe x topology x backend ----------------------------------
+
 
 def all_deployments():
     out = []
@@ -176,7 +193,9 @@ def test_litellm_config_is_yaml_from_a_serializer():
     head = next(nd for nd in dep.nodes if nd.node.role == "head")
     config = yaml.safe_load(head.file("litellm-config.yaml").content)
     assert [m["litellm_params"]["api_base"] for m in config["model_list"]] == [
-        "http://192.0.2.1:8000/v1", "http://192.0.2.2:8000/v1"]
+        "http://192.0.2.1:8000/v1",
+        "http://192.0.2.2:8000/v1",
+    ]
     assert all(m["litellm_params"]["model"] == "hosted_vllm/openai/gpt-oss-120b" for m in config["model_list"])
     assert config["router_settings"]["routing_strategy"] == "simple-shuffle"
     assert config["general_settings"]["master_key"] == "os.environ/LITELLM_MASTER_KEY"
@@ -197,7 +216,15 @@ def test_secrets_only_in_the_0600_secrets_file():
 def test_fabric_env_from_the_inventory():
     dep = deployment("cluster", "ray")
     lines = dep.nodes[1].file("node.env").content.splitlines()
-    for expected in ["NCCL_SOCKET_IFNAME=enp1s0f1np1", "GLOO_SOCKET_IFNAME=enp1s0f1np1", "TP_SOCKET_IFNAME=enp1s0f1np1",
-                     "UCX_NET_DEVICES=enp1s0f1np1", "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1", "NCCL_IB_DISABLE=0",
-                     "NCCL_IB_GID_INDEX=3", "VLLM_HOST_IP=198.51.100.2", "MASTER_ADDR=198.51.100.1"]:
+    for expected in [
+        "NCCL_SOCKET_IFNAME=enp1s0f1np1",
+        "GLOO_SOCKET_IFNAME=enp1s0f1np1",
+        "TP_SOCKET_IFNAME=enp1s0f1np1",
+        "UCX_NET_DEVICES=enp1s0f1np1",
+        "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1",
+        "NCCL_IB_DISABLE=0",
+        "NCCL_IB_GID_INDEX=3",
+        "VLLM_HOST_IP=198.51.100.2",
+        "MASTER_ADDR=198.51.100.1",
+    ]:
         assert expected in lines

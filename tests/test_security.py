@@ -49,10 +49,12 @@ def recipe_dir(tmp_path: Path, text: str, name: str = "openai-gpt-oss-120b") -> 
 
 # -- secrets: render --with-secrets ----------------------------------------------------------------------
 
+
 def test_render_with_secrets_writes_0600_files_into_a_private_folder(cli, inventory_file, tmp_path):
     out = tmp_path / "out"
-    code, _, err = cli("render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file),
-                       "--out", str(out), "--with-secrets")
+    code, _, err = cli(
+        "render", "openai-gpt-oss-120b", "-t", "2xsolo", "-i", str(inventory_file), "--out", str(out), "--with-secrets"
+    )
     assert code == 0, err
     assert (out.stat().st_mode & 0o777) == 0o700
     for node in ("spark1", "spark2"):
@@ -67,8 +69,9 @@ def test_render_never_writes_through_a_symlink(cli, inventory_file, tmp_path):
     out.chmod(0o700)
     stolen = tmp_path / "stolen"
     (out / "spark1" / "secrets.env").symlink_to(stolen)
-    code, _, err = cli("render", "openai-gpt-oss-120b", "-t", "solo", "-i", str(inventory_file),
-                       "--out", str(out), "--with-secrets")
+    code, _, err = cli(
+        "render", "openai-gpt-oss-120b", "-t", "solo", "-i", str(inventory_file), "--out", str(out), "--with-secrets"
+    )
     assert code == 0, err
     assert not stolen.exists(), "the secret was written through the planted symlink"
     assert not (out / "spark1" / "secrets.env").is_symlink()
@@ -78,8 +81,7 @@ def test_render_with_secrets_refuses_a_folder_others_can_write(cli, inventory_fi
     out = tmp_path / "shared"
     out.mkdir()
     out.chmod(0o777)  # as another user's pre-created /tmp folder would be
-    code, _, err = cli("render", "openai-gpt-oss-120b", "-i", str(inventory_file), "--out", str(out),
-                       "--with-secrets")
+    code, _, err = cli("render", "openai-gpt-oss-120b", "-i", str(inventory_file), "--out", str(out), "--with-secrets")
     one_error(code, err, str(out), "written by others", "chmod 700")
     assert not list(out.rglob("secrets.env"))
 
@@ -88,8 +90,9 @@ def test_render_refuses_an_out_symlink_for_secrets(cli, inventory_file, tmp_path
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(real)
-    code, _, err = cli("render", "openai-gpt-oss-120b", "-i", str(inventory_file), "--out",
-                       str(tmp_path / "link"), "--with-secrets")
+    code, _, err = cli(
+        "render", "openai-gpt-oss-120b", "-i", str(inventory_file), "--out", str(tmp_path / "link"), "--with-secrets"
+    )
     one_error(code, err, "symlink")
 
 
@@ -108,10 +111,14 @@ def test_render_to_a_file_is_one_line(cli, inventory_file, tmp_path):
 
 # -- secrets: the config hash is keyed ---------------------------------------------------------------------
 
+
 def _hash_of(secret: str) -> str:
     inv = Inventory.model_validate(TWO_NODES)
-    dep = build_deployment(inv, resolve("openai-gpt-oss-120b", "2xsolo"),
-                           Secrets({"HF_TOKEN": SECRET_HF, "LITELLM_MASTER_KEY": secret}, source="t"))
+    dep = build_deployment(
+        inv,
+        resolve("openai-gpt-oss-120b", "2xsolo"),
+        Secrets({"HF_TOKEN": SECRET_HF, "LITELLM_MASTER_KEY": secret}, source="t"),
+    )
     return dep.nodes[0].containers[0].config_hash
 
 
@@ -141,6 +148,7 @@ def test_dry_run_json_hash_does_not_reveal_the_master_key(cli, write_inventory, 
 
 
 # -- secrets: files and errors -----------------------------------------------------------------------------
+
 
 def test_secrets_file_given_as_inventory_is_not_echoed(cli, tmp_path):
     path = tmp_path / "secrets.env"
@@ -175,14 +183,16 @@ def test_bad_secrets_file_is_one_line_naming_it(cli, write_inventory, tmp_path, 
 # -- YAML: one loader for every user file ------------------------------------------------------------------
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False))
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False)
+)
 
 
 def test_alias_bomb_recipe_is_refused_quickly(cli, inventory_file, tmp_path):
     folder = recipe_dir(tmp_path, RECIPE.read_text() + "\n" + "x_bomb:\n  " + BOMB.replace("\n", "\n  "))
     t0 = time.monotonic()
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--recipes-dir", str(folder))
+    code, _, err = cli(
+        "run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--recipes-dir", str(folder)
+    )
     one_error(code, err, "aliases")
     assert time.monotonic() - t0 < 5
 
@@ -191,8 +201,15 @@ def test_alias_bomb_inventory_and_set_value_are_refused(cli, write_inventory, in
     path = write_inventory(yaml.safe_dump(TWO_NODES) + "x: " + "&a [1, 1]\ny: *a\n", name="bomb.yaml")
     code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(path))
     one_error(code, err, "aliases")
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--set", "vllm.extra_args=[&a --x, *a]")
+    code, _, err = cli(
+        "run-recipe",
+        "openai-gpt-oss-120b",
+        "--dry-run",
+        "-i",
+        str(inventory_file),
+        "--set",
+        "vllm.extra_args=[&a --x, *a]",
+    )
     one_error(code, err, "aliases")
 
 
@@ -204,18 +221,33 @@ def test_deep_yaml_is_one_line(cli, write_inventory):
 
 def test_duplicate_keys_are_refused(cli, inventory_file, tmp_path):
     folder = recipe_dir(tmp_path, RECIPE.read_text() + "model: evil/other-model\n")
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--recipes-dir", str(folder))
+    code, _, err = cli(
+        "run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--recipes-dir", str(folder)
+    )
     one_error(code, err, "duplicate key 'model'", "first on line")
 
 
 def test_long_values_and_huge_set_keys_are_refused(cli, inventory_file):
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--set", ".".join(["a"] * 3000) + "=1")
+    code, _, err = cli(
+        "run-recipe",
+        "openai-gpt-oss-120b",
+        "--dry-run",
+        "-i",
+        str(inventory_file),
+        "--set",
+        ".".join(["a"] * 3000) + "=1",
+    )
     one_error(code, err, "--set")
     assert len(err) < 400
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--set", "description=" + "d" * 5000)
+    code, _, err = cli(
+        "run-recipe",
+        "openai-gpt-oss-120b",
+        "--dry-run",
+        "-i",
+        str(inventory_file),
+        "--set",
+        "description=" + "d" * 5000,
+    )
     one_error(code, err)
 
 
@@ -229,8 +261,9 @@ def test_non_utf8_files_are_one_line(cli, inventory_file, write_inventory, tmp_p
         folder = tmp_path / "recipes"
         folder.mkdir()
         (folder / "openai-gpt-oss-120b.yaml").write_bytes(RECIPE.read_bytes() + b"# caf\xe9\n")
-        code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                           "--recipes-dir", str(folder))
+        code, _, err = cli(
+            "run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--recipes-dir", str(folder)
+        )
     one_error(code, err, "not UTF-8")
 
 
@@ -242,10 +275,18 @@ def test_yaml_errors_name_line_and_column_never_the_text():
 
 # -- recipe values that reached output or paths ---------------------------------------------------------------
 
-@pytest.mark.parametrize("sets", [
-    "image=../../../etc", "image=/etc", "served_model_name=a\nb", "served_model_name=a\x1b[2Jb",
-    "served_model_name=two words", "model=../../x",
-])
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        "image=../../../etc",
+        "image=/etc",
+        "served_model_name=a\nb",
+        "served_model_name=a\x1b[2Jb",
+        "served_model_name=two words",
+        "model=../../x",
+    ],
+)
 def test_names_that_could_escape_are_refused(cli, inventory_file, sets):
     code, _out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--set", sets)
     one_error(code, err)
@@ -254,10 +295,11 @@ def test_names_that_could_escape_are_refused(cli, inventory_file, sets):
 
 def test_rich_markup_in_recipes_is_shown_as_written(cli, tmp_path):
     text = RECIPE.read_text().replace("description: ", "description: '[/x] [bold]x' # ", 1)
-    folder = recipe_dir(tmp_path, text.replace("model: openai/gpt-oss-120b", "model: '[red]a'", 1)
-                        .replace("'[red]a'", "openai/gpt-oss-120b"))
-    code, out, err = cli("recipes", "show", "openai-gpt-oss-120b", "--recipes-dir", str(folder),
-                         "--set", "env.A=[/x]")
+    folder = recipe_dir(
+        tmp_path,
+        text.replace("model: openai/gpt-oss-120b", "model: '[red]a'", 1).replace("'[red]a'", "openai/gpt-oss-120b"),
+    )
+    code, out, err = cli("recipes", "show", "openai-gpt-oss-120b", "--recipes-dir", str(folder), "--set", "env.A=[/x]")
     assert code == 0, err
     assert "[/x]" in out
     code, out, err = cli("recipes", "list", "--recipes-dir", str(folder))
@@ -266,25 +308,35 @@ def test_rich_markup_in_recipes_is_shown_as_written(cli, tmp_path):
 
 def test_secret_bearing_vllm_flags_are_refused(cli, inventory_file):
     for args in ('["--api-key","x"]', '["--hf-token=hf_abcdefgh"]'):
-        code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                             "--set", f"vllm.extra_args={args}")
+        code, out, err = cli(
+            "run-recipe",
+            "openai-gpt-oss-120b",
+            "--dry-run",
+            "-i",
+            str(inventory_file),
+            "--set",
+            f"vllm.extra_args={args}",
+        )
         one_error(code, err, "secrets file")
         assert "hf_abcdefgh" not in out + err
 
 
 def test_recipes_dir_that_does_not_exist(cli, inventory_file):
-    code, _, err = cli("run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file),
-                       "--recipes-dir", "/nonexistent")
+    code, _, err = cli(
+        "run-recipe", "openai-gpt-oss-120b", "--dry-run", "-i", str(inventory_file), "--recipes-dir", "/nonexistent"
+    )
     one_error(code, err, "/nonexistent", "not a folder")
 
 
 def test_backend_with_a_non_cluster_topology_warns(cli, inventory_file):
-    code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "-t", "solo", "--backend", "ray", "--dry-run",
-                         "-i", str(inventory_file))
+    code, out, err = cli(
+        "run-recipe", "openai-gpt-oss-120b", "-t", "solo", "--backend", "ray", "--dry-run", "-i", str(inventory_file)
+    )
     assert code == 0 and "warning: --backend ray applies to the cluster topology only" in out + err
 
 
 # -- inventory -------------------------------------------------------------------------------------------------
+
 
 def test_every_inventory_problem_is_reported(cli, write_inventory):
     data = json.loads(json.dumps(TWO_NODES))
@@ -304,10 +356,15 @@ def test_cross_node_problems_are_reported_with_field_errors(cli, write_inventory
     assert len(err.strip().splitlines()) == 3
 
 
-@pytest.mark.parametrize("field,value", [
-    ("ssh.user", "x; rm -rf ~"), ("ssh.user", "-oProxyCommand=x"), ("cluster.name", "../../etc"),
-    ("cluster.name", "a" * 200),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("ssh.user", "x; rm -rf ~"),
+        ("ssh.user", "-oProxyCommand=x"),
+        ("cluster.name", "../../etc"),
+        ("cluster.name", "a" * 200),
+    ],
+)
 def test_inventory_names_are_validated(cli, write_inventory, field, value):
     data = json.loads(json.dumps(TWO_NODES))
     if field == "ssh.user":
@@ -321,14 +378,16 @@ def test_inventory_names_are_validated(cli, write_inventory, field, value):
 def test_ipv6_management_addresses_are_bracketed_in_urls(cli, write_inventory):
     data = json.loads(json.dumps(TWO_NODES))
     data["nodes"][0]["mgmt_ip"], data["nodes"][1]["mgmt_ip"] = "2001:db8::1", "2001:db8::2"
-    code, out, err = cli("run-recipe", "openai-gpt-oss-120b", "-t", "2xsolo", "--dry-run", "--json",
-                         "-i", str(write_inventory(data)))
+    code, out, err = cli(
+        "run-recipe", "openai-gpt-oss-120b", "-t", "2xsolo", "--dry-run", "--json", "-i", str(write_inventory(data))
+    )
     assert code == 0, err
     dep = json.loads(out)
     assert dep["endpoint"] == "http://[2001:db8::1]:4000/v1"
 
 
 # -- health gate --------------------------------------------------------------------------------------------------
+
 
 class _Server:
     """A real TCP server on 127.0.0.1 that answers every connection with `handler(conn)`."""
@@ -379,12 +438,15 @@ def test_a_dripping_server_cannot_stretch_the_deadline():
         server.close()
 
 
-@pytest.mark.parametrize("answer,why", [
-    (b"SSH-2.0-OpenSSH_9.6\r\n", "BadStatusLine"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + b'{"choices": [{}], "usage": [1, 2]}'.ljust(40), "token"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\n" + b'{"choices": "yes"}', "no choices"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + b"[1,2]", "no choices"),
-])
+@pytest.mark.parametrize(
+    "answer,why",
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "BadStatusLine"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + b'{"choices": [{}], "usage": [1, 2]}'.ljust(40), "token"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\n" + b'{"choices": "yes"}', "no choices"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + b"[1,2]", "no choices"),
+    ],
+)
 def test_malformed_answers_are_not_healthy_yet_with_the_reason(answer, why):
     server = _Server(lambda conn: conn.sendall(answer))
     try:
@@ -405,6 +467,7 @@ def test_gate_timeout_must_be_finite(cli, inventory_file, value):
 
 # -- LiteLLM check without starting site ------------------------------------------------------------------------
 
+
 def test_litellm_check_reads_metadata_without_running_a_planted_pth(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -415,8 +478,9 @@ def test_litellm_check_reads_metadata_without_running_a_planted_pth(tmp_path):
     marker = tmp_path / "PTH-RAN"
     (site_dir / "litellm_init.pth").write_text(f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n")
     script = REPO / "images" / "litellm-proxy" / "check_litellm.py"
-    for line in ((REPO / "images" / "litellm-proxy" / "entrypoint.sh").read_text().splitlines()
-                 + (REPO / "images" / "litellm-proxy" / "Dockerfile").read_text().splitlines()):
+    for line in (REPO / "images" / "litellm-proxy" / "entrypoint.sh").read_text().splitlines() + (
+        REPO / "images" / "litellm-proxy" / "Dockerfile"
+    ).read_text().splitlines():
         if "check_litellm.py" in line and "/opt/litellm/bin/python" in line:
             assert "python -S -I " in line, line
     result = subprocess.run([str(venv / "bin" / "python"), "-S", "-I", str(script)], capture_output=True, text=True)

@@ -68,10 +68,12 @@ def test_pinned_known_hosts_wins_and_a_conflict_names_both_files(tmp_path, home)
 def test_proxyjump_hops_get_the_reject_policy_and_the_pinned_keys(tmp_path, home):
     pinned_line, pinned = _key_line("198.51.100.9")
     (tmp_path / "pinned_hosts").write_text(pinned_line)
-    (home / ".ssh" / "config").write_text(textwrap.dedent("""
+    (home / ".ssh" / "config").write_text(
+        textwrap.dedent("""
         Host 192.0.2.*
             ProxyJump jump@198.51.100.9
-    """))
+    """)
+    )
     inv = _inventory(tmp_path)
     conn = NodeConnection(inv.nodes[0], inv)._fabric()
     assert conn.gateway is not None and not isinstance(conn.gateway, str), "ssh config was not read"
@@ -87,7 +89,11 @@ def test_cluster_lock_is_keyed_by_the_nodes_not_the_file(tmp_path, monkeypatch):
     assert lock_path(a) == lock_path(b)
     assert lock_path(a).parent == tmp_path / "state" / "locks"
     # Another process holding it: refused (flock is per open file, so a second process shows it for real).
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from sparkdeploy.apply import cluster_lock
@@ -97,7 +103,12 @@ def test_cluster_lock_is_keyed_by_the_nodes_not_the_file(tmp_path, monkeypatch):
         with cluster_lock(inv):
             print("held", flush=True)
             time.sleep(30)
-    """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "SPARKDEPLOY_STATE": str(tmp_path / "state")})
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SPARKDEPLOY_STATE": str(tmp_path / "state")},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(StepFailed) as info:

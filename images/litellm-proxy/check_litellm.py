@@ -48,8 +48,11 @@ def find_pth() -> list[Path]:
         base = Path(root)
         if base.is_dir():
             # python*/site-packages and python3/dist-packages only: cheap, and that is where .pth files run.
-            for pattern in (f"python*/site-packages/{PTH}", f"python*/dist-packages/{PTH}",
-                            f"*/lib/python*/site-packages/{PTH}"):
+            for pattern in (
+                f"python*/site-packages/{PTH}",
+                f"python*/dist-packages/{PTH}",
+                f"*/lib/python*/site-packages/{PTH}",
+            ):
                 hits.update(base.glob(pattern))
     return sorted(hits)
 

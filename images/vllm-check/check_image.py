@@ -95,16 +95,20 @@ def main() -> int:
             problems.append(f"{path} is missing")
 
     if problems:
-        print("image check FAILED:" if not args.record_only else "image check (record only) found:",
-              file=sys.stderr)
+        print("image check FAILED:" if not args.record_only else "image check (record only) found:", file=sys.stderr)
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         if not args.record_only:
-            print("  If the image is right and the JSON is wrong, rebuild with --build-arg CHECK=--record-only and "
-                  "refresh the JSON from the image (docs/images.md, 'Refreshing a flag dump').", file=sys.stderr)
+            print(
+                "  If the image is right and the JSON is wrong, rebuild with --build-arg CHECK=--record-only and "
+                "refresh the JSON from the image (docs/images.md, 'Refreshing a flag dump').",
+                file=sys.stderr,
+            )
         return 0 if args.record_only else 1
-    print(f"image check ok: vLLM {vllm.__version__}, torch {torch.__version__}, {len(real)} option strings"
-          + (f", extra {' '.join(sorted(extra))}" if extra else ""))
+    print(
+        f"image check ok: vLLM {vllm.__version__}, torch {torch.__version__}, {len(real)} option strings"
+        + (f", extra {' '.join(sorted(extra))}" if extra else "")
+    )
     return 0
 
 

@@ -31,7 +31,7 @@ from sparkdeploy.topologies import REGISTRY
 
 OBJECTIVES = {
     "latency": "shortest request: TTFT + (G-1) / per-request decode rate at N concurrent "
-               "(= most requests finished per second)",
+    "(= most requests finished per second)",
     "decode": "highest total decode throughput (t/s)",
     "ttft": "lowest time to first token",
     "prefill": "highest total prefill throughput (t/s)",
@@ -51,13 +51,22 @@ class Estimate:
 
     def score(self, objective: str) -> float:
         """Higher is better."""
-        return {"latency": -self.request_s, "decode": self.decode_tps, "ttft": -self.ttft_ms,
-                "prefill": self.prefill_tps}[objective]
+        return {
+            "latency": -self.request_s,
+            "decode": self.decode_tps,
+            "ttft": -self.ttft_ms,
+            "prefill": self.prefill_tps,
+        }[objective]
 
     def to_json(self) -> dict:
-        return {"variant": self.variant, "label": variant_label(self.variant), "ttft_ms": round(self.ttft_ms, 1),
-                "decode_tps": round(self.decode_tps, 1), "prefill_tps": round(self.prefill_tps, 0),
-                "request_s": round(self.request_s, 2)}
+        return {
+            "variant": self.variant,
+            "label": variant_label(self.variant),
+            "ttft_ms": round(self.ttft_ms, 1),
+            "decode_tps": round(self.decode_tps, 1),
+            "prefill_tps": round(self.prefill_tps, 0),
+            "request_s": round(self.request_s, 2),
+        }
 
 
 @dataclass
@@ -72,7 +81,7 @@ class Advice:
     by_objective: dict[str, str]
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    backend: str | None = None   # a cluster backend other than the recipe's, when only it serves the recipe's flags
+    backend: str | None = None  # a cluster backend other than the recipe's, when only it serves the recipe's flags
     inventory: str | None = None  # the inventory the ranking was checked against (named in the command)
 
     @property
@@ -92,7 +101,7 @@ class Advice:
         if variant == "replicas":
             return f"Replicas {engines}xTP={max(self.nodes // engines, 1)}"
         if variant.startswith("2xsolo-"):
-            return f"{engines}xSolo {variant[len('2xsolo-'):]}"
+            return f"{engines}xSolo {variant[len('2xsolo-') :]}"
         return variant_label(variant)
 
     @property
@@ -113,13 +122,27 @@ class Advice:
             cmd += f" --tp {tp}" if tp != 2 else ""
         if self.inventory:
             cmd += f" --inventory {self.inventory}"
-        return {"recommendation": {"topology": self.topology, "routing": routing, "variant": b.variant,
-                                   "label": self.label(b.variant), "backend": backend},
-                "objective": self.objective, "objective_text": OBJECTIVES[self.objective],
-                "concurrency": self.concurrency, "prompt_tokens": self.prompt_tokens, "gen_tokens": self.gen_tokens,
-                "recipe": self.recipe, "source": self.source,
-                "ranking": [dict(e.to_json(), label=self.label(e.variant)) for e in self.ranking],
-                "by_objective": self.by_objective, "reasons": self.reasons, "notes": self.notes, "command": cmd}
+        return {
+            "recommendation": {
+                "topology": self.topology,
+                "routing": routing,
+                "variant": b.variant,
+                "label": self.label(b.variant),
+                "backend": backend,
+            },
+            "objective": self.objective,
+            "objective_text": OBJECTIVES[self.objective],
+            "concurrency": self.concurrency,
+            "prompt_tokens": self.prompt_tokens,
+            "gen_tokens": self.gen_tokens,
+            "recipe": self.recipe,
+            "source": self.source,
+            "ranking": [dict(e.to_json(), label=self.label(e.variant)) for e in self.ranking],
+            "by_objective": self.by_objective,
+            "reasons": self.reasons,
+            "notes": self.notes,
+            "command": cmd,
+        }
 
 
 def _interp(points: dict[int, float], n: int) -> tuple[float, str]:
@@ -160,8 +183,11 @@ def engines_of(results: list[Result]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in results:
         backends = r.metadata.get("backends") or []
-        out[r.variant] = max(out.get(r.variant, 1), len(backends),
-                             2 if r.variant.startswith("2xsolo") and not r.metadata.get("nodes") else 1)
+        out[r.variant] = max(
+            out.get(r.variant, 1),
+            len(backends),
+            2 if r.variant.startswith("2xsolo") and not r.metadata.get("nodes") else 1,
+        )
     return out
 
 
@@ -169,8 +195,9 @@ def nodes_of(results: list[Result]) -> int:
     return max([len(r.metadata.get("nodes") or []) for r in results] + [2])
 
 
-def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int,
-              gen_tokens: int) -> tuple[list[Result] | None, dict | str]:
+def _measured(
+    results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int, gen_tokens: int
+) -> tuple[list[Result] | None, dict | str]:
     """(results, source) of the user's own measurements closest to the shape asked about, or (None, why they
     cannot answer), so the fallback to the seeds can say why."""
     asked = [str(d) for d in results_dirs or []]
@@ -183,30 +210,43 @@ def _measured(results_dirs: list[str] | None, recipe: str | None, prompt_tokens:
         others = sorted({r.recipe for r in results if r.recipe != recipe})
         results = [r for r in results if r.recipe == recipe]
         if not results:
-            return None, (f"{where} holds no results of {recipe}" +
-                          (f" (it holds {', '.join(others)})" if others else ""))
+            return None, (
+                f"{where} holds no results of {recipe}" + (f" (it holds {', '.join(others)})" if others else "")
+            )
     if not results:
         return None, f"{where} holds no results"
     # the measured shape closest to the one asked about
-    shapes = sorted({(r.recipe, r.pp, r.tg) for r in results},
-                    key=lambda s: (abs(math.log(s[1] / prompt_tokens)) + abs(math.log(s[2] / gen_tokens))))
+    shapes = sorted(
+        {(r.recipe, r.pp, r.tg) for r in results},
+        key=lambda s: abs(math.log(s[1] / prompt_tokens)) + abs(math.log(s[2] / gen_tokens)),
+    )
     recipe_, pp, tg = shapes[0]
     chosen = [r for r in results if (r.recipe, r.pp, r.tg) == (recipe_, pp, tg)]
     variants = sorted({r.variant for r in chosen})
     if len(variants) < 2:
-        return None, (f"{where} holds {recipe_} (pp{pp}/tg{tg}) measured on one topology only "
-                      f"({variant_label(variants[0])}): a comparison needs two")
+        return None, (
+            f"{where} holds {recipe_} (pp{pp}/tg{tg}) measured on one topology only "
+            f"({variant_label(variants[0])}): a comparison needs two"
+        )
     dates = sorted(str(r.metadata.get("date", ""))[:10] for r in chosen if r.metadata.get("date"))
     simulated = any_simulated(r.metadata for r in chosen)
-    return chosen, {"kind": "measured", "recipe": recipe_, "pp": pp, "tg": tg, "files": len(chosen),
-                    "dirs": [str(d) for d in dirs], "dates": [dates[0], dates[-1]] if dates else [],
-                    "simulated": simulated,
-                    "description": f"your measurements of {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
-                                   f"{where})" + (f" — {LABEL} engine" if simulated else "")}
+    return chosen, {
+        "kind": "measured",
+        "recipe": recipe_,
+        "pp": pp,
+        "tg": tg,
+        "files": len(chosen),
+        "dirs": [str(d) for d in dirs],
+        "dates": [dates[0], dates[-1]] if dates else [],
+        "simulated": simulated,
+        "description": f"your measurements of {recipe_} (pp{pp}/tg{tg}, {len(chosen)} files in "
+        f"{where})" + (f" — {LABEL} engine" if simulated else ""),
+    }
 
 
-def accepted_topologies(recipe: str | None, recipes_dir: str | None = None,
-                        inventory: str | None = None) -> tuple[set[str] | None, list[str]]:
+def accepted_topologies(
+    recipe: str | None, recipes_dir: str | None = None, inventory: str | None = None
+) -> tuple[set[str] | None, list[str]]:
     """The topologies `up` accepts for the recipe (recipes.resolve is the judge, as in `up`) and, with an
     inventory, for its node count (each topology's min_nodes); one line per topology refused, with its reason.
     (None, []) with neither."""
@@ -221,8 +261,9 @@ def accepted_topologies(recipe: str | None, recipes_dir: str | None = None,
             if recipe:
                 resolve(recipe, topology, recipes_dir=recipes_dir)
             if nodes is not None and nodes < REGISTRY[topology].min_nodes:
-                refused.append(f"{topology}: needs at least {REGISTRY[topology].min_nodes} nodes, the inventory "
-                               f"has {nodes}")
+                refused.append(
+                    f"{topology}: needs at least {REGISTRY[topology].min_nodes} nodes, the inventory has {nodes}"
+                )
                 continue
             accepted.add(topology)
         except ConfigError as exc:
@@ -255,7 +296,7 @@ def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple
     from sparkdeploy.recipes import resolve
 
     try:
-        resolved = resolve(recipe, "cluster", recipes_dir=recipes_dir)   # the recipe's cluster values
+        resolved = resolve(recipe, "cluster", recipes_dir=recipes_dir)  # the recipe's cluster values
     except ConfigError:
         return None, ""
     r = resolved.recipe
@@ -266,13 +307,22 @@ def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple
     capable = serving_backends(extra)
     if not capable:
         return None, f"no cluster backend serves {recipe}'s flags {' '.join(refused)}"
-    return capable[0], (f"the recipe's cluster backend {resolved.backend} does not honour {' '.join(refused)}: "
-                        f"use --backend {capable[0]}")
+    return capable[0], (
+        f"the recipe's cluster backend {resolved.backend} does not honour {' '.join(refused)}: "
+        f"use --backend {capable[0]}"
+    )
 
 
-def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, recipe: str | None = None,
-           objective: str = "latency", results_dirs: list[str] | None = None,
-           recipes_dir: str | None = None, inventory: str | None = None) -> Advice:
+def advise(
+    concurrency: int,
+    prompt_tokens: int = 1024,
+    gen_tokens: int = 128,
+    recipe: str | None = None,
+    objective: str = "latency",
+    results_dirs: list[str] | None = None,
+    recipes_dir: str | None = None,
+    inventory: str | None = None,
+) -> Advice:
     if concurrency < 1 or prompt_tokens < 1 or gen_tokens < 1:
         raise ConfigError(Problem("advise", "", "concurrency, prompt and generated tokens must be >= 1", ""))
     if objective not in OBJECTIVES:
@@ -284,12 +334,21 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     else:
         ref = seed_reference()
         results = ref.results
-        source = {"kind": "reference", "recipe": ref.recipe, "pp": ref.pp, "tg": ref.tg,
-                  "description": ref.describe(), "source": ref.source["files"], "why": source_or_why}
+        source = {
+            "kind": "reference",
+            "recipe": ref.recipe,
+            "pp": ref.pp,
+            "tg": ref.tg,
+            "description": ref.describe(),
+            "source": ref.source["files"],
+            "why": source_or_why,
+        }
         notes.append(f"using the seeds' measurements of {ref.recipe}: {source_or_why}")
         if recipe and recipe != ref.recipe:
-            notes.append(f"the seeds measured {ref.recipe} (a sparse MoE that fits one node), not {recipe}; run "
-                         f"`sparkdeploy bench sweep --recipe {recipe}` for its own numbers")
+            notes.append(
+                f"the seeds measured {ref.recipe} (a sparse MoE that fits one node), not {recipe}; run "
+                f"`sparkdeploy bench sweep --recipe {recipe}` for its own numbers"
+            )
     ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
     if len(ests) < 2:
         raise ConfigError(Problem("advise", "", "fewer than two topologies measured", "run a sweep first"))
@@ -299,16 +358,33 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
         ests = [e for e in ests if topology_of(e.variant) in accepted]
         left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
         if left_out:
-            notes.append(f"not ranked, `up` refuses them{f' for {recipe}' if recipe else ''}"
-                         f"{' on this inventory' if inventory else ''}: " + "; ".join(left_out))
+            notes.append(
+                f"not ranked, `up` refuses them{f' for {recipe}' if recipe else ''}"
+                f"{' on this inventory' if inventory else ''}: " + "; ".join(left_out)
+            )
         if not ests:
-            raise ConfigError(Problem("advise", recipe or "", "none of the measured topologies is one `up` accepts "
-                                      f"for this recipe ({', '.join(sorted(accepted))})",
-                                      f"run `sparkdeploy bench sweep --recipe {recipe}`"))
+            raise ConfigError(
+                Problem(
+                    "advise",
+                    recipe or "",
+                    "none of the measured topologies is one `up` accepts "
+                    f"for this recipe ({', '.join(sorted(accepted))})",
+                    f"run `sparkdeploy bench sweep --recipe {recipe}`",
+                )
+            )
     ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
-    advice = Advice(concurrency, prompt_tokens, gen_tokens, objective, recipe or source.get("recipe"), source,
-                    ranking, by_obj, notes=notes)
+    advice = Advice(
+        concurrency,
+        prompt_tokens,
+        gen_tokens,
+        objective,
+        recipe or source.get("recipe"),
+        source,
+        ranking,
+        by_obj,
+        notes=notes,
+    )
     advice.inventory = inventory
     ranked = {e.variant for e in ranking}
     advice.engines = {v: e for v, e in engines_of(results).items() if v in ranked}
@@ -320,8 +396,10 @@ def advise(concurrency: int, prompt_tokens: int = 1024, gen_tokens: int = 128, r
     if ranking[0].level_note:
         notes.append(ranking[0].level_note)
     if (prompt_tokens, gen_tokens) != (source["pp"], source["tg"]):
-        notes.append(f"measured at pp{source['pp']}/tg{source['tg']}: TTFT scaled by {prompt_tokens}/{source['pp']}, "
-                     f"decode rates as measured; a sweep with --pp {prompt_tokens} --tg {gen_tokens} would be exact")
+        notes.append(
+            f"measured at pp{source['pp']}/tg{source['tg']}: TTFT scaled by {prompt_tokens}/{source['pp']}, "
+            f"decode rates as measured; a sweep with --pp {prompt_tokens} --tg {gen_tokens} would be exact"
+        )
     return advice
 
 
@@ -335,25 +413,33 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     lb = a.label
     reasons = []
     if second is None:  # the recipe leaves one topology: nothing to weigh it against
-        reasons.append(f"{lb(best.variant)} is the only measured topology `up` accepts for {recipe}. At c{n}: "
-                       f"{best.request_s:.2f} s per request (TTFT {best.ttft_ms:.0f} ms, decode "
-                       f"{best.decode_tps:.1f} t/s in total).")
+        reasons.append(
+            f"{lb(best.variant)} is the only measured topology `up` accepts for {recipe}. At c{n}: "
+            f"{best.request_s:.2f} s per request (TTFT {best.ttft_ms:.0f} ms, decode "
+            f"{best.decode_tps:.1f} t/s in total)."
+        )
     elif a.objective == "latency":
         reasons.append(
             f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
             f"(TTFT {best.ttft_ms:.0f} ms + {a.gen_tokens - 1} tokens at {best.decode_tps / n:.1f} t/s each) vs "
-            f"{lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)}).")
+            f"{lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)})."
+        )
     else:
         unit = {"decode": ("decode_tps", "t/s"), "ttft": ("ttft_ms", "ms"), "prefill": ("prefill_tps", "t/s")}
         f, u = unit[a.objective]
-        reasons.append(f"objective: {OBJECTIVES[a.objective]}. At c{n}: {lb(best.variant)} "
-                       f"{getattr(best, f):.1f} {u} vs {lb(second.variant)} {getattr(second, f):.1f} {u} "
-                       f"({_pct(getattr(best, f), getattr(second, f))}).")
+        reasons.append(
+            f"objective: {OBJECTIVES[a.objective]}. At c{n}: {lb(best.variant)} "
+            f"{getattr(best, f):.1f} {u} vs {lb(second.variant)} {getattr(second, f):.1f} {u} "
+            f"({_pct(getattr(best, f), getattr(second, f))})."
+        )
     by = a.by_objective
     split = {o: v for o, v in by.items() if v != best.variant}
     if split:
-        reasons.append("other objectives choose differently at this load: " + "; ".join(
-            f"{o} -> {lb(v)}" for o, v in split.items()) + f" (objective used: {a.objective}; pass --objective).")
+        reasons.append(
+            "other objectives choose differently at this load: "
+            + "; ".join(f"{o} -> {lb(v)}" for o, v in split.items())
+            + f" (objective used: {a.objective}; pass --objective)."
+        )
     est = {e.variant: e for e in ranking}
     mnbt, where = max_batched_tokens(recipe, recipes_dir)
     k = max(mnbt // p, 1)
@@ -363,61 +449,87 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
         for e in shared:
             per = math.ceil(n / e)
             who = " and ".join(lb(v) for v, x in sorted(a.engines.items()) if x == e)
-            parts.append(f"{who} ({e} engines) gives each ~{per}" + (", which fits one step" if per <= k else
-                                                                    f" ({math.ceil(per / k)} steps)"))
-        reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
-                       f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
-                       f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + ".")
+            parts.append(
+                f"{who} ({e} engines) gives each ~{per}"
+                + (", which fits one step" if per <= k else f" ({math.ceil(per / k)} steps)")
+            )
+        reasons.append(
+            f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
+            f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
+            f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + "."
+        )
     else:
-        reasons.append(f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
-                       f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology.")
+        reasons.append(
+            f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
+            f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology."
+        )
     if "cluster" in est and "replicas" in est:
         c, r = est["cluster"], est["replicas"]
         engines = a.engines.get("replicas", 2)
         tp = max(a.nodes // engines, 1)
-        reasons.append(f"cluster TP={a.nodes} vs {engines} replicas of TP={tp}: the wider engine reads 1/{a.nodes} "
-                       f"of the weights per token but pays {2 * (a.nodes - 1)} ring steps per all-reduce (vs "
-                       f"{2 * (tp - 1)}) twice per layer; the replicas batch independently. At c{n}: decode "
-                       f"{c.decode_tps:.0f} vs {r.decode_tps:.0f} t/s, TTFT {c.ttft_ms:.0f} vs {r.ttft_ms:.0f} ms.")
+        reasons.append(
+            f"cluster TP={a.nodes} vs {engines} replicas of TP={tp}: the wider engine reads 1/{a.nodes} "
+            f"of the weights per token but pays {2 * (a.nodes - 1)} ring steps per all-reduce (vs "
+            f"{2 * (tp - 1)}) twice per layer; the replicas batch independently. At c{n}: decode "
+            f"{c.decode_tps:.0f} vs {r.decode_tps:.0f} t/s, TTFT {c.ttft_ms:.0f} vs {r.ttft_ms:.0f} ms."
+        )
     if "cluster" in est and "solo" in est:
         c, s = est["cluster"], est["solo"]
-        reasons.append(f"TP=2: cluster splits the weights over both GPUs, so each reads half the weights per "
-                       f"decoded token; decode on a Spark is bound by memory bandwidth (273 GB/s), hence "
-                       f"{c.decode_tps:.0f} vs {s.decode_tps:.0f} t/s for solo at c{n} "
-                       f"({_pct(c.decode_tps, s.decode_tps)}), paid for with an all-reduce per layer over CX7 "
-                       "that weighs more as the batch grows.")
+        reasons.append(
+            f"TP=2: cluster splits the weights over both GPUs, so each reads half the weights per "
+            f"decoded token; decode on a Spark is bound by memory bandwidth (273 GB/s), hence "
+            f"{c.decode_tps:.0f} vs {s.decode_tps:.0f} t/s for solo at c{n} "
+            f"({_pct(c.decode_tps, s.decode_tps)}), paid for with an all-reduce per layer over CX7 "
+            "that weighs more as the batch grows."
+        )
     shuffle = next((e for v, e in est.items() if v == "2xsolo-shuffle"), None)
     if "2xsolo-least-busy" in est:
         lbz = est["2xsolo-least-busy"]
         cmp_ = (
             f" ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for simple-shuffle here)" if shuffle else ""
         )
-        reasons.append("least-busy routing starves a backend with identical engines: one drains, every new request "
-                       f"rushes to it, the other idles{cmp_}; use simple-shuffle.")
+        reasons.append(
+            "least-busy routing starves a backend with identical engines: one drains, every new request "
+            f"rushes to it, the other idles{cmp_}; use simple-shuffle."
+        )
     if best.variant.startswith("2xsolo"):
         e = a.engines.get(best.variant, 2)
-        reasons.append(f"2xsolo runs {'two' if e == 2 else e} independent engines behind LiteLLM: {e} times the batch "
-                       "budget and no cross-node synchronisation, at the price of per-request speed at low load.")
+        reasons.append(
+            f"2xsolo runs {'two' if e == 2 else e} independent engines behind LiteLLM: {e} times the batch "
+            "budget and no cross-node synchronisation, at the price of per-request speed at low load."
+        )
     if best.variant == "replicas":
         e = a.engines.get("replicas", 2)
-        reasons.append(f"replicas runs {e} TP engines behind LiteLLM: each decodes faster than one node alone "
-                       f"and the {e} batch independently (sparkdeploy up --topology replicas --tp K).")
+        reasons.append(
+            f"replicas runs {e} TP engines behind LiteLLM: each decodes faster than one node alone "
+            f"and the {e} batch independently (sparkdeploy up --topology replicas --tp K)."
+        )
     return reasons
 
 
 def render_text(a: Advice) -> str:
     j = a.to_json()
     rec = j["recommendation"]
-    lines = [f"recommended: {rec['topology']}" + (f" ({rec['routing']})" if rec["routing"] else "")
-             + f" for c{a.concurrency}, {a.prompt_tokens} prompt / {a.gen_tokens} generated tokens"
-             + f" [objective: {a.objective}]",
-             f"from: {a.source['description']}", "", "why:"]
+    lines = [
+        f"recommended: {rec['topology']}"
+        + (f" ({rec['routing']})" if rec["routing"] else "")
+        + f" for c{a.concurrency}, {a.prompt_tokens} prompt / {a.gen_tokens} generated tokens"
+        + f" [objective: {a.objective}]",
+        f"from: {a.source['description']}",
+        "",
+        "why:",
+    ]
     lines += [f"  - {r}" for r in a.reasons]
-    lines += ["", "estimates at this load:",
-              f"  {'topology':<16} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}"]
+    lines += [
+        "",
+        "estimates at this load:",
+        f"  {'topology':<16} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}",
+    ]
     for e in a.ranking:
-        lines.append(f"  {a.label(e.variant):<16} {e.request_s:>9.2f} {e.ttft_ms:>9.0f} {e.decode_tps:>10.1f} "
-                     f"{e.prefill_tps:>11.0f}")
+        lines.append(
+            f"  {a.label(e.variant):<16} {e.request_s:>9.2f} {e.ttft_ms:>9.0f} {e.decode_tps:>10.1f} "
+            f"{e.prefill_tps:>11.0f}"
+        )
     if a.notes:
         lines += ["", "notes:"] + [f"  - {n}" for n in a.notes]
     lines += ["", f"deploy it: {j['command']}"]

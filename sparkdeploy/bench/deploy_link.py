@@ -45,8 +45,15 @@ def _running_definition(dep):
         return dep.image
 
 
-def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None, backend: str | None = None,
-                sets: tuple | list = (), recipes_dir: str | None = None, status: dict | None = None) -> Endpoint:
+def endpoint_of(
+    inventory: str | None,
+    recipe: str | None,
+    topology: str | None,
+    backend: str | None = None,
+    sets: tuple | list = (),
+    recipes_dir: str | None = None,
+    status: dict | None = None,
+) -> Endpoint:
     """The endpoint and metadata of a deployment (rendered locally; nothing connects anywhere but status)."""
     from sparkdeploy.context import load_deployment
 
@@ -55,9 +62,15 @@ def endpoint_of(inventory: str | None, recipe: str | None, topology: str | None,
     # nodes per engine (cluster: TP x PP over every node; replicas: one TP group each; solo, 2xsolo: 1)
     running = _running_definition(dep)
     md: dict[str, Any] = {
-        "recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None, "routing": routing,
-        "image": dep.image_tag, "image_definition": running.name, "recipe_image": dep.image.name,
-        "vllm_version": running.vllm_version, "simulated": bool(running.simulated),
+        "recipe": dep.recipe.name,
+        "topology": dep.topology,
+        "backend": dep.backend or None,
+        "routing": routing,
+        "image": dep.image_tag,
+        "image_definition": running.name,
+        "recipe_image": dep.image.name,
+        "vllm_version": running.vllm_version,
+        "simulated": bool(running.simulated),
         "simulated_evidence": f"the running image {running.name} is marked simulated" if running.simulated else None,
         "inventory": dep.inventory.source,
         "nodes": [{"name": nd.node.name, "mgmt_ip": nd.node.mgmt_ip, "role": nd.node.role} for nd in dep.nodes],
@@ -77,13 +90,16 @@ def current_endpoint(inventory: str | None, routing: str | None = None) -> Endpo
     """What `sparkdeploy status` says is deployed now."""
     status = status_json(inventory)
     if not status.get("deployed") or not status.get("endpoint"):
-        raise NothingDeployed(status.get("inventory") or "the inventory's nodes",
-                              "run `sparkdeploy up` first, or pass --endpoint URL --model NAME")
+        raise NothingDeployed(
+            status.get("inventory") or "the inventory's nodes",
+            "run `sparkdeploy up` first, or pass --endpoint URL --model NAME",
+        )
     if not status.get("healthy"):
         raise StepFailed(f"the deployment at {status['endpoint']} is not healthy (see `sparkdeploy status`)")
     sets = [f"litellm.routing_strategy={routing}"] if routing else []
-    ep = endpoint_of(inventory, status.get("recipe"), status.get("topology"), status.get("backend"), sets,
-                     status=status)
+    ep = endpoint_of(
+        inventory, status.get("recipe"), status.get("topology"), status.get("backend"), sets, status=status
+    )
     if status.get("endpoint") and ep.base_url != status["endpoint"].rstrip("/"):
         ep.metadata["endpoint_rendered"] = ep.base_url
         ep.base_url = Endpoint(status["endpoint"], ep.model).base_url
@@ -153,9 +169,12 @@ def probe_engine(endpoint: Endpoint, timeout_s: float = 10.0) -> EngineProbe:
     version, headers = _version(endpoint, timeout_s)
     if headers_say_simulated(headers):
         return EngineProbe(version, True, "GET /version answered with X-Simulated-By")
-    status, headers, _ = _request(endpoint.base_url + "/chat/completions", endpoint.api_key,
-                                  {"model": endpoint.model, "max_tokens": 1,
-                                   "messages": [{"role": "user", "content": "Say OK."}]}, timeout_s)
+    status, headers, _ = _request(
+        endpoint.base_url + "/chat/completions",
+        endpoint.api_key,
+        {"model": endpoint.model, "max_tokens": 1, "messages": [{"role": "user", "content": "Say OK."}]},
+        timeout_s,
+    )
     if headers_say_simulated(headers):
         return EngineProbe(version, True, "a one-token chat completion answered with X-Simulated-By")
     if status == 200:
@@ -164,8 +183,9 @@ def probe_engine(endpoint: Endpoint, timeout_s: float = 10.0) -> EngineProbe:
     return EngineProbe(version, None, f"a one-token chat completion failed ({why}): not known")
 
 
-def url_endpoint(url: str, model: str, api_key: str | None, metadata: dict[str, Any],
-                 mark_simulated: bool = False) -> Endpoint:
+def url_endpoint(
+    url: str, model: str, api_key: str | None, metadata: dict[str, Any], mark_simulated: bool = False
+) -> Endpoint:
     """`bench --endpoint URL`: an endpoint sparkdeploy did not render; the engine says whether it is simulated
     (mark_simulated: the user says so for an engine that does not carry vllm-sim's marker)."""
     ep = Endpoint(url, model, api_key, dict(metadata, source="--endpoint"))
@@ -197,8 +217,14 @@ class Deployer:
     """Brings one topology of a recipe up for a sweep (deploy converges: a different topology replaces the one
     running) and returns its endpoint."""
 
-    def __init__(self, inventory: str | None, recipe: str, recipes_dir: str | None = None,
-                 timeout_s: float | None = None, sets: tuple = ()):
+    def __init__(
+        self,
+        inventory: str | None,
+        recipe: str,
+        recipes_dir: str | None = None,
+        timeout_s: float | None = None,
+        sets: tuple = (),
+    ):
         self.inventory, self.recipe, self.recipes_dir = inventory, recipe, recipes_dir
         self.timeout_s, self.sets = timeout_s, tuple(sets)
 

@@ -29,28 +29,53 @@ class Reference:
 
     def describe(self) -> str:
         s = self.setup
-        return (f"{self.name}: {s.get('hardware')}, {s.get('benchmark')} pp{self.pp}/tg{self.tg}, "
-                f"{s.get('runs')} runs per level, {s.get('date')}")
+        return (
+            f"{self.name}: {s.get('hardware')}, {s.get('benchmark')} pp{self.pp}/tg{self.tg}, "
+            f"{s.get('runs')} runs per level, {s.get('date')}"
+        )
 
 
 def _build(data: dict) -> Reference:
     setup = data["setup"]
     pp, tg = int(setup["pp"]), int(setup["tg"])
-    meta = {"source": "reference", "reference": data["name"], "date": setup.get("date"),
-            "vllm_version": setup.get("vllm_version"), "image": setup.get("image"), "runs": setup.get("runs"),
-            "simulated": False}
+    meta = {
+        "source": "reference",
+        "reference": data["name"],
+        "date": setup.get("date"),
+        "vllm_version": setup.get("vllm_version"),
+        "image": setup.get("image"),
+        "runs": setup.get("runs"),
+        "simulated": False,
+    }
     cells: dict[tuple[str, int], dict[str, Stat]] = {}
     for metric, by_variant in data["metrics"].items():
         for variant, by_c in by_variant.items():
             for c, cell in by_c.items():
                 cells.setdefault((variant, int(c)), {})[metric] = Stat(float(cell["mean"]), cell.get("std"))
-    results = [Result(recipe=data["recipe"], variant=v, pp=pp, tg=tg, concurrency=c, metrics=m,
-                      metadata=dict(meta, topology=v.split("-")[0]))
-               for (v, c), m in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
-    return Reference(name=data["name"], recipe=data["recipe"], pp=pp, tg=tg,
-                     concurrency=[int(c) for c in data["concurrency"]], variants=data["variants"], setup=setup,
-                     source=data["source"], winner_as_published=data.get("winner_as_published", {}),
-                     results=results)
+    results = [
+        Result(
+            recipe=data["recipe"],
+            variant=v,
+            pp=pp,
+            tg=tg,
+            concurrency=c,
+            metrics=m,
+            metadata=dict(meta, topology=v.split("-")[0]),
+        )
+        for (v, c), m in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+    ]
+    return Reference(
+        name=data["name"],
+        recipe=data["recipe"],
+        pp=pp,
+        tg=tg,
+        concurrency=[int(c) for c in data["concurrency"]],
+        variants=data["variants"],
+        setup=setup,
+        source=data["source"],
+        winner_as_published=data.get("winner_as_published", {}),
+        results=results,
+    )
 
 
 @cache

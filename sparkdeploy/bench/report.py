@@ -43,8 +43,14 @@ class Winner:
         return f"{winner_name(self.variant)} ({self.margin_pct:+.0f}%)" + (" ~" if self.within_noise else "")
 
     def to_json(self) -> dict:
-        return {"variant": self.variant, "name": winner_name(self.variant), "margin_pct": round(self.margin_pct, 2),
-                "runner_up": self.runner_up, "within_noise": self.within_noise, "text": self.text()}
+        return {
+            "variant": self.variant,
+            "name": winner_name(self.variant),
+            "margin_pct": round(self.margin_pct, 2),
+            "runner_up": self.runner_up,
+            "within_noise": self.within_noise,
+            "text": self.text(),
+        }
 
 
 def pick_winner(metric: MetricDef, cells: dict[str, Stat]) -> Winner | None:
@@ -108,13 +114,16 @@ def fmt_value(metric_key: str, value: float | None) -> str:
 def figures_line(metrics: dict[str, Stat], simulated: bool) -> str:
     """One measured level in one line (`bench`, `bench sweep`), labelled when the engine is simulated. A metric
     llama-benchy did not report (a prefill too short to time) shows as '-'."""
+
     def mean(key: str, fmt: str) -> str:
         return format(metrics[key].mean, fmt) if key in metrics else "-"
 
     decode = metrics.get("decode_tps")
     spread = f" ± {decode.std or 0:.1f}" if decode is not None else ""
-    return (f"decode {mean('decode_tps', '.1f')}{spread} t/s, prefill {mean('prefill_tps', '.0f')} t/s, "
-            f"TTFT {mean('ttft_ms', '.0f')} ms{tag(simulated)}")
+    return (
+        f"decode {mean('decode_tps', '.1f')}{spread} t/s, prefill {mean('prefill_tps', '.0f')} t/s, "
+        f"TTFT {mean('ttft_ms', '.0f')} ms{tag(simulated)}"
+    )
 
 
 def fmt_cell(metric_key: str, stat: Stat | None) -> str:
@@ -127,6 +136,7 @@ def fmt_cell(metric_key: str, stat: Stat | None) -> str:
 
 
 # ---------------------------------------------------------------- agreement with the reference
+
 
 def winner_agreement(tables: dict[str, Table], reference: Reference) -> dict[str, Any]:
     """For each metric, the cells (concurrency levels) where the measured winner is the reference's winner among
@@ -144,22 +154,35 @@ def winner_agreement(tables: dict[str, Table], reference: Reference) -> dict[str
                 continue
             mw = pick_winner(table.metric, {v: measured_row[v] for v in common})
             rw = pick_winner(ref.metric, {v: ref.cells[(v, c)] for v in common})
-            cells.append({"concurrency": c, "measured": mw.variant, "measured_text": mw.text(),
-                          "reference": rw.variant, "reference_text": rw.text(),
-                          "reference_published": reference.winner_as_published.get(m, {}).get(str(c)),
-                          "agree": mw.variant == rw.variant})
+            cells.append(
+                {
+                    "concurrency": c,
+                    "measured": mw.variant,
+                    "measured_text": mw.text(),
+                    "reference": rw.variant,
+                    "reference_text": rw.text(),
+                    "reference_published": reference.winner_as_published.get(m, {}).get(str(c)),
+                    "agree": mw.variant == rw.variant,
+                }
+            )
         agree = sum(1 for x in cells if x["agree"])
-        out["metrics"][m] = {"agree": agree, "cells": len(cells),
-                             "pct": round(100.0 * agree / len(cells), 1) if cells else None, "rows": cells}
+        out["metrics"][m] = {
+            "agree": agree,
+            "cells": len(cells),
+            "pct": round(100.0 * agree / len(cells), 1) if cells else None,
+            "rows": cells,
+        }
         if m in ("decode_tps", "ttft_ms"):
             totals["agree"] += agree
             totals["cells"] += len(cells)
-    out["decode_and_ttft"] = dict(totals, pct=round(100.0 * totals["agree"] / totals["cells"], 1)
-                                  if totals["cells"] else None)
+    out["decode_and_ttft"] = dict(
+        totals, pct=round(100.0 * totals["agree"] / totals["cells"], 1) if totals["cells"] else None
+    )
     return out
 
 
 # ---------------------------------------------------------------- grouping
+
 
 @dataclass
 class Group:
@@ -182,14 +205,29 @@ class Group:
 
     def summary(self) -> dict[str, Any]:
         """What was measured: one entry per column; values that differ between its levels are all listed."""
-        keys = ("topology", "backend", "routing", "image", "image_id", "vllm_version", "simulated",
-                "llama_benchy_version")
+        keys = (
+            "topology",
+            "backend",
+            "routing",
+            "image",
+            "image_id",
+            "vllm_version",
+            "simulated",
+            "llama_benchy_version",
+        )
         by_variant: dict[str, dict[str, Any]] = {}
         for r in self.results:
             md = r.metadata
-            e = by_variant.setdefault(r.variant, {"variant": r.variant, "label": variant_label(r.variant),
-                                                  "nodes": md.get("nodes"), "failed_requests": 0,
-                                                  **{k: set() for k in keys + ("dates", "runs")}})
+            e = by_variant.setdefault(
+                r.variant,
+                {
+                    "variant": r.variant,
+                    "label": variant_label(r.variant),
+                    "nodes": md.get("nodes"),
+                    "failed_requests": 0,
+                    **{k: set() for k in keys + ("dates", "runs")},
+                },
+            )
             for k in keys:
                 if md.get(k) is not None:
                     e[k].add(md[k] if not isinstance(md[k], (list, dict)) else json.dumps(md[k]))
@@ -220,6 +258,7 @@ def group_results(results: list[Result]) -> list[Group]:
 
 # ---------------------------------------------------------------- charts
 
+
 def chart_figure(table: Table, title: str, reference: Table | None = None, simulated: bool = False):
     """The line chart of one metric (log2 concurrency axis, stdev error bars): (matplotlib figure, the plotted
     numbers). Every concurrency level that has a point, measured or reference, has its labelled tick. A chart of
@@ -230,8 +269,14 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=100)
-    data: dict[str, Any] = {"metric": table.metric.key, "unit": table.metric.unit, "concurrency": table.concurrency,
-                            "series": {}, "reference": {}, "simulated": simulated}
+    data: dict[str, Any] = {
+        "metric": table.metric.key,
+        "unit": table.metric.unit,
+        "concurrency": table.concurrency,
+        "series": {},
+        "reference": {},
+        "simulated": simulated,
+    }
     levels = set(table.concurrency)
     for v in table.variants:
         xs = [c for c in table.concurrency if (v, c) in table.cells]
@@ -246,8 +291,15 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
             if not xs:
                 continue
             ys = [reference.cells[(v, c)].mean for c in xs]
-            ax.plot(xs, ys, linestyle="--", linewidth=1, alpha=0.5, color=COLORS.get(v),
-                    label="dashed: reference (seeds, hardware)" if first else None)
+            ax.plot(
+                xs,
+                ys,
+                linestyle="--",
+                linewidth=1,
+                alpha=0.5,
+                color=COLORS.get(v),
+                label="dashed: reference (seeds, hardware)" if first else None,
+            )
             first = False
             levels.update(xs)
             data["reference"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
@@ -265,26 +317,48 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     if simulated:
-        ax.text(0.5, 0.5, SIMULATED, transform=ax.transAxes, fontsize=64, color="#dc2626", alpha=0.12,
-                rotation=20, ha="center", va="center", fontweight="bold", zorder=0)
-        fig.text(0.01, 0.985, f"{SIMULATED}: {SIMULATED_NOTE}", color="#dc2626", fontsize=10, fontweight="bold",
-                 ha="left", va="top")
+        ax.text(
+            0.5,
+            0.5,
+            SIMULATED,
+            transform=ax.transAxes,
+            fontsize=64,
+            color="#dc2626",
+            alpha=0.12,
+            rotation=20,
+            ha="center",
+            va="center",
+            fontweight="bold",
+            zorder=0,
+        )
+        fig.text(
+            0.01,
+            0.985,
+            f"{SIMULATED}: {SIMULATED_NOTE}",
+            color="#dc2626",
+            fontsize=10,
+            fontweight="bold",
+            ha="left",
+            va="top",
+        )
         fig.tight_layout(rect=(0, 0, 1, 0.95))
     else:
         fig.tight_layout()
     return fig, data
 
 
-def render_chart(table: Table, path: Path, title: str, reference: Table | None = None,
-                 simulated: bool = False) -> Path:
+def render_chart(table: Table, path: Path, title: str, reference: Table | None = None, simulated: bool = False) -> Path:
     """chart_figure as a PNG; the plotted numbers are also stored in the PNG's text chunk `sparkdeploy-bench` as
     JSON, so the chart can be checked against the tables."""
     import matplotlib.pyplot as plt
 
     fig, data = chart_figure(table, title, reference, simulated)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Title": title + (f" ({SIMULATED})" if simulated else ""),
-                                              PNG_DATA_KEY: json.dumps(data)})
+    fig.savefig(
+        path,
+        format="png",
+        metadata={"Title": title + (f" ({SIMULATED})" if simulated else ""), PNG_DATA_KEY: json.dumps(data)},
+    )
     plt.close(fig)
     return path
 
@@ -298,6 +372,7 @@ def read_chart_data(path: Path) -> dict:
 
 
 # ---------------------------------------------------------------- markdown
+
 
 def metric_heading(metric: MetricDef, pp: int, tg: int) -> str:
     if metric.key == "decode_tps":
@@ -333,13 +408,24 @@ def mermaid_chart(table: Table, title: str) -> str:
     ymax = _nice_max(1.1 * max((s.mean for s in table.cells.values()), default=1))
     ylabel = f"{table.metric.title} ({table.metric.unit})"
     palette = ", ".join(COLORS.get(v, "#a855f7") for v in table.variants)
-    lines = ["```mermaid", "---", "config:", "  themeVariables:", "    xyChart:",
-             f'      plotColorPalette: "{palette}"', "---", "xychart-beta", f'    title "{title}"',
-             '    x-axis "Concurrency" [' + ", ".join(f"c{c}" for c in table.concurrency) + "]",
-             f'    y-axis "{ylabel}" 0 --> {ymax:g}']
+    lines = [
+        "```mermaid",
+        "---",
+        "config:",
+        "  themeVariables:",
+        "    xyChart:",
+        f'      plotColorPalette: "{palette}"',
+        "---",
+        "xychart-beta",
+        f'    title "{title}"',
+        '    x-axis "Concurrency" [' + ", ".join(f"c{c}" for c in table.concurrency) + "]",
+        f'    y-axis "{ylabel}" 0 --> {ymax:g}',
+    ]
     for v in table.variants:
-        values = ["0" if x is None else (f"{x:.1f}" if table.metric.key == "decode_tps" else f"{x:.0f}")
-                  for x in table.series(v)]
+        values = [
+            "0" if x is None else (f"{x:.1f}" if table.metric.key == "decode_tps" else f"{x:.0f}")
+            for x in table.series(v)
+        ]
         lines.append(f'    line "{variant_label(v)}" [' + ", ".join(values) + "]")
     lines.append("```")
     legend = " · ".join(f"{variant_label(v)} {COLORS.get(v, '#a855f7')}" for v in table.variants)
@@ -352,13 +438,20 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
         s = g.summary()
         out += [f"## {g.recipe} — pp{g.pp} / tg{g.tg}", ""]
         if s["simulated"]:
-            out += [("> **Simulated.** These numbers come from the vLLM simulator (vllm-sim) standing in for GPU "
+            out += [
+                (
+                    "> **Simulated.** These numbers come from the vLLM simulator (vllm-sim) standing in for GPU "
                     "images in the lab, not from DGX Spark hardware: they exercise the sweep and the report end to "
                     "end and compare the simulator's calibration with the seeds. They are not hardware "
-                    "measurements."), ""]
+                    "measurements."
+                ),
+                "",
+            ]
         out += [
-            ("| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date "
-            "| Failed requests |"),
+            (
+                "| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date "
+                "| Failed requests |"
+            ),
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for col in s["columns"]:
@@ -369,10 +462,12 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             def join(values):
                 return ", ".join(str(x) for x in values) or "-"
 
-            out.append(f"| {col['label']} | {join(col['topology'])} | "
-                       f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
-                       f"{ids} | {join(col['vllm_version'])} | {node_text} | {join(col['runs'])} | "
-                       f"{join(col['dates'])} | {col['failed_requests']} |")
+            out.append(
+                f"| {col['label']} | {join(col['topology'])} | "
+                f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
+                f"{ids} | {join(col['vllm_version'])} | {node_text} | {join(col['runs'])} | "
+                f"{join(col['dates'])} | {col['failed_requests']} |"
+            )
         lb = sorted({v for c in s["columns"] for v in c["llama_benchy_version"]})
         out += [
             "",
@@ -389,17 +484,23 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             if not table.cells:
                 continue
             heading = metric_heading(table.metric, g.pp, g.tg)
-            out += [f"### {heading}", "", markdown_table(table), "",
-                    mermaid_chart(table, heading.split(" — ")[0]), ""]
+            out += [f"### {heading}", "", markdown_table(table), "", mermaid_chart(table, heading.split(" — ")[0]), ""]
             png = chart_files.get(g.slug, {}).get(m)
             if png:
                 out += [f"![{heading}]({png})", ""]
         if g.agreement:
             a = g.agreement
-            out += ["### Winners compared with the reference", "",
-                    (f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
-                    "measured here with the reference's winner among the same columns."), "",
-                    "| Metric | Cells agreeing | % |", "|---|---|---|"]
+            out += [
+                "### Winners compared with the reference",
+                "",
+                (
+                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
+                    "measured here with the reference's winner among the same columns."
+                ),
+                "",
+                "| Metric | Cells agreeing | % |",
+                "|---|---|---|",
+            ]
             for m, info in a["metrics"].items():
                 pct = "-" if info["pct"] is None else f"{info['pct']:.0f}%"
                 out.append(f"| {METRICS[m].title} | {info['agree']}/{info['cells']} | {pct} |")
@@ -407,12 +508,16 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             pct = "-" if dt["pct"] is None else f"{dt['pct']:.0f}%"
             out += [f"| **Decode + TTFT** | **{dt['agree']}/{dt['cells']}** | **{pct}** |", ""]
             rows = [(m, r) for m, info in a["metrics"].items() for r in info["rows"]]
-            out += ["| Metric | Concurrency | Measured winner | Reference winner | Seed 002 as published | Agree |",
-                    "|---|---|---|---|---|---|"]
+            out += [
+                "| Metric | Concurrency | Measured winner | Reference winner | Seed 002 as published | Agree |",
+                "|---|---|---|---|---|---|",
+            ]
             for m, r in rows:
-                out.append(f"| {METRICS[m].title} | c{r['concurrency']} | {r['measured_text']} | "
-                           f"{r['reference_text']} | {r['reference_published'] or '-'} | "
-                           f"{'yes' if r['agree'] else '**no**'} |")
+                out.append(
+                    f"| {METRICS[m].title} | c{r['concurrency']} | {r['measured_text']} | "
+                    f"{r['reference_text']} | {r['reference_published'] or '-'} | "
+                    f"{'yes' if r['agree'] else '**no**'} |"
+                )
             out.append("")
     if skipped:
         out += ["## Files skipped", ""] + [f"- {s}" for s in skipped] + [""]
@@ -420,6 +525,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
 
 
 # ---------------------------------------------------------------- entry point
+
 
 def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], skipped: list[str]) -> dict:
     out = {"groups": [], "skipped": skipped}
@@ -429,20 +535,39 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
             rows = []
             for c in t.concurrency:
                 w = t.winner(c)
-                rows.append({"concurrency": c,
-                             "cells": {v: {"mean": st.mean, "std": st.std, "runs": t.runs.get((v, c))}
-                                       for v, st in t.row(c).items()},
-                             "winner": w.to_json() if w else None})
-            tables[m] = {"title": t.metric.title, "unit": t.metric.unit, "higher_is_better": t.metric.higher_is_better,
-                         "variants": t.variants, "rows": rows}
+                rows.append(
+                    {
+                        "concurrency": c,
+                        "cells": {
+                            v: {"mean": st.mean, "std": st.std, "runs": t.runs.get((v, c))}
+                            for v, st in t.row(c).items()
+                        },
+                        "winner": w.to_json() if w else None,
+                    }
+                )
+            tables[m] = {
+                "title": t.metric.title,
+                "unit": t.metric.unit,
+                "higher_is_better": t.metric.higher_is_better,
+                "variants": t.variants,
+                "rows": rows,
+            }
         summary = g.summary()
-        out["groups"].append({"recipe": g.recipe, "pp": g.pp, "tg": g.tg, "summary": summary, "tables": tables,
-                              "charts": chart_files.get(g.slug, {}), "agreement": g.agreement})
+        out["groups"].append(
+            {
+                "recipe": g.recipe,
+                "pp": g.pp,
+                "tg": g.tg,
+                "summary": summary,
+                "tables": tables,
+                "charts": chart_files.get(g.slug, {}),
+                "agreement": g.agreement,
+            }
+        )
     return out
 
 
-def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None = None,
-                 charts: bool = True) -> dict:
+def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None = None, charts: bool = True) -> dict:
     """Write report.md, report.json and the PNG charts into out_dir; return the report as JSON."""
     skipped = list(skipped or [])
     groups = group_results(results)
@@ -457,12 +582,20 @@ def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None
                 if not table.cells:
                     continue
                 name = prefix + CHART_FILES[m]
-                render_chart(table, out_dir / name, f"{g.recipe}: {metric_heading(table.metric, g.pp, g.tg)}",
-                             ref_tables.get(m), simulated=g.simulated)
+                render_chart(
+                    table,
+                    out_dir / name,
+                    f"{g.recipe}: {metric_heading(table.metric, g.pp, g.tg)}",
+                    ref_tables.get(m),
+                    simulated=g.simulated,
+                )
                 chart_files.setdefault(g.slug, {})[m] = name
     data = report_json(groups, chart_files, skipped)
     (out_dir / "report.md").write_text(render_markdown(groups, chart_files, skipped))
     write_json_atomic(out_dir / "report.json", data)
-    data["files"] = {"markdown": str(out_dir / "report.md"), "json": str(out_dir / "report.json"),
-                     "charts": [str(out_dir / f) for g in chart_files.values() for f in g.values()]}
+    data["files"] = {
+        "markdown": str(out_dir / "report.md"),
+        "json": str(out_dir / "report.json"),
+        "charts": [str(out_dir / f) for g in chart_files.values() for f in g.values()],
+    }
     return data

@@ -71,6 +71,7 @@ class BenchSettings:
 
 # ---------------------------------------------------------------- local tokenizer and corpus
 
+
 def sim_data_dir() -> Path:
     """The simulator's offline data (tokenizer and prompt corpus), owned by images/vllm-sim."""
     from sparkdeploy import paths
@@ -91,9 +92,14 @@ def find_tokenizer(given: str | os.PathLike | None) -> Path:
         if c.is_dir() and (c / "tokenizer.json").is_file():
             return (c / "tokenizer.json").resolve()
     where = str(candidates[0]) if candidates else str(sim_data_dir())
-    raise ConfigError(Problem("--tokenizer", where, "no local tokenizer.json there (llama-benchy would download "
-                              "one from Hugging Face)", "pass --tokenizer PATH to a tokenizer.json or a folder "
-                              "holding one, or set SPARKDEPLOY_BENCH_TOKENIZER"))
+    raise ConfigError(
+        Problem(
+            "--tokenizer",
+            where,
+            "no local tokenizer.json there (llama-benchy would download one from Hugging Face)",
+            "pass --tokenizer PATH to a tokenizer.json or a folder holding one, or set SPARKDEPLOY_BENCH_TOKENIZER",
+        )
+    )
 
 
 def find_corpus(given: str | os.PathLike | None) -> Path:
@@ -107,9 +113,14 @@ def find_corpus(given: str | os.PathLike | None) -> Path:
         if c.is_file() and c.stat().st_size > 0:
             return c.resolve()
     where = str(candidates[0]) if candidates else str(sim_data_dir())
-    raise ConfigError(Problem("--corpus", where, "no local prompt corpus (a text file) there: llama-benchy would "
-                              "download its default book", "pass --corpus PATH to a UTF-8 text file, or set "
-                              "SPARKDEPLOY_BENCH_CORPUS"))
+    raise ConfigError(
+        Problem(
+            "--corpus",
+            where,
+            "no local prompt corpus (a text file) there: llama-benchy would download its default book",
+            "pass --corpus PATH to a UTF-8 text file, or set SPARKDEPLOY_BENCH_CORPUS",
+        )
+    )
 
 
 def llama_benchy_cache_dir() -> Path:
@@ -138,25 +149,65 @@ def installed_llama_benchy() -> str:
     try:
         version = metadata.version("llama-benchy")
     except metadata.PackageNotFoundError:
-        raise ConfigError(Problem("llama-benchy", "", "is not installed",
-                                  "bash scripts/setup.sh (the test set carries the bench tools)")) from None
+        raise ConfigError(
+            Problem(
+                "llama-benchy", "", "is not installed", "bash scripts/setup.sh (the test set carries the bench tools)"
+            )
+        ) from None
     if version != LLAMA_BENCHY_VERSION:
-        raise ConfigError(Problem("llama-benchy", version, f"sparkdeploy is pinned to {LLAMA_BENCHY_VERSION} "
-                                  "(its offline corpus handling depends on that version)",
-                                  "bash scripts/setup.sh (the test set carries the bench tools)"))
+        raise ConfigError(
+            Problem(
+                "llama-benchy",
+                version,
+                f"sparkdeploy is pinned to {LLAMA_BENCHY_VERSION} "
+                "(its offline corpus handling depends on that version)",
+                "bash scripts/setup.sh (the test set carries the bench tools)",
+            )
+        )
     return version
 
 
 # ---------------------------------------------------------------- one run of llama-benchy
 
-def llama_benchy_args(endpoint: Endpoint, settings: BenchSettings, concurrency: int, book_url: str,
-                      tokenizer: Path, raw_path: Path, progress_path: Path) -> list[str]:
+
+def llama_benchy_args(
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    concurrency: int,
+    book_url: str,
+    tokenizer: Path,
+    raw_path: Path,
+    progress_path: Path,
+) -> list[str]:
     """llama-benchy's flags for one cell; the API key is not among them."""
-    args = ["--base-url", endpoint.base_url, "--model", endpoint.model, "--served-model-name", endpoint.model,
-            "--tokenizer", str(tokenizer), "--book-url", book_url,
-            "--pp", str(settings.pp), "--tg", str(settings.tg), "--concurrency", str(concurrency),
-            "--runs", str(settings.runs), "--latency-mode", settings.latency_mode,
-            "--save-result", str(raw_path), "--format", "json", "--emit-progress", str(progress_path)]
+    args = [
+        "--base-url",
+        endpoint.base_url,
+        "--model",
+        endpoint.model,
+        "--served-model-name",
+        endpoint.model,
+        "--tokenizer",
+        str(tokenizer),
+        "--book-url",
+        book_url,
+        "--pp",
+        str(settings.pp),
+        "--tg",
+        str(settings.tg),
+        "--concurrency",
+        str(concurrency),
+        "--runs",
+        str(settings.runs),
+        "--latency-mode",
+        settings.latency_mode,
+        "--save-result",
+        str(raw_path),
+        "--format",
+        "json",
+        "--emit-progress",
+        str(progress_path),
+    ]
     if skips_coherence(endpoint, settings):
         args.append("--skip-coherence")
     return args
@@ -225,8 +276,14 @@ def _mask(text: str, secret: str | None) -> str:
     return text.replace(secret, MASK) if secret else text
 
 
-def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_dir: Path,
-             on_progress: ProgressFn | None = None, extra_metadata: dict | None = None) -> Result:
+def run_cell(
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    concurrency: int,
+    out_dir: Path,
+    on_progress: ProgressFn | None = None,
+    extra_metadata: dict | None = None,
+) -> Result:
     """Run llama-benchy for one concurrency level and store the result in out_dir; return it."""
     version = installed_llama_benchy()
     tokenizer = find_tokenizer(settings.tokenizer)
@@ -251,9 +308,14 @@ def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_
     expected = concurrency * settings.runs
     tail = _ProgressTail(progress_path)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "sparkdeploy.bench._benchy_main", *args],
-                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkdeploy.bench._benchy_main", *args],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             proc.stdin.write(((endpoint.api_key or "") + "\n").encode())
             proc.stdin.close()
@@ -268,8 +330,10 @@ def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_
                     on_progress(tail.done, expected)
                 if time.monotonic() - t0 > settings.timeout_s:
                     _stop(proc)
-                    raise StepFailed(f"llama-benchy at c{concurrency} on {endpoint.base_url} took more than "
-                                     f"{settings.timeout_s:.0f}s: stopped (log: {log_path})")
+                    raise StepFailed(
+                        f"llama-benchy at c{concurrency} on {endpoint.base_url} took more than "
+                        f"{settings.timeout_s:.0f}s: stopped (log: {log_path})"
+                    )
         except BaseException:
             _stop(proc)
             raise
@@ -287,40 +351,71 @@ def run_cell(endpoint: Endpoint, settings: BenchSettings, concurrency: int, out_
     except ValueError as exc:
         raise StepFailed(f"{exc} (log: {log_path})") from None
     if not metrics or (tail.done and tail.failed == tail.done):
-        raise StepFailed(f"every request failed at c{concurrency}: {'; '.join(tail.errors) or 'no tokens'} "
-                         f"(log: {log_path})")
+        raise StepFailed(
+            f"every request failed at c{concurrency}: {'; '.join(tail.errors) or 'no tokens'} (log: {log_path})"
+        )
     md = dict(endpoint.metadata)
     md.update(extra_metadata or {})
-    md.update({
-        "recipe": endpoint.recipe, "model": endpoint.model, "variant": endpoint.variant,
-        "endpoint": endpoint.base_url, "date": started.isoformat(timespec="seconds"),
-        "duration_s": round(time.monotonic() - t0, 1), "runs": settings.runs, "pp": settings.pp, "tg": settings.tg,
-        "concurrency": concurrency, "requests": tail.done, "failed_requests": tail.failed,
-        "request_errors": tail.errors, "llama_benchy_version": version,
-        "llama_benchy_args": args, "tokenizer": str(tokenizer),
-        "coherence_checked": not skips_coherence(endpoint, settings),
-        "corpus": {"path": str(corpus), "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest()},
-        "log": str(log_path),
-    })
+    md.update(
+        {
+            "recipe": endpoint.recipe,
+            "model": endpoint.model,
+            "variant": endpoint.variant,
+            "endpoint": endpoint.base_url,
+            "date": started.isoformat(timespec="seconds"),
+            "duration_s": round(time.monotonic() - t0, 1),
+            "runs": settings.runs,
+            "pp": settings.pp,
+            "tg": settings.tg,
+            "concurrency": concurrency,
+            "requests": tail.done,
+            "failed_requests": tail.failed,
+            "request_errors": tail.errors,
+            "llama_benchy_version": version,
+            "llama_benchy_args": args,
+            "tokenizer": str(tokenizer),
+            "coherence_checked": not skips_coherence(endpoint, settings),
+            "corpus": {"path": str(corpus), "sha256": hashlib.sha256(corpus.read_bytes()).hexdigest()},
+            "log": str(log_path),
+        }
+    )
     from sparkdeploy import __version__
 
     md["sparkdeploy_version"] = __version__
-    result = Result(recipe=endpoint.recipe, variant=endpoint.variant, pp=settings.pp, tg=settings.tg,
-                    concurrency=concurrency, metrics=metrics, metadata=md, llama_benchy=raw)
+    result = Result(
+        recipe=endpoint.recipe,
+        variant=endpoint.variant,
+        pp=settings.pp,
+        tg=settings.tg,
+        concurrency=concurrency,
+        metrics=metrics,
+        metadata=md,
+        llama_benchy=raw,
+    )
     save_result(result, out_dir)
     raw_path.unlink(missing_ok=True)
     progress_path.unlink(missing_ok=True)
     return result
 
 
-def run_levels(endpoint: Endpoint, settings: BenchSettings, levels: list[int], out_dir: Path,
-               on_cell: Callable[[int, Result], None] | None = None,
-               on_progress: Callable[[int, int, int], None] | None = None) -> list[Result]:
+def run_levels(
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    levels: list[int],
+    out_dir: Path,
+    on_cell: Callable[[int, Result], None] | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
+) -> list[Result]:
     """Every concurrency level in turn, one result file each."""
     results = []
     for c in levels:
-        r = run_cell(endpoint, settings, c, out_dir,
-                     on_progress=(lambda d, t, c=c: on_progress(c, d, t)) if on_progress else None)
+        r = run_cell(
+            endpoint,
+            settings,
+            c,
+            out_dir,
+            on_progress=(lambda d, t, c=c: on_progress(c, d, t)) if on_progress else None,
+        )
         results.append(r)
         if on_cell:
             on_cell(c, r)

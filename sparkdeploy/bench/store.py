@@ -39,8 +39,13 @@ METRICS: dict[str, MetricDef] = {
 
 # The seeds' columns, in seed 002's order and with its names.
 VARIANT_ORDER = ["solo", "cluster", "2xsolo-shuffle", "2xsolo-least-busy", "replicas"]
-VARIANT_LABELS = {"solo": "Solo", "cluster": "Cluster TP=2", "2xsolo-shuffle": "Shuffle",
-                  "2xsolo-least-busy": "Least-busy", "replicas": "Replicas"}
+VARIANT_LABELS = {
+    "solo": "Solo",
+    "cluster": "Cluster TP=2",
+    "2xsolo-shuffle": "Shuffle",
+    "2xsolo-least-busy": "Least-busy",
+    "replicas": "Replicas",
+}
 
 
 def variant_of(topology: str, routing: str | None = None) -> str:
@@ -55,7 +60,7 @@ def routing_of(variant: str) -> str | None:
     """The inverse of variant_of for 2xsolo columns: the proxy's routing strategy."""
     if not variant.startswith("2xsolo-"):
         return None
-    routing = variant[len("2xsolo-"):]
+    routing = variant[len("2xsolo-") :]
     return "simple-shuffle" if routing == "shuffle" else routing
 
 
@@ -63,7 +68,7 @@ def variant_label(variant: str) -> str:
     if variant in VARIANT_LABELS:
         return VARIANT_LABELS[variant]
     if variant.startswith("2xsolo-"):
-        return f"2xSolo {variant[len('2xsolo-'):]}"
+        return f"2xSolo {variant[len('2xsolo-') :]}"
     return variant
 
 
@@ -82,8 +87,11 @@ class Stat:
 
     @classmethod
     def from_json(cls, data: dict) -> Stat:
-        return cls(float(data["mean"]), None if data.get("std") is None else float(data["std"]),
-                   [float(v) for v in data.get("values") or []])
+        return cls(
+            float(data["mean"]),
+            None if data.get("std") is None else float(data["std"]),
+            [float(v) for v in data.get("values") or []],
+        )
 
 
 @dataclass
@@ -111,18 +119,33 @@ class Result:
         return int(self.metadata.get("failed_requests") or 0)
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "recipe": self.recipe, "variant": self.variant, "pp": self.pp, "tg": self.tg,
-                "concurrency": self.concurrency, "metrics": {k: v.to_json() for k, v in self.metrics.items()},
-                "metadata": self.metadata, "llama_benchy": self.llama_benchy}
+        return {
+            "schema": SCHEMA,
+            "recipe": self.recipe,
+            "variant": self.variant,
+            "pp": self.pp,
+            "tg": self.tg,
+            "concurrency": self.concurrency,
+            "metrics": {k: v.to_json() for k, v in self.metrics.items()},
+            "metadata": self.metadata,
+            "llama_benchy": self.llama_benchy,
+        }
 
     @classmethod
     def from_json(cls, data: dict, path: Path | None = None) -> Result:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a sparkdeploy bench result (schema {data.get('schema')!r})")
-        return cls(recipe=str(data["recipe"]), variant=str(data["variant"]), pp=int(data["pp"]), tg=int(data["tg"]),
-                   concurrency=int(data["concurrency"]),
-                   metrics={k: Stat.from_json(v) for k, v in (data.get("metrics") or {}).items()},
-                   metadata=dict(data.get("metadata") or {}), llama_benchy=data.get("llama_benchy"), path=path)
+        return cls(
+            recipe=str(data["recipe"]),
+            variant=str(data["variant"]),
+            pp=int(data["pp"]),
+            tg=int(data["tg"]),
+            concurrency=int(data["concurrency"]),
+            metrics={k: Stat.from_json(v) for k, v in (data.get("metrics") or {}).items()},
+            metadata=dict(data.get("metadata") or {}),
+            llama_benchy=data.get("llama_benchy"),
+            path=path,
+        )
 
 
 def _safe(text: str) -> str:
@@ -167,8 +190,16 @@ def read_result(path: Path) -> Result:
     return Result.from_json(json.loads(Path(path).read_text()), Path(path))
 
 
-def stored(out_dir: Path, recipe: str, variant: str, pp: int, tg: int, concurrency: int,
-           min_runs: int = 1, same: dict[str, Any] | None = None) -> Result | None:
+def stored(
+    out_dir: Path,
+    recipe: str,
+    variant: str,
+    pp: int,
+    tg: int,
+    concurrency: int,
+    min_runs: int = 1,
+    same: dict[str, Any] | None = None,
+) -> Result | None:
     """The finished measurement of that cell, or None (missing, unreadable, too few runs, failed requests, or
     metadata that differs from `same`, e.g. another image: those cells are measured again)."""
     path = result_path(out_dir, recipe, variant, pp, tg, concurrency)
@@ -215,15 +246,21 @@ def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[Result], list
                 skipped.append(f"{older.path}: same cell as {newer.path} (kept the newer)")
                 result = newer
             found[result.key] = result
-    return sorted(found.values(), key=lambda r: (r.recipe, r.pp, r.tg, variant_sort_key(r.variant),
-                                                 r.concurrency)), skipped
+    return sorted(
+        found.values(), key=lambda r: (r.recipe, r.pp, r.tg, variant_sort_key(r.variant), r.concurrency)
+    ), skipped
 
 
 def metrics_from_llama_benchy(report: dict, pp: int, tg: int, concurrency: int) -> dict[str, Stat]:
     """The three metrics of one llama-benchy JSON report (format json, 0.4.0) for the pp/tg/concurrency asked."""
-    runs = [b for b in report.get("benchmarks") or []
-            if not b.get("is_context_prefill_phase") and int(b.get("concurrency", 0)) == concurrency
-            and int(b.get("prompt_size", 0)) == pp and int(b.get("response_size", 0)) == tg]
+    runs = [
+        b
+        for b in report.get("benchmarks") or []
+        if not b.get("is_context_prefill_phase")
+        and int(b.get("concurrency", 0)) == concurrency
+        and int(b.get("prompt_size", 0)) == pp
+        and int(b.get("response_size", 0)) == tg
+    ]
     if not runs:
         raise ValueError(f"llama-benchy's report has no run for pp{pp} tg{tg} c{concurrency}")
     run = runs[-1]

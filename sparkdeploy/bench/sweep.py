@@ -24,8 +24,14 @@ from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
-ROUTINGS = ("simple-shuffle", "least-busy", "usage-based-routing", "usage-based-routing-v2",
-            "latency-based-routing", "cost-based-routing")
+ROUTINGS = (
+    "simple-shuffle",
+    "least-busy",
+    "usage-based-routing",
+    "usage-based-routing-v2",
+    "latency-based-routing",
+    "cost-based-routing",
+)
 DEPLOY_ESTIMATE_S = 90.0  # before the first deploy was timed
 
 
@@ -52,8 +58,9 @@ def parse_topologies(text: str) -> list[TopologySpec]:
         elif routing and topo != "2xsolo":
             problems.append(Problem("--topologies", item, "only 2xsolo has a routing strategy", f"use {topo}"))
         elif routing and routing not in ROUTINGS:
-            problems.append(Problem("--topologies", item, "unknown LiteLLM routing strategy",
-                                    f"use one of {', '.join(ROUTINGS)}"))
+            problems.append(
+                Problem("--topologies", item, "unknown LiteLLM routing strategy", f"use one of {', '.join(ROUTINGS)}")
+            )
         else:
             spec = TopologySpec(topo, routing or None)
             if spec not in specs:
@@ -77,6 +84,7 @@ def parse_levels(text: str) -> list[int]:
 
 # ---------------------------------------------------------------- time estimates (for the ETA)
 
+
 def estimate_cell_s(variant: str, concurrency: int, settings: BenchSettings) -> float:
     """Seconds one level takes by the reference tables: (runs + warmup) x (TTFT + tg x c / decode t/s), plus
     start-up (tokenizing the corpus, warmup, coherence, latency probes)."""
@@ -94,6 +102,7 @@ def estimate_cell_s(variant: str, concurrency: int, settings: BenchSettings) -> 
 
 
 # ---------------------------------------------------------------- progress display
+
 
 class Reporter(Protocol):
     def start(self, plan: SweepPlan) -> None: ...
@@ -144,26 +153,43 @@ class SweepSummary:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"recipe": self.recipe, "out_dir": str(self.out_dir), "status": self.status,
-                "measured": self.measured, "skipped_stored": self.skipped, "failures": self.failures,
-                "interrupted_at": self.interrupted_at, "remaining": self.remaining,
-                "seconds": round(self.seconds, 1),
-                "report": (self.report or {}).get("files")}
+        return {
+            "recipe": self.recipe,
+            "out_dir": str(self.out_dir),
+            "status": self.status,
+            "measured": self.measured,
+            "skipped_stored": self.skipped,
+            "failures": self.failures,
+            "interrupted_at": self.interrupted_at,
+            "remaining": self.remaining,
+            "seconds": round(self.seconds, 1),
+            "report": (self.report or {}).get("files"),
+        }
 
     def message(self) -> str:
         n_left = len(self.remaining)
         if self.status == "complete":
-            return (f"sweep complete: {len(self.measured)} level(s) measured, {len(self.skipped)} already stored, "
-                    f"in {self.out_dir}")
+            return (
+                f"sweep complete: {len(self.measured)} level(s) measured, {len(self.skipped)} already stored, "
+                f"in {self.out_dir}"
+            )
         where = ""
         if self.interrupted_at:
-            where = f" during {self.interrupted_at['variant']} c{self.interrupted_at['concurrency']}" \
-                if self.interrupted_at.get("concurrency") else f" during {self.interrupted_at['variant']} deploy"
-        head = "sweep interrupted" + where if self.status == "interrupted" else \
-            f"sweep finished with {len(self.failures)} failure(s)"
-        return (f"{head}: {len(self.measured)} level(s) measured now, {len(self.skipped)} stored before, "
-                f"{n_left} left; stored results are in {self.out_dir}. Run the same command again to resume "
-                "(stored levels are skipped).")
+            where = (
+                f" during {self.interrupted_at['variant']} c{self.interrupted_at['concurrency']}"
+                if self.interrupted_at.get("concurrency")
+                else f" during {self.interrupted_at['variant']} deploy"
+            )
+        head = (
+            "sweep interrupted" + where
+            if self.status == "interrupted"
+            else f"sweep finished with {len(self.failures)} failure(s)"
+        )
+        return (
+            f"{head}: {len(self.measured)} level(s) measured now, {len(self.skipped)} stored before, "
+            f"{n_left} left; stored results are in {self.out_dir}. Run the same command again to resume "
+            "(stored levels are skipped)."
+        )
 
 
 def _error_text(exc: Exception) -> str:
@@ -175,28 +201,44 @@ DeployFn = Callable[[str, "str | None"], Endpoint]
 BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], Result]
 
 
-def make_plan(recipe: str, specs: list[TopologySpec], levels: list[int], settings: BenchSettings, out_dir: Path,
-              recipe_routing: str | None = None,
-              expected: Callable[[TopologySpec], dict] | None = None) -> SweepPlan:
+def make_plan(
+    recipe: str,
+    specs: list[TopologySpec],
+    levels: list[int],
+    settings: BenchSettings,
+    out_dir: Path,
+    recipe_routing: str | None = None,
+    expected: Callable[[TopologySpec], dict] | None = None,
+) -> SweepPlan:
     """What is stored and what is left. `expected(spec)`: metadata a stored result must match to count (the
     image the deploy would run now: a result of another image is measured again, never mixed in)."""
     plan = SweepPlan(recipe, specs, levels, settings, Path(out_dir))
     variants = [s.variant(recipe_routing) for s in specs]
     if len(set(variants)) != len(variants):
-        raise ConfigError(Problem("--topologies", ",".join(s.text for s in specs), "two entries measure the same "
-                                  "column", "list each topology once"))
+        raise ConfigError(
+            Problem(
+                "--topologies",
+                ",".join(s.text for s in specs),
+                "two entries measure the same column",
+                "list each topology once",
+            )
+        )
     for spec, variant in zip(specs, variants, strict=False):
         plan.variants[spec] = variant
         same = expected(spec) if expected else None
-        have = [c for c in levels
-                if stored(out_dir, recipe, variant, settings.pp, settings.tg, c, settings.runs, same)]
+        have = [c for c in levels if stored(out_dir, recipe, variant, settings.pp, settings.tg, c, settings.runs, same)]
         plan.done[spec] = have
         plan.todo[spec] = [c for c in levels if c not in have]
     return plan
 
 
-def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Reporter,
-              write_report: Callable[[], dict] | None = None) -> SweepSummary:
+def run_sweep(
+    plan: SweepPlan,
+    deploy: DeployFn,
+    bench: BenchFn,
+    reporter: Reporter,
+    write_report: Callable[[], dict] | None = None,
+) -> SweepSummary:
     """Deploy and bench every topology whose levels are not all stored; return what happened. Ctrl-C stops
     cleanly (llama-benchy is stopped by run_cell) and is reported; nothing half-written is left behind."""
     summary = SweepSummary(plan.recipe, plan.out_dir)
@@ -217,8 +259,9 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
             try:
                 endpoint = deploy(spec.topology, spec.routing)
             except Exception as exc:  # noqa: BLE001 - any failure of one topology's deploy: recorded, the next one goes on
-                summary.failures.append({"variant": variant, "concurrency": None, "step": "deploy",
-                                         "error": _error_text(exc)})
+                summary.failures.append(
+                    {"variant": variant, "concurrency": None, "step": "deploy", "error": _error_text(exc)}
+                )
                 reporter.failed(variant, None, f"deploy failed: {_error_text(exc)}")
                 continue
             # the stored key is the planned column (deploy rendered the same recipe with the same routing)
@@ -233,18 +276,20 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
                     # bench returns before the loop moves on: the progress callback never outlives `variant`
                     result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))  # noqa: B023
                 except Exception as exc:  # noqa: BLE001 - any failure of one cell: recorded, the next cell goes on
-                    summary.failures.append({"variant": variant, "concurrency": c, "step": "bench",
-                                             "error": _error_text(exc)})
+                    summary.failures.append(
+                        {"variant": variant, "concurrency": c, "step": "bench", "error": _error_text(exc)}
+                    )
                     reporter.failed(variant, c, _error_text(exc))
                     break  # the engine may be gone: the next topology's deploy starts afresh
                 summary.measured.append({"variant": variant, "concurrency": c, "file": str(result.path)})
                 reporter.cell_done(variant, c, result, time.monotonic() - tc)
                 if result.errors:  # stored, shown in the report, and measured again by the next run
                     first = (result.metadata.get("request_errors") or ["?"])[0]
-                    text = (f"{result.errors} of {result.metadata.get('requests', '?')} requests failed "
-                            f"(first: {first}); the level is measured again on the next run")
-                    summary.failures.append({"variant": variant, "concurrency": c, "step": "requests",
-                                             "error": text})
+                    text = (
+                        f"{result.errors} of {result.metadata.get('requests', '?')} requests failed "
+                        f"(first: {first}); the level is measured again on the next run"
+                    )
+                    summary.failures.append({"variant": variant, "concurrency": c, "step": "requests", "error": text})
                     reporter.failed(variant, c, text)
             current = {}
         summary.status = "failed" if summary.failures else "complete"
@@ -254,8 +299,12 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
     finally:
         redo = {(f["variant"], f["concurrency"]) for f in summary.failures if f["step"] == "requests"}
         done = {(m["variant"], m["concurrency"]) for m in summary.measured + summary.skipped} - redo
-        summary.remaining = [{"variant": plan.variants[s], "concurrency": c} for s in plan.specs for c in plan.levels
-                             if (plan.variants[s], c) not in done]
+        summary.remaining = [
+            {"variant": plan.variants[s], "concurrency": c}
+            for s in plan.specs
+            for c in plan.levels
+            if (plan.variants[s], c) not in done
+        ]
         if write_report is not None and (summary.measured or summary.skipped):
             try:
                 summary.report = write_report()
@@ -267,6 +316,7 @@ def run_sweep(plan: SweepPlan, deploy: DeployFn, bench: BenchFn, reporter: Repor
 
 
 # ---------------------------------------------------------------- reporters
+
 
 def cell_line(variant: str, c: int, result: Result, seconds: float) -> str:
     figures = figures_line(result.metrics, is_simulated(result.metadata))
@@ -285,9 +335,11 @@ class PlainReporter:
 
     def start(self, plan: SweepPlan) -> None:
         todo = sum(len(v) for v in plan.todo.values())
-        self.echo(f"sweep {plan.recipe}: {len(plan.specs)} topologies x {len(plan.levels)} levels, "
-                  f"{plan.stored_cells} stored, {todo} to measure (pp{plan.settings.pp}/tg{plan.settings.tg}, "
-                  f"{plan.settings.runs} runs) -> {plan.out_dir}")
+        self.echo(
+            f"sweep {plan.recipe}: {len(plan.specs)} topologies x {len(plan.levels)} levels, "
+            f"{plan.stored_cells} stored, {todo} to measure (pp{plan.settings.pp}/tg{plan.settings.tg}, "
+            f"{plan.settings.runs} runs) -> {plan.out_dir}"
+        )
 
     def topology(self, spec, variant, todo, skipped) -> None:
         if skipped:
@@ -297,8 +349,9 @@ class PlainReporter:
         self.echo(f"deploying {spec.text} ...")
 
     def deployed(self, spec, endpoint, seconds) -> None:
-        self.echo(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url} ({endpoint.model})"
-                  + deployed_note(endpoint))
+        self.echo(
+            f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url} ({endpoint.model})" + deployed_note(endpoint)
+        )
 
     def cell_start(self, variant, c) -> None:
         pass
@@ -352,20 +405,29 @@ class RichReporter:
         self.plan = plan
         self.est_left = sum(plan.estimate_s(s, plan.todo[s]) for s in plan.specs)
         self.deploys_left = sum(1 for s in plan.specs if plan.todo[s])
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                                 TextColumn("ETA {task.fields[eta]}"), console=self.console, transient=False)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA {task.fields[eta]}"),
+            console=self.console,
+            transient=False,
+        )
         self.progress.start()
-        self.task = self.progress.add_task(f"sweep {plan.recipe}", total=plan.total_cells,
-                                           completed=plan.stored_cells, detail="", eta=self._eta())
+        self.task = self.progress.add_task(
+            f"sweep {plan.recipe}", total=plan.total_cells, completed=plan.stored_cells, detail="", eta=self._eta()
+        )
 
     def _update(self, detail: str, fraction: float = 0.0, advance: int = 0) -> None:
         self.progress.update(self.task, detail=detail, eta=self._eta(fraction), advance=advance)
 
     def topology(self, spec, variant, todo, skipped) -> None:
         if skipped:
-            self.console.print(f"[{variant_label(variant)}] stored already: " + ", ".join(f"c{c}" for c in skipped),
-                               markup=False)
+            self.console.print(
+                f"[{variant_label(variant)}] stored already: " + ", ".join(f"c{c}" for c in skipped), markup=False
+            )
 
     def deploying(self, spec) -> None:
         self.dt0 = time.monotonic()
@@ -374,8 +436,9 @@ class RichReporter:
     def deployed(self, spec, endpoint, seconds) -> None:
         self.deploys.append(seconds)
         self.deploys_left = max(0, self.deploys_left - 1)
-        self.console.print(f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url}{deployed_note(endpoint)}",
-                           markup=False)
+        self.console.print(
+            f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url}{deployed_note(endpoint)}", markup=False
+        )
         self._update(f"{spec.text}: deployed")
 
     def cell_start(self, variant, c) -> None:
@@ -396,8 +459,9 @@ class RichReporter:
         self._update(f"{variant_label(variant)} c{c} done", advance=1)
 
     def failed(self, variant, c, message) -> None:
-        self.console.print(f"[{variant_label(variant)}]{f' c{c}' if c else ''}: FAILED: {message}", style="red",
-                           markup=False)
+        self.console.print(
+            f"[{variant_label(variant)}]{f' c{c}' if c else ''}: FAILED: {message}", style="red", markup=False
+        )
 
     def finish(self, summary: SweepSummary) -> None:
         if self.progress is not None:

@@ -1,10 +1,10 @@
 """`sparkdeploy bench [sweep | report]` and `sparkdeploy advise`.
 
-    bench           llama-benchy (pinned) against the deployed endpoint (or --endpoint URL --model NAME),
-                    one result file per concurrency level
-    bench sweep     each topology in turn: deploy, bench, then the report; resumes where it stopped
-    bench report    tables (mean ± stdev, Winner with margin), PNG charts, Markdown with mermaid charts
-    advise          a topology for N concurrent requests, from measured results or the shipped reference
+bench           llama-benchy (pinned) against the deployed endpoint (or --endpoint URL --model NAME),
+                one result file per concurrency level
+bench sweep     each topology in turn: deploy, bench, then the report; resumes where it stopped
+bench report    tables (mean ± stdev, Winner with margin), PNG charts, Markdown with mermaid charts
+advise          a topology for N concurrent requests, from measured results or the shipped reference
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ class SweepInterrupted(SparkdeployError):
     """Ctrl-C during a sweep: what is stored stays; exit 130 like any interrupted command."""
 
     exit_code = 130
+
+
 LEVELS = "1,2,4,8,16,32,64"
 
 
@@ -33,28 +35,58 @@ def _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout):
     if pp < 1 or tg < 1 or runs < 1:
         raise ConfigError(Problem("bench", "", "--pp, --tg and --runs must be >= 1", ""))
     installed_llama_benchy()
-    return BenchSettings(pp=pp, tg=tg, runs=runs, tokenizer=find_tokenizer(tokenizer), corpus=find_corpus(corpus),
-                         skip_coherence=skip_coherence, timeout_s=timeout)
+    return BenchSettings(
+        pp=pp,
+        tg=tg,
+        runs=runs,
+        tokenizer=find_tokenizer(tokenizer),
+        corpus=find_corpus(corpus),
+        skip_coherence=skip_coherence,
+        timeout_s=timeout,
+    )
 
 
 def _common_bench_options(f):
     options = [
         click.option("--pp", type=int, default=1024, show_default=True, help="Prompt tokens per request."),
         click.option("--tg", type=int, default=128, show_default=True, help="Generated tokens per request."),
-        click.option("--concurrency", "-c", default=LEVELS, show_default=True, metavar="N,N,...",
-                     help="Concurrency levels, one result file each."),
-        click.option("--runs", type=int, default=3, show_default=True,
-                     help="Runs per level (llama-benchy --runs; the seeds used 50)."),
-        click.option("--tokenizer", metavar="PATH", help="A local tokenizer.json (or a folder holding one). "
-                     "Default: the simulator's, images/vllm-sim/vllm_sim/data/ (env SPARKDEPLOY_BENCH_TOKENIZER)."),
-        click.option("--corpus", metavar="PATH", help="A local UTF-8 text file the prompts are cut from (given to "
-                     "llama-benchy as its --book-url, read offline). Default: the simulator's corpus "
-                     "(env SPARKDEPLOY_BENCH_CORPUS)."),
-        click.option("--skip-coherence", is_flag=True,
-                     help="Skip llama-benchy's 'capital of France' check (always skipped on a simulated engine, which "
-                     "writes placeholder text)."),
-        click.option("--timeout", type=float, default=1800.0, show_default=True,
-                     help="Seconds one concurrency level may take."),
+        click.option(
+            "--concurrency",
+            "-c",
+            default=LEVELS,
+            show_default=True,
+            metavar="N,N,...",
+            help="Concurrency levels, one result file each.",
+        ),
+        click.option(
+            "--runs",
+            type=int,
+            default=3,
+            show_default=True,
+            help="Runs per level (llama-benchy --runs; the seeds used 50).",
+        ),
+        click.option(
+            "--tokenizer",
+            metavar="PATH",
+            help="A local tokenizer.json (or a folder holding one). "
+            "Default: the simulator's, images/vllm-sim/vllm_sim/data/ (env SPARKDEPLOY_BENCH_TOKENIZER).",
+        ),
+        click.option(
+            "--corpus",
+            metavar="PATH",
+            help="A local UTF-8 text file the prompts are cut from (given to "
+            "llama-benchy as its --book-url, read offline). Default: the simulator's corpus "
+            "(env SPARKDEPLOY_BENCH_CORPUS).",
+        ),
+        click.option(
+            "--skip-coherence",
+            is_flag=True,
+            help="Skip llama-benchy's 'capital of France' check (always skipped on a simulated engine, which "
+            "writes placeholder text).",
+        ),
+        click.option(
+            "--timeout", type=float, default=1800.0, show_default=True, help="Seconds one concurrency level may take."
+        ),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -63,25 +95,65 @@ def _common_bench_options(f):
 
 @click.group("bench", invoke_without_command=True)
 @_common_bench_options
-@click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True, metavar="DIR",
-              help="Where result files go (one JSON per level).")
+@click.option(
+    "--out",
+    "out_dir",
+    default=DEFAULT_OUT,
+    show_default=True,
+    metavar="DIR",
+    help="Where result files go (one JSON per level).",
+)
 @inventory_option
-@click.option("--endpoint", metavar="URL", help="Bench this OpenAI base URL instead of the deployed one "
-              "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag. "
-              "Whether the engine is simulated is asked of it first (GET /version, else one one-token completion).")
+@click.option(
+    "--endpoint",
+    metavar="URL",
+    help="Bench this OpenAI base URL instead of the deployed one "
+    "(with --model). The API key comes from SPARKDEPLOY_API_KEY or LITELLM_MASTER_KEY, never a flag. "
+    "Whether the engine is simulated is asked of it first (GET /version, else one one-token completion).",
+)
 @click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
 @click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
-@click.option("--topology", type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
-              help="With --endpoint: the topology recorded in the results.")
+@click.option(
+    "--topology",
+    type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
+    help="With --endpoint: the topology recorded in the results.",
+)
 @click.option("--backend", metavar="NAME", help="With --endpoint: the cluster backend recorded (ray, ...).")
-@click.option("--routing", metavar="NAME", help="2xsolo: the proxy's routing strategy, if deployed with a "
-              "--set other than the recipe's.")
-@click.option("--simulated", "mark_simulated", is_flag=True, help="With --endpoint: label the figures SIMULATED "
-              "even though the engine does not say so itself (vllm-sim does: its X-Simulated-By header is read).")
+@click.option(
+    "--routing",
+    metavar="NAME",
+    help="2xsolo: the proxy's routing strategy, if deployed with a --set other than the recipe's.",
+)
+@click.option(
+    "--simulated",
+    "mark_simulated",
+    is_flag=True,
+    help="With --endpoint: label the figures SIMULATED "
+    "even though the engine does not say so itself (vllm-sim does: its X-Simulated-By header is read).",
+)
 @json_option
 @click.pass_context
-def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, timeout, out_dir, inventory, endpoint,
-          model, recipe, topology, backend, routing, mark_simulated, as_json):
+def bench(
+    ctx,
+    pp,
+    tg,
+    concurrency,
+    runs,
+    tokenizer,
+    corpus,
+    skip_coherence,
+    timeout,
+    out_dir,
+    inventory,
+    endpoint,
+    model,
+    recipe,
+    topology,
+    backend,
+    routing,
+    mark_simulated,
+    as_json,
+):
     """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
     one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, vLLM version, nodes,
     date). Works offline: a local tokenizer and a local prompt corpus.
@@ -94,13 +166,18 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
       sparkdeploy bench report DIR...
     """
     if ctx.invoked_subcommand:
-        given = [p.name for p in ctx.command.params
-                 if ctx.get_parameter_source(p.name) not in (click.core.ParameterSource.DEFAULT,
-                                                             click.core.ParameterSource.DEFAULT_MAP, None)
-                 and p.name != "inventory"]
+        given = [
+            p.name
+            for p in ctx.command.params
+            if ctx.get_parameter_source(p.name)
+            not in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+            and p.name != "inventory"
+        ]
         if given:
-            raise click.UsageError(f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
-                                   f"`{ctx.invoked_subcommand}`, not before it")
+            raise click.UsageError(
+                f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
+                f"`{ctx.invoked_subcommand}`, not before it"
+            )
         return
     from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint, engine_version, url_endpoint
     from sparkdeploy.bench.report import figures_line
@@ -112,8 +189,9 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
     if endpoint:
         if not model:
-            raise ConfigError(Problem("--endpoint", endpoint, "needs --model NAME (the served model name)",
-                                      "add --model"))
+            raise ConfigError(
+                Problem("--endpoint", endpoint, "needs --model NAME (the served model name)", "add --model")
+            )
         md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing}
         ep = url_endpoint(endpoint, model, api_key_from_env(), md, mark_simulated)
     else:
@@ -136,24 +214,48 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
 
     console = Console(stderr=True)
     if simulated:
-        console.print(f"{LABEL}: {NOTE} ({ep.metadata.get('simulated_evidence')})", style="bold red", markup=False,
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"{LABEL}: {NOTE} ({ep.metadata.get('simulated_evidence')})",
+            style="bold red",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     results = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         for c in levels:
             task = progress.add_task(f"{ep.variant} c{c} requests", total=c * settings.runs)
-            r = run_cell(ep, settings, c, out,
-                         on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t))
+            r = run_cell(
+                ep, settings, c, out, on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t)
+            )
             results.append(r)
-            console.print(f"c{c}: {figures_line(r.metrics, is_simulated(r.metadata))} -> {r.path}",
-                          markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"c{c}: {figures_line(r.metrics, is_simulated(r.metadata))} -> {r.path}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     if as_json:
-        emit_json({"endpoint": ep.base_url, "model": ep.model, "variant": ep.variant, "simulated": simulated,
-                   "simulated_evidence": ep.metadata.get("simulated_evidence"),
-                   "results": [{"concurrency": r.concurrency, "file": str(r.path),
-                                "metrics": {k: v.to_json() for k, v in r.metrics.items()},
-                                "failed_requests": r.errors} for r in results]})
+        emit_json(
+            {
+                "endpoint": ep.base_url,
+                "model": ep.model,
+                "variant": ep.variant,
+                "simulated": simulated,
+                "simulated_evidence": ep.metadata.get("simulated_evidence"),
+                "results": [
+                    {
+                        "concurrency": r.concurrency,
+                        "file": str(r.path),
+                        "metrics": {k: v.to_json() for k, v in r.metrics.items()},
+                        "failed_requests": r.errors,
+                    }
+                    for r in results
+                ],
+            }
+        )
     failed = sum(r.errors for r in results)
     if failed:
         raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
@@ -161,20 +263,43 @@ def bench(ctx, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, tim
 
 @bench.command("sweep")
 @click.option("--recipe", "-r", metavar="NAME", help="Recipe (default: the inventory's default_recipe).")
-@click.option("--topologies", default="solo,cluster,2xsolo", show_default=True, metavar="T,T,...",
-              help="In this order; 2xsolo uses the recipe's routing, 2xsolo:least-busy another one; replicas: "
-                   "TP=2 engines behind the proxy (four nodes: cluster,replicas,2xsolo).")
+@click.option(
+    "--topologies",
+    default="solo,cluster,2xsolo",
+    show_default=True,
+    metavar="T,T,...",
+    help="In this order; 2xsolo uses the recipe's routing, 2xsolo:least-busy another one; replicas: "
+    "TP=2 engines behind the proxy (four nodes: cluster,replicas,2xsolo).",
+)
 @_common_bench_options
 @click.option("--out", "out_dir", metavar="DIR", help=f"Results and report (default {DEFAULT_OUT}/<recipe>).")
 @inventory_option
 @recipes_dir_option
-@click.option("--deploy-timeout", type=float, default=None, help="Seconds deploy's health gate waits (its default "
-              "otherwise).")
+@click.option(
+    "--deploy-timeout", type=float, default=None, help="Seconds deploy's health gate waits (its default otherwise)."
+)
 @click.option("--down-after", is_flag=True, help="Remove the deployment when the sweep ends.")
 @click.option("--plain", is_flag=True, help="One line per event instead of the live display.")
 @json_option
-def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, skip_coherence, timeout, out_dir,
-              inventory, recipes_dir, deploy_timeout, down_after, plain, as_json):
+def sweep_cmd(
+    recipe,
+    topologies,
+    pp,
+    tg,
+    concurrency,
+    runs,
+    tokenizer,
+    corpus,
+    skip_coherence,
+    timeout,
+    out_dir,
+    inventory,
+    recipes_dir,
+    deploy_timeout,
+    down_after,
+    plain,
+    as_json,
+):
     """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
     Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
     from sparkdeploy.bench import report as report_mod
@@ -200,15 +325,22 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
     r, _, _ = load_recipe(recipe, recipes_dir)
     missing = [s.topology for s in specs if s.topology not in r.topologies]
     if missing:
-        raise ConfigError(Problem(f"recipe {recipe}", "topologies", f"does not support {', '.join(missing)}",
-                                  f"use {', '.join(r.topologies)}"))
+        raise ConfigError(
+            Problem(
+                f"recipe {recipe}",
+                "topologies",
+                f"does not support {', '.join(missing)}",
+                f"use {', '.join(r.topologies)}",
+            )
+        )
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
     out = Path(out_dir or Path(DEFAULT_OUT) / recipe)
     deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
 
     def expected(spec):  # rendered locally: the image this deploy would run
-        return expected_image(endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing),
-                                          recipes_dir))
+        return expected_image(
+            endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing), recipes_dir)
+        )
 
     plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy, expected)
 
@@ -233,8 +365,11 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
         for g in summary.report.get("groups", []):
             a = (g.get("agreement") or {}).get("decode_and_ttft")
             if a and a.get("cells"):
-                click.echo(f"winners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells "
-                           f"({a['pct']:.0f}%)", err=True)
+                click.echo(
+                    f"winners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells "
+                    f"({a['pct']:.0f}%)",
+                    err=True,
+                )
         click.echo(f"report: {summary.report['files']['markdown']}", err=True)
     if summary.status == "interrupted":
         raise SweepInterrupted("interrupted: the levels stored so far are kept; the same command resumes")
@@ -244,8 +379,12 @@ def sweep_cmd(recipe, topologies, pp, tg, concurrency, runs, tokenizer, corpus, 
 
 @bench.command("report")
 @click.argument("dirs", nargs=-1, required=True, metavar="DIR...")
-@click.option("--out", "out_dir", metavar="DIR", help="Where report.md, report.json and the charts go "
-              "(default: DIR when there is one; required with several).")
+@click.option(
+    "--out",
+    "out_dir",
+    metavar="DIR",
+    help="Where report.md, report.json and the charts go (default: DIR when there is one; required with several).",
+)
 @click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
 @json_option
 def report_cmd(dirs, out_dir, no_charts, as_json):
@@ -255,12 +394,24 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
     from sparkdeploy.bench.store import load_results
 
     if len(dirs) > 1 and not out_dir:  # writing into one of them would mix a joint report into one's results
-        raise ConfigError(Problem(" ".join(dirs), "--out", "several result folders: where does the joint report go?",
-                                  "name a folder with --out DIR"))
+        raise ConfigError(
+            Problem(
+                " ".join(dirs),
+                "--out",
+                "several result folders: where does the joint report go?",
+                "name a folder with --out DIR",
+            )
+        )
     results, skipped = load_results(dirs)
     if not results:
-        raise ConfigError(Problem(", ".join(dirs), "", "no benchmark results there",
-                                  "run `sparkdeploy bench` or `sparkdeploy bench sweep` first"))
+        raise ConfigError(
+            Problem(
+                ", ".join(dirs),
+                "",
+                "no benchmark results there",
+                "run `sparkdeploy bench` or `sparkdeploy bench sweep` first",
+            )
+        )
     out = Path(out_dir or dirs[0])
     data = write_report(results, out, skipped, charts=not no_charts)
     if as_json:
@@ -276,12 +427,16 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
                 click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t)}")
         if g.agreement:
             a = g.agreement["decode_and_ttft"]
-            click.echo(f"\nwinners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells"
-                       + (f" ({a['pct']:.0f}%)" if a["pct"] is not None else ""))
+            click.echo(
+                f"\nwinners agree with the reference in {a['agree']}/{a['cells']} decode+TTFT cells"
+                + (f" ({a['pct']:.0f}%)" if a["pct"] is not None else "")
+            )
     for s in skipped:
         click.echo(f"skipped: {s}", err=True)
-    click.echo(f"\nreport: {data['files']['markdown']}" + (f"; charts: {', '.join(data['files']['charts'])}"
-                                                             if data["files"]["charts"] else ""))
+    click.echo(
+        f"\nreport: {data['files']['markdown']}"
+        + (f"; charts: {', '.join(data['files']['charts'])}" if data["files"]["charts"] else "")
+    )
 
 
 @click.command("advise")
@@ -289,14 +444,30 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--gen-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--recipe", "-r", metavar="NAME", help="Use this recipe's measured results and batch settings.")
-@click.option("--objective", type=click.Choice(["latency", "decode", "ttft", "prefill"]), default="latency",
-              show_default=True, help="latency: shortest request (TTFT + generation at N concurrent); decode: most "
-              "t/s generated; ttft: first token soonest; prefill: most prompt t/s.")
-@click.option("--results", "results_dirs", multiple=True, metavar="DIR",
-              help=f"Measured results to use (repeatable; default ./{DEFAULT_OUT} when it exists). Without any: "
-                   "the shipped reference tables.")
-@click.option("--inventory", "-i", "inventory", metavar="PATH|lab", default=None,
-              help="Also leave out topologies this inventory cannot run (too few nodes), and name it in the command.")
+@click.option(
+    "--objective",
+    type=click.Choice(["latency", "decode", "ttft", "prefill"]),
+    default="latency",
+    show_default=True,
+    help="latency: shortest request (TTFT + generation at N concurrent); decode: most "
+    "t/s generated; ttft: first token soonest; prefill: most prompt t/s.",
+)
+@click.option(
+    "--results",
+    "results_dirs",
+    multiple=True,
+    metavar="DIR",
+    help=f"Measured results to use (repeatable; default ./{DEFAULT_OUT} when it exists). Without any: "
+    "the shipped reference tables.",
+)
+@click.option(
+    "--inventory",
+    "-i",
+    "inventory",
+    metavar="PATH|lab",
+    default=None,
+    help="Also leave out topologies this inventory cannot run (too few nodes), and name it in the command.",
+)
 @recipes_dir_option
 @json_option
 def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, inventory, recipes_dir, as_json):

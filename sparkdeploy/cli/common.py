@@ -26,20 +26,39 @@ def _finite_timeout(ctx, param, value):
     return value
 
 
-timeout_option = click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
-                              callback=_finite_timeout,
-                              help="Seconds the health gate waits, in all, for /health and a real chat completion.")
+timeout_option = click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    callback=_finite_timeout,
+    help="Seconds the health gate waits, in all, for /health and a real chat completion.",
+)
 
 inventory_option = click.option(
-    "--inventory", "-i", "inventory", metavar="PATH|lab", envvar="SPARKDEPLOY_INVENTORY",
-    help="Inventory file (default ./inventory.yaml; `lab` is the lab's). Env: SPARKDEPLOY_INVENTORY.")
+    "--inventory",
+    "-i",
+    "inventory",
+    metavar="PATH|lab",
+    envvar="SPARKDEPLOY_INVENTORY",
+    help="Inventory file (default ./inventory.yaml; `lab` is the lab's). Env: SPARKDEPLOY_INVENTORY.",
+)
 recipes_dir_option = click.option(
-    "--recipes-dir", metavar="DIR", envvar="SPARKDEPLOY_RECIPES_DIR",
-    help="A folder of your own recipes, searched before the shipped ones (also SPARKDEPLOY_RECIPES).")
+    "--recipes-dir",
+    metavar="DIR",
+    envvar="SPARKDEPLOY_RECIPES_DIR",
+    help="A folder of your own recipes, searched before the shipped ones (also SPARKDEPLOY_RECIPES).",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
 set_option = click.option(
-    "--set", "sets", multiple=True, metavar="KEY=VALUE",
-    help="Override any recipe field, e.g. --set vllm.max_model_len=8192 (repeatable; YAML values).")
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override any recipe field, e.g. --set vllm.max_model_len=8192 (repeatable; YAML values).",
+)
+
+
 class RegistryChoice(click.Choice):
     """A choice among the names of a registry, read when first needed (--help or a value to check), so commands that
     never take the option do not pay for importing the registry."""
@@ -70,17 +89,30 @@ def _backends() -> list[str]:
 
 
 topology_option = click.option(
-    "--topology", "-t", type=RegistryChoice(_topologies), default=None,
+    "--topology",
+    "-t",
+    type=RegistryChoice(_topologies),
+    default=None,
     help="solo: one node; cluster: one engine over every node (TP=N, or --tp k with PP=N/k); 2xsolo: one engine "
-         "per node behind LiteLLM; replicas: N/k engines of TP=k behind LiteLLM (--tp, default 2). "
-         "Default: the recipe's default_topology.")
+    "per node behind LiteLLM; replicas: N/k engines of TP=k behind LiteLLM (--tp, default 2). "
+    "Default: the recipe's default_topology.",
+)
 backend_option = click.option(
-    "--backend", "-b", type=RegistryChoice(_backends), default=None,
-    help="How cluster and replicas launch their ranks (default: the recipe's cluster_backend).")
+    "--backend",
+    "-b",
+    type=RegistryChoice(_backends),
+    default=None,
+    help="How cluster and replicas launch their ranks (default: the recipe's cluster_backend).",
+)
 tp_option = click.option(
-    "--tp", "tp", type=click.IntRange(1, 64), default=None, metavar="K",
+    "--tp",
+    "tp",
+    type=click.IntRange(1, 64),
+    default=None,
+    metavar="K",
     help="Nodes per tensor-parallel engine (cluster: PP takes the rest; replicas: N/K engines). "
-         "Checked against the model's heads. Same as --set tensor_parallel=K.")
+    "Checked against the model's heads. Same as --set tensor_parallel=K.",
+)
 
 
 def _tp_into_sets(command):
@@ -99,8 +131,9 @@ def deployment_options(command):
     """The options every command that renders a deployment takes: topology, backend, --tp, inventory, --set,
     recipes dir (one place, so run-recipe, up and render cannot drift apart)."""
     command = _tp_into_sets(command)
-    for option in reversed((topology_option, backend_option, tp_option, inventory_option, set_option,
-                            recipes_dir_option)):
+    for option in reversed(
+        (topology_option, backend_option, tp_option, inventory_option, set_option, recipes_dir_option)
+    ):
         command = option(command)
     return command
 
@@ -114,18 +147,26 @@ def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
     run prints every file and command without connecting, up's reads the nodes' state first."""
 
     def decorate(command):
-        for option in reversed((
-            click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head)."),
-            click.option("--dry-run", is_flag=True, help=dry_run_help),
-            click.option("--metrics/--no-metrics", default=None,
-                         help="Also run Prometheus on the head node, scraping every engine and the proxy (default: "
-                              "the inventory's cluster.metrics; set it there to keep Prometheus on later runs)."),
-            click.option("--pull-model", is_flag=True,
-                         help="When the recipe's model is missing or incomplete on an engine node, pull it (download "
-                              "once on the head, copy over the fabric) instead of failing preflight."),
-            timeout_option,
-            json_option,
-        )):
+        for option in reversed(
+            (
+                click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head)."),
+                click.option("--dry-run", is_flag=True, help=dry_run_help),
+                click.option(
+                    "--metrics/--no-metrics",
+                    default=None,
+                    help="Also run Prometheus on the head node, scraping every engine and the proxy (default: "
+                    "the inventory's cluster.metrics; set it there to keep Prometheus on later runs).",
+                ),
+                click.option(
+                    "--pull-model",
+                    is_flag=True,
+                    help="When the recipe's model is missing or incomplete on an engine node, pull it (download "
+                    "once on the head, copy over the fabric) instead of failing preflight.",
+                ),
+                timeout_option,
+                json_option,
+            )
+        ):
             command = option(command)
         return deployment_options(command)  # listed first in --help, as they always were
 

@@ -21,12 +21,22 @@ def _size(text: str | None) -> int | None:
 
 @click.command("doctor")
 @inventory_option
-@click.option("--recipe", "-r", default=None, metavar="NAME",
-              help="Recipe whose image, memory and ports to check (default: cluster.default_recipe).")
+@click.option(
+    "--recipe",
+    "-r",
+    default=None,
+    metavar="NAME",
+    help="Recipe whose image, memory and ports to check (default: cluster.default_recipe).",
+)
 @topology_option
 @recipes_dir_option
-@click.option("--only", "only", multiple=True, metavar="ID",
-              help="Run only checks whose id starts with ID (repeatable): e.g. --only network --only gpu.driver.")
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    metavar="ID",
+    help="Run only checks whose id starts with ID (repeatable): e.g. --only network --only gpu.driver.",
+)
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
 @click.option(
     "--nccl",
@@ -55,14 +65,17 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
 
     if list_checks:
         if as_json:
-            emit_json([{"id": c.id, "title": c.title, "scope": c.scope, "timeout_s": c.timeout_s,
-                        "opt_in": c.opt_in} for c in CHECKS])
+            emit_json(
+                [
+                    {"id": c.id, "title": c.title, "scope": c.scope, "timeout_s": c.timeout_s, "opt_in": c.opt_in}
+                    for c in CHECKS
+                ]
+            )
             return
         for c in CHECKS:
             click.echo(f"{c.id:<22} {c.title}" + (f" (--{c.opt_in})" if c.opt_in else ""))
         return
-    options = Options(recipe=recipe, topology=topology, nccl=nccl, nccl_max_bytes=_size(nccl_max_bytes),
-                      strict=strict)
+    options = Options(recipe=recipe, topology=topology, nccl=nccl, nccl_max_bytes=_size(nccl_max_bytes), strict=strict)
     with _lock_for_nccl(inventory, nccl):
         report = run_doctor(inventory, options, tuple(only), recipes_dir)
     code = 2 if report.run is not None and report.run.inventory_error is not None else report.exit_code(strict)

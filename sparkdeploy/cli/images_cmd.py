@@ -49,13 +49,17 @@ def images():
 
 # -- build ----------------------------------------------------------------------------------------------------
 
+
 @images.command("build")
 @click.argument("name")
 @click.option("--on", "on_node", metavar="NODE", help="Build with this node's Docker engine, over SSH.")
 @click.option("--local", "local", is_flag=True, help="Build with this machine's engine (the default).")
 @click.option("--force", is_flag=True, help="Build even when the tag exists (local builds).")
-@click.option("--dry-run", is_flag=True,
-              help="Print the plan (base, sources, duration, disk, hosts, what comes next); build nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (base, sources, duration, disk, hosts, what comes next); build nothing.",
+)
 @inventory_option
 def build_cmd(name, on_node, local, force, dry_run, inventory):
     """Build image definition NAME here (default) or on a node (--on NODE).
@@ -108,6 +112,7 @@ def build_cmd(name, on_node, local, force, dry_run, inventory):
         err.print(f"[dim]{node.name}: making sure its base {base.name} is there[/dim]")
         _push_or_fail(base.name, inv, [node.name])
     with NodeConnection(node, inv) as conn, err.status(f"{node.name}: building {name}", spinner="dots") as status:
+
         def step(n: int, total: int, text: str) -> None:
             err.print(f"[dim]{node.name}: step {n}/{total}: {text[:100]}[/dim]")
             status.update(f"{node.name}: building {name}: step {n}/{total}")
@@ -117,6 +122,7 @@ def build_cmd(name, on_node, local, force, dry_run, inventory):
 
 
 # -- push -----------------------------------------------------------------------------------------------------
+
 
 def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
     from sparkdeploy.images.push import push_image
@@ -133,21 +139,39 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
 @images.command("push")
 @click.argument("name")
 @click.option("--to", "to_nodes", multiple=True, metavar="NODE", help="Only these nodes (repeatable; default all).")
-@click.option("--compress", "compression", type=click.Choice(["auto", "zstd", "gzip", "none"]), default="auto",
-              show_default=True, help="auto: zstd where the node has it, else gzip (docker load reads gzip).")
-@click.option("--layer-source", "reader", type=click.Choice(["auto", "store", "save"]), default="auto",
-              show_default=True,
-              help="Where the layers are read (with --from: on that node; its store through sudo -n). store: "
-                   "the engine's layer store, only the layers sent (needs read access to the Docker root, "
-                   "overlay2); save: `docker save` of the whole image first; "
-                   "auto: store when readable, else save.")
-@click.option("--from", "from_node", metavar="NODE",
-              help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
-                   "from that node straight to the others over their fabric IPs (nothing passes through this "
-                   "machine); sets up node-to-node SSH with host keys checked first.")
-@click.option("--dry-run", is_flag=True,
-              help="With --from: print what each node lacks, the chain and fabric addresses, and the peer SSH "
-                   "keys and host keys it would add; change nothing.")
+@click.option(
+    "--compress",
+    "compression",
+    type=click.Choice(["auto", "zstd", "gzip", "none"]),
+    default="auto",
+    show_default=True,
+    help="auto: zstd where the node has it, else gzip (docker load reads gzip).",
+)
+@click.option(
+    "--layer-source",
+    "reader",
+    type=click.Choice(["auto", "store", "save"]),
+    default="auto",
+    show_default=True,
+    help="Where the layers are read (with --from: on that node; its store through sudo -n). store: "
+    "the engine's layer store, only the layers sent (needs read access to the Docker root, "
+    "overlay2); save: `docker save` of the whole image first; "
+    "auto: store when readable, else save.",
+)
+@click.option(
+    "--from",
+    "from_node",
+    metavar="NODE",
+    help="Send the image as NODE's engine has it (built there with `images build --on NODE`), "
+    "from that node straight to the others over their fabric IPs (nothing passes through this "
+    "machine); sets up node-to-node SSH with host keys checked first.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --from: print what each node lacks, the chain and fabric addresses, and the peer SSH "
+    "keys and host keys it would add; change nothing.",
+)
 @inventory_option
 @json_option
 @click.pass_context
@@ -189,8 +213,12 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
                 outcomes = push_image(name, inv, nodes, progress, compression=compression, reader=reader)
     failed = [o for o in outcomes if not o.ok]
     if as_json:
-        emit_json([dict(o.value.as_dict(), ok=True) if o.ok else
-                   {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes])
+        emit_json(
+            [
+                dict(o.value.as_dict(), ok=True) if o.ok else {"node": o.node.name, "ok": False, "error": str(o.error)}
+                for o in outcomes
+            ]
+        )
     else:
         table = Table(title=f"images push {name}", title_justify="left")
         for col in ("node", "result", "image ID", "layers sent", "sent", "archive", "time", "note"):
@@ -198,10 +226,18 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
         for o in outcomes:
             if o.ok:
                 r = o.value
-                table.add_row(o.node.name, Text(r.action, style="green"), _short(r.image_id),
-                              f"{r.layers_sent}/{r.layers_total}", _size(r.bytes_sent), _size(r.raw_bytes),
-                              f"{r.seconds:.1f} s", f"{r.compression}, from {r.reader}{'; ' + r.note if r.note else ''}"
-                              if r.action == "sent" else r.note)
+                table.add_row(
+                    o.node.name,
+                    Text(r.action, style="green"),
+                    _short(r.image_id),
+                    f"{r.layers_sent}/{r.layers_total}",
+                    _size(r.bytes_sent),
+                    _size(r.raw_bytes),
+                    f"{r.seconds:.1f} s",
+                    f"{r.compression}, from {r.reader}{'; ' + r.note if r.note else ''}"
+                    if r.action == "sent"
+                    else r.note,
+                )
             else:
                 table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
         _console().print(table)
@@ -215,15 +251,27 @@ def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -
     plan, failed = plan_from(name, inv, source, nodes, compression, dry_run=True, reader=reader)
     lines = plan.lines() + [f"{o.node.name}: cannot read its images: {o.error}" for o in failed]
     if as_json:
-        emit_json({"source": source.name, "source_fabric_ip": source.fabric_address, "image": plan.image.tag,
-                   "image_id": plan.image.id,
-                   "chain": [{"from": a.name, "from_ip": a.fabric_address, "to": b.name, "to_ip": b.fabric_address}
-                             for a, b in plan.edges],
-                   "nodes": {n: {"action": p.action, "layers": p.layers_sent, "bytes": p.estimate}
-                             for n, p in plan.plans.items()},
-                   "refused": {n: str(e) for n, e in plan.refused.items()}, "peer_ssh": plan.trust,
-                   "bytes": plan.estimate, "compression": plan.compression, "reader": plan.reader,
-                   "lines": lines})
+        emit_json(
+            {
+                "source": source.name,
+                "source_fabric_ip": source.fabric_address,
+                "image": plan.image.tag,
+                "image_id": plan.image.id,
+                "chain": [
+                    {"from": a.name, "from_ip": a.fabric_address, "to": b.name, "to_ip": b.fabric_address}
+                    for a, b in plan.edges
+                ],
+                "nodes": {
+                    n: {"action": p.action, "layers": p.layers_sent, "bytes": p.estimate} for n, p in plan.plans.items()
+                },
+                "refused": {n: str(e) for n, e in plan.refused.items()},
+                "peer_ssh": plan.trust,
+                "bytes": plan.estimate,
+                "compression": plan.compression,
+                "reader": plan.reader,
+                "lines": lines,
+            }
+        )
     else:
         click.echo(f"images push {name} --from {source.name} (dry run: nothing changed)")
         for line in lines:
@@ -235,41 +283,57 @@ def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> N
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
 
     if as_json:
-        plan, outcomes, received = push_from_node(name, inv, source, nodes, PushProgress(), compression,
-                                                      reader=reader)
+        plan, outcomes, received = push_from_node(name, inv, source, nodes, PushProgress(), compression, reader=reader)
     else:
         with RichPushProgress() as progress:
-            plan, outcomes, received = push_from_node(name, inv, source, nodes, progress, compression,
-                                                      reader=reader)
+            plan, outcomes, received = push_from_node(name, inv, source, nodes, progress, compression, reader=reader)
     if as_json:
-        emit_json({"source": source.name, "chain": [[a.name, a.fabric_address, b.name, b.fabric_address]
-                                                    for a, b in plan.edges],
-                   "bytes_through_this_machine": received,
-                   "nodes": [dict(o.value.as_dict(), ok=True) if o.ok else
-                             {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes]})
+        emit_json(
+            {
+                "source": source.name,
+                "chain": [[a.name, a.fabric_address, b.name, b.fabric_address] for a, b in plan.edges],
+                "bytes_through_this_machine": received,
+                "nodes": [
+                    dict(o.value.as_dict(), ok=True)
+                    if o.ok
+                    else {"node": o.node.name, "ok": False, "error": str(o.error)}
+                    for o in outcomes
+                ],
+            }
+        )
     else:
-        table = Table(title=f"images push {name} --from {source.name}"
-                            + (f" (chain {plan.chain_text()})" if plan.edges else ""), title_justify="left")
+        table = Table(
+            title=f"images push {name} --from {source.name}" + (f" (chain {plan.chain_text()})" if plan.edges else ""),
+            title_justify="left",
+        )
         for col in ("node", "result", "image ID", "layers sent", "received", "archive", "time", "note"):
             table.add_column(col, overflow="fold")
         for o in outcomes:
             if o.ok:
                 r = o.value
-                table.add_row(o.node.name, Text(r.action, style="green"), _short(r.image_id),
-                              f"{r.layers_sent}/{r.layers_total}", _size(r.bytes_sent), _size(r.raw_bytes),
-                              f"{r.seconds:.1f} s", f"{r.compression}, from {r.reader}" if r.action == "sent"
-                              else r.note)
+                table.add_row(
+                    o.node.name,
+                    Text(r.action, style="green"),
+                    _short(r.image_id),
+                    f"{r.layers_sent}/{r.layers_total}",
+                    _size(r.bytes_sent),
+                    _size(r.raw_bytes),
+                    f"{r.seconds:.1f} s",
+                    f"{r.compression}, from {r.reader}" if r.action == "sent" else r.note,
+                )
             else:
                 table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
         _console().print(table)
         if plan.edges:
-            click.echo(f"through this machine: {_size(received) if received else '0 B'} of progress lines, "
-                       f"no image bytes")
+            click.echo(
+                f"through this machine: {_size(received) if received else '0 B'} of progress lines, no image bytes"
+            )
     if any(not o.ok for o in outcomes):
         ctx.exit(1)
 
 
 # -- list -----------------------------------------------------------------------------------------------------
+
 
 @images.command("list")
 @inventory_option
@@ -284,13 +348,23 @@ def list_cmd(ctx, inventory, as_json):
     outcomes, rows = list_images(inv)
     failed = [o for o in outcomes if not o.ok]
     if as_json:
-        emit_json({
-            "nodes": {o.node.name: ({"ok": True, "images": [
-                {"name": i.name, "tags": i.tags, "id": i.id} for i in o.value.managed()],
-                "partial_pushes": o.value.partials()} if o.ok else
-                {"ok": False, "error": str(o.error)}) for o in outcomes},
-            "tags": [{"tag": r.tag, "name": r.name, "ids": r.ids, "agree": r.agree} for r in rows],
-        })
+        emit_json(
+            {
+                "nodes": {
+                    o.node.name: (
+                        {
+                            "ok": True,
+                            "images": [{"name": i.name, "tags": i.tags, "id": i.id} for i in o.value.managed()],
+                            "partial_pushes": o.value.partials(),
+                        }
+                        if o.ok
+                        else {"ok": False, "error": str(o.error)}
+                    )
+                    for o in outcomes
+                },
+                "tags": [{"tag": r.tag, "name": r.name, "ids": r.ids, "agree": r.agree} for r in rows],
+            }
+        )
     else:
         readable = [o.node.name for o in outcomes if o.ok]
         table = Table(title="images on the nodes (label io.sparkdeploy.image)", title_justify="left")
@@ -299,15 +373,20 @@ def list_cmd(ctx, inventory, as_json):
             table.add_column(name)
         table.add_column("nodes agree")
         for r in rows:
-            table.add_row(r.tag, *[_short(r.ids.get(n)) for n in readable],
-                          Text("yes", style="green") if r.agree else Text("no", style="red"))
+            table.add_row(
+                r.tag,
+                *[_short(r.ids.get(n)) for n in readable],
+                Text("yes", style="green") if r.agree else Text("no", style="red"),
+            )
         _console().print(table)
         if not rows:
             click.echo("no managed images on the nodes")
         for o in outcomes:
             for image_id, count in (o.value.partials() if o.ok else {}).items():
-                click.echo(f"{o.node.name}: a cut push of {_short(image_id)} left {count} partial image(s); "
-                           f"pushing that image again resumes it and removes them")
+                click.echo(
+                    f"{o.node.name}: a cut push of {_short(image_id)} left {count} partial image(s); "
+                    f"pushing that image again resumes it and removes them"
+                )
         for o in failed:
             click.secho(f"error: {o.error}", fg="red", err=True)
     if failed:

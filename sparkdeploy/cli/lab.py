@@ -11,15 +11,23 @@ from sparkdeploy.lab import lifecycle
 from sparkdeploy.lab import nodestatus as lab_status
 from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
 
-name_option = click.option("--name", default=DEFAULT_NAME, show_default=True,
-                           help="Lab name: several labs can coexist on their own subnets.")
+name_option = click.option(
+    "--name", default=DEFAULT_NAME, show_default=True, help="Lab name: several labs can coexist on their own subnets."
+)
 
 
-def _spec(name: str, nodes: int = 2, subnet: str | None = None, fabric_subnet: str | None = None,
-          images: str = ",".join(DEFAULT_IMAGES), seed: bool = False) -> LabSpec:
+def _spec(
+    name: str,
+    nodes: int = 2,
+    subnet: str | None = None,
+    fabric_subnet: str | None = None,
+    images: str = ",".join(DEFAULT_IMAGES),
+    seed: bool = False,
+) -> LabSpec:
     subnets = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
-    return LabSpec(name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()),
-                   seed=seed, **subnets)
+    return LabSpec(
+        name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()), seed=seed, **subnets
+    )
 
 
 def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
@@ -27,8 +35,16 @@ def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
     for col in ("node", "state", "mgmt ip", "fabric ip", "fabric iface", "ssh", "dockerd", "storage"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.node, r.state, r.mgmt_ip, r.fabric_ip, r.fabric_iface or "-", "ok" if r.ssh else "no",
-                      "ok" if r.dockerd else "no", r.storage_driver or "-")
+        table.add_row(
+            r.node,
+            r.state,
+            r.mgmt_ip,
+            r.fabric_ip,
+            r.fabric_iface or "-",
+            "ok" if r.ssh else "no",
+            "ok" if r.dockerd else "no",
+            r.storage_driver or "-",
+        )
     out = Console()
     if not out.is_terminal:  # a pipe or a CI log: don't squeeze the IPs into 80 columns
         out = Console(width=120)
@@ -45,16 +61,29 @@ def lab():
 @click.option("--rebuild", is_flag=True, help="Rebuild the lab images from scratch and recreate the nodes.")
 @name_option
 @click.option("--subnet", default=None, help=f"Management subnet (SSH).  [default: {DEFAULT_MGMT_SUBNET}]")
-@click.option("--fabric-subnet", default=None,
-              help=f"Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).  [default: {DEFAULT_FABRIC_SUBNET}]")
-@click.option("--images", default=",".join(DEFAULT_IMAGES), show_default=True,
-              help="Engine images to preload into every node (comma separated; '' for none).")
-@click.option("--no-preload", is_flag=True,
-              help="Preload no engine image: `up` pushes the images a recipe needs when it first needs them "
-                   "(what scripts/demo.sh does: it serves one topology, so it builds and pushes only its image).")
-@click.option("--seed", is_flag=True,
-              help="Push the engine images to the first node only, then copy its image store into the other empty "
-                   "nodes (lab setup: skips a docker load per node; every node's image ID is still checked).")
+@click.option(
+    "--fabric-subnet",
+    default=None,
+    help=f"Fabric subnet (MTU 9000, stands in for the ConnectX-7 link).  [default: {DEFAULT_FABRIC_SUBNET}]",
+)
+@click.option(
+    "--images",
+    default=",".join(DEFAULT_IMAGES),
+    show_default=True,
+    help="Engine images to preload into every node (comma separated; '' for none).",
+)
+@click.option(
+    "--no-preload",
+    is_flag=True,
+    help="Preload no engine image: `up` pushes the images a recipe needs when it first needs them "
+    "(what scripts/demo.sh does: it serves one topology, so it builds and pushes only its image).",
+)
+@click.option(
+    "--seed",
+    is_flag=True,
+    help="Push the engine images to the first node only, then copy its image store into the other empty "
+    "nodes (lab setup: skips a docker load per node; every node's image ID is still checked).",
+)
 @json_option
 def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, as_json):
     """Create or repair the lab (idempotent) and write its inventory.
@@ -68,18 +97,31 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
     spec = _spec(name, nodes, subnet, fabric_subnet, "" if no_preload else images, seed)
     result = lifecycle.up(spec, rebuild=rebuild)
     if as_json:
-        emit_json({"inventory": result.inventory, "seconds": round(result.seconds, 1), "phases": result.phases,
-                   "created": result.created, "started": result.started, "seeded": result.seeded,
-                   "images": [vars(i) for i in result.images], "nodes": lab_status.status_dicts(result.nodes)})
+        emit_json(
+            {
+                "inventory": result.inventory,
+                "seconds": round(result.seconds, 1),
+                "phases": result.phases,
+                "created": result.created,
+                "started": result.started,
+                "seeded": result.seeded,
+                "images": [vars(i) for i in result.images],
+                "nodes": lab_status.status_dicts(result.nodes),
+            }
+        )
         return
-    _print_table(result.nodes, f"lab {spec.name}: up in {result.seconds:.1f} s "
-                               f"({len(result.created)} created, {len(result.started)} started)")
+    _print_table(
+        result.nodes,
+        f"lab {spec.name}: up in {result.seconds:.1f} s ({len(result.created)} created, {len(result.started)} started)",
+    )
     for item in result.images:
         if item.skipped:
             click.echo(f"image {item.image}: skipped ({item.skipped})")
         else:
-            click.echo(f"image {item.tag}: loaded on {', '.join(item.loaded) or 'none'}; "
-                       f"already on {', '.join(item.present) or 'none'}")
+            click.echo(
+                f"image {item.tag}: loaded on {', '.join(item.loaded) or 'none'}; "
+                f"already on {', '.join(item.present) or 'none'}"
+            )
     click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
     hint = "--inventory lab" if spec.name == DEFAULT_NAME else f"--inventory {result.inventory}"
     click.echo(f"inventory: {result.inventory}   (deploy with {hint})")

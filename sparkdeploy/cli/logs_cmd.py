@@ -17,8 +17,9 @@ COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_
 
 def _since(ctx, param, value):
     if value is not None and not SINCE.match(value):
-        raise click.BadParameter(f"{value!r}: a duration (10m, 1h30m, 45s), an RFC 3339 time "
-                                 "(2026-11-23T09:00:00Z) or a Unix timestamp")
+        raise click.BadParameter(
+            f"{value!r}: a duration (10m, 1h30m, 45s), an RFC 3339 time (2026-11-23T09:00:00Z) or a Unix timestamp"
+        )
     return value
 
 
@@ -44,26 +45,49 @@ class Printer:
 
         with self._lock:
             if isinstance(line, Notice):
-                click.echo(click.style(f"== {line.node}: {self.mask(line.text)}", fg="yellow", bold=True),
-                           err=True, color=self.colour)
+                click.echo(
+                    click.style(f"== {line.node}: {self.mask(line.text)}", fg="yellow", bold=True),
+                    err=True,
+                    color=self.colour,
+                )
                 return
             stamp = f"{line.short_time()} " if self.timestamps else ""
-            click.echo(f"{stamp}{self.prefix(line.node, line.container)} | {self.mask(line.text)}",
-                       color=self.colour)
+            click.echo(f"{stamp}{self.prefix(line.node, line.container)} | {self.mask(line.text)}", color=self.colour)
 
 
 @click.command("logs")
 @inventory_option
-@click.option("--node", "-n", "nodes", multiple=True, metavar="NAME",
-              help="Only this node (repeatable; default: every node).")
-@click.option("--container", "-c", "containers", multiple=True, metavar="NAME",
-              help="Only this container, e.g. sparkdeploy-vllm or just vllm (repeatable; default: all of ours).")
-@click.option("--since", default=None, callback=_since, metavar="WHEN",
-              help="Only lines newer than a duration (10m, 1h) or a time (RFC 3339 or Unix seconds).")
-@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N",
-              help="The last N lines of each container (default: all; with --follow: 10).")
-@click.option("--follow", "-f", is_flag=True,
-              help="Keep printing new lines until Ctrl-C; a node that goes away is reported and retried.")
+@click.option(
+    "--node", "-n", "nodes", multiple=True, metavar="NAME", help="Only this node (repeatable; default: every node)."
+)
+@click.option(
+    "--container",
+    "-c",
+    "containers",
+    multiple=True,
+    metavar="NAME",
+    help="Only this container, e.g. sparkdeploy-vllm or just vllm (repeatable; default: all of ours).",
+)
+@click.option(
+    "--since",
+    default=None,
+    callback=_since,
+    metavar="WHEN",
+    help="Only lines newer than a duration (10m, 1h) or a time (RFC 3339 or Unix seconds).",
+)
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="The last N lines of each container (default: all; with --follow: 10).",
+)
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing new lines until Ctrl-C; a node that goes away is reported and retried.",
+)
 @click.option("--timestamps", "-t", is_flag=True, help="Show each line's time (UTC).")
 def logs(inventory, nodes, containers, since, tail, follow, timestamps):
     """The logs of sparkdeploy's containers on every node, merged by time, each line prefixed node/container.
@@ -94,8 +118,7 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
         if follow:
             stop = threading.Event()
             try:
-                node_logs.follow(conns, printer.line, stop, since, 10 if tail is None and not since else tail,
-                                 wanted)
+                node_logs.follow(conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted)
             except KeyboardInterrupt:
                 pass
             finally:
@@ -113,8 +136,9 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
         click.secho(f"{o.node.name}: could not read its logs: {mask(str(o.error))}", fg="red", err=True)
     if not shown and not failed:
         if wanted:
-            click.echo(f"no sparkdeploy container named {', '.join(wanted)} on "
-                       f"{', '.join(n.name for n in chosen)}", err=True)
+            click.echo(
+                f"no sparkdeploy container named {', '.join(wanted)} on {', '.join(n.name for n in chosen)}", err=True
+            )
         else:
             raise NothingDeployed(", ".join(n.name for n in chosen))
     if failed:

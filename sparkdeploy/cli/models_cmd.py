@@ -16,8 +16,14 @@ class RichProgress:
     """One bar per node: bytes and rate (rich)."""
 
     def __init__(self, console: Console):
-        self.bars = Progress(TextColumn("{task.fields[node]:<8}"), BarColumn(), DownloadColumn(),
-                             TransferSpeedColumn(), TextColumn("{task.fields[what]}"), console=console)
+        self.bars = Progress(
+            TextColumn("{task.fields[node]:<8}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[what]}"),
+            console=console,
+        )
         self.tasks: dict[str, int] = {}
 
     def __enter__(self):
@@ -40,8 +46,9 @@ class RichProgress:
     def finish(self, node, ok, note=""):
         if node in self.tasks:
             task = self.bars.tasks[self.tasks[node]]
-            self.bars.update(self.tasks[node], completed=task.total if ok else task.completed,
-                             what="verified" if ok else "FAILED")
+            self.bars.update(
+                self.tasks[node], completed=task.total if ok else task.completed, what="verified" if ok else "FAILED"
+            )
 
 
 def resolve_target(arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None):
@@ -57,8 +64,14 @@ def resolve_target(arg: str, revision: str | None, inventory: str | None, recipe
     try:
         dep = load_deployment(inventory, None, recipes_dir=recipes_dir)
     except ConfigError as exc:
-        raise ConfigError(Problem("models", arg, "is a model id, and no recipe says which engine image runs "
-                                  "the download", "name a recipe instead, or set cluster.default_recipe")) from exc
+        raise ConfigError(
+            Problem(
+                "models",
+                arg,
+                "is a model id, and no recipe says which engine image runs the download",
+                "name a recipe instead, or set cluster.default_recipe",
+            )
+        ) from exc
     return ref, dep, dep.inventory
 
 
@@ -142,8 +155,11 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
         for name, r in result.nodes.items():
             rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
             via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
-            click.echo(f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
-                       if r.ok else f"  {name}: {r.action}: {r.error}")
+            click.echo(
+                f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
+                if r.ok
+                else f"  {name}: {r.action}: {r.error}"
+            )
     if not result.ok:
         for r in result.nodes.values():
             if not r.ok and not as_json:
@@ -178,9 +194,19 @@ def list_cmd(verify, inventory, as_json):
             bad = True
             continue
         for m in state["models"]:
-            rows.append({"node": node, "model": m["repo"], "revision": m["revision"], "commit": m["commit"],
-                         "size": m["size"], "files": m["files"], "complete": not m["bad"], "verified": not m["bad"],
-                         "problems": m["bad"]})
+            rows.append(
+                {
+                    "node": node,
+                    "model": m["repo"],
+                    "revision": m["revision"],
+                    "commit": m["commit"],
+                    "size": m["size"],
+                    "files": m["files"],
+                    "complete": not m["bad"],
+                    "verified": not m["bad"],
+                    "problems": m["bad"],
+                }
+            )
             bad = bad or bool(m["bad"])
     if as_json:
         emit_json({"hf_cache": inv.cluster.hf_cache, "nodes": rows})
@@ -192,12 +218,16 @@ def list_cmd(verify, inventory, as_json):
             if "error" in r:
                 table.add_row(r["node"], "-", "-", "-", "-", f"[red]unreadable: {r['error']}[/red]")
                 continue
-            state = "[green]complete, verified[/green]" if r["complete"] else \
-                f"[red]NOT complete: {describe_bad(r['problems'])}[/red]"
+            state = (
+                "[green]complete, verified[/green]"
+                if r["complete"]
+                else f"[red]NOT complete: {describe_bad(r['problems'])}[/red]"
+            )
             table.add_row(r["node"], r["model"], r["revision"], r["commit"][:12], f"{r['size'] / 1e9:.2f} GB", state)
         Console(width=160).print(table)
         if bad:
-            click.echo("fix: run `sparkdeploy models pull MODEL` again: bad files are fetched again, the rest kept",
-                       err=True)
+            click.echo(
+                "fix: run `sparkdeploy models pull MODEL` again: bad files are fetched again, the rest kept", err=True
+            )
     if bad:
         exit_with(1)

@@ -34,9 +34,19 @@ def list_cmd(recipes_dir, as_json):
     rows = []
     for name, path in recipes_mod.recipe_files(recipes_dir).items():
         recipe, _, _ = recipes_mod.load_recipe(str(path))
-        rows.append({"name": name, "model": recipe.model, "image": recipe.image, "topologies": recipe.topologies,
-                     "default_topology": recipe.default_topology, "cluster_backend": recipe.cluster_backend,
-                     "fits_one_node": recipe.fits_one_node, "description": recipe.description, "file": str(path)})
+        rows.append(
+            {
+                "name": name,
+                "model": recipe.model,
+                "image": recipe.image,
+                "topologies": recipe.topologies,
+                "default_topology": recipe.default_topology,
+                "cluster_backend": recipe.cluster_backend,
+                "fits_one_node": recipe.fits_one_node,
+                "description": recipe.description,
+                "file": str(path),
+            }
+        )
     if as_json:
         emit_json(rows)
         return
@@ -44,8 +54,19 @@ def list_cmd(recipes_dir, as_json):
     for col in ("name", "model", "image", "topologies", "default", "backend"):
         table.add_column(col)
     for r in rows:
-        table.add_row(*map(plain, (r["name"], r["model"], r["image"], ", ".join(r["topologies"]),
-                                   r["default_topology"], r["cluster_backend"])))
+        table.add_row(
+            *map(
+                plain,
+                (
+                    r["name"],
+                    r["model"],
+                    r["image"],
+                    ", ".join(r["topologies"]),
+                    r["default_topology"],
+                    r["cluster_backend"],
+                ),
+            )
+        )
     Console(width=160).print(table)
 
 
@@ -64,9 +85,17 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
     rows = [{"key": k, "value": v, "source": resolved.sources.get(k, "default")} for k, v in values.items()]
     allreduce = allreduce_mode(resolved)
     if as_json:
-        emit_json({"recipe": resolved.name, "topology": resolved.topology, "backend": resolved.backend or None,
-                   "file": str(resolved.source), "values": rows, "warnings": resolved.warnings,
-                   "allreduce": allreduce})
+        emit_json(
+            {
+                "recipe": resolved.name,
+                "topology": resolved.topology,
+                "backend": resolved.backend or None,
+                "file": str(resolved.source),
+                "values": rows,
+                "warnings": resolved.warnings,
+                "allreduce": allreduce,
+            }
+        )
         return
     for w in resolved.warnings:
         warn(w)
@@ -78,14 +107,19 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
     table.add_column("value")
     table.add_column("from")
     for r in rows:
-        table.add_row(plain(r["key"]), plain(repr(r["value"]) if isinstance(r["value"], str) else str(r["value"])),
-                      plain(r["source"]))
+        table.add_row(
+            plain(r["key"]),
+            plain(repr(r["value"]) if isinstance(r["value"], str) else str(r["value"])),
+            plain(r["source"]),
+        )
     table.add_row(
         "all-reduce (derived)", plain(allreduce["mode"]), "vllm.enforce_eager, vllm.compilation.eager_allreduce"
     )
     Console(width=160).print(table)
-    click.echo(f"all-reduce: {allreduce['mode']}: {allreduce['meaning']}. `sparkdeploy doctor --nccl` measures which "
-               "this cluster wants.")
+    click.echo(
+        f"all-reduce: {allreduce['mode']}: {allreduce['meaning']}. `sparkdeploy doctor --nccl` measures which "
+        "this cluster wants."
+    )
 
 
 def allreduce_mode(resolved) -> dict:

@@ -16,9 +16,12 @@ from sparkdeploy.localfiles import open_folder, open_subfolder, write_atomic
 @click.argument("recipe")
 @deployment_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
-@click.option("--with-secrets", is_flag=True,
-              help="Write secrets.env with the real values (mode 0600; --out must then be your own folder that "
-                   "others cannot write). Without it the values are masked.")
+@click.option(
+    "--with-secrets",
+    is_flag=True,
+    help="Write secrets.env with the real values (mode 0600; --out must then be your own folder that "
+    "others cannot write). Without it the values are masked.",
+)
 @json_option
 def render_cmd(recipe, topology, backend, inventory, sets, recipes_dir, out_dir, with_secrets, as_json):
     """Render RECIPE for a topology into OUT/<node>/, exactly as `up` would write it to each node's state dir.
@@ -37,8 +40,14 @@ def render_cmd(recipe, topology, backend, inventory, sets, recipes_dir, out_dir,
                 for f in nd.files:
                     content = f.content if (with_secrets or not f.secret) else f.shown()
                     write_atomic(node_fd, f.name, content, f.mode, folder / f.name)
-                    written.append({"node": nd.node.name, "path": str(folder / f.name), "mode": f"{f.mode:04o}",
-                                    "secret": f.secret})
+                    written.append(
+                        {
+                            "node": nd.node.name,
+                            "path": str(folder / f.name),
+                            "mode": f"{f.mode:04o}",
+                            "secret": f.secret,
+                        }
+                    )
             finally:
                 os.close(node_fd)
     finally:

@@ -11,8 +11,10 @@ from sparkdeploy.cli.common import CONTEXT_SETTINGS, emit_json, run_cli, up_opti
 from sparkdeploy.context import load_deployment
 from sparkdeploy.dryrun import as_text, describe
 
-DRY_RUN_HELP = ("Print, per node and in order, every file and command; connect to nothing, change nothing "
-                "(`up --dry-run` also reads the nodes' state).")
+DRY_RUN_HELP = (
+    "Print, per node and in order, every file and command; connect to nothing, change nothing "
+    "(`up --dry-run` also reads the nodes' state)."
+)
 
 
 def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics=None) -> None:
@@ -27,8 +29,9 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
 @click.command("run-recipe", context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe")
 @up_options(DRY_RUN_HELP)
-def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout,
-               as_json):
+def run_recipe(
+    recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json
+):
     """Serve RECIPE on your Sparks with the recipe's default topology: `sparkdeploy up --recipe RECIPE`, with
     up's options.
 
@@ -43,8 +46,19 @@ def run_recipe(recipe, topology, backend, inventory, sets, recipes_dir, node, dr
         return
     from sparkdeploy.cli.up_cmd import run_up  # the dry run above needs neither the pipeline nor rich
 
-    run_up(as_json, recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-           recipes_dir=recipes_dir, node=node, timeout=timeout, metrics=metrics, pull_model=pull_model)
+    run_up(
+        as_json,
+        recipe=recipe,
+        topology=topology,
+        backend=backend,
+        inventory=inventory,
+        sets=sets,
+        recipes_dir=recipes_dir,
+        node=node,
+        timeout=timeout,
+        metrics=metrics,
+        pull_model=pull_model,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

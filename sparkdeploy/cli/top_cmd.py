@@ -29,8 +29,7 @@ def render_table(snapshot: dict, title: str):
     if snapshot.get("simulated"):
         title = Text.assemble((f"{LABEL}: {NOTE}", "bold red"), "\n", title)
     table = Table(title=title, title_justify="left", caption=_caption(snapshot), caption_justify="left")
-    columns = ["node", "engine", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "TTFT p50",
-               "TTFT p95"]
+    columns = ["node", "engine", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "TTFT p50", "TTFT p95"]
     share = bool(snapshot.get("request_share"))
     if share:
         columns.append("proxy share")
@@ -38,16 +37,24 @@ def render_table(snapshot: dict, title: str):
         table.add_column(col, justify="left" if col in ("node", "engine") else "right")
     for e in snapshot["engines"]:
         if e.get("error") and e.get("running") is None:
-            table.add_row(e["node"], e["container"], Text(f"unreachable: {e['error']}", style="red"),
-                          *["" for _ in columns[3:]])
+            table.add_row(
+                e["node"], e["container"], Text(f"unreachable: {e['error']}", style="red"), *["" for _ in columns[3:]]
+            )
             continue
         engine = Text(e["container"])
         if is_simulated(e):  # a line of its own: a narrow terminal cuts the name, never the label
             engine.append(f"\n{LABEL}", style="bold red")
-        row = [e["node"], engine, _num(e.get("running"), ".0f"), _num(e.get("waiting"), ".0f"),
-               _num(e.get("kv_cache_usage"), ".1f", 100) + ("%" if e.get("kv_cache_usage") is not None else ""),
-               _num(e.get("prompt_tokens_per_s"), ".1f"), _num(e.get("generation_tokens_per_s"), ".1f"),
-               _seconds(e.get("ttft_p50_s")), _seconds(e.get("ttft_p95_s"))]
+        row = [
+            e["node"],
+            engine,
+            _num(e.get("running"), ".0f"),
+            _num(e.get("waiting"), ".0f"),
+            _num(e.get("kv_cache_usage"), ".1f", 100) + ("%" if e.get("kv_cache_usage") is not None else ""),
+            _num(e.get("prompt_tokens_per_s"), ".1f"),
+            _num(e.get("generation_tokens_per_s"), ".1f"),
+            _seconds(e.get("ttft_p50_s")),
+            _seconds(e.get("ttft_p95_s")),
+        ]
         if share:
             row.append(f"{e.get('request_share', 0.0) * 100:.0f}%")
         table.add_row(*row, style="yellow" if e.get("error") else "")
@@ -83,14 +90,28 @@ def _console():
 
 @click.command("top")
 @inventory_option
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
-              help="Seconds between refreshes.")
-@click.option("--window", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Seconds of history for the TTFT quantiles and the proxy's request shares.")
-@click.option("--once", is_flag=True,
-              help="Print one sample and exit: rates over --sample-gap, TTFT and shares since each engine started.")
-@click.option("--sample-gap", type=click.FloatRange(min=0.1), default=0.5, show_default=True,
-              help="With --once: seconds between the two scrapes the token rates come from.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes."
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds of history for the TTFT quantiles and the proxy's request shares.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Print one sample and exit: rates over --sample-gap, TTFT and shares since each engine started.",
+)
+@click.option(
+    "--sample-gap",
+    type=click.FloatRange(min=0.1),
+    default=0.5,
+    show_default=True,
+    help="With --once: seconds between the two scrapes the token rates come from.",
+)
 @json_option
 def top(inventory, interval, window, once, sample_gap, as_json):
     """Live load of every engine: requests running and waiting, KV-cache usage, prompt and generation

@@ -82,8 +82,10 @@ def trust(node_name, inventory, yes, replace):
     try:
         key = scan_host_key(node, inv)
     except (OSError, paramiko.SSHException, EOFError) as exc:
-        raise StepFailed(f"{node.name} ({node.mgmt_ip}): could not read its host key: "
-                         f"{connect_problem(exc, node.mgmt_ip, node.ssh.port)}") from None
+        raise StepFailed(
+            f"{node.name} ({node.mgmt_ip}): could not read its host key: "
+            f"{connect_problem(exc, node.mgmt_ip, node.ssh.port)}"
+        ) from None
     name = known_hosts_name(node.mgmt_ip, node.ssh.port or 22)
     fp = fingerprint(key)
     click.echo(f"{node.name} ({name}) offers {key.get_name()} {fp}")
@@ -95,9 +97,11 @@ def trust(node_name, inventory, yes, replace):
     if recorded:
         old = ", ".join(f"{k.get_name()} {fingerprint(k)}" for k in recorded)
         if not replace:
-            raise StepFailed(f"{node.name}: the host key CHANGED: {path} has {old}, the node now offers "
-                             f"{key.get_name()} {fp}. If the node was reinstalled, check the new fingerprint on its "
-                             f"console and run: sparkdeploy trust {node.name} --replace")
+            raise StepFailed(
+                f"{node.name}: the host key CHANGED: {path} has {old}, the node now offers "
+                f"{key.get_name()} {fp}. If the node was reinstalled, check the new fingerprint on its "
+                f"console and run: sparkdeploy trust {node.name} --replace"
+            )
         click.echo(f"replacing the recorded key(s): {old}")
     if not yes and not click.confirm(f"Trust this key for {node.name}?", default=False):
         raise StepFailed("not trusted: nothing was recorded")

@@ -27,6 +27,7 @@ STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright
 
 # -- output ---------------------------------------------------------------------------------------------
 
+
 class Out(Reporter):
     """Tables and lines for people (stdout), progress (stderr), all masked; quiet on stdout with --json."""
 
@@ -84,9 +85,13 @@ class Out(Reporter):
             detail = s.detail or s.reason
             if s.status == CHANGED and s.reason and s.detail:
                 detail = f"{s.reason}: {s.detail}"
-            table.add_row(self.cell(s.node), self.cell(s.kind), self.cell(s.target),
-                          self.cell(status, STATUS_COLORS.get(s.status, "yellow" if s.change else "green")),
-                          self.cell(detail))
+            table.add_row(
+                self.cell(s.node),
+                self.cell(s.kind),
+                self.cell(s.target),
+                self.cell(status, STATUS_COLORS.get(s.status, "yellow" if s.change else "green")),
+                self.cell(detail),
+            )
         self.table(table)
 
     def dry_run(self, plan: Plan) -> None:
@@ -120,8 +125,20 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
       sparkdeploy up -r openai-gpt-oss-120b -t 2xsolo       # one engine per node behind LiteLLM
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
     """
-    run_up(as_json, recipe=recipe, topology=topology, backend=backend, inventory=inventory, sets=sets,
-           recipes_dir=recipes_dir, node=node, dry_run=dry_run, timeout=timeout, metrics=metrics, pull_model=pull_model)
+    run_up(
+        as_json,
+        recipe=recipe,
+        topology=topology,
+        backend=backend,
+        inventory=inventory,
+        sets=sets,
+        recipes_dir=recipes_dir,
+        node=node,
+        dry_run=dry_run,
+        timeout=timeout,
+        metrics=metrics,
+        pull_model=pull_model,
+    )
 
 
 def run_up(as_json: bool, **options) -> None:
@@ -135,6 +152,7 @@ def run_up(as_json: bool, **options) -> None:
 
 
 # -- down -----------------------------------------------------------------------------------------------
+
 
 @click.command("down")
 @inventory_option
@@ -153,6 +171,7 @@ def down(inventory, dry_run, as_json):
 
 
 # -- status ---------------------------------------------------------------------------------------------
+
 
 def _uptime(seconds: float | None) -> str:
     if seconds is None:
@@ -186,14 +205,21 @@ def status(inventory, as_json):
         emit_json(data)
     else:
         table = Table(title=f"sparkdeploy status ({data['inventory']})", title_justify="left")
-        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health",
-                    "restarts"):
+        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health", "restarts"):
             table.add_column(col)
         for n in nodes:
             if not n["reachable"]:
-                table.add_row(out.cell(n["name"]), out.cell("-"), out.cell("-"), out.cell("-"),
-                              out.cell("UNREACHABLE", "red"), out.cell("-"), out.cell("-"), out.cell("see below"),
-                              out.cell("-"))
+                table.add_row(
+                    out.cell(n["name"]),
+                    out.cell("-"),
+                    out.cell("-"),
+                    out.cell("-"),
+                    out.cell("UNREACHABLE", "red"),
+                    out.cell("-"),
+                    out.cell("-"),
+                    out.cell("see below"),
+                    out.cell("-"),
+                )
                 continue
             if not n["containers"]:
                 table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])

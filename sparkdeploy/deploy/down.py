@@ -11,16 +11,21 @@ from sparkdeploy.inventory import load_inventory
 from sparkdeploy.plan import CHANGED, Plan, StepKind, plan_down
 
 
-def remove(inventory: str | None = None, dry_run: bool = False, reporter: Reporter | None = None,
-           result: dict | None = None) -> dict:
+def remove(
+    inventory: str | None = None, dry_run: bool = False, reporter: Reporter | None = None, result: dict | None = None
+) -> dict:
     """Plan and apply the removal on every reachable node; return the result (the `down --json` contract).
     Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}
     inv = load_inventory(inventory)
     result.update({"dry_run": dry_run, "ok": False, "unreachable": {}})
-    with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session, \
-            node_locks(session, dry_run, out.warn):
+    with (
+        inventory_lock(inv),
+        Interrupt(out.progress) as interrupt,
+        Session.open(inv) as session,
+        node_locks(session, dry_run, out.warn),
+    ):
         facts = gather_facts(session, inv.nodes)
         bad = {name: f for name, f in facts.items() if not isinstance(f, NodeFacts)}
         good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}
@@ -39,15 +44,18 @@ def remove(inventory: str | None = None, dry_run: bool = False, reporter: Report
         for name, err in bad.items():
             out.line(f"{name}: UNREACHABLE, nothing removed there: {err}", "red")
         for name in no_docker:
-            out.line(f"{name}: Docker does not answer: containers could not be listed ({good[name].docker_error})",
-                     "red")
+            out.line(
+                f"{name}: Docker does not answer: containers could not be listed ({good[name].docker_error})", "red"
+            )
         if interrupt.set:
             raise KeyboardInterrupt
         problems = list(bad) + no_docker + sorted({s.node for s in plan.failed()})
         if problems:
-            raise StepFailed(f"down incomplete on {', '.join(dict.fromkeys(problems))}; "
-                             f"{'the other nodes are clean' if len(problems) < len(inv.nodes) else 'nothing cleaned'}"
-                             "; run `sparkdeploy down` again once the node is back")
+            raise StepFailed(
+                f"down incomplete on {', '.join(dict.fromkeys(problems))}; "
+                f"{'the other nodes are clean' if len(problems) < len(inv.nodes) else 'nothing cleaned'}"
+                "; run `sparkdeploy down` again once the node is back"
+            )
         result["ok"] = True
         if not dry_run:
             out.line(plan_summary(plan) + ". " + _what_is_left(plan, list(good)))

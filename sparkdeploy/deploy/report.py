@@ -46,8 +46,10 @@ def plan_summary(plan: Plan) -> str:
         c = {OK: 0, CHANGED: 0, FAILED: 0, SKIPPED: 0}
         for s in n.steps:
             c[s.status] = c.get(s.status, 0) + 1
-        parts.append(f"{n.node.name}: {c[OK]} ok, {c[CHANGED]} changed, {c[FAILED]} failed"
-                     + (f", {c[SKIPPED]} skipped" if c[SKIPPED] else ""))
+        parts.append(
+            f"{n.node.name}: {c[OK]} ok, {c[CHANGED]} changed, {c[FAILED]} failed"
+            + (f", {c[SKIPPED]} skipped" if c[SKIPPED] else "")
+        )
     return "; ".join(parts)
 
 

@@ -34,8 +34,8 @@ def cluster_status(inventory: str | None = None) -> dict:
         "model": dep_info.get("model") if dep_info else None,
         "endpoint": dep_info.get("endpoint") if dep_info else None,
         "metrics_url": _metrics_url(inv, facts),
-        "healthy": bool(all_containers) and all(c["running"] and (c["health"] is None or c["health"]["ok"])
-                                                for c in all_containers),
+        "healthy": bool(all_containers)
+        and all(c["running"] and (c["health"] is None or c["health"]["ok"]) for c in all_containers),
         "nodes": nodes,
     }
     return data
@@ -57,8 +57,11 @@ def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
         entry.update(reachable=False, error=str(f), containers=[], files=[])
         return entry
     manifest = f.manifest or {}
-    health_ports = {c.get("name"): (c.get("health_port"), c.get("role")) for c in manifest.get("containers") or []
-                    if isinstance(c, dict)}
+    health_ports = {
+        c.get("name"): (c.get("health_port"), c.get("role"))
+        for c in manifest.get("containers") or []
+        if isinstance(c, dict)
+    }
     containers = []
     for c in f.containers:
         port, role = health_ports.get(c.name, (None, c.role))
@@ -66,18 +69,35 @@ def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
         if port and c.running:
             path = "/health/liveliness" if (role or c.role) == "proxy" else "/health"
             probe = _probe(f"http://{node.url_host}:{port}{path}")
-        containers.append({
-            "name": c.name, "role": c.role, "recipe": c.recipe, "topology": c.topology,
-            "backend": c.label("backend") or None, "state": c.status, "running": c.running,
-            "started_at": c.started_at, "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
-            "restarts": c.restarts, "image": c.image_ref, "image_id": c.image_id, "config_hash": c.config_hash,
-            "health": probe,
-            **_crash_fields(history, c.name),
-        })
-    entry.update(reachable=True, docker=f.docker_ok, error=f.docker_error or None, containers=containers,
-                 files=list(f.manifest_files), deployment={k: manifest.get(k) for k in
-                                                           ("recipe", "topology", "backend", "model", "endpoint")}
-                 if manifest else None)
+        containers.append(
+            {
+                "name": c.name,
+                "role": c.role,
+                "recipe": c.recipe,
+                "topology": c.topology,
+                "backend": c.label("backend") or None,
+                "state": c.status,
+                "running": c.running,
+                "started_at": c.started_at,
+                "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
+                "restarts": c.restarts,
+                "image": c.image_ref,
+                "image_id": c.image_id,
+                "config_hash": c.config_hash,
+                "health": probe,
+                **_crash_fields(history, c.name),
+            }
+        )
+    entry.update(
+        reachable=True,
+        docker=f.docker_ok,
+        error=f.docker_error or None,
+        containers=containers,
+        files=list(f.manifest_files),
+        deployment={k: manifest.get(k) for k in ("recipe", "topology", "backend", "model", "endpoint")}
+        if manifest
+        else None,
+    )
     return entry
 
 

@@ -51,12 +51,14 @@ def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, 
     for ref, node_names in sorted(missing.items()):
         name = preflight.image_definition_name(ref)
         targets = [dep.inventory.node(n) for n in sorted(node_names)]
-        holders = [nd.node for nd in dep.nodes if nd.node.name not in node_names
-                   and ref in {c.image for c in nd.containers}]  # its image check passed: it has the image
+        holders = [
+            nd.node for nd in dep.nodes if nd.node.name not in node_names and ref in {c.image for c in nd.containers}
+        ]  # its image check passed: it has the image
         received = None
         if holders:
-            out.progress(f"pushing image {ref} from {holders[0].name} to {', '.join(sorted(node_names))} "
-                         f"over the fabric")
+            out.progress(
+                f"pushing image {ref} from {holders[0].name} to {', '.join(sorted(node_names))} over the fabric"
+            )
             _plan, outcomes, received = push_from.push_from_node(ref, dep.inventory, holders[0], targets)
         else:
             out.progress(f"pushing image {name} to {', '.join(sorted(node_names))}")
@@ -66,10 +68,19 @@ def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, 
                 out.warn(f"push of {name} to {o.node.name} failed: {o.error}")
         if pushed is not None:
             # bytes_through_this_machine: from a node, the progress and result lines only (None: sent from here)
-            pushed.append({"image": ref, "from": holders[0].name if holders else None,
-                           "bytes_through_this_machine": received,
-                           "nodes": [dict(o.value.as_dict(), ok=True) if o.ok else
-                                     {"node": o.node.name, "ok": False, "error": str(o.error)} for o in outcomes]})
+            pushed.append(
+                {
+                    "image": ref,
+                    "from": holders[0].name if holders else None,
+                    "bytes_through_this_machine": received,
+                    "nodes": [
+                        dict(o.value.as_dict(), ok=True)
+                        if o.ok
+                        else {"node": o.node.name, "ok": False, "error": str(o.error)}
+                        for o in outcomes
+                    ],
+                }
+            )
     return bool(missing)
 
 
@@ -86,10 +97,21 @@ def _images_for(dep: Deployment):
     return lambda node: wanted.get(node.name, [])
 
 
-def deploy(recipe: str | None = None, topology: str | None = None, backend: str | None = None,
-           inventory: str | None = None, sets=(), recipes_dir: str | None = None, node: str | None = None,
-           dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT_S, metrics: bool | None = None,
-           pull_model: bool = False, reporter: Reporter | None = None, result: dict | None = None) -> dict:
+def deploy(
+    recipe: str | None = None,
+    topology: str | None = None,
+    backend: str | None = None,
+    inventory: str | None = None,
+    sets=(),
+    recipes_dir: str | None = None,
+    node: str | None = None,
+    dry_run: bool = False,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    metrics: bool | None = None,
+    pull_model: bool = False,
+    reporter: Reporter | None = None,
+    result: dict | None = None,
+) -> dict:
     """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract,
     masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done so far.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
@@ -101,17 +123,30 @@ def deploy(recipe: str | None = None, topology: str | None = None, backend: str 
     if dep.proxied:
         dep.secrets.require("LITELLM_MASTER_KEY", f"the {dep.topology} proxy's master key")
     out.use_mask(dep.secrets.mask)
-    result.update({"recipe": dep.recipe.name, "topology": dep.topology, "backend": dep.backend or None,
-                              "image": dep.image_tag, "endpoint": dep.endpoint, "backends": dep.backends,
-                              "metrics_url": dep.metrics_url,
-                              "dry_run": dry_run, "ok": False})
+    result.update(
+        {
+            "recipe": dep.recipe.name,
+            "topology": dep.topology,
+            "backend": dep.backend or None,
+            "image": dep.image_tag,
+            "endpoint": dep.endpoint,
+            "backends": dep.backends,
+            "metrics_url": dep.metrics_url,
+            "dry_run": dry_run,
+            "ok": False,
+        }
+    )
     for w in dep.warnings:
         out.warn(w)
     is_simulated = simulated(dep)
     inv = dep.inventory
     try:
-        with inventory_lock(inv), Interrupt(out.progress) as interrupt, \
-                Session.open(inv, mask=dep.secrets.mask) as session, node_locks(session, dry_run, out.warn):
+        with (
+            inventory_lock(inv),
+            Interrupt(out.progress) as interrupt,
+            Session.open(inv, mask=dep.secrets.mask) as session,
+            node_locks(session, dry_run, out.warn),
+        ):
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
     except NodeLockHeld as exc:
         for line in exc.lines:
@@ -156,20 +191,34 @@ def _node_lines(inv, seen: dict, why: str) -> list[str]:
         failed = [s for s in np.steps if s.status == FAILED]
         skipped = [s for s in np.steps if s.status == SKIPPED]
         if failed:
-            lines.append(f"{name}: FAILED at {failed[0].label}: {failed[0].detail}; {len(done)} change(s) made "
-                         f"before it, {len(skipped)} not done")
+            lines.append(
+                f"{name}: FAILED at {failed[0].label}: {failed[0].detail}; {len(done)} change(s) made "
+                f"before it, {len(skipped)} not done"
+            )
         elif skipped:
-            lines.append(f"{name}: {why}: {len(done)} change(s) made, {len(skipped)} not done "
-                         f"(next: {skipped[0].label})")
+            lines.append(
+                f"{name}: {why}: {len(done)} change(s) made, {len(skipped)} not done (next: {skipped[0].label})"
+            )
         else:
             dead = [d for d in (gate.dead if gate is not None else []) if d.startswith(f"{node.name} ")]
-            lines.append(f"{name}: every step applied ({len(done)} changed)"
-                         + (f"; then {', '.join(dead)}" if dead else f"; {why}" if gate is not None else ""))
+            lines.append(
+                f"{name}: every step applied ({len(done)} changed)"
+                + (f"; then {', '.join(dead)}" if dead else f"; {why}" if gate is not None else "")
+            )
     return lines
 
 
-def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Reporter, result: dict, dry_run: bool,
-            timeout: float, simulated: bool, pull_model: bool = False) -> None:
+def _deploy(
+    dep: Deployment,
+    session: Session,
+    interrupt: Interrupt,
+    out: Reporter,
+    result: dict,
+    dry_run: bool,
+    timeout: float,
+    simulated: bool,
+    pull_model: bool = False,
+) -> None:
     seen: dict = {}
     try:
         _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
@@ -177,8 +226,9 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Report
         if not dry_run:
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
             if "gate" in seen:
-                why = "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else \
-                    "health gate failed"
+                why = (
+                    "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else "health gate failed"
+                )
             elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
                 why = "preflight failed"
             for line in _node_lines(dep.inventory, seen, why):
@@ -186,8 +236,18 @@ def _deploy(dep: Deployment, session: Session, interrupt: Interrupt, out: Report
         raise
 
 
-def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: Reporter, result: dict, dry_run: bool,
-                  timeout: float, simulated: bool, seen: dict, pull_model: bool = False) -> None:
+def _deploy_steps(
+    dep: Deployment,
+    session: Session,
+    interrupt: Interrupt,
+    out: Reporter,
+    result: dict,
+    dry_run: bool,
+    timeout: float,
+    simulated: bool,
+    seen: dict,
+    pull_model: bool = False,
+) -> None:
     inv = dep.inventory
     images_for = _images_for(dep)
     model_id = dep.recipe.recipe.model
@@ -206,13 +266,19 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
     replaced = replaces(dep, facts)
     if replaced:  # said before anything changes (and by --dry-run): `up` converges to ONE deployment
         result["replaces"] = replaced
-        out.warn(f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
-                 f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else ""))
+        out.warn(
+            f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
+            f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
+        )
     hold_point("preflight", interrupt)
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
-    if failed and not dry_run and all(c.missing_image for c in failed) and \
-            push_missing(dep, failed, out, result.setdefault("pushed", [])):
+    if (
+        failed
+        and not dry_run
+        and all(c.missing_image for c in failed)
+        and push_missing(dep, failed, out, result.setdefault("pushed", []))
+    ):
         facts = seen["facts"] = read()
         checks = preflight.run(dep, facts, simulated)
         failed = preflight.failures(checks)
@@ -235,9 +301,12 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
             plan = plan_deployment(dep, facts)
             result["steps"] = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
-        raise StepFailed(f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
-                         f"{first.name}: {first.detail}" + (f"; fix: {first.fix}" if first.fix else "") +
-                         "). Nothing was changed on any node.")
+        raise StepFailed(
+            f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
+            f"{first.name}: {first.detail}"
+            + (f"; fix: {first.fix}" if first.fix else "")
+            + "). Nothing was changed on any node."
+        )
     out.progress(f"preflight: {len(checks)} checks passed")
 
     plan = plan_deployment(dep, facts)
@@ -261,21 +330,29 @@ def _deploy_steps(dep: Deployment, session: Session, interrupt: Interrupt, out: 
         raise KeyboardInterrupt
     if plan.failed():
         s = plan.failed()[0]
-        where = ("no container was started on any node. " if s.phase == 1 else
-                 "the other nodes finished their steps (see the table). ")
-        raise StepFailed(f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
-                         "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything.")
+        where = (
+            "no container was started on any node. "
+            if s.phase == 1
+            else "the other nodes finished their steps (see the table). "
+        )
+        raise StepFailed(
+            f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
+            "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything."
+        )
 
     started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
     out.progress(f"health gate (timeout {timeout:g} s)")
     hold_point("health", interrupt)
-    gate = health.wait_healthy(dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress,
-                               states_known_running=not started)
+    gate = health.wait_healthy(
+        dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress, states_known_running=not started
+    )
     seen["gate"] = gate
     result["health"] = gate.as_dict()
     if interrupt.set:
-        out.warn("interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
-                 "wait for health (it changes nothing), or `sparkdeploy down`")
+        out.warn(
+            "interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
+            "wait for health (it changes nothing), or `sparkdeploy down`"
+        )
         raise KeyboardInterrupt
     if not gate.ok:
         gate.logs = health.collect_logs(dep, session.conns)

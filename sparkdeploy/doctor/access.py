@@ -33,8 +33,9 @@ def docker_without_sudo(run: DoctorRun, node: Node) -> Result:
     if res.rc == 127 or "not found" in text:
         return fail("docker is not installed", expected, "install Docker (DGX OS ships it): sudo apt install docker-ce")
     if "permission denied" in text.lower():
-        return fail(f"{name}: permission denied on the Docker socket (groups: {' '.join(groups) or '-'})",
-                    expected, fix)
+        return fail(
+            f"{name}: permission denied on the Docker socket (groups: {' '.join(groups) or '-'})", expected, fix
+        )
     in_group = name == "root" or "docker" in groups
     if in_group:
         return ok(f"{name} is in group docker (the engine does not answer: see engine.running)", expected)

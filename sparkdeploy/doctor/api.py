@@ -36,8 +36,9 @@ def prepare(inventory_path: str | None, options: Options, recipes_dir: str | Non
     return run
 
 
-def render(run: DoctorRun, name: str | None, topology: str | None, backend: str | None, source: str,
-           recipes_dir: str | None) -> None:
+def render(
+    run: DoctorRun, name: str | None, topology: str | None, backend: str | None, source: str, recipes_dir: str | None
+) -> None:
     """The deployment the recipe checks look at (its image, memory, ports); a problem becomes a check row."""
     run.recipe_name, run.recipe_source = name, source
     if not name:
@@ -61,16 +62,32 @@ def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
     found = [(o.node.name, o.value) for o in outcomes if o.ok and o.value and o.value.get("recipe")]
     if found:
         manifest = found[0][1]
-        render(run, manifest["recipe"], run.options.topology or manifest.get("topology"), manifest.get("backend"),
-               f"deployed on {', '.join(name for name, _ in found)}", recipes_dir)
+        render(
+            run,
+            manifest["recipe"],
+            run.options.topology or manifest.get("topology"),
+            manifest.get("backend"),
+            f"deployed on {', '.join(name for name, _ in found)}",
+            recipes_dir,
+        )
     else:
         why = "nothing is deployed" if nodes else "no node could be read"
-        render(run, run.inventory.cluster.default_recipe, run.options.topology, None,
-               f"{why}: the inventory's default recipe", recipes_dir)
+        render(
+            run,
+            run.inventory.cluster.default_recipe,
+            run.options.topology,
+            None,
+            f"{why}: the inventory's default recipe",
+            recipes_dir,
+        )
 
 
-def doctor(inventory_path: str | None, options: Options | None = None, only: tuple[str, ...] = (),
-           recipes_dir: str | None = None) -> Report:
+def doctor(
+    inventory_path: str | None,
+    options: Options | None = None,
+    only: tuple[str, ...] = (),
+    recipes_dir: str | None = None,
+) -> Report:
     options = options or Options()
     checks = select(CHECKS, only, options)  # a bad --only is a ConfigError before anything runs
     run = prepare(inventory_path, options, recipes_dir)

@@ -27,8 +27,10 @@ def _lower_util(run: DoctorRun) -> str:
         return "lower vllm.gpu_memory_utilization (e.g. --set vllm.gpu_memory_utilization=0.60)"
     util = run.deployment.recipe.recipe.vllm.gpu_memory_utilization
     lower = max(0.3, round(util - 0.10, 2))
-    return (f"lower vllm.gpu_memory_utilization from {util:g} (e.g. `sparkdeploy up --set "
-            f"vllm.gpu_memory_utilization={lower:g}`)")
+    return (
+        f"lower vllm.gpu_memory_utilization from {util:g} (e.g. `sparkdeploy up --set "
+        f"vllm.gpu_memory_utilization={lower:g}`)"
+    )
 
 
 def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[Result]:
@@ -46,31 +48,53 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
             when = (recent_oom[-1] if recent_oom else last_oom).at
             count = max(len(recent_oom), 1)
             state = "restarting" if c.status == "restarting" else ("running again" if c.running else c.status)
-            out.append(fail(
-                f"{c.name} was OOM-killed {crashes.ago(when, now)} ({count}x in 24 h, {_n(c.restarts, 'restart')}; "
-                f"now {state}): the engine asked for more memory than the node could give",
-                "no OOM kill",
-                f"{fix_memory}, or lower max_model_len / max_num_seqs: unified memory is shared with the OS, so "
-                "the engine's budget must leave it headroom (doctor's gpu.memory shows the free memory)",
-                data=data))
+            out.append(
+                fail(
+                    f"{c.name} was OOM-killed {crashes.ago(when, now)} ({count}x in 24 h, {_n(c.restarts, 'restart')}; "
+                    f"now {state}): the engine asked for more memory than the node could give",
+                    "no OOM kill",
+                    f"{fix_memory}, or lower max_model_len / max_num_seqs: unified memory is shared with the OS, so "
+                    "the engine's budget must leave it headroom (doctor's gpu.memory shows the free memory)",
+                    data=data,
+                )
+            )
         elif len(loop) >= LOOP_EXITS or c.status == "restarting":
             last = c.last_exit
             why = last.reason if last is not None else "unknown exit"
-            out.append(fail(
-                f"{c.name} is restarting in a loop: {len(loop)} exits in the last {LOOP_WINDOW_S // 60} min, "
-                f"{_n(c.restarts, 'restart')}; last: {why}",
-                f"fewer than {LOOP_EXITS} exits in {LOOP_WINDOW_S // 60} min",
-                f"read why with `sparkdeploy logs --node {node} --container {c.name} --since 15m`; fix that, then "
-                "`sparkdeploy up` (or `sparkdeploy down` to stop the loop)", data=data))
+            out.append(
+                fail(
+                    f"{c.name} is restarting in a loop: {len(loop)} exits in the last {LOOP_WINDOW_S // 60} min, "
+                    f"{_n(c.restarts, 'restart')}; last: {why}",
+                    f"fewer than {LOOP_EXITS} exits in {LOOP_WINDOW_S // 60} min",
+                    f"read why with `sparkdeploy logs --node {node} --container {c.name} --since 15m`; fix that, then "
+                    "`sparkdeploy up` (or `sparkdeploy down` to stop the loop)",
+                    data=data,
+                )
+            )
         elif c.health == "unhealthy":
-            out.append(fail(f"{c.name}: Docker health check failing since {crashes.ago(c.failing_since, now)}",
-                            "healthy", f"sparkdeploy logs --node {node} --container {c.name} --tail 100",
-                            data=data))
-        elif (c.last_exit is not None and not c.last_exit.by_docker and c.last_exit.code not in (None, 0)
-              and c.exits_within(RECENT_S, now)):
-            out.append(warn(f"{c.name} {c.last_exit.reason} {crashes.ago(c.last_exit.at, now)} "
-                            f"({_n(c.restarts, 'restart')}; now {c.status})", "no unexpected exit",
-                            f"sparkdeploy logs --node {node} --container {c.name} --since 1h", data=data))
+            out.append(
+                fail(
+                    f"{c.name}: Docker health check failing since {crashes.ago(c.failing_since, now)}",
+                    "healthy",
+                    f"sparkdeploy logs --node {node} --container {c.name} --tail 100",
+                    data=data,
+                )
+            )
+        elif (
+            c.last_exit is not None
+            and not c.last_exit.by_docker
+            and c.last_exit.code not in (None, 0)
+            and c.exits_within(RECENT_S, now)
+        ):
+            out.append(
+                warn(
+                    f"{c.name} {c.last_exit.reason} {crashes.ago(c.last_exit.at, now)} "
+                    f"({_n(c.restarts, 'restart')}; now {c.status})",
+                    "no unexpected exit",
+                    f"sparkdeploy logs --node {node} --container {c.name} --since 1h",
+                    data=data,
+                )
+            )
     if not out:
         names = ", ".join(sorted(history.containers))
         out.append(ok(f"no OOM kill or restart loop in 24 h ({names})", "no OOM kill, no restart loop"))

@@ -97,8 +97,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
         try:
             status, _, secs = http(base + path)
         except HttpError as exc:
-            out.append(fail(f"{label} {base}{path}: {exc}", "200",
-                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            out.append(fail(f"{label} {base}{path}: {exc}", "200", f"docker logs --tail 50 {c['name']} on {node.name}"))
             continue
         if c["role"] == "proxy" and key:
             # LiteLLM's /health calls every backend: the proxy's own view of them.
@@ -108,14 +107,24 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
                 bad = body.get("unhealthy_count") if isinstance(body, dict) else None
                 if bad:
                     names = [e.get("api_base", "?") for e in body.get("unhealthy_endpoints", [])]
-                    out.append(fail(f"{label}: {bad} backend(s) unhealthy: {', '.join(names)}",
-                                    "every backend healthy", "see those backends' endpoint rows and docker logs"))
+                    out.append(
+                        fail(
+                            f"{label}: {bad} backend(s) unhealthy: {', '.join(names)}",
+                            "every backend healthy",
+                            "see those backends' endpoint rows and docker logs",
+                        )
+                    )
                     continue
                 out.append(ok(f"{label} 200; backends healthy: {good}", "200, every backend healthy"))
                 continue
             except HttpError as exc:
-                out.append(fail(f"{label} /health (backends): {exc}", "200, every backend healthy",
-                                f"docker logs --tail 50 {c['name']} on {node.name}"))
+                out.append(
+                    fail(
+                        f"{label} /health (backends): {exc}",
+                        "200, every backend healthy",
+                        f"docker logs --tail 50 {c['name']} on {node.name}",
+                    )
+                )
                 continue
         out.append(ok(f"{label} {path} {status} in {secs * 1000:.0f} ms", "200"))
     return out
@@ -134,27 +143,48 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
         base = _base(run, node, c["role"])
         use_key = key if c["role"] == "proxy" else None
         if c["role"] == "proxy" and not key:
-            out.append(fail(f"{label}: no LITELLM_MASTER_KEY in the secrets file", "a completion",
-                            "add LITELLM_MASTER_KEY to the inventory's secrets_file"))
+            out.append(
+                fail(
+                    f"{label}: no LITELLM_MASTER_KEY in the secrets file",
+                    "a completion",
+                    "add LITELLM_MASTER_KEY to the inventory's secrets_file",
+                )
+            )
             continue
         try:
             _, models, _ = http(base + "/v1/models", key=use_key)
             model = models["data"][0]["id"]
-            _, body, secs = http(base + "/v1/completions", key=use_key, timeout=COMPLETION_TIMEOUT_S,
-                                 body={"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0})
+            _, body, secs = http(
+                base + "/v1/completions",
+                key=use_key,
+                timeout=COMPLETION_TIMEOUT_S,
+                body={"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+            )
             text = body["choices"][0].get("text", "")
             tokens = (body.get("usage") or {}).get("completion_tokens")
         except HttpError as exc:
-            out.append(fail(f"{label}: {exc}", "a one-token completion",
-                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            out.append(
+                fail(f"{label}: {exc}", "a one-token completion", f"docker logs --tail 50 {c['name']} on {node.name}")
+            )
             continue
         except (KeyError, IndexError, TypeError, AttributeError):
-            out.append(fail(f"{label}: unexpected answer shape", "an OpenAI completion object",
-                            f"docker logs --tail 50 {c['name']} on {node.name}"))
+            out.append(
+                fail(
+                    f"{label}: unexpected answer shape",
+                    "an OpenAI completion object",
+                    f"docker logs --tail 50 {c['name']} on {node.name}",
+                )
+            )
             continue
         if tokens == 0:
-            out.append(Result(FAIL, f"{label}: 0 tokens generated", ">= 1 token",
-                              f"docker logs --tail 50 {c['name']} on {node.name}"))
+            out.append(
+                Result(
+                    FAIL,
+                    f"{label}: 0 tokens generated",
+                    ">= 1 token",
+                    f"docker logs --tail 50 {c['name']} on {node.name}",
+                )
+            )
             continue
         out.append(ok(f"{label} {model}: {text!r} ({tokens} token) in {secs * 1000:.0f} ms", "a one-token completion"))
     return out or [skip("no serving endpoint on this node")]

@@ -29,8 +29,7 @@ sec ps docker ps -a --filter "label=$1=true" --format '{{json .}}'
 
 def parse(secs: dict) -> dict:
     version, info = secs.get("version"), secs.get("info")
-    facts: dict = {"running": False, "error": "", "version": "", "root": "", "driver": "", "df": None,
-                   "containers": []}
+    facts: dict = {"running": False, "error": "", "version": "", "root": "", "driver": "", "df": None, "containers": []}
     if version is not None and version.rc == 0 and version.out.strip():
         facts.update(running=True, version=version.out.strip().splitlines()[-1])
         if info is not None and info.rc == 0 and "|" in info.out:
@@ -50,11 +49,17 @@ def parse(secs: dict) -> dict:
             except ValueError:
                 continue
             labels = dict(kv.split("=", 1) for kv in (c.get("Labels") or "").split(",") if "=" in kv)
-            facts["containers"].append({"name": c.get("Names", ""), "state": c.get("State", ""),
-                                        "status": c.get("Status", ""), "image": c.get("Image", ""),
-                                        "role": labels.get(f"{LABEL_PREFIX}.role", ""),
-                                        "recipe": labels.get(f"{LABEL_PREFIX}.recipe", ""),
-                                        "topology": labels.get(f"{LABEL_PREFIX}.topology", "")})
+            facts["containers"].append(
+                {
+                    "name": c.get("Names", ""),
+                    "state": c.get("State", ""),
+                    "status": c.get("Status", ""),
+                    "image": c.get("Image", ""),
+                    "role": labels.get(f"{LABEL_PREFIX}.role", ""),
+                    "recipe": labels.get(f"{LABEL_PREFIX}.recipe", ""),
+                    "topology": labels.get(f"{LABEL_PREFIX}.topology", ""),
+                }
+            )
     return facts
 
 
@@ -66,8 +71,11 @@ def running(run: DoctorRun, node: Node) -> Result:
     f = facts(run, node)
     expected = f"running, >= {'.'.join(map(str, MIN_VERSION))}"
     if not f["running"]:
-        return fail(f"not running: {f['error'] or 'no answer'}", expected,
-                    "sudo systemctl start docker (and `systemctl enable docker` so it survives a reboot)")
+        return fail(
+            f"not running: {f['error'] or 'no answer'}",
+            expected,
+            "sudo systemctl start docker (and `systemctl enable docker` so it survives a reboot)",
+        )
     if version_tuple(f["version"]) < MIN_VERSION:
         return warn(f"Docker {f['version']} (old)", expected, "upgrade Docker (DGX OS: sudo apt upgrade docker-ce)")
     return ok(f"Docker {f['version']} ({f['driver']})", expected)

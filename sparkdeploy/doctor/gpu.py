@@ -70,16 +70,27 @@ def present(run: DoctorRun, node: Node) -> Result:
     if f["rc"] == 127:
         return fail("nvidia-smi not found", expected, "install the NVIDIA driver (DGX OS ships it), then reboot")
     if "version mismatch" in f["error"].lower():
-        return fail(f"nvidia-smi: {f['error'].splitlines()[-1]}", expected,
-                    "the kernel module and the user-space driver differ after an update: reboot the node")
+        return fail(
+            f"nvidia-smi: {f['error'].splitlines()[-1]}",
+            expected,
+            "the kernel module and the user-space driver differ after an update: reboot the node",
+        )
     if not f["gpus"]:
-        return fail(f"nvidia-smi failed: {(f['error'] or 'no GPU listed').splitlines()[-1]}", expected,
-                    "check the driver: sudo dmesg | grep -i nvrm; a reboot after a driver update")
+        return fail(
+            f"nvidia-smi failed: {(f['error'] or 'no GPU listed').splitlines()[-1]}",
+            expected,
+            "check the driver: sudo dmesg | grep -i nvrm; a reboot after a driver update",
+        )
     names = [g["name"] or "?" for g in f["gpus"]]
     measured = ", ".join(names) + (f" ({len(names)} GPUs)" if len(names) > 1 else "")
     if not all(EXPECTED_NAME in n for n in names):
-        return warn(measured, expected, "sparkdeploy's recipes and limits are tuned for DGX Spark (GB10); "
-                    "check gpu_memory_utilization and the image's CUDA arch for this GPU", simulated=sim)
+        return warn(
+            measured,
+            expected,
+            "sparkdeploy's recipes and limits are tuned for DGX Spark (GB10); "
+            "check gpu_memory_utilization and the image's CUDA arch for this GPU",
+            simulated=sim,
+        )
     return ok(measured, expected, simulated=sim)
 
 
@@ -97,15 +108,25 @@ def driver(run: DoctorRun, node: Node) -> Result:
     measured = f"driver {version or '?'}, kernel {kernel or '?'}"
     sim = f["simulated"]
     if minimum and version_tuple(version) < version_tuple(minimum["version"]):
-        return Result(minimum.get("severity", "fail"), measured, expected,
-                      f"{minimum['fix']} ({minimum['why']}; source: {minimum['source']})", simulated=sim)
+        return Result(
+            minimum.get("severity", "fail"),
+            measured,
+            expected,
+            f"{minimum['fix']} ({minimum['why']}; source: {minimum['source']})",
+            simulated=sim,
+        )
     hits = [(e, "driver") for e in drivers.get("bad", []) if fnmatch.fnmatch(version, e["match"])]
     hits += [(e, "kernel") for e in data.get("kernels", {}).get("bad", []) if fnmatch.fnmatch(kernel, e["match"])]
     if hits:
         entry, what = max(hits, key=lambda h: h[0].get("severity") == "fail")
         status = "fail" if any(e.get("severity") == "fail" for e, _ in hits) else "warn"
-        return Result(status, f"{measured}: known-bad {what} ({entry['why']})", expected,
-                      f"{entry['fix']} (source: {entry['source']})", simulated=sim)
+        return Result(
+            status,
+            f"{measured}: known-bad {what} ({entry['why']})",
+            expected,
+            f"{entry['fix']} (source: {entry['source']})",
+            simulated=sim,
+        )
     return ok(measured, expected, simulated=sim)
 
 
@@ -130,17 +151,19 @@ def memory(run: DoctorRun, node: Node) -> Result:
     headroom = HEADROOM_GIB * 2**30
     measured = f"{gib(free_b)} free of {gib(total_b)} ({source})"
     expected = f">= {gib(need + headroom)} (gpu_memory_utilization {util:g} x total + {HEADROOM_GIB} GiB)"
-    ours = [c for c in engine.facts(run, node)["containers"]
-            if c["state"] == "running" and c["role"] != "proxy"]
+    ours = [c for c in engine.facts(run, node)["containers"] if c["state"] == "running" and c["role"] != "proxy"]
     if ours:
         return ok(measured + f"; our {ours[0]['name']} is running and holds its share", expected, simulated=sim)
-    fix = ("stop what holds the memory (nvidia-smi; docker ps), drop the page cache "
-           "(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), or lower vllm.gpu_memory_utilization")
+    fix = (
+        "stop what holds the memory (nvidia-smi; docker ps), drop the page cache "
+        "(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), or lower vllm.gpu_memory_utilization"
+    )
     if free_b < need:
         return fail(measured, expected, fix, simulated=sim)
     if free_b < need + headroom:
-        return warn(measured + " (no headroom: unified memory over-commit can wedge the node)", expected, fix,
-                    simulated=sim)
+        return warn(
+            measured + " (no headroom: unified memory over-commit can wedge the node)", expected, fix, simulated=sim
+        )
     return ok(measured, expected, simulated=sim)
 
 

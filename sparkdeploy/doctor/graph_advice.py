@@ -19,12 +19,16 @@ KEEP, CUT, EAGER = "keep graphs", "cut at all-reduce", "enforce eager"
 PIECE_OVERHEAD_US = 5.0  # seeds: 97 all-reduces x (18 us eager + 5 us per extra piece) against 46 us in a graph
 CUT_PAYS_RATIO = 1.2  # and the graph must be clearly slower: below this the figures are within the noise
 
-SETTING = {KEEP: "vllm.compilation.eager_allreduce: false, vllm.enforce_eager: false",
-           CUT: "vllm.compilation.eager_allreduce: true",
-           EAGER: "vllm.enforce_eager: true"}
-MEANING = {KEEP: "the all-reduce is captured in the CUDA graphs (vLLM's default)",
-           CUT: "CUDA graphs are cut at vllm::all_reduce; NCCL runs eagerly between graph pieces",
-           EAGER: "no CUDA graphs at all"}
+SETTING = {
+    KEEP: "vllm.compilation.eager_allreduce: false, vllm.enforce_eager: false",
+    CUT: "vllm.compilation.eager_allreduce: true",
+    EAGER: "vllm.enforce_eager: true",
+}
+MEANING = {
+    KEEP: "the all-reduce is captured in the CUDA graphs (vLLM's default)",
+    CUT: "CUDA graphs are cut at vllm::all_reduce; NCCL runs eagerly between graph pieces",
+    EAGER: "no CUDA graphs at all",
+}
 
 
 @dataclass(frozen=True)
@@ -53,18 +57,27 @@ def advise(lat: dict) -> Advice | None:
         error = lat.get("graph_error") or ""
         if not error or error.startswith(("not applicable", "not measured")):
             return None
-        return Advice(EAGER, f"NCCL inside a CUDA graph failed here ({error[:160]}); 4 KiB eager {eager:.1f} us{how}. "
-                             f"Cutting at the all-reduce keeps NCCL out of the graphs and may work too")
+        return Advice(
+            EAGER,
+            f"NCCL inside a CUDA graph failed here ({error[:160]}); 4 KiB eager {eager:.1f} us{how}. "
+            f"Cutting at the all-reduce keeps NCCL out of the graphs and may work too",
+        )
     ratio = graph / eager
     numbers = f"4 KiB all-reduce {eager:.1f} us eager{how} vs {graph:.1f} us in a CUDA graph (graph/eager {ratio:.2f})"
     saving = graph - eager - PIECE_OVERHEAD_US
     if ratio >= CUT_PAYS_RATIO and saving > 0:
-        return Advice(CUT, f"{numbers}: cutting saves about {saving:.1f} us per all-reduce after "
-                           f"{PIECE_OVERHEAD_US:g} us for each extra graph piece")
+        return Advice(
+            CUT,
+            f"{numbers}: cutting saves about {saving:.1f} us per all-reduce after "
+            f"{PIECE_OVERHEAD_US:g} us for each extra graph piece",
+        )
     if ratio < 1:
         return Advice(KEEP, f"{numbers}: the all-reduce is faster inside the graph")
-    return Advice(KEEP, f"{numbers}: eager saves {max(graph - eager, 0):.1f} us, not more than the "
-                        f"{PIECE_OVERHEAD_US:g} us an extra graph piece costs")
+    return Advice(
+        KEEP,
+        f"{numbers}: eager saves {max(graph - eager, 0):.1f} us, not more than the "
+        f"{PIECE_OVERHEAD_US:g} us an extra graph piece costs",
+    )
 
 
 def for_recipe(advice: Advice, mode: str, recipe: str) -> str:
@@ -73,6 +86,9 @@ def for_recipe(advice: Advice, mode: str, recipe: str) -> str:
         return f"{recipe}: {mode}, which fits this cluster: {advice.reason}"
     change = f"set {SETTING[advice.choice]}"
     if mode == EAGER:
-        change = ("set vllm.enforce_eager: false" + (f" and {SETTING[CUT]}" if advice.choice == CUT else "")
-                  + " (unless the recipe enforces eager for another reason: it gives up every op's graph)")
+        change = (
+            "set vllm.enforce_eager: false"
+            + (f" and {SETTING[CUT]}" if advice.choice == CUT else "")
+            + " (unless the recipe enforces eager for another reason: it gives up every op's graph)"
+        )
     return f"{recipe} uses {mode} ({SETTING[mode]}); this cluster wants {advice.choice}: {change}. {advice.reason}"

@@ -91,11 +91,12 @@ def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
 
 
 def _versions(session: NodeSession, ref: str) -> dict:
-    res = session.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
-                       VERSIONS_PY], timeout=120)
+    res = session.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", VERSIONS_PY], timeout=120
+    )
     for line in res.stdout.splitlines():
         if line.startswith("@@versions@@"):
-            return json.loads(line[len("@@versions@@"):])
+            return json.loads(line[len("@@versions@@") :])
     tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit {res.exit_code}"]
     return {"error": tail[0]}
 
@@ -155,8 +156,9 @@ def versions(run: DoctorRun, node: Node) -> dict | None:
 
 
 def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
-    return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p)
-            and engine.facts(run, p)["running"]]
+    return [
+        p for p in run.peers(node) if run.reachable(p) and ref in required(run, p) and engine.facts(run, p)["running"]
+    ]
 
 
 def present(run: DoctorRun, node: Node) -> Result:
@@ -171,10 +173,14 @@ def present(run: DoctorRun, node: Node) -> Result:
     expected = "present, same image ID on every node"
     if missing:
         user = node.ssh.user or "USER"
-        return fail(f"missing: {', '.join(missing)}", expected,
-                    f"sparkdeploy images push {missing[0]} --to {node.name} (only missing layers travel; "
-                    f"`sparkdeploy up` does it too); by hand: docker save {missing[0]} | "
-                    f"ssh {user}@{node.mgmt_ip} docker load", simulated=sim)
+        return fail(
+            f"missing: {', '.join(missing)}",
+            expected,
+            f"sparkdeploy images push {missing[0]} --to {node.name} (only missing layers travel; "
+            f"`sparkdeploy up` does it too); by hand: docker save {missing[0]} | "
+            f"ssh {user}@{node.mgmt_ip} docker load",
+            simulated=sim,
+        )
     differ = []
     for ref in refs:
         for peer in _peers_needing(run, node, ref):
@@ -183,9 +189,13 @@ def present(run: DoctorRun, node: Node) -> Result:
                 differ.append(f"{ref} is {have[ref][7:19]} here, {other[7:19]} on {peer.name}")
     shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)
     if differ:
-        return fail("; ".join(differ), expected,
-                    f"the same tag holds different content: sparkdeploy images push {refs[0]} (sets every node "
-                    "to this machine's image ID)", simulated=sim)
+        return fail(
+            "; ".join(differ),
+            expected,
+            f"the same tag holds different content: sparkdeploy images push {refs[0]} (sets every node "
+            "to this machine's image ID)",
+            simulated=sim,
+        )
     return ok(shown, expected, simulated=sim)
 
 
@@ -208,8 +218,11 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
     simulated = run.simulated_image
     expected = "torch and NCCL equal on every node"
     if "error" in v:
-        return fail(f"could not run python3 in {ref}: {v['error']}", expected,
-                    f"check the image: docker run --rm --entrypoint python3 {ref} -c 'import torch'")
+        return fail(
+            f"could not run python3 in {ref}: {v['error']}",
+            expected,
+            f"check the image: docker run --rm --entrypoint python3 {ref} -c 'import torch'",
+        )
     if v.get("torch") is None:
         return fail(_fmt(v), expected, "the serving image needs torch: rebuild it from its definition")
     differ = []
@@ -222,17 +235,29 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
                 differ.append(f"{key} {v.get(key) or 'none'} here, {pv.get(key) or 'none'} on {peer.name}")
     measured = _fmt(v)
     if differ:
-        return fail("; ".join(differ), expected,
-                    "NCCL/torch builds that differ hang or corrupt cross-node all-reduce: run one image ID on "
-                    "every node (resend it)", data=v)
+        return fail(
+            "; ".join(differ),
+            expected,
+            "NCCL/torch builds that differ hang or corrupt cross-node all-reduce: run one image ID on "
+            "every node (resend it)",
+            data=v,
+        )
     if v.get("nccl") is None:
         why = v.get("nccl_error", "")
         if simulated:
-            return ok(measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)"
-                      + _cache_note(v), expected, simulated=True, data=v)
+            return ok(
+                measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)" + _cache_note(v),
+                expected,
+                simulated=True,
+                data=v,
+            )
         if run.deployment.topology == "cluster":
-            return fail(measured, expected + ", NCCL present for cluster TP",
-                        f"this torch has no NCCL ({why}): use a CUDA build of the image", data=v)
+            return fail(
+                measured,
+                expected + ", NCCL present for cluster TP",
+                f"this torch has no NCCL ({why}): use a CUDA build of the image",
+                data=v,
+            )
         return warn(measured, expected, "this torch has no NCCL: fine for solo/2xsolo, not for cluster", data=v)
     return ok(measured + _cache_note(v), expected, data=v)
 

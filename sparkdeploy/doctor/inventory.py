@@ -13,22 +13,48 @@ from .session import DoctorRun
 
 def valid(run: DoctorRun) -> list[Result]:
     if run.inventory_error is not None:
-        return [Result(FAIL, f"{p.field}: {p.message}" if p.field else p.message, "a valid inventory",
-                       p.fix or "fix the inventory", detail=p.file) for p in run.inventory_error.problems]
+        return [
+            Result(
+                FAIL,
+                f"{p.field}: {p.message}" if p.field else p.message,
+                "a valid inventory",
+                p.fix or "fix the inventory",
+                detail=p.file,
+            )
+            for p in run.inventory_error.problems
+        ]
     inv = run.inventory
     nets = sorted({str(n.fabric_network) for n in inv.nodes})
-    return [ok(f"{len(inv.nodes)} node(s), IPs only, no duplicates, fabric subnet {', '.join(nets)}, "
-               f"head {inv.head.name}", "IPs only, unique, one fabric subnet", detail=inv.source)]
+    return [
+        ok(
+            f"{len(inv.nodes)} node(s), IPs only, no duplicates, fabric subnet {', '.join(nets)}, head {inv.head.name}",
+            "IPs only, unique, one fabric subnet",
+            detail=inv.source,
+        )
+    ]
 
 
 def recipe(run: DoctorRun) -> list[Result]:
     if run.deployment_error is not None:
-        return [fail(f"{p.field}: {p.message}" if p.field else p.message, "the recipe renders for this inventory",
-                     p.fix or "fix the recipe or pass another --recipe/--topology", detail=p.file)
-                for p in run.deployment_error.problems]
+        return [
+            fail(
+                f"{p.field}: {p.message}" if p.field else p.message,
+                "the recipe renders for this inventory",
+                p.fix or "fix the recipe or pass another --recipe/--topology",
+                detail=p.file,
+            )
+            for p in run.deployment_error.problems
+        ]
     d = run.deployment
     if d is None:
         return [skip("no recipe: pass --recipe NAME or set cluster.default_recipe (recipe checks are skipped)")]
     sim = next((w for w in d.warnings if w.startswith("SIMULATED")), "")
-    return [ok(f"{d.recipe.name} / {d.topology}{' / ' + d.backend if d.topology == 'cluster' else ''}: "
-               f"image {d.image_tag}", "renders", simulated=bool(sim), detail=sim)]
+    return [
+        ok(
+            f"{d.recipe.name} / {d.topology}{' / ' + d.backend if d.topology == 'cluster' else ''}: "
+            f"image {d.image_tag}",
+            "renders",
+            simulated=bool(sim),
+            detail=sim,
+        )
+    ]

@@ -41,6 +41,7 @@ PORT_OFFSET = 1  # rendezvous on cluster.master_port + 1: never the serving engi
 PROBE_TIMEOUT_S = 240
 GLOO_MAX_BYTES = 64 * 2**20  # CPU all-reduce in the lab: enough to exercise the sweep, quick on 2 cores
 
+
 def nccl_transport(log: str) -> dict:
     """What NCCL_DEBUG=INFO says: version, `Using network IB|Socket`, the IB devices it opened."""
     out: dict = {}
@@ -86,16 +87,22 @@ def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]
         opened = re.findall(r"\[\d+\]([\w.-]+):\d+", t.get("ib_devices", ""))
         wanted = (hcas or {}).get(name) or []
         if opened and wanted and len(set(opened)) < len(wanted):
-            causes.append(f"{name}: NCCL opened {', '.join(sorted(set(opened)))} only, not every HCA of "
-                          f"{', '.join(wanted)} (NCCL_IB_HCA)")
+            causes.append(
+                f"{name}: NCCL opened {', '.join(sorted(set(opened)))} only, not every HCA of "
+                f"{', '.join(wanted)} (NCCL_IB_HCA)"
+            )
     nets = {n for t in transports.values() for n in t.get("network", [])}
     if "Socket" in nets:
         causes.append("NCCL used NET/Socket instead of NET/IB: RDMA not used (check NCCL_IB_HCA, roce.*)")
     versions = {t.get("version") for t in transports.values() if t.get("version")}
     if len(versions) > 1 or len(set(result.get("nccl_versions", []))) > 1:
         causes.append(f"NCCL builds differ between nodes ({', '.join(sorted(versions))}): one image ID everywhere")
-    causes += ["one RoCE twin missing from NCCL_IB_HCA (roce.hcas)", "MTU 1500 on the fabric port (network.mtu)",
-               "NET/Socket instead of NET/IB (NCCL_DEBUG=INFO)", "NCCL builds that differ (image.torch_nccl)"]
+    causes += [
+        "one RoCE twin missing from NCCL_IB_HCA (roce.hcas)",
+        "MTU 1500 on the fabric port (network.mtu)",
+        "NET/Socket instead of NET/IB (NCCL_DEBUG=INFO)",
+        "NCCL builds that differ (image.torch_nccl)",
+    ]
     seen, out = set(), []
     for c in causes:
         if c not in seen:
@@ -109,12 +116,40 @@ def _state_dir(run: DoctorRun, node: Node) -> str:
     return f"{home}/{run.inventory.cluster.state_dir}/{DOCTOR_FOLDER}"
 
 
-def _argv(run: DoctorRun, node: Node, rank: int, world: int, head: Node, directory: str, image: str,
-          simulated: bool, max_bytes: int) -> list[str]:
-    argv = ["docker", "run", "--rm", "--name", CONTAINER, "--network", "host", "--ipc", "host",
-            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-            "--env-file", f"{directory}/node.env", "-e", "NCCL_DEBUG=INFO", "-e", "NCCL_DEBUG_SUBSYS=INIT,NET",
-            "--volume", f"{directory}:{MOUNT}"]
+def _argv(
+    run: DoctorRun,
+    node: Node,
+    rank: int,
+    world: int,
+    head: Node,
+    directory: str,
+    image: str,
+    simulated: bool,
+    max_bytes: int,
+) -> list[str]:
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--name",
+        CONTAINER,
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--env-file",
+        f"{directory}/node.env",
+        "-e",
+        "NCCL_DEBUG=INFO",
+        "-e",
+        "NCCL_DEBUG_SUBSYS=INIT,NET",
+        "--volume",
+        f"{directory}:{MOUNT}",
+    ]
     if not simulated:
         argv += ["--gpus", "all"]
     argv += [
@@ -155,15 +190,21 @@ def allreduce(run: DoctorRun) -> Result:
         return fail(f"not run: {', '.join(down)} unreachable", "every node reachable", "see access.ssh")
     simulated = run.simulated_image
     image = d.image_tag
-    expected = (f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
-                f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)")
+    expected = (
+        f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
+        f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
+    )
     if not simulated:
-        busy = {n.name: [c["name"] for c in engine.facts(run, n)["containers"] if c["state"] == "running"]
-                for n in nodes}
+        busy = {
+            n.name: [c["name"] for c in engine.facts(run, n)["containers"] if c["state"] == "running"] for n in nodes
+        }
         busy = {k: v for k, v in busy.items() if v}
         if busy:
-            return fail(f"not run: a topology is up ({'; '.join(f'{k}: {v}' for k, v in busy.items())})", expected,
-                        "sparkdeploy down first: the probe and a serving engine would share unified memory")
+            return fail(
+                f"not run: a topology is up ({'; '.join(f'{k}: {v}' for k, v in busy.items())})",
+                expected,
+                "sparkdeploy down first: the probe and a serving engine would share unified memory",
+            )
     max_bytes = run.options.nccl_max_bytes or (GLOO_MAX_BYTES if simulated else 256 * 2**20)
     script = PROBE.read_bytes()
     dirs: dict[str, str] = {}
@@ -232,18 +273,23 @@ def allreduce(run: DoctorRun) -> Result:
                 lines = [ln for ln in (err or out).strip().splitlines() if ln.strip()]
                 tails.append(f"{n}: exit {code}: {lines[-1] if lines else ''}")
         why = "; ".join(x for x in [why, result.get("error", ""), *tails] if x) or "no result"
-        return fail(f"probe failed: {why}"[:600], expected,
-                    "check the rendezvous path: fabric IPs reachable (network.ping_df), GLOO/NCCL_SOCKET_IFNAME "
-                    f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",
-                    data=result)
+        return fail(
+            f"probe failed: {why}"[:600],
+            expected,
+            "check the rendezvous path: fabric IPs reachable (network.ping_df), GLOO/NCCL_SOCKET_IFNAME "
+            f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",
+            data=result,
+        )
 
     return verdict(result, transports, simulated, nodes, d.recipe)
 
 
 def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node], recipe=None) -> Result:
     """The nccl.allreduce row from a finished probe's result."""
-    expected = (f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
-                f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)")
+    expected = (
+        f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
+        f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
+    )
     peak = result.get("peak_busbw")
     lat = result.get("lat4k") or {}
     peak_row = max(result.get("rows", []), key=lambda r: r["busbw"], default=None)
@@ -251,20 +297,30 @@ def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: l
     eager = lat.get("eager_us")
     graph = lat.get("graph_us")
     path = {"eager nccl-direct": " (NCCL direct)", "eager torch.distributed": " (torch.distributed)"}.get(
-        lat.get("eager_method") or "", "")
+        lat.get("eager_method") or "", ""
+    )
     lat_text = (f"; 4 KiB eager {eager:.1f} us{path}" if eager is not None else "") + (
-        f", graph {graph:.1f} us (x{lat['ratio']:.2f})" if graph is not None and lat.get("ratio") else "")
+        f", graph {graph:.1f} us (x{lat['ratio']:.2f})" if graph is not None and lat.get("ratio") else ""
+    )
     if peak is None:
         return fail("the probe produced no measurement", expected, "rerun with --nccl and read the probe's output")
     wrong = sum(r.get("wrong") or 0 for r in result.get("rows", []))
     if wrong:
-        return fail(f"{wrong} wrong values in the all-reduce results", "0 wrong",
-                    "NCCL builds that differ or a broken link: compare image.torch_nccl on every node", data=result)
+        return fail(
+            f"{wrong} wrong values in the all-reduce results",
+            "0 wrong",
+            "NCCL builds that differ or a broken link: compare image.torch_nccl on every node",
+            data=result,
+        )
     if simulated:
-        return Result(PASS, f"SIMULATED gloo/CPU over fabric IPs: peak busbw {peak:.2f} GB/s{at}{lat_text}",
-                      f"not applicable: the {EXPECTED_BUSBW_GBS:g} GB/s verdict needs GPUs and NCCL",
-                      simulated=True, data=result,
-                      detail="the rendezvous, node.env, torchrun and parsing ran for real; bandwidth is not the link's")
+        return Result(
+            PASS,
+            f"SIMULATED gloo/CPU over fabric IPs: peak busbw {peak:.2f} GB/s{at}{lat_text}",
+            f"not applicable: the {EXPECTED_BUSBW_GBS:g} GB/s verdict needs GPUs and NCCL",
+            simulated=True,
+            data=result,
+            detail="the rendezvous, node.env, torchrun and parsing ran for real; bandwidth is not the link's",
+        )
     status = busbw_verdict(peak)
     advice, advice_data = allreduce_advice(lat, recipe)
     if advice_data:
@@ -276,6 +332,10 @@ def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: l
     if status == PASS:
         return Result(PASS, measured, expected, advice, data=result)
     hcas = {n.name: list(n.hcas) for n in nodes}
-    return Result(status, measured, expected, "usual causes: " + "; ".join(_causes(transports, result, hcas))
-                  + (f". {advice}" if advice else ""), data=result)
-
+    return Result(
+        status,
+        measured,
+        expected,
+        "usual causes: " + "; ".join(_causes(transports, result, hcas)) + (f". {advice}" if advice else ""),
+        data=result,
+    )

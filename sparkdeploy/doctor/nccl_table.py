@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
-                 r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A))?")
+ROW = re.compile(
+    r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
+    r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A))?"
+)
 LAT = re.compile(
     r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)"
 )
@@ -34,21 +36,41 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
             continue
         first = 6 if group == "out-of-place" or m.group(10) is None else 10
         time_us, algbw, busbw, wrong = (m.group(first + k) for k in range(4))
-        rows.append({"size": int(m.group(1)), "count": int(m.group(2)), "type": m.group(3), "redop": m.group(4),
-                     "root": int(m.group(5)), "time_us": float(time_us), "algbw": float(algbw),
-                     "busbw": float(busbw), "wrong": _wrong(wrong)})
+        rows.append(
+            {
+                "size": int(m.group(1)),
+                "count": int(m.group(2)),
+                "type": m.group(3),
+                "redop": m.group(4),
+                "root": int(m.group(5)),
+                "time_us": float(time_us),
+                "algbw": float(algbw),
+                "busbw": float(busbw),
+                "wrong": _wrong(wrong),
+            }
+        )
     out: dict = {"rows": rows}
     m = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
     out["avg_busbw"] = float(m.group(1)) if m else None
     out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)
     m = LAT.search(text)
     if m:
+
         def num(s):
             return None if s == "n/a" else float(s)
+
         out["lat4k"] = {"eager_us": num(m.group(1)), "graph_us": num(m.group(2)), "ratio": num(m.group(3))}
-    lat_rows = [{"id": f"{m.group(1)} {m.group(2)}", "mode": m.group(1), "path": m.group(2),
-                 "us": float(m.group(3)), "method": m.group(4).strip()}
-                for m in map(LAT_ROW.match, text.splitlines()) if m]
+    lat_rows = [
+        {
+            "id": f"{m.group(1)} {m.group(2)}",
+            "mode": m.group(1),
+            "path": m.group(2),
+            "us": float(m.group(3)),
+            "method": m.group(4).strip(),
+        }
+        for m in map(LAT_ROW.match, text.splitlines())
+        if m
+    ]
     if lat_rows:
         out.setdefault("lat4k", {})["rows"] = lat_rows
     m = TEARDOWN.search(text)

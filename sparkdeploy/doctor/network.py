@@ -70,23 +70,35 @@ def link(run: DoctorRun, node: Node) -> Result:
         lk = links.get(iface)
         if lk is None:
             names = ", ".join(n for n in links if n != "lo") or "none"
-            return fail(f"no interface {iface} (has: {names})", expected,
-                        f"set fabric_ifaces to the port holding {node.fabric_address} (`ip -br addr` on {node.name})")
+            return fail(
+                f"no interface {iface} (has: {names})",
+                expected,
+                f"set fabric_ifaces to the port holding {node.fabric_address} (`ip -br addr` on {node.name})",
+            )
         if not lk.up:
             problems.append(f"{iface} is {lk.operstate} ({','.join(lk.flags)})")
     holder = [n for n, lk in links.items() if any(a.split("/")[0] == node.fabric_address for a in lk.addresses)]
     if not holder:
-        return fail(f"no interface holds {node.fabric_address}", expected,
-                    f"sudo ip addr add {node.fabric_ip} dev {node.fabric_ifaces[0]} (and persist it in netplan)")
+        return fail(
+            f"no interface holds {node.fabric_address}",
+            expected,
+            f"sudo ip addr add {node.fabric_ip} dev {node.fabric_ifaces[0]} (and persist it in netplan)",
+        )
     if holder[0] not in node.fabric_ifaces:
-        return fail(f"{node.fabric_address} is on {holder[0]}, not on {', '.join(node.fabric_ifaces)}", expected,
-                    f"set fabric_ifaces: [{holder[0]}] in the inventory, or move the address")
+        return fail(
+            f"{node.fabric_address} is on {holder[0]}, not on {', '.join(node.fabric_ifaces)}",
+            expected,
+            f"set fabric_ifaces: [{holder[0]}] in the inventory, or move the address",
+        )
     addr = next(a for a in links[holder[0]].addresses if a.split("/")[0] == node.fabric_address)
     if ipaddress.ip_interface(addr).network != node.fabric_network:
         problems.append(f"{addr} has another prefix than the inventory's {node.fabric_ip}")
     if problems:
-        return fail("; ".join(problems), expected,
-                    f"sudo ip link set {node.fabric_ifaces[0]} up; check the cable (QSFP) and both ports")
+        return fail(
+            "; ".join(problems),
+            expected,
+            f"sudo ip link set {node.fabric_ifaces[0]} up; check the cable (QSFP) and both ports",
+        )
     return ok(f"{holder[0]} up, {addr}", expected)
 
 
@@ -122,8 +134,10 @@ def mtu(run: DoctorRun, node: Node) -> Result:
     expected = f"equal on every node ({RECOMMENDED_MTU} recommended)"
     top = max([mine, *others.values()])
     measured = f"{iface} {mine}" + "".join(f"; {k} {v}" for k, v in others.items())
-    fix = (f"sudo ip link set {iface} mtu {max(top, RECOMMENDED_MTU)} on {node.name} "
-           "(persist it: netplan `mtu:`); both ends of the link must match")
+    fix = (
+        f"sudo ip link set {iface} mtu {max(top, RECOMMENDED_MTU)} on {node.name} "
+        "(persist it: netplan `mtu:`); both ends of the link must match"
+    )
     if mine < top:
         return fail(measured, expected, fix)
     if any(v != mine for v in others.values()):
@@ -142,8 +156,7 @@ def ping_df(run: DoctorRun, node: Node) -> Result:
         return skip("no other reachable node to ping")
     mtus = [m for m in [lk.mtu, *(_mtu(run, p) for p in peers)] if m]
     size = max(mtus) - ICMP_OVERHEAD
-    secs = run.session(node).script(PING_SCRIPT, [iface, str(size), *(p.fabric_address for p in peers)],
-                                    timeout=15)
+    secs = run.session(node).script(PING_SCRIPT, [iface, str(size), *(p.fabric_address for p in peers)], timeout=15)
     bad, good = [], []
     for i, peer in enumerate(peers):
         sec = secs.get(f"ping{i}")
@@ -158,9 +171,12 @@ def ping_df(run: DoctorRun, node: Node) -> Result:
             bad.append(f"-> {peer.name}: {p.transmitted} sent, {p.received} received")
     expected = f"{size} B + 28 with DF set reaches every peer's fabric IP"
     if bad:
-        return fail(f"{size} B DF: " + "; ".join(bad), expected,
-                    f"make the MTU {max(mtus)} on both ends of the link (network.mtu), and check the cable/switch "
-                    "passes jumbo frames")
+        return fail(
+            f"{size} B DF: " + "; ".join(bad),
+            expected,
+            f"make the MTU {max(mtus)} on both ends of the link (network.mtu), and check the cable/switch "
+            "passes jumbo frames",
+        )
     return ok(f"{size} B DF ok: " + ", ".join(good), expected)
 
 
@@ -172,8 +188,11 @@ def mgmt(run: DoctorRun, node: Node) -> Result:
     down = [p for p in peers if not host.addr(p.mgmt_ip).is_reachable]
     expected = "every peer's mgmt IP answers ping"
     if down:
-        return fail("unreachable: " + ", ".join(f"{p.name} {p.mgmt_ip}" for p in down), expected,
-                    "check the LAN between the nodes (and that ICMP is not filtered)")
+        return fail(
+            "unreachable: " + ", ".join(f"{p.name} {p.mgmt_ip}" for p in down),
+            expected,
+            "check the LAN between the nodes (and that ICMP is not filtered)",
+        )
     return ok("reaches " + ", ".join(f"{p.name} {p.mgmt_ip}" for p in peers), expected)
 
 
@@ -202,8 +221,11 @@ def clock(run: DoctorRun, node: Node) -> Result:
     skew = off - roff
     measured = f"{skew:+.3f} s vs {ref.name} (+/- {err + rerr:.3f})"
     if abs(skew) - (err + rerr) > MAX_SKEW_S:
-        return fail(measured, expected, "enable time sync on every node: sudo timedatectl set-ntp true "
-                    "(chrony or systemd-timesyncd)")
+        return fail(
+            measured,
+            expected,
+            "enable time sync on every node: sudo timedatectl set-ntp true (chrony or systemd-timesyncd)",
+        )
     return ok(measured, expected)
 
 
@@ -231,5 +253,8 @@ def ports(run: DoctorRun, node: Node) -> Result:
     ours = [c["name"] for c in engine.facts(run, node)["containers"] if c["state"] == "running"]
     if ours:
         return ok(f"in use by our running {', '.join(ours)}: {', '.join(map(str, taken))}", expected)
-    return fail(f"taken by another process: {', '.join(map(str, taken))}", expected,
-                f"find it: sudo ss -tlnp 'sport = :{taken[0]}'; stop it or change the port in the inventory's cluster:")
+    return fail(
+        f"taken by another process: {', '.join(map(str, taken))}",
+        expected,
+        f"find it: sudo ss -tlnp 'sport = :{taken[0]}'; stop it or change the port in the inventory's cluster:",
+    )

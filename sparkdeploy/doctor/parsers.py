@@ -18,6 +18,7 @@ NA_VALUES = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown e
 
 # -- the gather protocol: one bash script per node and group, its output split into sections --------------
 
+
 @dataclass
 class Section:
     out: str = ""
@@ -46,7 +47,7 @@ def parse_sections(text: str) -> dict[str, Section]:
         if line.startswith(SECTION + " "):
             flush()
             buf = []
-            words = line[len(SECTION) + 1:].split()
+            words = line[len(SECTION) + 1 :].split()
             if not words:
                 current = None
                 continue
@@ -70,6 +71,7 @@ def parse_sections(text: str) -> dict[str, Section]:
 
 
 # -- nvidia-smi ----------------------------------------------------------------------------------------------
+
 
 def parse_nvidia_smi_csv(text: str, fields: list[str]) -> list[dict[str, str | None]]:
     """`nvidia-smi --query-gpu=F1,F2 --format=csv,noheader,nounits`: one dict per GPU; N/A values are None.
@@ -107,6 +109,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
 
 
 # -- RDMA ----------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class RdmaPort:
@@ -218,6 +221,7 @@ def rocev2_gid_index(entries: list[GidEntry], dev: str, ipv4: str) -> int | None
 
 # -- ip, ethtool, ping, df -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Link:
     name: str
@@ -243,8 +247,7 @@ def parse_ip_json(text: str) -> dict[str, Link]:
         if not name:
             continue
         addrs = [f"{a['local']}/{a.get('prefixlen', '')}" for a in entry.get("addr_info", []) if a.get("local")]
-        links[name] = Link(name, entry.get("mtu"), str(entry.get("operstate", "")), list(entry.get("flags", [])),
-                           addrs)
+        links[name] = Link(name, entry.get("mtu"), str(entry.get("operstate", "")), list(entry.get("flags", [])), addrs)
     return links
 
 

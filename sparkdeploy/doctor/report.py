@@ -24,12 +24,15 @@ def headline(report: Report) -> str:
     d = run.deployment
     if d is not None:
         topo = d.topology + (f"/{d.backend}" if d.topology == "cluster" else "")
-        parts.append(f"recipe {d.recipe.name} ({topo}), image {d.image_tag}"
-                     + (" SIMULATED" if run.simulated_image else "")
-                     + (f" [{run.recipe_source}]" if run.recipe_source else ""))
+        parts.append(
+            f"recipe {d.recipe.name} ({topo}), image {d.image_tag}"
+            + (" SIMULATED" if run.simulated_image else "")
+            + (f" [{run.recipe_source}]" if run.recipe_source else "")
+        )
     elif run.recipe_name:
-        parts.append(f"recipe {run.recipe_name} (did not render)"
-                     + (f" [{run.recipe_source}]" if run.recipe_source else ""))
+        parts.append(
+            f"recipe {run.recipe_name} (did not render)" + (f" [{run.recipe_source}]" if run.recipe_source else "")
+        )
     return ", ".join(parts)
 
 
@@ -49,11 +52,15 @@ def _collapse(results: list) -> list:
         while j < len(results) and results[j].check == results[i].check:
             j += 1
         group = results[i:j]
-        if len(group) > 1 and all(r.status == SKIP for r in group) and len({r.measured.replace(r.node or "", "N")
-                                                                           for r in group}) == 1:
+        if (
+            len(group) > 1
+            and all(r.status == SKIP for r in group)
+            and len({r.measured.replace(r.node or "", "N") for r in group}) == 1
+        ):
             first = group[0]
-            out.append(type(first)(SKIP, first.measured.replace(first.node or "", "each node"), check=first.check,
-                                   node="all"))
+            out.append(
+                type(first)(SKIP, first.measured.replace(first.node or "", "each node"), check=first.check, node="all")
+            )
         else:
             out.extend(group)
         i = j
@@ -88,14 +95,24 @@ def render(report: Report, console: Console | None = None, strict: bool = False)
             cell.append("\nfix: " + r.fix, style=STYLE[r.status])
         elif r.fix and r.status == PASS:
             cell.append("\nnote: " + r.fix, style="cyan")
-        table.add_row(r.check if first else "", r.node or "-", Text(r.status.upper(), style=STYLE[r.status]), cell,
-                      r.expected or "", end_section=last)
+        table.add_row(
+            r.check if first else "",
+            r.node or "-",
+            Text(r.status.upper(), style=STYLE[r.status]),
+            cell,
+            r.expected or "",
+            end_section=last,
+        )
     console.print(table)
     nccl = report.run.extra.get("nccl") if report.run else None
     if nccl and nccl.get("table"):
-        console.print(Text("all-reduce probe (rank 0 on the head)" +
-                           (": SIMULATED gloo/CPU, not the fabric link's figures" if nccl.get("simulated") else ""),
-                           style="bold"))
+        console.print(
+            Text(
+                "all-reduce probe (rank 0 on the head)"
+                + (": SIMULATED gloo/CPU, not the fabric link's figures" if nccl.get("simulated") else ""),
+                style="bold",
+            )
+        )
         console.print(Text(nccl["table"].rstrip()))
     code = report.exit_code(strict)
     console.print(Text(summary(report, strict), style="green" if code == 0 else "bold red"))

@@ -61,8 +61,11 @@ def devices(run: DoctorRun, node: Node) -> Result:
         return fail("ibv_devinfo not found", expected, "sudo apt install ibverbs-utils rdma-core (DGX OS ships them)")
     devs = f["devices"]
     if not devs:
-        return fail(f"no RDMA device ({f['error'] or 'ibv_devinfo lists none'})", expected,
-                    "check the ConnectX-7 driver: lsmod | grep mlx5; sudo modprobe mlx5_ib")
+        return fail(
+            f"no RDMA device ({f['error'] or 'ibv_devinfo lists none'})",
+            expected,
+            "check the ConnectX-7 driver: lsmod | grep mlx5; sudo modprobe mlx5_ib",
+        )
     wanted = [d for d in devs.values() if not node.hcas or d.name in node.hcas] or list(devs.values())
     down = [d.name for d in wanted if not d.active]
     mtus = {p.active_mtu for d in wanted for p in d.ports.values() if p.active_mtu}
@@ -77,8 +80,12 @@ def devices(run: DoctorRun, node: Node) -> Result:
             simulated=sim,
         )
     if mtus and min(mtus) < EXPECTED_RDMA_MTU:
-        return warn(measured, expected, "RoCE runs 1024-byte frames on an Ethernet MTU of 1500: set MTU 9000 on the "
-                    "fabric port (network.mtu)", simulated=sim)
+        return warn(
+            measured,
+            expected,
+            "RoCE runs 1024-byte frames on an Ethernet MTU of 1500: set MTU 9000 on the fabric port (network.mtu)",
+            simulated=sim,
+        )
     return ok(measured, expected, simulated=sim)
 
 
@@ -90,14 +97,21 @@ def hcas(run: DoctorRun, node: Node) -> Result:
     if not node.hcas:
         if not found:
             return skip("no hcas in the inventory and no RDMA device")
-        return warn(f"no hcas in the inventory (node has: {', '.join(found)})", "both RoCE twins listed",
-                    f"set hcas: [{', '.join(found)}] for {node.name}: NCCL with one twin only reached ~3 GB/s "
-                    "vs ~23.7 GB/s with both", simulated=sim)
+        return warn(
+            f"no hcas in the inventory (node has: {', '.join(found)})",
+            "both RoCE twins listed",
+            f"set hcas: [{', '.join(found)}] for {node.name}: NCCL with one twin only reached ~3 GB/s "
+            "vs ~23.7 GB/s with both",
+            simulated=sim,
+        )
     missing = [h for h in node.hcas if h not in f["devices"]]
     if missing:
-        return fail(f"not on {node.name}: {', '.join(missing)} (has: {', '.join(found) or 'none'})", expected,
-                    f"set hcas: [{', '.join(found)}] for {node.name} in the inventory (names from ibv_devices)",
-                    simulated=sim)
+        return fail(
+            f"not on {node.name}: {', '.join(missing)} (has: {', '.join(found) or 'none'})",
+            expected,
+            f"set hcas: [{', '.join(found)}] for {node.name} in the inventory (names from ibv_devices)",
+            simulated=sim,
+        )
     return ok(", ".join(node.hcas), expected, simulated=sim)
 
 
@@ -118,19 +132,35 @@ def gid(run: DoctorRun, node: Node) -> Result:
         best = next((e for e in v2 if e.ipv4 == node.fabric_address), v2[0] if v2 else None)
         found[h] = (best.index, best.ipv4, best.netdev) if best else None
     expected = "a RoCEv2 IPv4 GID on every HCA at one index" + (
-        f" = gid_index {node.gid_index}" if node.gid_index is not None else "")
+        f" = gid_index {node.gid_index}" if node.gid_index is not None else ""
+    )
     measured = ", ".join(f"{h}: {v[0]} ({v[1]} on {v[2]})" if v else f"{h}: none" for h, v in found.items())
     missing = [h for h, v in found.items() if v is None]
     if missing:
-        return fail(measured, expected, f"no RoCEv2 IPv4 GID on {', '.join(missing)}: give its netdev an IPv4 "
-                    f"address (the fabric IP for {node.fabric_ifaces[0]}), then check with show_gids", simulated=sim)
+        return fail(
+            measured,
+            expected,
+            f"no RoCEv2 IPv4 GID on {', '.join(missing)}: give its netdev an IPv4 "
+            f"address (the fabric IP for {node.fabric_ifaces[0]}), then check with show_gids",
+            simulated=sim,
+        )
     if not any(v[1] == node.fabric_address for v in found.values()):
-        return fail(measured, expected, f"no HCA has a GID for the fabric IP {node.fabric_address}: it must be on "
-                    "one RoCE port's netdev (network.link)", simulated=sim)
+        return fail(
+            measured,
+            expected,
+            f"no HCA has a GID for the fabric IP {node.fabric_address}: it must be on "
+            "one RoCE port's netdev (network.link)",
+            simulated=sim,
+        )
     indexes = {v[0] for v in found.values()}
     if len(indexes) > 1:
-        return fail(measured, expected, "the HCAs have their RoCEv2 IPv4 GID at different indexes, and "
-                    "NCCL_IB_GID_INDEX is one value: align the address order on their netdevs", simulated=sim)
+        return fail(
+            measured,
+            expected,
+            "the HCAs have their RoCEv2 IPv4 GID at different indexes, and "
+            "NCCL_IB_GID_INDEX is one value: align the address order on their netdevs",
+            simulated=sim,
+        )
     (index,) = indexes
     if node.gid_index is not None and node.gid_index != index:
         return fail(measured, expected, f"set gid_index: {index} for {node.name} (NCCL_IB_GID_INDEX)", simulated=sim)
@@ -162,8 +192,13 @@ def nccl_env(run: DoctorRun, node: Node) -> Result:
     ifaces = list(network.facts(run, node)["links"])
     hca_names = sorted(facts(run, node)["devices"])
     problems, shown = [], []
-    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
-                "OMPI_MCA_btl_tcp_if_include"):
+    for key in (
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "OMPI_MCA_btl_tcp_if_include",
+    ):
         if key in env:
             miss = _names_match(env[key], ifaces)
             shown.append(f"{key}={env[key]}")
@@ -178,7 +213,10 @@ def nccl_env(run: DoctorRun, node: Node) -> Result:
         problems.append("NCCL_IB_HCA not set: NCCL may use one RoCE twin only")
     expected = "every NCCL_*/GLOO interface and HCA name in node.env exists on the node"
     if problems:
-        return fail("; ".join(problems), expected,
-                    f"fix fabric_ifaces / hcas for {node.name} in the inventory (node.env is rendered from them)",
-                    detail="; ".join(shown))
+        return fail(
+            "; ".join(problems),
+            expected,
+            f"fix fabric_ifaces / hcas for {node.name} in the inventory (node.env is rendered from them)",
+            detail="; ".join(shown),
+        )
     return ok("; ".join(shown), expected, simulated=_sim(facts(run, node)))

@@ -59,8 +59,9 @@ def select(checks: list[Check], only: tuple[str, ...] | list[str] = (), options:
     chosen = [c for c in checks if c.group == "inventory" or any(c.id == p or c.id.startswith(p) for p in only)]
     unknown = [p for p in only if not any(c.id == p or c.id.startswith(p) for c in checks)]
     if unknown:
-        raise ConfigError([Problem("--only", p, "matches no check", "known: " + ", ".join(c.id for c in checks))
-                           for p in unknown])
+        raise ConfigError(
+            [Problem("--only", p, "matches no check", "known: " + ", ".join(c.id for c in checks)) for p in unknown]
+        )
     # Asking for an opt-in check by name turns it on.
     return chosen
 
@@ -85,9 +86,12 @@ def connect(run: DoctorRun, node: Node) -> Result:
         problem = ""  # ~/.ssh/config may name another port: let the SSH client decide (it retries, then fails)
     if problem:
         session.connect_error = ConnectionError(problem)
-        return fail(problem, "sshd answers on the management IP",
-                    f"check that {node.name} is powered on and sshd runs (sudo systemctl start ssh), "
-                    f"and that mgmt_ip {node.mgmt_ip} is right")
+        return fail(
+            problem,
+            "sshd answers on the management IP",
+            f"check that {node.name} is powered on and sshd runs (sudo systemctl start ssh), "
+            f"and that mgmt_ip {node.mgmt_ip} is right",
+        )
     try:
         session.conn.open()
     except SparkdeployError as exc:
@@ -95,17 +99,26 @@ def connect(run: DoctorRun, node: Node) -> Result:
         text = str(exc)
         if isinstance(exc, HostKeyError):
             measured, sep, rest = text.partition(". If ")
-            return fail(measured, "a known host key (never added automatically)",
-                        ("If " + rest) if sep else f"sparkdeploy trust {node.name}")
+            return fail(
+                measured,
+                "a known host key (never added automatically)",
+                ("If " + rest) if sep else f"sparkdeploy trust {node.name}",
+            )
         if "authentication" in text:
-            return fail(text, "key authentication as the inventory's user",
-                        f"check ssh.user/ssh.key for {node.name}; test with: ssh {node.ssh.user or ''}"
-                        f"{'@' if node.ssh.user else ''}{node.mgmt_ip}")
+            return fail(
+                text,
+                "key authentication as the inventory's user",
+                f"check ssh.user/ssh.key for {node.name}; test with: ssh {node.ssh.user or ''}"
+                f"{'@' if node.ssh.user else ''}{node.mgmt_ip}",
+            )
         return fail(text, "SSH reachable", f"check {node.name}'s sshd and network")
     session.connected = True
     key = session.conn.open().client.get_transport().get_remote_server_key()
-    return Result(PASS, f"connected in {time.monotonic() - started:.2f} s; host key {key.get_name()} "
-                        f"{fingerprint(key)} known", "reachable, known host key")
+    return Result(
+        PASS,
+        f"connected in {time.monotonic() - started:.2f} s; host key {key.get_name()} {fingerprint(key)} known",
+        "reachable, known host key",
+    )
 
 
 class _Task:
@@ -126,8 +139,13 @@ def _call(run: DoctorRun, task: _Task, gate: threading.Semaphore) -> None:
         except SparkdeployError as exc:
             results = [fail(str(exc), "", f"see the error above; rerun with --only {task.check.id}")]
         except Exception as exc:  # noqa: BLE001 - a check's bug is reported as its failure, not a crash
-            results = [fail(f"check crashed: {exc.__class__.__name__}: {exc}", "",
-                            "this is a sparkdeploy bug: report it with the output of --json")]
+            results = [
+                fail(
+                    f"check crashed: {exc.__class__.__name__}: {exc}",
+                    "",
+                    "this is a sparkdeploy bug: report it with the output of --json",
+                )
+            ]
         elapsed = time.monotonic() - task.started
         for r in results:
             r.check = r.check or task.check.id
@@ -141,8 +159,12 @@ def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
     preload()  # nothing is first imported on a check's thread (CPython 3.11 compile race: see thread_imports)
     gate = threading.Semaphore(MAX_PARALLEL * max(1, len(run.nodes)))
     for task in tasks:
-        threading.Thread(target=_call, args=(run, task, gate), daemon=True,
-                         name=f"doctor-{task.check.id}-{task.node.name if task.node else 'cluster'}").start()
+        threading.Thread(
+            target=_call,
+            args=(run, task, gate),
+            daemon=True,
+            name=f"doctor-{task.check.id}-{task.node.name if task.node else 'cluster'}",
+        ).start()
     pending = list(tasks)
     while pending:
         now = time.monotonic()
@@ -152,13 +174,18 @@ def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
                 continue
             if task.started is not None and now - task.started > task.check.timeout_s:
                 where = f" on {task.node.name}" if task.node else ""
-                task.results = [Result(
-                    FAIL, f"check {task.check.id} timed out after {task.check.timeout_s:g} s{where}",
-                    f"done within {task.check.timeout_s:g} s",
-                    f"rerun with --only {task.check.id}; a hung command or endpoint on "
-                    f"{task.node.name if task.node else 'the cluster'} is the usual cause",
-                    check=task.check.id, node=task.node.name if task.node else None,
-                    seconds=round(now - task.started, 3))]
+                task.results = [
+                    Result(
+                        FAIL,
+                        f"check {task.check.id} timed out after {task.check.timeout_s:g} s{where}",
+                        f"done within {task.check.timeout_s:g} s",
+                        f"rerun with --only {task.check.id}; a hung command or endpoint on "
+                        f"{task.node.name if task.node else 'the cluster'} is the usual cause",
+                        check=task.check.id,
+                        node=task.node.name if task.node else None,
+                        seconds=round(now - task.started, 3),
+                    )
+                ]
                 task.done.set()
                 continue
             still.append(task)
@@ -192,11 +219,13 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
     render_later = run.render_later if any(c.needs_recipe or c.id == RECIPE_CHECK for c in rest) else None
     if node_checks or any(c.scope == "cluster" for c in rest) or render_later:
         for node in run.nodes:
-            run.sessions[node.name] = NodeSession(node, NodeConnection(node, run.inventory,
-                                                                       connect_timeout=CONNECT_TIMEOUT_S))
+            run.sessions[node.name] = NodeSession(
+                node, NodeConnection(node, run.inventory, connect_timeout=CONNECT_TIMEOUT_S)
+            )
         access = next((c for c in checks if c.id == ACCESS_CHECK), None)
-        access = access or Check(ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n),
-                                 timeout_s=45)
+        access = access or Check(
+            ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n), timeout_s=45
+        )
         report.results.extend(_run_tasks(run, [_Task(access, n) for n in run.nodes]))
     if render_later is not None:
         render_later(run)
@@ -210,8 +239,11 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
             why = "no recipe rendered" if run.deployment_error is None else "the recipe did not render"
             targets = run.nodes if check.scope == "node" else [None]
             for node in targets:
-                skipped.append(Result(SKIP, f"not run: {why} (see inventory.recipe)", check=check.id,
-                                      node=node.name if node else None))
+                skipped.append(
+                    Result(
+                        SKIP, f"not run: {why} (see inventory.recipe)", check=check.id, node=node.name if node else None
+                    )
+                )
             continue
         if check.scope == "cluster":
             tasks.append(_Task(check, None))
@@ -220,8 +252,14 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
             if run.reachable(node):
                 tasks.append(_Task(check, node))
             else:
-                skipped.append(Result(SKIP, f"not run: {node.name} is not reachable over SSH (see access.ssh)",
-                                      check=check.id, node=node.name))
+                skipped.append(
+                    Result(
+                        SKIP,
+                        f"not run: {node.name} is not reachable over SSH (see access.ssh)",
+                        check=check.id,
+                        node=node.name,
+                    )
+                )
     # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link.
     results = _run_tasks(run, [t for t in tasks if t.check.opt_in is None])
     results += _run_tasks(run, [t for t in tasks if t.check.opt_in is not None])

@@ -43,9 +43,9 @@ sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '"""
 
 def parallel_script(parts: list[str]) -> str:
     """One script running each part in its own background subshell, outputs concatenated in order."""
-    lines = ['__d=$(mktemp -d)']
+    lines = ["__d=$(mktemp -d)"]
     for i, part in enumerate(parts):
-        lines.append(f"(\n{part}\n) >\"$__d/{i}\" 2>/dev/null &")
+        lines.append(f'(\n{part}\n) >"$__d/{i}" 2>/dev/null &')
     lines.append("wait")
     lines.append("cat " + " ".join(f'"$__d/{i}"' for i in range(len(parts))))
     lines.append('rm -rf "$__d"')
@@ -131,8 +131,7 @@ class NodeSession:
 
     def script(self, script: str, args: list[str], timeout: float = 20) -> dict[str, Section]:
         """Run a constant bash script (sent on stdin) with positional args; return its sections."""
-        res = self.conn.run(["bash", "-s", "--", *args], check=False, timeout=timeout,
-                            stdin=SCRIPT_PRELUDE + script)
+        res = self.conn.run(["bash", "-s", "--", *args], check=False, timeout=timeout, stdin=SCRIPT_PRELUDE + script)
         return parse_sections(res.stdout)
 
     def script_parts(self, parts: list[str], args: list[str], timeout: float = 30) -> dict[str, Section]:

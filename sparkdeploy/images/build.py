@@ -73,8 +73,10 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
         needs = definition.build_needs
         here = platform.machine()
         if needs and needs.arch and here != needs.arch:  # e.g. CUDA kernels for arm64 on an x86 laptop: hours
-            raise StepFailed(f"{name} must be built on {needs.arch} and this machine is {here}: build it on a node "
-                             f"(sparkdeploy images build {name} --on NODE), then images push {name} --from NODE")
+            raise StepFailed(
+                f"{name} must be built on {needs.arch} and this machine is {here}: build it on a node "
+                f"(sparkdeploy images build {name} --on NODE), then images push {name} --from NODE"
+            )
         say(f"building {tag}")
         if definition.kind == "rootfs":
             _build_rootfs(definition, client, tag, say)
@@ -116,8 +118,19 @@ def wheel_target_args(platform: str, python: str = TARGET_PYTHON) -> list[str]:
     if arch is None:
         raise StepFailed(f"no wheel platform known for {platform}")
     abi = "cp" + python.replace(".", "")
-    args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
-            "--abi", abi, "--abi", "abi3", "--abi", "none"]
+    args = [
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
     for tag in MANYLINUX:
         args += ["--platform", f"{tag}_{arch}"]
     args += ["--platform", f"linux_{arch}"]
@@ -140,8 +153,23 @@ def download_wheels(definition: ImageDefinition, say: Progress) -> None:
     # An image's requirements are a complete hashed lock (scripts/lock.py): exactly its files, nothing resolved.
     # Resolving again would ask the index for the newest release of a package a dependency names with an extra
     # (pip 23 does), which the lock does not hash: the build would break the day that release appears.
-    _run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes", "--no-deps", "-d", str(wheels),
-          *wheel_target_args(definition.platform), "-r", str(req)], f"pip download for image {definition.name}")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--require-hashes",
+            "--no-deps",
+            "-d",
+            str(wheels),
+            *wheel_target_args(definition.platform),
+            "-r",
+            str(req),
+        ],
+        f"pip download for image {definition.name}",
+    )
     stamp.write_text(wanted)
 
 
@@ -168,8 +196,16 @@ def _build_dockerfile(definition: ImageDefinition, client, tag: str, base_tag: s
     context = build_context(definition)
     log: list[str] = []
     step = "?"
-    for chunk in client.api.build(fileobj=context, custom_context=True, tag=tag, buildargs=args, rm=True,
-                                  forcerm=True, labels={LABEL: definition.name}, decode=True):
+    for chunk in client.api.build(
+        fileobj=context,
+        custom_context=True,
+        tag=tag,
+        buildargs=args,
+        rm=True,
+        forcerm=True,
+        labels={LABEL: definition.name},
+        decode=True,
+    ):
         if "stream" in chunk:
             for line in chunk["stream"].splitlines():
                 if line.startswith("Step "):
@@ -200,8 +236,11 @@ def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) 
         archive = Path(tmp) / "rootfs.tar"
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(archive), "."], "packing the root filesystem")
         repo, version = tag.rsplit(":", 1)
-        changes = [f"LABEL {LABEL}={definition.name}", 'CMD ["/bin/bash"]',
-                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        changes = [
+            f"LABEL {LABEL}={definition.name}",
+            'CMD ["/bin/bash"]',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ]
         with open(archive, "rb") as fh:
             client.api.import_image_from_data(fh, repository=repo, tag=version, changes=changes)
     if not image_exists(client, tag):
@@ -216,8 +255,18 @@ HEARTBEAT_S = 30.0
 
 def remote_build_argv(definition: ImageDefinition, tag: str, base_tag: str | None) -> list[str]:
     """`docker build -` on the node: the context arrives on stdin; the classic builder, as on this machine."""
-    argv = ["env", "DOCKER_BUILDKIT=0", "docker", "build", "--rm", "--force-rm", "-t", tag,
-            "--label", f"{LABEL}={definition.name}"]
+    argv = [
+        "env",
+        "DOCKER_BUILDKIT=0",
+        "docker",
+        "build",
+        "--rm",
+        "--force-rm",
+        "-t",
+        tag,
+        "--label",
+        f"{LABEL}={definition.name}",
+    ]
     args = dict(definition.build_args)
     if base_tag:
         args["BASE"] = base_tag
@@ -226,8 +275,13 @@ def remote_build_argv(definition: ImageDefinition, tag: str, base_tag: str | Non
     return argv + ["-"]
 
 
-def build_on_node(name: str, conn, progress: Progress | None = None, step: Callable[[int, int, str], None] | None
-                  = None, timeout: float = 3600) -> str:
+def build_on_node(
+    name: str,
+    conn,
+    progress: Progress | None = None,
+    step: Callable[[int, int, str], None] | None = None,
+    timeout: float = 3600,
+) -> str:
     """Build definition `name` with the node's own engine: the build context (files, included folders, the
     wheels downloaded here) is sent over SSH to `docker build -`. Its base must already be on the node (push
     it first). `step(n, total, text)` is called at each build step. Returns the tag; a failed build raises
@@ -238,8 +292,10 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
     say = progress or _print
     definition = load_definition(name)
     if definition.kind == "rootfs":
-        raise StepFailed(f"{name} is a root filesystem made with debootstrap on this machine, not a Dockerfile: "
-                         f"build it here and push it (sparkdeploy images push {name})")
+        raise StepFailed(
+            f"{name} is a root filesystem made with debootstrap on this machine, not a Dockerfile: "
+            f"build it here and push it (sparkdeploy images push {name})"
+        )
     base = definition.base_definition()
     base_tag = base.tag if base else definition.base
     tag = definition.tag
@@ -248,8 +304,13 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
     # PAX header (Python's default format) does not pass as one; a compressed stream always does.
     context = gzip.compress(build_context(definition).getvalue(), compresslevel=1)
     say(f"{conn.node.name}: building {tag} (context {len(context) / 1e6:.1f} MB)")
-    state = {"step": "before the first step", "partial": b"", "last": "", "since": time.monotonic(),
-             "said": time.monotonic()}
+    state = {
+        "step": "before the first step",
+        "partial": b"",
+        "last": "",
+        "since": time.monotonic(),
+        "said": time.monotonic(),
+    }
 
     def on_output(data: bytes) -> None:
         lines = (state["partial"] + data).split(b"\n")
@@ -268,13 +329,15 @@ def build_on_node(name: str, conn, progress: Progress | None = None, step: Calla
         now = time.monotonic()
         if now - state["said"] >= HEARTBEAT_S and state["last"]:  # long steps (nvcc) still show they move
             state["said"] = now
-            say(f"{conn.node.name}: {state['step'].split(' : ')[0]}, {(now - state['since']) / 60:.0f} min: "
-                f"{state['last'][:150]}")
+            say(
+                f"{conn.node.name}: {state['step'].split(' : ')[0]}, {(now - state['since']) / 60:.0f} min: "
+                f"{state['last'][:150]}"
+            )
 
     channel = FeedChannel(conn, remote_build_argv(definition, tag, base_tag), on_output=on_output)
     try:
         for offset in range(0, len(context), 1 << 20):
-            channel.put(context[offset:offset + (1 << 20)])
+            channel.put(context[offset : offset + (1 << 20)])
         code, output = channel.finish(timeout)
     except BaseException:
         channel.abort()

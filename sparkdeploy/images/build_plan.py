@@ -40,21 +40,26 @@ class BuildPlan:
     then: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = [f"DRY RUN: nothing is built. Plan for image {self.name} on {self.node}:",
-               f"  tag       {self.tag}",
-               f"  platform  {self.platform} (the node must be {self.arch})",
-               f"  base      {self.base} ({self.base_note})"]
+        out = [
+            f"DRY RUN: nothing is built. Plan for image {self.name} on {self.node}:",
+            f"  tag       {self.tag}",
+            f"  platform  {self.platform} (the node must be {self.arch})",
+            f"  base      {self.base} ({self.base_note})",
+        ]
         for s in self.sources:
             out.append(f"  source    {s.kind}: {s.ref}")
             if s.evidence:
                 out.append(f"            checked: {s.evidence}")
-        out += [f"  duration  {self.duration or 'not recorded'}",
-                f"  disk      {self.disk_gb:g} GB free in the node's Docker data root" if self.disk_gb else
-                "  disk      not recorded",
-                "  internet  " + (", ".join(self.internet) if self.internet else "none (the context carries all)"),
-                "  checks    before it starts: the node's architecture, free disk, an answer from each host",
-                "  progress  streamed per build step; a failed build resumes from the last finished step",
-                "  then      " + self.then[0]]
+        out += [
+            f"  duration  {self.duration or 'not recorded'}",
+            f"  disk      {self.disk_gb:g} GB free in the node's Docker data root"
+            if self.disk_gb
+            else "  disk      not recorded",
+            "  internet  " + (", ".join(self.internet) if self.internet else "none (the context carries all)"),
+            "  checks    before it starts: the node's architecture, free disk, an answer from each host",
+            "  progress  streamed per build step; a failed build resumes from the last finished step",
+            "  then      " + self.then[0],
+        ]
         out += [f"            {t}" for t in self.then[1:]]
         return out
 
@@ -69,31 +74,43 @@ def build_plan(name: str, node: str) -> BuildPlan:
         base, note = d.base, f"pulled by {node}'s engine from its registry"
     else:
         base, note = "none", "a root filesystem"
-    sources = [Source(s.get("kind", "?"), str(s.get("ref", "?")),
-                      f"{s.get('checked', '?')}, {s.get('how', '')}".rstrip(", ")) for s in load_sources(d)]
+    sources = [
+        Source(s.get("kind", "?"), str(s.get("ref", "?")), f"{s.get('checked', '?')}, {s.get('how', '')}".rstrip(", "))
+        for s in load_sources(d)
+    ]
     others = "the other nodes"
     return BuildPlan(
-        name=name, tag=d.tag, node=node, platform=d.platform,
+        name=name,
+        tag=d.tag,
+        node=node,
+        platform=d.platform,
         arch=(needs.arch if needs and needs.arch else ARCH_OF_PLATFORM.get(d.platform, "?")),
-        base=base, base_note=note, sources=sources,
-        duration=needs.duration if needs else "", disk_gb=needs.disk_gb if needs else 0,
+        base=base,
+        base_note=note,
+        sources=sources,
+        duration=needs.duration if needs else "",
+        disk_gb=needs.disk_gb if needs else 0,
         internet=list(needs.internet) if needs else [],
-        then=[f"tag {d.tag} in {node}'s engine (label io.sparkdeploy.image={name})",
-              f"sparkdeploy images push {name} --from {node}   # to {others}, only the layers each lacks",
-              "sparkdeploy doctor; sparkdeploy run-recipe <recipe naming this image>"],
+        then=[
+            f"tag {d.tag} in {node}'s engine (label io.sparkdeploy.image={name})",
+            f"sparkdeploy images push {name} --from {node}   # to {others}, only the layers each lacks",
+            "sparkdeploy doctor; sparkdeploy run-recipe <recipe naming this image>",
+        ],
     )
 
 
 # -- checks on the node ---------------------------------------------------------------------------------------
 
 # An HTTP answer of any status proves the host is reachable (nvcr.io/v2/ answers 401 without a token).
-_PROBE = ("import sys, urllib.request, urllib.error\n"
-          "try:\n"
-          "    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method='HEAD'), timeout=10)\n"
-          "except urllib.error.HTTPError:\n"
-          "    pass\n"
-          "except Exception as exc:\n"
-          "    print(type(exc).__name__, exc); sys.exit(1)\n")
+_PROBE = (
+    "import sys, urllib.request, urllib.error\n"
+    "try:\n"
+    "    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method='HEAD'), timeout=10)\n"
+    "except urllib.error.HTTPError:\n"
+    "    pass\n"
+    "except Exception as exc:\n"
+    "    print(type(exc).__name__, exc); sys.exit(1)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -109,14 +126,23 @@ class Check:
 def node_checks(definition: ImageDefinition, conn) -> list[Check]:
     """Architecture, free disk of the Docker data root, and an answer from each host the build fetches from."""
     needs = definition.build_needs
-    want_arch = (needs.arch if needs and needs.arch else ARCH_OF_PLATFORM.get(definition.platform))
+    want_arch = needs.arch if needs and needs.arch else ARCH_OF_PLATFORM.get(definition.platform)
     checks: list[Check] = []
     arch = conn.run(["uname", "-m"], check=False).stdout.strip()
     if want_arch:
-        checks.append(Check("architecture", arch == want_arch,
-                            f"{arch or 'unknown'}" + ("" if arch == want_arch else
-                                                      f", but {definition.name} must be built on {want_arch} "
-                                                      f"({definition.platform}): build it on a node that is")))
+        checks.append(
+            Check(
+                "architecture",
+                arch == want_arch,
+                f"{arch or 'unknown'}"
+                + (
+                    ""
+                    if arch == want_arch
+                    else f", but {definition.name} must be built on {want_arch} "
+                    f"({definition.platform}): build it on a node that is"
+                ),
+            )
+        )
     disk_gb = needs.disk_gb if needs else 0
     if disk_gb:
         root = conn.run(["docker", "info", "--format", "{{.DockerRootDir}}"], check=False).stdout.strip()
@@ -125,12 +151,22 @@ def node_checks(definition: ImageDefinition, conn) -> list[Check]:
             free_gb = int(df[-1].split()[3]) * 1024 / 1e9
         except (IndexError, ValueError):
             free_gb = -1.0
-        checks.append(Check("free disk", free_gb >= disk_gb,
-                            f"{free_gb:.0f} GB free in {root or '/'}, {disk_gb:g} GB needed" +
-                            ("" if free_gb >= disk_gb else ": free space (docker system df; docker builder prune)")))
-    for url in (needs.internet if needs else []):
+        checks.append(
+            Check(
+                "free disk",
+                free_gb >= disk_gb,
+                f"{free_gb:.0f} GB free in {root or '/'}, {disk_gb:g} GB needed"
+                + ("" if free_gb >= disk_gb else ": free space (docker system df; docker builder prune)"),
+            )
+        )
+    for url in needs.internet if needs else []:
         probe = conn.run(["python3", "-c", _PROBE, url], check=False, timeout=30)
         why = (probe.stdout or probe.stderr).strip().splitlines()
-        checks.append(Check(f"internet {url}", probe.ok, "answers" if probe.ok else
-                            f"no answer ({why[-1] if why else f'exit {probe.exit_code}'})"))
+        checks.append(
+            Check(
+                f"internet {url}",
+                probe.ok,
+                "answers" if probe.ok else f"no answer ({why[-1] if why else f'exit {probe.exit_code}'})",
+            )
+        )
     return checks

@@ -65,8 +65,14 @@ class FeedChannel:
     as it comes when given. finish() ends the input and waits for the exit status.
     """
 
-    def __init__(self, conn: NodeConnection, argv: list[str], progress: PushProgress | None = None,
-                 stall_timeout: float = STALL_TIMEOUT_S, on_output=None):
+    def __init__(
+        self,
+        conn: NodeConnection,
+        argv: list[str],
+        progress: PushProgress | None = None,
+        stall_timeout: float = STALL_TIMEOUT_S,
+        on_output=None,
+    ):
         self.node = conn.node.name
         self.progress = progress or PushProgress()
         self.on_output = on_output
@@ -184,8 +190,9 @@ def prefer_aead(transport) -> None:
     offered = tuple(options.ciphers)
     if not any(c in offered for c in AEAD_CIPHERS):
         return
-    options.ciphers = tuple(c for c in AEAD_CIPHERS if c in offered) + tuple(c for c in offered
-                                                                         if c not in AEAD_CIPHERS)
+    options.ciphers = tuple(c for c in AEAD_CIPHERS if c in offered) + tuple(
+        c for c in offered if c not in AEAD_CIPHERS
+    )
     try:
         transport.renegotiate_keys()
     except Exception:  # noqa: BLE001 - the server refused: the connection keeps its cipher
@@ -279,8 +286,9 @@ class Fanout:
             self.proc.wait()
 
 
-def open_loads(conns: dict[str, NodeConnection], names: list[str], method: str,
-               progress: PushProgress) -> tuple[dict[str, FeedChannel], dict[str, str]]:
+def open_loads(
+    conns: dict[str, NodeConnection], names: list[str], method: str, progress: PushProgress
+) -> tuple[dict[str, FeedChannel], dict[str, str]]:
     """A `docker load` on each named node; returns the channels that started and, per node, why one did not."""
     channels: dict[str, FeedChannel] = {}
     failed: dict[str, str] = {}

@@ -76,9 +76,7 @@ class ImageDefinition(BaseModel):
         """(name in the build context, path on disk) for every file that goes into the build."""
         assert self.directory is not None
         files: list[tuple[str, Path]] = []
-        roots = [(".", self.directory)] + [
-            (Path(inc).name, (self.directory / inc).resolve()) for inc in self.include
-        ]
+        roots = [(".", self.directory)] + [(Path(inc).name, (self.directory / inc).resolve()) for inc in self.include]
         for prefix, root in roots:
             if not root.is_dir():
                 raise ConfigError(
@@ -128,8 +126,12 @@ def _load(directory: Path) -> ImageDefinition:
         raise ConfigError(problems_from_validation(exc, str(manifest), ImageDefinition)) from None
     if definition.name != directory.name:
         raise ConfigError(
-            Problem(str(manifest), "name", f"{definition.name!r} differs from the folder name {directory.name!r}",
-                    f"set name: {directory.name}")
+            Problem(
+                str(manifest),
+                "name",
+                f"{definition.name!r} differs from the folder name {directory.name!r}",
+                f"set name: {directory.name}",
+            )
         )
     definition.directory = directory
     return definition

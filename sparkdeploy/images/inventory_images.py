@@ -20,8 +20,10 @@ from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
 
 # A fixed script (no values are interpolated): engine facts, then one JSON line per image.
-_FORMAT = ('{"id":{{json .Id}},"tags":{{json .RepoTags}},"layers":{{json .RootFS.Layers}},'
-           '"labels":{{if .Config}}{{json .Config.Labels}}{{else}}null{{end}},"size":{{.Size}}}')
+_FORMAT = (
+    '{"id":{{json .Id}},"tags":{{json .RepoTags}},"layers":{{json .RootFS.Layers}},'
+    '"labels":{{if .Config}}{{json .Config.Labels}}{{else}}null{{end}},"size":{{.Size}}}'
+)
 FACTS_SCRIPT = r"""
 set -u
 docker version --format '{{.Server.Version}}' >/dev/null || exit 90
@@ -101,8 +103,15 @@ def parse_facts(node: str, text: str) -> NodeImages:
             facts.zstd = rest.strip() == "yes"
         elif kind == "image":
             data = json.loads(rest)
-            facts.images.append(ImageRecord(data["id"], data["tags"] or [], data["layers"] or [],
-                                            data["labels"] or {}, int(data.get("size") or 0)))
+            facts.images.append(
+                ImageRecord(
+                    data["id"],
+                    data["tags"] or [],
+                    data["layers"] or [],
+                    data["labels"] or {},
+                    int(data.get("size") or 0),
+                )
+            )
     if not facts.root_dir:
         raise StepFailed(f"{node}: could not read the Docker engine's facts (is the user in the docker group?)")
     return facts
@@ -133,6 +142,7 @@ def select_nodes(inventory: Inventory, nodes=None) -> list[Node]:
 
 
 # -- images list ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class TagAgreement:

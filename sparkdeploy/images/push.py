@@ -120,8 +120,14 @@ def source_image(name: str, client, progress: PushProgress, reader: str = "auto"
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
-        raise ConfigError(Problem("images", name, "neither an image definition nor an image this machine's "
-                                                  "engine has", "see: sparkdeploy images build --help")) from None
+        raise ConfigError(
+            Problem(
+                "images",
+                name,
+                "neither an image definition nor an image this machine's engine has",
+                "see: sparkdeploy images build --help",
+            )
+        ) from None
     if ":" not in tag.rsplit("/", 1)[-1] or tag.startswith("sha256:"):
         raise ConfigError(Problem("images", name, "push needs a tag the nodes can use", "give REPO:TAG"))
     sizes = [int(h.get("Size") or 0) for h in reversed(client.api.history(image.id))]
@@ -131,6 +137,7 @@ def source_image(name: str, client, progress: PushProgress, reader: str = "auto"
 
 
 # -- the plan for each node ------------------------------------------------------------------------------------
+
 
 @dataclass
 class NodePlan:
@@ -145,8 +152,9 @@ class NodePlan:
     stale_partials: list[str] = field(default_factory=list)  # partial images of this image from a cut push
 
 
-def plan_node(source: SourceImage, node: Node, facts: NodeImages, compression: str = "auto",
-              free_space_factor: float = 2.0) -> NodePlan:
+def plan_node(
+    source: SourceImage, node: Node, facts: NodeImages, compression: str = "auto", free_space_factor: float = 2.0
+) -> NodePlan:
     """What the node needs; raises StepFailed when the preflight refuses it (nothing was sent)."""
     have = facts.image(source.id)
     if have is not None:
@@ -165,23 +173,26 @@ def plan_node(source: SourceImage, node: Node, facts: NodeImages, compression: s
     else:
         estimate = estimate_bytes(_sizes_for(source), [i in missing for i in range(len(source.diff_ids))])
     if facts.free_bytes is None:
-        raise StepFailed(f"{node.name}: refused before sending: cannot read the free space of the Docker root "
-                         f"{facts.root_dir}")
+        raise StepFailed(
+            f"{node.name}: refused before sending: cannot read the free space of the Docker root {facts.root_dir}"
+        )
     required = int(estimate * free_space_factor)
     if facts.free_bytes < required:
         raise StepFailed(
             f"{node.name}: refused before sending: {len(missing)} layers, about {human_size(estimate)} to load, need "
             f"{human_size(required)} free in the Docker root {facts.root_dir} ({free_space_factor:g}x: docker load "
             f"unpacks the archive, then writes the layers), it has {human_size(facts.free_bytes)}. Free space there "
-            f"(for example: docker image prune) and push again")
+            f"(for example: docker image prune) and push again"
+        )
     method = choose_compression(compression, facts)
     if method != compression and compression == "auto" and method == "gzip":
         note = _join(note, "no zstd on the node: gzip used (slower; install zstd there)")
     stale = [i.id for i in facts.images if i.labels.get(archive.PARTIAL_LABEL) == source.id]
     if stale:
         note = _join(note, f"resumed: {len(source.diff_ids) - len(missing)} layers already there")
-    return NodePlan(node, facts, "send", {source.diff_ids[i] for i in missing}, len(missing), estimate, method,
-                    note, stale)
+    return NodePlan(
+        node, facts, "send", {source.diff_ids[i] for i in missing}, len(missing), estimate, method, note, stale
+    )
 
 
 def _sizes_for(source: SourceImage) -> list[int]:
@@ -219,8 +230,7 @@ docker image inspect --format '{{.Id}}' "$2"
 def _finalize(conn: NodeConnection, temp_tag: str, source: SourceImage, partials: list[str]) -> None:
     """Check the loaded image ID, move the tag, and remove the partial images of the loads (their layers are
     the image's now)."""
-    result = conn.run(["sh", "-c", FINALIZE_SCRIPT, "sh", temp_tag, source.tag, source.id, *partials],
-                      check=False)
+    result = conn.run(["sh", "-c", FINALIZE_SCRIPT, "sh", temp_tag, source.tag, source.id, *partials], check=False)
     _check_tagged(conn.node.name, result, source)
 
 
@@ -238,9 +248,19 @@ def _check_tagged(node: str, result, source: SourceImage) -> None:
 
 # -- the entry point ---------------------------------------------------------------------------------------
 
-def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgress | None = None, *,
-               client=None, compression: str = "auto", free_space_factor: float = 2.0,
-               reader: str = "auto", batch_bytes: int = BATCH_BYTES) -> list[NodeOutcome]:
+
+def push_image(
+    name: str,
+    inventory: Inventory,
+    nodes=None,
+    progress: PushProgress | None = None,
+    *,
+    client=None,
+    compression: str = "auto",
+    free_space_factor: float = 2.0,
+    reader: str = "auto",
+    batch_bytes: int = BATCH_BYTES,
+) -> list[NodeOutcome]:
     """Make the nodes hold image `name` (a definition name or a local REPO:TAG) with the source's image ID.
 
     `nodes`: node names or Node objects of the inventory (default: all). `reader`: where the layers are read,
@@ -279,8 +299,9 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
                 results[node.name] = exc
         for plan in plans.values():
             if plan.action == "present":
-                results[plan.node.name] = PushResult(plan.node.name, source.tag, source.id, "present",
-                                                     len(source.diff_ids))
+                results[plan.node.name] = PushResult(
+                    plan.node.name, source.tag, source.id, "present", len(source.diff_ids)
+                )
 
         def tag_only(node: Node) -> PushResult:
             _tag_existing(conns[node.name], source)
@@ -303,10 +324,19 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
                 kept = " (the layers that arrived are kept: a push again sends the rest)" if stream.partial_ids else ""
                 raise StepFailed(f"{node.name}: push of {source.tag} failed, no tag moved: {stream.error}{kept}")
             _finalize(conns[node.name], temp_tag, source, plan.stale_partials + stream.partial_ids)
-            return PushResult(node.name, source.tag, source.id, "sent", len(source.diff_ids), plan.layers_sent,
-                              stream.raw, stream.wire, plan.compression, source.reader,
-                              note=_join(plan.note, f"read with docker save: {source.reader_note}"
-                                         if source.reader_note else ""))
+            return PushResult(
+                node.name,
+                source.tag,
+                source.id,
+                "sent",
+                len(source.diff_ids),
+                plan.layers_sent,
+                stream.raw,
+                stream.wire,
+                plan.compression,
+                source.reader,
+                note=_join(plan.note, f"read with docker save: {source.reader_note}" if source.reader_note else ""),
+            )
 
         _collect(results, on_nodes([p.node for p in senders], finalize))
     finally:
@@ -315,8 +345,9 @@ def push_image(name: str, inventory: Inventory, nodes=None, progress: PushProgre
     return node_outcomes(chosen, results, progress, started)
 
 
-def node_outcomes(nodes: list[Node], results: dict, progress: PushProgress, started: dict[str, float]
-                  ) -> list[NodeOutcome]:
+def node_outcomes(
+    nodes: list[Node], results: dict, progress: PushProgress, started: dict[str, float]
+) -> list[NodeOutcome]:
     """One outcome per node from its PushResult (timed from `started[node]`) or its error; each bar ended."""
     outcomes = []
     for node in nodes:
@@ -338,13 +369,18 @@ def _choose_reader(source: SourceImage, client, reader: str, progress: PushProgr
         return
     store, why = open_store(client, source.id)
     if store is None and reader == "store":
-        raise ConfigError(Problem("push", "--layer-source store", f"this engine's layer store cannot be read "
-                                                                  f"here: {why}", "use --layer-source auto or save"))
+        raise ConfigError(
+            Problem(
+                "push",
+                "--layer-source store",
+                f"this engine's layer store cannot be read here: {why}",
+                "use --layer-source auto or save",
+            )
+        )
     source.store = store
     if store is None:
         source.reader_note = why
-        progress.note(f"reading layers with docker save: {why}; a re-push then waits for a save of the whole "
-                      f"image")
+        progress.note(f"reading layers with docker save: {why}; a re-push then waits for a save of the whole image")
 
 
 def _collect(results: dict, outcomes: list[NodeOutcome]) -> None:
@@ -354,5 +390,3 @@ def _collect(results: dict, outcomes: list[NodeOutcome]) -> None:
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a and b else a or b
-
-

@@ -91,8 +91,12 @@ class FromPlan:
 
     def lines(self) -> list[str]:
         img = self.image
-        out = [(f"source: {self.source.name}, fabric {self.source.fabric_address}; image {img.tag} "
-               f"{img.id.removeprefix('sha256:')[:12]} ({len(img.diff_ids)} layers)")]
+        out = [
+            (
+                f"source: {self.source.name}, fabric {self.source.fabric_address}; image {img.tag} "
+                f"{img.id.removeprefix('sha256:')[:12]} ({len(img.diff_ids)} layers)"
+            )
+        ]
         for name, plan in self.plans.items():
             node = plan.node
             if plan.action == "present":
@@ -100,35 +104,50 @@ class FromPlan:
             elif plan.action == "tag":
                 out.append(f"{name} ({node.fabric_address}): has the image ID, only tagged")
             else:
-                out.append(f"{name} ({node.fabric_address}): lacks {plan.layers_sent}/{len(img.diff_ids)} layers, "
-                           f"about {human_size(plan.estimate)}" + (f" ({plan.note})" if plan.note else ""))
+                out.append(
+                    f"{name} ({node.fabric_address}): lacks {plan.layers_sent}/{len(img.diff_ids)} layers, "
+                    f"about {human_size(plan.estimate)}" + (f" ({plan.note})" if plan.note else "")
+                )
         for name, why in self.refused.items():
             out.append(f"{name}: refused: {why}")
         if self.edges:
-            out.append(f"chain over the fabric: {self.chain_text()}; {len(self.needed)} layers, about "
-                       f"{human_size(self.estimate)}, {self.compression}"
-                       + (f" ({self.compression_note})" if self.compression_note else "")
-                       + "; the source sends each byte once, "
-                       "each target loads it and forwards it to the next as it arrives")
-            out.append(f"layers read on {self.source.name} from " + (
-                "its layer store (sudo -n): only the layers sent" if self.reader == "store" else
-                f"docker save of the whole image ({self.reader_note})"))
-            out.append("this machine starts the stream on the source and reads progress lines only: no image "
-                       "bytes pass through it")
+            out.append(
+                f"chain over the fabric: {self.chain_text()}; {len(self.needed)} layers, about "
+                f"{human_size(self.estimate)}, {self.compression}"
+                + (f" ({self.compression_note})" if self.compression_note else "")
+                + "; the source sends each byte once, "
+                "each target loads it and forwards it to the next as it arrives"
+            )
+            out.append(
+                f"layers read on {self.source.name} from "
+                + (
+                    "its layer store (sudo -n): only the layers sent"
+                    if self.reader == "store"
+                    else f"docker save of the whole image ({self.reader_note})"
+                )
+            )
+            out.append(
+                "this machine starts the stream on the source and reads progress lines only: no image "
+                "bytes pass through it"
+            )
         else:
             out.append("nothing to send")
         out += [f"peer SSH: {line}" for line in self.trust] or (
-            ["peer SSH: keys and fabric host keys already in place"] if self.edges else [])
+            ["peer SSH: keys and fabric host keys already in place"] if self.edges else []
+        )
         return out
 
 
 # -- the plan --------------------------------------------------------------------------------------------------
 
+
 def _source_image(tag: str, facts: NodeImages, history: str) -> SourceImage:
     record = next((i for i in facts.images if tag in i.tags), None)
     if record is None:
-        raise StepFailed(f"{facts.node} has no image {tag}: build it there first "
-                         f"(sparkdeploy images build NAME --on {facts.node}) or name a node that has it")
+        raise StepFailed(
+            f"{facts.node} has no image {tag}: build it there first "
+            f"(sparkdeploy images build NAME --on {facts.node}) or name a node that has it"
+        )
     sizes = [int(s) for s in reversed(history.split()) if s.isdigit()]
     short = tag.rsplit(":", 1)[0].rsplit("/", 1)[-1] or "image"
     return SourceImage(tag, record.id, short, list(record.layers), sizes, reader_note="docker save on the node")
@@ -143,8 +162,9 @@ def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> st
         return "the engine keeps images in containerd"
     if facts.driver != "overlay2":
         return f"the storage driver is {facts.driver or 'unknown'}, not overlay2"
-    r = src.run(["sh", "-c", STORE_CHECK, "sh", facts.root_dir, facts.driver, image_id.removeprefix("sha256:")],
-                check=False)
+    r = src.run(
+        ["sh", "-c", STORE_CHECK, "sh", facts.root_dir, facts.driver, image_id.removeprefix("sha256:")], check=False
+    )
     if "readable" not in r.stdout:
         return f"no passwordless sudo on {src.node.name} to read {facts.root_dir}"
     return ""
@@ -157,8 +177,16 @@ WORTH_COMPRESSING = 64 << 20  # below this the fabric moves the bytes in well un
 def _sample_ratio(src: NodeConnection, plan: FromPlan) -> float | None:
     """zlib -1's ratio on a sample of the layers the chain carries, read on the source from its layer store
     (nodeside's store-reader, its sample mode: about 16 MB read); None when it cannot be sampled."""
-    config = encode({"root": plan.store_root, "driver": plan.store_driver, "image_id": plan.image.id,
-                     "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed), "sample": True})
+    config = encode(
+        {
+            "root": plan.store_root,
+            "driver": plan.store_driver,
+            "image_id": plan.image.id,
+            "diff_ids": plan.image.diff_ids,
+            "needed": sorted(plan.needed),
+            "sample": True,
+        }
+    )
     r = src.run(["sudo", "-n", *ship.argv("store-reader", config)], check=False)
     try:
         return float(json.loads(r.stdout.strip().splitlines()[-1])["ratio"])
@@ -166,8 +194,9 @@ def _sample_ratio(src: NodeConnection, plan: FromPlan) -> float | None:
         return None
 
 
-def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | None = None,
-                        estimate: int = WORTH_COMPRESSING) -> tuple[str, str]:
+def _choose_compression(
+    requested: str, facts: list[NodeImages], ratio: float | None = None, estimate: int = WORTH_COMPRESSING
+) -> tuple[str, str]:
     """(compression, why). auto: zstd when every node of the chain has it, there is enough to send and the
     layers compress; else none (the fabric is faster than gzip on one core, and random or already-compressed
     layers gain nothing)."""
@@ -186,9 +215,17 @@ def _choose_compression(requested: str, facts: list[NodeImages], ratio: float | 
     return requested, "asked for"
 
 
-def plan_from(name: str, inventory: Inventory, source: Node, targets: list[Node], compression: str = "auto",
-              free_space_factor: float = 2.0, dry_run: bool = False, reader: str = "auto",
-              conns: dict[str, NodeConnection] | None = None) -> tuple[FromPlan, list[NodeOutcome]]:
+def plan_from(
+    name: str,
+    inventory: Inventory,
+    source: Node,
+    targets: list[Node],
+    compression: str = "auto",
+    free_space_factor: float = 2.0,
+    dry_run: bool = False,
+    reader: str = "auto",
+    conns: dict[str, NodeConnection] | None = None,
+) -> tuple[FromPlan, list[NodeOutcome]]:
     """What each target needs and the chain that carries it; the node facts that could not be read come
     back as failed outcomes. Sets up peer SSH for the chain (or, with dry_run, says what it would set up).
     `conns`: connections by node name to use and leave open (the push goes on over them); else its own."""
@@ -211,8 +248,9 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
         facts = read_node_images(conns[node.name])
         if node.name != source.name:
             return facts
-        history = src.run(["docker", "image", "history", "--no-trunc", "--human=false", "--format",
-                           "{{.Size}}", tag], check=False).stdout
+        history = src.run(
+            ["docker", "image", "history", "--no-trunc", "--human=false", "--format", "{{.Size}}", tag], check=False
+        ).stdout
         image = _source_image(tag, facts, history)
         return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
 
@@ -221,11 +259,18 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
         raise read[0].error
     facts, image, plan_note = read[0].value
     read = read[1:]
-    plan = FromPlan(source, image, reader="save" if plan_note else "store", reader_note=plan_note,
-                    store_root=facts.root_dir, store_driver=facts.driver)
+    plan = FromPlan(
+        source,
+        image,
+        reader="save" if plan_note else "store",
+        reader_note=plan_note,
+        store_root=facts.root_dir,
+        store_driver=facts.driver,
+    )
     if reader == "store" and plan.reader != "store":
-        raise StepFailed(f"{source.name}: its layer store cannot be read: {plan.reader_note} "
-                         f"(use --layer-source auto or save)")
+        raise StepFailed(
+            f"{source.name}: its layer store cannot be read: {plan.reader_note} (use --layer-source auto or save)"
+        )
     failed = [o for o in read if not o.ok]
     target_facts = {o.node.name: o.value for o in read if o.ok}
     for node in targets:
@@ -246,16 +291,23 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
             plan.refused[p.node.name] = StepFailed(
                 f"{p.node.name}: refused before sending: the chain carries about {human_size(plan.estimate)} and "
                 f"the node writes its {human_size(p.estimate)} of layers; need {human_size(required)} free in the "
-                f"Docker root {p.facts.root_dir}, it has {human_size(free)}. Free space there and push again")
+                f"Docker root {p.facts.root_dir}, it has {human_size(free)}. Free space there and push again"
+            )
             del plan.plans[p.node.name]
             senders.remove(p)
     if senders:
         chain_facts = [facts] + [p.facts for p in senders]
-        ratio = _sample_ratio(src, plan) if (compression == "auto" and plan.reader == "store"
-                                                    and plan.estimate >= WORTH_COMPRESSING
-                                                    and all(f.zstd for f in chain_facts)) else None
-        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio,
-                                                                      plan.estimate)
+        ratio = (
+            _sample_ratio(src, plan)
+            if (
+                compression == "auto"
+                and plan.reader == "store"
+                and plan.estimate >= WORTH_COMPRESSING
+                and all(f.zstd for f in chain_facts)
+            )
+            else None
+        )
+        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio, plan.estimate)
         plan.edges = transfer_plan(source, [p.node for p in senders])
         plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
     return plan, failed
@@ -263,26 +315,43 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
 
 # -- the stream -----------------------------------------------------------------------------------------------
 
+
 def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict:
     """The source's config: the image, the layers to keep, and the chain (each hop's peer ssh to the next)."""
     chain = [plan.source] + plan.receivers
-    hops = [{"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
-            for i, n in enumerate(chain)]
+    hops = [
+        {"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
+        for i, n in enumerate(chain)
+    ]
     relay = {"sink": shlex.join(load_argv(plan.compression)), "chain": hops}
     if plan.reader == "store":  # a pipeline of loads: each relay unpacks the stream and runs the loads itself
         relay.update(framed=True, decompress=DECOMPRESSORS[plan.compression], load=["docker", "load"])
-    config = {"image_id": plan.image.id, "diff_ids": plan.image.diff_ids, "needed": sorted(plan.needed),
-              "temp_tag": temp_tag, "compress": plan.compression, "relay": relay}
+    config = {
+        "image_id": plan.image.id,
+        "diff_ids": plan.image.diff_ids,
+        "needed": sorted(plan.needed),
+        "temp_tag": temp_tag,
+        "compress": plan.compression,
+        "relay": relay,
+    }
     if plan.reader == "store":
-        config["reader_config"] = encode({"root": plan.store_root, "driver": plan.store_driver,
-                                          "image_id": plan.image.id, "diff_ids": plan.image.diff_ids,
-                                          "needed": sorted(plan.needed), "temp_tag": temp_tag,
-                                          "batch_bytes": batch_bytes})
+        config["reader_config"] = encode(
+            {
+                "root": plan.store_root,
+                "driver": plan.store_driver,
+                "image_id": plan.image.id,
+                "diff_ids": plan.image.diff_ids,
+                "needed": sorted(plan.needed),
+                "temp_tag": temp_tag,
+                "batch_bytes": batch_bytes,
+            }
+        )
     return config
 
 
-def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
-               ) -> tuple[dict[str, dict], str, int]:
+def run_stream(
+    src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
+) -> tuple[dict[str, dict], str, int]:
     """Start nodeside's push-source on the source node and follow its lines: (results by node, other output, bytes this
     machine received on the channel)."""
     transport = src.open().client.get_transport()
@@ -299,8 +368,10 @@ def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeou
     try:
         while True:
             got = False
-            for kind, ready, recv in (("out", chan.recv_ready, chan.recv), ("err", chan.recv_stderr_ready,
-                                                                           chan.recv_stderr)):
+            for kind, ready, recv in (
+                ("out", chan.recv_ready, chan.recv),
+                ("err", chan.recv_stderr_ready, chan.recv_stderr),
+            ):
                 if ready():
                     data = recv(65536)
                     received += len(data)
@@ -335,7 +406,7 @@ def run_stream(src: NodeConnection, config: dict, progress: PushProgress, timeou
 def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushProgress) -> None:
     if line.startswith(PROGRESS):
         try:
-            record = json.loads(line[len(PROGRESS):])
+            record = json.loads(line[len(PROGRESS) :])
         except ValueError:
             return
         node = str(record.get("node"))
@@ -346,7 +417,7 @@ def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushPr
             seen[node] = value
     elif line.startswith(RESULT):
         try:
-            record = json.loads(line[len(RESULT):])
+            record = json.loads(line[len(RESULT) :])
         except ValueError:
             return
         results[str(record.get("node"))] = record
@@ -356,10 +427,18 @@ def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushPr
 
 # -- the entry point ---------------------------------------------------------------------------------------
 
-def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[Node],
-                   progress: PushProgress | None = None, compression: str = "auto",
-                   free_space_factor: float = 2.0, reader: str = "auto", batch_bytes: int = BATCH_BYTES
-                   ) -> tuple[FromPlan, list[NodeOutcome], int]:
+
+def push_from_node(
+    name: str,
+    inventory: Inventory,
+    source: Node,
+    targets: list[Node],
+    progress: PushProgress | None = None,
+    compression: str = "auto",
+    free_space_factor: float = 2.0,
+    reader: str = "auto",
+    batch_bytes: int = BATCH_BYTES,
+) -> tuple[FromPlan, list[NodeOutcome], int]:
     """Make every target hold `name` with the source node's image ID, sent node to node over the fabric.
     Returns the plan, one outcome per target (value a PushResult, or error naming the node) and the bytes
     this machine received from the source during the stream (progress and result lines only)."""
@@ -370,8 +449,9 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
     # second of a re-push that sends one small layer.
     conns = {n.name: NodeConnection(n, inventory) for n in [source] + targets}
     try:
-        plan, failed = plan_from(name, inventory, source, targets, compression, free_space_factor, reader=reader,
-                                 conns=conns)
+        plan, failed = plan_from(
+            name, inventory, source, targets, compression, free_space_factor, reader=reader, conns=conns
+        )
     except BaseException:
         for conn in conns.values():
             conn.close()
@@ -395,13 +475,16 @@ def push_from_node(name: str, inventory: Inventory, source: Node, targets: list[
             results[o.node.name] = o.value if o.ok else o.error
         if plan.edges:
             temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
-            progress.note(f"{plan.chain_text()}: {len(plan.needed)} layers, about {human_size(plan.estimate)}, "
-                          f"{plan.compression}, read from " + ("the layer store" if plan.reader == "store" else
-                                                               f"docker save ({plan.reader_note})"))
+            progress.note(
+                f"{plan.chain_text()}: {len(plan.needed)} layers, about {human_size(plan.estimate)}, "
+                f"{plan.compression}, read from "
+                + ("the layer store" if plan.reader == "store" else f"docker save ({plan.reader_note})")
+            )
             for node in plan.receivers:
                 progress.begin(node.name, plan.estimate)
-            streamed, other, received = run_stream(conns[source.name], stream_config(plan, temp_tag, batch_bytes),
-                                                   progress)
+            streamed, other, received = run_stream(
+                conns[source.name], stream_config(plan, temp_tag, batch_bytes), progress
+            )
             results.update(_finish(plan, streamed, other, conns, temp_tag))
     finally:
         for conn in conns.values():
@@ -419,20 +502,33 @@ def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_t
         record = streamed.get(node.name)
         if record is None:
             why = upstream_error or f"the stream did not reach it ({other or 'no report from the chain'})"
-            again = "; push again: the loads that finished are kept, only the rest is sent" \
-                if plan.reader == "store" else "; push again"
+            again = (
+                "; push again: the loads that finished are kept, only the rest is sent"
+                if plan.reader == "store"
+                else "; push again"
+            )
             raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}{again}")
         why = load_failure(record.get("load_rc"), "\n".join(record.get("load_tail") or []))
         if why:
-            kept = " (the loads that finished are kept: a push again sends the rest)" \
-                if plan.reader == "store" and int(record.get("loads") or 0) > 1 else ""
+            kept = (
+                " (the loads that finished are kept: a push again sends the rest)"
+                if plan.reader == "store" and int(record.get("loads") or 0) > 1
+                else ""
+            )
             raise StepFailed(f"{node.name}: push of {image.tag} from {source.name} failed, no tag moved: {why}{kept}")
         p = plan.plans[node.name]
         _finalize(conns[node.name], temp_tag, image, p.stale_partials + list(src.get("partials") or []))
-        return PushResult(node.name, image.tag, image.id, "sent", len(image.diff_ids), p.layers_sent,
-                          int(src.get("raw") or 0), int(record.get("received") or 0), plan.compression,
-                          f"{source.name}'s {plan.reader} over the fabric")
+        return PushResult(
+            node.name,
+            image.tag,
+            image.id,
+            "sent",
+            len(image.diff_ids),
+            p.layers_sent,
+            int(src.get("raw") or 0),
+            int(record.get("received") or 0),
+            plan.compression,
+            f"{source.name}'s {plan.reader} over the fabric",
+        )
 
     return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(plan.receivers, finish)}
-
-

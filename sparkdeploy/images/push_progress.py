@@ -48,9 +48,16 @@ class RichPushProgress(PushProgress):
         )
 
         self.console = console or Console(stderr=True, highlight=False)
-        self.bar = Progress(TextColumn("{task.description:<10}"), BarColumn(), DownloadColumn(),
-                            TransferSpeedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[wire]}"),
-                            console=self.console, transient=False)
+        self.bar = Progress(
+            TextColumn("{task.description:<10}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[wire]}"),
+            console=self.console,
+            transient=False,
+        )
         self.tasks: dict[str, int] = {}
         self.wire: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -91,5 +98,6 @@ class RichPushProgress(PushProgress):
             state = next(t for t in self.bar.tasks if t.id == task)
             done, elapsed = state.completed, state.elapsed or 0.0
             summary = f"sent {human_size(self.wire.get(node, 0))} in {elapsed:.1f} s"
-            self.bar.update(task, total=done if ok else None, description=node if ok else f"{node} failed",
-                            wire=summary)
+            self.bar.update(
+                task, total=done if ok else None, description=node if ok else f"{node} failed", wire=summary
+            )

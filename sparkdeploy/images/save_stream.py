@@ -18,8 +18,9 @@ from sparkdeploy.images.streams import NodeStream, StreamGroup
 from sparkdeploy.nodeside.layers import ArchiveFilter
 
 
-def stream_from_save(source, groups: list[StreamGroup], conns, client, progress: PushProgress,
-                     temp_tag: str) -> dict[str, NodeStream]:
+def stream_from_save(
+    source, groups: list[StreamGroup], conns, client, progress: PushProgress, temp_tag: str
+) -> dict[str, NodeStream]:
     """Send each group its archive; returns node -> what it received and whether its load worked."""
     outcome: dict[str, NodeStream] = {}
     channels: dict[str, FeedChannel] = {}
@@ -34,8 +35,9 @@ def stream_from_save(source, groups: list[StreamGroup], conns, client, progress:
             channels.update(opened)
             if opened:
                 fan = Fanout(group.method, list(opened.values()), progress)
-                fans.append((group, fan, ArchiveFilter(source.diff_ids, group.needed, rename_to=temp_tag,
-                                                       image_id=source.id)))
+                fans.append(
+                    (group, fan, ArchiveFilter(source.diff_ids, group.needed, rename_to=temp_tag, image_id=source.id))
+                )
         error = _pump_save(source, fans, client)
         if error:
             for c in channels.values():

@@ -69,8 +69,7 @@ def problems(definition: ImageDefinition) -> list[str]:
         return any(value in ref for ref in refs)
 
     base_external = definition.base and definition.base_definition() is None
-    if base_external and not any(s.get("kind") == "base-image" and s.get("ref") == definition.base
-                                 for s in sources):
+    if base_external and not any(s.get("kind") == "base-image" and s.get("ref") == definition.base for s in sources):
         out.append(f"{where}: base {definition.base} is not recorded (kind: base-image, ref: {definition.base})")
     if definition.kind == "rootfs":
         mirror, suite = definition.rootfs.get("mirror", ""), definition.rootfs.get("suite", "")
@@ -83,8 +82,10 @@ def problems(definition: ImageDefinition) -> list[str]:
         if not lock:
             out.append(f"{where}: {definition.requirements} is not recorded (kind: pypi-lock)")
         elif lock[0].get("sha256") != digest:
-            out.append(f"{where}: {definition.requirements} changed (sha256 {digest[:12]}...): check the new pins "
-                       "and record its sha256")
+            out.append(
+                f"{where}: {definition.requirements} changed (sha256 {digest[:12]}...): check the new pins "
+                "and record its sha256"
+            )
     values = dict(definition.build_args)
     if definition.base:
         values["BASE"] = definition.base_definition().tag if definition.base_definition() else definition.base
@@ -93,12 +94,16 @@ def problems(definition: ImageDefinition) -> list[str]:
             if arg == "BASE" and not base_external:
                 continue
             if arg in values and values[arg] not in str(s.get("ref", "")):
-                out.append(f"{where}: {s.get('ref')} does not contain build arg {arg}={values[arg]}: "
-                           "check the new value and record it")
+                out.append(
+                    f"{where}: {s.get('ref')} does not contain build arg {arg}={values[arg]}: "
+                    "check the new value and record it"
+                )
     for key in definition.build_args:
         if key not in covered:
-            out.append(f"{where}: build arg {key}={definition.build_args[key]} is not recorded (a source's args, "
-                       "or settings if it is a choice)")
+            out.append(
+                f"{where}: build arg {key}={definition.build_args[key]} is not recorded (a source's args, "
+                "or settings if it is a choice)"
+            )
     stages: set[str] = set()
     for line in _dockerfile_lines(definition):
         m = ARG_LINE.match(line)
@@ -108,12 +113,15 @@ def problems(definition: ImageDefinition) -> list[str]:
                 continue
             if name == "BASE":
                 if base_external and default != definition.base:
-                    out.append(f"{where}: Dockerfile ARG BASE={default} differs from the manifest's base "
-                               f"{definition.base}")
+                    out.append(
+                        f"{where}: Dockerfile ARG BASE={default} differs from the manifest's base {definition.base}"
+                    )
                 continue
             if name in definition.build_args and definition.build_args[name] != default:
-                out.append(f"{where}: Dockerfile ARG {name}={default} differs from the manifest's "
-                           f"build_args {name}={definition.build_args[name]}")
+                out.append(
+                    f"{where}: Dockerfile ARG {name}={default} differs from the manifest's "
+                    f"build_args {name}={definition.build_args[name]}"
+                )
             if name not in covered:
                 out.append(f"{where}: Dockerfile ARG {name}={default} is not recorded")
             continue

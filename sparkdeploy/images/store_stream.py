@@ -57,8 +57,9 @@ def plan_loads(layer_count: int, positions: list[int], sizes: dict[int, int], ba
     return loads
 
 
-def stream_from_store(source, groups: list[StreamGroup], conns, progress: PushProgress, temp_tag: str,
-                      batch_bytes: int = BATCH_BYTES) -> dict[str, NodeStream]:
+def stream_from_store(
+    source, groups: list[StreamGroup], conns, progress: PushProgress, temp_tag: str, batch_bytes: int = BATCH_BYTES
+) -> dict[str, NodeStream]:
     """Send each group its loads, the groups in parallel; returns node -> what it received and any error.
 
     An exception in a group (an interrupt from a progress hook, say) aborts every stream and is raised here.
@@ -88,8 +89,7 @@ def stream_from_store(source, groups: list[StreamGroup], conns, progress: PushPr
 class _GroupSender:
     """The loads of one group, in order, to every node of the group (run() in a thread of its own)."""
 
-    def __init__(self, source, group: StreamGroup, conns, progress: PushProgress, temp_tag: str,
-                 batch_bytes: int):
+    def __init__(self, source, group: StreamGroup, conns, progress: PushProgress, temp_tag: str, batch_bytes: int):
         self.source, self.group, self.conns, self.progress = source, group, conns, progress
         self.temp_tag = temp_tag
         self.batch_bytes = 1 << 62 if group.single_load else batch_bytes
@@ -111,8 +111,7 @@ class _GroupSender:
         try:
             self._send_loads()
         except LayerMismatch as exc:
-            self._fail_all(f"the layer store gave what its image does not name ({exc}); push with "
-                           f"--layer-source save")
+            self._fail_all(f"the layer store gave what its image does not name ({exc}); push with --layer-source save")
         except (ValueError, StepFailed, OSError) as exc:
             self._fail_all(f"reading the image's layers from this machine's layer store failed: {exc}")
         except BaseException as exc:  # noqa: BLE001 - an interrupt: handed to the calling thread
@@ -151,7 +150,7 @@ class _GroupSender:
                 for name, c in opened.items():
                     if self.results[name].error is not None:
                         c.abort()  # that node's previous load failed: stop it here
-                diffs = source.diff_ids[:load.top + 1]
+                diffs = source.diff_ids[: load.top + 1]
                 config = store.config_bytes(source.id)
                 if load.final:
                     image_id, tag = source.id, self.temp_tag

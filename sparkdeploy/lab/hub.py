@@ -55,8 +55,14 @@ def _token(secrets_path: Path) -> str:
 
 
 def _config_hash(image_id: str, repos: Path, token: str, rate: int) -> str:
-    data = [image_id, str(repos), str(rate), hashlib.sha256(token.encode()).hexdigest(),
-            hashlib.sha256(SERVER.read_bytes()).hexdigest(), str(LAYOUT)]
+    data = [
+        image_id,
+        str(repos),
+        str(rate),
+        hashlib.sha256(token.encode()).hexdigest(),
+        hashlib.sha256(SERVER.read_bytes()).hexdigest(),
+        str(LAYOUT),
+    ]
     return hashlib.sha256("\n".join(data).encode()).hexdigest()[:16]
 
 
@@ -90,17 +96,31 @@ def ensure(client, spec: LabSpec, image_tag: str, secrets_path: Path, say, rate_
         say(f"hub: {name} on {hub_ip(spec)} (management network only, egress shaped to {rate_mbit} Mbit/s)")
         api = client.api
         # tc first: a hub that could not be shaped must not serve at full speed (the benchmark would lie).
-        script = (f"tc qdisc replace dev eth0 root tbf rate {int(rate_mbit)}mbit burst 256kb latency 400ms "
-                  f"&& exec python3 /srv/hub/hub_server.py /srv/hub/repos {HUB_PORT} /srv/hub-secret/token")
+        script = (
+            f"tc qdisc replace dev eth0 root tbf rate {int(rate_mbit)}mbit burst 256kb latency 400ms "
+            f"&& exec python3 /srv/hub/hub_server.py /srv/hub/repos {HUB_PORT} /srv/hub-secret/token"
+        )
         host_config = api.create_host_config(
-            cap_add=["NET_ADMIN"], network_mode=spec.mgmt_network, init=True, restart_policy={"Name": "unless-stopped"},
-            binds=[f"{repos}:/srv/hub/repos:ro", f"{SERVER}:/srv/hub/hub_server.py:ro"])
+            cap_add=["NET_ADMIN"],
+            network_mode=spec.mgmt_network,
+            init=True,
+            restart_policy={"Name": "unless-stopped"},
+            binds=[f"{repos}:/srv/hub/repos:ro", f"{SERVER}:/srv/hub/hub_server.py:ro"],
+        )
         networking = api.create_networking_config(
-            {spec.mgmt_network: api.create_endpoint_config(ipv4_address=hub_ip(spec))})
+            {spec.mgmt_network: api.create_endpoint_config(ipv4_address=hub_ip(spec))}
+        )
         labels = dict(spec.labels(), **{CONFIG_LABEL: chash, ROLE_LABEL: "hub"})
-        created = api.create_container(image_tag, name=name, hostname="hub", detach=True, labels=labels,
-                                       command=["sh", "-c", script], host_config=host_config,
-                                       networking_config=networking)
+        created = api.create_container(
+            image_tag,
+            name=name,
+            hostname="hub",
+            detach=True,
+            labels=labels,
+            command=["sh", "-c", script],
+            host_config=host_config,
+            networking_config=networking,
+        )
         container = client.containers.get(created["Id"])
         _put_token(container, token)
     container.reload()

@@ -80,8 +80,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _error(self, code: int, error_code: str, message: str, head: bool = False) -> None:
         body = json.dumps({"error": message}).encode()
-        self._send(code, body, {"Content-Type": "application/json", "X-Error-Code": error_code,
-                                "X-Error-Message": message}, head)
+        self._send(
+            code,
+            body,
+            {"Content-Type": "application/json", "X-Error-Code": error_code, "X-Error-Message": message},
+            head,
+        )
 
     def _allowed(self, meta: dict, head: bool) -> bool:
         if not meta.get("gated"):
@@ -89,8 +93,13 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         if self.hub.token and auth == f"Bearer {self.hub.token}":
             return True
-        self._error(401, "GatedRepo", f"Access to model {meta['id']} is restricted: you must be authenticated "
-                    "with a token that was granted access", head)
+        self._error(
+            401,
+            "GatedRepo",
+            f"Access to model {meta['id']} is restricted: you must be authenticated "
+            "with a token that was granted access",
+            head,
+        )
         return False
 
     def _lookup(self, org: str, name: str, rev: str, head: bool) -> tuple[dict, str] | None:
@@ -130,10 +139,22 @@ class Handler(BaseHTTPRequestHandler):
             meta, commit = found
             if kind == "tree":
                 return self._json([_tree_entry(f) for f in meta["files"]], head)
-            return self._json({"id": meta["id"], "modelId": meta["id"], "sha": commit, "private": False,
-                               "gated": "manual" if meta.get("gated") else False, "disabled": False,
-                               "downloads": 0, "likes": 0, "tags": [], "library_name": "transformers",
-                               "siblings": [{"rfilename": f["path"]} for f in meta["files"]]}, head)
+            return self._json(
+                {
+                    "id": meta["id"],
+                    "modelId": meta["id"],
+                    "sha": commit,
+                    "private": False,
+                    "gated": "manual" if meta.get("gated") else False,
+                    "disabled": False,
+                    "downloads": 0,
+                    "likes": 0,
+                    "tags": [],
+                    "library_name": "transformers",
+                    "siblings": [{"rfilename": f["path"]} for f in meta["files"]],
+                },
+                head,
+            )
         m = RESOLVE_RE.match(path)
         if m:
             org, name, rev, file_path = m.groups()
@@ -148,8 +169,12 @@ class Handler(BaseHTTPRequestHandler):
         if entry is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist in {meta['id']}@{commit}", head)
         size = entry["size"]
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{entry["oid"]}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": commit,
+            "ETag": f'"{entry["oid"]}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         if entry.get("lfs"):
             headers["X-Linked-Etag"] = f'"{entry["lfs"]["oid"]}"'
             headers["X-Linked-Size"] = str(size)

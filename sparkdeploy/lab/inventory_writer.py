@@ -23,16 +23,18 @@ SECRETS_FILE = "secrets.env"
 def inventory_data(spec: LabSpec) -> dict:
     nodes = []
     for i, node in enumerate(spec.node_specs()):
-        nodes.append({
-            "name": node.name,
-            "role": "head" if i == 0 else "worker",
-            "mgmt_ip": node.mgmt_ip,
-            "fabric_ip": node.fabric_cidr,
-            "fabric_ifaces": [spec.fabric_iface],
-            "hcas": list(spec.hcas),
-            "gid_index": ROCE_V2_GID_INDEX,
-            "ssh": {"user": "spark", "port": 22, "key": CLIENT_KEY},
-        })
+        nodes.append(
+            {
+                "name": node.name,
+                "role": "head" if i == 0 else "worker",
+                "mgmt_ip": node.mgmt_ip,
+                "fabric_ip": node.fabric_cidr,
+                "fabric_ifaces": [spec.fabric_iface],
+                "hcas": list(spec.hcas),
+                "gid_index": ROCE_V2_GID_INDEX,
+                "ssh": {"user": "spark", "port": 22, "key": CLIENT_KEY},
+            }
+        )
     return {
         "cluster": {
             "name": spec.name,
@@ -48,8 +50,10 @@ def inventory_data(spec: LabSpec) -> dict:
 
 def write_inventory(spec: LabSpec) -> Path:
     path = spec.inventory_path
-    header = (f"# sparkdeploy lab '{spec.name}': written by `sparkdeploy lab up`; rewritten on every run.\n"
-              "# The GPUs and RDMA devices of these nodes are SIMULATED (image_override: vllm-sim).\n")
+    header = (
+        f"# sparkdeploy lab '{spec.name}': written by `sparkdeploy lab up`; rewritten on every run.\n"
+        "# The GPUs and RDMA devices of these nodes are SIMULATED (image_override: vllm-sim).\n"
+    )
     text = header + yaml.safe_dump(inventory_data(spec), sort_keys=False)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)

@@ -57,8 +57,9 @@ def ensure_keypair(path: Path, comment: str) -> KeyPair:
         os.chmod(path, 0o600)
         return KeyPair(path, pub_path.read_text().strip())
     key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     line = f"{public.decode()} {comment}"
     _write_private(path, private)

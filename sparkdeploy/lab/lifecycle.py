@@ -71,6 +71,7 @@ class UpResult:
 
 # -- up ------------------------------------------------------------------------------------------------------
 
+
 def _lab_images(client, rebuild: bool) -> str:
     from sparkdeploy.images.build import ensure_image
 
@@ -100,8 +101,14 @@ def _check_names(client, spec: LabSpec) -> None:
     for node in spec.node_specs():
         container = nodes.find_container(client, spec, node.name)
         if container is not None and (container.labels or {}).get(NAME_LABEL) != spec.qualified_name:
-            raise ConfigError(Problem("docker", f"container {container.name}", "exists and is not this lab's",
-                                      f"remove it (docker rm -f {container.name}) or choose another --name"))
+            raise ConfigError(
+                Problem(
+                    "docker",
+                    f"container {container.name}",
+                    "exists and is not this lab's",
+                    f"remove it (docker rm -f {container.name}) or choose another --name",
+                )
+            )
 
 
 def _adopt_keys(client, spec: LabSpec) -> None:
@@ -195,8 +202,9 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     result = UpResult(spec, str(spec.inventory_path), [], phases=phases)
     containers = {}
     for node in spec.node_specs():
-        plan = nodes.NodePlan(node, image_id, image_tag, nets["mgmt"].id, nets["fabric"].id,
-                              host_keys[node.name], client_key)
+        plan = nodes.NodePlan(
+            node, image_id, image_tag, nets["mgmt"].id, nets["fabric"].id, host_keys[node.name], client_key
+        )
         containers[node.name] = _ensure_node(client, spec, plan, result)
     phases["networks and containers"] = mark()
     with _step(f"waiting for sshd and dockerd on {', '.join(containers)}"):
@@ -219,8 +227,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
                 first = inventory.head.name
                 engine_images.preload(client, list(spec.images), inventory, _say, progress, nodes=[first])
                 phases["engine images: push to " + first] = mark()
-                result.seeded = seed.seed(client, spec, first, [n.name for n in inventory.workers], image_tag,
-                                          _say)
+                result.seeded = seed.seed(client, spec, first, [n.name for n in inventory.workers], image_tag, _say)
                 phases["engine images: seed " + (", ".join(result.seeded) or "none")] = mark()
             result.images = engine_images.preload(client, list(spec.images), inventory, _say, progress)
 
@@ -233,6 +240,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
 
 
 # -- down ----------------------------------------------------------------------------------------------------
+
 
 def down(spec: LabSpec | None = None, all_labs: bool = False, purge: bool = False) -> dict[str, list[str]]:
     """Remove the lab's containers, networks and volumes (selected by label) and its inventory.

@@ -37,8 +37,14 @@ class NetworkWanted:
 def wanted_networks(spec: LabSpec) -> list[NetworkWanted]:
     return [
         NetworkWanted("mgmt", spec.mgmt_network, spec.mgmt_subnet, spec.gateway(spec.mgmt_subnet), False, {}),
-        NetworkWanted("fabric", spec.fabric_network, spec.fabric_subnet, spec.gateway(spec.fabric_subnet), True,
-                      {MTU_OPTION: str(FABRIC_MTU)}),
+        NetworkWanted(
+            "fabric",
+            spec.fabric_network,
+            spec.fabric_subnet,
+            spec.gateway(spec.fabric_subnet),
+            True,
+            {MTU_OPTION: str(FABRIC_MTU)},
+        ),
     ]
 
 
@@ -47,9 +53,12 @@ def _matches(net, want: NetworkWanted, spec: LabSpec) -> bool:
     configs = (attrs.get("IPAM") or {}).get("Config") or []
     subnets = {c.get("Subnet") for c in configs}
     options = attrs.get("Options") or {}
-    return (subnets == {want.subnet} and bool(attrs.get("Internal")) == want.internal
-            and all(options.get(k) == v for k, v in want.options.items())
-            and (attrs.get("Labels") or {}).get(NAME_LABEL) == spec.qualified_name)
+    return (
+        subnets == {want.subnet}
+        and bool(attrs.get("Internal")) == want.internal
+        and all(options.get(k) == v for k, v in want.options.items())
+        and (attrs.get("Labels") or {}).get(NAME_LABEL) == spec.qualified_name
+    )
 
 
 def _is_ours(net, spec: LabSpec) -> bool:
@@ -60,7 +69,7 @@ def _is_ours(net, spec: LabSpec) -> bool:
 def _remove_network(client, net, spec: LabSpec) -> None:
     """Remove one of this lab's networks, first removing this lab's containers that still hold an endpoint."""
     net.reload()
-    for cid in (net.attrs.get("Containers") or {}):
+    for cid in net.attrs.get("Containers") or {}:
         try:
             container = client.containers.get(cid)
         except docker.errors.NotFound:
@@ -117,9 +126,14 @@ def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, o
         for net in existing:
             net.reload()
             if not _is_ours(net, spec):
-                raise ConfigError(Problem(
-                    "docker", f"network {want.name}", "exists and was not made by this lab",
-                    f"remove it (docker network rm {want.name}) or choose another --name"))
+                raise ConfigError(
+                    Problem(
+                        "docker",
+                        f"network {want.name}",
+                        "exists and was not made by this lab",
+                        f"remove it (docker network rm {want.name}) or choose another --name",
+                    )
+                )
             if _matches(net, want, spec):
                 result[want.kind] = net
             else:
@@ -130,14 +144,25 @@ def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, o
         clash = _overlapping(client, want.subnet, want.name)
         if clash:
             flag = "--subnet" if want.kind == "mgmt" else "--fabric-subnet"
-            raise ConfigError(Problem(
-                "docker", flag, f"{want.subnet} overlaps the Docker network(s) {', '.join(clash)}",
-                f"remove them or pass another {flag}"))
+            raise ConfigError(
+                Problem(
+                    "docker",
+                    flag,
+                    f"{want.subnet} overlaps the Docker network(s) {', '.join(clash)}",
+                    f"remove them or pass another {flag}",
+                )
+            )
         ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=want.subnet, gateway=want.gateway)])
         say(f"network {want.name} ({want.subnet}{', MTU 9000' if want.options else ''})")
         result[want.kind] = client.networks.create(
-            want.name, driver="bridge", ipam=ipam, internal=want.internal, options=want.options,
-            labels=spec.labels(), check_duplicate=True)
+            want.name,
+            driver="bridge",
+            ipam=ipam,
+            internal=want.internal,
+            options=want.options,
+            labels=spec.labels(),
+            check_duplicate=True,
+        )
     return result
 
 
@@ -146,7 +171,7 @@ def remove_networks(client, filters: dict) -> list[str]:
     removed = []
     for net in client.networks.list(filters=filters):
         net.reload()
-        for cid in (net.attrs.get("Containers") or {}):
+        for cid in net.attrs.get("Containers") or {}:
             try:
                 net.disconnect(cid, force=True)
             except docker.errors.APIError:

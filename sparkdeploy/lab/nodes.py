@@ -149,7 +149,8 @@ def create(client, spec: LabSpec, plan: NodePlan):
     node = plan.node
     volume = ensure_volume(client, spec, node.name)
     host_config = api.create_host_config(
-        cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
+        cap_add=["ALL"],
+        cap_drop=["SYS_RESOURCE"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
         binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw", f"{volume.name}:/var/lib/docker:rw"],
         tmpfs={"/run": "rw,nosuid,nodev,exec,size=256m,mode=755"},
@@ -157,12 +158,19 @@ def create(client, spec: LabSpec, plan: NodePlan):
         network_mode=spec.mgmt_network,
     )
     networking = api.create_networking_config(
-        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=node.mgmt_ip)})
+        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=node.mgmt_ip)}
+    )
     labels = dict(spec.labels(node.name), **{CONFIG_LABEL: plan.config_hash(spec)})
     created = api.create_container(
-        plan.image_tag, name=spec.container_name(node.name), hostname=node.name, detach=True,
-        labels=labels, environment=plan.environment(spec), host_config=host_config,
-        networking_config=networking)
+        plan.image_tag,
+        name=spec.container_name(node.name),
+        hostname=node.name,
+        detach=True,
+        labels=labels,
+        environment=plan.environment(spec),
+        host_config=host_config,
+        networking_config=networking,
+    )
     try:
         api.connect_container_to_network(created["Id"], spec.fabric_network, ipv4_address=node.fabric_ip)
         container = client.containers.get(created["Id"])
@@ -179,8 +187,10 @@ def is_current(container, spec: LabSpec, plan: NodePlan) -> bool:
     if (container.labels or {}).get(CONFIG_LABEL) != plan.config_hash(spec):
         return False
     endpoints = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-    for name, net_id, ip in ((spec.mgmt_network, plan.mgmt_net_id, plan.node.mgmt_ip),
-                             (spec.fabric_network, plan.fabric_net_id, plan.node.fabric_ip)):
+    for name, net_id, ip in (
+        (spec.mgmt_network, plan.mgmt_net_id, plan.node.mgmt_ip),
+        (spec.fabric_network, plan.fabric_net_id, plan.node.fabric_ip),
+    ):
         ep = endpoints.get(name) or {}
         if ep.get("NetworkID") != net_id or (ep.get("IPAMConfig") or {}).get("IPv4Address") != ip:
             return False
@@ -208,8 +218,10 @@ def wait_ready(container, node: NodeSpec, timeout: float = READY_TIMEOUT_S) -> N
             _, log = _exec_text(container, ["tail", "-n", "20", "/var/log/sparkdeploy-lab-init.log"])
             raise StepFailed(f"lab node {node.name} failed to start: {reason}\n{log}")
         if time.monotonic() > deadline:
-            raise StepFailed(f"lab node {node.name} not ready after {timeout:.0f} s "
-                             f"(see: docker exec {container.name} cat /var/log/sparkdeploy-lab-init.log)")
+            raise StepFailed(
+                f"lab node {node.name} not ready after {timeout:.0f} s "
+                f"(see: docker exec {container.name} cat /var/log/sparkdeploy-lab-init.log)"
+            )
         time.sleep(0.3)
     while not ssh_banner(node.mgmt_ip):
         if time.monotonic() > deadline:

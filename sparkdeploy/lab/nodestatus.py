@@ -49,10 +49,13 @@ def status(spec: LabSpec | None = None, client=None) -> list[NodeStatus]:
         attrs = container.attrs
         nets = attrs.get("NetworkSettings", {}).get("Networks") or {}
         st = NodeStatus(
-            node=nodes.node_name(container), container=container.name, state=container.status,
+            node=nodes.node_name(container),
+            container=container.name,
+            state=container.status,
             mgmt_ip=(nets.get(spec.mgmt_network) or {}).get("IPAddress", ""),
             fabric_ip=(nets.get(spec.fabric_network) or {}).get("IPAddress", ""),
-            image=attrs.get("Config", {}).get("Image", ""), started_at=attrs.get("State", {}).get("StartedAt", ""),
+            image=attrs.get("Config", {}).get("Image", ""),
+            started_at=attrs.get("State", {}).get("StartedAt", ""),
             container_id=container.id,
         )
         if container.status == "running":
@@ -75,4 +78,3 @@ def fail_if_not_up(rows: list[NodeStatus], spec: LabSpec) -> None:
     bad = [r.node for r in rows if r.state != "running" or not r.ssh or not r.dockerd]
     if bad:
         raise StepFailed(f"lab {spec.name}: not healthy on {', '.join(bad)} (run: sparkdeploy lab up)")
-

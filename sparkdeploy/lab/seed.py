@@ -50,12 +50,22 @@ def seed(client, spec: LabSpec, source: str, targets: list[str], node_image: str
         for i, (name, _) in enumerate(fresh):
             volumes[spec.volume_name(name)] = {"bind": f"/dst{i}", "mode": "rw"}
         # cp -a keeps the layers' whiteouts (device nodes) and opaque-dir xattrs: the nodes' own capabilities
-        script = ('set -e; pids=""; for d in /dst*; do (rm -rf "$d/image" "$d/overlay2" && cd /src && cp -a '
-                  + " ".join(STORE_PARTS) + ' "$d"/) & pids="$pids $!"; done; for p in $pids; do wait "$p"; done')
-        copier = client.containers.create(node_image, ["-c", script], entrypoint="/bin/sh", volumes=volumes,
-                                          cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
-                                          security_opt=["seccomp=unconfined", "apparmor=unconfined"],
-                                          network_mode="none", labels=spec.labels())
+        script = (
+            'set -e; pids=""; for d in /dst*; do (rm -rf "$d/image" "$d/overlay2" && cd /src && cp -a '
+            + " ".join(STORE_PARTS)
+            + ' "$d"/) & pids="$pids $!"; done; for p in $pids; do wait "$p"; done'
+        )
+        copier = client.containers.create(
+            node_image,
+            ["-c", script],
+            entrypoint="/bin/sh",
+            volumes=volumes,
+            cap_add=["ALL"],
+            cap_drop=["SYS_RESOURCE"],
+            security_opt=["seccomp=unconfined", "apparmor=unconfined"],
+            network_mode="none",
+            labels=spec.labels(),
+        )
         try:
             copier.start()
             status = copier.wait().get("StatusCode")

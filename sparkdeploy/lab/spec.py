@@ -81,8 +81,14 @@ class LabSpec:
     def __post_init__(self) -> None:
         problems = []
         if not NAME_RE.match(self.name):
-            problems.append(Problem("lab", "--name", f"{self.name!r} is not a lab name",
-                                    "use lower-case letters, digits and '-', at most 31"))
+            problems.append(
+                Problem(
+                    "lab",
+                    "--name",
+                    f"{self.name!r} is not a lab name",
+                    "use lower-case letters, digits and '-', at most 31",
+                )
+            )
         if not 1 <= self.nodes <= 20:
             problems.append(Problem("lab", "--nodes", f"{self.nodes} nodes", "choose 1 to 20"))
         nets = {}
@@ -93,12 +99,16 @@ class LabSpec:
                 problems.append(Problem("lab", flag, f"{value!r}: {exc}", "e.g. 172.30.77.0/24"))
                 continue
             if net.num_addresses < FIRST_HOST + self.nodes + 1:
-                problems.append(Problem("lab", flag, f"{value} is too small for {self.nodes} nodes",
-                                        "use a /24 or larger"))
+                problems.append(
+                    Problem("lab", flag, f"{value} is too small for {self.nodes} nodes", "use a /24 or larger")
+                )
             nets[flag] = net
         if len(nets) == 2 and nets["--subnet"].overlaps(nets["--fabric-subnet"]):
-            problems.append(Problem("lab", "--fabric-subnet", "the management and fabric subnets overlap",
-                                    "give them distinct subnets"))
+            problems.append(
+                Problem(
+                    "lab", "--fabric-subnet", "the management and fabric subnets overlap", "give them distinct subnets"
+                )
+            )
         if problems:
             raise ConfigError(problems)
         object.__setattr__(self, "images", tuple(self.images))

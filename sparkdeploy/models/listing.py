@@ -43,6 +43,13 @@ def presence(conns: dict[str, NodeConnection], nodes: list[Node], hf_cache: str,
         elif m["bad"]:
             out.append(Presence(name, "corrupt", f"{ref}: {ops.describe_bad(m['bad'])}", m["commit"]))
         else:
-            out.append(Presence(name, "complete", f"{ref} complete and verified ({m['files']} files, "
-                                f"{m['size'] / 1e9:.2f} GB, commit {m['commit'][:12]})", m["commit"]))
+            out.append(
+                Presence(
+                    name,
+                    "complete",
+                    f"{ref} complete and verified ({m['files']} files, "
+                    f"{m['size'] / 1e9:.2f} GB, commit {m['commit'][:12]})",
+                    m["commit"],
+                )
+            )
     return out

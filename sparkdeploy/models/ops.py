@@ -29,8 +29,14 @@ class ModelRef:
 def model_ref(repo: str, revision: str | None, source: str = "--revision") -> ModelRef:
     problems = []
     if not REPO_RE.match(repo) or ".." in repo:
-        problems.append(Problem("models", repo, "is not a Hugging Face model id",
-                                "give ORG/NAME (e.g. openai/gpt-oss-120b) or a recipe name"))
+        problems.append(
+            Problem(
+                "models",
+                repo,
+                "is not a Hugging Face model id",
+                "give ORG/NAME (e.g. openai/gpt-oss-120b) or a recipe name",
+            )
+        )
     rev = revision or "main"
     if not REVISION_RE.match(rev) or ".." in rev:
         problems.append(Problem("models", source, f"{rev!r} is not a revision", "a branch, tag or commit hash"))
@@ -49,8 +55,9 @@ def nodeside_argv(cmd: str, hf_cache: str, *args: str) -> list[str]:
     return ship.argv("models", cmd, hf_cache, *args)
 
 
-def run_json(conn: NodeConnection, argv: list[str], what: str, stdin: str | None = None,
-             timeout: float | None = 600) -> dict:
+def run_json(
+    conn: NodeConnection, argv: list[str], what: str, stdin: str | None = None, timeout: float | None = 600
+) -> dict:
     result = conn.run(argv, check=False, stdin=stdin, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if result.exit_code != 0 and not lines:
@@ -74,8 +81,9 @@ def have(conn: NodeConnection, hf_cache: str, repo: str) -> dict:
 
 
 def finish(conn: NodeConnection, hf_cache: str, manifest: dict) -> dict:
-    return run_json(conn, nodeside_argv("finish", hf_cache), "verifying the model", stdin=json.dumps(manifest),
-                    timeout=None)
+    return run_json(
+        conn, nodeside_argv("finish", hf_cache), "verifying the model", stdin=json.dumps(manifest), timeout=None
+    )
 
 
 def complete_commit(state: dict, ref: ModelRef) -> dict | None:

@@ -68,10 +68,18 @@ class PullResult:
         return all(r.ok for r in self.nodes.values()) if not self.dry_run else True
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "revision": self.revision, "commit": self.commit, "size": self.size,
-                "files": self.files, "download_node": self.download_node, "dry_run": self.dry_run,
-                "plan": self.plan, "ok": self.ok,
-                "nodes": {n: {k: v for k, v in vars(r).items() if k != "node"} for n, r in self.nodes.items()}}
+        return {
+            "model": self.model,
+            "revision": self.revision,
+            "commit": self.commit,
+            "size": self.size,
+            "files": self.files,
+            "download_node": self.download_node,
+            "dry_run": self.dry_run,
+            "plan": self.plan,
+            "ok": self.ok,
+            "nodes": {n: {k: v for k, v in vars(r).items() if k != "node"} for n, r in self.nodes.items()},
+        }
 
 
 class Progress:
@@ -113,8 +121,9 @@ def _to_come(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> i
     return sum(sizes[b] - off for b, off in wanted(manifest, held, bad).items())
 
 
-def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int,
-          stop: threading.Event) -> None:
+def _poll(
+    conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int, stop: threading.Event
+) -> None:
     """Report bytes arrived on `node` while a download or copy runs (a second SSH session, stat only)."""
     sizes = _blob_sizes(manifest)
     while not stop.wait(POLL_S):
@@ -127,15 +136,15 @@ def _poll(conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progre
 
 
 def _env_file(ref: ModelRef, inv: Inventory, secrets: Secrets) -> str:
-    lines = {"HF_HOME": "/hf", "HOME": "/tmp", "HF_HUB_DISABLE_TELEMETRY": "1",
-             "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    lines = {"HF_HOME": "/hf", "HOME": "/tmp", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     if inv.cluster.hf_endpoint:
         lines["HF_ENDPOINT"] = inv.cluster.hf_endpoint
     token = secrets.get("HF_TOKEN")
     if token:
         if "\n" in token or "\r" in token:
-            raise ConfigError(Problem(secrets.source or "secrets", "HF_TOKEN", "contains a line break",
-                                      "write the token on one line"))
+            raise ConfigError(
+                Problem(secrets.source or "secrets", "HF_TOKEN", "contains a line break", "write the token on one line")
+            )
         lines["HF_TOKEN"] = token
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
@@ -167,8 +176,10 @@ class ClientSession:
                     self.puller._hub_error(self.node, self.ref, data)
                 return data
         self.end("stop")
-        raise StepFailed(f"{self.node.name}: huggingface_hub in {self.puller.image} gave no file list for "
-                         f"{self.ref}: {self._stderr()[-300:] or ' '.join(self.seen)[-300:]}")
+        raise StepFailed(
+            f"{self.node.name}: huggingface_hub in {self.puller.image} gave no file list for "
+            f"{self.ref}: {self._stderr()[-300:] or ' '.join(self.seen)[-300:]}"
+        )
 
     def _stderr(self) -> str:
         return self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
@@ -194,8 +205,15 @@ class ClientSession:
 
 
 class Puller:
-    def __init__(self, inv: Inventory, conns: dict[str, NodeConnection], secrets: Secrets, image: str,
-                 progress: Progress | None = None, say=lambda _m: None):
+    def __init__(
+        self,
+        inv: Inventory,
+        conns: dict[str, NodeConnection],
+        secrets: Secrets,
+        image: str,
+        progress: Progress | None = None,
+        say=lambda _m: None,
+    ):
         self.inv = inv
         self.conns = conns
         self.secrets = secrets
@@ -206,8 +224,9 @@ class Puller:
         self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
 
     # -- the hub client on the download node -----------------------------------------------------------
-    def _client_argv(self, node: Node, ref: ModelRef, cmd: str, revision: str,
-                     dry_run: bool = False) -> tuple[list[str], str, list[str]]:
+    def _client_argv(
+        self, node: Node, ref: ModelRef, cmd: str, revision: str, dry_run: bool = False
+    ) -> tuple[list[str], str, list[str]]:
         """The `docker run` of the hub client on `node`, its env file (0600, written here; remove it after) and
         the cache folders made for its mount that did not exist before (outermost first). A dry run mounts no
         cache (it only lists files) and so creates no folder on the node."""
@@ -215,22 +234,37 @@ class Puller:
         home = conn.home()
         hf_abs = _abs(self.hf_cache, home)
         state = _abs("~/" + self.inv.cluster.state_dir, home)
-        ids = conn.run(["sh", "-c", 'id -u; id -g']).stdout.split()
+        ids = conn.run(["sh", "-c", "id -u; id -g"]).stdout.split()
         created: list[str] = []
         if not dry_run:
             parts = (hf_abs.rstrip("/") + "/hub").split("/")
             paths = ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
-            created = conn.run(["sh", "-c", 'for d; do [ -d "$d" ] || echo "$d"; done', "sh", *paths]
-                               ).stdout.split("\n")
+            created = conn.run(["sh", "-c", 'for d; do [ -d "$d" ] || echo "$d"; done', "sh", *paths]).stdout.split(
+                "\n"
+            )
             created = [d for d in created if d]
         conn.run(["mkdir", "-p", *([] if dry_run else [hf_abs + "/hub"]), state])
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
         # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
         python, *client = ship.argv("hub-client", cmd, ref.repo, revision)
-        argv = ["docker", "run", "--rm", "-i", "--network", "host", "--user", f"{ids[0]}:{ids[1]}",
-                "--env-file", env_path, *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
-                "--entrypoint", python, self.image, *client]
+        argv = [
+            "docker",
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "host",
+            "--user",
+            f"{ids[0]}:{ids[1]}",
+            "--env-file",
+            env_path,
+            *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),
+            "--entrypoint",
+            python,
+            self.image,
+            *client,
+        ]
         return argv, env_path, created
 
     def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
@@ -256,19 +290,35 @@ class Puller:
     def _hub_error(self, node: Node, ref: ModelRef, data: dict) -> None:
         kind, where = data["error"], f"on {self.endpoint} (asked from {node.name})"
         if kind == "repo":
-            raise ConfigError(Problem("models", ref.repo, f"no such model {where}, or it is private",
-                                      "check the id (e.g. openai/gpt-oss-120b); for a private model add an "
-                                      "HF_TOKEN line to the secrets file"))
+            raise ConfigError(
+                Problem(
+                    "models",
+                    ref.repo,
+                    f"no such model {where}, or it is private",
+                    "check the id (e.g. openai/gpt-oss-120b); for a private model add an "
+                    "HF_TOKEN line to the secrets file",
+                )
+            )
         if kind == "revision":
-            raise ConfigError(Problem("models", "--revision", f"{ref.revision!r} is not a revision of {ref.repo} "
-                                      f"{where}", "give a branch, tag or commit of the model (default: main)"))
+            raise ConfigError(
+                Problem(
+                    "models",
+                    "--revision",
+                    f"{ref.revision!r} is not a revision of {ref.repo} {where}",
+                    "give a branch, tag or commit of the model (default: main)",
+                )
+            )
         if kind == "gated":
             has = bool(self.secrets.get("HF_TOKEN"))
-            raise ConfigError(Problem(
-                "models", ref.repo, f"is gated {where} and " + ("the hub refused HF_TOKEN" if has else
-                                                                 "no HF_TOKEN is set"),
-                "accept the model's license on the hub with your account, then add an HF_TOKEN line (a token "
-                "of that account) to the secrets file (cluster.secrets_file), or export HF_TOKEN"))
+            raise ConfigError(
+                Problem(
+                    "models",
+                    ref.repo,
+                    f"is gated {where} and " + ("the hub refused HF_TOKEN" if has else "no HF_TOKEN is set"),
+                    "accept the model's license on the hub with your account, then add an HF_TOKEN line (a token "
+                    "of that account) to the secrets file (cluster.secrets_file), or export HF_TOKEN",
+                )
+            )
         raise StepFailed(f"{node.name}: the hub client failed for {ref} {where}: {data.get('message', kind)}")
 
     # -- the pull ---------------------------------------------------------------------------------------
@@ -294,27 +344,41 @@ class Puller:
         exact = ModelRef(ref.repo, manifest["commit"])
 
         bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
-        want = {n.name: ({} if ops.complete_commit(states[n.name], exact) else
-                         wanted(manifest, held[n.name], bad[n.name])) for n in everyone}
+        want = {
+            n.name: ({} if ops.complete_commit(states[n.name], exact) else wanted(manifest, held[n.name], bad[n.name]))
+            for n in everyone
+        }
         sizes = _blob_sizes(manifest)
         need = {name: sum(sizes[b] - off for b, off in w.items()) for name, w in want.items()}
         short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
         if short:
-            raise StepFailed("; ".join(
-                f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
-                f"more (fix: free space there, or set cluster.hf_cache to a larger disk)" for n in short)
-                + ". Nothing was downloaded or copied.")
+            raise StepFailed(
+                "; ".join(
+                    f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
+                    f"more (fix: free space there, or set cluster.hf_cache to a larger disk)"
+                    for n in short
+                )
+                + ". Nothing was downloaded or copied."
+            )
 
         src_done = need[download_node.name] == 0
-        result.plan.append(f"{download_node.name}: " + ("has it (verified)" if src_done else
-                           f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
-                           f"in {self.image}"))
+        result.plan.append(
+            f"{download_node.name}: "
+            + (
+                "has it (verified)"
+                if src_done
+                else f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
+                f"in {self.image}"
+            )
+        )
         todo = [n for n in everyone[1:] if need[n.name]]
         edges = transfer_plan(download_node, todo)
         for frm, to in edges:
-            result.plan.append(f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
-                               f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked), "
-                               f"forwarded as it arrives on {frm.name}")
+            result.plan.append(
+                f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
+                f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked), "
+                f"forwarded as it arrives on {frm.name}"
+            )
         for n in everyone[1:]:
             if not need[n.name]:
                 result.plan.append(f"{n.name}: has it (verified)")
@@ -372,13 +436,17 @@ class Puller:
             if up in result.nodes and not result.nodes[up].ok and not result.nodes[to.name].ok:
                 what = "the download" if up == download_node.name else "the copy"
                 result.nodes[to.name] = NodeResult(
-                    to.name, "skipped", error=f"{what} on {up} failed before it in the chain (what arrived here "
-                    "is kept: run the pull again)")
+                    to.name,
+                    "skipped",
+                    error=f"{what} on {up} failed before it in the chain (what arrived here "
+                    "is kept: run the pull again)",
+                )
         return result
 
     def _arriving(self, node: Node, ref: ModelRef, on: bool) -> None:
-        self.conns[node.name].run(ops.nodeside_argv("arriving", self.hf_cache, ref.repo, "on" if on else "off"),
-                                  check=on)
+        self.conns[node.name].run(
+            ops.nodeside_argv("arriving", self.hf_cache, ref.repo, "on" if on else "off"), check=on
+        )
 
     def _drop_stale(self, node: Node, ref: ModelRef, held: dict, refetch: set[str]) -> None:
         """Blobs that failed verification, removed before the download (huggingface_hub trusts a blob's name
@@ -404,13 +472,18 @@ class Puller:
 
     def _download(self, node: Node, manifest: dict, held: dict, client: ClientSession) -> NodeResult:
         res = NodeResult(node.name, "downloaded", source=self.endpoint)
-        base = sum(min(v, _blob_sizes(manifest).get(b, 0)) for b, v in {**held[node.name]["partial"],
-                                                                          **held[node.name]["have"]}.items())
+        base = sum(
+            min(v, _blob_sizes(manifest).get(b, 0))
+            for b, v in {**held[node.name]["partial"], **held[node.name]["have"]}.items()
+        )
         todo = _to_come(manifest, held[node.name])
         self.progress.start(node.name, todo, f"download from {self.endpoint}")
         stop = threading.Event()
-        poller = threading.Thread(target=_poll, args=(self.conns[node.name], self.hf_cache, manifest, node.name,
-                                                      self.progress, base, stop), daemon=True)
+        poller = threading.Thread(
+            target=_poll,
+            args=(self.conns[node.name], self.hf_cache, manifest, node.name, self.progress, base, stop),
+            daemon=True,
+        )
         t0 = time.monotonic()
         poller.start()
         try:
@@ -427,13 +500,16 @@ class Puller:
         res.bytes = todo
         if not done.get("ok"):
             res.action = "failed"
-            res.error = (f"{node.name}: after the download, {ops.describe_bad(done['bad'])}; run the pull again "
-                         "(bad files are fetched again)")
+            res.error = (
+                f"{node.name}: after the download, {ops.describe_bad(done['bad'])}; run the pull again "
+                "(bad files are fetched again)"
+            )
         self.progress.finish(node.name, res.ok, res.error)
         return res
 
-    def _copy(self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef,
-              follow: bool = False) -> NodeResult:
+    def _copy(
+        self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef, follow: bool = False
+    ) -> NodeResult:
         from sparkdeploy.peers import peer_ssh_argv
 
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
@@ -449,8 +525,11 @@ class Puller:
             pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
             stop = threading.Event()
             base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))
-            poller = threading.Thread(target=_poll, args=(self.conns[to.name], self.hf_cache, manifest, to.name,
-                                                          self.progress, base, stop), daemon=True)
+            poller = threading.Thread(
+                target=_poll,
+                args=(self.conns[to.name], self.hf_cache, manifest, to.name, self.progress, base, stop),
+                daemon=True,
+            )
             poller.start()
             try:
                 out = self.conns[frm.name].run(["bash", "-o", "pipefail", "-c", pipeline], check=False, timeout=None)
@@ -475,8 +554,10 @@ class Puller:
                 continue
             tail = _copy_problem(out.stderr, to, self.hf_cache) or ops.describe_bad(verdict.get("bad", {}))
             res.action = "failed"
-            res.error = (f"{to.name}: copy from {frm.name} over {res.via} failed: {tail}; what arrived is kept "
-                         "(verified files, partial ones resume): run the pull again")
+            res.error = (
+                f"{to.name}: copy from {frm.name} over {res.via} failed: {tail}; what arrived is kept "
+                "(verified files, partial ones resume): run the pull again"
+            )
             break
         res.seconds = round(time.monotonic() - t0, 2)
         self.progress.finish(to.name, res.ok, res.error)

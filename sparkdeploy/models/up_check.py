@@ -42,8 +42,9 @@ def checks(dep: Deployment, conns, simulated: bool) -> list[Check]:
         return [Check(p.node, "model", True, f"{ref}: not here; the simulated engine reads no weights") for p in found]
     inv_arg = str(dep.inventory.path) if dep.inventory.path else None
     fix = f"{pull_command(ref, inv_arg)} (or run up with --pull-model)"
-    return [Check(p.node, "model", p.state == "complete", p.detail, "" if p.state == "complete" else fix)
-            for p in found]
+    return [
+        Check(p.node, "model", p.state == "complete", p.detail, "" if p.state == "complete" else fix) for p in found
+    ]
 
 
 def pull(dep: Deployment, conns, say) -> None:

@@ -40,9 +40,10 @@ def layer_padding(size: int) -> bytes:
 def archive_end(image_id: str, config: bytes, diff_ids: list[str], tag: str | None) -> bytes:
     """The config, the manifest (written by the serializer) and the end-of-archive blocks."""
     config_name = f"{image_id.split(':', 1)[1]}.json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag] if tag else [],
-                            "Layers": [layer_path(d) for d in diff_ids]}]).encode()
-    return (_entry(config_name, config) + _entry("manifest.json", manifest) + ZERO_BLOCK + ZERO_BLOCK)
+    manifest = json.dumps(
+        [{"Config": config_name, "RepoTags": [tag] if tag else [], "Layers": [layer_path(d) for d in diff_ids]}]
+    ).encode()
+    return _entry(config_name, config) + _entry("manifest.json", manifest) + ZERO_BLOCK + ZERO_BLOCK
 
 
 def partial_config(config: bytes, diff_ids: list[str], image_id: str) -> bytes:
@@ -52,9 +53,13 @@ def partial_config(config: bytes, diff_ids: list[str], image_id: str) -> bytes:
     that says which image it is part of; architecture and OS as the image's. Written by the serializer.
     """
     source = json.loads(config)
-    partial = {"architecture": source.get("architecture", ""), "os": source.get("os", "linux"),
-               "created": "1970-01-01T00:00:00Z", "config": {"Labels": {PARTIAL_LABEL: image_id}},
-               "rootfs": {"type": "layers", "diff_ids": list(diff_ids)}}
+    partial = {
+        "architecture": source.get("architecture", ""),
+        "os": source.get("os", "linux"),
+        "created": "1970-01-01T00:00:00Z",
+        "config": {"Labels": {PARTIAL_LABEL: image_id}},
+        "rootfs": {"type": "layers", "diff_ids": list(diff_ids)},
+    }
     if source.get("variant"):
         partial["variant"] = source["variant"]
     return json.dumps(partial, sort_keys=True, separators=(",", ":")).encode()

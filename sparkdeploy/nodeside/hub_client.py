@@ -37,8 +37,14 @@ def manifest(repo, revision):
         files.append({"path": f.path, "size": f.size, "blob": blob, "lfs": f.lfs is not None})
     import huggingface_hub
 
-    return {"repo": repo, "commit": info.sha, "revision": revision, "files": files,
-            "total": sum(f["size"] for f in files), "client": "huggingface_hub " + huggingface_hub.__version__}
+    return {
+        "repo": repo,
+        "commit": info.sha,
+        "revision": revision,
+        "files": files,
+        "total": sum(f["size"] for f in files),
+        "client": "huggingface_hub " + huggingface_hub.__version__,
+    }
 
 
 def main(argv):
@@ -78,4 +84,3 @@ def main(argv):
     except Exception as exc:  # noqa: BLE001
         fail("error", f"{exc.__class__.__name__}: {str(exc)[:300]}")
     return 0
-

@@ -64,8 +64,11 @@ def legacy_layer_dirs(diff_ids: list[str]) -> list[str]:
     dirs: list[str] = []
     parent = ""
     for chain in chain_ids(diff_ids)[:-1]:
-        fields = {"container_config": _LEGACY_CONTAINER_CONFIG, "created": _LEGACY_CREATED,
-                  "layer_id": json.dumps(chain)}
+        fields = {
+            "container_config": _LEGACY_CONTAINER_CONFIG,
+            "created": _LEGACY_CREATED,
+            "layer_id": json.dumps(chain),
+        }
         if parent:
             fields["parent"] = json.dumps("sha256:" + parent)
         body = "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in sorted(fields.items())) + "}"
@@ -95,12 +98,13 @@ def estimate_bytes(sizes: list[int], needed: list[bool]) -> int:
     else:
         slack = max(0, n - len(nonzero))
         for j, size in enumerate(nonzero):
-            if any(needed[j:j + slack + 1]):
+            if any(needed[j : j + slack + 1]):
                 total += size
     return int(total * 1.1) + sum(needed) * (1 << 20)
 
 
 # -- tar headers ----------------------------------------------------------------------------------------------
+
 
 def _parse_number(field_bytes: bytes) -> int:
     if field_bytes and field_bytes[0] & 0x80:  # GNU base-256 (files of 8 GiB and more)
@@ -124,7 +128,7 @@ def _header_name(header: bytes) -> str:
 def with_size(header: bytes, size: int) -> bytes:
     """The same header for an entry of another size (the checksum recomputed)."""
     h = bytearray(header)
-    if size < 8 ** 11:
+    if size < 8**11:
         h[124:136] = f"{size:011o}\0".encode()
     else:  # GNU base-256, which Go's tar reader (docker load) accepts: layers of 8 GiB and more
         h[124:136] = bytes([0x80]) + size.to_bytes(11, "big")
@@ -135,7 +139,7 @@ def with_size(header: bytes, size: int) -> bytes:
 
 def file_header(name: str, size: int, kind: bytes = b"0", mode: bytes = b"0000644\0") -> bytes:
     h = bytearray(BLOCK)
-    h[0:len(name)] = name.encode()
+    h[0 : len(name)] = name.encode()
     h[100:108] = mode
     h[108:116] = h[116:124] = b"0000000\0"
     h[136:148] = b"00000000000\0"
@@ -156,7 +160,7 @@ def _pax_records(data: bytes) -> dict[str, str]:
         if space < 0:
             break
         length = int(data[pos:space])
-        key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
         records[key.decode()] = value.decode("utf-8", "surrogateescape")
         pos += length
     return records
@@ -200,8 +204,15 @@ class ArchiveFilter:
     never opened) and sets `done`; the rest of the save (on average half of it) need not be read.
     """
 
-    def __init__(self, diff_ids: list[str], needed_diffs: set[str], rename_to: str | None = None,
-                 spool_dir: str | None = None, guess_legacy_dirs: bool = True, image_id: str | None = None):
+    def __init__(
+        self,
+        diff_ids: list[str],
+        needed_diffs: set[str],
+        rename_to: str | None = None,
+        spool_dir: str | None = None,
+        guess_legacy_dirs: bool = True,
+        image_id: str | None = None,
+    ):
         self.diff_ids = list(diff_ids)
         self.needed = set(needed_diffs)
         self.rename_to = rename_to
@@ -244,7 +255,7 @@ class ArchiveFilter:
         while pos < len(view) and not self.done:
             if self._entry is None:
                 take = min(BLOCK - len(self._buf), len(view) - pos)
-                self._buf += view[pos:pos + take]
+                self._buf += view[pos : pos + take]
                 pos += take
                 if len(self._buf) == BLOCK:
                     header = bytes(self._buf)
@@ -252,7 +263,7 @@ class ArchiveFilter:
                     self._on_header(header)
             else:
                 take = min(self._remaining, len(view) - pos)
-                self._on_data(view[pos:pos + take])
+                self._on_data(view[pos : pos + take])
                 pos += take
                 self._remaining -= take
                 if self._remaining == 0:
@@ -404,7 +415,7 @@ class ArchiveFilter:
         elif entry.action == "collect":
             entry.collected += chunk
         elif entry.action == "spool":
-            data = chunk[:self._spool_left]  # the rest is tar padding, written again when it is sent
+            data = chunk[: self._spool_left]  # the rest is tar padding, written again when it is sent
             self._spool.write(data)
             self._spool_hash.update(data)
             self._spool_left -= len(data)
@@ -413,7 +424,7 @@ class ArchiveFilter:
         entry, self._entry = self._entry, None
         assert entry is not None
         if entry.action == "collect":
-            data = bytes(entry.collected[:entry.size])
+            data = bytes(entry.collected[: entry.size])
             if entry.kind in (b"x", b"L", b"K"):
                 self._ext.append(entry.raw + bytes(entry.collected))
                 if entry.kind == b"x":
@@ -451,16 +462,36 @@ class ArchiveFilter:
         if self._folder is not None and self._folder.decision is None:
             return
         needed = [i for i, d in enumerate(self.diff_ids) if d in self.needed]
-        if any(i not in self._sent_folders for i in needed) or \
-                not {self.diff_ids[i] for i in needed} <= self._sent_files:
+        if (
+            any(i not in self._sent_folders for i in needed)
+            or not {self.diff_ids[i] for i in needed} <= self._sent_files
+        ):
             return
         guesses = {pos: name for name, pos in self.positions.items()}
-        layers = [f"{self._sent_folders.get(i) or guesses.get(i) or f'absent-{i}'}/layer.tar"
-                  for i in range(len(self.diff_ids))]  # the node has every layer not sent: never opened
-        manifest = json.dumps([{"Config": self._config_name, "RepoTags": [self.rename_to] if self.rename_to
-                                else None, "Layers": layers}], separators=(",", ":")).encode() + b"\n"
-        self._emit(file_header("manifest.json", len(manifest)) + manifest +
-                   bytes(padded(len(manifest)) - len(manifest)) + ZERO_BLOCK + ZERO_BLOCK)
+        layers = [
+            f"{self._sent_folders.get(i) or guesses.get(i) or f'absent-{i}'}/layer.tar"
+            for i in range(len(self.diff_ids))
+        ]  # the node has every layer not sent: never opened
+        manifest = (
+            json.dumps(
+                [
+                    {
+                        "Config": self._config_name,
+                        "RepoTags": [self.rename_to] if self.rename_to else None,
+                        "Layers": layers,
+                    }
+                ],
+                separators=(",", ":"),
+            ).encode()
+            + b"\n"
+        )
+        self._emit(
+            file_header("manifest.json", len(manifest))
+            + manifest
+            + bytes(padded(len(manifest)) - len(manifest))
+            + ZERO_BLOCK
+            + ZERO_BLOCK
+        )
         self.done = self.ended = True
 
     def _emit_rewritten(self, entry: _Entry, data: bytes) -> None:

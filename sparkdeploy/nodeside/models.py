@@ -150,9 +150,16 @@ def cmd_status(hf_cache, repo=None, force=False):
             if not manifest:
                 continue
             bad = verify(hf_cache, manifest, force)
-            out["models"].append({"repo": manifest["repo"], "commit": manifest["commit"],
-                                  "revision": manifest.get("revision", ""), "size": manifest["total"],
-                                  "files": len(manifest["files"]), "bad": bad})
+            out["models"].append(
+                {
+                    "repo": manifest["repo"],
+                    "commit": manifest["commit"],
+                    "revision": manifest.get("revision", ""),
+                    "size": manifest["total"],
+                    "files": len(manifest["files"]),
+                    "bad": bad,
+                }
+            )
     return out
 
 
@@ -256,8 +263,10 @@ def cmd_send(hf_cache, repo, request):
                     pos, grew = pos + sent, time.monotonic()
                     continue
                 if not arriving() and fh is not None and os.fstat(fh.fileno()).st_size <= pos:
-                    raise SystemExit(f"{blob}: this node has {pos} of its {size} bytes and none are arriving "
-                                     "(the download or copy here stopped); run the pull again")
+                    raise SystemExit(
+                        f"{blob}: this node has {pos} of its {size} bytes and none are arriving "
+                        "(the download or copy here stopped); run the pull again"
+                    )
                 if not arriving() and fh is None:
                     raise SystemExit(f"{blob}: not on this node and not arriving; run the pull again")
                 if time.monotonic() - grew > STALL_S:
@@ -279,8 +288,9 @@ def cmd_receive(hf_cache, repo):
     while True:
         line = inp.readline()
         if not line:
-            raise SystemExit("the stream ended early (the sending node or the link went away); run the pull "
-                             "again to resume")
+            raise SystemExit(
+                "the stream ended early (the sending node or the link went away); run the pull again to resume"
+            )
         head = json.loads(line)
         if "manifest" in head:
             manifest = head["manifest"]
@@ -304,8 +314,10 @@ def cmd_receive(hf_cache, repo):
                 data = inp.read(min(CHUNK, left))
                 if not data:
                     fh.flush()
-                    raise SystemExit(f"the stream ended inside {blob} ({size - left} of {size} bytes kept for "
-                                     "resume); run the pull again")
+                    raise SystemExit(
+                        f"the stream ended inside {blob} ({size - left} of {size} bytes kept for "
+                        "resume); run the pull again"
+                    )
                 fh.write(data)
                 h.update(data)  # hashed as it arrives: the file is never read back
                 left -= len(data)

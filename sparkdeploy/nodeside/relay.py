@@ -171,8 +171,9 @@ def relay(cfg, app, source=None, out=None, err=None):
         sink = subprocess.Popen(cfg["decompress"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         reader = threading.Thread(target=run_loads, args=(sink.stdout, cfg["load"], loads), daemon=True)
     else:
-        sink = subprocess.Popen(["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        sink = subprocess.Popen(
+            ["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         reader = threading.Thread(target=lambda: sink_out.append(sink.stdout.read()), daemon=True)
     reader.start()
     forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None  # its stdout/stderr: ours
@@ -221,8 +222,18 @@ def _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader=None)
         sink_rc = sink_rc or rc
         sink_out = [text.encode()]
     tail = (sink_out[0] if sink_out else b"").decode(errors="replace").strip().splitlines()[-5:]
-    say(out, RESULT, {"node": me, "received": got, "load_rc": sink_rc, "load_tail": tail,
-                       "forward_rc": forward_rc, "loads": len(loads)})
+    say(
+        out,
+        RESULT,
+        {
+            "node": me,
+            "received": got,
+            "load_rc": sink_rc,
+            "load_tail": tail,
+            "forward_rc": forward_rc,
+            "loads": len(loads),
+        },
+    )
     return 0 if sink_rc == 0 and forward_rc in (None, 0) else 1
 
 

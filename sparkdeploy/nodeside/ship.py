@@ -27,18 +27,25 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 NAME = "nodeside"  # the package's name inside the archive (its modules import each other relatively)
-PROGRAMS = {"models": "models", "hub-client": "hub_client", "push-source": "source", "relay": "relay",
-            "store-reader": "store_reader"}
+PROGRAMS = {
+    "models": "models",
+    "hub-client": "hub_client",
+    "push-source": "source",
+    "relay": "relay",
+    "store-reader": "store_reader",
+}
 # The programs shipped together: `images push --from`'s source starts the others from its own archive.
 BUNDLES = {"models": ("models",), "hub": ("hub_client",), "push": ("source", "relay", "store_reader")}
 ALWAYS = ("__init__", "__main__", "ship")  # what runs a program of any bundle
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 ROOT_MAIN = "import sys\nfrom nodeside.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
-BOOT = ("import base64,os,runpy,sys\n"
-        "fd=os.memfd_create('sparkdeploy-nodeside')\n"
-        "with open(fd,'wb',closefd=False) as f: f.write(base64.b64decode(sys.argv[1]))\n"
-        "sys.argv[:2]=['/proc/self/fd/%d'%fd]\n"
-        "runpy.run_path(sys.argv[0],run_name='__main__')\n")
+BOOT = (
+    "import base64,os,runpy,sys\n"
+    "fd=os.memfd_create('sparkdeploy-nodeside')\n"
+    "with open(fd,'wb',closefd=False) as f: f.write(base64.b64decode(sys.argv[1]))\n"
+    "sys.argv[:2]=['/proc/self/fd/%d'%fd]\n"
+    "runpy.run_path(sys.argv[0],run_name='__main__')\n"
+)
 ARG_LIMIT = 128 * 1024  # Linux's MAX_ARG_STRLEN: the longest one argument (a remote command) may be
 
 

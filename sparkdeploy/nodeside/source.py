@@ -47,8 +47,12 @@ def produce(cfg, app, out=None, err=None):
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["relay"]["chain"][0]["name"]
     if cfg.get("reader_config"):  # the layer store, as root: only the layers sent are read
-        save = subprocess.Popen(["sudo", "-n", *ship.argv("store-reader", cfg["reader_config"], app=app)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        save = subprocess.Popen(
+            ["sudo", "-n", *ship.argv("store-reader", cfg["reader_config"], app=app)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         flt = _PassThrough()
     else:
         save = subprocess.Popen(["docker", "save", cfg["image_id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -103,8 +107,7 @@ def produce(cfg, app, out=None, err=None):
                     counts["wire"] += len(piece)
             if time.monotonic() - said >= 1.0:
                 said = time.monotonic()
-                say(err, PROGRESS, {"node": me, "read": flt.bytes_in, "raw": counts["raw"],
-                                        "wire": counts["wire"]})
+                say(err, PROGRESS, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
     except (BrokenPipeError, OSError) as exc:
         error = f"the stream to the first node broke ({exc.__class__.__name__})"
     except ValueError as exc:
@@ -134,8 +137,20 @@ def produce(cfg, app, out=None, err=None):
         error = f"{what} exited {save_rc}: {' | '.join(tail)[-300:]}"
     say(err, PROGRESS, {"node": me, "read": flt.bytes_in, "raw": counts["raw"], "wire": counts["wire"]})
     partials = [line.split()[1] for line in save_err.splitlines() if line.startswith("partial ")]
-    say(out, RESULT, {"node": me, "raw": counts["raw"], "wire": counts["wire"], "read": flt.bytes_in,
-                          "error": error, "first_hop_rc": hop_rc, "finished_early": early, "partials": partials})
+    say(
+        out,
+        RESULT,
+        {
+            "node": me,
+            "raw": counts["raw"],
+            "wire": counts["wire"],
+            "read": flt.bytes_in,
+            "error": error,
+            "first_hop_rc": hop_rc,
+            "finished_early": early,
+            "partials": partials,
+        },
+    )
     return 0 if error is None and hop_rc == 0 else 1
 
 
@@ -152,12 +167,27 @@ def _direct(cfg, save, first, me, out, err):
     error = None
     if save_rc != 0:
         tail = [line for line in lines if not line.startswith(("partial ", "wrote "))]
-        error = (f"the stream to the first node broke (its ssh exited {hop_rc})" if hop_rc != 0 else
-                 f"reading the layer store exited {save_rc}: {' | '.join(tail)[-300:]}")
+        error = (
+            f"the stream to the first node broke (its ssh exited {hop_rc})"
+            if hop_rc != 0
+            else f"reading the layer store exited {save_rc}: {' | '.join(tail)[-300:]}"
+        )
     say(err, PROGRESS, {"node": me, "read": sent, "raw": sent, "wire": sent})
     partials = [line.split()[1] for line in lines if line.startswith("partial ")]
-    say(out, RESULT, {"node": me, "raw": sent, "wire": sent, "read": sent, "error": error,
-                          "first_hop_rc": hop_rc, "finished_early": False, "partials": partials})
+    say(
+        out,
+        RESULT,
+        {
+            "node": me,
+            "raw": sent,
+            "wire": sent,
+            "read": sent,
+            "error": error,
+            "first_hop_rc": hop_rc,
+            "finished_early": False,
+            "partials": partials,
+        },
+    )
     return 0 if error is None and hop_rc == 0 else 1
 
 

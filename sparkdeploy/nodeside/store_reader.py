@@ -75,11 +75,11 @@ def write_store_archive(cfg, out, err):
         if final:
             image_config, image_id, tag = config, cfg["image_id"], cfg["temp_tag"]
         else:
-            image_config = partial_config(config, diff_ids[:top + 1], cfg["image_id"])
+            image_config = partial_config(config, diff_ids[: top + 1], cfg["image_id"])
             image_id, tag = config_id(image_config), None
             err.write(f"partial {image_id}\n")
             err.flush()
-        out.write(frame(TRAILER, archive_end(image_id, image_config, diff_ids[:top + 1], tag)))
+        out.write(frame(TRAILER, archive_end(image_id, image_config, diff_ids[: top + 1], tag)))
     out.flush()
 
 

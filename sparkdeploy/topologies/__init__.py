@@ -31,18 +31,26 @@ class Topology:
     backends: tuple[str, ...] = ()  # how its ranks are launched (--backend); none for one-node engines
 
 
-REGISTRY: dict[str, Topology] = {t.name: t for t in (
-    Topology("solo", solo.build),
-    Topology("cluster", cluster.build, min_nodes=2, backends=BACKENDS),
-    Topology("2xsolo", twosolo.build, min_nodes=2),
-    Topology("replicas", replicas.build, min_nodes=2, backends=BACKENDS),
-)}
+REGISTRY: dict[str, Topology] = {
+    t.name: t
+    for t in (
+        Topology("solo", solo.build),
+        Topology("cluster", cluster.build, min_nodes=2, backends=BACKENDS),
+        Topology("2xsolo", twosolo.build, min_nodes=2),
+        Topology("replicas", replicas.build, min_nodes=2, backends=BACKENDS),
+    )
+}
 # The recipe schema names the same topologies (recipes.py cannot import this package: it is imported here).
 assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 
-def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Secrets,
-                     solo_node: str | None = None, metrics: bool | None = None) -> Deployment:
+def build_deployment(
+    inventory: Inventory,
+    resolved: ResolvedRecipe,
+    secrets: Secrets,
+    solo_node: str | None = None,
+    metrics: bool | None = None,
+) -> Deployment:
     """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
     metrics: add Prometheus on the head node (None: the inventory's cluster.metrics)."""
     image = load_definition(resolved.recipe.image)
@@ -52,34 +60,67 @@ def build_deployment(inventory: Inventory, resolved: ResolvedRecipe, secrets: Se
     if override and override != image.name:
         run_image = load_definition(override)
         if image.name not in run_image.stands_in_for:
-            raise ConfigError(Problem(inventory.source, "cluster.image_override",
-                                      f"{override} does not stand in for {image.name}",
-                                      f"use an image whose stands_in_for lists {image.name}"))
+            raise ConfigError(
+                Problem(
+                    inventory.source,
+                    "cluster.image_override",
+                    f"{override} does not stand in for {image.name}",
+                    f"use an image whose stands_in_for lists {image.name}",
+                )
+            )
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
     topology = REGISTRY[resolved.topology]
     if len(inventory.nodes) < topology.min_nodes:
-        raise ConfigError(Problem(inventory.source, "nodes", f"the {resolved.topology} topology needs at least "
-                                  f"{topology.min_nodes} nodes, this inventory has {len(inventory.nodes)}",
-                                  "add the second Spark or use --topology solo"))
+        raise ConfigError(
+            Problem(
+                inventory.source,
+                "nodes",
+                f"the {resolved.topology} topology needs at least "
+                f"{topology.min_nodes} nodes, this inventory has {len(inventory.nodes)}",
+                "add the second Spark or use --topology solo",
+            )
+        )
     if (
         resolved.topology in ("cluster", "replicas")
         and resolved.backend == "torchrun"
         and "torchrun" not in run_image.launchers
     ):
-        raise ConfigError(Problem(f"images/{run_image.name}/manifest.yaml", "launchers",
-                                  "declares no torchrun serving launcher", "use --backend ray or native"))
+        raise ConfigError(
+            Problem(
+                f"images/{run_image.name}/manifest.yaml",
+                "launchers",
+                "declares no torchrun serving launcher",
+                "use --backend ray or native",
+            )
+        )
     from sparkdeploy.vllm_args import check_env
 
     warnings += check_env(resolved.recipe.env, image)
-    ctx = Context(inventory=inventory, resolved=resolved, image=image, run_image=run_image, secrets=secrets,
-                  solo_node=inventory.node(solo_node) if solo_node else None)
+    ctx = Context(
+        inventory=inventory,
+        resolved=resolved,
+        image=image,
+        run_image=run_image,
+        secrets=secrets,
+        solo_node=inventory.node(solo_node) if solo_node else None,
+    )
     nodes, endpoint, backends = topology.build(ctx)
     metrics_url = None
     if inventory.cluster.metrics if metrics is None else metrics:
         from sparkdeploy.metrics_stack import add_prometheus
 
         metrics_url = add_prometheus(ctx, nodes)
-    return Deployment(inventory=inventory, recipe=resolved, image=image, image_tag=run_image.tag, nodes=nodes,
-                      endpoint=endpoint, backends=backends, warnings=warnings + ctx.warnings, secrets=secrets,
-                      metrics_url=metrics_url, engine_groups=ctx.engine_groups)
+    return Deployment(
+        inventory=inventory,
+        recipe=resolved,
+        image=image,
+        image_tag=run_image.tag,
+        nodes=nodes,
+        endpoint=endpoint,
+        backends=backends,
+        warnings=warnings + ctx.warnings,
+        secrets=secrets,
+        metrics_url=metrics_url,
+        engine_groups=ctx.engine_groups,
+    )

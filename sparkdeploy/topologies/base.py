@@ -66,16 +66,18 @@ class Context:
             env["NCCL_IB_HCA"] = ",".join(node.hcas)  # both RoCE twins of the port: ~23.7 vs ~3 GB/s busbw
         if node.gid_index is not None:
             env["NCCL_IB_GID_INDEX"] = str(node.gid_index)
-        env.update({
-            "NCCL_IGNORE_CPU_AFFINITY": "1",
-            "VLLM_HOST_IP": node.fabric_address,
-            "MASTER_ADDR": head.fabric_address,
-            "MASTER_PORT": str(self.cluster.master_port),
-            "RAY_memory_monitor_refresh_ms": "0",  # Ray's OOM killer misreads unified memory
-            "HF_HOME": CONTAINER_HF_HOME,
-            # Weights come from `models pull` (verified on every node), never from a node downloading alone.
-            "HF_HUB_OFFLINE": "1",
-        })
+        env.update(
+            {
+                "NCCL_IGNORE_CPU_AFFINITY": "1",
+                "VLLM_HOST_IP": node.fabric_address,
+                "MASTER_ADDR": head.fabric_address,
+                "MASTER_PORT": str(self.cluster.master_port),
+                "RAY_memory_monitor_refresh_ms": "0",  # Ray's OOM killer misreads unified memory
+                "HF_HOME": CONTAINER_HF_HOME,
+                # Weights come from `models pull` (verified on every node), never from a node downloading alone.
+                "HF_HUB_OFFLINE": "1",
+            }
+        )
         return env
 
     def digest(self, f: FileSpec) -> str:
@@ -89,24 +91,49 @@ class Context:
     def common_files(self, node: Node, master: Node | None = None) -> list[FileSpec]:
         env = self.fabric_env(node, master)
         env.update(self.recipe.env)
-        node_env = render("node.env.j2", node=node, env=env, recipe_name=self.recipe.name,
-                          topology=self.resolved.topology)
+        node_env = render(
+            "node.env.j2", node=node, env=env, recipe_name=self.recipe.name, topology=self.resolved.topology
+        )
         secrets = {k: v for k, v in sorted(self.secrets.values.items()) if v}
         secrets_env = render("secrets.env.j2", node=node, secrets=secrets)
         return [FileSpec("node.env", node_env), FileSpec("secrets.env", secrets_env, mode=0o600, secret=True)]
 
-    def container(self, nd: NodeDeployment, *, role: str, name: str, entry_template: str, entry_name: str,
-                  image_tag: str, gpus: bool, ports: tuple[int, ...], health_port: int | None,
-                  restart: str = "unless-stopped", extra_files: tuple[FileSpec, ...] = (),
-                  **entry_vars: Any) -> None:
+    def container(
+        self,
+        nd: NodeDeployment,
+        *,
+        role: str,
+        name: str,
+        entry_template: str,
+        entry_name: str,
+        image_tag: str,
+        gpus: bool,
+        ports: tuple[int, ...],
+        health_port: int | None,
+        restart: str = "unless-stopped",
+        extra_files: tuple[FileSpec, ...] = (),
+        **entry_vars: Any,
+    ) -> None:
         """Add one container to `nd`: its entry script, any extra files, and the run script that starts it."""
-        common = {"name": name, "node": nd.node, "recipe_name": self.recipe.name, "topology": self.resolved.topology,
-                      "backend": self.resolved.backend}
+        common = {
+            "name": name,
+            "node": nd.node,
+            "recipe_name": self.recipe.name,
+            "topology": self.resolved.topology,
+            "backend": self.resolved.backend,
+        }
         entry = FileSpec(entry_name, render(entry_template, **common, **entry_vars), mode=0o755)
         depends = [entry, *extra_files, *[f for f in nd.files if f.name in ("node.env", "secrets.env")]]
-        run_vars = dict(common, image=image_tag, restart=restart, gpus=gpus, entry=entry_name,
-                        hf_cache=self.cluster.hf_cache if gpus else None, container_hf_home=CONTAINER_HF_HOME,
-                        healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None)
+        run_vars = dict(
+            common,
+            image=image_tag,
+            restart=restart,
+            gpus=gpus,
+            entry=entry_name,
+            hf_cache=self.cluster.hf_cache if gpus else None,
+            container_hf_home=CONTAINER_HF_HOME,
+            healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None,
+        )
         # The hash covers everything the container is made of, so any change restarts exactly this container.
         settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")
         chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + self.digest(f) for f in depends))
@@ -123,5 +150,14 @@ class Context:
         for f in (entry, *extra_files, run):
             if all(existing.name != f.name for existing in nd.files):
                 nd.files.append(f)
-        nd.containers.append(ContainerSpec(name=name, role=role, image=image_tag, run_script=run_name,
-                                           config_hash=chash, ports=ports, health_port=health_port))
+        nd.containers.append(
+            ContainerSpec(
+                name=name,
+                role=role,
+                image=image_tag,
+                run_script=run_name,
+                config_hash=chash,
+                ports=ports,
+                health_port=health_port,
+            )
+        )

@@ -37,32 +37,73 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
             if rank == 0:
                 args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "ray"))
                 check_args(args, ctx.image, str(ctx.resolved.source))
-                ctx.container(nd, entry_template="entry-ray-head.sh.j2", entry_name="ray-head.entry.sh",
-                              ports=(port, ctx.cluster.ray_port), health_port=port, args=args,
-                              ray_port=ctx.cluster.ray_port, ip=node.fabric_address, nnodes=nnodes,
-                              join_timeout=RAY_JOIN_TIMEOUT_S, **common)
+                ctx.container(
+                    nd,
+                    entry_template="entry-ray-head.sh.j2",
+                    entry_name="ray-head.entry.sh",
+                    ports=(port, ctx.cluster.ray_port),
+                    health_port=port,
+                    args=args,
+                    ray_port=ctx.cluster.ray_port,
+                    ip=node.fabric_address,
+                    nnodes=nnodes,
+                    join_timeout=RAY_JOIN_TIMEOUT_S,
+                    **common,
+                )
             else:
-                ctx.container(nd, entry_template="entry-ray-worker.sh.j2", entry_name="ray-worker.entry.sh",
-                              ports=(), health_port=None, head_ip=head.fabric_address,
-                              ray_port=ctx.cluster.ray_port, ip=node.fabric_address,
-                              join_attempts=RAY_JOIN_ATTEMPTS, **common)
+                ctx.container(
+                    nd,
+                    entry_template="entry-ray-worker.sh.j2",
+                    entry_name="ray-worker.entry.sh",
+                    ports=(),
+                    health_port=None,
+                    head_ip=head.fabric_address,
+                    ray_port=ctx.cluster.ray_port,
+                    ip=node.fabric_address,
+                    join_attempts=RAY_JOIN_ATTEMPTS,
+                    **common,
+                )
         elif backend == "torchrun":
             args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "external_launcher"))
             check_args(args, ctx.image, str(ctx.resolved.source))
             check_backend_flags(args, backend, str(ctx.resolved.source))  # the launcher's server: issue 18
-            ctx.container(nd, entry_template="entry-torchrun.sh.j2", entry_name="torchrun.entry.sh",
-                          ports=(port, ctx.cluster.master_port) if rank == 0 else (),
-                          health_port=port if rank == 0 else None, args=args, rank=rank, nnodes=nnodes,
-                          master_addr=head.fabric_address, master_port=ctx.cluster.master_port,
-                          launcher=ctx.run_image.launchers["torchrun"], **common)
+            ctx.container(
+                nd,
+                entry_template="entry-torchrun.sh.j2",
+                entry_name="torchrun.entry.sh",
+                ports=(port, ctx.cluster.master_port) if rank == 0 else (),
+                health_port=port if rank == 0 else None,
+                args=args,
+                rank=rank,
+                nnodes=nnodes,
+                master_addr=head.fabric_address,
+                master_port=ctx.cluster.master_port,
+                launcher=ctx.run_image.launchers["torchrun"],
+                **common,
+            )
         else:  # native
-            dist = Distributed(tp, pp, None, nnodes=nnodes, node_rank=rank, master_addr=head.fabric_address,
-                               master_port=ctx.cluster.master_port, headless=rank > 0)
+            dist = Distributed(
+                tp,
+                pp,
+                None,
+                nnodes=nnodes,
+                node_rank=rank,
+                master_addr=head.fabric_address,
+                master_port=ctx.cluster.master_port,
+                headless=rank > 0,
+            )
             args = serve_args(ctx.resolved, ctx.image, port, dist)
             check_args(args, ctx.image, str(ctx.resolved.source))
-            ctx.container(nd, entry_template="entry-vllm.sh.j2", entry_name="vllm.entry.sh",
-                          ports=(port, ctx.cluster.master_port) if rank == 0 else (),
-                          health_port=port if rank == 0 else None, args=args, headless=rank > 0, **common)
+            ctx.container(
+                nd,
+                entry_template="entry-vllm.sh.j2",
+                entry_name="vllm.entry.sh",
+                ports=(port, ctx.cluster.master_port) if rank == 0 else (),
+                health_port=port if rank == 0 else None,
+                args=args,
+                headless=rank > 0,
+                **common,
+            )
         out.append(nd)
     return out
 

@@ -50,8 +50,14 @@ def plan(inventory: Inventory, resolved: ResolvedRecipe, default_tp: int | None 
     if explicit is not None:
         size = len(explicit[0])
         if tp is not None and tp != size:
-            raise ConfigError(Problem(inventory.source, "groups", f"groups of {size} nodes, but {tp_field} is {tp}",
-                                      f"use --tp {size}, or regroup the nodes {tp} by {tp}"))
+            raise ConfigError(
+                Problem(
+                    inventory.source,
+                    "groups",
+                    f"groups of {size} nodes, but {tp_field} is {tp}",
+                    f"use --tp {size}, or regroup the nodes {tp} by {tp}",
+                )
+            )
         tp = size
     if tp is None:
         tp = default_tp or n
@@ -74,7 +80,7 @@ def plan(inventory: Inventory, resolved: ResolvedRecipe, default_tp: int | None 
         groups[0].sort(key=lambda node: node.name != head.name)
     else:
         nodes = _head_first(inventory)
-        groups = [nodes[i:i + tp] for i in range(0, n, tp)]
+        groups = [nodes[i : i + tp] for i in range(0, n, tp)]
     layout = Layout(tp, tuple(tuple(g) for g in groups))
     check_model(resolved, tp, layout.pp if default_tp is None else 1)
     return layout
@@ -89,8 +95,10 @@ def refusal(resolved: ResolvedRecipe, tp: int, pp: int) -> str | None:
         return f"TP={tp} does not divide its {arch.attention_heads} attention heads"
     kv = arch.kv_heads
     if kv % tp and tp % kv:
-        return (f"TP={tp} neither divides its {kv} KV heads nor is a multiple of them (vLLM splits or replicates "
-                "whole KV heads)")
+        return (
+            f"TP={tp} neither divides its {kv} KV heads nor is a multiple of them (vLLM splits or replicates "
+            "whole KV heads)"
+        )
     if pp > arch.layers:
         return f"PP={pp} exceeds its {arch.layers} layers"
     return None
@@ -101,7 +109,12 @@ def check_model(resolved: ResolvedRecipe, tp: int, pp: int) -> None:
     if why:
         arch = resolved.recipe.architecture
         ok = [d for d in range(1, 65) if refusal(resolved, d, 1) is None and d <= arch.attention_heads][:6]
-        raise ConfigError(Problem(str(resolved.source), "tensor_parallel (--tp)",
-                                  f"{resolved.recipe.model} cannot run TP={tp} x PP={pp}: {why}",
-                                  f"use --tp {' or '.join(str(d) for d in ok if d > 1) or 1} "
-                                  "(pipeline parallel takes the remaining nodes)"))
+        raise ConfigError(
+            Problem(
+                str(resolved.source),
+                "tensor_parallel (--tp)",
+                f"{resolved.recipe.model} cannot run TP={tp} x PP={pp}: {why}",
+                f"use --tp {' or '.join(str(d) for d in ok if d > 1) or 1} "
+                "(pipeline parallel takes the remaining nodes)",
+            )
+        )

@@ -19,9 +19,11 @@ from sparkdeploy.topologies.twosolo import add_proxy
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     plan = layout.plan(ctx.inventory, ctx.resolved, default_tp=layout.DEFAULT_REPLICA_TP)
     if len(plan.groups) == 1:  # served, as asked; but it is cluster with a proxy hop in front
-        ctx.warnings.append(f"replicas with TP={plan.tp} on {len(ctx.inventory.nodes)} nodes is one engine behind "
-                            "the proxy: nothing to balance, one more hop per request; use --topology cluster, or "
-                            "replicas on more nodes (or a smaller --tp)")
+        ctx.warnings.append(
+            f"replicas with TP={plan.tp} on {len(ctx.inventory.nodes)} nodes is one engine behind "
+            "the proxy: nothing to balance, one more hop per request; use --topology cluster, or "
+            "replicas on more nodes (or a smaller --tp)"
+        )
     port = ctx.cluster.vllm_port
     nodes, backends = [], []
     for group in plan.groups:

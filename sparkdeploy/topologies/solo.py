@@ -13,7 +13,17 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     args = serve_args(ctx.resolved, ctx.image, port)
     check_args(args, ctx.image, str(ctx.resolved.source))
     nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node))
-    ctx.container(nd, role="solo", name=SERVING_CONTAINER, entry_template="entry-vllm.sh.j2",
-                  entry_name="vllm.entry.sh", image_tag=ctx.run_image.tag, gpus=True, ports=(port,),
-                  health_port=port, args=args, headless=False)
+    ctx.container(
+        nd,
+        role="solo",
+        name=SERVING_CONTAINER,
+        entry_template="entry-vllm.sh.j2",
+        entry_name="vllm.entry.sh",
+        image_tag=ctx.run_image.tag,
+        gpus=True,
+        ports=(port,),
+        health_port=port,
+        args=args,
+        headless=False,
+    )
     return [nd], f"http://{node.url_host}:{port}/v1", []

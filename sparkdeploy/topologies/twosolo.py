@@ -45,18 +45,36 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
 def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[str, str]]) -> str:
     """The LiteLLM proxy on the head node, in front of `backends` ((engine id, base URL)); returns the endpoint."""
     if not ctx.secrets.get("LITELLM_MASTER_KEY"):
-        ctx.warnings.append(f"LITELLM_MASTER_KEY is not set: `up` will refuse {ctx.resolved.topology} until the "
-                            "secrets file has it")
+        ctx.warnings.append(
+            f"LITELLM_MASTER_KEY is not set: `up` will refuse {ctx.resolved.topology} until the secrets file has it"
+        )
     proxy_port = ctx.cluster.proxy_port
     head = next(nd for nd in nodes if nd.node.role == "head")
     config = litellm_config(ctx, backends)
-    config_file = FileSpec("litellm-config.yaml", render(
-        "litellm-config.yaml.j2", config=config, recipe_name=ctx.recipe.name, topology=ctx.resolved.topology,
-        routing_strategy=ctx.recipe.litellm.routing_strategy))
-    ctx.container(head, role="proxy", name=PROXY_CONTAINER, entry_template="entry-litellm.sh.j2",
-                  entry_name="litellm.entry.sh", image_tag=load_definition(PROXY_IMAGE).tag, gpus=False,
-                  ports=(proxy_port,), health_port=proxy_port, extra_files=(config_file,), port=proxy_port,
-                  num_workers=ctx.recipe.litellm.num_workers)
+    config_file = FileSpec(
+        "litellm-config.yaml",
+        render(
+            "litellm-config.yaml.j2",
+            config=config,
+            recipe_name=ctx.recipe.name,
+            topology=ctx.resolved.topology,
+            routing_strategy=ctx.recipe.litellm.routing_strategy,
+        ),
+    )
+    ctx.container(
+        head,
+        role="proxy",
+        name=PROXY_CONTAINER,
+        entry_template="entry-litellm.sh.j2",
+        entry_name="litellm.entry.sh",
+        image_tag=load_definition(PROXY_IMAGE).tag,
+        gpus=False,
+        ports=(proxy_port,),
+        health_port=proxy_port,
+        extra_files=(config_file,),
+        port=proxy_port,
+        num_workers=ctx.recipe.litellm.num_workers,
+    )
     return f"http://{head.node.url_host}:{proxy_port}/v1"
 
 
@@ -68,9 +86,19 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     backends = []
     for node in ctx.inventory.nodes:
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node))
-        ctx.container(nd, role="backend", name=SERVING_CONTAINER, entry_template="entry-vllm.sh.j2",
-                      entry_name="vllm.entry.sh", image_tag=ctx.run_image.tag, gpus=True, ports=(port,),
-                      health_port=port, args=args, headless=False)
+        ctx.container(
+            nd,
+            role="backend",
+            name=SERVING_CONTAINER,
+            entry_template="entry-vllm.sh.j2",
+            entry_name="vllm.entry.sh",
+            image_tag=ctx.run_image.tag,
+            gpus=True,
+            ports=(port,),
+            health_port=port,
+            args=args,
+            headless=False,
+        )
         nodes.append(nd)
         backends.append((node.name, f"http://{node.url_host}:{port}/v1"))
     return nodes, add_proxy(ctx, nodes, backends), [url for _, url in backends]

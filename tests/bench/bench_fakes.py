@@ -10,8 +10,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jumping zebras "
-         "and every sentence of this corpus is made of plain lowercase words").split()
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly hex bold jumping zebras "
+    "and every sentence of this corpus is made of plain lowercase words"
+).split()
 
 
 def write_corpus(path: Path, n_words: int = 6000) -> Path:
@@ -74,11 +76,25 @@ class FakeOpenAI:
                 prompt_tokens = len(text.split()) + 3
                 max_tokens = int(req.get("max_tokens") or 16)
                 if not req.get("stream"):
-                    body = json.dumps({"id": "x", "object": "chat.completion", "model": fake.model,
-                                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"},
-                                                    "finish_reason": "stop"}],
-                                       "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1,
-                                                 "total_tokens": prompt_tokens + 1}}).encode()
+                    body = json.dumps(
+                        {
+                            "id": "x",
+                            "object": "chat.completion",
+                            "model": fake.model,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": "Paris"},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": prompt_tokens,
+                                "completion_tokens": 1,
+                                "total_tokens": prompt_tokens + 1,
+                            },
+                        }
+                    ).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
@@ -98,8 +114,16 @@ class FakeOpenAI:
                 for i in range(max_tokens):
                     time.sleep(fake.token_delay_s)
                     send({"choices": [{"index": 0, "delta": {"content": " tok"}, "token_ids": [i]}]})
-                send({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                                               "total_tokens": prompt_tokens + max_tokens}})
+                send(
+                    {
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": max_tokens,
+                            "total_tokens": prompt_tokens + max_tokens,
+                        },
+                    }
+                )
                 self.wfile.write(b"data: [DONE]\n\n")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

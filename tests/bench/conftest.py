@@ -33,12 +33,21 @@ def make_results(variants=THREE, scale: dict | None = None, seed: int = 1, runs:
             mean = st.mean * (scale or {}).get((ref.variant, ref.concurrency, m), 1.0)
             values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01)]
             metrics[m] = Stat(sum(values) / 3, abs(mean) * 0.02, values)
-        md = {"recipe": ref.recipe, "topology": ref.variant.split("-")[0], "backend": "ray" if ref.variant == "cluster"
-              else None, "routing": "simple-shuffle" if ref.variant.startswith("2xsolo") else None,
-              "image": "sparkdeploy/vllm-sim:0123456789ab", "image_id": "sha256:" + "ab" * 32,
-              "vllm_version": "0.32.0", "simulated": True, "runs": runs, "failed_requests": 0,
-              "nodes": [{"name": "spark1"}] + ([] if ref.variant == "solo" else [{"name": "spark2"}]),
-              "date": f"2026-11-21T10:{rng.randint(10, 59)}:00+00:00", "llama_benchy_version": "0.4.0"}
+        md = {
+            "recipe": ref.recipe,
+            "topology": ref.variant.split("-")[0],
+            "backend": "ray" if ref.variant == "cluster" else None,
+            "routing": "simple-shuffle" if ref.variant.startswith("2xsolo") else None,
+            "image": "sparkdeploy/vllm-sim:0123456789ab",
+            "image_id": "sha256:" + "ab" * 32,
+            "vllm_version": "0.32.0",
+            "simulated": True,
+            "runs": runs,
+            "failed_requests": 0,
+            "nodes": [{"name": "spark1"}] + ([] if ref.variant == "solo" else [{"name": "spark2"}]),
+            "date": f"2026-11-21T10:{rng.randint(10, 59)}:00+00:00",
+            "llama_benchy_version": "0.4.0",
+        }
         out.append(Result(ref.recipe, ref.variant, ref.pp, ref.tg, ref.concurrency, metrics, md))
     return out
 
@@ -101,11 +110,36 @@ def _stop(proc: subprocess.Popen) -> None:
 def sim(tmp_path):
     """vllm-sim serving SIM_MODEL on localhost, started the way the sim's own tests start it: its /v1 base URL."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SIM_DIR), str(LAUNCHER_DIR)]),
-               VLLM_SIM_TIME_SCALE="0.2", VLLM_API_KEY=SIM_KEY)  # the key by environment, as vLLM takes it
-    proc = _start([sys.executable, "-m", "vllm_sim", "serve", SIM_MODEL, "--host", "127.0.0.1", "--port", str(port),
-                   "--max-model-len", "4096", "--max-num-batched-tokens", "32768", "--gpu-memory-utilization", "0.7",
-                   "--enforce-eager"], env, tmp_path / "sim.log", f"http://127.0.0.1:{port}/health", 60)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(SIM_DIR), str(LAUNCHER_DIR)]),
+        VLLM_SIM_TIME_SCALE="0.2",
+        VLLM_API_KEY=SIM_KEY,
+    )  # the key by environment, as vLLM takes it
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            SIM_MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "4096",
+            "--max-num-batched-tokens",
+            "32768",
+            "--gpu-memory-utilization",
+            "0.7",
+            "--enforce-eager",
+        ],
+        env,
+        tmp_path / "sim.log",
+        f"http://127.0.0.1:{port}/health",
+        60,
+    )
     yield f"http://127.0.0.1:{port}/v1"
     _stop(proc)
 
@@ -119,13 +153,27 @@ def proxy(sim, tmp_path):
     litellm = REPO / ".venv-litellm" / "bin" / "litellm"
     assert litellm.is_file(), f"{litellm} is missing: run `bash scripts/setup.sh`"
     config = tmp_path / "litellm.yaml"
-    config.write_text(yaml.safe_dump({
-        "model_list": [{"model_name": PROXY_MODEL, "litellm_params": {
-            "model": f"hosted_vllm/{SIM_MODEL}", "api_base": sim, "api_key": SIM_KEY}}],
-        "general_settings": {"master_key": PROXY_KEY}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {
+                        "model_name": PROXY_MODEL,
+                        "litellm_params": {"model": f"hosted_vllm/{SIM_MODEL}", "api_base": sim, "api_key": SIM_KEY},
+                    }
+                ],
+                "general_settings": {"master_key": PROXY_KEY},
+            }
+        )
+    )
     port = free_port()
     env = dict(os.environ, LITELLM_MASTER_KEY=PROXY_KEY, LITELLM_LOG="ERROR", NO_DOCS="True")
-    proc = _start([str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)], env,
-                  tmp_path / "litellm.log", f"http://127.0.0.1:{port}/health/liveliness", 120)
+    proc = _start(
+        [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+        env,
+        tmp_path / "litellm.log",
+        f"http://127.0.0.1:{port}/health/liveliness",
+        120,
+    )
     yield f"http://127.0.0.1:{port}/v1"
     _stop(proc)

@@ -88,12 +88,15 @@ def test_one_measured_topology_falls_back_to_the_seeds_and_says_so(tmp_path):
             save_result(r, d)
     a = advise(8, recipe="openai-gpt-oss-120b", results_dirs=[str(d)])
     assert a.source["kind"] == "reference"
-    assert any("using the seeds' measurements" in n and "measured on one topology only (Cluster TP=2)" in n
-               for n in a.notes), a.notes
+    assert any(
+        "using the seeds' measurements" in n and "measured on one topology only (Cluster TP=2)" in n for n in a.notes
+    ), a.notes
 
 
-@pytest.mark.parametrize("recipe,refused", [("llama-3.3-70b-instruct", {"solo", "2xsolo"}),
-                                            ("qwen3.5-397b-int4-autoround", {"solo", "2xsolo"})])
+@pytest.mark.parametrize(
+    "recipe,refused",
+    [("llama-3.3-70b-instruct", {"solo", "2xsolo"}), ("qwen3.5-397b-int4-autoround", {"solo", "2xsolo"})],
+)
 def test_advise_recommends_only_what_up_accepts_for_the_recipe(recipe, refused, cli):
     for n in (1, 8, 64, 256):
         a = advise(n, recipe=recipe)

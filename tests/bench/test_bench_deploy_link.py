@@ -9,18 +9,36 @@ from sparkdeploy.bench.deploy_link import endpoint_of
 from sparkdeploy.errors import NothingDeployed, StepFailed
 
 SECRET_KEY = "sk-SECRETmasterKEY456"  # tests/conftest.py's secrets file
-STATUS = {"deployed": True, "healthy": True, "recipe": "openai-gpt-oss-120b", "topology": "2xsolo", "backend": None,
-          "model": "openai/gpt-oss-120b", "endpoint": "http://192.0.2.1:4000/v1",
-          "nodes": [{"name": "spark1", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64,
-                                                        "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"},
-                                                       {"role": "proxy", "image_id": "sha256:" + "f" * 64,
-                                                        "image": "sparkdeploy/litellm-proxy:ffffffffffff"}]},
-                    {"name": "spark2", "containers": [{"role": "backend", "image_id": "sha256:" + "a" * 64,
-                                                       "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"}]}]}
+STATUS = {
+    "deployed": True,
+    "healthy": True,
+    "recipe": "openai-gpt-oss-120b",
+    "topology": "2xsolo",
+    "backend": None,
+    "model": "openai/gpt-oss-120b",
+    "endpoint": "http://192.0.2.1:4000/v1",
+    "nodes": [
+        {
+            "name": "spark1",
+            "containers": [
+                {"role": "backend", "image_id": "sha256:" + "a" * 64, "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"},
+                {"role": "proxy", "image_id": "sha256:" + "f" * 64, "image": "sparkdeploy/litellm-proxy:ffffffffffff"},
+            ],
+        },
+        {
+            "name": "spark2",
+            "containers": [
+                {"role": "backend", "image_id": "sha256:" + "a" * 64, "image": "sparkdeploy/vllm-sim:aaaaaaaaaaaa"}
+            ],
+        },
+    ],
+}
 
 
-@pytest.mark.parametrize("topology,variant,port,nodes", [("solo", "solo", 8000, 1), ("cluster", "cluster", 8000, 2),
-                                                         ("2xsolo", "2xsolo-shuffle", 4000, 2)])
+@pytest.mark.parametrize(
+    "topology,variant,port,nodes",
+    [("solo", "solo", 8000, 1), ("cluster", "cluster", 8000, 2), ("2xsolo", "2xsolo-shuffle", 4000, 2)],
+)
 def test_endpoint_of_each_topology(inventory_file, topology, variant, port, nodes):
     ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", topology, status=STATUS)
     assert ep.base_url == f"http://192.0.2.1:{port}/v1" and ep.model == "openai/gpt-oss-120b"

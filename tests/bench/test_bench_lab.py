@@ -12,6 +12,7 @@ from sparkdeploy.bench.store import load_results
 
 pytestmark = pytest.mark.lab
 RECIPE = "openai-gpt-oss-120b"
+TOPOLOGIES = "solo,cluster,2xsolo"  # tests/deploy/test_every_recipe_lab.py counts on these deployments
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,24 @@ def lab_inventory(lab):
 def test_short_sweep_of_three_topologies(lab_inventory, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache
     out = tmp_path / "sweep"
-    code, stdout, err = cli("bench", "sweep", "--recipe", RECIPE, "--topologies", "solo,cluster,2xsolo",
-                            "--concurrency", "4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
-                            "--plain", "--json")
+    code, stdout, err = cli(
+        "bench",
+        "sweep",
+        "--recipe",
+        RECIPE,
+        "--topologies",
+        TOPOLOGIES,
+        "--concurrency",
+        "4",
+        "--runs",
+        "1",
+        "--inventory",
+        lab_inventory,
+        "--out",
+        str(out),
+        "--plain",
+        "--json",
+    )
     assert code == 0, err
     data = json.loads(stdout)
     assert data["status"] == "complete" and len(data["measured"]) == 3
@@ -43,15 +59,32 @@ def test_short_sweep_of_three_topologies(lab_inventory, tmp_path, cli, monkeypat
         assert md["image_id"].startswith("sha256:") and md["failed_requests"] == 0 and md["requests"] == r.concurrency
         assert r.metrics["decode_tps"].mean > 0 and r.metrics["ttft_ms"].mean > 0
     by = {(r.variant, r.concurrency): r for r in results}
-    assert by[("cluster", 4)].metadata["backend"] == "ray" and by[("2xsolo-shuffle", 4)].metadata["routing"] == \
-        "simple-shuffle"
+    assert (
+        by[("cluster", 4)].metadata["backend"] == "ray"
+        and by[("2xsolo-shuffle", 4)].metadata["routing"] == "simple-shuffle"
+    )
     assert by[("2xsolo-shuffle", 4)].metadata["endpoint"].endswith(":4000/v1")  # through the LiteLLM proxy
     md = (out / "report.md").read_text()
     assert "| Solo | solo |" in md and "| Cluster TP=2 | cluster | ray |" in md and "Simulated" in md
     # the same command again: everything stored, nothing deployed
-    code, stdout, err = cli("bench", "sweep", "--recipe", RECIPE, "--topologies", "solo,cluster,2xsolo",
-                            "--concurrency", "4", "--runs", "1", "--inventory", lab_inventory, "--out", str(out),
-                            "--plain", "--json")
+    code, stdout, err = cli(
+        "bench",
+        "sweep",
+        "--recipe",
+        RECIPE,
+        "--topologies",
+        TOPOLOGIES,
+        "--concurrency",
+        "4",
+        "--runs",
+        "1",
+        "--inventory",
+        lab_inventory,
+        "--out",
+        str(out),
+        "--plain",
+        "--json",
+    )
     assert code == 0, err
     again = json.loads(stdout)
     assert again["measured"] == [] and len(again["skipped_stored"]) == 3 and "deploying" not in err

@@ -11,8 +11,11 @@ from sparkdeploy.bench.report import read_chart_data, write_report
 from sparkdeploy.bench.store import load_results, save_result, variant_label
 from tests.bench.conftest import make_results
 
-HEADINGS = {"decode_tps": "### Decode throughput", "prefill_tps": "### Prefill throughput",
-            "ttft_ms": "### Time to first token"}
+HEADINGS = {
+    "decode_tps": "### Decode throughput",
+    "prefill_tps": "### Prefill throughput",
+    "ttft_ms": "### Time to first token",
+}
 
 
 def parse_md_table(md: str, heading: str) -> tuple[list[str], dict[int, dict[str, str]]]:
@@ -23,7 +26,7 @@ def parse_md_table(md: str, heading: str) -> tuple[list[str], dict[int, dict[str
         i += 1
     head = [c.strip() for c in lines[i].strip("|").split("|")]
     rows = {}
-    for line in lines[i + 2:]:
+    for line in lines[i + 2 :]:
         if not line.startswith("|"):
             break
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -79,8 +82,9 @@ def test_report_files_hold_the_stored_numbers(stored_results, tmp_path, cli):
     decode = blocks[0]
     cluster_line = next(line for line in decode.splitlines() if line.strip().startswith('line "Cluster TP=2"'))
     values = [float(x) for x in cluster_line.split("[")[1].rstrip("]").split(",")]
-    expected = [r.metrics["decode_tps"].mean for r in sorted(results, key=lambda r: r.concurrency)
-                if r.variant == "cluster"]
+    expected = [
+        r.metrics["decode_tps"].mean for r in sorted(results, key=lambda r: r.concurrency) if r.variant == "cluster"
+    ]
     assert values == pytest.approx(expected, abs=0.051)
     assert "Simulated" in md  # results from a simulated engine say so
 

@@ -48,9 +48,19 @@ def test_one_level_offline_with_the_key_off_the_command_line(tmp_path, bench_dat
                 seen["key_in_cmdline"] = True
 
     with FakeOpenAI(api_key=KEY, token_delay_s=0.02) as srv:
-        ep = Endpoint(srv.base_url, "test/model", KEY, {"recipe": "r1", "topology": "cluster", "backend": "ray",
-                                                        "image_id": "sha256:" + "cd" * 32, "vllm_version": "0.32.0",
-                                                        "nodes": [{"name": "spark1"}, {"name": "spark2"}]})
+        ep = Endpoint(
+            srv.base_url,
+            "test/model",
+            KEY,
+            {
+                "recipe": "r1",
+                "topology": "cluster",
+                "backend": "ray",
+                "image_id": "sha256:" + "cd" * 32,
+                "vllm_version": "0.32.0",
+                "nodes": [{"name": "spark1"}, {"name": "spark2"}],
+            },
+        )
         settings = BenchSettings(pp=64, tg=16, runs=2, tokenizer=tok, corpus=corpus)
         result = run_cell(ep, settings, 2, tmp_path / "out", on_progress=on_progress)
         assert set(srv.auth_seen) == {f"Bearer {KEY}"}  # llama-benchy did send it
@@ -108,17 +118,40 @@ def test_bench_cli_with_endpoint_and_key_from_env(tmp_path, bench_data, home, cl
     tok, corpus = bench_data
     monkeypatch.setenv("SPARKDEPLOY_API_KEY", KEY)
     with FakeOpenAI(api_key=KEY) as srv:
-        code, out, err = cli("bench", "--endpoint", srv.base_url, "--model", "test/model", "--recipe", "r2",
-                             "--topology", "solo", "--pp", "32", "--tg", "8", "--concurrency", "1,2", "--runs", "1",
-                             "--tokenizer", str(tok), "--corpus", str(corpus), "--out", str(tmp_path / "o"),
-                             "--json")
+        code, out, err = cli(
+            "bench",
+            "--endpoint",
+            srv.base_url,
+            "--model",
+            "test/model",
+            "--recipe",
+            "r2",
+            "--topology",
+            "solo",
+            "--pp",
+            "32",
+            "--tg",
+            "8",
+            "--concurrency",
+            "1,2",
+            "--runs",
+            "1",
+            "--tokenizer",
+            str(tok),
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+        )
     assert code == 0, err
     data = json.loads(out)
     assert [r["concurrency"] for r in data["results"]] == [1, 2]
     assert (tmp_path / "o" / "r2__solo__pp32-tg8__c1.json").is_file()
     assert (tmp_path / "o" / "r2__solo__pp32-tg8__c2.json").is_file()
-    code, out, err = cli("bench", "--endpoint", "http://127.0.0.1:9/v1", "--tokenizer", str(tok),
-                         "--corpus", str(corpus))
+    code, out, err = cli(
+        "bench", "--endpoint", "http://127.0.0.1:9/v1", "--tokenizer", str(tok), "--corpus", str(corpus)
+    )
     assert code == 2 and "--model" in err
     code, out, err = cli("bench", "--pp", "5", "report", str(tmp_path / "o"))
     assert code == 2 and "go after `report`" in err

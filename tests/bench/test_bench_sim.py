@@ -15,8 +15,12 @@ def test_llama_benchy_against_the_simulator(sim, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache stays in the test
     monkeypatch.delenv("SPARKDEPLOY_BENCH_TOKENIZER", raising=False)
     monkeypatch.delenv("SPARKDEPLOY_BENCH_CORPUS", raising=False)
-    ep = Endpoint(sim, MODEL, KEY, {"recipe": "openai-gpt-oss-120b", "topology": "solo", "simulated": True,
-                                    "vllm_version": "0.32.0"})
+    ep = Endpoint(
+        sim,
+        MODEL,
+        KEY,
+        {"recipe": "openai-gpt-oss-120b", "topology": "solo", "simulated": True, "vllm_version": "0.32.0"},
+    )
     settings = BenchSettings(pp=512, tg=32, runs=2)  # tokenizer and corpus: the simulator's (defaults)
     result = run_cell(ep, settings, 4, tmp_path / "out")
     stored = read_result(result.path)

@@ -37,8 +37,12 @@ class Fake:
             raise StepFailed("preflight failed on spark2")
         if topology == "crash":
             raise RuntimeError("docker API: 500 Server Error\nmore lines")
-        return Endpoint("http://192.0.2.1:8000/v1", "openai/gpt-oss-120b", "sk-x",
-                        {"recipe": RECIPE, "topology": topology, "routing": routing})
+        return Endpoint(
+            "http://192.0.2.1:8000/v1",
+            "openai/gpt-oss-120b",
+            "sk-x",
+            {"recipe": RECIPE, "topology": topology, "routing": routing},
+        )
 
     def bench(self, endpoint, c, progress):
         cell = (endpoint.variant, c)
@@ -52,8 +56,12 @@ class Fake:
         ref = REF[cell]
         md = dict(ref.metadata, **endpoint.metadata)
         failed = 4 if cell == self.failed_requests_at else 0
-        md.update(runs=3, failed_requests=failed, requests=c * 3,
-                  request_errors=["[Errno 104] Connection reset by peer"] if failed else [])
+        md.update(
+            runs=3,
+            failed_requests=failed,
+            requests=c * 3,
+            request_errors=["[Errno 104] Connection reset by peer"] if failed else [],
+        )
         r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, md)
         save_result(r, self.out)
         return r
@@ -82,8 +90,9 @@ def test_interrupted_sweep_reports_cleanly_then_resumes(tmp_path):
     summary2 = run_sweep(plan_for(out), fake2.deploy, fake2.bench, PlainReporter(lines.append))
     assert summary2.status == "complete"
     assert fake2.deploys == ["cluster", "2xsolo"]
-    assert fake2.benched == [("cluster", 16), ("cluster", 32), ("cluster", 64)] + \
-        [("2xsolo-shuffle", c) for c in LEVELS]
+    assert fake2.benched == [("cluster", 16), ("cluster", 32), ("cluster", 64)] + [
+        ("2xsolo-shuffle", c) for c in LEVELS
+    ]
     assert len(summary2.skipped) == 11 and summary2.remaining == []
     assert any("[Solo] stored already: c1, c2, c4, c8, c16, c32, c64" in line for line in lines)
 
@@ -99,8 +108,10 @@ def test_failures_are_reported_and_other_topologies_continue(tmp_path):
     fake = Fake(out, fail_deploy="cluster", fail_bench_at=("2xsolo-shuffle", 32))
     summary = run_sweep(plan_for(out), fake.deploy, fake.bench, PlainReporter(lines.append))
     assert summary.status == "failed"
-    assert [(f["variant"], f["concurrency"], f["step"]) for f in summary.failures] == \
-        [("cluster", None, "deploy"), ("2xsolo-shuffle", 32, "bench")]
+    assert [(f["variant"], f["concurrency"], f["step"]) for f in summary.failures] == [
+        ("cluster", None, "deploy"),
+        ("2xsolo-shuffle", 32, "bench"),
+    ]
     assert len(summary.measured) == 7 + 5
     assert any("FAILED: deploy failed: preflight failed on spark2" in line for line in lines)
     assert "finished with 2 failure(s)" in lines[-1]
@@ -112,9 +123,15 @@ def test_failed_requests_fail_the_sweep_and_are_measured_again(tmp_path):
     fake = Fake(out, failed_requests_at=("2xsolo-shuffle", 64))
     summary = run_sweep(plan_for(out), fake.deploy, fake.bench, PlainReporter(lines.append))
     assert summary.status == "failed"
-    assert summary.failures == [{"variant": "2xsolo-shuffle", "concurrency": 64, "step": "requests",
-                                 "error": "4 of 192 requests failed (first: [Errno 104] Connection reset by peer); "
-                                          "the level is measured again on the next run"}]
+    assert summary.failures == [
+        {
+            "variant": "2xsolo-shuffle",
+            "concurrency": 64,
+            "step": "requests",
+            "error": "4 of 192 requests failed (first: [Errno 104] Connection reset by peer); "
+            "the level is measured again on the next run",
+        }
+    ]
     assert summary.remaining == [{"variant": "2xsolo-shuffle", "concurrency": 64}]
     assert any("[Shuffle] c64: FAILED: 4 of 192 requests failed" in line for line in lines)
     fake2 = Fake(out)
@@ -146,15 +163,20 @@ def test_results_with_failed_requests_or_fewer_runs_are_measured_again(tmp_path)
 
 
 def test_parsing_and_estimates():
-    assert [s.text for s in parse_topologies("solo, cluster,2xsolo,2xsolo:least-busy")] == \
-        ["solo", "cluster", "2xsolo", "2xsolo:least-busy"]
+    assert [s.text for s in parse_topologies("solo, cluster,2xsolo,2xsolo:least-busy")] == [
+        "solo",
+        "cluster",
+        "2xsolo",
+        "2xsolo:least-busy",
+    ]
     with pytest.raises(ConfigError):
         parse_topologies("solo,tp4")
     with pytest.raises(ConfigError):
         parse_topologies("cluster:least-busy")
     with pytest.raises(ConfigError):  # the same column twice
-        make_plan(RECIPE, parse_topologies("2xsolo,2xsolo:simple-shuffle"), LEVELS, BenchSettings(), "x",
-                  "simple-shuffle")
+        make_plan(
+            RECIPE, parse_topologies("2xsolo,2xsolo:simple-shuffle"), LEVELS, BenchSettings(), "x", "simple-shuffle"
+        )
     assert parse_levels("64,1,2,2") == [1, 2, 64]
     with pytest.raises(ConfigError):
         parse_levels("1,two")
@@ -178,8 +200,21 @@ def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench
 
     monkeypatch.setattr(deploy_link.Deployer, "__call__", deploy)
     monkeypatch.setattr(runner, "run_cell", lambda ep, s, c, o, on_progress=None: fake.bench(ep, c, on_progress))
-    args = ("bench", "sweep", "--recipe", RECIPE, "--inventory", str(inventory_file), "--out", str(out),
-            "--tokenizer", str(tok), "--corpus", str(corpus), "--plain")
+    args = (
+        "bench",
+        "sweep",
+        "--recipe",
+        RECIPE,
+        "--inventory",
+        str(inventory_file),
+        "--out",
+        str(out),
+        "--tokenizer",
+        str(tok),
+        "--corpus",
+        str(corpus),
+        "--plain",
+    )
     code, stdout, err = cli(*args)
     assert code == 130, err
     assert "sweep interrupted during 2xsolo-shuffle c4" in err and "Traceback" not in err
@@ -220,6 +255,7 @@ def test_live_display_shows_topology_level_and_eta(tmp_path):
     def spy(variant, c, done, total):
         orig(variant, c, done, total)
         seen.append(reporter.progress.tasks[0].fields["detail"])
+
     reporter.cell_progress = spy
     summary = run_sweep(plan_for(out, "solo,cluster"), fake.deploy, fake.bench, reporter)
     text = buf.getvalue()

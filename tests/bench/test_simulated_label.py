@@ -23,13 +23,30 @@ TITLES = tuple(m.title for m in METRICS.values())
 
 # ---------------------------------------------------------------- bench --endpoint asks the engine
 
+
 def test_bench_endpoint_finds_out_that_the_simulator_is_simulated(sim, tmp_path, monkeypatch, cli):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache stays in the test
     monkeypatch.delenv("SPARKDEPLOY_BENCH_TOKENIZER", raising=False)
     monkeypatch.delenv("SPARKDEPLOY_BENCH_CORPUS", raising=False)
     monkeypatch.setenv("SPARKDEPLOY_API_KEY", SIM_KEY)
-    code, out, err = cli("bench", "--endpoint", sim, "--model", SIM_MODEL, "-c", "1,2", "--runs", "1", "--pp", "64",
-                         "--tg", "8", "--out", str(tmp_path / "out"), "--json")  # no --simulated: it asks
+    code, out, err = cli(
+        "bench",
+        "--endpoint",
+        sim,
+        "--model",
+        SIM_MODEL,
+        "-c",
+        "1,2",
+        "--runs",
+        "1",
+        "--pp",
+        "64",
+        "--tg",
+        "8",
+        "--out",
+        str(tmp_path / "out"),
+        "--json",
+    )  # no --simulated: it asks
     assert code == 0, err
     data = json.loads(out)
     assert data["simulated"] is True and "X-Simulated-By" in data["simulated_evidence"], data
@@ -61,6 +78,7 @@ def test_an_engine_without_the_marker_is_not_labelled():
 
 
 # ---------------------------------------------------------------- bench report: tables and charts
+
 
 def _store(d: Path, simulated: bool, max_c: int = 64) -> Path:
     for r in make_results():
@@ -111,6 +129,7 @@ def test_chart_says_simulated_on_the_picture_and_labels_every_plotted_level(simu
 
 # ---------------------------------------------------------------- bench and bench sweep
 
+
 def test_figures_line_is_labelled_and_survives_a_metric_llama_benchy_did_not_report():
     from sparkdeploy.bench.report import figures_line
     from sparkdeploy.bench.store import Stat
@@ -126,8 +145,12 @@ def test_sweep_lines_say_simulated_beside_the_figures(tmp_path, simulated):
     ref = {(r.variant, r.concurrency): r for r in make_results()}
 
     def deploy(topology, routing):
-        return Endpoint("http://192.0.2.1:8000/v1", SIM_MODEL, None,
-                        {"recipe": "openai-gpt-oss-120b", "topology": topology, "simulated": simulated})
+        return Endpoint(
+            "http://192.0.2.1:8000/v1",
+            SIM_MODEL,
+            None,
+            {"recipe": "openai-gpt-oss-120b", "topology": topology, "simulated": simulated},
+        )
 
     def bench(endpoint, c, progress):
         r = ref[(endpoint.variant, c)]
@@ -150,6 +173,7 @@ def test_sweep_lines_say_simulated_beside_the_figures(tmp_path, simulated):
 
 
 # ---------------------------------------------------------------- top
+
 
 def test_top_reads_the_simulators_marker_and_labels_its_rows(sim):
     from io import StringIO

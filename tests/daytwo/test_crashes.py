@@ -19,16 +19,42 @@ def _ns(minutes_ago: float) -> int:
 
 
 def node_output(containers: list[dict], events: list[dict]) -> str:
-    lines = [f"{S} inspect", *[json.dumps(c) for c in containers], f"{S} events", *[json.dumps(e) for e in events],
-             f"{S} now", "2026-11-23T10:00:00Z"]
+    lines = [
+        f"{S} inspect",
+        *[json.dumps(c) for c in containers],
+        f"{S} events",
+        *[json.dumps(e) for e in events],
+        f"{S} now",
+        "2026-11-23T10:00:00Z",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def container(name="sparkdeploy-vllm", cid="c1", status="running", running=True, oom=False, code=0, restarts=0,
-              finished="0001-01-01T00:00:00Z", health=None, role="solo"):
-    state = {"Status": status, "Running": running, "Paused": False, "Restarting": status == "restarting",
-             "OOMKilled": oom, "Dead": False, "Pid": 42, "ExitCode": code, "Error": "",
-             "StartedAt": "2026-11-23T09:58:00.5Z", "FinishedAt": finished}
+def container(
+    name="sparkdeploy-vllm",
+    cid="c1",
+    status="running",
+    running=True,
+    oom=False,
+    code=0,
+    restarts=0,
+    finished="0001-01-01T00:00:00Z",
+    health=None,
+    role="solo",
+):
+    state = {
+        "Status": status,
+        "Running": running,
+        "Paused": False,
+        "Restarting": status == "restarting",
+        "OOMKilled": oom,
+        "Dead": False,
+        "Pid": 42,
+        "ExitCode": code,
+        "Error": "",
+        "StartedAt": "2026-11-23T09:58:00.5Z",
+        "FinishedAt": finished,
+    }
     if health is not None:
         state["Health"] = health
     return {"id": cid, "name": "/" + name, "state": state, "restarts": restarts, "role": role}
@@ -69,8 +95,11 @@ def test_sigkill_is_not_an_oom_kill():
 
 def test_stopped_container_state_says_oom_without_events():
     """Events gone (engine restarted): a stopped container's own state still carries OOMKilled."""
-    h = crashes.parse(node_output([container(status="exited", running=False, oom=True, code=137,
-                                             finished="2026-11-23T09:50:00.1Z")], []))
+    h = crashes.parse(
+        node_output(
+            [container(status="exited", running=False, oom=True, code=137, finished="2026-11-23T09:50:00.1Z")], []
+        )
+    )
     c = h.containers["sparkdeploy-vllm"]
     assert c.last_exit.oom and crashes.ago(c.last_exit.at, h.now) == "9m ago"
     assert diagnose(h, "spark1", "x")[0].status == FAIL
@@ -78,8 +107,11 @@ def test_stopped_container_state_says_oom_without_events():
 
 def test_restart_loop():
     events = [die(m, 1) for m in (12, 8, 4, 1)]
-    h = crashes.parse(node_output([container(status="restarting", running=False, code=1, restarts=4,
-                                             finished="2026-11-23T09:59:00Z")], events))
+    h = crashes.parse(
+        node_output(
+            [container(status="restarting", running=False, code=1, restarts=4, finished="2026-11-23T09:59:00Z")], events
+        )
+    )
     rows = diagnose(h, "spark2", "x")
     assert rows[0].status == FAIL and "restarting in a loop: 4 exits" in rows[0].measured
     assert "sparkdeploy logs --node spark2 --container sparkdeploy-vllm" in rows[0].fix
@@ -87,10 +119,15 @@ def test_restart_loop():
 
 
 def test_health_failing_since():
-    health = {"Status": "unhealthy", "FailingStreak": 2, "Log": [
-        {"Start": "2026-11-23T09:50:00Z", "ExitCode": 0, "Output": ""},
-        {"Start": "2026-11-23T09:55:00Z", "ExitCode": 1, "Output": "refused"},
-        {"Start": "2026-11-23T09:57:00Z", "ExitCode": 1, "Output": "refused"}]}
+    health = {
+        "Status": "unhealthy",
+        "FailingStreak": 2,
+        "Log": [
+            {"Start": "2026-11-23T09:50:00Z", "ExitCode": 0, "Output": ""},
+            {"Start": "2026-11-23T09:55:00Z", "ExitCode": 1, "Output": "refused"},
+            {"Start": "2026-11-23T09:57:00Z", "ExitCode": 1, "Output": "refused"},
+        ],
+    }
     h = crashes.parse(node_output([container(health=health)], []))
     c = h.containers["sparkdeploy-vllm"]
     assert c.health == "unhealthy" and crashes.ago(c.failing_since, h.now) == "5m ago"

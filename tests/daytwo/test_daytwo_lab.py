@@ -65,9 +65,12 @@ def say(inv: str, node: str, text: str) -> None:
 
 def chats(endpoint: str, key: str, n: int, max_tokens: int = 16) -> None:
     for _ in range(n):
-        r = requests.post(endpoint + "/chat/completions", timeout=120, headers={"Authorization": f"Bearer {key}"},
-                          json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                "max_tokens": max_tokens})
+        r = requests.post(
+            endpoint + "/chat/completions",
+            timeout=120,
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens},
+        )
         assert r.status_code == 200, r.text
 
 
@@ -96,8 +99,22 @@ def test_logs_merged_by_time_and_masked(day2, secrets):
 
 
 def test_logs_follow_survives_a_node_going_away(day2, lab):
-    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "logs", "-i", day2,
-                             "-f", "--tail", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from sparkdeploy.cli.main import main; main()",
+            "logs",
+            "-i",
+            day2,
+            "-f",
+            "--tail",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     notes: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
@@ -114,16 +131,50 @@ def test_logs_follow_survives_a_node_going_away(day2, lab):
         say(day2, "spark2", "follow-before")
         wait_for(lines, "spark2/vllm | follow-before")
         # spark2 goes away: SSH refused and its open sessions cut (what a reboot looks like from here)
-        subprocess.run(["docker", "exec", node2, "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "22", "-j",
-                        "REJECT", "--reject-with", "tcp-reset"], check=True)
+        subprocess.run(
+            [
+                "docker",
+                "exec",
+                node2,
+                "iptables",
+                "-I",
+                "INPUT",
+                "-p",
+                "tcp",
+                "--dport",
+                "22",
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "tcp-reset",
+            ],
+            check=True,
+        )
         subprocess.run(["docker", "exec", node2, "pkill", "-KILL", "-f", "sshd: spark"], check=False)
         wait_for(notes, "spark2: lost")
         say(day2, "spark1", "follow-while-spark2-away")
         wait_for(lines, "spark1/vllm | follow-while-spark2-away")
         assert proc.poll() is None
     finally:
-        subprocess.run(["docker", "exec", node2, "iptables", "-D", "INPUT", "-p", "tcp", "--dport", "22", "-j",
-                        "REJECT", "--reject-with", "tcp-reset"], check=False)
+        subprocess.run(
+            [
+                "docker",
+                "exec",
+                node2,
+                "iptables",
+                "-D",
+                "INPUT",
+                "-p",
+                "tcp",
+                "--dport",
+                "22",
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "tcp-reset",
+            ],
+            check=False,
+        )
     try:
         wait_for(notes, "spark2: back", timeout=60)
         say(day2, "spark2", "follow-after")
@@ -170,8 +221,12 @@ def test_live_top_into_a_pipe_prints_a_table_each_interval(day2):
     """Issue 30: live `top` piped to a file printed nothing (a live screen needs a terminal)."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "top", "-i",
-                             day2, "--interval", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "top", "-i", day2, "--interval", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
@@ -194,8 +249,9 @@ def test_prometheus_answers_promql_per_engine(day2, secrets):
             break
         assert time.monotonic() < deadline, data
         time.sleep(2)
-    proxy = requests.get(st["metrics_url"] + "/api/v1/query", timeout=10,
-                         params={"query": 'up{job="litellm"}'}).json()["data"]["result"]
+    proxy = requests.get(st["metrics_url"] + "/api/v1/query", timeout=10, params={"query": 'up{job="litellm"}'}).json()[
+        "data"
+    ]["result"]
     assert proxy and proxy[0]["value"][1] == "1", proxy  # scraped with the key from the 0600 file
 
 

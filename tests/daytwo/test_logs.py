@@ -27,8 +27,11 @@ def test_parse_and_merge_by_time():
     merged = logs.merge([a, b])
     assert [(line.node, line.text) for line in merged] == [
         ("spark2", "Error response from daemon: something"),  # no timestamp: first, kept whole
-        ("spark1", "INFO engine up"), ("spark1", "INFO proxy up"), ("spark2", "INFO worker up"),
-        ("spark1", "INFO token hf_CANARYtoken")]
+        ("spark1", "INFO engine up"),
+        ("spark1", "INFO proxy up"),
+        ("spark2", "INFO worker up"),
+        ("spark1", "INFO token hf_CANARYtoken"),
+    ]
     assert merged[1].short_time() == "09:00:00.123"
 
 

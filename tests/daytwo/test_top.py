@@ -35,8 +35,9 @@ def test_quantile_like_prometheus():
 
 
 def _target(node, kind="engine"):
-    return top.Target(node, "sparkdeploy-litellm" if kind == "proxy" else "sparkdeploy-vllm", kind,
-                      f"http://{node}/metrics")
+    return top.Target(
+        node, "sparkdeploy-litellm" if kind == "proxy" else "sparkdeploy-vllm", kind, f"http://{node}/metrics"
+    )
 
 
 def test_monitor_rates_window_and_shares():
@@ -45,11 +46,19 @@ def test_monitor_rates_window_and_shares():
     t0 = 100.0
     b0 = [(0.1, 0.0), (1.0, 0.0), (math.inf, 0.0)]
     b1 = [(0.1, 2.0), (1.0, 4.0), (math.inf, 4.0)]
-    mon.history[e1].extend([top.Sample(t0, running=0, waiting=0, kv=0.0, prompt=0, generation=100, ttft=b0),
-                            top.Sample(t0 + 2, running=2, waiting=1, kv=0.5, prompt=400, generation=300, ttft=b1)])
+    mon.history[e1].extend(
+        [
+            top.Sample(t0, running=0, waiting=0, kv=0.0, prompt=0, generation=100, ttft=b0),
+            top.Sample(t0 + 2, running=2, waiting=1, kv=0.5, prompt=400, generation=300, ttft=b1),
+        ]
+    )
     mon.history[e2].extend([top.Sample(t0, error="URLError: refused")])
-    mon.history[proxy].extend([top.Sample(t0, requests={"spark1": 10, "spark2": 10}),
-                               top.Sample(t0 + 2, requests={"spark1": 13, "spark2": 11})])
+    mon.history[proxy].extend(
+        [
+            top.Sample(t0, requests={"spark1": 10, "spark2": 10}),
+            top.Sample(t0 + 2, requests={"spark1": 13, "spark2": 11}),
+        ]
+    )
     snap = mon.snapshot()
     one, two = snap["engines"]
     assert one["generation_tokens_per_s"] == 100.0 and one["prompt_tokens_per_s"] == 200.0
@@ -70,8 +79,9 @@ def test_the_proxy_share_keeps_its_own_basis_and_the_caption_reads():
     b = [(0.1, 1.0), (math.inf, 1.0)]
     mon.history[e1].extend([top.Sample(100.0, generation=0, ttft=b), top.Sample(102.0, generation=10, ttft=b)])
     mon.history[e2].extend([top.Sample(102.0, generation=10, ttft=b)])  # one sample: TTFT since it started
-    mon.history[proxy].extend([top.Sample(100.0, requests={"spark1": 1, "spark2": 1}),
-                               top.Sample(102.0, requests={"spark1": 3, "spark2": 2})])
+    mon.history[proxy].extend(
+        [top.Sample(100.0, requests={"spark1": 1, "spark2": 1}), top.Sample(102.0, requests={"spark1": 3, "spark2": 2})]
+    )
     snap = mon.snapshot()
     assert snap["engines"][1]["ttft_basis"] == "since the engine started"
     assert snap["request_share_basis"] == "window"
@@ -89,14 +99,18 @@ def test_counter_reset_is_not_negative():
 def test_node_targets_from_the_light_read():
     from sparkdeploy.inventory import Node
 
-    node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24",
-                fabric_ifaces=["enp1s0f1np1"])
-    text = ("sparkdeploy-vllm backend\nsparkdeploy-litellm proxy\nsparkdeploy-prometheus metrics\n"
-            "@@sparkdeploy-manifest@@\n"
-            '{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000},'
-            ' {"name": "sparkdeploy-litellm", "health_port": 4000},'
-            ' {"name": "sparkdeploy-prometheus", "health_port": null}]}\n')
+    node = Node(
+        name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["enp1s0f1np1"]
+    )
+    text = (
+        "sparkdeploy-vllm backend\nsparkdeploy-litellm proxy\nsparkdeploy-prometheus metrics\n"
+        "@@sparkdeploy-manifest@@\n"
+        '{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000},'
+        ' {"name": "sparkdeploy-litellm", "health_port": 4000},'
+        ' {"name": "sparkdeploy-prometheus", "health_port": null}]}\n'
+    )
     assert top.node_targets(node, text) == [
         top.Target("spark1", "sparkdeploy-vllm", "engine", "http://192.0.2.1:8000/metrics"),
-        top.Target("spark1", "sparkdeploy-litellm", "proxy", "http://192.0.2.1:4000/metrics")]
+        top.Target("spark1", "sparkdeploy-litellm", "proxy", "http://192.0.2.1:4000/metrics"),
+    ]
     assert top.node_targets(node, "sparkdeploy-vllm solo\n@@sparkdeploy-manifest@@\nnot json") == []

@@ -13,5 +13,3 @@ from tests.deploy.deploy_helpers import make_deployment
 @pytest.fixture
 def deployment():
     return make_deployment
-
-

@@ -90,15 +90,19 @@ def assert_nothing_of_ours(inv: str) -> None:
 
 def stream_chat(endpoint: str, key: str | None, model: str = MODEL, max_tokens: int = 32) -> str:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": model, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": max_tokens,
-            "stream": True}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
     chunks, done = [], False
     with requests.post(f"{endpoint}/chat/completions", json=body, headers=headers, stream=True, timeout=120) as resp:
         assert resp.status_code == 200, resp.text[:500]
         for raw in resp.iter_lines(decode_unicode=True):
             if not raw or not raw.startswith("data:"):
                 continue
-            data = raw[len("data:"):].strip()
+            data = raw[len("data:") :].strip()
             if data == "[DONE]":
                 done = True
                 break
@@ -121,8 +125,11 @@ def metric_total(url: str) -> float:
     """Requests an engine has finished, from its Prometheus /metrics (vLLM's names)."""
     text = requests.get(url, timeout=10).text
     for name in ("vllm:request_success_total", "vllm:generation_tokens_total"):
-        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith(name) and not line.startswith("#")]
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        ]
         if values:
             return sum(values)
     raise AssertionError(f"no request counter in {url}:\n{text[:800]}")
@@ -133,9 +140,12 @@ def check_balance(backends: list[str], endpoint: str, key: str, model: str = MOD
     before = [metric_total(m) for m in metrics]
 
     def one(i: int) -> int:
-        r = requests.post(f"{endpoint}/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=300,
-                          json={"model": model, "max_tokens": 8,
-                                "messages": [{"role": "user", "content": f"request {i}"}]})
+        r = requests.post(
+            f"{endpoint}/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=300,
+            json={"model": model, "max_tokens": 8, "messages": [{"role": "user", "content": f"request {i}"}]},
+        )
         return r.status_code
 
     with ThreadPoolExecutor(64) as pool:
@@ -158,8 +168,9 @@ def check_secrets_nowhere(lab, inv: str, secrets: dict[str, str]) -> None:
             assert v not in ps, f"a secret value is on a command line on {node.name}"
         listing = lab.ssh(node, "cd ~/.sparkdeploy && stat -c '%a %n' -- *").stdout
         # the search: every rendered file except secrets.env must not hold a secret value
-        files = lab.ssh(node, "cd ~/.sparkdeploy && for f in *; do printf '%s\\0' \"$f\"; cat -- \"$f\"; "
-                              "printf '\\0\\0'; done").stdout
+        files = lab.ssh(
+            node, "cd ~/.sparkdeploy && for f in *; do printf '%s\\0' \"$f\"; cat -- \"$f\"; printf '\\0\\0'; done"
+        ).stdout
         parts = files.split("\0\0")
         for part in parts:
             if not part.strip("\0"):
@@ -210,7 +221,12 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
     assert r.returncode == 0, _fail(r)
     st = json.loads(r.stdout)
     assert (st["recipe"], st["topology"], st["backend"], st["endpoint"], st["model"]) == (
-        CHAT_RECIPE, topology, backend, endpoint, CHAT_MODEL)
+        CHAT_RECIPE,
+        topology,
+        backend,
+        endpoint,
+        CHAT_MODEL,
+    )
     assert st["deployed"] and st["healthy"], st
     for n in st["nodes"]:
         assert n["reachable"]
@@ -252,8 +268,11 @@ def test_switching_topology_takes_the_old_one_down(lab, inv):
     assert r.returncode == 0, _fail(r)
     assert json.loads(r.stdout)["replaces"] == f"{RECIPE} / 2xsolo on spark1, spark2"
     assert f"replacing {RECIPE} / 2xsolo on spark1, spark2 with {RECIPE} / solo" in " ".join(r.stderr.split())
-    removed = {(s["node"], s["target"]) for s in json.loads(r.stdout)["steps"]
-               if s["step"] == "remove-container" and s["status"] == "changed"}
+    removed = {
+        (s["node"], s["target"])
+        for s in json.loads(r.stdout)["steps"]
+        if s["step"] == "remove-container" and s["status"] == "changed"
+    }
     assert removed == {("spark1", "sparkdeploy-litellm"), ("spark2", "sparkdeploy-vllm")}
     assert {n: set(c) for n, c in containers(inv).items()} == expected_containers("solo")
     facts = node_facts(inv)
@@ -280,8 +299,13 @@ def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
     """What Docker leaves when it recreates a removed bind-mount folder: a folder of root's in the state dir.
     up refuses before changing anything on any node and prints the chown that fixes it."""
     node = lab.nodes[1]
-    lab.docker_exec(node, "sh", "-c", "mkdir -p /home/spark/.sparkdeploy && chown spark: /home/spark/.sparkdeploy "
-                                      "&& mkdir /home/spark/.sparkdeploy/engine")  # the folder root's, as docker does
+    lab.docker_exec(
+        node,
+        "sh",
+        "-c",
+        "mkdir -p /home/spark/.sparkdeploy && chown spark: /home/spark/.sparkdeploy "
+        "&& mkdir /home/spark/.sparkdeploy/engine",
+    )  # the folder root's, as docker does
     try:
         r = sd("up", "--recipe", RECIPE, "-t", "2xsolo", "-i", inv, "--timeout", "60")
         assert r.returncode == 1, _fail(r)
@@ -290,9 +314,14 @@ def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
         assert "sudo chown -R spark: ~/.sparkdeploy" in out and "Nothing was changed" in out
         assert_nothing_of_ours(inv)
     finally:
-        lab.docker_exec(node, "sh", "-c", "chown -R spark: /home/spark/.sparkdeploy && rmdir "
-                                          "/home/spark/.sparkdeploy/engine && { rmdir /home/spark/.sparkdeploy "
-                                          "2>/dev/null || true; }")
+        lab.docker_exec(
+            node,
+            "sh",
+            "-c",
+            "chown -R spark: /home/spark/.sparkdeploy && rmdir "
+            "/home/spark/.sparkdeploy/engine && { rmdir /home/spark/.sparkdeploy "
+            "2>/dev/null || true; }",
+        )
 
 
 def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
@@ -323,15 +352,38 @@ def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
 
 def test_worker_rank_killed_during_up(lab, inv):
     worker = lab.nodes[1]
-    cmd = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "up", "--recipe", RECIPE,
-           "-t", "cluster", "-b", "torchrun", "-i", inv, "--timeout", "90"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from sparkdeploy.cli.main import main; main()",
+        "up",
+        "--recipe",
+        RECIPE,
+        "-t",
+        "cluster",
+        "-b",
+        "torchrun",
+        "-i",
+        inv,
+        "--timeout",
+        "90",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = False
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            running = lab.docker_exec(worker, "docker", "ps", "-q", "--filter", "name=^sparkdeploy-vllm$",
-                                      "--filter", "status=running", check=False).stdout.strip()
+            running = lab.docker_exec(
+                worker,
+                "docker",
+                "ps",
+                "-q",
+                "--filter",
+                "name=^sparkdeploy-vllm$",
+                "--filter",
+                "status=running",
+                check=False,
+            ).stdout.strip()
             if running:
                 lab.docker_exec(worker, "docker", "kill", "sparkdeploy-vllm")
                 killed = True

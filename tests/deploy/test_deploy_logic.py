@@ -100,8 +100,11 @@ def test_parse_facts():
 
 
 def test_parse_facts_docker_down():
-    f = facts_mod.parse("spark1", "@@sparkdeploy-facts@@ home\n/home/spark\n@@sparkdeploy-facts@@ docker\nfail\n"
-                                  "permission denied while trying to connect to the Docker daemon socket\n")
+    f = facts_mod.parse(
+        "spark1",
+        "@@sparkdeploy-facts@@ home\n/home/spark\n@@sparkdeploy-facts@@ docker\nfail\n"
+        "permission denied while trying to connect to the Docker daemon socket\n",
+    )
     assert not f.docker_ok and "permission denied" in f.docker_error
 
 
@@ -109,8 +112,12 @@ def test_facts_script_reads_only_what_is_asked(tmp_path):
     import subprocess
 
     for what, present, absent in (("state", "listen", "meminfo"), ("resources", "meminfo", "inspect")):
-        r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", what, ".nope", "~/.cache/huggingface", ""],
-                           capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        r = subprocess.run(
+            ["bash", "-c", facts_mod.SCRIPT, "x", what, ".nope", "~/.cache/huggingface", ""],
+            capture_output=True,
+            text=True,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
         sections = facts_mod.split_sections(r.stdout)
         assert present in sections and absent not in sections and "home" in sections
 
@@ -127,8 +134,12 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     (state / "doctor").mkdir()
     (state / "doctor" / "result.json").write_text("{}")
     os.chown(state / "doctor" / "result.json", 65534, 65534)  # deeper than what up writes: not reported
-    r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
-                       capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        ["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     f = facts_mod.parse("spark1", r.stdout)
     assert f.state_dir_foreign == str(state / "engine")
     dep = make_deployment("solo")
@@ -138,8 +149,12 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     assert (bad.node, bad.name) == ("spark1", "state-dir") and str(state / "engine") in bad.detail
     assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy"
     os.chown(state / "engine", os.getuid(), os.getgid())  # only the probe's file, two levels down, is left
-    r = subprocess.run(["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
-                       capture_output=True, text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        ["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+        capture_output=True,
+        text=True,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert facts_mod.parse("spark1", r.stdout).state_dir_foreign == ""
 
 
@@ -150,6 +165,7 @@ def test_facts_script_is_read_only():
 
 
 # -- plan -----------------------------------------------------------------------------------------------
+
 
 def test_fresh_node_plan_order():
     dep = make_deployment("solo")
@@ -216,8 +232,13 @@ def test_topology_switch_takes_the_old_one_down_everywhere():
     assert {s.target for s in s1 if s.kind == "remove-file"} == {"litellm-config.yaml", "litellm.run.sh"}
     s2 = plan.node("spark2").steps
     assert [(s.kind, s.target) for s in s2 if s.change] == [
-        ("remove-container", "sparkdeploy-vllm"), ("remove-file", "node.env"), ("remove-file", "secrets.env"),
-        ("remove-file", "vllm.entry.sh"), ("remove-file", "vllm.run.sh"), ("remove-file", "manifest.json")]
+        ("remove-container", "sparkdeploy-vllm"),
+        ("remove-file", "node.env"),
+        ("remove-file", "secrets.env"),
+        ("remove-file", "vllm.entry.sh"),
+        ("remove-file", "vllm.run.sh"),
+        ("remove-file", "manifest.json"),
+    ]
     rmdir = next(s for s in s2 if s.kind == "rmdir")
     assert not rmdir.change and "user-notes.txt" in rmdir.reason  # never removes what it did not write
     assert all(s.phase == 1 for s in s2)  # removals happen before anything starts anywhere
@@ -232,9 +253,11 @@ def test_stale_and_temp_files_removed():
     f.files["manifest.json"].sha256 = "2" * 64  # the manifest on the node lists the old file
     f.files[".node.env.sparkdeploy-tmp"] = FileFact(".node.env.sparkdeploy-tmp", 0o600, "")
     plan = plan_deployment(dep, facts)
-    assert sorted(_changes(plan)) == [("spark1", "manifest", "manifest.json"),
-                                      ("spark1", "remove-file", ".node.env.sparkdeploy-tmp"),
-                                      ("spark1", "remove-file", "ray-head.entry.sh")]
+    assert sorted(_changes(plan)) == [
+        ("spark1", "manifest", "manifest.json"),
+        ("spark1", "remove-file", ".node.env.sparkdeploy-tmp"),
+        ("spark1", "remove-file", "ray-head.entry.sh"),
+    ]
 
 
 def test_mode_only_difference_is_a_chmod_and_secrets_keep_0600():
@@ -287,6 +310,7 @@ def test_manifest_is_deterministic_and_lists_no_secret():
 
 
 # -- preflight ------------------------------------------------------------------------------------------
+
 
 def _failed(checks):
     return [(c.node, c.name) for c in checks if not c.ok]
@@ -365,6 +389,7 @@ def test_preflight_disk_needs_the_weights_unless_cached_or_simulated():
 
 # -- lock -----------------------------------------------------------------------------------------------
 
+
 def test_second_concurrent_run_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKDEPLOY_STATE", str(tmp_path))
     inv = make_deployment().inventory
@@ -377,6 +402,7 @@ def test_second_concurrent_run_is_refused(tmp_path, monkeypatch):
 
 
 # -- health gate against a stub server ------------------------------------------------------------------
+
 
 class _Stub(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list] = []  # shared: the server makes one handler per request
@@ -401,8 +427,9 @@ class _Stub(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(json.dumps({"choices": [{"message": {"content": "OK"}}],
-                                     "usage": {"completion_tokens": 1}}).encode())
+        self.wfile.write(
+            json.dumps({"choices": [{"message": {"content": "OK"}}], "usage": {"completion_tokens": 1}}).encode()
+        )
 
 
 @pytest.fixture
@@ -418,8 +445,11 @@ def stub():
 def _local(dep, port):
     for nd in dep.nodes:
         object.__setattr__(nd.node, "mgmt_ip", "127.0.0.1")
-        nd.containers = [type(c)(c.name, c.role, c.image, c.run_script, c.config_hash, (port,), port)
-                         for c in nd.containers if c.health_port]
+        nd.containers = [
+            type(c)(c.name, c.role, c.image, c.run_script, c.config_hash, (port,), port)
+            for c in nd.containers
+            if c.health_port
+        ]
     dep.endpoint = f"http://127.0.0.1:{port}/v1"
     dep.backends = [f"http://127.0.0.1:{port}/v1" for _ in dep.backends]
 
@@ -445,6 +475,7 @@ def test_health_gate_times_out_naming_the_check_and_masks(stub):
 
 # -- trust: known_hosts handling ------------------------------------------------------------------------
 
+
 def test_known_hosts_lookup_and_replace(tmp_path):
     from sparkdeploy.cli.trust_cmd import recorded_keys, remove_host
 
@@ -460,6 +491,7 @@ def test_known_hosts_lookup_and_replace(tmp_path):
 
 
 # -- apply with fake connections --------------------------------------------------------------------------
+
 
 class FakeConn:
     def __init__(self, node, fail_on: str | None = None, hook=None):

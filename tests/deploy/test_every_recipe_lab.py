@@ -31,7 +31,8 @@ SHIPPED = {name: load_recipe(name)[0] for name in sorted(recipe_files())}
 # Deployed, with a completion, by another lab test already: not deployed twice (CI time).
 DEPLOYED_ELSEWHERE = {
     ("openai-gpt-oss-120b", t): "tests/bench/test_bench_lab.py::test_short_sweep_of_three_topologies (up, then "
-                                "llama-benchy)" for t in ("solo", "cluster", "2xsolo")
+    "llama-benchy)"
+    for t in ("solo", "cluster", "2xsolo")
 } | {
     ("glm-4.7-flash-int4", t): f"tests/deploy/test_deploy_lab.py::test_up_stream_idempotent_status_down[{case}]"
     for t, case in (("solo", "solo"), ("cluster", "cluster-torchrun"), ("2xsolo", "2xsolo"))
@@ -39,7 +40,8 @@ DEPLOYED_ELSEWHERE = {
 REPLICAS = (  # why replicas is not deployed here
     "replicas is listed by no recipe (a cluster recipe may run it): it pairs nodes into TP=2 engines behind "
     "the proxy, so two engines need four nodes; on this two-node lab it would be the cluster engine deployed "
-    "here behind the 2xsolo proxy. The four-node replicas runs in tests/multinode/test_four_nodes_lab.py")
+    "here behind the 2xsolo proxy. The four-node replicas runs in tests/multinode/test_four_nodes_lab.py"
+)
 
 
 def cases() -> list:
@@ -95,7 +97,7 @@ def test_every_shipped_recipe_topology_is_deployed_by_a_lab_test():
     listed = {(name, t) for name, r in SHIPPED.items() for t in r.topologies}
     assert set(DEPLOYED_ELSEWHERE) <= listed, set(DEPLOYED_ELSEWHERE) - listed
     assert test_bench_lab.RECIPE == "openai-gpt-oss-120b"
-    assert '"--topologies", "solo,cluster,2xsolo"' in (REPO / "tests/bench/test_bench_lab.py").read_text()
+    assert test_bench_lab.TOPOLOGIES == "solo,cluster,2xsolo"
     assert test_deploy_lab.CHAT_RECIPE == "glm-4.7-flash-int4"
     assert {("solo", None), ("cluster", "torchrun"), ("2xsolo", None)} <= set(test_deploy_lab.CASES)
     assert not getattr(test_deploy_lab, "CHAT_SETS", None), "the glm deployments must use the recipe's own values"

@@ -29,8 +29,9 @@ SECRET = "hf_STEPSandERRORSsecret42"
 class Channel:
     """One SSH channel: prints `out`/`err` and exits `code`; `hang`: never reaches EOF; `broken`: exec fails."""
 
-    def __init__(self, out: str = "", err: str = "", code: int = 0, hang: bool = False,
-                 broken: BaseException | None = None):
+    def __init__(
+        self, out: str = "", err: str = "", code: int = 0, hang: bool = False, broken: BaseException | None = None
+    ):
         self.out, self.err, self.code, self.hang, self.broken = out.encode(), err.encode(), code, hang, broken
         self.command = ""
         self.closed = False
@@ -129,13 +130,23 @@ def _step(kind: StepKind, **kw) -> Step:
 
 # -- step kinds ----------------------------------------------------------------------------------------------
 
+
 def test_every_step_kind_has_a_handler():
     assert set(HANDLERS) == set(StepKind)
 
 
 def test_step_kinds_print_as_the_strings_the_json_and_golden_files_show():
-    assert [k.value for k in StepKind] == ["remove-container", "state-dir", "remove-file", "write", "chmod",
-                                           "manifest", "start-container", "rmdir", "remove-folder"]
+    assert [k.value for k in StepKind] == [
+        "remove-container",
+        "state-dir",
+        "remove-file",
+        "write",
+        "chmod",
+        "manifest",
+        "start-container",
+        "rmdir",
+        "remove-folder",
+    ]
     step = _step(StepKind.START_CONTAINER, target="sparkdeploy-vllm")
     assert step.label == "start-container sparkdeploy-vllm"
     assert json.dumps(step.as_dict()["step"]) == '"start-container"'
@@ -152,6 +163,7 @@ def test_an_unknown_step_kind_is_a_step_failure():
 
 
 # -- CommandFailed -------------------------------------------------------------------------------------------
+
 
 def test_a_failed_command_carries_its_result_with_secrets_masked():
     conn = _connection(Channel(out="starting\n", err=f"token {SECRET} refused\nno space left\n", code=3), mask=_mask())
@@ -181,8 +193,9 @@ def test_check_false_returns_the_unmasked_result():
 
 
 def test_a_failed_start_is_a_command_failed_with_the_same_message():
-    container = ContainerSpec(name="sparkdeploy-vllm", role="solo", image="img", run_script="vllm.run.sh",
-                              config_hash="h")
+    container = ContainerSpec(
+        name="sparkdeploy-vllm", role="solo", image="img", run_script="vllm.run.sh", config_hash="h"
+    )
     conn = _connection(Channel(err="line1\nline2\n", code=125), mask=_mask())
     with pytest.raises(CommandFailed) as info:
         run_step(conn, _step(StepKind.START_CONTAINER, container=container), "/home/spark/.sparkdeploy")
@@ -191,6 +204,7 @@ def test_a_failed_start_is_a_command_failed_with_the_same_message():
 
 
 # -- a lost connection, a timeout, an unreachable node -----------------------------------------------------
+
 
 def test_a_lost_connection_raises_connection_lost():
     conn = _connection(Channel(broken=EOFError()))

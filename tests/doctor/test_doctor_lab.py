@@ -43,8 +43,9 @@ def rows(report) -> dict[tuple[str, str | None], dict]:
 
 
 def show(report) -> str:
-    return "\n".join(f"{r['check']:<20} {r['node']!s:<7} {r['status']:<4} {r['measured']} | {r['fix']}"
-                     for r in report["results"])
+    return "\n".join(
+        f"{r['check']:<20} {r['node']!s:<7} {r['status']:<4} {r['measured']} | {r['fix']}" for r in report["results"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,7 @@ def spark2(lab):
 
 
 # -- a healthy lab ----------------------------------------------------------------------------------------------
+
 
 def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
     only = [a for g in (*NODE_CHECK_GROUPS, "inventory") for a in ("--only", g)]
@@ -112,6 +114,7 @@ def test_plain_table_is_grouped_and_readable(lab, cli, sim_image):
 
 # -- faults ------------------------------------------------------------------------------------------------------
 
+
 def _mtu(lab, node) -> int:
     return int(lab.docker_exec(node, "cat", f"/sys/class/net/{FABRIC_IFACE}/mtu").stdout)
 
@@ -145,8 +148,7 @@ def test_a_node_down(lab, cli, spark2):
     try:
         lab.docker_exec(spark2, "lab-service", "stop", "sshd")
         started = time.monotonic()
-        code, report, _ = doctor(cli, lab.spec.inventory_path, "--only", "access", "--only", "gpu",
-                                 "--only", "network")
+        code, report, _ = doctor(cli, lab.spec.inventory_path, "--only", "access", "--only", "gpu", "--only", "network")
         seconds = time.monotonic() - started
     finally:
         lab.docker_exec(spark2, "lab-service", "start", "sshd")
@@ -230,8 +232,9 @@ def _docker_ok(lab, node) -> bool:
 def test_docker_engine_stopped_on_one_node(lab, cli, spark2):
     try:
         lab.docker_exec(spark2, "lab-service", "stop", "dockerd")
-        code, report, _ = doctor(cli, lab.spec.inventory_path, "--only", "engine", "--only", "access",
-                                 "--only", "endpoint")
+        code, report, _ = doctor(
+            cli, lab.spec.inventory_path, "--only", "engine", "--only", "access", "--only", "endpoint"
+        )
     finally:
         lab.docker_exec(spark2, "lab-service", "start", "dockerd")
     deadline = time.monotonic() + 60
@@ -252,9 +255,11 @@ def test_docker_engine_stopped_on_one_node(lab, cli, spark2):
 
 # -- the NCCL probe (SIMULATED in the lab: gloo on CPU over the fabric IPs) ----------------------------------
 
+
 def test_nccl_probe_runs_simulated_over_the_fabric(lab, cli, sim_image):
-    code, report, _ = doctor(cli, lab.spec.inventory_path, "--recipe", RECIPE, "--nccl", "--only", "nccl",
-                             "--nccl-max-bytes", "4M")
+    code, report, _ = doctor(
+        cli, lab.spec.inventory_path, "--recipe", RECIPE, "--nccl", "--only", "nccl", "--nccl-max-bytes", "4M"
+    )
     r = rows(report)
     probe = r[("nccl.allreduce", None)]
     assert code == 0 and probe["status"] == "pass", show(report)
@@ -290,9 +295,14 @@ def test_nccl_probe_runs_simulated_over_the_fabric(lab, cli, sim_image):
 
 # -- endpoints of a running topology --------------------------------------------------------------------------
 
+
 def sd(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -418,9 +428,26 @@ def test_no_module_is_first_imported_on_a_check_thread(lab, sim_image, tmp_path)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     for attempt in range(3):
         out = tmp_path / f"run{attempt}.json"
-        proc = subprocess.run([sys.executable, "-B", str(harness), str(out), "--", "doctor", "-i",
-                               str(lab.spec.inventory_path), "--recipe", RECIPE, "--json"],
-                              capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-B",
+                str(harness),
+                str(out),
+                "--",
+                "doctor",
+                "-i",
+                str(lab.spec.inventory_path),
+                "--recipe",
+                RECIPE,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,
+            env=env,
+        )
         assert proc.returncode == 0 and out.is_file(), proc.stderr[-2000:]
         result = json.loads(out.read_text())
         report = json.loads(proc.stdout)

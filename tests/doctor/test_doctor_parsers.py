@@ -40,9 +40,11 @@ def test_nvidia_smi_csv_lab_and_real_gb10():
 
 
 def test_nvidia_smi_csv_skips_header_and_noise():
-    text = ("index, name, driver_version, memory.total [MiB], memory.used [MiB], memory.free [MiB], temperature.gpu\n"
-            "nvidia-smi: SIMULATED (sparkdeploy lab stand-in: no such hardware on this node)\n"
-            "0, NVIDIA H200, 570.133.20, 143771, 0, 143771, 30\n1, NVIDIA H200, 570.133.20, 143771, 5, 143766, 31\n")
+    text = (
+        "index, name, driver_version, memory.total [MiB], memory.used [MiB], memory.free [MiB], temperature.gpu\n"
+        "nvidia-smi: SIMULATED (sparkdeploy lab stand-in: no such hardware on this node)\n"
+        "0, NVIDIA H200, 570.133.20, 143771, 0, 143771, 30\n1, NVIDIA H200, 570.133.20, 143771, 5, 143766, 31\n"
+    )
     rows = parse_nvidia_smi_csv(text, FIELDS)
     assert [r["index"] for r in rows] == ["0", "1"]
 
@@ -109,8 +111,9 @@ def test_ip_json_lab(sample):
     fabric = links["enp1s0f1np1"]
     assert fabric.mtu == 9000 and fabric.up
     assert "172.30.78.11/24" in fabric.addresses
-    down = parse_ip_json('[{"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST"],"mtu":1500,'
-                         '"operstate":"DOWN","addr_info":[]}]')["enp1s0f1np1"]
+    down = parse_ip_json(
+        '[{"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST"],"mtu":1500,"operstate":"DOWN","addr_info":[]}]'
+    )["enp1s0f1np1"]
     assert not down.up and down.mtu == 1500
     assert parse_ip_json("not json") == {}
 
@@ -128,8 +131,10 @@ def test_ping_outputs(sample):
     assert not local.ok and local.errors == 2 and "message too long" in local.local_error
     lost = parse_ping(sample("ping_lost.txt"))
     assert not lost.ok and lost.transmitted == 2
-    frag = parse_ping("From 10.0.0.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n"
-                      "2 packets transmitted, 0 received, +2 errors, 100% packet loss, time 1001ms\n")
+    frag = parse_ping(
+        "From 10.0.0.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n"
+        "2 packets transmitted, 0 received, +2 errors, 100% packet loss, time 1001ms\n"
+    )
     assert frag.frag_needed_mtu == 1500 and not frag.ok
 
 
@@ -158,10 +163,11 @@ def test_parallel_parts_keep_their_order_and_args():
 
     from sparkdeploy.doctor.session import parallel_script
 
-    parts = ["sleep 0.2; sec a echo \"$1\"", "sec b echo \"$2\"", "shift 2; sec c echo \"$@\""]
+    parts = ['sleep 0.2; sec a echo "$1"', 'sec b echo "$2"', 'shift 2; sec c echo "$@"']
     script = SCRIPT_PRELUDE + parallel_script(parts)
-    out = subprocess.run(["bash", "-s", "--", "x y", "z", "i1", "i2"], input=script, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["bash", "-s", "--", "x y", "z", "i1", "i2"], input=script, capture_output=True, text=True
+    ).stdout
     secs = parse_sections(out)
     assert (secs["a"].out, secs["b"].out, secs["c"].out) == ("x y", "z", "i1 i2")
     assert out.index("sparkdeploy-doctor@@ a") < out.index("sparkdeploy-doctor@@ b")
@@ -179,9 +185,14 @@ def test_nccl_tests_in_place_group_and_medians(sample):
     parsed = parse_nccl_table(sample("nccl_tests_all_reduce.txt"), group="in-place")
     assert [r["time_us"] for r in parsed["rows"]] == [27.95, 30.88, 11452.9]
     assert parsed["rows"][-1]["busbw"] == 23.44
-    cycles = parse_nccl_table("\n".join(
-        f"        4096          1024     float     sum      -1    {t:.2f}    0.13    0.13      0    {t + 1:.2f}    "
-        "0.13    0.13      0" for t in (30.0, 10.0, 20.0, 90.0)), group="in-place")  # nccl-tests -N 4
+    cycles = parse_nccl_table(
+        "\n".join(
+            f"        4096          1024     float     sum      -1    {t:.2f}    0.13    0.13      0    {t + 1:.2f}    "
+            "0.13    0.13      0"
+            for t in (30.0, 10.0, 20.0, 90.0)
+        ),
+        group="in-place",
+    )  # nccl-tests -N 4
     assert median_at(cycles, 4096, "time_us") == 26.0 and median_at(cycles, 8, "time_us") is None
     with pytest.raises(ValueError):
         parse_nccl_table("", group="both")
@@ -190,12 +201,30 @@ def test_nccl_tests_in_place_group_and_medians(sample):
 def test_probe_table_round_trip():
     from sparkdeploy.doctor.probe.allreduce_probe import format_table
 
-    result = {"backend": "nccl", "world_size": 2, "simulated": False, "max_bytes": 2**28, "capped_by": None,
-              "ranks": [{"rank": 0, "host": "a", "device": "GB10", "torch": "2.11", "nccl": "2.28.9"}],
-              "rows": [{"size": 4096, "count": 1024, "type": "float", "redop": "sum", "root": -1, "time_us": 18.2,
-                        "algbw": 0.225, "busbw": 0.225, "wrong": 0}],
-              "avg_busbw": 0.225, "peak_busbw": 0.225,
-              "lat4k": {"eager_us": 18.2, "graph_us": 45.6, "ratio": 2.505, "graph_calls": 100, "graph_error": None}}
+    result = {
+        "backend": "nccl",
+        "world_size": 2,
+        "simulated": False,
+        "max_bytes": 2**28,
+        "capped_by": None,
+        "ranks": [{"rank": 0, "host": "a", "device": "GB10", "torch": "2.11", "nccl": "2.28.9"}],
+        "rows": [
+            {
+                "size": 4096,
+                "count": 1024,
+                "type": "float",
+                "redop": "sum",
+                "root": -1,
+                "time_us": 18.2,
+                "algbw": 0.225,
+                "busbw": 0.225,
+                "wrong": 0,
+            }
+        ],
+        "avg_busbw": 0.225,
+        "peak_busbw": 0.225,
+        "lat4k": {"eager_us": 18.2, "graph_us": 45.6, "ratio": 2.505, "graph_calls": 100, "graph_error": None},
+    }
     parsed = parse_nccl_table(format_table(result))
     assert parsed["rows"][0]["size"] == 4096 and parsed["rows"][0]["time_us"] == 18.2
     assert parsed["lat4k"] == {"eager_us": 18.2, "graph_us": 45.6, "ratio": 2.5}
@@ -205,22 +234,48 @@ def test_probe_table_round_trip():
 def test_probe_table_names_each_rows_method():
     from sparkdeploy.doctor.probe.allreduce_probe import METHODS, format_table
 
-    rows = [{"id": key, "mode": key.split()[0], "path": key.split()[1], "us": us,
-             "method": METHODS[key].format(calls=20, replays=20)}
-            for key, us in (("eager nccl-direct", 7.28), ("eager torch.distributed", 21.52),
-                            ("graph nccl-direct", 6.21))]
-    result = {"backend": "nccl", "world_size": 2, "simulated": False, "max_bytes": 2**30, "capped_by": None,
-              "sweep_method": "nccl-direct",
-              "nccl_direct": {"library": "/x/nvidia/nccl/lib/libnccl.so.2", "version": "2.28.9", "error": None},
-              "ranks": [{"rank": 0, "host": "a", "device": "H200", "torch": "2.11", "nccl": "2.28.9"}],
-              "rows": [{"size": 8, "count": 2, "type": "float", "redop": "sum", "root": -1, "time_us": 11.15,
-                        "algbw": 0.0, "busbw": 0.0, "wrong": 0}],
-              "lat4k": {"eager_us": 7.28, "graph_us": 6.21, "ratio": 0.853, "graph_calls": 20, "rows": rows}}
+    rows = [
+        {
+            "id": key,
+            "mode": key.split()[0],
+            "path": key.split()[1],
+            "us": us,
+            "method": METHODS[key].format(calls=20, replays=20),
+        }
+        for key, us in (("eager nccl-direct", 7.28), ("eager torch.distributed", 21.52), ("graph nccl-direct", 6.21))
+    ]
+    result = {
+        "backend": "nccl",
+        "world_size": 2,
+        "simulated": False,
+        "max_bytes": 2**30,
+        "capped_by": None,
+        "sweep_method": "nccl-direct",
+        "nccl_direct": {"library": "/x/nvidia/nccl/lib/libnccl.so.2", "version": "2.28.9", "error": None},
+        "ranks": [{"rank": 0, "host": "a", "device": "H200", "torch": "2.11", "nccl": "2.28.9"}],
+        "rows": [
+            {
+                "size": 8,
+                "count": 2,
+                "type": "float",
+                "redop": "sum",
+                "root": -1,
+                "time_us": 11.15,
+                "algbw": 0.0,
+                "busbw": 0.0,
+                "wrong": 0,
+            }
+        ],
+        "lat4k": {"eager_us": 7.28, "graph_us": 6.21, "ratio": 0.853, "graph_calls": 20, "rows": rows},
+    }
     text = format_table(result) + "\n# teardown: clean in 0.74 s"
     assert "sweep method: nccl-direct: ncclAllReduce through ctypes" in text and "libnccl.so.2 (NCCL 2.28.9)" in text
     parsed = parse_nccl_table(text)
     assert [(r["id"], r["us"]) for r in parsed["lat4k"]["rows"]] == [
-        ("eager nccl-direct", 7.28), ("eager torch.distributed", 21.52), ("graph nccl-direct", 6.21)]
+        ("eager nccl-direct", 7.28),
+        ("eager torch.distributed", 21.52),
+        ("graph nccl-direct", 6.21),
+    ]
     assert "nccl-tests -G 20 -n 20" in parsed["lat4k"]["rows"][2]["method"]
     assert parsed["lat4k"]["ratio"] == 0.85 and parsed["teardown_s"] == 0.74
 
@@ -229,11 +284,16 @@ def test_verdicts_and_advice():
     assert busbw_verdict(23.4) == "pass" and busbw_verdict(18.5) == "pass"
     assert busbw_verdict(18.0) == "warn"  # under 80 % of 23 GB/s
     assert busbw_verdict(5.0) == "fail" and busbw_verdict(None) == "fail"  # under 25 %: the ~3 GB/s misconfig
-    info = nccl_transport("spark1:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
-                          "spark1:1:1 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE\n"
-                          "spark1:1:1 [0] NCCL INFO Using network IB\n")
-    assert info == {"version": "2.28.9+cuda13.0", "network": ["IB"],
-                    "ib_devices": "[0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE"}
+    info = nccl_transport(
+        "spark1:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
+        "spark1:1:1 [0] NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE\n"
+        "spark1:1:1 [0] NCCL INFO Using network IB\n"
+    )
+    assert info == {
+        "version": "2.28.9+cuda13.0",
+        "network": ["IB"],
+        "ib_devices": "[0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE",
+    }
     assert nccl_transport("NCCL INFO Using network Socket")["network"] == ["Socket"]
 
 
@@ -241,13 +301,25 @@ def test_nccl_verdict_rows():
     from sparkdeploy.doctor.nccl_probe import verdict
     from sparkdeploy.inventory import Node
 
-    nodes = [Node(name=f"spark{i}", role="head" if i == 1 else "worker", mgmt_ip=f"192.0.2.{i}",
-                  fabric_ip=f"198.51.100.{i}/24", fabric_ifaces=["enp1s0f1np1"], hcas=["rocep1s0f1", "roceP2p1s0f1"])
-             for i in (1, 2)]
+    nodes = [
+        Node(
+            name=f"spark{i}",
+            role="head" if i == 1 else "worker",
+            mgmt_ip=f"192.0.2.{i}",
+            fabric_ip=f"198.51.100.{i}/24",
+            fabric_ifaces=["enp1s0f1np1"],
+            hcas=["rocep1s0f1", "roceP2p1s0f1"],
+        )
+        for i in (1, 2)
+    ]
 
     def result(busbw, ratio=None, wrong=0):
-        return {"ok": True, "rows": [{"size": 2**28, "busbw": busbw, "wrong": wrong}], "peak_busbw": busbw,
-                "lat4k": {"eager_us": 18.2, "graph_us": 18.2 * ratio if ratio else None, "ratio": ratio}}
+        return {
+            "ok": True,
+            "rows": [{"size": 2**28, "busbw": busbw, "wrong": wrong}],
+            "peak_busbw": busbw,
+            "lat4k": {"eager_us": 18.2, "graph_us": 18.2 * ratio if ratio else None, "ratio": ratio},
+        }
 
     good = verdict(result(23.4, ratio=2.5), {"spark1": {"network": ["IB"]}}, False, nodes)
     assert good.status == "pass" and "23.40 GB/s at 256 MiB (102%)" in good.measured and "NET/IB" in good.measured

@@ -43,9 +43,24 @@ def _free_port() -> int:
 def _torchrun(tmp_path: Path, *extra: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
-         str(PROBE), "--backend", "gloo", *extra],
-        capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            str(PROBE),
+            "--backend",
+            "gloo",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
     return proc, time.monotonic() - started
 
 

@@ -23,6 +23,7 @@ from tests.conftest import TWO_NODES
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
+
 class FakeConn:
     def __init__(self, node, outputs=None):
         self.node = node
@@ -64,6 +65,7 @@ def node(run, name):
 
 # -- registry and selection --------------------------------------------------------------------------------
 
+
 def test_registry_ids_groups_and_titles():
     groups = {c.group for c in CHECKS}
     assert groups == {"inventory", "access", "engine", "gpu", "image", "network", "roce", "endpoint", "nccl"}
@@ -83,6 +85,7 @@ def test_select_prefix_unknown_and_opt_in():
 
 
 # -- the runner: timeouts name the check, crashes are rows --------------------------------------------------
+
 
 def test_a_hung_check_fails_within_its_timeout_naming_it(write_inventory):
     run = make_run(write_inventory, {})
@@ -106,6 +109,7 @@ def test_a_crashing_check_is_a_failed_row_not_a_traceback(write_inventory):
 
 
 # -- a hung endpoint ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def silent_server():
@@ -144,13 +148,18 @@ def test_hung_endpoint_http_times_out(silent_server):
 
 def test_hung_endpoint_check_fails_within_the_check_timeout(write_inventory, silent_server):
     run = make_run(write_inventory, {})
-    check = Check("endpoint.health", "hangs", lambda r, n: endpoint.http(
-        f"http://127.0.0.1:{silent_server}/health", timeout=30), timeout_s=0.5)
+    check = Check(
+        "endpoint.health",
+        "hangs",
+        lambda r, n: endpoint.http(f"http://127.0.0.1:{silent_server}/health", timeout=30),
+        timeout_s=0.5,
+    )
     [res] = _run_tasks(run, [_Task(check, node(run, "spark1"))])
     assert res.status == "fail" and "check endpoint.health timed out after 0.5 s on spark1" in res.measured
 
 
 # -- testinfra over our connection -------------------------------------------------------------------------
+
 
 def test_testinfra_backend_uses_our_connection_never_its_own(write_inventory, monkeypatch):
     import paramiko
@@ -178,27 +187,41 @@ def test_testinfra_backend_uses_our_connection_never_its_own(write_inventory, mo
 
 # -- check logic on hand-made facts -------------------------------------------------------------------------
 
+
 def _net(mtu, addr):
-    return {"links": {"enp1s0f1np1": Link("enp1s0f1np1", mtu, "UP", ["UP", "LOWER_UP"], [addr])},
-            "speeds": {"enp1s0f1np1": 200000}, "simulated_speed": False}
+    return {
+        "links": {"enp1s0f1np1": Link("enp1s0f1np1", mtu, "UP", ["UP", "LOWER_UP"], [addr])},
+        "speeds": {"enp1s0f1np1": 200000},
+        "simulated_speed": False,
+    }
 
 
 def test_mtu_mismatch_fails_the_low_node_only(write_inventory):
-    run = make_run(write_inventory, {"spark1": {"network": _net(9000, "198.51.100.1/24")},
-                                     "spark2": {"network": _net(1500, "198.51.100.2/24")}})
+    run = make_run(
+        write_inventory,
+        {"spark1": {"network": _net(9000, "198.51.100.1/24")}, "spark2": {"network": _net(1500, "198.51.100.2/24")}},
+    )
     low = network.mtu(run, node(run, "spark2"))
     high = network.mtu(run, node(run, "spark1"))
     assert low.status == "fail" and "1500" in low.measured and "mtu 9000" in low.fix
     assert high.status == "pass" and "differs" in high.measured
-    both_small = make_run(write_inventory, {"spark1": {"network": _net(1500, "198.51.100.1/24")},
-                                            "spark2": {"network": _net(1500, "198.51.100.2/24")}})
+    both_small = make_run(
+        write_inventory,
+        {"spark1": {"network": _net(1500, "198.51.100.1/24")}, "spark2": {"network": _net(1500, "198.51.100.2/24")}},
+    )
     assert network.mtu(both_small, node(both_small, "spark1")).status == "warn"
 
 
 def test_link_missing_and_wrong_address(write_inventory):
-    run = make_run(write_inventory, {"spark1": {"network": {"links": {"eth0": Link("eth0", 1500, "UP", ["UP"])},
-                                                            "speeds": {}, "simulated_speed": False}},
-                                     "spark2": {"network": _net(9000, "10.9.9.9/24")}})
+    run = make_run(
+        write_inventory,
+        {
+            "spark1": {
+                "network": {"links": {"eth0": Link("eth0", 1500, "UP", ["UP"])}, "speeds": {}, "simulated_speed": False}
+            },
+            "spark2": {"network": _net(9000, "10.9.9.9/24")},
+        },
+    )
     r1 = network.link(run, node(run, "spark1"))
     assert r1.status == "fail" and "no interface enp1s0f1np1" in r1.measured and "eth0" in r1.measured
     r2 = network.link(run, node(run, "spark2"))
@@ -225,13 +248,33 @@ def test_wrong_hca_name_fails_with_the_real_names(write_inventory):
 
 def test_driver_against_the_known_bad_list(write_inventory):
     def facts(version, kernel="6.11.0-1016-nvidia"):
-        return {"gpu": {"rc": 0, "gpus": [{"index": "0", "name": "NVIDIA GB10", "driver_version": version,
-                                           "memory.total": None, "memory.used": None, "memory.free": None,
-                                           "temperature.gpu": "40"}], "error": "", "simulated": False,
-                        "meminfo": {}, "kernel": kernel}}
+        return {
+            "gpu": {
+                "rc": 0,
+                "gpus": [
+                    {
+                        "index": "0",
+                        "name": "NVIDIA GB10",
+                        "driver_version": version,
+                        "memory.total": None,
+                        "memory.used": None,
+                        "memory.free": None,
+                        "temperature.gpu": "40",
+                    }
+                ],
+                "error": "",
+                "simulated": False,
+                "meminfo": {},
+                "kernel": kernel,
+            }
+        }
 
-    for version, kernel, status in [("580.95.05", "6.11.0-1016-nvidia", "pass"), ("590.48.01", "x", "warn"),
-                                    ("575.51.02", "x", "fail"), ("580.126.09", "6.17.0-1008-nvidia", "warn")]:
+    for version, kernel, status in [
+        ("580.95.05", "6.11.0-1016-nvidia", "pass"),
+        ("590.48.01", "x", "warn"),
+        ("575.51.02", "x", "fail"),
+        ("580.126.09", "6.17.0-1008-nvidia", "warn"),
+    ]:
         run = make_run(write_inventory, {"spark1": facts(version, kernel)})
         res = gpu.driver(run, node(run, "spark1"))
         assert res.status == status, (version, kernel, res)
@@ -247,6 +290,7 @@ def test_known_bad_data_file_is_sourced():
 
 
 # -- the CLI contract ------------------------------------------------------------------------------------------
+
 
 def test_local_name_is_a_failed_inventory_check_exit_2(cli, write_inventory):
     data = copy.deepcopy(TWO_NODES)
@@ -331,8 +375,9 @@ def test_clock_skew_over_a_second_fails(write_inventory):
 def test_strict_turns_warnings_into_failure():
     from sparkdeploy.doctor.runner import Report
 
-    report = Report(results=[Result("pass", check="a.b"), Result("warn", check="a.c", node="spark1"),
-                             Result("skip", check="a.d")])
+    report = Report(
+        results=[Result("pass", check="a.b"), Result("warn", check="a.c", node="spark1"), Result("skip", check="a.d")]
+    )
     assert report.exit_code() == 0 and report.exit_code(strict=True) == 1
     report.results.append(Result("fail", check="a.e"))
     assert report.exit_code() == 1
@@ -341,13 +386,18 @@ def test_strict_turns_warnings_into_failure():
 def test_report_collapses_identical_skips_only():
     from sparkdeploy.doctor.report import _collapse
 
-    rows = [Result("skip", "not run: spark1 is not reachable", check="gpu.present", node="spark1"),
-            Result("skip", "not run: spark2 is not reachable", check="gpu.present", node="spark2"),
-            Result("pass", "9000", check="network.mtu", node="spark1"),
-            Result("skip", "no peer", check="network.mtu", node="spark2")]
+    rows = [
+        Result("skip", "not run: spark1 is not reachable", check="gpu.present", node="spark1"),
+        Result("skip", "not run: spark2 is not reachable", check="gpu.present", node="spark2"),
+        Result("pass", "9000", check="network.mtu", node="spark1"),
+        Result("skip", "no peer", check="network.mtu", node="spark2"),
+    ]
     out = _collapse(rows)
-    assert [(r.check, r.node) for r in out] == [("gpu.present", "all"), ("network.mtu", "spark1"),
-                                               ("network.mtu", "spark2")]
+    assert [(r.check, r.node) for r in out] == [
+        ("gpu.present", "all"),
+        ("network.mtu", "spark1"),
+        ("network.mtu", "spark2"),
+    ]
     assert out[0].measured == "not run: each node is not reachable"
 
 

@@ -9,8 +9,12 @@ from types import SimpleNamespace
 from sparkdeploy.doctor.session import NodeSession
 from sparkdeploy.remote import CommandResult
 
-ANSWERS = {"uname -s": "Linux\n", "uname -m": "aarch64\n", "cat /etc/os-release": 'ID=ubuntu\nVERSION_ID="24.04"\n'
-           "VERSION_CODENAME=noble\n", "id -nu": "spark\n"}
+ANSWERS = {
+    "uname -s": "Linux\n",
+    "uname -m": "aarch64\n",
+    "cat /etc/os-release": 'ID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n',
+    "id -nu": "spark\n",
+}
 SYSTEM_INFO = ("uname -s", "uname -m", "cat /etc/os-release")  # what testinfra's system_info asks
 
 

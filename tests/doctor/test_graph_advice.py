@@ -25,13 +25,16 @@ def test_nvlink_figures_keep_graphs():
     assert advice.choice == ga.KEEP and "faster inside the graph" in advice.reason and "7.3 us" in advice.reason
 
 
-@pytest.mark.parametrize("eager, graph, choice", [
-    (10.0, 13.0, ga.KEEP),  # 1.3x slower in a graph, but 3 us is less than an extra graph piece costs
-    (10.0, 11.5, ga.KEEP),  # under the 1.2 ratio: within the noise
-    (20.0, 25.5, ga.CUT),   # 1.275x and 5.5 us: half a microsecond left after the extra piece
-    (30.0, 40.0, ga.CUT),
-    (40.0, 9.0, ga.KEEP),   # reference.md's plain loop over NVLink
-])
+@pytest.mark.parametrize(
+    "eager, graph, choice",
+    [
+        (10.0, 13.0, ga.KEEP),  # 1.3x slower in a graph, but 3 us is less than an extra graph piece costs
+        (10.0, 11.5, ga.KEEP),  # under the 1.2 ratio: within the noise
+        (20.0, 25.5, ga.CUT),  # 1.275x and 5.5 us: half a microsecond left after the extra piece
+        (30.0, 40.0, ga.CUT),
+        (40.0, 9.0, ga.KEEP),  # reference.md's plain loop over NVLink
+    ],
+)
 def test_thresholds(eager, graph, choice):
     assert ga.advise({"eager_us": eager, "graph_us": graph}).choice == choice
 
@@ -39,8 +42,16 @@ def test_thresholds(eager, graph, choice):
 def test_failed_capture_enforces_eager_and_gloo_gives_no_advice():
     failed = ga.advise({"eager_us": 19.0, "graph_us": None, "graph_error": "RuntimeError: capture failed"})
     assert failed.choice == ga.EAGER and "capture failed" in failed.reason and "19.0 us" in failed.reason
-    assert ga.advise({"eager_us": 900.0, "graph_us": None,
-                      "graph_error": "not applicable: CUDA graphs need the nccl backend on GPUs"}) is None
+    assert (
+        ga.advise(
+            {
+                "eager_us": 900.0,
+                "graph_us": None,
+                "graph_error": "not applicable: CUDA graphs need the nccl backend on GPUs",
+            }
+        )
+        is None
+    )
     assert ga.advise({"eager_us": None}) is None
 
 

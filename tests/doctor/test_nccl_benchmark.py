@@ -37,11 +37,16 @@ def test_goals_follow_the_ratios():
     def table(time_us, busbw):
         return "\n".join(
             f"{size:>12} {size // 4:>13}     float     sum      -1 {time_us:>8.2f} 0.0 {busbw:>7.2f}      0 "
-            f"{time_us:>8.2f} 0.0 {busbw:>7.2f}      0" for size in (8, 4096, 2**20, 2**27))
+            f"{time_us:>8.2f} 0.0 {busbw:>7.2f}      0"
+            for size in (8, 4096, 2**20, 2**27)
+        )
 
-    probe = {"ok": True, "sweep_method": "nccl-direct",
-             "rows": [{"size": s, "time_us": 11.0, "busbw": 100.0} for s in (8, 4096, 2**20, 2**27)],
-             "lat4k": {"rows": [{"id": "eager nccl-direct", "mode": "eager", "us": 10.5, "method": "m"}]}}
+    probe = {
+        "ok": True,
+        "sweep_method": "nccl-direct",
+        "rows": [{"size": s, "time_us": 11.0, "busbw": 100.0} for s in (8, 4096, 2**20, 2**27)],
+        "lat4k": {"rows": [{"id": "eager nccl-direct", "mode": "eager", "us": 10.5, "method": "m"}]},
+    }
     meta = {"probe_rc": 0, "probe_wall_s": 9.0, "probe_timeout_s": 300, "teardown_s": 0.4}
     _rows, goals = bench.compare({"g": table(10.0, 101.0), "t": table(10.0, 110.0)}, probe, meta)
     met = {g["goal"]: g["ok"] for g in goals}

@@ -17,8 +17,7 @@ PIDFILE = "/run/sparkdeploy-nfq-delay.pid"
 
 
 def _exec(container: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check,
-                          timeout=60)
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, check=check, timeout=60)
 
 
 def mgmt_iface(container: str, ip: str) -> str:
@@ -30,19 +29,54 @@ def mgmt_iface(container: str, ip: str) -> str:
 
 def add_delay(container: str, iface: str, delay_ms: int) -> str:
     """Delay what the node sends on iface; returns how ("netem" or "nfqueue")."""
-    if _exec(container, "tc", "qdisc", "add", "dev", iface, "root", "netem", "delay", f"{delay_ms}ms",
-             check=False).returncode == 0:
+    if (
+        _exec(
+            container, "tc", "qdisc", "add", "dev", iface, "root", "netem", "delay", f"{delay_ms}ms", check=False
+        ).returncode
+        == 0
+    ):
         return "netem"
     subprocess.run(["docker", "cp", str(SCRIPT), f"{container}:/var/tmp/nfq_delay.py"], check=True, capture_output=True)
-    _exec(container, "sh", "-c", f"python3 /var/tmp/nfq_delay.py {int(delay_ms)} {QUEUE} >/dev/null 2>&1 & "
-                                 f"echo $! > {PIDFILE}")
-    _exec(container, "iptables", "-t", "mangle", "-I", "POSTROUTING", "-o", iface, "-j", "NFQUEUE",
-          "--queue-num", str(QUEUE), "--queue-bypass")
+    _exec(
+        container,
+        "sh",
+        "-c",
+        f"python3 /var/tmp/nfq_delay.py {int(delay_ms)} {QUEUE} >/dev/null 2>&1 & echo $! > {PIDFILE}",
+    )
+    _exec(
+        container,
+        "iptables",
+        "-t",
+        "mangle",
+        "-I",
+        "POSTROUTING",
+        "-o",
+        iface,
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        str(QUEUE),
+        "--queue-bypass",
+    )
     return "nfqueue"
 
 
 def remove_delay(container: str, iface: str) -> None:
     _exec(container, "tc", "qdisc", "del", "dev", iface, "root", check=False)
-    _exec(container, "iptables", "-t", "mangle", "-D", "POSTROUTING", "-o", iface, "-j", "NFQUEUE",
-          "--queue-num", str(QUEUE), "--queue-bypass", check=False)
+    _exec(
+        container,
+        "iptables",
+        "-t",
+        "mangle",
+        "-D",
+        "POSTROUTING",
+        "-o",
+        iface,
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        str(QUEUE),
+        "--queue-bypass",
+        check=False,
+    )
     _exec(container, "sh", "-c", f"[ -f {PIDFILE} ] && kill $(cat {PIDFILE}); rm -f {PIDFILE}; true", check=False)

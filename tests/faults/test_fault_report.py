@@ -19,8 +19,10 @@ def _plan():
 def test_before_any_change_every_node_says_nothing_changed():
     dep, _ = _plan()
     lines = _node_lines(dep.inventory, {}, "interrupted (Ctrl-C)")
-    assert lines == ["spark1 (192.0.2.1): interrupted (Ctrl-C); nothing changed here",
-                     "spark2 (192.0.2.2): interrupted (Ctrl-C); nothing changed here"]
+    assert lines == [
+        "spark1 (192.0.2.1): interrupted (Ctrl-C); nothing changed here",
+        "spark2 (192.0.2.2): interrupted (Ctrl-C); nothing changed here",
+    ]
 
 
 def test_unreachable_node_is_named_with_its_error():
@@ -44,8 +46,9 @@ def test_a_failed_step_and_the_steps_not_done_are_counted_per_node():
     lines = _node_lines(dep.inventory, {"plan": plan}, "the run failed")
     assert lines[0].startswith("spark1 (192.0.2.1): the run failed: 1 change(s) made, ")
     assert f"not done (next: {head.changes[1].label})" in lines[0]
-    assert lines[1].startswith(f"spark2 (192.0.2.2): FAILED at {worker.changes[1].label}: connection lost; "
-                               "1 change(s) made before it")
+    assert lines[1].startswith(
+        f"spark2 (192.0.2.2): FAILED at {worker.changes[1].label}: connection lost; 1 change(s) made before it"
+    )
 
 
 def test_hold_point_waits_for_ctrl_c_or_the_release_file(monkeypatch, tmp_path, capsys):
@@ -81,8 +84,9 @@ def test_lock_release_skips_a_node_lost_mid_run_and_says_its_lock_stays():
         def run(self, argv, **kw):
             ran.append(self.name)
 
-    session = SimpleNamespace(inventory=dep.inventory, conns={"spark1": Conn("spark1", False),
-                                                              "spark2": Conn("spark2", True)})
+    session = SimpleNamespace(
+        inventory=dep.inventory, conns={"spark1": Conn("spark1", False), "spark2": Conn("spark2", True)}
+    )
     said = []
     locks = NodeLocks(session, said.append)  # type: ignore[arg-type]
     locks.taken = list(dep.inventory.nodes)

@@ -87,8 +87,9 @@ def start(args: list[str], phase: str, release: Path, env: dict | None = None) -
 
 
 def sd(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_argv(*args), capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        cli_argv(*args), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def _fail(r: subprocess.CompletedProcess) -> str:
@@ -97,14 +98,16 @@ def _fail(r: subprocess.CompletedProcess) -> str:
 
 # -- what a node says, read as root from outside (not through sparkdeploy): one docker exec per node -------
 
-SNAPSHOT = (f"echo '## ps'; docker ps -a --no-trunc --format "
-            "'{{.Names}}\t{{.State}}\t{{.ID}}\t{{.Label \"io.sparkdeploy.managed\"}}'; "
-            f"echo '## files'; (cd {STATE} 2>/dev/null && for f in .* *; do [ -f \"$f\" ] && "
-            "stat -c '%a %n' -- \"$f\"; done); "
-            f"echo '## manifest'; cat {STATE}/manifest.json 2>/dev/null; "
-            f"echo '## secrets'; cat {STATE}/secrets.env 2>/dev/null; "
-            f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held && "
-            f"cat /home/spark/{NODE_LOCK_DIR}/holder; true")
+SNAPSHOT = (
+    f"echo '## ps'; docker ps -a --no-trunc --format "
+    "'{{.Names}}\t{{.State}}\t{{.ID}}\t{{.Label \"io.sparkdeploy.managed\"}}'; "
+    f"echo '## files'; (cd {STATE} 2>/dev/null && for f in .* *; do [ -f \"$f\" ] && "
+    "stat -c '%a %n' -- \"$f\"; done); "
+    f"echo '## manifest'; cat {STATE}/manifest.json 2>/dev/null; "
+    f"echo '## secrets'; cat {STATE}/secrets.env 2>/dev/null; "
+    f"echo '## lock'; test -e /home/spark/{NODE_LOCK_DIR} && echo held && "
+    f"cat /home/spark/{NODE_LOCK_DIR}/holder; true"
+)
 
 
 @dataclass
@@ -125,8 +128,9 @@ def snapshot(lab, node) -> Snapshot:
         name, state, cid, managed = line.split("\t")
         containers[name] = (state == "running", cid, managed)
     files = dict(reversed(line.split(" ", 1)) for line in parts["files"].splitlines())
-    return Snapshot(containers, files, parts["manifest"], parts["secrets"], parts["lock"].startswith("held"),
-                    parts["lock"])
+    return Snapshot(
+        containers, files, parts["manifest"], parts["secrets"], parts["lock"].startswith("held"), parts["lock"]
+    )
 
 
 def check_node(node, snap: Snapshot, secrets: dict[str, str], lock_may_stay: bool) -> None:
@@ -155,8 +159,9 @@ def check_after(lab, inv: str, secrets: dict[str, str], outputs: list[str]) -> d
         node = next(x for x in lab.nodes if x.name == n["name"])
         snap = snapshot(lab, node)
         status_says = {c["name"]: c["running"] for c in n["containers"]}
-        assert status_says == {k: v[0] for k, v in snap.containers.items()}, \
+        assert status_says == {k: v[0] for k, v in snap.containers.items()}, (
             f"{node.name}: status says {status_says}, the engine {snap.containers}"
+        )
         stays = f"{node.name} ({node.mgmt_ip}): the node lock ~/{NODE_LOCK_DIR} stays there" in said
         try:
             check_node(node, snap, secrets, stays)
@@ -180,6 +185,7 @@ def per_node_lines(lab, r: subprocess.CompletedProcess, *words: str) -> dict[str
 
 # -- the faults ------------------------------------------------------------------------------------------
 
+
 def sigint_at(phase: str, changed: bool):
     def case(ctx) -> subprocess.CompletedProcess:
         run = start(ctx.use(changed), phase, ctx.release)
@@ -197,6 +203,7 @@ def sigint_at(phase: str, changed: bool):
             assert all("interrupted (Ctrl-C):" in ln and "not done" in ln for ln in lines.values()), lines
             assert ctx.containers() == ctx.before, "a container was restarted after the Ctrl-C"
         return r
+
     return case
 
 
@@ -235,8 +242,17 @@ def worker_mgmt_link_down(ctx) -> subprocess.CompletedProcess:
         ctx.lab.docker_exec(worker, "ip", "link", "set", iface, "up")
         # a link taken down loses its default route, which coming back up does not restore: put it back, as the
         # node had it (tests/lab/test_network.py checks it on the shared lab after this module)
-        ctx.lab.docker_exec(worker, "ip", "route", "replace", "default", "via",
-                            ctx.lab.spec.gateway(ctx.lab.spec.mgmt_subnet), "dev", iface)
+        ctx.lab.docker_exec(
+            worker,
+            "ip",
+            "route",
+            "replace",
+            "default",
+            "via",
+            ctx.lab.spec.gateway(ctx.lab.spec.mgmt_subnet),
+            "dev",
+            iface,
+        )
     assert r.returncode == 1, _fail(r)
     lines = per_node_lines(ctx.lab, r)
     assert "FAILED" in lines[worker.name] and "connection lost" in lines[worker.name], lines
@@ -256,12 +272,14 @@ def two_runs_at_once(ctx) -> subprocess.CompletedProcess:
         ctx.release.touch()
     r = first.finish()
     assert r.returncode == 0, _fail(r)
-    assert local.returncode == 1 and "another sparkdeploy run (pid" in local.stderr and " since " in local.stderr, \
+    assert local.returncode == 1 and "another sparkdeploy run (pid" in local.stderr and " since " in local.stderr, (
         _fail(local)
+    )
     assert other.returncode == 1, _fail(other)
     lines = per_node_lines(ctx.lab, other)
-    assert all("held by another sparkdeploy run" in ln and f"pid {first.proc.pid} since 20" in ln
-               for ln in lines.values()), lines
+    assert all(
+        "held by another sparkdeploy run" in ln and f"pid {first.proc.pid} since 20" in ln for ln in lines.values()
+    ), lines
     assert "holds the node lock" in other.stderr
     return other
 
@@ -273,16 +291,25 @@ def worker_docker_root_full(ctx) -> subprocess.CompletedProcess:
     run = start(ctx.use(True), "start", ctx.release)
     run.wait_held()
     root = "/var/lib/docker/containers"
-    ctx.lab.docker_exec(worker, "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {root} && "
-                                            f"{{ dd if=/dev/zero of={root}/fill bs=4k 2>/dev/null; true; }}")
+    ctx.lab.docker_exec(
+        worker,
+        "sh",
+        "-c",
+        f"mount -t tmpfs -o size=64k tmpfs {root} && {{ dd if=/dev/zero of={root}/fill bs=4k 2>/dev/null; true; }}",
+    )
     try:
         ctx.release.touch()
         r = run.finish()
     finally:
         # what a container made while the tmpfs hid the folder is gone with it: drop what the engine no longer knows
-        ctx.lab.docker_exec(worker, "sh", "-c", f"umount {root} || umount -l {root}; for d in {root}/*; do "
-                                                "docker inspect \"${d##*/}\" >/dev/null 2>&1 || rm -rf -- \"$d\"; "
-                                                "done; true")
+        ctx.lab.docker_exec(
+            worker,
+            "sh",
+            "-c",
+            f"umount {root} || umount -l {root}; for d in {root}/*; do "
+            'docker inspect "${d##*/}" >/dev/null 2>&1 || rm -rf -- "$d"; '
+            "done; true",
+        )
     assert r.returncode == 1, _fail(r)
     lines = per_node_lines(ctx.lab, r)
     assert "FAILED at start-container" in lines[worker.name] and "no space left" in lines[worker.name], lines
@@ -327,6 +354,7 @@ CASES = {
 
 # -- fixtures and the one test -------------------------------------------------------------------------------
 
+
 @dataclass
 class Ctx:
     lab: object
@@ -345,8 +373,10 @@ class Ctx:
 
     def containers(self) -> dict[str, dict[str, str]]:
         """node -> running container name -> ID, from each node's engine."""
-        return {node.name: {name: cid for name, (running, cid, _) in snapshot(self.lab, node).containers.items()
-                            if running} for node in self.lab.nodes}
+        return {
+            node.name: {name: cid for name, (running, cid, _) in snapshot(self.lab, node).containers.items() if running}
+            for node in self.lab.nodes
+        }
 
     def iface(self, node) -> str:
         """The node's management interface (the one holding its management IP)."""

@@ -45,8 +45,7 @@ def _context(small: bytes, big: bool) -> io.BytesIO:
         "ARG BASE\nFROM ${BASE}\n"
         "RUN head -c 3000000 /dev/urandom > /a.bin\n"
         "RUN head -c 2000000 /dev/urandom > /b.bin\n"
-        "COPY small.bin /small.bin\n"
-        + ("RUN head -c 24000000 /dev/urandom > /big.bin\n" if big else "")
+        "COPY small.bin /small.bin\n" + ("RUN head -c 24000000 /dev/urandom > /big.bin\n" if big else "")
     )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -61,9 +60,16 @@ def _context(small: bytes, big: bool) -> io.BytesIO:
 def _build(client, tag: str, base: str, small: bytes, big: bool = False) -> str:
     from sparkdeploy.images.definitions import LABEL
 
-    for chunk in client.api.build(fileobj=_context(small, big), custom_context=True, tag=tag, rm=True,
-                                  forcerm=True, buildargs={"BASE": base}, labels={LABEL: TEST_LABEL_NAME},
-                                  decode=True):
+    for chunk in client.api.build(
+        fileobj=_context(small, big),
+        custom_context=True,
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        buildargs={"BASE": base},
+        labels={LABEL: TEST_LABEL_NAME},
+        decode=True,
+    ):
         if "error" in chunk:
             raise RuntimeError(f"building {tag}: {chunk['error']}")
     return client.images.get(tag).id
@@ -73,12 +79,20 @@ def remove_from_nodes(lab, refs: list[str]) -> None:
     """Untag our test images on every node, with the partial images a cut push of them left (never forced:
     nothing else is touched)."""
     quoted = " ".join(refs)
-    partials = "".join(f"docker image ls -q --filter label=io.sparkdeploy.partial-of={ref} | sort -u | "
-                       f"xargs -r docker image rm >/dev/null 2>&1; " for ref in refs if ref.startswith("sha256:"))
+    partials = "".join(
+        f"docker image ls -q --filter label=io.sparkdeploy.partial-of={ref} | sort -u | "
+        f"xargs -r docker image rm >/dev/null 2>&1; "
+        for ref in refs
+        if ref.startswith("sha256:")
+    )
     for node in lab.nodes:
-        lab.ssh(node, f"docker image rm {quoted} >/dev/null 2>&1; {partials}"
-                      f"docker image ls -q --filter reference='sparkdeploy-incoming/*' | sort -u | "
-                      f"xargs -r docker image rm >/dev/null 2>&1; true", check=False)
+        lab.ssh(
+            node,
+            f"docker image rm {quoted} >/dev/null 2>&1; {partials}"
+            f"docker image ls -q --filter reference='sparkdeploy-incoming/*' | sort -u | "
+            f"xargs -r docker image rm >/dev/null 2>&1; true",
+            check=False,
+        )
 
 
 @pytest.fixture
@@ -119,8 +133,10 @@ def test_images(lab):
 def interface_bytes(lab, node) -> dict[str, int]:
     """rx+tx bytes so far of the node's management and fabric interfaces (by their addresses), read in the node
     container: compared before and after a push, they show which link its bytes took."""
-    script = ("for d in /sys/class/net/*; do i=${d##*/}; a=$(ip -o -4 addr show dev $i | awk '{print $4}'); "
-              "echo \"$a $(cat $d/statistics/rx_bytes) $(cat $d/statistics/tx_bytes)\"; done")
+    script = (
+        "for d in /sys/class/net/*; do i=${d##*/}; a=$(ip -o -4 addr show dev $i | awk '{print $4}'); "
+        'echo "$a $(cat $d/statistics/rx_bytes) $(cat $d/statistics/tx_bytes)"; done'
+    )
     out = lab.docker_exec(node, "sh", "-c", script).stdout
     found = {}
     for line in out.splitlines():

@@ -46,6 +46,7 @@ def spec() -> dict:
 
 # -- manifests ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", MY_IMAGES)
 def test_manifest_parses_and_has_required_fields(name):
     data = manifest(name)
@@ -95,7 +96,7 @@ def test_vllm_node_base_and_build():
     for arg in ("VLLM_VERSION", "RAY_VERSION", "FASTSAFETENSORS_VERSION", "VLLM_SDIST_URL", "VLLM_SDIST_SHA256"):
         assert f"ARG {arg}={data['build_args'][arg]}" in dockerfile, arg
     # The tag is proven to be the released source before the hour of compiling.
-    assert 'sha256sum -c -' in dockerfile and 'git clone --depth 1 --branch "v${VLLM_VERSION}"' in dockerfile
+    assert "sha256sum -c -" in dockerfile and 'git clone --depth 1 --branch "v${VLLM_VERSION}"' in dockerfile
 
 
 def test_mxfp4_image_is_the_community_build_with_its_own_cli():
@@ -114,15 +115,28 @@ def test_mxfp4_image_is_the_community_build_with_its_own_cli():
     assert spec["flags"]["--mxfp4-layers"]["takes_value"] is True
     for gone in ("--enable-return-routed-experts", "--allow-deprecated-quantization"):
         assert gone not in spec["flags"]  # newer than the fork
-    for flag in ("--served-model-name", "--kv-cache-dtype", "--enforce-eager", "--max-num-batched-tokens",
-                 "--tensor-parallel-size", "--distributed-executor-backend", "--nnodes", "--node-rank",
-                 "--master-addr", "--master-port", "--headless", "--compilation-config", "--swap-space"):
+    for flag in (
+        "--served-model-name",
+        "--kv-cache-dtype",
+        "--enforce-eager",
+        "--max-num-batched-tokens",
+        "--tensor-parallel-size",
+        "--distributed-executor-backend",
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--headless",
+        "--compilation-config",
+        "--swap-space",
+    ):
         assert flag in spec["flags"], flag
     assert list(spec["flags"]) == sorted(spec["flags"])
     assert FORK_ARGS_JSON.read_text() == json.dumps(spec, indent=1, ensure_ascii=True) + "\n"
 
 
 # -- the vLLM 0.32.0 argument list ------------------------------------------------------------------------
+
 
 def test_vllm_args_json_is_well_formed(spec):
     assert spec["vllm_version"] == "0.32.0"
@@ -185,6 +199,7 @@ def test_known_environment_variables(spec):
 
 # -- compilation defaults (the eager all-reduce keeps them) ------------------------------------------------
 
+
 def test_compilation_defaults_match_the_dump(spec):
     dumped = spec["compilation_defaults"]
     assert dumped["cudagraph_mode"] == "FULL_AND_PIECEWISE" and dumped["optimization_level"] == "O2"
@@ -199,6 +214,7 @@ def test_compilation_defaults_match_the_dump(spec):
 
 
 # -- LiteLLM proxy -----------------------------------------------------------------------------------------
+
 
 def _requirements() -> list[tuple[str, str, list[str]]]:
     """(name with extras, version, hashes) from the hashed lock."""
@@ -248,7 +264,11 @@ def test_litellm_dockerfile_installs_offline_and_checks():
 def test_check_litellm_refuses_pth_file(tmp_path):
     (tmp_path / "litellm_init.pth").write_text("import os\n")
     script = IMAGES / "litellm-proxy" / "check_litellm.py"
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 1
     assert "litellm_init.pth" in result.stderr

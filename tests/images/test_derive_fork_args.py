@@ -23,24 +23,54 @@ def flag(dest, choices=None, aliases=(), takes_value=True):
 
 
 def dump(version, flags, quant, env, comp):
-    return {"vllm_version": version, "positionals": ["model_tag"], "preprocessing": {},
-            "value_sets": {"--quantization": quant}, "compilation_defaults": comp,
-            "environment_variables": env, "flags": flags}
+    return {
+        "vllm_version": version,
+        "positionals": ["model_tag"],
+        "preprocessing": {},
+        "value_sets": {"--quantization": quant},
+        "compilation_defaults": comp,
+        "environment_variables": env,
+        "flags": flags,
+    }
 
 
-LOW = dump("0.13.0", {"--port": flag("port"), "--kv-cache-dtype": flag("cache_dtype", ["auto", "fp8", "fp8_e5m2"]),
-                      "--old-only": flag("old_only"), "--expert": flag("expert")},
-           ["fp8", "mxfp4", "gone"], ["VLLM_A", "VLLM_OLD"], {"splitting_ops": ["a"]})
-HIGH = dump("0.14.0", {"--port": flag("port"), "--kv-cache-dtype": flag("cache_dtype", ["auto", "fp8", "nvfp4"]),
-                       "--seen": flag("seen", takes_value=False), "--no-seen": flag("seen", takes_value=False),
-                       "--later": flag("later"), "--unknown": flag("unknown"),
-                       "--expert": flag("expert", aliases=["-ep"]), "-ep": flag("expert", aliases=["--expert"])},
-            ["fp8", "mxfp4", "new"], ["VLLM_A", "VLLM_NEW"], {"splitting_ops": ["a"]})
-DELTA = {"fork": {"repo": "https://github.com/someone/vllm.git", "commit": "ab" * 20, "version": "0.1.dev5"},
-         "evidence": "read in its arg_utils.py",
-         "added": {"--mxfp4-layers": flag("mxfp4_layers")},
-         "seen_in_fork": ["--seen"], "absent_from_fork": ["--later", "-ep"],
-         "env_added": ["VLLM_MXFP4_BACKEND"], "env_removed": []}
+LOW = dump(
+    "0.13.0",
+    {
+        "--port": flag("port"),
+        "--kv-cache-dtype": flag("cache_dtype", ["auto", "fp8", "fp8_e5m2"]),
+        "--old-only": flag("old_only"),
+        "--expert": flag("expert"),
+    },
+    ["fp8", "mxfp4", "gone"],
+    ["VLLM_A", "VLLM_OLD"],
+    {"splitting_ops": ["a"]},
+)
+HIGH = dump(
+    "0.14.0",
+    {
+        "--port": flag("port"),
+        "--kv-cache-dtype": flag("cache_dtype", ["auto", "fp8", "nvfp4"]),
+        "--seen": flag("seen", takes_value=False),
+        "--no-seen": flag("seen", takes_value=False),
+        "--later": flag("later"),
+        "--unknown": flag("unknown"),
+        "--expert": flag("expert", aliases=["-ep"]),
+        "-ep": flag("expert", aliases=["--expert"]),
+    },
+    ["fp8", "mxfp4", "new"],
+    ["VLLM_A", "VLLM_NEW"],
+    {"splitting_ops": ["a"]},
+)
+DELTA = {
+    "fork": {"repo": "https://github.com/someone/vllm.git", "commit": "ab" * 20, "version": "0.1.dev5"},
+    "evidence": "read in its arg_utils.py",
+    "added": {"--mxfp4-layers": flag("mxfp4_layers")},
+    "seen_in_fork": ["--seen"],
+    "absent_from_fork": ["--later", "-ep"],
+    "env_added": ["VLLM_MXFP4_BACKEND"],
+    "env_removed": [],
+}
 
 
 def test_derivation_keeps_common_adds_the_forks_and_lists_what_it_cannot_decide():

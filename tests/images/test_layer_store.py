@@ -39,7 +39,7 @@ def _tar_split(layer: bytes) -> list[dict]:
     position = 0
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
         for info in tar:
-            entries.append({"type": 2, "payload": base64.b64encode(layer[position:info.offset_data]).decode()})
+            entries.append({"type": 2, "payload": base64.b64encode(layer[position : info.offset_data]).decode()})
             name = info.name.encode("utf-8", "surrogateescape")
             entry = {"type": 1, "size": info.size if info.isreg() else 0}
             try:
@@ -77,8 +77,14 @@ class DiskStore:
                     path = files / info.name
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data or b"")
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                             "rootfs": {"type": "layers", "diff_ids": self.diff_ids}}).encode()
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {},
+                "rootfs": {"type": "layers", "diff_ids": self.diff_ids},
+            }
+        ).encode()
         self.image_id = "sha256:" + hashlib.sha256(config).hexdigest()
         configs = self.root / "image/overlay2/imagedb/content/sha256"
         configs.mkdir(parents=True)
@@ -107,10 +113,19 @@ def _special(name: str, kind: bytes, linkname: str = "") -> tuple[tarfile.TarInf
 def _layers() -> list[list]:
     long_dir = "d" * 60 + "/" + "e" * 70
     return [
-        [_special("etc", tarfile.DIRTYPE), _file("etc/hostname", b"spark1\n"), _file("etc/empty", b""),
-         _special("etc/link", tarfile.SYMTYPE, "hostname"), _file(f"{long_dir}/deep.bin", bytes(range(256)) * 9)],
-        [_file("blob.bin", bytes(3 * 1024 * 1024 + 7)), _special("etc/hard", tarfile.LNKTYPE, "etc/hostname"),
-         _file("etc/.wh.empty", b""), _file("caf\udce9.txt", b"latin-1 name\n")],
+        [
+            _special("etc", tarfile.DIRTYPE),
+            _file("etc/hostname", b"spark1\n"),
+            _file("etc/empty", b""),
+            _special("etc/link", tarfile.SYMTYPE, "hostname"),
+            _file(f"{long_dir}/deep.bin", bytes(range(256)) * 9),
+        ],
+        [
+            _file("blob.bin", bytes(3 * 1024 * 1024 + 7)),
+            _special("etc/hard", tarfile.LNKTYPE, "etc/hostname"),
+            _file("etc/.wh.empty", b""),
+            _file("caf\udce9.txt", b"latin-1 name\n"),
+        ],
     ]
 
 
@@ -124,6 +139,7 @@ def _read(store: LayerStore, disk: DiskStore, n: int) -> bytes:
 
 
 # -- fast: the store on disk --------------------------------------------------------------------------------
+
 
 def test_layers_are_rebuilt_byte_for_byte(disk_store):
     store = LayerStore(disk_store.root)
@@ -192,8 +208,14 @@ def test_open_store_says_why_not(disk_store, tmp_path):
     assert store is not None and why == ""
     cases = {
         "vfs": (_Engine(Driver="vfs", DockerRootDir=str(disk_store.root)), "storage driver is vfs"),
-        "containerd": (_Engine(Driver="overlayfs", DockerRootDir=str(disk_store.root),
-                               DriverStatus=[["driver-type", "io.containerd.snapshotter.v1"]]), "containerd"),
+        "containerd": (
+            _Engine(
+                Driver="overlayfs",
+                DockerRootDir=str(disk_store.root),
+                DriverStatus=[["driver-type", "io.containerd.snapshotter.v1"]],
+            ),
+            "containerd",
+        ),
         "elsewhere": (_Engine(Driver="overlay2", DockerRootDir=str(tmp_path / "nowhere")), "not readable"),
     }
     for name, (engine, reason) in cases.items():
@@ -217,19 +239,25 @@ def test_archive_loads_in_pythons_tar_reader_with_the_manifest_last(disk_store):
         layer = tar.extractfile(archive.layer_path(disk_store.diff_ids[1])).read()
     assert names[0] == "-sparkdeploy-partial-archive-guard" and names[-1] == "manifest.json"
     assert layer == disk_store.tars[1]
-    assert manifest == [{"Config": disk_store.image_id.split(":")[1] + ".json", "RepoTags": ["repo/x:incoming"],
-                         "Layers": [archive.layer_path(d) for d in disk_store.diff_ids]}]
+    assert manifest == [
+        {
+            "Config": disk_store.image_id.split(":")[1] + ".json",
+            "RepoTags": ["repo/x:incoming"],
+            "Layers": [archive.layer_path(d) for d in disk_store.diff_ids],
+        }
+    ]
 
 
 def test_sizes_of_8_gib_and_more_use_base_256():
     header = archive.layer_header("sha256:" + "a" * 64, 0)
-    big = with_size(header, 9 * 1024 ** 3 + 5)
+    big = with_size(header, 9 * 1024**3 + 5)
     info = tarfile.TarInfo.frombuf(big, "utf-8", "surrogateescape")
-    assert info.size == 9 * 1024 ** 3 + 5
-    assert tarfile.TarInfo.frombuf(with_size(header, 8 ** 11 - 1), "utf-8", "surrogateescape").size == 8 ** 11 - 1
+    assert info.size == 9 * 1024**3 + 5
+    assert tarfile.TarInfo.frombuf(with_size(header, 8**11 - 1), "utf-8", "surrogateescape").size == 8**11 - 1
 
 
 # -- the real store of this machine's engine ------------------------------------------------------------------
+
 
 @pytest.mark.lab
 def test_the_engines_own_layers_equal_docker_save(test_images):

@@ -21,6 +21,7 @@ from sparkdeploy.nodeside.layers import ArchiveFilter, chain_ids, estimate_bytes
 
 # -- archives as docker writes them, and docker load's rule ---------------------------------------------------
 
+
 def layer_tar(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -50,14 +51,25 @@ def _write(entries: list[tuple[str, bytes | None, str | None]], fmt=tarfile.GNU_
 
 
 def _config(layers: list[bytes]) -> tuple[bytes, str]:
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": diffs_of(layers)}}).encode()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": diffs_of(layers)},
+        }
+    ).encode()
     return config, hashlib.sha256(config).hexdigest()
 
 
-def legacy_archive(layers: list[bytes], tag: str | None = None, dir_names: list[str] | None = None,
-                   link_duplicates: bool = False, extra: dict[str, bytes] | None = None,
-                   fmt=tarfile.GNU_FORMAT) -> tuple[bytes, bytes]:
+def legacy_archive(
+    layers: list[bytes],
+    tag: str | None = None,
+    dir_names: list[str] | None = None,
+    link_duplicates: bool = False,
+    extra: dict[str, bytes] | None = None,
+    fmt=tarfile.GNU_FORMAT,
+) -> tuple[bytes, bytes]:
     """An engine-20.10-style `docker save`: one folder per layer, named as the engine names them."""
     diffs = diffs_of(layers)
     names = dir_names or legacy_layer_dirs(diffs) + ["f" * 63 + "0"]
@@ -68,17 +80,24 @@ def legacy_archive(layers: list[bytes], tag: str | None = None, dir_names: list[
         meta = {"id": name, "created": "1970-01-01T00:00:00Z", "os": "linux"}
         if i:
             meta["parent"] = names[i - 1]
-        entries += [(name, None, None), (f"{name}/VERSION", b"1.0", None),
-                    (f"{name}/json", json.dumps(meta).encode(), None)]
+        entries += [
+            (name, None, None),
+            (f"{name}/VERSION", b"1.0", None),
+            (f"{name}/json", json.dumps(meta).encode(), None),
+        ]
         if link_duplicates and diffs[i] in first_of:
             entries.append((f"{name}/layer.tar", None, f"../{first_of[diffs[i]]}/layer.tar"))
         else:
             first_of.setdefault(diffs[i], name)
             entries.append((f"{name}/layer.tar", data, None))
-    manifest = [{"Config": f"{image_id}.json", "RepoTags": [tag] if tag else None,
-                 "Layers": [f"{n}/layer.tar" for n in names]}]
-    entries += [(f"{image_id}.json", config, None), ("manifest.json", json.dumps(manifest).encode(), None),
-                ("repositories", b"{}", None)]
+    manifest = [
+        {"Config": f"{image_id}.json", "RepoTags": [tag] if tag else None, "Layers": [f"{n}/layer.tar" for n in names]}
+    ]
+    entries += [
+        (f"{image_id}.json", config, None),
+        ("manifest.json", json.dumps(manifest).encode(), None),
+        ("repositories", b"{}", None),
+    ]
     entries += [(name, data, None) for name, data in (extra or {}).items()]
     return _write(entries, fmt), config
 
@@ -91,12 +110,30 @@ def oci_archive(layers: list[bytes], tag: str) -> bytes:
         (f"blobs/sha256/{d.split(':')[1]}", data, None) for d, data in zip(diffs_of(layers), layers, strict=False)
     ]
     entries.append((f"blobs/sha256/{image_id}", config, None))
-    index = {"schemaVersion": 2, "manifests": [{"digest": "sha256:" + "e" * 64, "annotations": {
-        "io.containerd.image.name": f"docker.io/{tag}", "org.opencontainers.image.ref.name": tag.split(":")[1]}}]}
-    manifest = [{"Config": f"blobs/sha256/{image_id}", "RepoTags": [tag],
-                 "Layers": [f"blobs/sha256/{d.split(':')[1]}" for d in diffs_of(layers)]}]
-    entries += [("index.json", json.dumps(index).encode(), None), ("oci-layout", b"{}", None),
-                ("manifest.json", json.dumps(manifest).encode(), None)]
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "digest": "sha256:" + "e" * 64,
+                "annotations": {
+                    "io.containerd.image.name": f"docker.io/{tag}",
+                    "org.opencontainers.image.ref.name": tag.split(":")[1],
+                },
+            }
+        ],
+    }
+    manifest = [
+        {
+            "Config": f"blobs/sha256/{image_id}",
+            "RepoTags": [tag],
+            "Layers": [f"blobs/sha256/{d.split(':')[1]}" for d in diffs_of(layers)],
+        }
+    ]
+    entries += [
+        ("index.json", json.dumps(index).encode(), None),
+        ("oci-layout", b"{}", None),
+        ("manifest.json", json.dumps(manifest).encode(), None),
+    ]
     return _write(entries)
 
 
@@ -127,7 +164,7 @@ def run_filter(archive: bytes, diff_ids, needed, chunk=7919, **kw) -> tuple[byte
     flt = ArchiveFilter(diff_ids, needed, **kw)
     out = []
     for i in range(0, len(archive), chunk):  # odd chunk size: headers and data split across feeds
-        out += flt.feed(archive[i:i + chunk])
+        out += flt.feed(archive[i : i + chunk])
     out += flt.finish()
     return b"".join(out), flt
 
@@ -155,13 +192,17 @@ def test_chain_ids_follow_docker_rule():
 
 def test_legacy_dir_names_match_engine_20_10():
     """Folder names taken from a real `docker save` on engine 20.10.24 (an image of 4 layers)."""
-    diffs = ["sha256:49a364d34b0bdfe1dd95fe3c0684b37af4cc4923ce6a730759f5de78d07b0046",
-             "sha256:300c9a804f81c28e073cebab69da50d3b969b26c51395f9b92c010021fd196ba",
-             "sha256:228970f7680601cdc54275f9677972100cbcc5074a8fb60f7026a38ec1ed50e5",
-             "sha256:961409c296fa10c486a2b1ad1b3465d56bff85e7c726389c2f9f4ebd548302ae"]
-    assert legacy_layer_dirs(diffs) == ["2a35c3ecd19c406d9031e7911347b43937092afe6c3c958a4d3f3e1763e129d5",
-                                        "c1b8113bb2faa868393fabca4e18a7edb21151c20370a5db7b005c5fcd44628b",
-                                        "7da567ccaad2e0cbbbcb8e7748e1998f0e70c78a7ef60d874259f8da69c4612b"]
+    diffs = [
+        "sha256:49a364d34b0bdfe1dd95fe3c0684b37af4cc4923ce6a730759f5de78d07b0046",
+        "sha256:300c9a804f81c28e073cebab69da50d3b969b26c51395f9b92c010021fd196ba",
+        "sha256:228970f7680601cdc54275f9677972100cbcc5074a8fb60f7026a38ec1ed50e5",
+        "sha256:961409c296fa10c486a2b1ad1b3465d56bff85e7c726389c2f9f4ebd548302ae",
+    ]
+    assert legacy_layer_dirs(diffs) == [
+        "2a35c3ecd19c406d9031e7911347b43937092afe6c3c958a4d3f3e1763e129d5",
+        "c1b8113bb2faa868393fabca4e18a7edb21151c20370a5db7b005c5fcd44628b",
+        "7da567ccaad2e0cbbbcb8e7748e1998f0e70c78a7ef60d874259f8da69c4612b",
+    ]
 
 
 @pytest.mark.parametrize("guess", [True, False], ids=["computed-names", "names-unknown"])
@@ -195,8 +236,9 @@ def test_legacy_archive_finishes_early_with_its_own_manifest(layers, present, gu
     names = legacy_layer_dirs(diffs) + ["0" * 63 + "a"]  # as the engine names them; the top one sorts first
     archive, config = legacy_archive(layers, tag="src/img:1", dir_names=names)
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
-    out, flt = run_filter(archive, diffs, needed, rename_to="incoming/img:abc", guess_legacy_dirs=guess,
-                          image_id=image_id)
+    out, flt = run_filter(
+        archive, diffs, needed, rename_to="incoming/img:abc", guess_legacy_dirs=guess, image_id=image_id
+    )
     load_check(out, node, expect_tags=["incoming/img:abc"])
     if guess:
         assert flt.done and flt.bytes_in < len(archive)  # manifest.json and repositories were never read
@@ -210,10 +252,10 @@ def test_early_finish_waits_for_the_file_a_link_points_to():
     chains = chain_ids(diffs)
     # position 3 (a link to position 1's layer.tar) is needed; position 1 is not, but its file must travel
     node = set(chains[:3])
-    archive, config = legacy_archive(layers, link_duplicates=True,
-                                     dir_names=["5" * 64, "9" * 64, "6" * 64, "0" * 64])
-    out, _flt = run_filter(archive, diffs, {diffs[3]}, image_id="sha256:" + hashlib.sha256(config).hexdigest(),
-                          guess_legacy_dirs=False)
+    archive, config = legacy_archive(layers, link_duplicates=True, dir_names=["5" * 64, "9" * 64, "6" * 64, "0" * 64])
+    out, _flt = run_filter(
+        archive, diffs, {diffs[3]}, image_id="sha256:" + hashlib.sha256(config).hexdigest(), guess_legacy_dirs=False
+    )
     load_check(out, node)
 
 
@@ -272,8 +314,9 @@ def test_oci_layout_filters_by_blob_name(layers, present):
 def test_long_names_and_pax_headers_pass_through(layers):
     """Entries with PAX headers (long names) stay intact and keep their extended header."""
     diffs = diffs_of(layers)
-    archive, _ = legacy_archive(layers, extra={"x" * 150 + ".txt": b"long name", "caf\u00e9.json": b"{}"},
-                                fmt=tarfile.PAX_FORMAT)
+    archive, _ = legacy_archive(
+        layers, extra={"x" * 150 + ".txt": b"long name", "caf\u00e9.json": b"{}"}, fmt=tarfile.PAX_FORMAT
+    )
     out, _ = run_filter(archive, diffs, set(diffs[3:]))
     names = tarfile.open(fileobj=io.BytesIO(out)).getnames()
     assert "x" * 150 + ".txt" in names and "caf\u00e9.json" in names
@@ -301,6 +344,7 @@ def test_estimate_bytes_is_an_upper_bound():
 
 
 # -- against the real engine on this machine ---------------------------------------------------------------
+
 
 @pytest.mark.lab
 def test_real_save_filtered_loads_to_same_id(test_images):

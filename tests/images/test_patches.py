@@ -34,8 +34,10 @@ def wheel_dir() -> Path:
 
 
 def fetch_command(version: str, directory: Path) -> str:
-    return (f"python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 "
-            f"--python-version 3.11 vllm=={version} -d {directory}")
+    return (
+        f"python3 -m pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 "
+        f"--python-version 3.11 vllm=={version} -d {directory}"
+    )
 
 
 def vllm_wheel(version: str, directory: Path | None = None) -> Path:
@@ -93,8 +95,9 @@ def test_declared_patches_apply_to_the_real_vllm_files(tmp_path):
                 assert rel in names, f"{patch} touches {rel}, which vLLM {version}'s wheel does not have"
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(wheel.read(rel))
-        result = subprocess.run(["patch", "--dry-run", "--batch", "-p1", "-d", str(root), "-i", str(patch)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["patch", "--dry-run", "--batch", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
+        )
         assert result.returncode == 0, f"{patch} does not apply to vLLM {version}:\n{result.stdout}{result.stderr}"
 
 

@@ -14,8 +14,9 @@ from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside.layers import chain_ids
 
 DIFFS = [f"sha256:{c * 64}" for c in "abcd"]
-SOURCE = SourceImage("sparkdeploy/x:0123456789ab", "sha256:" + "9" * 64, "x", DIFFS,
-                     [100_000_000, 0, 50_000_000, 20_000_000, 1_000_000])  # 5 history entries, 4 layers
+SOURCE = SourceImage(
+    "sparkdeploy/x:0123456789ab", "sha256:" + "9" * 64, "x", DIFFS, [100_000_000, 0, 50_000_000, 20_000_000, 1_000_000]
+)  # 5 history entries, 4 layers
 NODE = Node(name="spark1", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["eth0"])
 GB = 1_000_000_000
 
@@ -48,8 +49,11 @@ def test_preflight_needs_twice_the_transfer():
     # history has 4 non-empty entries for 4 layers: they are the layers, in order; missing: 20 MB + 1 MB
     assert plan.estimate == int(21_000_000 * 1.1) + 2 * (1 << 20)
     assert plan_node(SOURCE, NODE, facts(have, free=2 * plan.estimate)).action == "send"
-    with pytest.raises(StepFailed, match=r"^spark1: refused before sending: 2 layers.*need .* free in the "
-                                         r"Docker root /var/lib/docker"):
+    with pytest.raises(
+        StepFailed,
+        match=r"^spark1: refused before sending: 2 layers.*need .* free in the "
+        r"Docker root /var/lib/docker",
+    ):
         plan_node(SOURCE, NODE, facts(have, free=2 * plan.estimate - 1))
     with pytest.raises(StepFailed, match="cannot read the free space"):
         plan_node(SOURCE, NODE, facts(have, free=None))
@@ -77,17 +81,20 @@ def test_containerd_image_store_gets_every_layer():
     assert plan.needed == set(DIFFS) and "containerd" in plan.note
 
 
-@pytest.mark.parametrize("code, output, expected", [
-    (0, "Loaded image: sparkdeploy-incoming/x:abc\n", None),
-    # docker load can report the full disk in its stream and still exit 0
-    (0, "Error processing tar file(exit status 1): write /x/layer.tar: no space left on device\n", "out of disk"),
-    (1, "Error processing tar file(exit status 1): write /x/layer.tar: no space left on device", "out of disk"),
-    (1, "unexpected EOF", "docker load exited 1: unexpected EOF"),
-    (-1, "", "docker load was killed on the node"),
-    (137, "bash: line 1: 8517 Killed | docker load", "docker load was killed on the node (exit 137)"),
-    (None, "", "did not finish"),
-    (0, "", "reported no loaded image"),
-])
+@pytest.mark.parametrize(
+    "code, output, expected",
+    [
+        (0, "Loaded image: sparkdeploy-incoming/x:abc\n", None),
+        # docker load can report the full disk in its stream and still exit 0
+        (0, "Error processing tar file(exit status 1): write /x/layer.tar: no space left on device\n", "out of disk"),
+        (1, "Error processing tar file(exit status 1): write /x/layer.tar: no space left on device", "out of disk"),
+        (1, "unexpected EOF", "docker load exited 1: unexpected EOF"),
+        (-1, "", "docker load was killed on the node"),
+        (137, "bash: line 1: 8517 Killed | docker load", "docker load was killed on the node (exit 137)"),
+        (None, "", "did not finish"),
+        (0, "", "reported no loaded image"),
+    ],
+)
 def test_load_output_is_parsed(code, output, expected):
     why = load_failure(code, output)
     if expected is None:
@@ -97,15 +104,33 @@ def test_load_output_is_parsed(code, output, expected):
 
 
 def test_node_facts_are_parsed():
-    info = {"root": "/srv/docker", "driver": "overlay2", "version": "28.3.0",
-            "status": [["Backing Filesystem", "extfs"], ["Supports d_type", "true"]]}
-    img = {"id": "sha256:" + "1" * 64, "tags": ["sparkdeploy/vllm-node:abc"], "layers": DIFFS,
-           "labels": {"io.sparkdeploy.image": "vllm-node"}, "size": 123}
-    text = f"info {json.dumps(info)}\ndf 5000\nzstd yes\nimage {json.dumps(img)}\nimage " + json.dumps(
-        {"id": "sha256:" + "2" * 64, "tags": None, "layers": None, "labels": None, "size": 0}) + "\n"
+    info = {
+        "root": "/srv/docker",
+        "driver": "overlay2",
+        "version": "28.3.0",
+        "status": [["Backing Filesystem", "extfs"], ["Supports d_type", "true"]],
+    }
+    img = {
+        "id": "sha256:" + "1" * 64,
+        "tags": ["sparkdeploy/vllm-node:abc"],
+        "layers": DIFFS,
+        "labels": {"io.sparkdeploy.image": "vllm-node"},
+        "size": 123,
+    }
+    text = (
+        f"info {json.dumps(info)}\ndf 5000\nzstd yes\nimage {json.dumps(img)}\nimage "
+        + json.dumps({"id": "sha256:" + "2" * 64, "tags": None, "layers": None, "labels": None, "size": 0})
+        + "\n"
+    )
     f = parse_facts("spark1", text)
-    assert (f.root_dir, f.driver, f.server_version, f.free_bytes, f.zstd, f.containerd_store) == \
-        ("/srv/docker", "overlay2", "28.3.0", 5000, True, False)
+    assert (f.root_dir, f.driver, f.server_version, f.free_bytes, f.zstd, f.containerd_store) == (
+        "/srv/docker",
+        "overlay2",
+        "28.3.0",
+        5000,
+        True,
+        False,
+    )
     assert [i.name for i in f.managed()] == ["vllm-node"]
     assert f.image("sparkdeploy/vllm-node:abc").id == img["id"]
     assert chain_ids(DIFFS)[-1] in f.chain_ids()

@@ -26,8 +26,9 @@ def images_dir(tmp_path, monkeypatch):
         folder = root / name
         folder.mkdir()
         # The lab's nodes are x86_64 with a few GB free: needs they meet, checked before the build.
-        (folder / "manifest.yaml").write_text(f"name: {name}\ndescription: test\nbase: debian-base\n"
-                                              "build_needs: {arch: x86_64, disk_gb: 1}\n")
+        (folder / "manifest.yaml").write_text(
+            f"name: {name}\ndescription: test\nbase: debian-base\nbuild_needs: {{arch: x86_64, disk_gb: 1}}\n"
+        )
         (folder / "Dockerfile").write_text(f"ARG BASE\nFROM ${{BASE}}\nCOPY hello.txt /hello.txt\nRUN {run}\n")
         (folder / "hello.txt").write_text("hello from the build context\n")
     monkeypatch.setattr("sparkdeploy.paths.images_dir", lambda: root)
@@ -42,15 +43,15 @@ def test_build_on_node(lab, images_dir, cli):
     node = lab.nodes[0]
     tag = load_definition("push-build-ok").tag
     try:
-        code, out, err = cli("images", "build", "push-build-ok", "--on", node.name, "-i",
-                             str(lab.spec.inventory_path))
+        code, out, err = cli("images", "build", "push-build-ok", "--on", node.name, "-i", str(lab.spec.inventory_path))
         assert code == 0, err
         assert out.strip() == f"{node.name}: {tag}"
         assert f"{node.name}: ok   architecture: x86_64" in err
         assert f"{node.name}: ok   free disk: " in err and "GB free in /var/lib/docker, 1 GB needed" in err
         assert "step 4/5: RUN test -s /hello.txt" in err
-        label = lab.ssh(node, f"docker image inspect --format '{{{{index .Config.Labels \"io.sparkdeploy.image\"}}}}' "
-                              f"{tag}").stdout.strip()
+        label = lab.ssh(
+            node, f"docker image inspect --format '{{{{index .Config.Labels \"io.sparkdeploy.image\"}}}}' {tag}"
+        ).stdout.strip()
         assert label == "push-build-ok"
         assert lab.ssh(node, f"docker run --rm {tag} cat /hello.txt").stdout == "hello from the build context\n"
     finally:
@@ -58,8 +59,9 @@ def test_build_on_node(lab, images_dir, cli):
 
 
 def test_failed_build_on_node_names_the_step_and_shows_output(lab, images_dir, cli):
-    code, _out, err = cli("images", "build", "push-build-fail", "--on", lab.nodes[0].name, "-i",
-                          str(lab.spec.inventory_path))
+    code, _out, err = cli(
+        "images", "build", "push-build-fail", "--on", lab.nodes[0].name, "-i", str(lab.spec.inventory_path)
+    )
     assert code == 1
     assert f"{lab.nodes[0].name}: building image push-build-fail failed at Step 4/5 : RUN echo about to fail" in err
     assert "about to fail" in err.split("failed at", 1)[1].split("\n", 1)[1]  # the build's own output follows
@@ -78,8 +80,9 @@ def test_definition_changed_rebuilt_and_repushed_sends_only_the_new_layer(lab, i
     folder = images_dir / "push-def"
     folder.mkdir()
     (folder / "manifest.yaml").write_text("name: push-def\ndescription: test\nbase: debian-base\n")
-    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 3000000 /dev/urandom > /data.bin\n"
-                                       "COPY hello.txt /hello.txt\n")
+    (folder / "Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN head -c 3000000 /dev/urandom > /data.bin\nCOPY hello.txt /hello.txt\n"
+    )
     (folder / "hello.txt").write_text("version 1\n")
     inventory = str(lab.spec.inventory_path)
     client = docker.from_env()
@@ -125,7 +128,8 @@ def test_build_on_node_checks_arch_disk_and_internet_first(lab, images_dir, cli)
     folder.mkdir()
     (folder / "manifest.yaml").write_text(
         "name: push-build-needs\ndescription: test\nbase: debian-base\nplatform: linux/arm64\n"
-        "build_needs: {arch: aarch64, disk_gb: 100000, internet: ['http://127.0.0.1:9/']}\n")
+        "build_needs: {arch: aarch64, disk_gb: 100000, internet: ['http://127.0.0.1:9/']}\n"
+    )
     (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN true\n")
     node = lab.nodes[0]
     code, _out, err = cli("images", "build", "push-build-needs", "--on", node.name, "-i", str(lab.spec.inventory_path))
@@ -146,8 +150,10 @@ def test_failed_build_resumes_from_cache_then_goes_to_the_other_node(lab, images
     folder = images_dir / "push-build-resume"
     folder.mkdir()
     (folder / "manifest.yaml").write_text("name: push-build-resume\ndescription: test\nbase: debian-base\n")
-    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 100000 /dev/urandom > /slow.bin\n"
-                                       "COPY flag.txt /flag.txt\nRUN grep -q ok /flag.txt\n")
+    (folder / "Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN head -c 100000 /dev/urandom > /slow.bin\n"
+        "COPY flag.txt /flag.txt\nRUN grep -q ok /flag.txt\n"
+    )
     (folder / "flag.txt").write_text("not yet\n")
     src, dst = lab.nodes[0], lab.nodes[1]
     inventory = str(lab.spec.inventory_path)
@@ -161,16 +167,20 @@ def test_failed_build_resumes_from_cache_then_goes_to_the_other_node(lab, images
         assert code == 0, err
         assert f"{src.name}: Step 3/6 already built (cache)" in err  # the slow step was not run again
         tags.append(out.strip().split(": ", 1)[1])
-        code, out, err = cli("images", "push", "push-build-resume", "--from", src.name, "--to", dst.name,
-                             "--json", "-i", inventory)
+        code, out, err = cli(
+            "images", "push", "push-build-resume", "--from", src.name, "--to", dst.name, "--json", "-i", inventory
+        )
         assert code == 0, err
         (result,) = json.loads(out)["nodes"]  # --from: {"source", "chain", "nodes": [...]}
         assert result["node"] == dst.name and result["ok"] and result["action"] == "sent", result
-        ids = {n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tags[0]}").stdout.strip()
-               for n in (src, dst)}
+        ids = {
+            n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tags[0]}").stdout.strip()
+            for n in (src, dst)
+        }
         assert ids[src.name] == ids[dst.name] == result["image_id"]
-        code, out, _ = cli("images", "push", "push-build-resume", "--from", src.name, "--to", dst.name, "--json",
-                           "-i", inventory)
+        code, out, _ = cli(
+            "images", "push", "push-build-resume", "--from", src.name, "--to", dst.name, "--json", "-i", inventory
+        )
         assert code == 0 and json.loads(out)["nodes"][0]["action"] == "present"
     finally:
         for tag in tags:

@@ -30,10 +30,12 @@ def images_dir(tmp_path, monkeypatch):
     shutil.copytree(REPO / "images" / "debian-base", root / "debian-base")
     folder = root / NAME
     folder.mkdir()
-    (folder / "manifest.yaml").write_text(f"name: {NAME}\ndescription: test\nbase: debian-base\n"
-                                          "build_needs: {arch: x86_64, disk_gb: 1}\n")
-    (folder / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nRUN head -c 8000000 /dev/urandom > /big.bin\n"
-                                       "COPY small.bin /small.bin\n")
+    (folder / "manifest.yaml").write_text(
+        f"name: {NAME}\ndescription: test\nbase: debian-base\nbuild_needs: {{arch: x86_64, disk_gb: 1}}\n"
+    )
+    (folder / "Dockerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN head -c 8000000 /dev/urandom > /big.bin\nCOPY small.bin /small.bin\n"
+    )
     (folder / "small.bin").write_bytes(random.Random(1).randbytes(300_000))
     monkeypatch.setattr("sparkdeploy.paths.images_dir", lambda: root)
     definitions.clear_cache()
@@ -56,8 +58,9 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
 
         code, out, err = cli("images", "push", NAME, "--from", a.name, "--dry-run", "-i", inv)
         assert code == 0, err
-        assert (f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} "
-                f"({b.fabric_ip.split('/')[0]})") in out, out
+        assert (
+            f"chain over the fabric: {a.name} ({a.fabric_ip.split('/')[0]}) -> {b.name} ({b.fabric_ip.split('/')[0]})"
+        ) in out, out
         assert f"{b.name} ({b.fabric_ip.split('/')[0]}): lacks" in out
         assert f"layers read on {a.name} from its layer store (sudo -n)" in out  # the lab user has it
         assert "none (only " in out, out  # a few MB: compressing would not pay
@@ -84,8 +87,7 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
         assert delta[b.name]["mgmt"] < 0.05 * row["bytes_sent"], delta  # ...and not over the management LAN
         assert delta[a.name]["mgmt"] < 0.05 * row["bytes_sent"], delta
         assert report["bytes_through_this_machine"] < 64_000  # progress and result lines only
-        ids = {n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip()
-               for n in (a, b)}
+        ids = {n.name: lab.ssh(n, f"docker image inspect --format '{{{{.Id}}}}' {tag}").stdout.strip() for n in (a, b)}
         assert ids[a.name] == ids[b.name]
 
         # a small change: only the top layer is built anew on spark1, and only it travels
@@ -130,23 +132,25 @@ def _push_reported_in_time(lab, source_spec, *args, **kw):
     try:
         return future.result(timeout=REPORT_WITHIN_S)
     except TimeoutError:
-        stuck = lab.docker_exec(source_spec, "ps", "-o", "pid=,stat=,args=", "-u", "spark,root",
-                                check=False).stdout
+        stuck = lab.docker_exec(source_spec, "ps", "-o", "pid=,stat=,args=", "-u", "spark,root", check=False).stdout
         stuck = "\n".join(line[:110] for line in stuck.splitlines() if "python3 -" in line or "zstd" in line)
-        pids = lab.docker_exec(source_spec, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* push-source ",
-                               check=False).stdout.split()
+        pids = lab.docker_exec(
+            source_spec, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* push-source ", check=False
+        ).stdout.split()
         if pids:
             lab.docker_exec(source_spec, "kill", *pids, check=False)
         future.result(timeout=60)
-        pytest.fail(f"the push still waited {REPORT_WITHIN_S} s after its stream was cut; on {source_spec.name}:"
-                    f"\n{stuck}")
+        pytest.fail(
+            f"the push still waited {REPORT_WITHIN_S} s after its stream was cut; on {source_spec.name}:\n{stuck}"
+        )
     finally:
         pool.shutdown(wait=False)
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd"])  # both paths of the source (auto picks either)
-def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest(lab, lab_inventory, test_images,
-                                                                              compression):
+def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest(
+    lab, lab_inventory, test_images, compression
+):
     """spark1 holds `moving` = big (base + 3, 2, 1 and 24 MB random layers), spark2 holds `moving` = the base
     only: spark2 lacks 4 layers, sent as 4 loads (batch_bytes=1). spark1's fabric link is slowed (tc) so the
     stream is still flowing when spark2's relay (the python3 that receives and loads) is killed, by PID, once
@@ -162,8 +166,10 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     spark1, spark2 = lab_inventory.nodes[:2]
     moving = f"{test_images.repo}:moving"
     ids = test_images.ids
-    remove_from_nodes(SimpleNamespace(nodes=[b], ssh=lab.ssh),  # spark2 only: spark1 keeps what it has
-                      [moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"]])
+    remove_from_nodes(
+        SimpleNamespace(nodes=[b], ssh=lab.ssh),  # spark2 only: spark1 keeps what it has
+        [moving, test_images.v1, test_images.v2, test_images.big, ids["v1"], ids["v2"], ids["big"]],
+    )
     client = docker.from_env()
     base_id = client.images.get(test_images.base).id
     client.images.get(test_images.base).tag(*moving.rsplit(":", 1))
@@ -173,18 +179,21 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     assert _image_id(lab, b, moving) == base_id and _image_id(lab, a, moving) == ids["big"]
 
     def kill_relay():
-        pids = lab.docker_exec(b, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* relay ",
-                               check=False).stdout.split()
+        pids = lab.docker_exec(
+            b, "pgrep", "-u", "spark", "-f", "sparkdeploy-nodeside.* relay ", check=False
+        ).stdout.split()
         assert pids, f"no relay running on {b.name}"
         lab.docker_exec(b, "kill", "-9", *pids)
 
     iface = lab.spec.fabric_iface
-    lab.docker_exec(a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb",
-                    "latency", "400ms")
+    lab.docker_exec(
+        a, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst", "64kb", "latency", "400ms"
+    )
     try:
         cutter = CutAfter(8_000_000, kill_relay)
-        plan, outcomes, _ = _push_reported_in_time(lab, a, moving, lab_inventory, spark1, [spark2], progress=cutter,
-                                                   compression=compression, batch_bytes=1)
+        plan, outcomes, _ = _push_reported_in_time(
+            lab, a, moving, lab_inventory, spark1, [spark2], progress=cutter, compression=compression, batch_bytes=1
+        )
     finally:
         lab.docker_exec(a, "tc", "qdisc", "del", "dev", iface, "root", check=False)
     assert cutter.done, "the stream ended before 8 MB arrived: nothing was cut"
@@ -199,8 +208,7 @@ def test_push_from_cut_midway_moves_no_tag_and_the_next_push_sends_only_the_rest
     assert _image_id(lab, b, moving) == base_id  # the tag did not move...
     assert _image_id(lab, b, ids["big"]) is None  # ...and the new image ID is not there at all
 
-    plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], compression=compression,
-                                       batch_bytes=1)
+    plan, outcomes, _ = push_from_node(moving, lab_inventory, spark1, [spark2], compression=compression, batch_bytes=1)
     (done,) = outcomes
     assert done.ok, done.error
     assert done.value.action == "sent"

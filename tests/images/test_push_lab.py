@@ -198,13 +198,15 @@ def test_cli_push_table_and_exit_code(lab, lab_inventory, test_images, cli):
     code, out, err = cli("images", "push", test_images.v1, "-i", str(lab.spec.inventory_path))
     assert code == 0, err
     assert "present" in out and all(n.name in out for n in lab.nodes)
-    code, out, _err = cli("images", "push", test_images.v1, "--json", "--to", lab.nodes[0].name,
-                          "-i", str(lab.spec.inventory_path))
+    code, out, _err = cli(
+        "images", "push", test_images.v1, "--json", "--to", lab.nodes[0].name, "-i", str(lab.spec.inventory_path)
+    )
     assert code == 0
     assert [r["node"] for r in json.loads(out)] == [lab.nodes[0].name]
 
 
 # -- the store reader's pipeline of loads -------------------------------------------------------------------------
+
 
 def partial_images(lab, node, image_id: str) -> list[str]:
     """The partial images a cut push of image_id left on the node."""
@@ -212,8 +214,9 @@ def partial_images(lab, node, image_id: str) -> list[str]:
     return sorted(set(out.split()))
 
 
-def test_one_load_per_layer_gives_the_same_image_and_leaves_no_partial(lab, lab_inventory, test_images,
-                                                                     forget_on_nodes):
+def test_one_load_per_layer_gives_the_same_image_and_leaves_no_partial(
+    lab, lab_inventory, test_images, forget_on_nodes
+):
     """batch_bytes=1: every layer is its own `docker load` (a partial image each), pipelined; the result is
     the source's image ID and tag, and the partial images are gone."""
     forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
@@ -226,8 +229,9 @@ def test_one_load_per_layer_gives_the_same_image_and_leaves_no_partial(lab, lab_
         assert incoming_tags(lab, node) == []
 
 
-def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab_inventory, test_images,
-                                                                       forget_on_nodes, cli):
+def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(
+    lab, lab_inventory, test_images, forget_on_nodes, cli
+):
     """Cut during the last load (the 24 MB layer): no tag moved, the earlier loads are kept as untagged partial
     images, and the next push sends only what did not arrive, then removes them."""
     forget_on_nodes(*test_images.all(), f"{test_images.repo}:moving", *test_images.ids.values())
@@ -236,8 +240,13 @@ def test_interrupted_pipeline_keeps_the_loads_that_finished_and_resumes(lab, lab
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        push_image(test_images.big, lab_inventory, reader="store", batch_bytes=1,
-                   progress=CutAfter(6_500_000 + 8_000_000, interrupt))  # a + b + small, then 8 MB of big
+        push_image(
+            test_images.big,
+            lab_inventory,
+            reader="store",
+            batch_bytes=1,
+            progress=CutAfter(6_500_000 + 8_000_000, interrupt),
+        )  # a + b + small, then 8 MB of big
     time.sleep(1)
     for node in lab.nodes:
         assert node_id(lab, node, test_images.big) is None, node.name
@@ -278,8 +287,7 @@ def _tampered_store(root, client, ref: str):
         if n < len(diffs) - 1:
             (root / "overlay2" / cache / "diff").symlink_to(real.root / "overlay2" / cache / "diff")
         else:
-            shutil.copytree(real.root / "overlay2" / cache / "diff", root / "overlay2" / cache / "diff",
-                            symlinks=True)
+            shutil.copytree(real.root / "overlay2" / cache / "diff", root / "overlay2" / cache / "diff", symlinks=True)
             target = root / "overlay2" / cache / "diff" / "small.bin"
             data = bytearray(target.read_bytes())
             data[len(data) // 2] ^= 0xFF
@@ -287,8 +295,9 @@ def _tampered_store(root, client, ref: str):
     return LayerStore(root)
 
 
-def test_a_store_that_does_not_match_the_image_fails_and_loads_nothing(lab, lab_inventory, test_images,
-                                                                       forget_on_nodes, tmp_path, monkeypatch):
+def test_a_store_that_does_not_match_the_image_fails_and_loads_nothing(
+    lab, lab_inventory, test_images, forget_on_nodes, tmp_path, monkeypatch
+):
     """A real store on disk whose top layer's file differs from what the image names: the stream is cut at the
     end of that layer (our hash), so the nodes load nothing and keep their tags."""
     import docker
@@ -308,8 +317,7 @@ def test_a_store_that_does_not_match_the_image_fails_and_loads_nothing(lab, lab_
         assert incoming_tags(lab, o.node) == []
 
 
-def test_auto_falls_back_to_the_save_reader_and_says_why(lab, lab_inventory, test_images, forget_on_nodes,
-                                                         monkeypatch):
+def test_auto_falls_back_to_the_save_reader_and_says_why(lab, lab_inventory, test_images, forget_on_nodes, monkeypatch):
     """Where the layer store cannot be read (here: open_store's verdict replaced, as for a non-root user), `auto`
     pushes through docker save, and the progress and each node's result say why."""
     import sparkdeploy.images.push as push

@@ -23,6 +23,7 @@ FORK_ARGS = IMAGES / "vllm-node-mxfp4" / "vllm-args-0.1.dev12777.json"
 
 # -- sources.yaml -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", definition_names())
 def test_every_source_of_every_definition_is_recorded(name):
     assert problems(load_definition(name)) == []
@@ -46,9 +47,12 @@ def test_an_unrecorded_commit_url_or_arg_is_reported(images_copy):
     data["build_args"]["EXTRA_WHEEL_VERSION"] = "1.2.3"  # a new source, not recorded at all
     manifest.write_text(yaml.safe_dump(data, sort_keys=False))
     dockerfile = images_copy / "vllm-node-mxfp4" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace(
-        "ARG VLLM_REF=045293d82b832229560ac4a13152a095af603b6e", "ARG VLLM_REF=" + "0" * 40)
-        + "RUN curl -fsSL -o /x https://example.org/unrecorded.bin\n")
+    dockerfile.write_text(
+        dockerfile.read_text().replace(
+            "ARG VLLM_REF=045293d82b832229560ac4a13152a095af603b6e", "ARG VLLM_REF=" + "0" * 40
+        )
+        + "RUN curl -fsSL -o /x https://example.org/unrecorded.bin\n"
+    )
     found = problems(load_definition("vllm-node-mxfp4"))
     text = "\n".join(found)
     assert "does not contain build arg VLLM_REF=" + "0" * 40 in text
@@ -60,7 +64,8 @@ def test_an_unrecorded_commit_url_or_arg_is_reported(images_copy):
 def test_a_missing_record_or_missing_evidence_is_reported(images_copy):
     (images_copy / "lab-node" / "sources.yaml").unlink()
     assert problems(load_definition("lab-node")) == [
-        "images/lab-node/sources.yaml: missing: record every external reference of lab-node (docs/images.md)"]
+        "images/lab-node/sources.yaml: missing: record every external reference of lab-node (docs/images.md)"
+    ]
     path = images_copy / "vllm-node" / "sources.yaml"
     data = yaml.safe_load(path.read_text())
     data["sources"][0]["evidence"] = ""
@@ -86,19 +91,21 @@ def test_sources_are_evidence_not_build_inputs():
 
 # -- images build --dry-run -------------------------------------------------------------------------------
 
+
 def test_dry_run_prints_the_plan_and_touches_nothing(cli, inventory_file):
-    code, out, err = cli("images", "build", "vllm-node-mxfp4", "--on", "spark1", "--dry-run",
-                         "-i", str(inventory_file))
+    code, out, err = cli("images", "build", "vllm-node-mxfp4", "--on", "spark1", "--dry-run", "-i", str(inventory_file))
     assert code == 0, err
     d = load_definition("vllm-node-mxfp4")
     assert out.startswith("DRY RUN: nothing is built. Plan for image vllm-node-mxfp4 on spark1:")
     assert f"tag       {d.tag}" in out
     assert "platform  linux/arm64 (the node must be aarch64)" in out
     assert "base      nvcr.io/nvidia/pytorch:26.01-py3 (pulled by spark1's engine" in out
-    for ref in ("git: https://github.com/christopherowen/vllm.git@045293d82b832229560ac4a13152a095af603b6e",
-                "git: https://github.com/christopherowen/flashinfer.git@f349e52496a72a00d8c4ac02c7a1e38523ff7194",
-                "git: https://github.com/christopherowen/cutlass.git@fede53000a962b46e05bafe0c86311778caeb380",
-                "pypi: ray==2.60.0"):
+    for ref in (
+        "git: https://github.com/christopherowen/vllm.git@045293d82b832229560ac4a13152a095af603b6e",
+        "git: https://github.com/christopherowen/flashinfer.git@f349e52496a72a00d8c4ac02c7a1e38523ff7194",
+        "git: https://github.com/christopherowen/cutlass.git@fede53000a962b46e05bafe0c86311778caeb380",
+        "pypi: ray==2.60.0",
+    ):
         assert f"source    {ref}" in out, ref
     assert "checked: 2026-11-23" in out
     assert "duration  about 1 h on a Spark" in out
@@ -118,10 +125,21 @@ def test_dry_run_of_a_lab_image_and_a_bad_node(cli, inventory_file):
 
 # -- recipes against the CLI of their own image ---------------------------------------------------------------
 
+
 def _recipe(tmp_path: Path, image: str, extra_args: list[str]) -> Path:
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
-        "name": "r", "description": "x", "model": "m/m", "image": image, "topologies": ["solo"],
-        "default_topology": "solo", "vllm": {"extra_args": extra_args}}))
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "r",
+                "description": "x",
+                "model": "m/m",
+                "image": image,
+                "topologies": ["solo"],
+                "default_topology": "solo",
+                "vllm": {"extra_args": extra_args},
+            }
+        )
+    )
     return tmp_path
 
 
@@ -134,17 +152,24 @@ def test_headline_recipe_lints_against_the_fork_cli(cli):
 
 def test_a_flag_the_image_lacks_fails_with_the_image_and_its_vllm_version(cli, tmp_path):
     # 0.14.0 and 0.32.0 have it, the fork (main before 0.14.0) does not.
-    code, out, _ = cli("recipes", "lint", "--recipes-dir",
-                       str(_recipe(tmp_path, "vllm-node-mxfp4", ["--enable-return-routed-experts"])))
+    code, out, _ = cli(
+        "recipes",
+        "lint",
+        "--recipes-dir",
+        str(_recipe(tmp_path, "vllm-node-mxfp4", ["--enable-return-routed-experts"])),
+    )
     assert code == 1
-    assert ("--enable-return-routed-experts is not a flag of image vllm-node-mxfp4 (vLLM 0.1.dev12777 "
-            "(christopherowen/vllm@045293d8))") in out
+    assert (
+        "--enable-return-routed-experts is not a flag of image vllm-node-mxfp4 (vLLM 0.1.dev12777 "
+        "(christopherowen/vllm@045293d8))"
+    ) in out
     assert "vllm-node" in out.split("fix:", 1)[1]  # the image that has it
 
 
 def test_the_fork_flag_on_the_upstream_image_names_the_image_that_has_it(cli, tmp_path):
-    code, out, _ = cli("recipes", "lint", "--recipes-dir",
-                       str(_recipe(tmp_path, "vllm-node", ["--mxfp4-layers", "moe,qkv,o,lm_head"])))
+    code, out, _ = cli(
+        "recipes", "lint", "--recipes-dir", str(_recipe(tmp_path, "vllm-node", ["--mxfp4-layers", "moe,qkv,o,lm_head"]))
+    )
     assert code == 1
     assert "--mxfp4-layers is not a flag of image vllm-node (vLLM 0.32.0)" in out
     assert "vllm-node-mxfp4" in out

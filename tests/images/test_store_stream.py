@@ -34,10 +34,16 @@ def test_every_layer_in_order_exactly_once():
 
 
 def test_partial_config_names_its_layers_and_its_image():
-    config = json.dumps({"architecture": "arm64", "variant": "v8", "os": "linux",
-                         "history": [{"created_by": "RUN x"}] * 3,
-                         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]},
-                         "config": {"Labels": {"io.sparkdeploy.image": "vllm-node"}}}).encode()
+    config = json.dumps(
+        {
+            "architecture": "arm64",
+            "variant": "v8",
+            "os": "linux",
+            "history": [{"created_by": "RUN x"}] * 3,
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]},
+            "config": {"Labels": {"io.sparkdeploy.image": "vllm-node"}},
+        }
+    ).encode()
     image_id = "sha256:" + hashlib.sha256(config).hexdigest()
     partial = archive.partial_config(config, ["sha256:" + "a" * 64], image_id)
     data = json.loads(partial)

@@ -17,8 +17,13 @@ from sparkdeploy.inventory import Node
 
 
 def _node(name: str, i: int) -> Node:
-    return Node(name=name, role="head" if i == 1 else "worker", mgmt_ip=f"10.0.0.{i}",
-                fabric_ip=f"192.168.100.{i}/24", fabric_ifaces=["eth1"])
+    return Node(
+        name=name,
+        role="head" if i == 1 else "worker",
+        mgmt_ip=f"10.0.0.{i}",
+        fabric_ip=f"192.168.100.{i}/24",
+        fabric_ifaces=["eth1"],
+    )
 
 
 def _dep(nodes, image):
@@ -29,11 +34,16 @@ def _dep(nodes, image):
 
 def test_up_pushes_from_a_node_that_has_the_image_else_from_here(monkeypatch):
     calls = []
-    monkeypatch.setattr("sparkdeploy.images.push_from.push_from_node",
-                        lambda ref, inv, source, targets: calls.append(("from", ref, source.name,
-                                                                        [t.name for t in targets])) or (None, [], 0))
-    monkeypatch.setattr("sparkdeploy.images.push.push_image",
-                        lambda name, inv, targets: calls.append(("here", name, [t.name for t in targets])) or [])
+    monkeypatch.setattr(
+        "sparkdeploy.images.push_from.push_from_node",
+        lambda ref, inv, source, targets: (
+            calls.append(("from", ref, source.name, [t.name for t in targets])) or (None, [], 0)
+        ),
+    )
+    monkeypatch.setattr(
+        "sparkdeploy.images.push.push_image",
+        lambda name, inv, targets: calls.append(("here", name, [t.name for t in targets])) or [],
+    )
     out = SimpleNamespace(progress=lambda _t: None, warn=lambda _t: None)
     nodes = [_node(f"spark{i}", i) for i in (1, 2, 3)]
     ref = "sparkdeploy/vllm-node:abc123"
@@ -68,14 +78,24 @@ def engine_built_on_spark1(lab, tmp_path, monkeypatch, cli):
     for manifest in real.glob("*/manifest.yaml"):
         (root / manifest.parent.name).symlink_to(manifest.parent)
     sim = yaml.safe_load((real / "vllm-sim" / "manifest.yaml").read_text())
-    manifest = {k: sim[k] for k in ("platform", "vllm_version", "extra_flags", "stands_in_for", "launchers",
-                                    "simulated")}
+    manifest = {
+        k: sim[k] for k in ("platform", "vllm_version", "extra_flags", "stands_in_for", "launchers", "simulated")
+    }
     (root / NAME).mkdir()
-    (root / NAME / "manifest.yaml").write_text(yaml.safe_dump(dict(
-        manifest, name=NAME, description="test: vllm-sim and one random layer", base="vllm-sim",
-        build_needs={"arch": "x86_64", "disk_gb": 1})))
-    (root / NAME / "Dockerfile").write_text(f"ARG BASE\nFROM ${{BASE}}\n"
-                                            f"RUN head -c {LAYER_BYTES} /dev/urandom > /opt/up-push-test.bin\n")
+    (root / NAME / "manifest.yaml").write_text(
+        yaml.safe_dump(
+            dict(
+                manifest,
+                name=NAME,
+                description="test: vllm-sim and one random layer",
+                base="vllm-sim",
+                build_needs={"arch": "x86_64", "disk_gb": 1},
+            )
+        )
+    )
+    (root / NAME / "Dockerfile").write_text(
+        f"ARG BASE\nFROM ${{BASE}}\nRUN head -c {LAYER_BYTES} /dev/urandom > /opt/up-push-test.bin\n"
+    )
     monkeypatch.setattr("sparkdeploy.paths.images_dir", lambda: root)
     definitions.clear_cache()
     data = absolute_inventory(lab.spec.inventory_path)
@@ -110,8 +130,9 @@ def test_up_sends_an_image_a_node_lacks_from_the_node_that_has_it(lab, engine_bu
     built = image_id(a)
     assert built and image_id(b) is None, "spark1 only should hold the image before `up`"
     before = {n.name: interface_bytes(lab, n) for n in (a, b)}
-    code, out, err = cli("up", "--recipe", "openai-gpt-oss-120b", "-t", "cluster", "-i", inv, "--timeout", "240",
-                         "--json")
+    code, out, err = cli(
+        "up", "--recipe", "openai-gpt-oss-120b", "-t", "cluster", "-i", inv, "--timeout", "240", "--json"
+    )
     after = {n.name: interface_bytes(lab, n) for n in (a, b)}
     assert code == 0, out + err
     result = json.loads(out)

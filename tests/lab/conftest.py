@@ -50,22 +50,39 @@ class Lab:
         return self.spec.directory / KNOWN_HOSTS
 
     def ssh_argv(self, node: NodeSpec, known_hosts: Path | None = None, user: str = "spark") -> list[str]:
-        return ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={known_hosts or self.known_hosts}",
-                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10", f"{user}@{node.mgmt_ip}"]
+        return [
+            "ssh",
+            "-i",
+            str(self.key),
+            "-o",
+            f"UserKnownHostsFile={known_hosts or self.known_hosts}",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"{user}@{node.mgmt_ip}",
+        ]
 
     def ssh(self, node: NodeSpec, command: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         """Run `command` on the node over real SSH, as the inventory's user, host-key checking on."""
         result = subprocess.run(self.ssh_argv(node, **kw) + [command], capture_output=True, text=True, timeout=120)
         if check and result.returncode != 0:
-            raise AssertionError(f"ssh {node.name} {command!r} exit {result.returncode}:\n{result.stdout}\n"
-                                 f"{result.stderr}")
+            raise AssertionError(
+                f"ssh {node.name} {command!r} exit {result.returncode}:\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
     def docker_exec(self, node: NodeSpec, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         """As root inside the node container, from the host (fault injection), not through SSH."""
-        result = subprocess.run(["docker", "exec", self.spec.container_name(node.name), *argv],
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            ["docker", "exec", self.spec.container_name(node.name), *argv], capture_output=True, text=True, timeout=120
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"docker exec {node.name} {argv} exit {result.returncode}: {result.stderr}")
         return result

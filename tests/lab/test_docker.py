@@ -17,8 +17,10 @@ def test_docker_info_over_ssh(lab):
 def test_inner_storage_driver_is_overlay2(lab):
     """overlay2 on the node's volume works on this kernel; vfs is only the fallback (see lab-service)."""
     for node in lab.nodes:
-        assert lab.docker_exec(node, "head", "-n1", "/var/lib/docker/.sparkdeploy-lab-storage-driver").stdout.strip() \
+        assert (
+            lab.docker_exec(node, "head", "-n1", "/var/lib/docker/.sparkdeploy-lab-storage-driver").stdout.strip()
             == "overlay2"
+        )
 
 
 def _any_image(lab, node) -> str:
@@ -32,8 +34,9 @@ def _any_image(lab, node) -> str:
         from sparkdeploy.inventory import load_inventory
         from sparkdeploy.lab.engine_images import preload
 
-        preload(docker.from_env(), ["debian-base"], load_inventory(str(lab.spec.inventory_path)), print,
-                nodes=[node.name])
+        preload(
+            docker.from_env(), ["debian-base"], load_inventory(str(lab.spec.inventory_path)), print, nodes=[node.name]
+        )
     return tag
 
 

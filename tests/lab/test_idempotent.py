@@ -25,9 +25,14 @@ def test_second_up_changes_nothing(lab):
 
 
 def test_status_json_via_cli(lab):
-    out = subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()",
-                          "lab", "status", "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "lab", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [(n["node"], n["state"], n["mgmt_ip"], n["ssh"], n["dockerd"]) for n in data["nodes"]] == [
-        (n.name, "running", n.mgmt_ip, True, True) for n in lab.nodes]
+        (n.name, "running", n.mgmt_ip, True, True) for n in lab.nodes
+    ]

@@ -40,8 +40,11 @@ def _container(client, spec):
 
 def _labelled(client, spec) -> list[str]:
     f = {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={spec.qualified_name}"]}
-    return ([c.name for c in client.containers.list(all=True, filters=f)]
-            + [n.name for n in client.networks.list(filters=f)] + [v.name for v in client.volumes.list(filters=f)])
+    return (
+        [c.name for c in client.containers.list(all=True, filters=f)]
+        + [n.name for n in client.networks.list(filters=f)]
+        + [v.name for v in client.volumes.list(filters=f)]
+    )
 
 
 def test_stopped_leftover_is_started_not_replaced(side, client):

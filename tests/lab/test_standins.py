@@ -21,8 +21,11 @@ def test_nvidia_smi_list_and_csv_query(lab):
     node = lab.nodes[0]
     listing = lab.ssh(node, "nvidia-smi -L").stdout.strip().splitlines()
     assert len(listing) == 1 and listing[0].startswith("GPU 0: NVIDIA GB10 (UUID: GPU-") and "SIMULATED" in listing[0]
-    q = lab.ssh(node, "nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu "
-                      "--format=csv,noheader,nounits")
+    q = lab.ssh(
+        node,
+        "nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu "
+        "--format=csv,noheader,nounits",
+    )
     assert q.stdout.strip().split(", ") == ["NVIDIA GB10", "580.95.05", "122570", "0", "41"]
     assert "SIMULATED" in q.stderr  # the CSV itself stays parseable
     header = lab.ssh(node, "nvidia-smi --query-gpu=name,memory.total --format=csv").stdout.splitlines()
@@ -54,7 +57,8 @@ def test_rdma_twins_active_on_fabric_port(lab):
         assert all(h in devices for h in lab.spec.hcas)
         links = json.loads(lab.ssh(node, "rdma -j link").stdout)
         assert [(lk["ifname"], lk["state"], lk["netdev"]) for lk in links] == [
-            (h, "ACTIVE", lab.spec.fabric_iface) for h in lab.spec.hcas]
+            (h, "ACTIVE", lab.spec.fabric_iface) for h in lab.spec.hcas
+        ]
 
 
 def test_show_gids_has_rocev2_gid_of_fabric_ip(lab):

@@ -40,24 +40,28 @@ def hub_client(endpoint: str, home: Path, *calls: tuple[str, ...], token: str = 
     call is (token, cmd, repo, revision) or (cmd, repo, revision)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_DISABLE_PROGRESS_BARS="1")
-    driver = ("import json, os, sys\nfrom sparkdeploy.nodeside.hub_client import main\n"
-              "for call in json.loads(sys.argv[1]):\n"
-              "    os.environ.pop('HF_TOKEN', None)\n"
-              "    if call[0]: os.environ['HF_TOKEN'] = call[0]\n"
-              "    try: main(call[1:])\n"
-              "    except SystemExit: pass\n"
-              "    sys.stdout.flush()\n")
+    driver = (
+        "import json, os, sys\nfrom sparkdeploy.nodeside.hub_client import main\n"
+        "for call in json.loads(sys.argv[1]):\n"
+        "    os.environ.pop('HF_TOKEN', None)\n"
+        "    if call[0]: os.environ['HF_TOKEN'] = call[0]\n"
+        "    try: main(call[1:])\n"
+        "    except SystemExit: pass\n"
+        "    sys.stdout.flush()\n"
+    )
     norm = [list(c) if len(c) == 4 else [token, *c] for c in calls]
-    run = subprocess.run([sys.executable, "-c", driver, json.dumps(norm)], env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", driver, json.dumps(norm)], env=env, capture_output=True, text=True, timeout=120
+    )
     answers = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert len(answers) == len(calls), run.stderr[-2000:]
     return answers
 
 
 def nodeside(*args: str, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(ship.argv("models", *args, python=sys.executable), input=stdin,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        ship.argv("models", *args, python=sys.executable), input=stdin, capture_output=True, timeout=120
+    )
 
 
 def stats(endpoint: str) -> dict:
@@ -86,8 +90,12 @@ def copy_of(home: Path, tmp_path: Path) -> Path:
 def test_real_client_downloads_and_every_file_verifies(downloaded, tmp_path):
     home, manifest, served = downloaded
     tmp_path = copy_of(home, tmp_path)
-    assert {f["path"] for f in manifest["files"]} >= {"config.json", "model-00001-of-00002.safetensors",
-                                                      "tokenizer.json", "model.safetensors.index.json"}
+    assert {f["path"] for f in manifest["files"]} >= {
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "tokenizer.json",
+        "model.safetensors.index.json",
+    }
     lfs = [f for f in manifest["files"] if f["lfs"]]
     assert len(lfs) == 2 and all(len(f["blob"]) == 64 for f in lfs)  # sha256 from the hub's LFS metadata
     assert served == manifest["total"]  # the hub served each byte once
@@ -113,9 +121,15 @@ def test_real_client_downloads_and_every_file_verifies(downloaded, tmp_path):
 
 
 def test_bad_input_gets_the_hubs_error_codes(hub, tmp_path):
-    answers = hub_client(hub, tmp_path, ("", "plan", "lab/no-such-model", "main"),
-                         ("", "plan", "lab/tiny-model", "v9.9"), ("", "plan", "lab/gated-model", "main"),
-                         ("hf_wrong", "plan", "lab/gated-model", "main"), (TOKEN, "plan", "lab/gated-model", "main"))
+    answers = hub_client(
+        hub,
+        tmp_path,
+        ("", "plan", "lab/no-such-model", "main"),
+        ("", "plan", "lab/tiny-model", "v9.9"),
+        ("", "plan", "lab/gated-model", "main"),
+        ("hf_wrong", "plan", "lab/gated-model", "main"),
+        (TOKEN, "plan", "lab/gated-model", "main"),
+    )
     assert [a.get("error") for a in answers] == ["repo", "revision", "gated", "gated", None]
     assert answers[-1]["commit"]
 
@@ -125,8 +139,7 @@ def test_range_requests_resume(hub):
     with urllib.request.urlopen(req) as resp:
         assert resp.status == 206 and resp.headers["Content-Range"].startswith("bytes 10-")
         assert resp.headers["X-Repo-Commit"]
-    head = urllib.request.Request(hub + "/lab/tiny-model/resolve/main/model-00001-of-00002.safetensors",
-                                  method="HEAD")
+    head = urllib.request.Request(hub + "/lab/tiny-model/resolve/main/model-00001-of-00002.safetensors", method="HEAD")
     with urllib.request.urlopen(head) as resp:
         assert len(resp.headers["X-Linked-Etag"].strip('"')) == 64 and int(resp.headers["X-Linked-Size"]) > 1 << 20
 
@@ -166,8 +179,11 @@ def test_a_corrupted_stream_is_refused_and_removed(downloaded, tmp_path):
     src, manifest, _ = downloaded
     dst = tmp_path / "dst"
     big = max(manifest["files"], key=lambda f: f["size"])
-    stream = bytearray(nodeside("send", str(src), "lab/tiny-model",
-                                json.dumps({"manifest": manifest, "want": [[big["blob"], 0]]})).stdout)
+    stream = bytearray(
+        nodeside(
+            "send", str(src), "lab/tiny-model", json.dumps({"manifest": manifest, "want": [[big["blob"], 0]]})
+        ).stdout
+    )
     stream[len(stream) // 2] ^= 0xFF
     bad = nodeside("receive", str(dst), "lab/tiny-model", stdin=bytes(stream))
     assert bad.returncode != 0 and b"does not match its digest" in bad.stderr
@@ -183,15 +199,22 @@ def test_model_ids_and_revisions_are_checked_before_anything_runs():
             ops.model_ref(bad, None)
     with pytest.raises(ConfigError):
         ops.model_ref("a/b", "main; rm -rf /")
-    assert ops.pull_command(ops.ModelRef("a/b", "v1"), "inv.yaml") == \
-        "sparkdeploy models pull a/b --revision v1 --inventory inv.yaml"
+    assert (
+        ops.pull_command(ops.ModelRef("a/b", "v1"), "inv.yaml")
+        == "sparkdeploy models pull a/b --revision v1 --inventory inv.yaml"
+    )
 
 
 def test_what_a_node_still_needs():
     from sparkdeploy.models.pull import wanted
 
-    manifest = {"files": [{"path": "a", "blob": "x" * 64, "size": 100}, {"path": "b", "blob": "y" * 40, "size": 10},
-                          {"path": "c", "blob": "z" * 64, "size": 50}]}
+    manifest = {
+        "files": [
+            {"path": "a", "blob": "x" * 64, "size": 100},
+            {"path": "b", "blob": "y" * 40, "size": 10},
+            {"path": "c", "blob": "z" * 64, "size": 50},
+        ]
+    }
     held = {"have": {"y" * 40: 10, "z" * 64: 50}, "partial": {"x" * 64: 30}}
     assert wanted(manifest, held) == {"x" * 64: 30}  # resumes from the partial file's length
     assert wanted(manifest, held, {"c": "digest"}) == {"x" * 64: 30, "z" * 64: 0}  # a bad file comes again
@@ -199,8 +222,9 @@ def test_what_a_node_still_needs():
     assert wanted(manifest, held)["x" * 64] == 0
 
 
-def _writing(src: Path, blob: dict, receiving: Path, seen: list, pieces: int = 4,
-             pause: float = 0.15) -> threading.Thread:
+def _writing(
+    src: Path, blob: dict, receiving: Path, seen: list, pieces: int = 4, pause: float = 0.15
+) -> threading.Thread:
     """A download in progress, as huggingface_hub makes one: BLOB.incomplete grows, then is renamed to BLOB.
     Before the rename it waits (up to 10 s) for bytes at the receiver (`receiving`: its partial file), and notes
     in `seen` whether any came."""
@@ -216,8 +240,9 @@ def _writing(src: Path, blob: dict, receiving: Path, seen: list, pieces: int = 4
         with open(part, "wb") as fh:
             for i in range(0, len(data), step):
                 time.sleep(pause)
-                fh.write(data[i:i + step])
+                fh.write(data[i : i + step])
                 fh.flush()
+
         def arrived() -> bool:  # bytes in the receiver's partial file, or already the whole verified blob
             done = receiving.with_name(blob["blob"])
             return done.exists() or (receiving.exists() and receiving.stat().st_size > 0)
@@ -240,14 +265,22 @@ def test_a_sender_forwards_a_blob_while_it_is_being_downloaded(downloaded, tmp_p
     big = max(manifest["files"], key=lambda f: f["size"])
     nodeside("arriving", str(src), "lab/tiny-model", "on")
     dst, seen = tmp_path / "dst", []
-    writer = _writing(src, big, dst / "hub/models--lab--tiny-model/blobs" / (big["blob"] + ".sparkdeploy-partial"),
-                      seen)
+    writer = _writing(
+        src, big, dst / "hub/models--lab--tiny-model/blobs" / (big["blob"] + ".sparkdeploy-partial"), seen
+    )
     request = json.dumps({"manifest": manifest, "want": [[big["blob"], 0]], "follow": True})
-    send = subprocess.Popen(ship.argv("models", "send", str(src), "lab/tiny-model", request, python=sys.executable),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    send = subprocess.Popen(
+        ship.argv("models", "send", str(src), "lab/tiny-model", request, python=sys.executable),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     writer.start()
-    got = subprocess.run(ship.argv("models", "receive", str(dst), "lab/tiny-model", python=sys.executable),
-                         stdin=send.stdout, capture_output=True, timeout=60)
+    got = subprocess.run(
+        ship.argv("models", "receive", str(dst), "lab/tiny-model", python=sys.executable),
+        stdin=send.stdout,
+        capture_output=True,
+        timeout=60,
+    )
     assert send.wait(timeout=60) == 0, send.stderr.read()
     writer.join()
     assert seen == [True], "the receiver got nothing until the download had finished"
@@ -278,11 +311,17 @@ def test_a_failed_hop_is_named_by_its_cause_not_the_broken_pipe_it_caused():
     from sparkdeploy.models.pull import _copy_problem
 
     to = SimpleNamespace(name="spark2")
-    full = ("OSError: [Errno 28] No space left on device\nTraceback (most recent call last):\n"
-            "  File \"<string>\", line 1, in <module>\nBrokenPipeError: [Errno 32] Broken pipe\n")
-    assert _copy_problem(full, to, "~/.cache/huggingface") == \
-        "spark2's ~/.cache/huggingface is full (No space left on device); free space there"
-    cut = ("the stream ended inside abc (5 of 9 bytes kept for resume); run the pull again\n"
-           "Traceback (most recent call last):\nBrokenPipeError: [Errno 32] Broken pipe\n")
+    full = (
+        "OSError: [Errno 28] No space left on device\nTraceback (most recent call last):\n"
+        '  File "<string>", line 1, in <module>\nBrokenPipeError: [Errno 32] Broken pipe\n'
+    )
+    assert (
+        _copy_problem(full, to, "~/.cache/huggingface")
+        == "spark2's ~/.cache/huggingface is full (No space left on device); free space there"
+    )
+    cut = (
+        "the stream ended inside abc (5 of 9 bytes kept for resume); run the pull again\n"
+        "Traceback (most recent call last):\nBrokenPipeError: [Errno 32] Broken pipe\n"
+    )
     assert _copy_problem(cut, to, "~/.cache/huggingface").startswith("the stream ended inside abc")
     assert _copy_problem("", to, "x") == ""

@@ -27,9 +27,22 @@ RECORD_DIR = f"{CACHE}/sparkdeploy-models/models--lab--tiny-model"
 
 def pull(inventory, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}  # the secrets file alone decides
-    return subprocess.run([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "models", "pull",
-                           *args, "--inventory", str(inventory)], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from sparkdeploy.cli.main import main; main()",
+            "models",
+            "pull",
+            *args,
+            "--inventory",
+            str(inventory),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def the_error_line(run: subprocess.CompletedProcess) -> str:
@@ -45,8 +58,9 @@ def served(lab, repo: str) -> int:
 
 def cache_listing(lab, node) -> str:
     """Every path in the node's hf_cache with its size and mtime: any write, even undone, shows."""
-    return lab.ssh(node, f"if [ -d {CACHE} ]; then cd {CACHE} && find . -printf '%p %s %T@\\n' | sort; "
-                         "else echo no hf cache; fi").stdout
+    return lab.ssh(
+        node, f"if [ -d {CACHE} ]; then cd {CACHE} && find . -printf '%p %s %T@\\n' | sort; else echo no hf cache; fi"
+    ).stdout
 
 
 @pytest.fixture
@@ -55,8 +69,9 @@ def inventory_without_token(lab, tmp_path):
     data = yaml.safe_load(lab.spec.inventory_path.read_text())
     here = lab.spec.inventory_path.parent
     secrets = tmp_path / "secrets.env"
-    lines = [ln for ln in (here / data["cluster"]["secrets_file"]).read_text().splitlines()
-             if not ln.startswith("HF_TOKEN=")]
+    lines = [
+        ln for ln in (here / data["cluster"]["secrets_file"]).read_text().splitlines() if not ln.startswith("HF_TOKEN=")
+    ]
     secrets.write_text("\n".join(lines) + "\n")
     secrets.chmod(0o600)
     data["cluster"].update(secrets_file=str(secrets), known_hosts=str(here / data["cluster"]["known_hosts"]))

@@ -61,9 +61,22 @@ def test_pull_downloads_once_and_copies_over_the_fabric(lab):
     forget(lab, spark1, spark2)
     served, fabric, mgmt = hub_bytes(lab), rx_bytes(lab, spark2, lab.spec.fabric_iface), rx_bytes(lab, spark2, "eth0")
 
-    proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "models", "pull",
-                             TINY, "--json", "--inventory", str(lab.spec.inventory_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from sparkdeploy.cli.main import main; main()",
+            "models",
+            "pull",
+            TINY,
+            "--json",
+            "--inventory",
+            str(lab.spec.inventory_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     overlapped = False  # spark2 held copied bytes while spark1 was still downloading: forwarded as it arrived
     while proc.poll() is None and not overlapped:
         copied = lab.ssh(spark2, f"cat {REPO_DIR}/blobs/* 2>/dev/null | head -c 1 | wc -c", check=False).stdout
@@ -75,8 +88,12 @@ def test_pull_downloads_once_and_copies_over_the_fabric(lab):
     result = json.loads(out)
     size = result["size"]
     assert result["nodes"]["spark1"]["action"] == "downloaded"
-    assert result["nodes"]["spark2"] == {**result["nodes"]["spark2"], "action": "copied", "source": "spark1",
-                                         "via": f"{spark1.fabric_ip} -> {spark2.fabric_ip}"}
+    assert result["nodes"]["spark2"] == {
+        **result["nodes"]["spark2"],
+        "action": "copied",
+        "source": "spark1",
+        "via": f"{spark1.fabric_ip} -> {spark2.fabric_ip}",
+    }
     assert hub_bytes(lab) - served == size  # the hub served the model once, for both nodes
     assert rx_bytes(lab, spark2, lab.spec.fabric_iface) - fabric >= size  # spark2's copy came over the fabric...
     assert rx_bytes(lab, spark2, "eth0") - mgmt < size / 5  # ...not over the management network
@@ -87,8 +104,10 @@ def test_pull_downloads_once_and_copies_over_the_fabric(lab):
 
     again = sparkdeploy(lab, "models", "pull", TINY, "--json")  # idempotent: nothing moves
     assert again.returncode == 0, again.stderr
-    assert {n: r["action"] for n, r in json.loads(again.stdout)["nodes"].items()} == \
-        {"spark1": "present", "spark2": "present"}
+    assert {n: r["action"] for n, r in json.loads(again.stdout)["nodes"].items()} == {
+        "spark1": "present",
+        "spark2": "present",
+    }
     assert hub_bytes(lab) - served == size
 
     # bad input: one line naming the problem and the fix, exit 2, nothing half-made
@@ -104,12 +123,39 @@ def test_a_copy_cut_midway_resumes_and_is_never_taken_for_complete(lab):
     forget(lab, spark2)  # (spark1 keeps what an earlier test pulled; if it has nothing, it downloads first)
     # slow spark1's fabric link down (tc), so the copy is still running when spark2's receiver is killed
     iface = lab.spec.fabric_iface
-    lab.docker_exec(spark1, "tc", "qdisc", "replace", "dev", iface, "root", "tbf", "rate", "40mbit", "burst",
-                    "64kb", "latency", "400ms")
+    lab.docker_exec(
+        spark1,
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        iface,
+        "root",
+        "tbf",
+        "rate",
+        "40mbit",
+        "burst",
+        "64kb",
+        "latency",
+        "400ms",
+    )
     try:
-        proc = subprocess.Popen([sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "models",
-                                 "pull", TINY, "--json", "--inventory", str(lab.spec.inventory_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from sparkdeploy.cli.main import main; main()",
+                "models",
+                "pull",
+                TINY,
+                "--json",
+                "--inventory",
+                str(lab.spec.inventory_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             sizes = lab.ssh(spark2, f"stat -c %s {REPO_DIR}/blobs/*.sparkdeploy-partial 2>/dev/null || true").stdout

@@ -29,8 +29,10 @@ def lab4_subnets() -> tuple[str, str]:
     fabric = ipaddress.IPv4Network(default.fabric_subnet)
     shift = 2 * fabric.num_addresses
     mgmt = ipaddress.IPv4Network(default.mgmt_subnet)
-    return (str(ipaddress.IPv4Network((int(mgmt.network_address) + shift, mgmt.prefixlen))),
-            str(ipaddress.IPv4Network((int(fabric.network_address) + shift, fabric.prefixlen))))
+    return (
+        str(ipaddress.IPv4Network((int(mgmt.network_address) + shift, mgmt.prefixlen))),
+        str(ipaddress.IPv4Network((int(fabric.network_address) + shift, fabric.prefixlen))),
+    )
 
 
 def lab4_spec() -> LabSpec:

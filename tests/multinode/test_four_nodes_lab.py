@@ -68,8 +68,12 @@ def sim_info(base_url: str) -> dict:
 
 def chat(endpoint: str, key: str | None = None, text: str = "Count to five.") -> str:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    r = requests.post(f"{endpoint}/chat/completions", headers=headers, timeout=300,
-                      json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": text}]})
+    r = requests.post(
+        f"{endpoint}/chat/completions",
+        headers=headers,
+        timeout=300,
+        json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": text}]},
+    )
     assert r.status_code == 200, r.text[:500]
     return r.json()["choices"][0]["message"]["content"]
 
@@ -77,8 +81,9 @@ def chat(endpoint: str, key: str | None = None, text: str = "Count to five.") ->
 def served(backend: str) -> float:
     """Requests an engine finished, from its own /metrics (vLLM's counter names)."""
     text = requests.get(backend.removesuffix("/v1") + "/metrics", timeout=10).text
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("vllm:request_success_total")]
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    ]
     assert values, f"no vllm:request_success_total at {backend}"
     return sum(values)
 
@@ -131,8 +136,23 @@ def test_2xsolo_on_four_nodes(lab4, inv4, master_key):
 
 
 def test_doctor_pairwise_fabric_and_nccl_over_four_ranks(lab4, inv4, cli):
-    code, out, err = cli("doctor", "-i", inv4, "--json", "--recipe", RECIPE, "--only", "network.mtu",
-                         "--only", "network.ping_df", "--only", "nccl", "--nccl", "--nccl-max-bytes", "1M")
+    code, out, err = cli(
+        "doctor",
+        "-i",
+        inv4,
+        "--json",
+        "--recipe",
+        RECIPE,
+        "--only",
+        "network.mtu",
+        "--only",
+        "network.ping_df",
+        "--only",
+        "nccl",
+        "--nccl",
+        "--nccl-max-bytes",
+        "1M",
+    )
     report = json.loads(out)
     rows = {(r["check"], r["node"]): r for r in report["results"]}
     assert code == 0, out + err
@@ -157,8 +177,10 @@ def test_push_from_one_node_chains_to_the_three_others(lab4, inv4, cli):
         0
     ]
     try:
-        lab4.ssh(nodes[0], f"printf 'FROM {base}\\nRUN head -c 6000000 /dev/urandom > /chain.bin\\n' | "
-                           f"docker build -q -t {tag} -")
+        lab4.ssh(
+            nodes[0],
+            f"printf 'FROM {base}\\nRUN head -c 6000000 /dev/urandom > /chain.bin\\n' | docker build -q -t {tag} -",
+        )
         for node in nodes[1:]:
             lab4.ssh(node, f"docker image rm {tag} >/dev/null 2>&1; true")
         code, out, err = cli("images", "push", tag, "--from", "spark1", "--dry-run", "-i", inv4)

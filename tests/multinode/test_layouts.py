@@ -20,8 +20,10 @@ RECIPE = "openai-gpt-oss-120b"  # architecture: 64 heads, 8 KV heads, 36 layers
 def nodes(n: int) -> dict:
     data = copy.deepcopy(TWO_NODES)
     template = data["nodes"][1]
-    data["nodes"] = data["nodes"][:1] + [dict(copy.deepcopy(template), name=f"spark{i}", mgmt_ip=f"192.0.2.{i}",
-                                              fabric_ip=f"198.51.100.{i}/24") for i in range(2, n + 1)]
+    data["nodes"] = data["nodes"][:1] + [
+        dict(copy.deepcopy(template), name=f"spark{i}", mgmt_ip=f"192.0.2.{i}", fabric_ip=f"198.51.100.{i}/24")
+        for i in range(2, n + 1)
+    ]
     return data
 
 
@@ -82,8 +84,9 @@ def test_replicas_that_make_one_engine_warn(four, write_inventory):
     assert any("one engine behind the proxy" in w and "--topology cluster" in w for w in two.warnings), two.warnings
     wide = load_deployment(four, RECIPE, "replicas", "native", sets=["tensor_parallel=4"])
     assert any("one engine behind the proxy" in w for w in wide.warnings)
-    assert not any("one engine behind the proxy" in w for w in
-                   load_deployment(four, RECIPE, "replicas", "native").warnings)
+    assert not any(
+        "one engine behind the proxy" in w for w in load_deployment(four, RECIPE, "replicas", "native").warnings
+    )
 
 
 def test_2xsolo_on_four_nodes_is_four_engines(four):
@@ -112,12 +115,18 @@ def test_tp_must_divide_the_nodes(four):
 def test_a_layout_the_heads_refuse_says_why(write_inventory):
     inv = str(write_inventory(nodes(4)))
     with pytest.raises(ConfigError) as err:  # 18 heads: TP=4 does not divide them; TP=2 x PP=2 does
-        load_deployment(inv, RECIPE, "cluster", "native",
-                        sets=["architecture.attention_heads=18", "architecture.kv_heads=6"])
+        load_deployment(
+            inv, RECIPE, "cluster", "native", sets=["architecture.attention_heads=18", "architecture.kv_heads=6"]
+        )
     text = str(err.value)
     assert "cannot run TP=4 x PP=1: TP=4 does not divide its 18 attention heads" in text and "--tp 2" in text
-    dep = load_deployment(inv, RECIPE, "cluster", "native", sets=["architecture.attention_heads=18",
-                                                                  "architecture.kv_heads=6", "tensor_parallel=2"])
+    dep = load_deployment(
+        inv,
+        RECIPE,
+        "cluster",
+        "native",
+        sets=["architecture.attention_heads=18", "architecture.kv_heads=6", "tensor_parallel=2"],
+    )
     assert "--pipeline-parallel-size 2" in args_of(dep, "spark1")
 
 
@@ -126,16 +135,20 @@ def test_kv_heads_split_or_replicated(write_inventory):
     # 8 KV heads on 4 ranks split; 2 KV heads on 4 ranks are replicated (4 % 2 == 0): both allowed
     load_deployment(inv, RECIPE, "cluster", "native", sets=["architecture.kv_heads=2"])
     with pytest.raises(ConfigError, match="neither divides its 3 KV heads"):
-        load_deployment(inv, RECIPE, "cluster", "native",
-                        sets=["architecture.attention_heads=24", "architecture.kv_heads=3"])
+        load_deployment(
+            inv, RECIPE, "cluster", "native", sets=["architecture.attention_heads=24", "architecture.kv_heads=3"]
+        )
 
 
-@pytest.mark.parametrize("groups,message", [
-    ([["spark1", "spark2"], ["spark3"]], "groups of 1, 2 nodes"),
-    ([["spark1", "spark2"], ["spark3", "spark9"]], "names 'spark9', not a node"),
-    ([["spark1", "spark2"], ["spark2", "spark3"]], "spark2 is in group 0 and group 1"),
-    ([["spark1", "spark2"]], "spark3, spark4 in no group"),
-])
+@pytest.mark.parametrize(
+    "groups,message",
+    [
+        ([["spark1", "spark2"], ["spark3"]], "groups of 1, 2 nodes"),
+        ([["spark1", "spark2"], ["spark3", "spark9"]], "names 'spark9', not a node"),
+        ([["spark1", "spark2"], ["spark2", "spark3"]], "spark2 is in group 0 and group 1"),
+        ([["spark1", "spark2"]], "spark3, spark4 in no group"),
+    ],
+)
 def test_bad_groups_are_refused_one_line_each(write_inventory, groups, message):
     data = nodes(4)
     data["groups"] = groups
@@ -165,8 +178,9 @@ def test_fabric_direct_cable_or_switch(write_inventory):
 
 
 def test_cli_tp_option_is_the_recipe_field(four, cli, tmp_path):
-    code, _out, err = cli("render", RECIPE, "-t", "replicas", "--tp", "4", "-b", "native", "-i", four,
-                         "--out", str(tmp_path / "r"))
+    code, _out, err = cli(
+        "render", RECIPE, "-t", "replicas", "--tp", "4", "-b", "native", "-i", four, "--out", str(tmp_path / "r")
+    )
     assert code == 0, err
     assert "--tensor-parallel-size 4" in (tmp_path / "r" / "spark1" / "vllm.entry.sh").read_text()
     code, _out, err = cli("render", RECIPE, "-t", "cluster", "--tp", "3", "-i", four, "--out", str(tmp_path / "s"))

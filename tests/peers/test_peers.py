@@ -17,16 +17,27 @@ from sparkdeploy.peers import (
 
 
 def node(name: str, i: int, port: int | None = None, user: str | None = "spark") -> Node:
-    return Node(name=name, role="head" if i == 1 else "worker", mgmt_ip=f"10.0.0.{i}",
-                fabric_ip=f"192.168.100.{i}/24", fabric_ifaces=["eth1"], ssh={"user": user, "port": port})
+    return Node(
+        name=name,
+        role="head" if i == 1 else "worker",
+        mgmt_ip=f"10.0.0.{i}",
+        fabric_ip=f"192.168.100.{i}/24",
+        fabric_ifaces=["eth1"],
+        ssh={"user": user, "port": port},
+    )
 
 
 def test_peer_ssh_checks_host_keys_uses_only_the_peer_key_and_the_fabric_addresses():
     a, b = node("a", 1), node("b", 2, port=2222)
     argv = peer_ssh_argv(a, b, ["docker", "load", "-q"])
     joined = " ".join(argv)
-    for option in ("StrictHostKeyChecking=yes", "UserKnownHostsFile=~/.ssh/known_hosts_sparkdeploy",
-                   "GlobalKnownHostsFile=/dev/null", "BatchMode=yes", "IdentitiesOnly=yes"):
+    for option in (
+        "StrictHostKeyChecking=yes",
+        "UserKnownHostsFile=~/.ssh/known_hosts_sparkdeploy",
+        "GlobalKnownHostsFile=/dev/null",
+        "BatchMode=yes",
+        "IdentitiesOnly=yes",
+    ):
         assert option in argv, option
     assert argv[argv.index("-i") + 1] == "~/.ssh/sparkdeploy_peer"
     assert argv[argv.index("-b") + 1] == "192.168.100.1"  # leaves from the sender's fabric address
@@ -52,11 +63,11 @@ def test_known_hosts_name_carries_the_port_when_not_22():
 def test_transfer_plan_is_a_chain_where_the_source_sends_once_whatever_n():
     nodes = [node(f"n{i}", i) for i in range(1, 9)]
     for n in range(1, 8):
-        edges = transfer_plan(nodes[0], nodes[1:n + 1])
+        edges = transfer_plan(nodes[0], nodes[1 : n + 1])
         assert [(s.name, t.name) for s, t in edges] == [(nodes[i].name, nodes[i + 1].name) for i in range(n)]
         senders = [s.name for s, _ in edges]
         assert senders.count("n1") == 1  # the source's link carries each byte once
-        assert sorted(t.name for _, t in edges) == sorted(x.name for x in nodes[1:n + 1])  # each target once
+        assert sorted(t.name for _, t in edges) == sorted(x.name for x in nodes[1 : n + 1])  # each target once
     # the source among the targets, or a node twice, is left out
     assert [(s.name, t.name) for s, t in transfer_plan(nodes[0], [nodes[0], nodes[1], nodes[1]])] == [("n1", "n2")]
     assert transfer_plan(nodes[0], []) == []

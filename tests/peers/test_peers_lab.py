@@ -34,15 +34,41 @@ def test_node_to_node_ssh_over_the_fabric_with_host_keys_checked(lab):
         assert run.stdout.split("\n")[1] == lab.ssh(lab.nodes[1], "hostname").stdout.strip()
 
         # The peer key logs in only from the sender's fabric address: from its management address it is refused.
-        mgmt = conn.run(["ssh", "-T", "-i", "~/.ssh/sparkdeploy_peer", "-o", "IdentitiesOnly=yes", "-o",
-                         "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                         "-o", "ConnectTimeout=10", f"spark@{b.mgmt_ip}", "true"], check=False)
+        mgmt = conn.run(
+            [
+                "ssh",
+                "-T",
+                "-i",
+                "~/.ssh/sparkdeploy_peer",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "ConnectTimeout=10",
+                f"spark@{b.mgmt_ip}",
+                "true",
+            ],
+            check=False,
+        )
         assert mgmt.exit_code == 255 and "Permission denied" in mgmt.stderr, mgmt.stderr
 
         # A wrong host key pinned for b: the peer ssh refuses to connect, and runs nothing.
         host = known_hosts_host(b)
-        conn.run(["sh", "-c", (f'sed -i "/^{host} /d" "$HOME/.ssh/known_hosts_sparkdeploy" && '
-                              f'echo "{host} {WRONG_KEY}" >> "$HOME/.ssh/known_hosts_sparkdeploy"')])
+        conn.run(
+            [
+                "sh",
+                "-c",
+                (
+                    f'sed -i "/^{host} /d" "$HOME/.ssh/known_hosts_sparkdeploy" && '
+                    f'echo "{host} {WRONG_KEY}" >> "$HOME/.ssh/known_hosts_sparkdeploy"'
+                ),
+            ]
+        )
         bad = conn.run(peer_ssh_argv(a, b, ["touch", "/tmp/peer-ran"]), check=False)
         assert bad.exit_code == 255 and "Host key verification failed" in bad.stderr, bad.stderr
         assert lab.ssh(lab.nodes[1], "test -e /tmp/peer-ran", check=False).returncode != 0

@@ -16,10 +16,18 @@ from typing import Any
 
 import requests
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "the weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city", "days"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "the weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    },
+}
 MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<arg_key>")
 
 
@@ -27,14 +35,19 @@ def _post(base: str, model: str, headers: dict | None, stream: bool = False, **b
     payload = {"model": model, "messages": [{"role": "user", "content": "what is the weather in paris"}], **body}
     if stream:
         payload["stream"] = True
-    return requests.post(base.rstrip("/") + "/chat/completions", json=payload, headers=headers or {}, timeout=120,
-                         stream=stream)
+    return requests.post(
+        base.rstrip("/") + "/chat/completions", json=payload, headers=headers or {}, timeout=120, stream=stream
+    )
 
 
 def _call_shape(call: dict) -> dict:
     args = json.loads(call["function"]["arguments"])
-    return {"type": call["type"], "name": call["function"]["name"], "id": call["id"].startswith("chatcmpl-tool-"),
-            "args": {k: type(v).__name__ for k, v in sorted(args.items())}}
+    return {
+        "type": call["type"],
+        "name": call["function"]["name"],
+        "id": call["id"].startswith("chatcmpl-tool-"),
+        "args": {k: type(v).__name__ for k, v in sorted(args.items())},
+    }
 
 
 def _message_shape(body: dict) -> dict:
@@ -63,7 +76,7 @@ def _stream_shape(resp: requests.Response) -> dict:
             delta = choice.get("delta") or {}
             content += delta.get("content") or ""
             reasoning += delta.get("reasoning") or ""
-            for tc in delta.get("tool_calls") or []:   # OpenAI streaming: fragments joined by index
+            for tc in delta.get("tool_calls") or []:  # OpenAI streaming: fragments joined by index
                 slot = calls.setdefault(tc["index"], {"id": "", "type": "", "function": {"name": "", "arguments": ""}})
                 slot["id"] += tc.get("id") or ""
                 slot["type"] = tc.get("type") or slot["type"]
@@ -72,8 +85,13 @@ def _stream_shape(resp: requests.Response) -> dict:
                 slot["function"]["arguments"] += fn.get("arguments") or ""
             finish = choice.get("finish_reason") or finish
     assert not any(m in content for m in MARKUP), f"parser markup leaked into streamed content: {content!r}"
-    return {"finish_reason": finish, "content": bool(content.strip()), "reasoning": bool(reasoning),
-            "tool_calls": [_call_shape(calls[i]) for i in sorted(calls)], "chunks": chunks >= 2}
+    return {
+        "finish_reason": finish,
+        "content": bool(content.strip()),
+        "reasoning": bool(reasoning),
+        "tool_calls": [_call_shape(calls[i]) for i in sorted(calls)],
+        "chunks": chunks >= 2,
+    }
 
 
 def run_suite(base: str, model: str, headers: dict | None = None) -> dict[str, Any]:
@@ -81,15 +99,18 @@ def run_suite(base: str, model: str, headers: dict | None = None) -> dict[str, A
     out: dict[str, Any] = {}
     out["auto"] = _message_shape(_ok(_post(base, model, headers, tools=[WEATHER], tool_choice="auto")))
     out["required"] = _message_shape(_ok(_post(base, model, headers, tools=[WEATHER], tool_choice="required")))
-    out["stream"] = _stream_shape(_post(base, model, headers, stream=True, tools=[WEATHER], stream_options={
-        "include_usage": True}))
+    out["stream"] = _stream_shape(
+        _post(base, model, headers, stream=True, tools=[WEATHER], stream_options={"include_usage": True})
+    )
     out["reasoning"] = _message_shape(_ok(_post(base, model, headers, max_tokens=40)))
     stopped = _ok(_post(base, model, headers, max_tokens=40, stop=["ran"]))
-    out["stop"] = {**_message_shape(stopped), "stop_reason": stopped["choices"][0].get("stop_reason"),
-                   "cut": "ran" not in (stopped["choices"][0]["message"]["content"] or "")}
+    out["stop"] = {
+        **_message_shape(stopped),
+        "stop_reason": stopped["choices"][0].get("stop_reason"),
+        "cut": "ran" not in (stopped["choices"][0]["message"]["content"] or ""),
+    }
     refused = _post(base, model, headers, use_beam_search=True)
-    out["refused"] = {"status": refused.status_code,
-                      "names_field": "use_beam_search" in refused.text}
+    out["refused"] = {"status": refused.status_code, "names_field": "use_beam_search" in refused.text}
     return out
 
 
@@ -107,8 +128,14 @@ def expected_shape(reasoning: bool, via_proxy: bool = False) -> dict[str, Any]:
         "required": tool_case,
         "stream": {**tool_case, "chunks": True},
         "reasoning": {"finish_reason": "length", "content": True, "reasoning": reasoning, "tool_calls": []},
-        "stop": {"finish_reason": "stop", "content": True, "reasoning": reasoning, "tool_calls": [],
-                 "stop_reason": "ran", "cut": True},
+        "stop": {
+            "finish_reason": "stop",
+            "content": True,
+            "reasoning": reasoning,
+            "tool_calls": [],
+            "stop_reason": "ran",
+            "cut": True,
+        },
         # LiteLLM answers a backend's 400 with its own 400 that quotes the message
         "refused": {"status": 400, "names_field": True},
     }

@@ -21,8 +21,19 @@ for p in (str(SIM_DIR), str(LAUNCHER_DIR)):
         sys.path.insert(0, p)
 
 MODEL = "openai/gpt-oss-120b"
-SEED_ARGS = ["--max-model-len", "4096", "--gpu-memory-utilization", "0.7", "--enforce-eager",
-             "--kv-cache-dtype", "fp8", "--mxfp4-layers", "moe,qkv,o,lm_head", "--max-num-batched-tokens", "32768"]
+SEED_ARGS = [
+    "--max-model-len",
+    "4096",
+    "--gpu-memory-utilization",
+    "0.7",
+    "--enforce-eager",
+    "--kv-cache-dtype",
+    "fp8",
+    "--mxfp4-layers",
+    "moe,qkv,o,lm_head",
+    "--max-num-batched-tokens",
+    "32768",
+]
 
 
 def free_port() -> int:
@@ -63,8 +74,9 @@ class Proc:
         self.log = log
         self.session = session
         self._fh = open(log, "wb")
-        self.p = subprocess.Popen(args, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                  start_new_session=session)
+        self.p = subprocess.Popen(
+            args, env=env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=str(REPO), start_new_session=session
+        )
 
     def output(self) -> str:
         self._fh.flush()

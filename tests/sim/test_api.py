@@ -18,9 +18,27 @@ def server(tmp_path_factory):
     """One server for the read-mostly tests of this module (starting one costs about a second)."""
     port = free_port()
     log = tmp_path_factory.mktemp("sim") / "sim.log"
-    proc = Proc([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--host", "127.0.0.1",
-                 "--served-model-name", MODEL, "gpt-oss", *SEED_ARGS, "--stream-interval", "1"],
-                sim_env(0.02), log)
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            MODEL,
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--served-model-name",
+            MODEL,
+            "gpt-oss",
+            *SEED_ARGS,
+            "--stream-interval",
+            "1",
+        ],
+        sim_env(0.02),
+        log,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + "/health", proc=proc.p)
@@ -69,9 +87,19 @@ def test_second_served_name_is_accepted_and_echoed(server):
 
 
 def test_chat_stream_with_usage_and_token_ids(server):
-    r = requests.post(server + "/v1/chat/completions", stream=True, timeout=30, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 5, "stream": True,
-        "stream_options": {"include_usage": True}, "return_token_ids": True})
+    r = requests.post(
+        server + "/v1/chat/completions",
+        stream=True,
+        timeout=30,
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "a b c"}],
+            "max_tokens": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+        },
+    )
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
     events = sse_events(r)
     assert events[-1] == "[DONE]"
@@ -86,22 +114,35 @@ def test_chat_stream_with_usage_and_token_ids(server):
 
 
 def test_stream_without_include_usage_has_no_usage_chunk(server):
-    r = requests.post(server + "/v1/chat/completions", stream=True, timeout=30, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True})
+    r = requests.post(
+        server + "/v1/chat/completions",
+        stream=True,
+        timeout=30,
+        json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True},
+    )
     events = sse_events(r)
     assert all("usage" not in e for e in events if e != "[DONE]")
     assert all(e["choices"] for e in events if e != "[DONE]")
 
 
 def test_completions_string_and_token_ids(server):
-    r = requests.post(server + "/v1/completions", timeout=30,
-                      json={"model": MODEL, "prompt": "one two three four", "max_tokens": 3})
+    r = requests.post(
+        server + "/v1/completions", timeout=30, json={"model": MODEL, "prompt": "one two three four", "max_tokens": 3}
+    )
     body = r.json()
     assert body["object"] == "text_completion" and body["choices"][0]["text"] == "[simulated by vllm-sim]"
     assert body["usage"]["prompt_tokens"] == 4
-    r = requests.post(server + "/v1/completions", timeout=30,
-                      json={"model": MODEL, "prompt": [5, 6, 7, 8, 9], "max_tokens": 1, "stream": True,
-                            "stream_options": {"include_usage": True}})
+    r = requests.post(
+        server + "/v1/completions",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "prompt": [5, 6, 7, 8, 9],
+            "max_tokens": 1,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     events = sse_events(r)
     assert events[0]["object"] == "text_completion" and events[0]["choices"][0]["text"] == "[simulated"
     assert events[-2]["usage"]["prompt_tokens"] == 5
@@ -126,8 +167,9 @@ def test_missing_max_tokens_ends_with_stop(server):
 
 
 def test_bad_json_is_400(server):
-    r = requests.post(server + "/v1/chat/completions", data=b"{not json", timeout=5,
-                      headers={"Content-Type": "application/json"})
+    r = requests.post(
+        server + "/v1/chat/completions", data=b"{not json", timeout=5, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400
 
 
@@ -173,8 +215,13 @@ def test_gauges_while_busy(sim_server):
         seen = []
         for _ in range(40):
             text = requests.get(base + "/metrics", timeout=5).text
-            seen.append((_metric(text, "vllm:num_requests_running"), _metric(text, "vllm:num_requests_waiting"),
-                         _metric(text, "vllm:kv_cache_usage_perc")))
+            seen.append(
+                (
+                    _metric(text, "vllm:num_requests_running"),
+                    _metric(text, "vllm:num_requests_waiting"),
+                    _metric(text, "vllm:kv_cache_usage_perc"),
+                )
+            )
             if seen[-1][1] > 0:
                 break
             time.sleep(0.05)
@@ -192,9 +239,22 @@ def test_api_key_guards_v1_only(sim_server):
 
 def test_stream_interval_groups_tokens(sim_server):
     base, _ = sim_server("--max-model-len", "4096", "--stream-interval", "4")
-    r = requests.post(base + "/v1/chat/completions", stream=True, timeout=30, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 10, "stream": True,
-        "return_token_ids": True, "stream_options": {"include_usage": True}})
-    counts = [len(e["choices"][0]["token_ids"]) for e in sse_events(r) if e != "[DONE]" and e["choices"]
-              and "token_ids" in e["choices"][0]]
+    r = requests.post(
+        base + "/v1/chat/completions",
+        stream=True,
+        timeout=30,
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 10,
+            "stream": True,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    counts = [
+        len(e["choices"][0]["token_ids"])
+        for e in sse_events(r)
+        if e != "[DONE]" and e["choices"] and "token_ids" in e["choices"][0]
+    ]
     assert counts == [1, 4, 4, 1]  # first token at once, then every 4, then the rest at the end

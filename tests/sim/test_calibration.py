@@ -62,9 +62,14 @@ def test_enforce_eager_off_changes_tp2_decode(seed_cfg):
 
     eager = predict(with_tp(seed_cfg, 2), [1])[0].decode_tps
     graphs = predict(replace(with_tp(seed_cfg, 2), enforce_eager=False), [1])[0].decode_tps
-    split = predict(replace(with_tp(seed_cfg, 2), enforce_eager=False,
-                            compilation_config={"splitting_ops": ["vllm::all_reduce"], "cudagraph_mode": "PIECEWISE"}),
-                    [1])[0].decode_tps
+    split = predict(
+        replace(
+            with_tp(seed_cfg, 2),
+            enforce_eager=False,
+            compilation_config={"splitting_ops": ["vllm::all_reduce"], "cudagraph_mode": "PIECEWISE"},
+        ),
+        [1],
+    )[0].decode_tps
     assert graphs > eager  # launch savings (36 layers) outweigh 73 slower all-reduces
     assert split > graphs  # seed 004's fix: all-reduce eager between graph pieces
 

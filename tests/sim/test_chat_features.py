@@ -56,15 +56,20 @@ def test_tool_call_markup_round_trips_through_the_parser(parser):
     if parser == "qwen3_coder":
         assert "<function=get_weather>\n<parameter=city>\nParis <north>\n</parameter>" in text
     if parser == "glm47":
-        assert text == ("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris <north></arg_value>"
-                        "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>")
-    assert read_tool_call(parser, text[len("<tool_call>"):-len("</tool_call>")], tools) == ("get_weather", args)
+        assert text == (
+            "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris <north></arg_value>"
+            "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+        )
+    assert read_tool_call(parser, text[len("<tool_call>") : -len("</tool_call>")], tools) == ("get_weather", args)
 
 
 def test_stream_parser_holds_back_markup_and_matches_the_whole_parse():
     tools = {"get_weather": WEATHER["function"]}
-    text = ("thinking about it</think>Let me look." + write_tool_call("glm47", "get_weather", {"city": "x", "days": 2})
-            + " done")
+    text = (
+        "thinking about it</think>Let me look."
+        + write_tool_call("glm47", "get_weather", {"city": "x", "days": 2})
+        + " done"
+    )
     whole = StreamParser("glm47", True, tools).feed(text, final=True)
     streamed = StreamParser("glm47", True, tools)
     reasoning = content = ""
@@ -72,23 +77,42 @@ def test_stream_parser_holds_back_markup_and_matches_the_whole_parse():
     for i, piece in enumerate(pieces(text)):
         part = streamed.feed(piece, final=i == len(pieces(text)) - 1)
         reasoning, content, calls = reasoning + part.reasoning, content + part.content, calls + part.tool_calls
-        assert "<" not in part.content, part.content   # a tag being written is never sent as content
+        assert "<" not in part.content, part.content  # a tag being written is never sent as content
     assert (reasoning, content, calls) == (whole.reasoning, whole.content, whole.tool_calls)
     assert whole.reasoning == "thinking about it" and whole.content == "Let me look. done"
     assert whole.tool_calls == [("get_weather", {"city": "x", "days": 2})]
 
 
 def test_example_values_follow_the_schema():
-    schema = {"type": "object", "required": ["a", "c"], "properties": {
-        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"enum": ["x", "y"]}}}
+    schema = {
+        "type": "object",
+        "required": ["a", "c"],
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"enum": ["x", "y"]}},
+    }
     assert example_value(schema) == {"a": 1, "c": "x"}
     assert example_value({"type": "array", "items": {"type": "boolean"}}) == [True]
 
 
 def start_sim(tmp_path, *flags: str) -> tuple[Proc, str]:
     port = free_port()
-    proc = Proc([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--host", "127.0.0.1",
-                 "--max-model-len", "4096", *flags], sim_env(0.01), tmp_path / "sim.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            MODEL,
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--max-model-len",
+            "4096",
+            *flags,
+        ],
+        sim_env(0.01),
+        tmp_path / "sim.log",
+    )
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/health", proc=proc.p)
     return proc, base
@@ -107,20 +131,24 @@ def test_request_suite_for_each_recipe_parser_set(tmp_path, recipe, tool_parser,
 
 
 def test_fields_the_server_cannot_honour_are_refused_naming_the_field(tmp_path):
-    proc, base = start_sim(tmp_path)   # no parser flags: a plain text server
+    proc, base = start_sim(tmp_path)  # no parser flags: a plain text server
     msgs = [{"role": "user", "content": "hi"}]
 
     def post(**body):
         return requests.post(base + "/v1/chat/completions", json={"model": MODEL, "messages": msgs, **body}, timeout=30)
 
     try:
-        r = post(tools=[WEATHER])   # tool_choice defaults to auto when tools are given
+        r = post(tools=[WEATHER])  # tool_choice defaults to auto when tools are given
         assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
         assert "--enable-auto-tool-choice" in r.json()["error"]["message"]
         r = post(tools=[WEATHER], tool_choice="required")
         assert r.status_code == 400 and "--tool-call-parser" in r.json()["error"]["message"]
-        for field, value in [("logit_bias", {"1": 5}), ("prompt_logprobs", 1), ("chat_template", "{{x}}"),
-                             ("structured_outputs", {"regex": "a+"})]:
+        for field, value in [
+            ("logit_bias", {"1": 5}),
+            ("prompt_logprobs", 1),
+            ("chat_template", "{{x}}"),
+            ("structured_outputs", {"regex": "a+"}),
+        ]:
             r = post(**{field: value})
             assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
         r = post(chat_template_kwargs={"custom": 1})
@@ -140,15 +168,28 @@ def test_named_tool_choice_and_json_response_format(tmp_path):
     proc, base = start_sim(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     other = {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}}}
     try:
-        r = requests.post(base + "/v1/chat/completions", timeout=30, json={
-            "model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER, other],
-            "tool_choice": {"type": "function", "function": {"name": "noop"}}}).json()["choices"][0]
-        assert r["finish_reason"] == "stop"   # vLLM: "stop" for a named choice, "tool_calls" for auto/required
+        r = requests.post(
+            base + "/v1/chat/completions",
+            timeout=30,
+            json={
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [WEATHER, other],
+                "tool_choice": {"type": "function", "function": {"name": "noop"}},
+            },
+        ).json()["choices"][0]
+        assert r["finish_reason"] == "stop"  # vLLM: "stop" for a named choice, "tool_calls" for auto/required
         assert [c["function"]["name"] for c in r["message"]["tool_calls"]] == ["noop"]
         schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-        r = requests.post(base + "/v1/chat/completions", timeout=30, json={
-            "model": MODEL, "messages": [{"role": "user", "content": "x"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}).json()
+        r = requests.post(
+            base + "/v1/chat/completions",
+            timeout=30,
+            json={
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+            },
+        ).json()
         assert r["choices"][0]["message"]["content"] == '{"n": 1}' and r["choices"][0]["finish_reason"] == "stop"
     finally:
         proc.stop()
@@ -156,11 +197,28 @@ def test_named_tool_choice_and_json_response_format(tmp_path):
 
 def test_sim_refuses_a_parser_whose_markup_it_cannot_write(tmp_path):
     port = free_port()
-    proc = Proc([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--enable-auto-tool-choice",
-                 "--tool-call-parser", "mistral"], sim_env(), tmp_path / "bad.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            MODEL,
+            "--port",
+            str(port),
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "mistral",
+        ],
+        sim_env(),
+        tmp_path / "bad.log",
+    )
     assert proc.p.wait(60) == 1
     assert "vllm-sim writes tool calls only for --tool-call-parser" in proc.output()
-    proc = Proc([sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--enable-auto-tool-choice"],
-                sim_env(), tmp_path / "bad2.log")
+    proc = Proc(
+        [sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--enable-auto-tool-choice"],
+        sim_env(),
+        tmp_path / "bad2.log",
+    )
     assert proc.p.wait(60) == 1
     assert "--enable-auto-tool-choice requires --tool-call-parser" in proc.output()

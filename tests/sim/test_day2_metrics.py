@@ -12,8 +12,11 @@ from tests.sim.conftest import MODEL, SEED_ARGS
 
 
 def _chat(base: str, max_tokens: int = 8) -> None:
-    r = requests.post(base + "/v1/chat/completions", timeout=60, json={
-        "model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": max_tokens})
+    r = requests.post(
+        base + "/v1/chat/completions",
+        timeout=60,
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": max_tokens},
+    )
     assert r.status_code == 200, r.text
 
 

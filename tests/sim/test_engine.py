@@ -15,9 +15,16 @@ MODEL = "openai/gpt-oss-120b"
 
 
 def cfg(**kw) -> ServeConfig:
-    base = {"model": MODEL, "served_model_names": [MODEL], "max_model_len": 4096, "gpu_memory_utilization": 0.7,
-                "kv_cache_dtype": "fp8", "enforce_eager": True, "max_num_batched_tokens": 32768,
-                "mxfp4_layers": frozenset({"moe", "qkv", "o", "lm_head"})}
+    base = {
+        "model": MODEL,
+        "served_model_names": [MODEL],
+        "max_model_len": 4096,
+        "gpu_memory_utilization": 0.7,
+        "kv_cache_dtype": "fp8",
+        "enforce_eager": True,
+        "max_num_batched_tokens": 32768,
+        "mxfp4_layers": frozenset({"moe", "qkv", "o", "lm_head"}),
+    }
     base.update(kw)
     return ServeConfig(**base)
 
@@ -72,7 +79,7 @@ def test_every_request_gets_exactly_max_tokens():
 
 def test_kv_exhaustion_preempts_and_recomputes():
     sched = Scheduler(SchedulerLimits(max_num_batched_tokens=4096, max_num_seqs=8, kv_blocks=10))
-    a, b = Seq("a", 64), Seq("b", 64)   # 4 blocks each; 2 blocks of room to grow
+    a, b = Seq("a", 64), Seq("b", 64)  # 4 blocks each; 2 blocks of room to grow
     sched.add(a)
     sched.add(b)
     for _ in range(60):
@@ -87,8 +94,8 @@ def test_decode_step_is_bandwidth_bound_and_grows_sublinearly():
     e = SimEngine(cfg()).cost
     t1 = e.step_seconds(StepShape(decode_seqs=1, decode_context=1100, num_seqs=1))
     t32 = e.step_seconds(StepShape(decode_seqs=32, decode_context=32 * 1100, num_seqs=32))
-    assert 0.010 < t1 < 0.030      # tens of ms per token at batch 1 (seed: 57.5 t/s)
-    assert t1 < t32 < 16 * t1      # batching pays: 32 tokens for far less than 32 steps
+    assert 0.010 < t1 < 0.030  # tens of ms per token at batch 1 (seed: 57.5 t/s)
+    assert t1 < t32 < 16 * t1  # batching pays: 32 tokens for far less than 32 steps
 
 
 def test_tp2_halves_weight_reads_and_pays_allreduce():
@@ -105,8 +112,14 @@ def test_allreduce_latency_follows_graph_mode():
     """Seed 004: 46 us inside CUDA graphs, 18 us eager; splitting at vllm::all_reduce makes it eager."""
     shape = StepShape(decode_seqs=1, decode_context=1100, num_seqs=1)
     graph = SimEngine(cfg(tp=2, nnodes=2, enforce_eager=False, compilation_config={"cudagraph_mode": "PIECEWISE"})).cost
-    split = SimEngine(cfg(tp=2, nnodes=2, enforce_eager=False, compilation_config={
-        "cudagraph_mode": "PIECEWISE", "splitting_ops": ["vllm::all_reduce"]})).cost
+    split = SimEngine(
+        cfg(
+            tp=2,
+            nnodes=2,
+            enforce_eager=False,
+            compilation_config={"cudagraph_mode": "PIECEWISE", "splitting_ops": ["vllm::all_reduce"]},
+        )
+    ).cost
     eager = SimEngine(cfg(tp=2, nnodes=2)).cost
     n = 2 * 36 + 1
     assert graph.breakdown(shape)["comm"] - split.breakdown(shape)["comm"] == pytest.approx(
@@ -122,8 +135,8 @@ def test_mxfp4_layers_shrink_dense_reads():
 
 
 def test_distinct_experts():
-    assert distinct_experts(1, 128, 4, 2.0, 0.5) == pytest.approx(4.0, rel=0.05)   # one token: k of E
-    assert distinct_experts(2, 128, 4, 2.0, 0.5) == pytest.approx(7.9, rel=0.05)   # independent below the knee
+    assert distinct_experts(1, 128, 4, 2.0, 0.5) == pytest.approx(4.0, rel=0.05)  # one token: k of E
+    assert distinct_experts(2, 128, 4, 2.0, 0.5) == pytest.approx(7.9, rel=0.05)  # independent below the knee
     counts = [distinct_experts(t, 128, 4, 2.0, 0.5) for t in (1, 8, 64, 32768)]
     assert counts == sorted(counts) and counts[-1] == pytest.approx(128, abs=1)
     assert distinct_experts(64, 128, 4, 2.0, 0.5) < distinct_experts(64, 128, 4, 2.0, 1.0)  # shared past it
@@ -164,7 +177,10 @@ def test_a_quantized_checkpoint_takes_its_base_models_architecture():
         cat.model("Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound"),
     )
     assert (quant.name, quant.default_quantization, base.default_quantization) == (
-        "Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound", "int4", "bf16")
+        "Intel/Qwen3-Coder-30B-A3B-Instruct-int4-AutoRound",
+        "int4",
+        "bf16",
+    )
     assert {**quant.__dict__, "name": "", "default_quantization": ""} == {
         **base.__dict__,
         "name": "",

@@ -17,13 +17,20 @@ OFFICIAL_DUMP = REPO / "images" / "vllm-node" / "vllm-args-0.32.0.json"
 
 
 def run_vllm(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vllm_sim", *args], env=sim_env(), capture_output=True,
-                          text=True, timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_sim", *args],
+        env=sim_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
 
 
 def test_flag_list_is_a_copy_of_the_vllm_parser_dump():
     assert json.loads(ARGS_FILE.read_text()) == json.loads(OFFICIAL_DUMP.read_text()), (
-        "images/vllm-sim/vllm_sim/data/vllm-args.json differs from images/vllm-node/vllm-args-0.32.0.json: copy it")
+        "images/vllm-sim/vllm_sim/data/vllm-args.json differs from images/vllm-node/vllm-args-0.32.0.json: copy it"
+    )
 
 
 def test_extra_flags_match_the_manifests():
@@ -40,10 +47,30 @@ def test_extra_flags_match_the_manifests():
 
 
 def test_seed_recipe_arguments_parse():
-    ns = parse_serve_args(["openai/gpt-oss-120b", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss",
-                           "--enable-auto-tool-choice", "--enable-prefix-caching", "--load-format", "fastsafetensors",
-                           "--quantization", "mxfp4", "--mxfp4-backend", "CUTLASS", "--attention-backend", "FLASHINFER",
-                           "--host", "0.0.0.0", "--port", "8000", *SEED_ARGS])
+    ns = parse_serve_args(
+        [
+            "openai/gpt-oss-120b",
+            "--tool-call-parser",
+            "openai",
+            "--reasoning-parser",
+            "openai_gptoss",
+            "--enable-auto-tool-choice",
+            "--enable-prefix-caching",
+            "--load-format",
+            "fastsafetensors",
+            "--quantization",
+            "mxfp4",
+            "--mxfp4-backend",
+            "CUTLASS",
+            "--attention-backend",
+            "FLASHINFER",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            *SEED_ARGS,
+        ]
+    )
     cfg = from_namespace(ns, env={})
     assert (cfg.max_model_len, cfg.gpu_memory_utilization, cfg.max_num_batched_tokens) == (4096, 0.7, 32768)
     assert cfg.mxfp4_layers == {"moe", "qkv", "o", "lm_head"} and cfg.graph_mode == "eager"
@@ -51,13 +78,51 @@ def test_seed_recipe_arguments_parse():
 
 
 def test_every_required_flag_and_alias():
-    ns = parse_serve_args([
-        "m", "--served-model-name", "a", "b", "--host", "127.0.0.1", "--port", "9000", "-tp", "2",
-        "--gpu-memory-utilization", "0.8", "--max-model-len", "8k", "--kv-cache-dtype", "fp8", "--enforce-eager",
-        "--max-num-batched-tokens", "16K", "--max-num-seqs", "64", "--quantization", "fp8", "--load-format", "dummy",
-        "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}', "--distributed-executor-backend", "ray",
-        "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29600", "--headless",
-        "--trust-remote-code", "--dtype", "bfloat16"])
+    ns = parse_serve_args(
+        [
+            "m",
+            "--served-model-name",
+            "a",
+            "b",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "9000",
+            "-tp",
+            "2",
+            "--gpu-memory-utilization",
+            "0.8",
+            "--max-model-len",
+            "8k",
+            "--kv-cache-dtype",
+            "fp8",
+            "--enforce-eager",
+            "--max-num-batched-tokens",
+            "16K",
+            "--max-num-seqs",
+            "64",
+            "--quantization",
+            "fp8",
+            "--load-format",
+            "dummy",
+            "--compilation-config",
+            '{"cudagraph_mode": "PIECEWISE"}',
+            "--distributed-executor-backend",
+            "ray",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--master-addr",
+            "10.0.0.1",
+            "--master-port",
+            "29600",
+            "--headless",
+            "--trust-remote-code",
+            "--dtype",
+            "bfloat16",
+        ]
+    )
     cfg = from_namespace(ns, env={})
     assert cfg.served_model_names == ["a", "b"] and cfg.tp == 2 and cfg.max_model_len == 8000
     assert cfg.max_num_batched_tokens == 16384 and cfg.max_num_seqs == 64 and cfg.mode == "ray"
@@ -75,8 +140,14 @@ def test_flexible_spellings_like_vllm():
     assert preprocess(["--model", "m", "--max_model_len", "4096"]) == ["m", "--max-model-len", "4096"]
     assert preprocess(["m", "-O3"]) == ["m", "--optimization-level", "3"]
     assert preprocess(["m", "-O", "0"]) == ["m", "--optimization-level", "0"]
-    out = preprocess(["m", "--compilation-config.splitting_ops+", "vllm::all_reduce,x",
-                      "--compilation-config.cudagraph_mode=PIECEWISE"])
+    out = preprocess(
+        [
+            "m",
+            "--compilation-config.splitting_ops+",
+            "vllm::all_reduce,x",
+            "--compilation-config.cudagraph_mode=PIECEWISE",
+        ]
+    )
     assert out[:2] == ["m", "--compilation-config"]
     assert json.loads(out[2]) == {"splitting_ops": ["vllm::all_reduce", "x"], "cudagraph_mode": "PIECEWISE"}
     cfg = from_namespace(parse_serve_args(["m", "--compilation-config.splitting_ops+", "vllm::all_reduce"]), env={})
@@ -92,15 +163,21 @@ def test_human_readable_ints():
         human_readable_int("4q")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--bogus", "3"], "vllm serve: error: unrecognized arguments: --bogus 3"),
-    (["--swap-space", "4"], "unrecognized arguments: --swap-space 4"),
-    (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
-    (["--dtype", "fp9"], "argument --dtype: invalid choice: 'fp9'"),
-    (["--distributed-executor-backend", "slurm"], "argument --distributed-executor-backend: invalid choice: 'slurm'"),
-    (["--max-model-len"], "argument --max-model-len: expected one argument"),
-    (["--compilation-config", "{not json"], "argument --compilation-config/-cc: invalid parse_dataclass value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bogus", "3"], "vllm serve: error: unrecognized arguments: --bogus 3"),
+        (["--swap-space", "4"], "unrecognized arguments: --swap-space 4"),
+        (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+        (["--dtype", "fp9"], "argument --dtype: invalid choice: 'fp9'"),
+        (
+            ["--distributed-executor-backend", "slurm"],
+            "argument --distributed-executor-backend: invalid choice: 'slurm'",
+        ),
+        (["--max-model-len"], "argument --max-model-len: expected one argument"),
+        (["--compilation-config", "{not json"], "argument --compilation-config/-cc: invalid parse_dataclass value"),
+    ],
+)
 def test_rejections_exit_2_with_vllm_wording(args, message):
     r = run_vllm("serve", "m", *args)
     assert r.returncode == 2, r.stderr
@@ -114,14 +191,17 @@ def test_version_and_unknown_subcommand():
     assert r.returncode == 2 and "invalid choice: 'launch'" in r.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-tp", "2"], "exceeds the total number of available GPUs"),
-    (["--gpu-memory-utilization", "0.3", "--max-model-len", "4096"], "Model weights take"),
-    (["--gpu-memory-utilization", "0.52", "--max-model-len", "4096"], "No available memory for the cache blocks"),
-    (["--max-model-len", "200000"], "greater than the derived max_model_len"),
-    (["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"], "World size (1"),
-    (["--distributed-executor-backend", "external_launcher"], "serve_torchrun.py"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-tp", "2"], "exceeds the total number of available GPUs"),
+        (["--gpu-memory-utilization", "0.3", "--max-model-len", "4096"], "Model weights take"),
+        (["--gpu-memory-utilization", "0.52", "--max-model-len", "4096"], "No available memory for the cache blocks"),
+        (["--max-model-len", "200000"], "greater than the derived max_model_len"),
+        (["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"], "World size (1"),
+        (["--distributed-executor-backend", "external_launcher"], "serve_torchrun.py"),
+    ],
+)
 def test_startup_refusals_exit_1(args, message):
     r = run_vllm("serve", "openai/gpt-oss-120b", *args)
     assert r.returncode == 1, r.stderr

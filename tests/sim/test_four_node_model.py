@@ -36,11 +36,16 @@ def test_tp4_halves_the_weights_read_and_pays_more_all_reduce(cfg):
     from vllm_sim.timing import StepCostModel
 
     def parts(tp: int) -> dict[str, float]:
-        ex = ExecConfig(tp=tp, quantization=cfg.quantization, mxfp4_layers=frozenset(cfg.mxfp4_layers or ()),
-                        kv_cache_dtype=cfg.kv_cache_dtype or "auto", graph_mode="eager")
-        return StepCostModel(engine.catalog, engine.hw, model, ex).breakdown(StepShape(decode_seqs=8,
-                                                                                        decode_context=8 * 1024,
-                                                                                        num_seqs=8))
+        ex = ExecConfig(
+            tp=tp,
+            quantization=cfg.quantization,
+            mxfp4_layers=frozenset(cfg.mxfp4_layers or ()),
+            kv_cache_dtype=cfg.kv_cache_dtype or "auto",
+            graph_mode="eager",
+        )
+        return StepCostModel(engine.catalog, engine.hw, model, ex).breakdown(
+            StepShape(decode_seqs=8, decode_context=8 * 1024, num_seqs=8)
+        )
 
     two, four = parts(2), parts(4)
     assert four["memory"] == pytest.approx(two["memory"] / 2)
@@ -49,9 +54,11 @@ def test_tp4_halves_the_weights_read_and_pays_more_all_reduce(cfg):
 
 def test_advisor_on_four_nodes_cluster_at_c1_engines_at_c64(cfg, tmp_path):
     levels = [1, 64]
-    layouts = {"cluster": (predict(with_tp(cfg, 4), levels), 1),
-               "replicas": (predict(with_tp(cfg, 2), levels, engines=2, runs=6, spacing_s=0.004), 2),
-               "2xsolo-shuffle": (predict(cfg, levels, engines=4, runs=6, spacing_s=0.004), 4)}
+    layouts = {
+        "cluster": (predict(with_tp(cfg, 4), levels), 1),
+        "replicas": (predict(with_tp(cfg, 2), levels, engines=2, runs=6, spacing_s=0.004), 2),
+        "2xsolo-shuffle": (predict(cfg, levels, engines=4, runs=6, spacing_s=0.004), 4),
+    }
     nodes = [{"name": f"spark{i}"} for i in range(1, 5)]
     for variant, (points, engines) in layouts.items():
         for p in points:
@@ -60,15 +67,26 @@ def test_advisor_on_four_nodes_cluster_at_c1_engines_at_c64(cfg, tmp_path):
                 "nodes": nodes,
                 "backends": [f"e{i}" for i in range(engines)] if engines > 1 else [],
             }
-            save_result(Result(RECIPE, variant, TARGETS["pp"], TARGETS["tg"], p.concurrency,
-                               {"decode_tps": Stat(p.decode_tps), "prefill_tps": Stat(p.prefill_tps),
-                                "ttft_ms": Stat(p.ttft_ms)}, md), tmp_path)
+            save_result(
+                Result(
+                    RECIPE,
+                    variant,
+                    TARGETS["pp"],
+                    TARGETS["tg"],
+                    p.concurrency,
+                    {"decode_tps": Stat(p.decode_tps), "prefill_tps": Stat(p.prefill_tps), "ttft_ms": Stat(p.ttft_ms)},
+                    md,
+                ),
+                tmp_path,
+            )
     low = advise(1, recipe=RECIPE, results_dirs=[str(tmp_path)])
     assert low.topology == "cluster" and low.label("cluster") == "Cluster TP=4"
     assert low.source["simulated"]
     high = advise(64, recipe=RECIPE, results_dirs=[str(tmp_path)])
-    assert high.topology in ("replicas", "2xsolo") and high.best.request_s < \
-        next(e for e in high.ranking if e.variant == "cluster").request_s
+    assert (
+        high.topology in ("replicas", "2xsolo")
+        and high.best.request_s < next(e for e in high.ranking if e.variant == "cluster").request_s
+    )
     why = " ".join(high.reasons)
     assert "Replicas 2xTP=2 (2 engines) gives each ~32" in why and "4xSolo shuffle (4 engines) gives each ~16" in why
     assert "cluster TP=4 vs 2 replicas of TP=2" in why

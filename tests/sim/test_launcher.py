@@ -140,8 +140,9 @@ def test_apply_and_step_applies_aborts_and_new_requests_in_order():
 
 
 def test_step_input_round_trip_is_json():
-    inp = StepInput(new=[GenRequest("r", [1, 2], 7, prompt="p", sampling={"temperature": 0.5}, eos_at_max=True)],
-                    abort=["q"])
+    inp = StepInput(
+        new=[GenRequest("r", [1, 2], 7, prompt="p", sampling={"temperature": 0.5}, eos_at_max=True)], abort=["q"]
+    )
     data = inp.to_bytes()
     assert data.startswith(b"{") and StepInput.from_bytes(data) == inp
 
@@ -158,16 +159,21 @@ def test_stream_buffer_first_token_then_every_n_then_end():
 
 # -- the real-vLLM adapter, with fakes --------------------------------------------------------------
 
+
 def out(rid, ids, text, finished=False, reason=None, prompt=(1, 2, 3)):
-    return SimpleNamespace(request_id=rid, prompt_token_ids=list(prompt), finished=finished,
-                           outputs=[SimpleNamespace(token_ids=list(ids), text=text, finish_reason=reason)])
+    return SimpleNamespace(
+        request_id=rid,
+        prompt_token_ids=list(prompt),
+        finished=finished,
+        outputs=[SimpleNamespace(token_ids=list(ids), text=text, finish_reason=reason)],
+    )
 
 
 def test_delta_tracker_turns_cumulative_outputs_into_deltas():
     t = DeltaTracker()
     t.start("a")
     assert t.deltas([out("a", [5], "He")]) == [Delta("a", [5], "He", False, None, 3, 1)]
-    assert t.deltas([out("a", [5], "He")]) == []          # nothing new, not finished: nothing to send
+    assert t.deltas([out("a", [5], "He")]) == []  # nothing new, not finished: nothing to send
     d = t.deltas([out("a", [5, 6, 7], "Hello!", True, "stop")])
     assert d == [Delta("a", [6, 7], "llo!", True, "stop", 3, 3)]
     assert len(t) == 0 and t.deltas([out("a", [5, 6, 7, 8], "x")]) == []  # forgotten once finished
@@ -218,8 +224,13 @@ def test_vllm_adapter_drives_an_llmengine_shaped_object():
     a = VllmAdapter(eng, lambda **kw: kw, Tok(), opts, "org/m", 4096)
     assert a.render_chat([{"role": "user", "content": "hi"}]) == "hi|A:" and a.encode("ab c") == [2, 1]
     a.add_request(GenRequest("r1", [1, 2, 3], 2, sampling={"temperature": 0}))
-    assert eng.added == [("r1", {"prompt_token_ids": [1, 2, 3]},
-                          {"max_tokens": 2, "min_tokens": 0, "ignore_eos": False, "temperature": 0})]
+    assert eng.added == [
+        (
+            "r1",
+            {"prompt_token_ids": [1, 2, 3]},
+            {"max_tokens": 2, "min_tokens": 0, "ignore_eos": False, "temperature": 0},
+        )
+    ]
     assert a.stats().running == 1
     first, second = a.step(), a.step()
     assert first[0].token_ids == [9] and second[0].finished and second[0].text == "b"
@@ -228,6 +239,7 @@ def test_vllm_adapter_drives_an_llmengine_shaped_object():
 
 
 # -- launcher plumbing ---------------------------------------------------------------------------------
+
 
 def test_rank_env_requires_torchrun():
     with pytest.raises(SystemExit, match="started by torchrun"):
@@ -247,8 +259,12 @@ def test_vllm_logprobs_become_chosen_token_and_ranked_candidates():
 
     from sparklaunch.adapters.vllm_engine import token_logprobs
 
-    entry = {7: NS(logprob=-0.1, rank=2, decoded_token=" b"), 5: NS(logprob=-0.05, rank=1, decoded_token=" a"),
-             9: NS(logprob=float("-inf"), rank=3, decoded_token=" c")}
-    assert token_logprobs([7], [entry]) == [{"token": " b", "logprob": -0.1,
-                                             "top": [[" a", -0.05], [" b", -0.1], [" c", -9999.0]]}]
+    entry = {
+        7: NS(logprob=-0.1, rank=2, decoded_token=" b"),
+        5: NS(logprob=-0.05, rank=1, decoded_token=" a"),
+        9: NS(logprob=float("-inf"), rank=3, decoded_token=" c"),
+    }
+    assert token_logprobs([7], [entry]) == [
+        {"token": " b", "logprob": -0.1, "top": [[" a", -0.05], [" b", -0.1], [" c", -9999.0]]}
+    ]
     assert token_logprobs([7], []) is None

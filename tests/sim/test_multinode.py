@@ -28,8 +28,9 @@ GLM_PARSERS = ["--enable-auto-tool-choice", "--tool-call-parser", "glm47", "--re
 
 
 def generate(base: str, n: int = 6) -> dict:
-    r = requests.post(base + "/v1/completions", timeout=60,
-                      json={"model": MODEL, "prompt": "one two three", "max_tokens": n})
+    r = requests.post(
+        base + "/v1/completions", timeout=60, json={"model": MODEL, "prompt": "one two three", "max_tokens": n}
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -55,10 +56,32 @@ def test_torchrun_lockstep_and_dead_rank(group_spawn):
     env = sim_env(0.05, SPARKLAUNCH_COLLECTIVE_TIMEOUT_S="20")
 
     def node(rank):
-        return group_spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
-                            "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master),
-                            str(LAUNCHER_DIR / "serve_torchrun.py"), *ARGS, "--port", str(port), "-tp", "2",
-                            *QWEN_PARSERS], env, f"torchrun{rank}")
+        return group_spawn(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(master),
+                str(LAUNCHER_DIR / "serve_torchrun.py"),
+                *ARGS,
+                "--port",
+                str(port),
+                "-tp",
+                "2",
+                *QWEN_PARSERS,
+            ],
+            env,
+            f"torchrun{rank}",
+        )
 
     head, worker = node(0), node(1)
     base = f"http://127.0.0.1:{port}"
@@ -79,17 +102,54 @@ def test_torchrun_lockstep_and_dead_rank(group_spawn):
 
 def test_torchrun_rejects_tp_not_matching_ranks(group_spawn):
     master = free_port()
-    proc = group_spawn([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "1",
-                        "--master-addr", "127.0.0.1", "--master-port", str(master),
-                        str(LAUNCHER_DIR / "serve_torchrun.py"), *ARGS, "--port", str(free_port()), "-tp", "2"],
-                       sim_env(), "torchrun-bad")
+    proc = group_spawn(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(master),
+            str(LAUNCHER_DIR / "serve_torchrun.py"),
+            *ARGS,
+            "--port",
+            str(free_port()),
+            "-tp",
+            "2",
+        ],
+        sim_env(),
+        "torchrun-bad",
+    )
     assert proc.p.wait(90) != 0
     assert "torchrun started 1 ranks" in proc.log.read_text()
 
 
 def native(group_spawn, rank, port, master, env, headless=True):
-    args = [sys.executable, "-m", "vllm_sim", "serve", *ARGS, "--port", str(port), "-tp", "2", "--nnodes", "2",
-            "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(master), *GLM_PARSERS]
+    args = [
+        sys.executable,
+        "-m",
+        "vllm_sim",
+        "serve",
+        *ARGS,
+        "--port",
+        str(port),
+        "-tp",
+        "2",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(master),
+        *GLM_PARSERS,
+    ]
     if rank and headless:
         args.append("--headless")
     return group_spawn(args, env, f"native{rank}")
@@ -100,7 +160,7 @@ def test_native_head_waits_for_every_rank_then_fails_when_one_dies(group_spawn):
     env = sim_env(0.05)
     head = native(group_spawn, 0, port, master, env)
     base = f"http://127.0.0.1:{port}"
-    wait_http(base + "/health", 503, timeout=60, proc=head.p)   # serving, but not every rank joined
+    wait_http(base + "/health", 503, timeout=60, proc=head.p)  # serving, but not every rank joined
     time.sleep(1.0)
     assert requests.get(base + "/health", timeout=5).status_code == 503
     worker_port = free_port()
@@ -131,8 +191,6 @@ def test_native_hung_rank_times_out(group_spawn):
         worker.signal(signal.SIGCONT)
 
 
-
-
 @pytest.mark.lab  # about a minute on a 2-core machine (two Ray nodes start): runs with the lab suite
 def test_ray_worker_actor_on_the_other_node(group_spawn):
     import tempfile
@@ -141,8 +199,11 @@ def test_ray_worker_actor_on_the_other_node(group_spawn):
     gcs = free_port()
     env = sim_env(0.05, VLLM_SIM_COLLECTIVE_TIMEOUT_S="10", RAY_ADDRESS=f"127.0.0.1:{gcs}")
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--block", "--disable-usage-stats"]
-    head_node = group_spawn(["ray", "start", "--head", "--port", str(gcs), "--include-dashboard", "false",
-                             "--temp-dir", temp, *common], env, "ray-head")
+    head_node = group_spawn(
+        ["ray", "start", "--head", "--port", str(gcs), "--include-dashboard", "false", "--temp-dir", temp, *common],
+        env,
+        "ray-head",
+    )
     port = free_port()
     base = f"http://127.0.0.1:{port}"
 
@@ -150,8 +211,9 @@ def test_ray_worker_actor_on_the_other_node(group_spawn):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             assert head_node.p.poll() is None, head_node.output()[-3000:]
-            out = subprocess.run(["ray", "status", "--address", f"127.0.0.1:{gcs}"], env=env, capture_output=True,
-                                 text=True)
+            out = subprocess.run(
+                ["ray", "status", "--address", f"127.0.0.1:{gcs}"], env=env, capture_output=True, text=True
+            )
             if out.returncode == 0 and out.stdout.count("node_") >= want:
                 return
             time.sleep(1)
@@ -159,14 +221,45 @@ def test_ray_worker_actor_on_the_other_node(group_spawn):
 
     ray_nodes(1)
     # one node only: the sim refuses to start, as vLLM does when the cluster cannot host the ranks
-    lonely = subprocess.run([sys.executable, "-m", "vllm_sim", "serve", *ARGS, "--port", str(port), "-tp", "2",
-                             "--distributed-executor-backend", "ray"], env=env, capture_output=True, text=True,
-                            timeout=120)
+    lonely = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            *ARGS,
+            "--port",
+            str(port),
+            "-tp",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert lonely.returncode == 1 and "1 alive node(s)" in lonely.stdout + lonely.stderr
     worker_node = group_spawn(["ray", "start", "--address", f"127.0.0.1:{gcs}", *common], env, "ray-worker")
     ray_nodes(2)
-    sim = group_spawn([sys.executable, "-m", "vllm_sim", "serve", *ARGS, "--port", str(port), "-tp", "2",
-                       "--distributed-executor-backend", "ray"], env, "sim-ray")
+    sim = group_spawn(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            *ARGS,
+            "--port",
+            str(port),
+            "-tp",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+        ],
+        env,
+        "sim-ray",
+    )
     wait_http(base + "/health", 200, timeout=90, proc=sim.p)
     assert generate(base)["usage"]["completion_tokens"] == 6
     assert "worker actors on" in sim.log.read_text()
@@ -189,7 +282,7 @@ def _rank(rank: int, port: int, tokens: int, results) -> None:
     fn = lambda inp: [Delta(str(i), [i], "x") for i in range(tokens)]  # noqa: E731
     try:
         if rank == 0:
-            control.step(StepInput(), fn)       # the ranks agree: one step passes
+            control.step(StepInput(), fn)  # the ranks agree: one step passes
             control.step(StepInput(), lambda inp: fn(inp) * 2)
         else:
             control.serve_worker(fn)

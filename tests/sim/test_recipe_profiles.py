@@ -44,14 +44,15 @@ def cases() -> list[tuple[str, str]]:
 def engine_args(recipe: str, topology: str) -> list[str]:
     """The `vllm serve` arguments `up` renders for the head (or solo) engine of the lab-like two-node cluster."""
     inv = Inventory.model_validate(LAB_LIKE)
-    dep = build_deployment(inv, resolve(recipe, topology), Secrets({"HF_TOKEN": SECRET_HF,
-                                                                   "LITELLM_MASTER_KEY": SECRET_KEY}, "test"))
+    dep = build_deployment(
+        inv, resolve(recipe, topology), Secrets({"HF_TOKEN": SECRET_HF, "LITELLM_MASTER_KEY": SECRET_KEY}, "test")
+    )
     head = dep.nodes[0]
     entry = next(f for f in head.files if f.name in ENGINE_ENTRIES)
     line = next(x for x in entry.content.replace("\\\n", " ").splitlines() if x.startswith("exec "))
     argv = shlex.split(line)
     model = dep.recipe.recipe.model
-    return argv[argv.index(model):]  # after `vllm serve` or torchrun's launcher path
+    return argv[argv.index(model) :]  # after `vllm serve` or torchrun's launcher path
 
 
 @pytest.mark.parametrize("recipe", sorted(SHIPPED))
@@ -61,7 +62,8 @@ def test_every_shipped_recipe_model_has_its_own_profile(recipe):
     # its own entry: not the generic fallback, and not another model's (a base or an alias) by a similar name
     assert profile.known and profile.name == model, (
         f"recipes/{recipe}.yaml: model {model} has no entry in images/vllm-sim/vllm_sim/data/models.yaml "
-        f"(got profile {profile.name!r}): add one with the facts of its config.json")
+        f"(got profile {profile.name!r}): add one with the facts of its config.json"
+    )
 
 
 @pytest.mark.parametrize("recipe", sorted(SHIPPED))
@@ -72,11 +74,15 @@ def test_profile_agrees_with_the_recipe(recipe):
     profile = default_catalog().model(r.model)
     if r.architecture is not None:
         assert (profile.layers, profile.num_kv_heads) == (r.architecture.layers, r.architecture.kv_heads)
-    engine = SimEngine(from_namespace(parse_serve_args(engine_args(recipe, "cluster" if "cluster" in r.topologies
-                                                                    else r.topologies[0]))))
+    engine = SimEngine(
+        from_namespace(
+            parse_serve_args(engine_args(recipe, "cluster" if "cluster" in r.topologies else r.topologies[0]))
+        )
+    )
     weights_gb = engine.plan.weights_gib * engine.cfg.tp * 2**30 / 1e9
     assert r.weights_gb and abs(weights_gb / r.weights_gb - 1) < 0.15, (
-        f"{recipe}: the sim's profile holds {weights_gb:.0f} GB of weights, the recipe says {r.weights_gb:g} GB")
+        f"{recipe}: the sim's profile holds {weights_gb:.0f} GB of weights, the recipe says {r.weights_gb:g} GB"
+    )
 
 
 @pytest.mark.parametrize("recipe,topology", cases(), ids=[f"{r}-{t}" for r, t in cases()])
@@ -112,16 +118,36 @@ def test_known_model_still_refuses_more_than_its_positions():
         SimEngine(from_namespace(parse_serve_args(args)))
 
 
-@pytest.mark.parametrize("model,profile,known", [
-    ("cyankiwi/GLM-4.7-Flash-AWQ-4bit", "cyankiwi/GLM-4.7-Flash-AWQ-4bit", True),
-    ("someone/Unknown-Model-7B-AWQ", "default", False),
-])
+@pytest.mark.parametrize(
+    "model,profile,known",
+    [
+        ("cyankiwi/GLM-4.7-Flash-AWQ-4bit", "cyankiwi/GLM-4.7-Flash-AWQ-4bit", True),
+        ("someone/Unknown-Model-7B-AWQ", "default", False),
+    ],
+)
 def test_server_reports_its_profile(tmp_path, model, profile, known):
     """A real sim process: /sim/info and the start-up log say which profile it used; an unknown model
     with a long context becomes healthy instead of exiting (what restarted in a loop in the lab)."""
     port = free_port()
-    proc = Proc([sys.executable, "-m", "vllm_sim", "serve", model, "--port", str(port), "--host", "127.0.0.1",
-                 "--max-model-len", "65536", "--max-num-batched-tokens", "4096"], sim_env(0.02), tmp_path / "sim.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "vllm_sim",
+            "serve",
+            model,
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--max-model-len",
+            "65536",
+            "--max-num-batched-tokens",
+            "4096",
+        ],
+        sim_env(0.02),
+        tmp_path / "sim.log",
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + "/health", proc=proc.p)

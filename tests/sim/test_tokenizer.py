@@ -27,7 +27,7 @@ def test_corpus_slices_reencode_to_the_same_count():
     rng = random.Random(1)
     for size in (1, 17, 1024, 4096):
         start = rng.randrange(0, len(ids) - size)
-        text = tok.decode(ids[start:start + size])
+        text = tok.decode(ids[start : start + size])
         assert len(tok.encode(text)) == size
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TEST_REQUIREMENTS = REPO / "requirements-test.txt"  # scripts/setup.sh installs it (the default, test profile)
 RUNTIME_REQUIREMENTS = REPO / "requirements.txt"  # scripts/setup.sh --runtime installs only this one
-SYSTEM_INTERPRETER = ("the tests run in the system interpreter ({}), not the project's venv: run "
-                      "`bash scripts/test.sh` (or `source scripts/venv.sh` after `bash scripts/setup.sh`)")
+SYSTEM_INTERPRETER = (
+    "the tests run in the system interpreter ({}), not the project's venv: run "
+    "`bash scripts/test.sh` (or `source scripts/venv.sh` after `bash scripts/setup.sh`)"
+)
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
 
 
@@ -101,21 +103,32 @@ def installed_versions() -> dict[str, str]:
 
 def unmet(wanted: dict[str, str], installed: dict[str, str]) -> list[str]:
     """`name` for each pinned package not installed, `name A (pinned B)` for one installed at another version."""
-    return [name if name not in installed else f"{name} {installed[name]} (pinned {version})"
-            for name, version in sorted(wanted.items()) if installed.get(name) != version]
+    return [
+        name if name not in installed else f"{name} {installed[name]} (pinned {version})"
+        for name, version in sorted(wanted.items())
+        if installed.get(name) != version
+    ]
 
 
-def lacking_test_set(installed: dict[str, str], test_requirements: Path = TEST_REQUIREMENTS,
-                     runtime_requirements: Path = RUNTIME_REQUIREMENTS) -> str | None:
+def lacking_test_set(
+    installed: dict[str, str],
+    test_requirements: Path = TEST_REQUIREMENTS,
+    runtime_requirements: Path = RUNTIME_REQUIREMENTS,
+) -> str | None:
     """One line naming the pinned test packages the venv lacks, with the fix; None when it has them all."""
     lacking = unmet(pins(test_requirements), installed)
     if not lacking:
         return None
     shown = ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
-    why = ("it holds only what sparkdeploy needs to run (`scripts/setup.sh --runtime`, as scripts/demo.sh does)"
-           if not unmet(pins(runtime_requirements), installed) else "it is not the set the requirements pin")
-    return (f"the project's venv ({sys.prefix}) lacks the test packages of {test_requirements.name}: {shown}; "
-            f"{why}: run `bash scripts/setup.sh`, then `source scripts/venv.sh`")
+    why = (
+        "it holds only what sparkdeploy needs to run (`scripts/setup.sh --runtime`, as scripts/demo.sh does)"
+        if not unmet(pins(runtime_requirements), installed)
+        else "it is not the set the requirements pin"
+    )
+    return (
+        f"the project's venv ({sys.prefix}) lacks the test packages of {test_requirements.name}: {shown}; "
+        f"{why}: run `bash scripts/setup.sh`, then `source scripts/venv.sh`"
+    )
 
 
 def stop_unless_collectable() -> None:

@@ -66,8 +66,9 @@ def read_sys(iface: str, name: str, default: str = "") -> str:
 def ipv4_addresses(iface: str) -> list[str]:
     ip = shutil.which("ip") or "/usr/sbin/ip"
     try:
-        out = subprocess.run([ip, "-j", "-4", "addr", "show", "dev", iface], capture_output=True, text=True,
-                             check=False).stdout
+        out = subprocess.run(
+            [ip, "-j", "-4", "addr", "show", "dev", iface], capture_output=True, text=True, check=False
+        ).stdout
         return [a["local"] for entry in json.loads(out or "[]") for a in entry.get("addr_info", [])]
     except (OSError, ValueError, KeyError):
         return []
@@ -85,10 +86,11 @@ def guid(hca: str) -> str:
 
 
 def fmt_guid(raw: str) -> str:
-    return ":".join(raw[i:i + 4] for i in range(0, 16, 4))
+    return ":".join(raw[i : i + 4] for i in range(0, 16, 4))
 
 
 # -- nvidia-smi ------------------------------------------------------------------------------------------
+
 
 def gpu_values() -> dict[str, object]:
     host = os.uname().nodename
@@ -117,8 +119,7 @@ def gpu_values() -> dict[str, object]:
     return values
 
 
-UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "utilization.gpu": "%",
-         "power.draw": "W"}
+UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "utilization.gpu": "%", "power.draw": "W"}
 
 
 def nvidia_smi(args: list[str]) -> int:
@@ -133,18 +134,22 @@ def nvidia_smi(args: list[str]) -> int:
         print(f"GPU 0: {values['name']} (UUID: {values['uuid']}) [SIMULATED]")
         return 0
     if "--version" in args:
-        print(f"NVIDIA-SMI version  : {DRIVER_VERSION} (SIMULATED)\nDRIVER version      : {DRIVER_VERSION}\n"
-              f"CUDA Version        : {CUDA_VERSION}")
+        print(
+            f"NVIDIA-SMI version  : {DRIVER_VERSION} (SIMULATED)\nDRIVER version      : {DRIVER_VERSION}\n"
+            f"CUDA Version        : {CUDA_VERSION}"
+        )
         return 0
     if args and args[0] not in ("-q", "--query"):
         print(f"nvidia-smi (SIMULATED): unsupported arguments: {' '.join(args)}", file=sys.stderr)
         return 2
     if args:
-        print(f"{MARK}\n\nAttached GPUs : 1\nGPU {values['pci.bus_id']}\n    Product Name : {values['name']}\n"
-              f"    GPU UUID : {values['uuid']}\n    Driver Version : {values['driver_version']}\n"
-              f"    FB Memory Usage\n        Total : {values['memory.total']} MiB\n"
-              f"        Used : {values['memory.used']} MiB\n    Temperature\n"
-              f"        GPU Current Temp : {values['temperature.gpu']} C")
+        print(
+            f"{MARK}\n\nAttached GPUs : 1\nGPU {values['pci.bus_id']}\n    Product Name : {values['name']}\n"
+            f"    GPU UUID : {values['uuid']}\n    Driver Version : {values['driver_version']}\n"
+            f"    FB Memory Usage\n        Total : {values['memory.total']} MiB\n"
+            f"        Used : {values['memory.used']} MiB\n    Temperature\n"
+            f"        GPU Current Temp : {values['temperature.gpu']} C"
+        )
         return 0
     print(table(values))
     return 0
@@ -183,29 +188,37 @@ def table(v: dict[str, object]) -> str:
     widths = (41, 24, 22)
     rule = "+" + "+".join("-" * w for w in widths) + "+"
     power = f"{round(float(v['power.draw']))}W /  N/A  "
-    return "\n".join([
-        f"{now}       ",
-        f"*** {MARK} ***",
-        "+" + "-" * 89 + "+",
-        "| " + f"NVIDIA-SMI {DRIVER_VERSION}".ljust(30) + f"Driver Version: {DRIVER_VERSION}".ljust(31)
-        + f"CUDA Version: {CUDA_VERSION}".ljust(26) + " |",
-        rule,
-        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
-        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
-        "|" + "+".join("=" * w for w in widths) + "|",
-        _row((f"   0  {v['name']}".ljust(37) + "On  ", 41), (f"{v['pci.bus_id']} Off ", 24), ("N/A ", 22)),
-        _row((f" N/A   {v['temperature.gpu']}C    {v['pstate']}".ljust(30) + power, 41),
-             (f"{v['memory.used']}MiB / {v['memory.total']}MiB ", 24),
-             (f"{v['utilization.gpu']}%      Default ", 22)),
-        rule,
-        "",
-        "+" + "-" * 89 + "+",
-        "| " + "Processes: none (SIMULATED GPU)".ljust(88) + "|",
-        "+" + "-" * 89 + "+",
-    ])
+    return "\n".join(
+        [
+            f"{now}       ",
+            f"*** {MARK} ***",
+            "+" + "-" * 89 + "+",
+            "| "
+            + f"NVIDIA-SMI {DRIVER_VERSION}".ljust(30)
+            + f"Driver Version: {DRIVER_VERSION}".ljust(31)
+            + f"CUDA Version: {CUDA_VERSION}".ljust(26)
+            + " |",
+            rule,
+            "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+            "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+            "|" + "+".join("=" * w for w in widths) + "|",
+            _row((f"   0  {v['name']}".ljust(37) + "On  ", 41), (f"{v['pci.bus_id']} Off ", 24), ("N/A ", 22)),
+            _row(
+                (f" N/A   {v['temperature.gpu']}C    {v['pstate']}".ljust(30) + power, 41),
+                (f"{v['memory.used']}MiB / {v['memory.total']}MiB ", 24),
+                (f"{v['utilization.gpu']}%      Default ", 22),
+            ),
+            rule,
+            "",
+            "+" + "-" * 89 + "+",
+            "| " + "Processes: none (SIMULATED GPU)".ljust(88) + "|",
+            "+" + "-" * 89 + "+",
+        ]
+    )
 
 
 # -- RDMA ------------------------------------------------------------------------------------------------
+
 
 def rdma_mtu(mtu: int) -> str:
     """RoCE's active MTU is the largest IB MTU that fits the Ethernet MTU (4096 needs jumbo frames)."""
@@ -228,15 +241,17 @@ def ibv_devinfo(args: list[str]) -> int:
     for hca in hcas():
         if wanted and hca != wanted:
             continue
-        print(f"hca_id:\t{hca}\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.45.1200\n"
-              f"\tnode_guid:\t\t\t{fmt_guid(guid(hca))}\n\tsys_image_guid:\t\t\t{fmt_guid(guid(hca))}\n"
-              f"\tvendor_id:\t\t\t0x02c9\n\tvendor_part_id:\t\t\t4129\n\thw_ver:\t\t\t\t0x0\n"
-              f"\tboard_id:\t\t\tSIMULATED_SPARKDEPLOY_LAB\n\tphys_port_cnt:\t\t\t1\n"
-              f"\t\tport:\t1\n"
-              f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if up else 'PORT_DOWN (1)'}\n"
-              f"\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t{rdma_mtu(mtu)}\n"
-              f"\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n"
-              f"\t\t\tlink_layer:\t\tEthernet\n")
+        print(
+            f"hca_id:\t{hca}\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.45.1200\n"
+            f"\tnode_guid:\t\t\t{fmt_guid(guid(hca))}\n\tsys_image_guid:\t\t\t{fmt_guid(guid(hca))}\n"
+            f"\tvendor_id:\t\t\t0x02c9\n\tvendor_part_id:\t\t\t4129\n\thw_ver:\t\t\t\t0x0\n"
+            f"\tboard_id:\t\t\tSIMULATED_SPARKDEPLOY_LAB\n\tphys_port_cnt:\t\t\t1\n"
+            f"\t\tport:\t1\n"
+            f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if up else 'PORT_DOWN (1)'}\n"
+            f"\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t{rdma_mtu(mtu)}\n"
+            f"\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n"
+            f"\t\t\tlink_layer:\t\tEthernet\n"
+        )
     if wanted and wanted not in hcas():
         print(f"IB device '{wanted}' wasn't found", file=sys.stderr)
         return 255
@@ -260,11 +275,27 @@ def rdma(args: list[str]) -> int:
     rows = []
     for index, hca in enumerate(hcas()):
         if obj == "link":
-            rows.append({"ifindex": index, "ifname": hca, "port": 1, "state": "ACTIVE" if up else "DOWN",
-                         "physical_state": "LINK_UP" if up else "DISABLED", "netdev": iface})
+            rows.append(
+                {
+                    "ifindex": index,
+                    "ifname": hca,
+                    "port": 1,
+                    "state": "ACTIVE" if up else "DOWN",
+                    "physical_state": "LINK_UP" if up else "DISABLED",
+                    "netdev": iface,
+                }
+            )
         elif obj == "dev":
-            rows.append({"ifindex": index, "ifname": hca, "node_type": "ca", "fw": "28.45.1200",
-                         "node_guid": fmt_guid(guid(hca)), "sys_image_guid": fmt_guid(guid(hca))})
+            rows.append(
+                {
+                    "ifindex": index,
+                    "ifname": hca,
+                    "node_type": "ca",
+                    "fw": "28.45.1200",
+                    "node_guid": fmt_guid(guid(hca)),
+                    "sys_image_guid": fmt_guid(guid(hca)),
+                }
+            )
         else:
             print(f'rdma (SIMULATED): object "{obj}" is not simulated (link, dev are)', file=sys.stderr)
             return 1
@@ -273,11 +304,15 @@ def rdma(args: list[str]) -> int:
         return 0
     for r in rows:
         if obj == "link":
-            print(f"link {r['ifname']}/1 state {r['state']} physical_state {r['physical_state']} "
-                  f"netdev {r['netdev']} (SIMULATED)")
+            print(
+                f"link {r['ifname']}/1 state {r['state']} physical_state {r['physical_state']} "
+                f"netdev {r['netdev']} (SIMULATED)"
+            )
         else:
-            print(f"{r['ifindex']}: {r['ifname']}: node_type ca fw {r['fw']} node_guid {r['node_guid']} "
-                  f"sys_image_guid {r['sys_image_guid']} (SIMULATED)")
+            print(
+                f"{r['ifindex']}: {r['ifname']}: node_type ca fw {r['fw']} node_guid {r['node_guid']} "
+                f"sys_image_guid {r['sys_image_guid']} (SIMULATED)"
+            )
     return 0
 
 
@@ -306,6 +341,7 @@ def show_gids(args: list[str]) -> int:
 
 # -- ethtool ---------------------------------------------------------------------------------------------
 
+
 def ethtool(args: list[str]) -> int:
     """The real ethtool, except the fabric link's speed: a veth reports 10000Mb/s, a CX7 port 200000Mb/s."""
     real = "/usr/sbin/ethtool"
@@ -322,8 +358,14 @@ def ethtool(args: list[str]) -> int:
     return result.returncode
 
 
-TOOLS = {"nvidia-smi": nvidia_smi, "ibv_devinfo": ibv_devinfo, "ibv_devices": ibv_devices, "rdma": rdma,
-         "show_gids": show_gids, "ethtool": ethtool}
+TOOLS = {
+    "nvidia-smi": nvidia_smi,
+    "ibv_devinfo": ibv_devinfo,
+    "ibv_devices": ibv_devices,
+    "rdma": rdma,
+    "show_gids": show_gids,
+    "ethtool": ethtool,
+}
 
 
 def main() -> int:

@@ -28,8 +28,18 @@ log = logging.getLogger("sparklaunch.api")
 
 VLLM_VERSION = "0.32.0"
 DEFAULT_OUTPUT_TOKENS = 256  # when a client sets no max_tokens, how long the (simulated) answer runs
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-                 "frequency_penalty", "repetition_penalty", "include_stop_str_in_output")
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "include_stop_str_in_output",
+)
 
 
 class ApiError(Exception):
@@ -69,8 +79,13 @@ class _Fanout:
 
 
 class OpenAIServer:
-    def __init__(self, driver: EngineDriver, *, api_keys: list[str] | None = None,
-                 default_output_tokens: int = DEFAULT_OUTPUT_TOKENS):
+    def __init__(
+        self,
+        driver: EngineDriver,
+        *,
+        api_keys: list[str] | None = None,
+        default_output_tokens: int = DEFAULT_OUTPUT_TOKENS,
+    ):
         self.driver = driver
         self.adapter = driver.adapter
         self.api_keys = set(api_keys or [])
@@ -128,16 +143,29 @@ class OpenAIServer:
         return web.json_response({"version": VLLM_VERSION})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = metrics.render(self.adapter.served_model_names[0], self.driver.stats, self.driver.counters,
-                              simulated=self.adapter.simulated, latencies=self.driver.latencies)
+        text = metrics.render(
+            self.adapter.served_model_names[0],
+            self.driver.stats,
+            self.driver.counters,
+            simulated=self.adapter.simulated,
+            latencies=self.driver.latencies,
+        )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [{
-            "id": name, "object": "model", "created": self.created, "owned_by": "vllm",
-            "root": self.adapter.model_root, "parent": None, "max_model_len": self.adapter.max_model_len,
-            "permission": [],
-        } for name in self.adapter.served_model_names]
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": self.adapter.model_root,
+                "parent": None,
+                "max_model_len": self.adapter.max_model_len,
+                "permission": [],
+            }
+            for name in self.adapter.served_model_names
+        ]
         return web.json_response({"object": "list", "data": data})
 
     # -- generation -----------------------------------------------------------------------------
@@ -154,8 +182,12 @@ class OpenAIServer:
         if frontend is None:
             field = needs_frontend(plan)
             if field:
-                raise ApiError(400, f"{field}: this engine's front end cannot honour it (no tool-call or "
-                                    "structured-output support under this launcher)", param=field)
+                raise ApiError(
+                    400,
+                    f"{field}: this engine's front end cannot honour it (no tool-call or "
+                    "structured-output support under this launcher)",
+                    param=field,
+                )
             prompt = self.adapter.render_chat(messages)
         else:
             prompt = frontend.render(messages, plan)
@@ -188,24 +220,29 @@ class OpenAIServer:
             raise ApiError(400, "n > 1 is not supported by this server")
         return body
 
-    def _request(self, body: dict[str, Any], prompt: str | None, ids: list[int], chat: bool,
-                 plan: ChatPlan | None = None) -> GenRequest:
+    def _request(
+        self, body: dict[str, Any], prompt: str | None, ids: list[int], chat: bool, plan: ChatPlan | None = None
+    ) -> GenRequest:
         max_len = self.adapter.max_model_len
         requested = body.get("max_completion_tokens") if chat else None
         requested = requested if requested is not None else body.get("max_tokens")
         if requested is not None and (not isinstance(requested, int) or requested < 1):
             raise ApiError(400, f"max_tokens must be at least 1, got {requested}.")
         if len(ids) + (requested or 0) > max_len or len(ids) >= max_len:
-            raise ApiError(400, (
-                f"This model's maximum context length is {max_len} tokens. However, you requested "
-                f"{len(ids) + (requested or 0)} tokens ({len(ids)} in the messages, {requested or 0} in the "
-                "completion). Please reduce the length of the messages or completion."))
+            raise ApiError(
+                400,
+                (
+                    f"This model's maximum context length is {max_len} tokens. However, you requested "
+                    f"{len(ids) + (requested or 0)} tokens ({len(ids)} in the messages, {requested or 0} in the "
+                    "completion). Please reduce the length of the messages or completion."
+                ),
+            )
         eos = requested is None
         max_tokens = requested if requested is not None else min(self.default_output_tokens, max_len - len(ids))
         prefix = "chatcmpl-" if chat else "cmpl-"
         sampling = {k: body[k] for k in SAMPLING_KEYS if k in body}
         if plan is not None and plan.logprobs:
-            sampling["logprobs"] = plan.top_logprobs   # vLLM's SamplingParams.logprobs: how many candidates
+            sampling["logprobs"] = plan.top_logprobs  # vLLM's SamplingParams.logprobs: how many candidates
         elif not chat and body.get("logprobs") is not None:
             if not isinstance(body["logprobs"], int) or not 0 <= body["logprobs"] <= 20:
                 raise ApiError(400, "logprobs: an integer from 0 to 20 is required", param="logprobs")
@@ -215,13 +252,26 @@ class OpenAIServer:
         except RequestError as e:
             raise ApiError(400, str(e), param=e.param) from None
         return GenRequest(
-            request_id=prefix + uuid.uuid4().hex, prompt_token_ids=ids, prompt=prompt, max_tokens=max_tokens,
-            min_tokens=int(body.get("min_tokens") or 0), ignore_eos=bool(body.get("ignore_eos", False)),
-            sampling=sampling, eos_at_max=eos, intent=intent,
+            request_id=prefix + uuid.uuid4().hex,
+            prompt_token_ids=ids,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            min_tokens=int(body.get("min_tokens") or 0),
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            sampling=sampling,
+            eos_at_max=eos,
+            intent=intent,
         )
 
-    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str | None,
-                        ids: list[int], chat: bool, plan: ChatPlan | None = None) -> web.StreamResponse:
+    async def _generate(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        prompt: str | None,
+        ids: list[int],
+        chat: bool,
+        plan: ChatPlan | None = None,
+    ) -> web.StreamResponse:
         req = self._request(body, prompt, ids, chat, plan)
         assert self.fanout is not None
         q: asyncio.Queue = asyncio.Queue()
@@ -292,8 +342,15 @@ class _Shape:
     only when there are some). With a parser, the output text is split into reasoning, content and
     tool calls as it streams; finish_reason becomes "tool_calls" when an auto or required choice called."""
 
-    def __init__(self, req: GenRequest, body: dict[str, Any], chat: bool, model: str,
-                 plan: ChatPlan | None = None, parser: Any = None):
+    def __init__(
+        self,
+        req: GenRequest,
+        body: dict[str, Any],
+        chat: bool,
+        model: str,
+        plan: ChatPlan | None = None,
+        parser: Any = None,
+    ):
         self.req, self.chat, self.model = req, chat, model
         self.plan, self.parser = plan, parser
         self.created = int(time.time())
@@ -305,13 +362,20 @@ class _Shape:
         self.tool_calls_sent = 0
 
     def _usage(self, d: Delta) -> dict[str, Any]:
-        return {"prompt_tokens": d.prompt_tokens or self.req.prompt_len,
-                "total_tokens": (d.prompt_tokens or self.req.prompt_len) + d.completion_tokens,
-                "completion_tokens": d.completion_tokens}
+        return {
+            "prompt_tokens": d.prompt_tokens or self.req.prompt_len,
+            "total_tokens": (d.prompt_tokens or self.req.prompt_len) + d.completion_tokens,
+            "completion_tokens": d.completion_tokens,
+        }
 
     def _envelope(self, choices: list[dict[str, Any]], obj: str | None = None) -> dict[str, Any]:
-        return {"id": self.req.request_id, "object": obj or self.object, "created": self.created,
-                "model": self.model, "choices": choices}
+        return {
+            "id": self.req.request_id,
+            "object": obj or self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
 
     def _finish_reason(self, d: Delta) -> str | None:
         if not d.finished:
@@ -323,12 +387,22 @@ class _Shape:
         if entries is None or (self.plan is not None and not self.plan.logprobs):
             return None
         if self.chat:
+
             def one(tok: str, lp: float) -> dict[str, Any]:
                 return {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8"))}
-            return {"content": [dict(one(e["token"], e["logprob"]),
-                                     top_logprobs=[one(t, lp) for t, lp in e.get("top", [])]) for e in entries]}
-        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [dict(e.get("top", [])) for e in entries], "text_offset": None}
+
+            return {
+                "content": [
+                    dict(one(e["token"], e["logprob"]), top_logprobs=[one(t, lp) for t, lp in e.get("top", [])])
+                    for e in entries
+                ]
+            }
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [dict(e.get("top", [])) for e in entries],
+            "text_offset": None,
+        }
 
     def _keep_calls(self, calls: list[dict[str, Any]], streaming: bool) -> list[dict[str, Any]]:
         """parallel_tool_calls=false keeps the first call only (vLLM's maybe_filter_parallel_tool_calls)."""
@@ -341,8 +415,9 @@ class _Shape:
         return calls
 
     def role_chunk(self) -> dict[str, Any]:
-        return self._envelope([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                "finish_reason": None}])
+        return self._envelope(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+        )
 
     def chunks(self, d: Delta) -> list[dict[str, Any]]:
         """The chunks one delta gives: none while a parser holds text back (a tag may be starting)."""
@@ -361,12 +436,20 @@ class _Shape:
 
     def chunk(self, d: Delta, delta: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.chat:
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": d.text} if delta is None else delta,
-                                      "logprobs": self._logprobs(d.logprobs), "finish_reason": self._finish_reason(d)}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": d.text} if delta is None else delta,
+                "logprobs": self._logprobs(d.logprobs),
+                "finish_reason": self._finish_reason(d),
+            }
         else:
-            choice = {"index": 0, "text": d.text, "logprobs": self._logprobs(d.logprobs),
-                      "finish_reason": d.finish_reason if d.finished else None,
-                      "stop_reason": d.stop_reason if d.finished else None}
+            choice = {
+                "index": 0,
+                "text": d.text,
+                "logprobs": self._logprobs(d.logprobs),
+                "finish_reason": d.finish_reason if d.finished else None,
+                "stop_reason": d.stop_reason if d.finished else None,
+            }
         if self.return_token_ids:
             choice["token_ids"] = d.token_ids
         out = self._envelope([choice])
@@ -379,8 +462,9 @@ class _Shape:
         out["usage"] = self._usage(d)
         return out
 
-    def full(self, text: str, token_ids: list[int], last: Delta,
-             logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def full(
+        self, text: str, token_ids: list[int], last: Delta, logprobs: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         if self.chat:
             reasoning, content, calls = None, text, []
             if self.parser is not None:
@@ -388,19 +472,34 @@ class _Shape:
                 reasoning = (parsed.get("reasoning") or None) if self.plan.include_reasoning else None
                 content = parsed.get("content") if (parsed.get("content") or "").strip() else None
                 calls = self._keep_calls(list(parsed.get("tool_calls") or []), streaming=False)
-            message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None,
-                                       "annotations": None, "audio": None, "function_call": None}
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+            }
             if calls:
                 message["tool_calls"] = calls
             message["reasoning"] = reasoning
             choice: dict[str, Any] = {
-                "index": 0, "message": message, "logprobs": self._logprobs(logprobs if last.logprobs is not None
-                                                                           or logprobs else None),
-                "finish_reason": self._finish_reason(last), "stop_reason": last.stop_reason}
+                "index": 0,
+                "message": message,
+                "logprobs": self._logprobs(logprobs if last.logprobs is not None or logprobs else None),
+                "finish_reason": self._finish_reason(last),
+                "stop_reason": last.stop_reason,
+            }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": self._logprobs(logprobs or None),
-                      "finish_reason": last.finish_reason, "stop_reason": last.stop_reason, "prompt_logprobs": None}
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": self._logprobs(logprobs or None),
+                "finish_reason": last.finish_reason,
+                "stop_reason": last.stop_reason,
+                "prompt_logprobs": None,
+            }
             obj = "text_completion"
         if self.return_token_ids:
             choice["token_ids"] = token_ids

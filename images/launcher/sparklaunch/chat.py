@@ -20,26 +20,82 @@ from typing import Any, Protocol
 log = logging.getLogger("sparklaunch.chat")
 
 # honoured by the launcher (sampling values reach the engine; the sim has no logits to apply them to)
-HONOURED = frozenset({
-    "messages", "model", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
-    "top_k", "min_p", "seed", "logprobs", "top_logprobs", "max_tokens", "max_completion_tokens", "n",
-    "response_format", "stop", "stream", "stream_options", "tools", "tool_choice", "include_reasoning",
-    "parallel_tool_calls", "user", "ignore_eos", "min_tokens", "return_token_ids", "chat_template_kwargs",
-    "include_stop_str_in_output", "request_id",
-})
+HONOURED = frozenset(
+    {
+        "messages",
+        "model",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "response_format",
+        "stop",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "include_reasoning",
+        "parallel_tool_calls",
+        "user",
+        "ignore_eos",
+        "min_tokens",
+        "return_token_ids",
+        "chat_template_kwargs",
+        "include_stop_str_in_output",
+        "request_id",
+    }
+)
 # vLLM fields the launcher cannot honour: refused unless they hold vLLM's default
 DEFAULTS: dict[str, Any] = {
-    "logit_bias": None, "reasoning_effort": None, "thinking_token_budget": None, "use_beam_search": False,
-    "watermarking": None, "length_penalty": 1.0, "stop_token_ids": None, "skip_special_tokens": True,
-    "spaces_between_special_tokens": True, "truncate_prompt_tokens": None, "truncation_side": None,
-    "prompt_logprobs": None, "logprob_token_ids": None, "allowed_token_ids": None, "bad_words": None,
-    "echo": False, "add_generation_prompt": True, "continue_final_message": False, "add_special_tokens": False,
-    "documents": None, "chat_template": None, "media_io_kwargs": None, "mm_processor_kwargs": None,
-    "structured_outputs": None, "priority": 0, "session_id": None, "return_tokens_as_token_ids": None,
-    "routed_experts_prompt_start": 0, "return_token_offsets": None, "return_prompt_text": None,
-    "mm_payload": None, "return_mm_kwargs": None, "cache_salt": None, "kv_transfer_params": None,
-    "ec_transfer_params": None, "vllm_xargs": None, "repetition_detection": None, "stream_interval": None,
-    "functions": None, "function_call": None,
+    "logit_bias": None,
+    "reasoning_effort": None,
+    "thinking_token_budget": None,
+    "use_beam_search": False,
+    "watermarking": None,
+    "length_penalty": 1.0,
+    "stop_token_ids": None,
+    "skip_special_tokens": True,
+    "spaces_between_special_tokens": True,
+    "truncate_prompt_tokens": None,
+    "truncation_side": None,
+    "prompt_logprobs": None,
+    "logprob_token_ids": None,
+    "allowed_token_ids": None,
+    "bad_words": None,
+    "echo": False,
+    "add_generation_prompt": True,
+    "continue_final_message": False,
+    "add_special_tokens": False,
+    "documents": None,
+    "chat_template": None,
+    "media_io_kwargs": None,
+    "mm_processor_kwargs": None,
+    "structured_outputs": None,
+    "priority": 0,
+    "session_id": None,
+    "return_tokens_as_token_ids": None,
+    "routed_experts_prompt_start": 0,
+    "return_token_offsets": None,
+    "return_prompt_text": None,
+    "mm_payload": None,
+    "return_mm_kwargs": None,
+    "cache_salt": None,
+    "kv_transfer_params": None,
+    "ec_transfer_params": None,
+    "vllm_xargs": None,
+    "repetition_detection": None,
+    "stream_interval": None,
+    "functions": None,
+    "function_call": None,
 }
 CHAT_TEMPLATE_KWARGS = frozenset({"enable_thinking", "thinking"})
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
@@ -65,21 +121,24 @@ class ChatFeatures:
     def from_namespace(cls, ns: Any) -> ChatFeatures:
         so = getattr(ns, "structured_outputs_config", None)
         reasoning = getattr(ns, "reasoning_parser", None) or getattr(so, "reasoning_parser", None) or None
-        return cls(bool(getattr(ns, "enable_auto_tool_choice", False)), getattr(ns, "tool_call_parser", None) or None,
-                   reasoning)
+        return cls(
+            bool(getattr(ns, "enable_auto_tool_choice", False)),
+            getattr(ns, "tool_call_parser", None) or None,
+            reasoning,
+        )
 
 
 @dataclass
 class ChatPlan:
     """A checked request: what the answer must look like."""
 
-    body: dict[str, Any] = field(default_factory=dict)   # the request as sent (vLLM's parsers take it whole)
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)   # name -> function (name, parameters)
-    tool_choice: str = "none"            # none | auto | required | named
+    body: dict[str, Any] = field(default_factory=dict)  # the request as sent (vLLM's parsers take it whole)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> function (name, parameters)
+    tool_choice: str = "none"  # none | auto | required | named
     named_tool: str | None = None
-    reasoning: bool = False              # the reasoning parser splits the output
+    reasoning: bool = False  # the reasoning parser splits the output
     include_reasoning: bool = True
-    json_schema: dict[str, Any] | None = None   # response_format json_object ({}) or json_schema
+    json_schema: dict[str, Any] | None = None  # response_format json_object ({}) or json_schema
     logprobs: bool = False
     top_logprobs: int = 0
     parallel_tool_calls: bool = True
@@ -117,8 +176,11 @@ def check_fields(body: dict[str, Any]) -> None:
             continue
         if key in DEFAULTS:
             if value != DEFAULTS[key] and value not in (None, [], {}):
-                raise RequestError(key, f"{key}: not supported by this server (the sparklaunch front end cannot "
-                                        "honour it); remove the field")
+                raise RequestError(
+                    key,
+                    f"{key}: not supported by this server (the sparklaunch front end cannot "
+                    "honour it); remove the field",
+                )
             continue
         log.warning("The following fields were present in the request but ignored: {%r}", key)
 
@@ -148,8 +210,11 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
         raise RequestError("chat_template_kwargs", "chat_template_kwargs: an object is required")
     for key in kwargs:
         if key not in CHAT_TEMPLATE_KWARGS:
-            raise RequestError("chat_template_kwargs", f"chat_template_kwargs.{key}: not supported by this server "
-                                                       f"(supported: {', '.join(sorted(CHAT_TEMPLATE_KWARGS))})")
+            raise RequestError(
+                "chat_template_kwargs",
+                f"chat_template_kwargs.{key}: not supported by this server "
+                f"(supported: {', '.join(sorted(CHAT_TEMPLATE_KWARGS))})",
+            )
     plan.chat_template_kwargs = dict(kwargs)
     thinking = kwargs.get("enable_thinking", kwargs.get("thinking", True))
     plan.reasoning = bool(f.reasoning_parser) and thinking is not False
@@ -160,8 +225,12 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
             raise RequestError("tools", "tools: a list of {type: function, function: {...}} is required")
         for i, t in enumerate(tools):
             fn = t.get("function") if isinstance(t, dict) else None
-            if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(fn, dict) \
-                    or not isinstance(fn.get("name"), str):
+            if (
+                not isinstance(t, dict)
+                or t.get("type", "function") != "function"
+                or not isinstance(fn, dict)
+                or not isinstance(fn.get("name"), str)
+            ):
                 raise RequestError(
                     "tools", f"tools[{i}]: {{type: function, function: {{name, parameters}}}} is required"
                 )
@@ -185,11 +254,15 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
     if plan.tool_choice != "none" and not plan.tools:
         raise RequestError("tool_choice", f"tool_choice: {plan.tool_choice!r} needs tools")
     if plan.tool_choice == "auto" and not (f.enable_auto_tool_choice and f.tool_call_parser):
-        raise RequestError("tool_choice", '"auto" tool choice requires --enable-auto-tool-choice and '
-                                          "--tool-call-parser to be set")
+        raise RequestError(
+            "tool_choice", '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
     if plan.tool_choice in ("required", "named") and not f.tool_call_parser:
-        raise RequestError("tool_choice", f"tool_choice {plan.tool_choice!r} needs --tool-call-parser on this "
-                                          "server (the sparklaunch front end parses the model's tool-call markup)")
+        raise RequestError(
+            "tool_choice",
+            f"tool_choice {plan.tool_choice!r} needs --tool-call-parser on this "
+            "server (the sparklaunch front end parses the model's tool-call markup)",
+        )
 
     fmt = body.get("response_format")
     if fmt is not None:
@@ -204,8 +277,9 @@ def plan_chat(body: dict[str, Any], features: ChatFeatures | None) -> ChatPlan:
                 raise RequestError("response_format", "response_format.json_schema.schema: an object is required")
             plan.json_schema = schema
         if plan.json_schema is not None and plan.tool_choice in ("required", "named"):
-            raise RequestError("response_format", "response_format cannot be combined with tool_choice "
-                                                  f"{plan.tool_choice!r}")
+            raise RequestError(
+                "response_format", f"response_format cannot be combined with tool_choice {plan.tool_choice!r}"
+            )
     return plan
 
 

@@ -48,8 +48,14 @@ class GlooControl:
 
     needs_heartbeat = True
 
-    def __init__(self, rank: int, world_size: int, init_method: str | None = None, timeout_s: float = 30.0,
-                 rendezvous_timeout_s: float = 900.0):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        init_method: str | None = None,
+        timeout_s: float = 30.0,
+        rendezvous_timeout_s: float = 900.0,
+    ):
         self.rank, self.world_size = rank, world_size
         self.init_method = init_method or "env://"
         self.timeout_s = timeout_s
@@ -73,13 +79,20 @@ class GlooControl:
         log.info("rank %d/%d joining %s", self.rank, self.world_size, self.init_method)
         timeout = timedelta(seconds=self.timeout_s)
         if self.init_method.startswith("tcp://"):
-            host, port = self.init_method[len("tcp://"):].rsplit(":", 1)
-            store = dist.TCPStore(host, int(port), self.world_size, is_master=self.rank == 0,
-                                  timeout=timedelta(seconds=self.rendezvous_timeout_s), wait_for_workers=True)
+            host, port = self.init_method[len("tcp://") :].rsplit(":", 1)
+            store = dist.TCPStore(
+                host,
+                int(port),
+                self.world_size,
+                is_master=self.rank == 0,
+                timeout=timedelta(seconds=self.rendezvous_timeout_s),
+                wait_for_workers=True,
+            )
             dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
         else:
-            dist.init_process_group("gloo", init_method=self.init_method, rank=self.rank,
-                                    world_size=self.world_size, timeout=timeout)
+            dist.init_process_group(
+                "gloo", init_method=self.init_method, rank=self.rank, world_size=self.world_size, timeout=timeout
+            )
         log.info("rank %d: all %d ranks joined", self.rank, self.world_size)
 
     def step(self, inp: StepInput, fn: StepFn) -> list[Delta]:

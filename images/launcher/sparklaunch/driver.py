@@ -29,7 +29,7 @@ class EngineDead(RuntimeError):
 
 
 class Listener(Protocol):
-    def deltas(self, deltas: list[Delta]) -> None: ...   # called from the engine thread
+    def deltas(self, deltas: list[Delta]) -> None: ...  # called from the engine thread
     def dead(self, reason: str) -> None: ...
 
 
@@ -68,8 +68,18 @@ class StreamBuffer:
             held = self._held.pop(d.request_id, None)
             if held is not None:
                 logprobs = (held.logprobs or []) + (d.logprobs or []) if (held.logprobs or d.logprobs) else None
-                d = Delta(d.request_id, held.token_ids + d.token_ids, held.text + d.text, d.finished,
-                          d.finish_reason, d.prompt_tokens, d.completion_tokens, d.error, d.stop_reason, logprobs)
+                d = Delta(
+                    d.request_id,
+                    held.token_ids + d.token_ids,
+                    held.text + d.text,
+                    d.finished,
+                    d.finish_reason,
+                    d.prompt_tokens,
+                    d.completion_tokens,
+                    d.error,
+                    d.stop_reason,
+                    logprobs,
+                )
             first = d.completion_tokens == len(d.token_ids)
             if d.finished or first or len(d.token_ids) >= self.interval:
                 out.append(d)

@@ -16,10 +16,53 @@ from .driver import Counters
 from .protocol import EngineStats
 
 # vLLM's buckets (PrometheusStatLogger): vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Histogram:
@@ -82,8 +125,14 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated: bool = False,
-           latencies: Latencies | None = None) -> str:
+def render(
+    model_name: str,
+    stats: EngineStats,
+    counters: Counters,
+    *,
+    simulated: bool = False,
+    latencies: Latencies | None = None,
+) -> str:
     base = f'engine="0",model_name="{_label(model_name)}"'
     lines: list[str] = []
 
@@ -93,16 +142,36 @@ def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated
         for suffix_labels, value in samples:
             lines.append(f"{suffix_labels} {float(value)}")
 
-    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-           [(f"vllm:num_requests_running{{{base}}}", stats.running)])
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           [(f"vllm:num_requests_waiting{{{base}}}", stats.waiting)])
-    metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-           [(f"vllm:kv_cache_usage_perc{{{base}}}", stats.kv_cache_usage)])
-    metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
-           [(f"vllm:prompt_tokens_total{{{base}}}", counters.prompt_tokens)])
-    metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-           [(f"vllm:generation_tokens_total{{{base}}}", counters.generation_tokens)])
+    metric(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        [(f"vllm:num_requests_running{{{base}}}", stats.running)],
+    )
+    metric(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        [(f"vllm:num_requests_waiting{{{base}}}", stats.waiting)],
+    )
+    metric(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        "KV-cache usage. 1 means 100 percent usage.",
+        [(f"vllm:kv_cache_usage_perc{{{base}}}", stats.kv_cache_usage)],
+    )
+    metric(
+        "vllm:prompt_tokens",
+        "counter",
+        "Number of prefill tokens processed.",
+        [(f"vllm:prompt_tokens_total{{{base}}}", counters.prompt_tokens)],
+    )
+    metric(
+        "vllm:generation_tokens",
+        "counter",
+        "Number of generation tokens processed.",
+        [(f"vllm:generation_tokens_total{{{base}}}", counters.generation_tokens)],
+    )
     reasons = sorted(set(counters.finished) | {"stop", "length", "abort"})
     metric(
         "vllm:request_success",
@@ -114,11 +183,23 @@ def render(model_name: str, stats: EngineStats, counters: Counters, *, simulated
         ],
     )
     if latencies is not None:
-        metric("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.",
-               latencies.ttft.samples("vllm:time_to_first_token_seconds", base))
-        metric("vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.",
-               latencies.e2e.samples("vllm:e2e_request_latency_seconds", base))
+        metric(
+            "vllm:time_to_first_token_seconds",
+            "histogram",
+            "Histogram of time to first token in seconds.",
+            latencies.ttft.samples("vllm:time_to_first_token_seconds", base),
+        )
+        metric(
+            "vllm:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            latencies.e2e.samples("vllm:e2e_request_latency_seconds", base),
+        )
     if simulated:
-        metric("vllm_sim:simulated", "gauge", "1: this server is vllm-sim, a simulator; no model runs.",
-               [(f"vllm_sim:simulated{{{base}}}", 1)])
+        metric(
+            "vllm_sim:simulated",
+            "gauge",
+            "1: this server is vllm-sim, a simulator; no model runs.",
+            [(f"vllm_sim:simulated{{{base}}}", 1)],
+        )
     return "\n".join(lines) + "\n"

@@ -19,11 +19,11 @@ class GenRequest:
     request_id: str
     prompt_token_ids: list[int]
     max_tokens: int
-    prompt: str | None = None          # the rendered text (the real vLLM adapter feeds text)
+    prompt: str | None = None  # the rendered text (the real vLLM adapter feeds text)
     min_tokens: int = 0
     ignore_eos: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, seed, stop, ...
-    eos_at_max: bool = False           # client set no max_tokens: a simulated model ends with EOS ("stop")
+    eos_at_max: bool = False  # client set no max_tokens: a simulated model ends with EOS ("stop")
     intent: dict[str, Any] | None = None  # a simulated engine's script (sparklaunch.chat); real vLLM ignores it
 
     @property
@@ -66,12 +66,12 @@ class Delta:
     token_ids: list[int]
     text: str
     finished: bool = False
-    finish_reason: str | None = None   # "length" | "stop" | "abort" | "error"
+    finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
     prompt_tokens: int = 0
-    completion_tokens: int = 0         # cumulative
+    completion_tokens: int = 0  # cumulative
     error: str | None = None
-    stop_reason: str | int | None = None   # the stop string (or token id) that ended the output
-    logprobs: list[dict[str, Any]] | None = None   # per token: {token, logprob, top: [[token, logprob], ...]}
+    stop_reason: str | int | None = None  # the stop string (or token id) that ended the output
+    logprobs: list[dict[str, Any]] | None = None  # per token: {token, logprob, top: [[token, logprob], ...]}
 
 
 @dataclass
@@ -80,7 +80,7 @@ class EngineStats:
 
     running: int = 0
     waiting: int = 0
-    kv_cache_usage: float = 0.0        # 0..1
+    kv_cache_usage: float = 0.0  # 0..1
 
 
 @dataclass

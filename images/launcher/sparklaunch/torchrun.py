@@ -58,5 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     if rank != 0:
         return run_worker(adapter, control)
     extra = getattr(adapter, "extra_routes", None)
-    return run_head(adapter, control, opts.host, opts.port, stream_interval=opts.stream_interval,
-                    api_keys=opts.api_keys, extra_routes=extra() if extra else None)
+    return run_head(
+        adapter,
+        control,
+        opts.host,
+        opts.port,
+        stream_interval=opts.stream_interval,
+        api_keys=opts.api_keys,
+        extra_routes=extra() if extra else None,
+    )

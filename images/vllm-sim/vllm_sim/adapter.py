@@ -37,7 +37,7 @@ class SimAdapter:
         self.max_model_len = self.engine.max_model_len
         self.batch_window_s = self.engine.hw.fitted.get("batch_window_ms", 0.0) / 1000.0 * cfg.time_scale
         self.time_scale = cfg.time_scale
-        try:   # tools, reasoning (sparklaunch.chat); a parser whose markup the sim cannot write is refused
+        try:  # tools, reasoning (sparklaunch.chat); a parser whose markup the sim cannot write is refused
             self.chat_frontend = SimChatFrontend(cfg.chat, self.engine.tokenizer)
         except UnsupportedFormat as e:
             raise ConfigError(str(e)) from None
@@ -73,8 +73,18 @@ class SimAdapter:
         self._deadline += seconds * self.time_scale
         if self._trace is not None:
             shape = self.engine.last_shape
-            self._trace.write(json.dumps({"t": round(start, 4), "added": self._added, "decode": shape.decode_seqs,
-                                          "prefill": shape.prefill_tokens, "s": round(seconds, 5)}) + "\n")
+            self._trace.write(
+                json.dumps(
+                    {
+                        "t": round(start, 4),
+                        "added": self._added,
+                        "decode": shape.decode_seqs,
+                        "prefill": shape.prefill_tokens,
+                        "s": round(seconds, 5),
+                    }
+                )
+                + "\n"
+            )
             self._added = 0
         remaining = self._deadline - self._clock()
         if remaining > 0:

@@ -50,9 +50,9 @@ class ModelProfile:
     active_params: float
     default_quantization: str
     fitted: dict[str, Any] = field(default_factory=dict)
-    moe_layers: int | None = None           # layers with routed experts (None: every layer)
-    linear_attention_layers: int = 0        # e.g. Gated DeltaNet: a fixed state per sequence, no per-token KV
-    kv_latent_dim: int | None = None        # MLA: elements cached per token and layer (one latent, no K/V heads)
+    moe_layers: int | None = None  # layers with routed experts (None: every layer)
+    linear_attention_layers: int = 0  # e.g. Gated DeltaNet: a fixed state per sequence, no per-token KV
+    kv_latent_dim: int | None = None  # MLA: elements cached per token and layer (one latent, no K/V heads)
 
     @property
     def is_moe(self) -> bool:

@@ -82,12 +82,15 @@ class SimChatFrontend:
 
 
 def _tool_call_id() -> str:
-    return "chatcmpl-tool-" + uuid.uuid4().hex[:24]   # vLLM's make_tool_call_id shape
+    return "chatcmpl-tool-" + uuid.uuid4().hex[:24]  # vLLM's make_tool_call_id shape
 
 
 def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"id": _tool_call_id(), "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+    return {
+        "id": _tool_call_id(),
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+    }
 
 
 class SimOutputParser:

@@ -67,8 +67,13 @@ def sim_routes(cfg: ServeConfig, adapter: SimAdapter, mode: str) -> list[web.Rou
 
 def make_control(cfg: ServeConfig):
     if cfg.mode == "native":
-        return GlooControl(cfg.node_rank, cfg.nnodes, f"tcp://{cfg.master_addr}:{cfg.master_port}",
-                           cfg.collective_timeout_s, cfg.rendezvous_timeout_s)
+        return GlooControl(
+            cfg.node_rank,
+            cfg.nnodes,
+            f"tcp://{cfg.master_addr}:{cfg.master_port}",
+            cfg.collective_timeout_s,
+            cfg.rendezvous_timeout_s,
+        )
     if cfg.mode == "ray":
         from .ray_exec import RayControl
 
@@ -93,8 +98,15 @@ def run(cfg: ServeConfig) -> int:
         if not cfg.headless:
             log.warning("node_rank %d runs no API server (as with --headless)", cfg.node_rank)
         return run_worker(adapter, control)
-    return run_head(adapter, control, cfg.host, cfg.port, stream_interval=cfg.stream_interval, api_keys=cfg.api_keys,
-                    extra_routes=sim_routes(cfg, adapter, cfg.mode))
+    return run_head(
+        adapter,
+        control,
+        cfg.host,
+        cfg.port,
+        stream_interval=cfg.stream_interval,
+        api_keys=cfg.api_keys,
+        extra_routes=sim_routes(cfg, adapter, cfg.mode),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = from_namespace(ns)
         if cfg.mode == "torchrun":
-            raise ConfigError("distributed_executor_backend=external_launcher needs torchrun and the lockstep "
-                              "launcher: torchrun ... /opt/sparkdeploy/launcher/serve_torchrun.py MODEL [options]")
+            raise ConfigError(
+                "distributed_executor_backend=external_launcher needs torchrun and the lockstep "
+                "launcher: torchrun ... /opt/sparkdeploy/launcher/serve_torchrun.py MODEL [options]"
+            )
         return run(cfg)
     except ConfigError as e:
         print(f"ValueError: {e}", file=sys.stderr)

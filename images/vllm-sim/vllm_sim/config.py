@@ -64,7 +64,7 @@ class ServeConfig:
     rendezvous_timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.chat, dict):   # a config shipped to a Ray actor as plain fields
+        if isinstance(self.chat, dict):  # a config shipped to a Ray actor as plain fields
             self.chat = ChatFeatures(**self.chat)
 
     @property
@@ -78,7 +78,8 @@ class ServeConfig:
             return "eager"
         mode = str(self.compilation_config.get("cudagraph_mode") or DEFAULT_CUDAGRAPH_MODE).upper()
         return {"NONE": "eager", "PIECEWISE": "piecewise", "FULL": "full", "FULL_DECODE_ONLY": "full"}.get(
-            mode, "full_and_piecewise")
+            mode, "full_and_piecewise"
+        )
 
     @property
     def allreduce_split(self) -> bool:

@@ -53,8 +53,12 @@ class EnginePlan:
 
 def exec_config(cfg: ServeConfig) -> ExecConfig:
     return ExecConfig(
-        tp=cfg.tp, quantization=cfg.quantization, mxfp4_layers=cfg.mxfp4_layers,
-        kv_cache_dtype=cfg.kv_cache_dtype, graph_mode=cfg.graph_mode, allreduce_split=cfg.allreduce_split,
+        tp=cfg.tp,
+        quantization=cfg.quantization,
+        mxfp4_layers=cfg.mxfp4_layers,
+        kv_cache_dtype=cfg.kv_cache_dtype,
+        graph_mode=cfg.graph_mode,
+        allreduce_split=cfg.allreduce_split,
     )
 
 
@@ -109,9 +113,11 @@ def unknown_model_line(model: str, max_model_len: int | None, catalog: Catalog) 
     """The one line a start with a model the catalog lacks logs: what the sim does instead, and the fix."""
     default = catalog.model(model).max_position_embeddings
     asked = f"max_model_len {max_model_len} is taken as asked" if max_model_len else f"max_model_len is {default}"
-    return (f"NO PROFILE for model {model!r} in vllm_sim/data/models.yaml (known: {', '.join(catalog.known_models)}): "
-            f"SIMULATED with the generic 'default' profile (a dense 8B) and {asked}, unchecked against the "
-            "model's config.json; add the model's entry to models.yaml for its own architecture and limits")
+    return (
+        f"NO PROFILE for model {model!r} in vllm_sim/data/models.yaml (known: {', '.join(catalog.known_models)}): "
+        f"SIMULATED with the generic 'default' profile (a dense 8B) and {asked}, unchecked against the "
+        "model's config.json; add the model's entry to models.yaml for its own architecture and limits"
+    )
 
 
 class SimEngine:
@@ -127,18 +133,31 @@ class SimEngine:
         self.cost = StepCostModel(self.catalog, self.hw, self.model, exec_config(cfg))
         self.plan = plan_engine(cfg, self.hw, self.model, self.cost)
         p = self.plan
-        log.info("model %s (sim profile %s), tp=%d, mode=%s, graphs=%s, max_model_len=%d, max_num_batched_tokens=%d, "
-                 "max_num_seqs=%d, KV cache %.1f GiB (%d blocks), weights %.1f GiB/GPU",
-                 cfg.model, self.model.name, cfg.tp, cfg.mode, cfg.graph_mode, p.max_model_len,
-                 p.max_num_batched_tokens, p.max_num_seqs, p.kv_cache_gib, p.kv_blocks, p.weights_gib)
+        log.info(
+            "model %s (sim profile %s), tp=%d, mode=%s, graphs=%s, max_model_len=%d, max_num_batched_tokens=%d, "
+            "max_num_seqs=%d, KV cache %.1f GiB (%d blocks), weights %.1f GiB/GPU",
+            cfg.model,
+            self.model.name,
+            cfg.tp,
+            cfg.mode,
+            cfg.graph_mode,
+            p.max_model_len,
+            p.max_num_batched_tokens,
+            p.max_num_seqs,
+            p.kv_cache_gib,
+            p.kv_blocks,
+            p.weights_gib,
+        )
         self.tokenizer = tokenizer or default_tokenizer()
         self.text = TextGen(self.tokenizer)
-        self.scheduler = Scheduler(SchedulerLimits(
-            max_num_batched_tokens=self.plan.max_num_batched_tokens,
-            max_num_seqs=self.plan.max_num_seqs,
-            kv_blocks=self.plan.kv_blocks,
-            chunked_prefill=cfg.enable_chunked_prefill,
-        ))
+        self.scheduler = Scheduler(
+            SchedulerLimits(
+                max_num_batched_tokens=self.plan.max_num_batched_tokens,
+                max_num_seqs=self.plan.max_num_seqs,
+                kv_blocks=self.plan.kv_blocks,
+                chunked_prefill=cfg.enable_chunked_prefill,
+            )
+        )
         self._reqs: dict[str, _Req] = {}
         self.steps = 0
         self.last_shape = StepShape()
@@ -151,8 +170,14 @@ class SimEngine:
         if req.request_id in self._reqs:
             raise ValueError(f"duplicate request id {req.request_id}")
         seq = Seq(req.request_id, max(1, req.prompt_len))
-        out = Output(self.text, self.tokenizer, req.intent, self.cfg.chat.tool_call_parser, req.sampling.get("stop"),
-                     bool(req.sampling.get("include_stop_str_in_output")))
+        out = Output(
+            self.text,
+            self.tokenizer,
+            req.intent,
+            self.cfg.chat.tool_call_parser,
+            req.sampling.get("stop"),
+            bool(req.sampling.get("include_stop_str_in_output")),
+        )
         self._reqs[req.request_id] = _Req(req, seq, out)
         self.scheduler.add(seq)
 
@@ -191,9 +216,17 @@ class SimEngine:
             ended = stopped_by is not None or (r.out.script_done and not r.req.ignore_eos)  # EOS after a call
             done = ended or r.emitted >= r.req.max_tokens
             reason = "stop" if ended or r.req.eos_at_max else "length"
-            delta = Delta(seq.request_id, [tid], text, finished=done, finish_reason=reason if done else None,
-                          prompt_tokens=r.req.prompt_len, completion_tokens=r.emitted, stop_reason=stopped_by,
-                          logprobs=self._logprobs(r.req, text))
+            delta = Delta(
+                seq.request_id,
+                [tid],
+                text,
+                finished=done,
+                finish_reason=reason if done else None,
+                prompt_tokens=r.req.prompt_len,
+                completion_tokens=r.emitted,
+                stop_reason=stopped_by,
+                logprobs=self._logprobs(r.req, text),
+            )
             deltas.append(delta)
             if done:
                 self.scheduler.finish(seq)

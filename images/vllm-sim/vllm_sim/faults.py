@@ -39,11 +39,16 @@ def memory_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
 def exhaust_memory(limit: int | None) -> bool:
     """Allocate past `limit` (the kernel ends the process first); False when there is no limit to hit."""
     if limit is None:
-        log.error("SIMULATED OOM refused: this container has no cgroup memory limit (it would exhaust the "
-                  "host); set one first: docker update --memory 512m --memory-swap 512m CONTAINER")
+        log.error(
+            "SIMULATED OOM refused: this container has no cgroup memory limit (it would exhaust the "
+            "host); set one first: docker update --memory 512m --memory-swap 512m CONTAINER"
+        )
         return False
-    log.warning("SIMULATED OOM: allocating past the cgroup memory limit (%d MiB) until the kernel's OOM killer "
-                "ends this engine, as it would an engine over-committing unified memory", limit // 2**20)
+    log.warning(
+        "SIMULATED OOM: allocating past the cgroup memory limit (%d MiB) until the kernel's OOM killer "
+        "ends this engine, as it would an engine over-committing unified memory",
+        limit // 2**20,
+    )
     hog = []
     while len(hog) * CHUNK < 2 * limit:  # bounded: never more than twice the limit
         hog.append(bytearray(b"\x01") * CHUNK)  # filled, so every page is really resident

@@ -31,8 +31,9 @@ def human_readable_int(value: str) -> int:
     if not m:
         raise ValueError(value)
     number, suffix = m.groups()
-    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-             "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[
+        suffix
+    ]
     result = float(number) * scale
     if (suffix == "" and "." in number) or result != int(result):
         raise ValueError(value)
@@ -61,14 +62,29 @@ def optimization_level(value: str) -> int:
 
 # Types for the flags the simulator reads (by dest). Names mirror vLLM's messages ("invalid int value").
 TYPES: dict[str, Callable[[str], Any]] = {
-    "port": int, "tensor_parallel_size": int, "pipeline_parallel_size": int, "data_parallel_size": int,
-    "max_num_seqs": int, "nnodes": int, "node_rank": int, "master_port": int, "stream_interval": int,
-    "gpu_memory_utilization": float, "max_num_batched_tokens": human_readable_int,
-    "max_model_len": max_model_len, "compilation_config": json_object, "optimization_level": optimization_level,
+    "port": int,
+    "tensor_parallel_size": int,
+    "pipeline_parallel_size": int,
+    "data_parallel_size": int,
+    "max_num_seqs": int,
+    "nnodes": int,
+    "node_rank": int,
+    "master_port": int,
+    "stream_interval": int,
+    "gpu_memory_utilization": float,
+    "max_num_batched_tokens": human_readable_int,
+    "max_model_len": max_model_len,
+    "compilation_config": json_object,
+    "optimization_level": optimization_level,
 }
-TYPE_NAMES = {int: "int", float: "float", human_readable_int: "human_readable_int",
-              max_model_len: "human_readable_int_or_auto", json_object: "parse_dataclass",
-              optimization_level: "optimization_level"}
+TYPE_NAMES = {
+    int: "int",
+    float: "float",
+    human_readable_int: "human_readable_int",
+    max_model_len: "human_readable_int_or_auto",
+    json_object: "parse_dataclass",
+    optimization_level: "optimization_level",
+}
 
 
 class VllmArgumentParser(argparse.ArgumentParser):
@@ -83,8 +99,11 @@ class VllmArgumentParser(argparse.ArgumentParser):
             dest = flag.lstrip("-").replace("-", "_")
             value = getattr(ns, dest, None)
             if value is not None and value not in allowed:
-                self.error(f"argument {flag}: invalid choice: {value!r} (choose from "
-                           + ", ".join(repr(a) for a in allowed) + ")")
+                self.error(
+                    f"argument {flag}: invalid choice: {value!r} (choose from "
+                    + ", ".join(repr(a) for a in allowed)
+                    + ")"
+                )
         return ns
 
 

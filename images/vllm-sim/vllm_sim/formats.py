@@ -27,8 +27,13 @@ from typing import Any
 TOOL_START, TOOL_END = "<tool_call>", "</tool_call>"
 THINK_START, THINK_END = "<think>", "</think>"
 
-TOOL_FORMATS = {"qwen3_coder": "qwen3_xml", "qwen3_xml": "qwen3_xml", "glm47": "glm", "glm45": "glm",
-                "hermes": "hermes"}
+TOOL_FORMATS = {
+    "qwen3_coder": "qwen3_xml",
+    "qwen3_xml": "qwen3_xml",
+    "glm47": "glm",
+    "glm45": "glm",
+    "hermes": "hermes",
+}
 REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1"}
 
 
@@ -38,11 +43,15 @@ class UnsupportedFormat(ValueError):
 
 def check_parsers(tool_parser: str | None, reasoning_parser: str | None) -> None:
     if tool_parser and tool_parser not in TOOL_FORMATS:
-        raise UnsupportedFormat(f"vllm-sim writes tool calls only for --tool-call-parser "
-                                f"{', '.join(sorted(TOOL_FORMATS))}; got {tool_parser!r}")
+        raise UnsupportedFormat(
+            f"vllm-sim writes tool calls only for --tool-call-parser "
+            f"{', '.join(sorted(TOOL_FORMATS))}; got {tool_parser!r}"
+        )
     if reasoning_parser and reasoning_parser not in REASONING_FORMATS:
-        raise UnsupportedFormat(f"vllm-sim writes reasoning only for --reasoning-parser "
-                                f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}")
+        raise UnsupportedFormat(
+            f"vllm-sim writes reasoning only for --reasoning-parser "
+            f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}"
+        )
 
 
 def _value_text(value: Any) -> str:
@@ -140,11 +149,11 @@ class StreamParser:
                         out.content += TOOL_START + self.buf
                         self.buf = ""
                     return out
-                emit, self.buf = self.buf[:len(self.buf) - keep], self.buf[len(self.buf) - keep:]
+                emit, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
                 self._emit(out, emit)
                 return out
             pos, marker = hit
-            before, self.buf = self.buf[:pos], self.buf[pos + len(marker):]
+            before, self.buf = self.buf[:pos], self.buf[pos + len(marker) :]
             if self.state == "tool":
                 call = read_tool_call(self.tool_parser or "", before.strip(), self.tools)
                 if call is None:
@@ -159,7 +168,7 @@ class StreamParser:
     def _emit(self, out: Parsed, text: str) -> None:
         if self.state == "reasoning":
             if not self._reasoning_started and text.lstrip().startswith(THINK_START):
-                text = text.lstrip()[len(THINK_START):]
+                text = text.lstrip()[len(THINK_START) :]
             self._reasoning_started = self._reasoning_started or bool(text)
             out.reasoning += text
         else:

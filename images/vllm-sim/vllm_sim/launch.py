@@ -20,8 +20,10 @@ def build_for_torchrun(argv: list[str], rank: int, world_size: int) -> tuple[Sim
     try:
         cfg = from_namespace(ns)
         if cfg.world_size != world_size:
-            raise ConfigError(f"tensor_parallel_size x pipeline_parallel_size = {cfg.world_size}, but torchrun "
-                              f"started {world_size} ranks (--nnodes x --nproc-per-node)")
+            raise ConfigError(
+                f"tensor_parallel_size x pipeline_parallel_size = {cfg.world_size}, but torchrun "
+                f"started {world_size} ranks (--nnodes x --nproc-per-node)"
+            )
         adapter = SimAdapter(cfg)
     except ConfigError as e:
         raise SystemExit(f"ValueError: {e}") from None
@@ -32,6 +34,13 @@ def build_for_torchrun(argv: list[str], rank: int, world_size: int) -> tuple[Sim
         return sim_routes(cfg, adapter, "torchrun")
 
     adapter.extra_routes = extra_routes  # type: ignore[attr-defined]
-    opts = ServeOptions(host=cfg.host, port=cfg.port, served_model_names=cfg.served_model_names,
-                        api_keys=cfg.api_keys, stream_interval=cfg.stream_interval, tp=cfg.tp, pp=cfg.pp)
+    opts = ServeOptions(
+        host=cfg.host,
+        port=cfg.port,
+        served_model_names=cfg.served_model_names,
+        api_keys=cfg.api_keys,
+        stream_interval=cfg.stream_interval,
+        tp=cfg.tp,
+        pp=cfg.pp,
+    )
     return adapter, opts

@@ -29,9 +29,9 @@ from .engine import SimEngine
 @dataclass(frozen=True)
 class Point:
     concurrency: int
-    decode_tps: float   # llama-benchy tg t/s (total over the run window)
+    decode_tps: float  # llama-benchy tg t/s (total over the run window)
     prefill_tps: float  # llama-benchy pp t/s (total)
-    ttft_ms: float      # llama-benchy e2e_ttft mean
+    ttft_ms: float  # llama-benchy e2e_ttft mean
 
 
 @dataclass
@@ -44,11 +44,22 @@ class _Req:
     tokens: int = 0
 
 
-def _run_once(make_engine: Callable[[], SimEngine], engines: int, concurrency: int, pp: int, tg: int,
-              spacing_s: float, window_s: float, latency_s: float, rng: random.Random) -> Point:
+def _run_once(
+    make_engine: Callable[[], SimEngine],
+    engines: int,
+    concurrency: int,
+    pp: int,
+    tg: int,
+    spacing_s: float,
+    window_s: float,
+    latency_s: float,
+    rng: random.Random,
+) -> Point:
     pool = [make_engine() for _ in range(engines)]
-    reqs = [_Req(engine=rng.randrange(engines) if engines > 1 else 0, arrival=latency_s + i * spacing_s)
-            for i in range(concurrency)]
+    reqs = [
+        _Req(engine=rng.randrange(engines) if engines > 1 else 0, arrival=latency_s + i * spacing_s)
+        for i in range(concurrency)
+    ]
     for e_idx, engine in enumerate(pool):
         mine = [(i, r) for i, r in enumerate(reqs) if r.engine == e_idx]
         if not mine:
@@ -83,9 +94,19 @@ def _run_once(make_engine: Callable[[], SimEngine], engines: int, concurrency: i
     return Point(concurrency, decode, prefill, ttft)
 
 
-def predict(cfg: ServeConfig, concurrencies: list[int], *, engines: int = 1, pp: int = 1024, tg: int = 128,
-            runs: int = 1, spacing_s: float = 0.001, latency_s: float = 0.002, seed: int = 0,
-            catalog: Catalog | None = None) -> list[Point]:
+def predict(
+    cfg: ServeConfig,
+    concurrencies: list[int],
+    *,
+    engines: int = 1,
+    pp: int = 1024,
+    tg: int = 128,
+    runs: int = 1,
+    spacing_s: float = 0.001,
+    latency_s: float = 0.002,
+    seed: int = 0,
+    catalog: Catalog | None = None,
+) -> list[Point]:
     """Mean llama-benchy figures per concurrency for `engines` identical engines built from `cfg`."""
     rng = random.Random(seed)
     template = SimEngine(cfg, catalog)
@@ -98,8 +119,14 @@ def predict(cfg: ServeConfig, concurrencies: list[int], *, engines: int = 1, pp:
     for c in concurrencies:
         n = runs if engines > 1 else 1  # one engine is deterministic: one run is the mean
         pts = [_run_once(make, engines, c, pp, tg, spacing_s, window, latency_s, rng) for _ in range(n)]
-        out.append(Point(c, statistics.mean(p.decode_tps for p in pts), statistics.mean(p.prefill_tps for p in pts),
-                         statistics.mean(p.ttft_ms for p in pts)))
+        out.append(
+            Point(
+                c,
+                statistics.mean(p.decode_tps for p in pts),
+                statistics.mean(p.prefill_tps for p in pts),
+                statistics.mean(p.ttft_ms for p in pts),
+            )
+        )
     return out
 
 

@@ -68,14 +68,20 @@ class RayControl:
         self._ray = ray
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if len(nodes) < self.world_size:
-            raise RankFailure(f"the Ray cluster has {len(nodes)} alive node(s), tensor_parallel_size x "
-                              f"pipeline_parallel_size = {self.world_size} needs {self.world_size} (one GPU per node)")
+            raise RankFailure(
+                f"the Ray cluster has {len(nodes)} alive node(s), tensor_parallel_size x "
+                f"pipeline_parallel_size = {self.world_size} needs {self.world_size} (one GPU per node)"
+            )
         here = ray.get_runtime_context().get_node_id()
         others = [n["NodeID"] for n in nodes if n["NodeID"] != here][: self.world_size - 1]
         remote_cls = ray.remote(num_cpus=0, max_restarts=0)(SimRank)
         fields = asdict(self.cfg)
-        self.actors = [remote_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                                          name=None).remote(fields) for node in others]
+        self.actors = [
+            remote_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), name=None).remote(
+                fields
+            )
+            for node in others
+        ]
         placed = ray.get([a.node_id.remote() for a in self.actors], timeout=max(60.0, self.timeout_s))
         log.info("ray: head on node %s, worker actors on %s", here[:12], [p[:12] for p in placed])
 

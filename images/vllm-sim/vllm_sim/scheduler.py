@@ -23,17 +23,17 @@ BLOCK_SIZE = 16
 class Seq:
     request_id: str
     prompt_len: int
-    computed: int = 0          # tokens whose KV exists (prompt, then prompt + generated)
+    computed: int = 0  # tokens whose KV exists (prompt, then prompt + generated)
     generated: int = 0
     blocks: int = 0
-    order: int = 0             # arrival order, for FCFS and preemption
+    order: int = 0  # arrival order, for FCFS and preemption
 
 
 @dataclass
 class Scheduled:
     seq: Seq
     tokens: int
-    samples: bool              # this step produces a token for the sequence
+    samples: bool  # this step produces a token for the sequence
 
 
 @dataclass

@@ -57,8 +57,15 @@ def script_text(intent: dict[str, Any] | None, tool_parser: str | None) -> tuple
 class Output:
     """One request's output, token by token: the scripted part, then the phrase; stop strings end it."""
 
-    def __init__(self, gen: TextGen, tokenizer: SimTokenizer, intent: dict[str, Any] | None, tool_parser: str | None,
-                 stop: list[str] | str | None = None, include_stop: bool = False):
+    def __init__(
+        self,
+        gen: TextGen,
+        tokenizer: SimTokenizer,
+        intent: dict[str, Any] | None,
+        tool_parser: str | None,
+        stop: list[str] | str | None = None,
+        include_stop: bool = False,
+    ):
         text, self.ends_with_script = script_text(intent, tool_parser)
         self.script = [(tokenizer.piece_id(p), p) for p in pieces(text)]
         self.gen = gen
@@ -88,6 +95,6 @@ class Output:
             if at >= 0:
                 end = at + len(s) if self.include_stop else at
                 text = self.text[before:end] if end > before else ""
-                self.text = self.text[:max(end, before)]
+                self.text = self.text[: max(end, before)]
                 return tid, text, s
         return tid, text, None

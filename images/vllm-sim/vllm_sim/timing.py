@@ -35,8 +35,8 @@ class ExecConfig:
     quantization: str | None = None
     mxfp4_layers: frozenset[str] = frozenset()
     kv_cache_dtype: str = "auto"
-    graph_mode: str = "full_and_piecewise"   # eager | piecewise | full_and_piecewise | full
-    allreduce_split: bool = False             # vllm::all_reduce is a splitting op (eager all-reduce)
+    graph_mode: str = "full_and_piecewise"  # eager | piecewise | full_and_piecewise | full
+    allreduce_split: bool = False  # vllm::all_reduce is a splitting op (eager all-reduce)
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ class StepShape:
     """What a step computes, as the scheduler built it."""
 
     decode_seqs: int = 0
-    decode_context: int = 0          # sum of context lengths of the decoding sequences
+    decode_context: int = 0  # sum of context lengths of the decoding sequences
     prefill_tokens: int = 0
-    prefill_attention: float = 0.0   # sum over prefill chunks of chunk x mean attended length
+    prefill_attention: float = 0.0  # sum over prefill chunks of chunk x mean attended length
     num_seqs: int = 0
 
     @property
@@ -104,10 +104,10 @@ class StepCostModel:
         kv_elem = catalog.kv_bytes_per_element(ex.kv_cache_dtype)
         if model.kv_latent_dim:  # MLA: one latent per token and layer, the same on every TP rank
             per_layer = model.kv_latent_dim * kv_elem
-        else:                    # K and V heads, split over the TP ranks
+        else:  # K and V heads, split over the TP ranks
             per_layer = 2 * model.num_kv_heads * model.head_dim * kv_elem / ex.tp
-        self.kv_bytes_full = per_layer * model.kv_layers         # per token and GPU, growing layers
-        self.kv_bytes_window = per_layer * model.window_layers   # per token and GPU, sliding layers
+        self.kv_bytes_full = per_layer * model.kv_layers  # per token and GPU, growing layers
+        self.kv_bytes_window = per_layer * model.window_layers  # per token and GPU, sliding layers
 
     # -- memory sizes (used by the scheduler's KV budget too) -----------------------------------------
     def weight_bytes_total(self) -> float:

@@ -67,28 +67,50 @@ def human(n: int) -> str:
 
 def args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--backend", choices=["nccl", "gloo", "auto"], default="auto",
-                   help="nccl (GPU) or gloo (CPU); auto: nccl when CUDA is available")
+    p.add_argument(
+        "--backend",
+        choices=["nccl", "gloo", "auto"],
+        default="auto",
+        help="nccl (GPU) or gloo (CPU); auto: nccl when CUDA is available",
+    )
     p.add_argument("--min-bytes", type=parse_size, default=8)
     p.add_argument("--max-bytes", type=parse_size, default=256 * 2**20)
     p.add_argument("--iters", type=int, default=20, help="timed iterations per size (fewer for large sizes)")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=3,
-                   help="timed runs of --iters per size and per latency row; the median is reported")
-    p.add_argument("--budget-bytes", type=parse_size, default=None,
-                   help="bytes moved per size at most (caps iterations of large sizes); default 4 GiB nccl, "
-                        "512 MiB gloo")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed runs of --iters per size and per latency row; the median is reported",
+    )
+    p.add_argument(
+        "--budget-bytes",
+        type=parse_size,
+        default=None,
+        help="bytes moved per size at most (caps iterations of large sizes); default 4 GiB nccl, 512 MiB gloo",
+    )
     p.add_argument("--lat-iters", type=int, default=200, help="eager 4 KiB calls timed")
-    p.add_argument("--graph-calls", type=int, default=20,
-                   help="4 KiB all-reduces captured in one CUDA graph (nccl-tests -G: its -n, 20)")
+    p.add_argument(
+        "--graph-calls",
+        type=int,
+        default=20,
+        help="4 KiB all-reduces captured in one CUDA graph (nccl-tests -G: its -n, 20)",
+    )
     p.add_argument("--graph-replays", type=int, default=20, help="graph launches timed (nccl-tests -G N)")
-    p.add_argument("--method", choices=["auto", "nccl-direct", "torch"], default="auto",
-                   help="how the sweep calls NCCL: nccl-direct (ctypes on torch's libnccl, vLLM's path), torch "
-                        "(torch.distributed); auto: nccl-direct when it binds, else torch")
-    p.add_argument("--nccl-library", default=None,
-                   help="libnccl to call directly; default: the one torch has loaded")
-    p.add_argument("--mem-fraction", type=float, default=0.125,
-                   help="largest buffer at most this fraction of free memory (unified memory: keep headroom)")
+    p.add_argument(
+        "--method",
+        choices=["auto", "nccl-direct", "torch"],
+        default="auto",
+        help="how the sweep calls NCCL: nccl-direct (ctypes on torch's libnccl, vLLM's path), torch "
+        "(torch.distributed); auto: nccl-direct when it binds, else torch",
+    )
+    p.add_argument("--nccl-library", default=None, help="libnccl to call directly; default: the one torch has loaded")
+    p.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=0.125,
+        help="largest buffer at most this fraction of free memory (unified memory: keep headroom)",
+    )
     p.add_argument("--timeout", type=float, default=300, help="overall seconds before the probe gives up (exit 124)")
     p.add_argument("--json", dest="json_path", default=None, help="write the result here (rank 0)")
     return p
@@ -125,8 +147,12 @@ def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Time
 
 def teardown_watchdog(seconds: float, rank: int) -> threading.Timer:
     def fire():
-        print(f"allreduce_probe: teardown did not finish within {seconds:g} s (rank {rank}); the results are "
-              "complete, exiting anyway", file=sys.stderr, flush=True)
+        print(
+            f"allreduce_probe: teardown did not finish within {seconds:g} s (rank {rank}); the results are "
+            "complete, exiting anyway",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(0)
 
     timer = threading.Timer(seconds, fire)
@@ -187,8 +213,11 @@ class NcclDirect:
         v = ctypes.c_int()
         self.check(self.lib.ncclGetVersion(ctypes.byref(v)), "ncclGetVersion")
         code = v.value  # 2.9 and later: major*10000 + minor*100 + patch
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 10000 else \
-            f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+        return (
+            f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+            if code >= 10000
+            else f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+        )
 
     def unique_id(self) -> bytes:
         uid = self.UniqueId()
@@ -211,8 +240,16 @@ class NcclDirect:
         """One all-reduce with every argument converted once: a call then costs what calling libnccl from
         Python costs, nothing more (nccl-tests' loop calls NCCL from C). Returns NCCL's result code."""
         vp = ctypes.c_void_p
-        return functools.partial(self._raw_all_reduce, vp(send), vp(recv), ctypes.c_size_t(count),
-                                 ctypes.c_int(self.FLOAT32), ctypes.c_int(self.SUM), comm, vp(stream))
+        return functools.partial(
+            self._raw_all_reduce,
+            vp(send),
+            vp(recv),
+            ctypes.c_size_t(count),
+            ctypes.c_int(self.FLOAT32),
+            ctypes.c_int(self.SUM),
+            comm,
+            vp(stream),
+        )
 
     def destroy(self, comm) -> None:
         self.check(self.lib.ncclCommDestroy(comm), "ncclCommDestroy")
@@ -240,16 +277,16 @@ def nccl_library(explicit: str | None) -> str:
 
 METHODS = {
     "nccl-direct": "ncclAllReduce through ctypes on torch's libnccl, back-to-back launches on one stream, "
-                   "time to completion / iterations (nccl-tests' method)",
+    "time to completion / iterations (nccl-tests' method)",
     "torch.distributed": "torch.distributed.all_reduce back to back, time to completion / iterations",
     "eager nccl-direct": "ncclAllReduce through ctypes, in place, arguments converted once, launched from "
-                         "Python one by one back to back (the NCCL call vLLM's communicator makes, nothing else)",
+    "Python one by one back to back (the NCCL call vLLM's communicator makes, nothing else)",
     "eager nccl-vllm": "the same call in vLLM's PyNcclCommunicator shape: out of place into a new tensor per call "
-                       "(torch.empty_like), pointers read per call, stream looked up once",
+    "(torch.empty_like), pointers read per call, stream looked up once",
     "eager torch.distributed": "torch.distributed.all_reduce in place, launched from Python one by one",
     "graph nccl-direct": "ncclAllReduce in place, {calls} calls captured in one CUDA graph (thread-local capture), "
-                         "the graph launched {replays} times back to back, time / (calls x launches) "
-                         "(nccl-tests -G {replays} -n {calls})",
+    "the graph launched {replays} times back to back, time / (calls x launches) "
+    "(nccl-tests -G {replays} -n {calls})",
 }
 
 
@@ -257,8 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     args = args_parser().parse_args(argv)
     started = time.monotonic()
     if "RANK" not in os.environ:  # started without torchrun: one process, a local rendezvous
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", "29599"))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT", "29599"),
+        )
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -305,9 +347,14 @@ def main(argv: list[str] | None = None) -> int:
             nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
         except Exception:  # noqa: BLE001 - a torch built without NCCL raises RuntimeError/AttributeError: no version
             nccl_version = None
-    me = {"rank": rank, "host": socket.gethostname(), "torch": torch.__version__, "nccl": nccl_version,
-          "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-          "master_addr": os.environ.get("MASTER_ADDR", "")}
+    me = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "torch": torch.__version__,
+        "nccl": nccl_version,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "master_addr": os.environ.get("MASTER_ADDR", ""),
+    }
     ranks: list = [None] * world
     dist.all_gather_object(ranks, me)
 
@@ -361,9 +408,18 @@ def main(argv: list[str] | None = None) -> int:
         size *= 2
     budget = args.budget_bytes or (4 * 2**30 if backend == "nccl" else 512 * 2**20)
     factor = 2 * (world - 1) / world  # nccl-tests all-reduce: 0 for one rank (no bus crossed)
-    PARTIAL.update(ok=False, backend=backend, world_size=world, ranks=ranks, rows=[], max_bytes=max_bytes,
-                   capped_by=capped_by, simulated=backend != "nccl", sweep_method=sweep_method,
-                   nccl_direct=direct_info)
+    PARTIAL.update(
+        ok=False,
+        backend=backend,
+        world_size=world,
+        ranks=ranks,
+        rows=[],
+        max_bytes=max_bytes,
+        capped_by=capped_by,
+        simulated=backend != "nccl",
+        sweep_method=sweep_method,
+        nccl_direct=direct_info,
+    )
 
     def in_place(buf):
         """One in-place all-reduce of buf, launched the sweep's way."""
@@ -393,9 +449,18 @@ def main(argv: list[str] | None = None) -> int:
 
     on_stream = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
     rows = []
-    lat = {"bytes": 4096, "eager_us": None, "eager_method": None, "graph_us": None, "graph_method": None,
-           "ratio": None, "graph_calls": args.graph_calls, "graph_replays": args.graph_replays, "graph_error": None,
-           "rows": []}
+    lat = {
+        "bytes": 4096,
+        "eager_us": None,
+        "eager_method": None,
+        "graph_us": None,
+        "graph_method": None,
+        "ratio": None,
+        "graph_calls": args.graph_calls,
+        "graph_replays": args.graph_replays,
+        "graph_error": None,
+        "rows": [],
+    }
     graph = None
     with on_stream:
         buf = launch = None
@@ -418,9 +483,21 @@ def main(argv: list[str] | None = None) -> int:
             w = torch.tensor([float(wrong)], dtype=torch.float64, device=device)
             dist.all_reduce(w, op=dist.ReduceOp.MAX)  # any rank's errors
             algbw = size / elapsed / 1e9
-            rows.append({"size": size, "count": count, "type": "float", "redop": "sum", "root": -1,
-                         "time_us": elapsed * 1e6, "algbw": algbw, "busbw": algbw * factor,
-                         "wrong": int(w.item()), "iters": iters, "repeats": max(1, args.repeats)})
+            rows.append(
+                {
+                    "size": size,
+                    "count": count,
+                    "type": "float",
+                    "redop": "sum",
+                    "root": -1,
+                    "time_us": elapsed * 1e6,
+                    "algbw": algbw,
+                    "busbw": algbw * factor,
+                    "wrong": int(w.item()),
+                    "iters": iters,
+                    "repeats": max(1, args.repeats),
+                }
+            )
             PARTIAL["rows"] = rows
         del buf_all, buf, launch
 
@@ -432,8 +509,15 @@ def main(argv: list[str] | None = None) -> int:
                 launch()
             us = median_per_call(launch, iters) * 1e6 / (calls or 1)
             mode, path = key.split(" ", 1)
-            lat["rows"].append({"id": key, "mode": mode, "path": path, "us": us,
-                                "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays)})
+            lat["rows"].append(
+                {
+                    "id": key,
+                    "mode": mode,
+                    "path": path,
+                    "us": us,
+                    "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays),
+                }
+            )
             return us
 
         if direct is not None:
@@ -466,8 +550,9 @@ def main(argv: list[str] | None = None) -> int:
                     captured = direct.launcher(comm, small.data_ptr(), small.data_ptr(), small.numel(), s)
                     for _ in range(args.graph_calls):
                         direct.check(captured(), "ncclAllReduce (capture)")
-                lat["graph_us"] = latency_row("graph nccl-direct", graph.replay, args.graph_replays,
-                                              calls=args.graph_calls)
+                lat["graph_us"] = latency_row(
+                    "graph nccl-direct", graph.replay, args.graph_replays, calls=args.graph_calls
+                )
                 lat["graph_method"] = "graph nccl-direct"
                 lat["ratio"] = lat["graph_us"] / lat["eager_us"] if lat["eager_us"] else None
             except Exception as exc:  # noqa: BLE001 - reported, the sweep result still stands
@@ -489,11 +574,16 @@ def main(argv: list[str] | None = None) -> int:
             lat["graph_error"] = "not applicable: CUDA graphs need the nccl backend on GPUs"
         sync()
 
-    result = dict(PARTIAL, ok=True, rows=rows, lat4k=lat,
-                  peak_busbw=max((r["busbw"] for r in rows), default=0.0),
-                  avg_busbw=sum(r["busbw"] for r in rows) / len(rows) if rows else 0.0,
-                  nccl_versions=sorted({str(r["nccl"]) for r in ranks}),
-                  torch_versions=sorted({r["torch"] for r in ranks}))
+    result = dict(
+        PARTIAL,
+        ok=True,
+        rows=rows,
+        lat4k=lat,
+        peak_busbw=max((r["busbw"] for r in rows), default=0.0),
+        avg_busbw=sum(r["busbw"] for r in rows) / len(rows) if rows else 0.0,
+        nccl_versions=sorted({str(r["nccl"]) for r in ranks}),
+        torch_versions=sorted({r["torch"] for r in ranks}),
+    )
     if rank == 0:
         print(format_table(result), flush=True)
         if args.json_path:
@@ -525,15 +615,19 @@ def format_table(result: dict) -> str:
     direct = result.get("nccl_direct") or {}
     lines = [
         f"# sparkdeploy allreduce_probe: backend {result['backend']}, {result['world_size']} ranks{sim}",
-        *(f"#  rank {r['rank']}: host {r['host']} device {r['device']} torch {r['torch']} nccl {r['nccl']}"
-          for r in result["ranks"]),
-        f"#  max message {human(result['max_bytes'])}" + (f" (capped by {result['capped_by']})"
-                                                         if result.get("capped_by") else ""),
+        *(
+            f"#  rank {r['rank']}: host {r['host']} device {r['device']} torch {r['torch']} nccl {r['nccl']}"
+            for r in result["ranks"]
+        ),
+        f"#  max message {human(result['max_bytes'])}"
+        + (f" (capped by {result['capped_by']})" if result.get("capped_by") else ""),
         f"#  sweep method: {sweep}: {METHODS.get(sweep, '')}",
     ]
     if direct.get("library") or direct.get("error"):
-        lines.append(f"#  NCCL direct: {direct.get('library')} (NCCL {direct.get('version')})"
-                     + (f" [{direct['error']}]" if direct.get("error") else ""))
+        lines.append(
+            f"#  NCCL direct: {direct.get('library')} (NCCL {direct.get('version')})"
+            + (f" [{direct['error']}]" if direct.get("error") else "")
+        )
     lines += [
         "#",
         "#                                                        in-place",
@@ -541,8 +635,10 @@ def format_table(result: dict) -> str:
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
     ]
     for r in result["rows"]:
-        lines.append(f"{r['size']:>12} {r['count']:>13} {r['type']:>9} {r['redop']:>7} {r['root']:>7} "
-                     f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}")
+        lines.append(
+            f"{r['size']:>12} {r['count']:>13} {r['type']:>9} {r['redop']:>7} {r['root']:>7} "
+            f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}"
+        )
     lines.append("# Out of bounds values : 0 OK")
     lines.append(f"# Avg bus bandwidth    : {result.get('avg_busbw', 0.0):.4f}")
     lines.append(f"# Peak bus bandwidth   : {result.get('peak_busbw', 0.0):.4f}")
@@ -554,9 +650,11 @@ def format_table(result: dict) -> str:
         eager = f"{lat['eager_us']:.1f} us" if lat.get("eager_us") is not None else "n/a"
         graph = f"{lat['graph_us']:.1f} us" if lat.get("graph_us") is not None else "n/a"
         ratio = f"{lat['ratio']:.2f}" if lat.get("ratio") is not None else "n/a"
-        lines.append(f"# 4 KiB all-reduce: eager {eager}, CUDA graph {graph} per call "
-                     f"({lat.get('graph_calls')} calls per graph), graph/eager {ratio}"
-                     + (f" [{lat['graph_error']}]" if lat.get("graph_error") else ""))
+        lines.append(
+            f"# 4 KiB all-reduce: eager {eager}, CUDA graph {graph} per call "
+            f"({lat.get('graph_calls')} calls per graph), graph/eager {ratio}"
+            + (f" [{lat['graph_error']}]" if lat.get("graph_error") else "")
+        )
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ class EngineAdapter(Protocol):
     served_model_names: list[str]
     model_root: str
     max_model_len: int
-    batch_window_s: float   # how long an idle engine waits for simultaneous requests to coalesce
+    batch_window_s: float  # how long an idle engine waits for simultaneous requests to coalesce
     simulated: bool
 
     def encode(self, text: str) -> list[int]: ...

@@ -21,8 +21,19 @@ from ..chat import ChatFeatures
 from ..protocol import Delta, EngineStats, GenRequest, ServeOptions
 from .vllm_frontend import VllmChatFrontend, decode_sampling_params
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty", "include_stop_str_in_output", "logprobs")
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "include_stop_str_in_output",
+    "logprobs",
+)
 
 
 def sampling_kwargs(req: GenRequest) -> dict[str, Any]:
@@ -76,11 +87,19 @@ class DeltaTracker:
             if not ids and not o.finished:
                 continue
             self._sent[o.request_id] = (len(c.token_ids), len(c.text))
-            out.append(Delta(o.request_id, ids, text, finished=bool(o.finished),
-                             finish_reason=c.finish_reason if o.finished else None,
-                             prompt_tokens=len(o.prompt_token_ids or []), completion_tokens=len(c.token_ids),
-                             stop_reason=getattr(c, "stop_reason", None) if o.finished else None,
-                             logprobs=token_logprobs(ids, (getattr(c, "logprobs", None) or [])[n_tok:])))
+            out.append(
+                Delta(
+                    o.request_id,
+                    ids,
+                    text,
+                    finished=bool(o.finished),
+                    finish_reason=c.finish_reason if o.finished else None,
+                    prompt_tokens=len(o.prompt_token_ids or []),
+                    completion_tokens=len(c.token_ids),
+                    stop_reason=getattr(c, "stop_reason", None) if o.finished else None,
+                    logprobs=token_logprobs(ids, (getattr(c, "logprobs", None) or [])[n_tok:]),
+                )
+            )
             if o.finished:
                 self.forget(o.request_id)
         return out
@@ -90,10 +109,17 @@ class VllmAdapter:
     simulated = False
     batch_window_s = 0.0
 
-    chat_frontend: Any = None   # rank 0: VllmChatFrontend (sparklaunch.chat)
+    chat_frontend: Any = None  # rank 0: VllmChatFrontend (sparklaunch.chat)
 
-    def __init__(self, engine: Any, sampling_params_cls: Any, tokenizer: Any, opts: ServeOptions, model_root: str,
-                 max_model_len: int):
+    def __init__(
+        self,
+        engine: Any,
+        sampling_params_cls: Any,
+        tokenizer: Any,
+        opts: ServeOptions,
+        model_root: str,
+        max_model_len: int,
+    ):
         self.engine, self._sp, self.tokenizer = engine, sampling_params_cls, tokenizer
         self.served_model_names = opts.served_model_names
         self.model_root, self.max_model_len = model_root, max_model_len
@@ -145,8 +171,10 @@ def build(
     args.distributed_executor_backend = "external_launcher"
     engine_args = EngineArgs.from_cli_args(args)
     if engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size != world_size:
-        raise SystemExit(f"tp x pp = {engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size} but "
-                         f"torchrun started {world_size} ranks")
+        raise SystemExit(
+            f"tp x pp = {engine_args.tensor_parallel_size * engine_args.pipeline_parallel_size} but "
+            f"torchrun started {world_size} ranks"
+        )
     engine = LLMEngine.from_engine_args(engine_args)
     opts = ServeOptions(
         host=args.host or "0.0.0.0",
@@ -159,7 +187,8 @@ def build(
     )
     max_len = engine.model_config.max_model_len
     adapter = VllmAdapter(engine, SamplingParams, engine.get_tokenizer(), opts, args.model, max_len)
-    if rank == 0:   # tools, tool_choice, reasoning, response_format: vLLM's own parsers and request model
-        adapter.chat_frontend = VllmChatFrontend(ChatFeatures.from_namespace(args), adapter.tokenizer,
-                                                 opts.served_model_names[0])
+    if rank == 0:  # tools, tool_choice, reasoning, response_format: vLLM's own parsers and request model
+        adapter.chat_frontend = VllmChatFrontend(
+            ChatFeatures.from_namespace(args), adapter.tokenizer, opts.served_model_names[0]
+        )
     return adapter, opts

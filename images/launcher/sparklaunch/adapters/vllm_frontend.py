@@ -33,8 +33,13 @@ class VllmOutputParser:
         self.prompt_token_ids = prompt_token_ids
 
     def delta(self, text: str, token_ids: list[int], finished: bool) -> dict[str, Any]:
-        msg = self.parser.parse_delta(delta_text=text, delta_token_ids=list(token_ids), request=self.request,
-                                      prompt_token_ids=self.prompt_token_ids, finished=finished)
+        msg = self.parser.parse_delta(
+            delta_text=text,
+            delta_token_ids=list(token_ids),
+            request=self.request,
+            prompt_token_ids=self.prompt_token_ids,
+            finished=finished,
+        )
         if msg is None:
             return {}
         out = {
@@ -47,8 +52,9 @@ class VllmOutputParser:
     def complete(self, text: str, token_ids: list[int]) -> dict[str, Any]:
         if self.prompt_token_ids is not None:
             self.parser.set_prompt_token_ids(self.prompt_token_ids)
-        reasoning, content, calls = self.parser.parse(text, self.request, enable_auto_tools=self.enable_auto_tools,
-                                                      model_output_token_ids=list(token_ids))
+        reasoning, content, calls = self.parser.parse(
+            text, self.request, enable_auto_tools=self.enable_auto_tools, model_output_token_ids=list(token_ids)
+        )
         from vllm.entrypoints.generate.base.protocol import ToolCall
         from vllm.renderers.chat_utils import make_tool_call_id
 
@@ -63,9 +69,13 @@ class VllmChatFrontend:
         self.features, self.tokenizer, self.model_name = features, tokenizer, model_name
         try:
             self.parser_cls = ParserManager.get_parser(
-                tool_parser_name=features.tool_call_parser, reasoning_parser_name=features.reasoning_parser,
-                enable_auto_tools=features.enable_auto_tool_choice, model_name=model_name, tokenizer=tokenizer)
-        except (KeyError, TypeError) as e:   # an unknown parser name, or one the tokenizer cannot serve
+                tool_parser_name=features.tool_call_parser,
+                reasoning_parser_name=features.reasoning_parser,
+                enable_auto_tools=features.enable_auto_tool_choice,
+                model_name=model_name,
+                tokenizer=tokenizer,
+            )
+        except (KeyError, TypeError) as e:  # an unknown parser name, or one the tokenizer cannot serve
             raise SystemExit(f"serve_torchrun.py: {e}") from None
 
     def _request(self, plan: ChatPlan) -> Any:
@@ -75,13 +85,13 @@ class VllmChatFrontend:
             from pydantic import ValidationError
 
             body = {k: v for k, v in plan.body.items() if k != "stream_options" or plan.body.get("stream")}
-            try:   # vLLM's own validation of the request: its complaint, naming the field, is a 400
-                plan._vllm_request = ChatCompletionRequest.model_validate(body)   # type: ignore[attr-defined]
+            try:  # vLLM's own validation of the request: its complaint, naming the field, is a 400
+                plan._vllm_request = ChatCompletionRequest.model_validate(body)  # type: ignore[attr-defined]
             except ValidationError as e:
                 err = e.errors()[0]
                 field = ".".join(str(x) for x in err.get("loc", ())) or "body"
                 raise RequestError(field, f"{field}: {err.get('msg')}") from None
-        return plan._vllm_request   # type: ignore[attr-defined]
+        return plan._vllm_request  # type: ignore[attr-defined]
 
     def _parser(self, plan: ChatPlan) -> Any:
         if self.parser_cls is None:
@@ -92,8 +102,9 @@ class VllmChatFrontend:
 
     def render(self, messages: list[dict[str, Any]], plan: ChatPlan) -> str:
         tools = [{"type": "function", "function": f} for f in plan.tools.values()] if plan.parses_tools else None
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True,
-                                                  **plan.chat_template_kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True, **plan.chat_template_kwargs
+        )
 
     def intent(self, plan: ChatPlan, max_tokens: int | None = None) -> dict[str, Any] | None:
         """vLLM's SamplingParams for this request, as msgspec JSON for every rank."""
@@ -103,14 +114,15 @@ class VllmChatFrontend:
         parser = self._parser(plan)
         if parser is not None:
             request = parser.adjust_request(request)
-            plan._vllm_request = request   # type: ignore[attr-defined]
+            plan._vllm_request = request  # type: ignore[attr-defined]
         params = request.to_sampling_params(max_tokens or 16, {})
         return {"sampling_params": msgspec.json.encode(params).decode("utf-8")}
 
     def parser(self, plan: ChatPlan, prompt_token_ids: list[int] | None = None) -> VllmOutputParser:
         # the rendered prompt tells the parser where generation starts (e.g. inside an opened <think>)
-        return VllmOutputParser(self._parser(plan), self._request(plan), self.features.enable_auto_tool_choice,
-                                prompt_token_ids)
+        return VllmOutputParser(
+            self._parser(plan), self._request(plan), self.features.enable_auto_tool_choice, prompt_token_ids
+        )
 
 
 def decode_sampling_params(intent: dict[str, Any] | None, sampling_params_cls: Any) -> Any | None:
