@@ -21,9 +21,14 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.remote import on_nodes
+
+if TYPE_CHECKING:
+    from sparkdeploy.inventory import Node
+    from sparkdeploy.remote import NodeConnection
 
 POLL_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
@@ -55,7 +60,7 @@ class GateResult:
     dead: list[str] = field(default_factory=list)  # "node container: state" of containers that stopped
     logs: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> container -> last lines (masked)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "seconds": round(self.seconds, 2),
@@ -113,7 +118,7 @@ class _Deadline:
         self._timer.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
         self._conn.close()
 
@@ -131,7 +136,11 @@ def http_request(
     if remaining <= 0:
         raise TimeoutError("no time left before the deadline")
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=min(REQUEST_TIMEOUT_S, remaining))
+    conn = http.client.HTTPConnection(
+        parts.hostname,  # type: ignore[arg-type]  # a URL without a host fails here, as it always has
+        parts.port,
+        timeout=min(REQUEST_TIMEOUT_S, remaining),
+    )
     watch = _Deadline(conn, deadline)
     with watch:
         try:
@@ -202,16 +211,16 @@ def _try(probe: Probe, model: str, key: str | None, deadline: float) -> None:
 
 
 def container_states(
-    dep: Deployment, conns: dict, deadline: float | None = None
+    dep: Deployment, conns: dict[str, NodeConnection], deadline: float | None = None
 ) -> dict[str, dict[str, tuple[str, int, int]]]:
     """node -> container -> (status, exit code, restart count), read over SSH (read-only)."""
     by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
 
-    def one(node):
+    def one(node: Node) -> dict[str, tuple[str, int, int]]:
         names = [c.name for c in by_name[node.name].containers]
         left = 30.0 if deadline is None else min(30.0, max(1.0, deadline - time.monotonic()))
         r = conns[node.name].run(["docker", "inspect", "--format", STATE_FORMAT, *names], check=False, timeout=left)
-        found = {}
+        found: dict[str, tuple[str, int, int]] = {}
         for line in r.stdout.splitlines():
             parts = line.strip().lstrip("/").split()
             if len(parts) == 4:
@@ -219,7 +228,12 @@ def container_states(
         return {n: found.get(n, ("missing", -1, 0)) for n in names}
 
     outcomes = on_nodes([nd.node for nd in by_name.values()], one)
-    return {o.node.name: (o.value if o.ok else {"(ssh)": (f"unreadable: {o.error}", -1, 0)}) for o in outcomes}
+    return {
+        o.node.name: (
+            cast("dict[str, tuple[str, int, int]]", o.value) if o.ok else {"(ssh)": (f"unreadable: {o.error}", -1, 0)}
+        )
+        for o in outcomes
+    }
 
 
 CRASH_LOOP_RESTARTS = 2  # restarts seen during the gate that mean a crash loop, not a slow start
@@ -245,10 +259,10 @@ def _dead(
     return out
 
 
-def collect_logs(dep: Deployment, conns: dict, tail: int = LOG_TAIL) -> dict[str, dict[str, str]]:
+def collect_logs(dep: Deployment, conns: dict[str, NodeConnection], tail: int = LOG_TAIL) -> dict[str, dict[str, str]]:
     by_name = {nd.node.name: nd for nd in dep.nodes if nd.containers}
 
-    def one(node):
+    def one(node: Node) -> dict[str, str]:
         out = {}
         for c in by_name[node.name].containers:
             r = conns[node.name].run(["docker", "logs", "--tail", str(tail), c.name], check=False, timeout=30)
@@ -257,14 +271,14 @@ def collect_logs(dep: Deployment, conns: dict, tail: int = LOG_TAIL) -> dict[str
         return out
 
     return {
-        o.node.name: (o.value if o.ok else {"(ssh)": dep.secrets.mask(str(o.error))})
+        o.node.name: (cast("dict[str, str]", o.value) if o.ok else {"(ssh)": dep.secrets.mask(str(o.error))})
         for o in on_nodes([nd.node for nd in by_name.values()], one)
     }
 
 
 def wait_healthy(
     dep: Deployment,
-    conns: dict,
+    conns: dict[str, NodeConnection],
     timeout: float,
     stop: Callable[[], bool] = lambda: False,
     say: Callable[[str], None] | None = None,

@@ -20,13 +20,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import paramiko
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.thread_imports import preload
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 T = TypeVar("T")
 # Set by a second Ctrl-C: every thread stops starting remote commands (apply.Interrupt).
@@ -89,17 +92,17 @@ class UnknownHostKey(paramiko.SSHException):
 
 
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         raise UnknownHostKey(hostname, key)
 
 
 class _Capture(paramiko.MissingHostKeyPolicy):
     """For `sparkdeploy trust`: remember the offered key and refuse the connection."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.key: paramiko.PKey | None = None
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         self.key = key
         raise UnknownHostKey(hostname, key)
 
@@ -173,8 +176,8 @@ class NodeConnection:
         self.inventory = inventory
         self.connect_timeout = connect_timeout
         self.mask = mask or _unmasked  # applied to what a CommandFailed carries (the secrets of the run)
-        self._conn = None
-        self._sftp = None
+        self._conn: Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
         self._open_lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(MAX_PARALLEL_COMMANDS)
         self.lost = False  # the connection died during a command or a write (the node went away mid-run)
@@ -184,12 +187,12 @@ class NodeConnection:
     def known_hosts(self) -> Path:
         return self.inventory.local_path(self.inventory.cluster.known_hosts)  # type: ignore[return-value]
 
-    def _fabric(self):
+    def _fabric(self) -> Connection:
         from fabric import Config, Connection
 
         ssh = self.node.ssh
         # The TCP connect timeout goes in connect_timeout only: Fabric 3 refuses it given twice.
-        connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if ssh.key:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
         conn = Connection(
@@ -236,11 +239,11 @@ class NodeConnection:
                 for ktype in entry.keys():
                     keys.add(name, ktype, entry[ktype])
 
-    def open(self):
+    def open(self) -> Connection:
         with self._open_lock:
             return self._open()
 
-    def _open(self):
+    def _open(self) -> Connection:
         if self._conn is not None and self._conn.is_connected:
             return self._conn
         conn = self._fabric()
@@ -296,10 +299,10 @@ class NodeConnection:
                 except CLOSE_ERRORS:
                     pass
 
-    def __enter__(self):
+    def __enter__(self) -> NodeConnection:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- commands ------------------------------------------------------------------------------------
@@ -357,7 +360,7 @@ class NodeConnection:
         if self._sftp is None:
             self._sftp = self.open().client.open_sftp()
             # Each SFTP request waits at most this long for its answer: a node gone mid-write fails, never hangs.
-            self._sftp.get_channel().settimeout(TRANSFER_TIMEOUT_S)
+            self._sftp.get_channel().settimeout(TRANSFER_TIMEOUT_S)  # type: ignore[union-attr]  # a client just opened has its channel
         return self._sftp
 
     def put(self, content: str | bytes, path: str, mode: int = 0o644) -> None:
@@ -415,7 +418,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _keepalive(transport) -> None:
+def _keepalive(transport: paramiko.Transport | None) -> None:
     """SSH keepalives, and TCP settings that fail a dead peer in minutes instead of the kernel's ~15."""
     if transport is None:
         return
@@ -439,7 +442,7 @@ def _keepalive(transport) -> None:
             pass
 
 
-def _drain(chan, timeout: float | None) -> tuple[str, str]:
+def _drain(chan: paramiko.Channel, timeout: float | None) -> tuple[str, str]:
     out, err = bytearray(), bytearray()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:

@@ -7,7 +7,7 @@ unless it passed, a one-line fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -37,23 +37,23 @@ class Result:
         return out
 
 
-def ok(measured: str, expected: str = "", **kw) -> Result:
+def ok(measured: str, expected: str = "", **kw: Any) -> Result:
     return Result(PASS, measured, expected, **kw)
 
 
-def warn(measured: str, expected: str, fix: str, **kw) -> Result:
+def warn(measured: str, expected: str, fix: str, **kw: Any) -> Result:
     return Result(WARN, measured, expected, fix, **kw)
 
 
-def fail(measured: str, expected: str, fix: str, **kw) -> Result:
+def fail(measured: str, expected: str, fix: str, **kw: Any) -> Result:
     return Result(FAIL, measured, expected, fix, **kw)
 
 
-def skip(reason: str, **kw) -> Result:
+def skip(reason: str, **kw: Any) -> Result:
     return Result(SKIP, reason, **kw)
 
 
-def worst(statuses) -> str:
+def worst(statuses: Iterable[str]) -> str:
     order = {PASS: 0, SKIP: 0, WARN: 1, FAIL: 2}
     best = PASS
     for s in statuses:
