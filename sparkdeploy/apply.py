@@ -18,10 +18,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any, cast
 
 from sparkdeploy import paths, remote
 from sparkdeploy.errors import StepFailed
@@ -42,10 +44,10 @@ class Interrupt:
 
     def __init__(self, say: Callable[[str], None] | None = None):
         self.event = threading.Event()
-        self._old = None
+        self._old: Callable[[int, FrameType | None], Any] | int | None = None
         self._say = say or (lambda m: print(m, file=sys.stderr, flush=True))
 
-    def _handler(self, signum, frame):
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         if self.event.is_set():
             remote.STOPPING.set()  # no new remote command from any thread, from now on
             raise KeyboardInterrupt
@@ -57,7 +59,7 @@ class Interrupt:
             self._old = signal.signal(signal.SIGINT, self._handler)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._old is not None:
             signal.signal(signal.SIGINT, self._old)
             self._old = None
@@ -100,7 +102,7 @@ def lock_path(inventory: Inventory) -> Path:
 
 
 @contextmanager
-def cluster_lock(inventory: Inventory):
+def cluster_lock(inventory: Inventory) -> Iterator[Path]:
     """One run at a time per cluster on this machine (flock: released by the kernel however the process ends).
     Every command that changes a node takes it; NodeLocks extends it to runs from other machines."""
     path = lock_path(inventory)
@@ -203,7 +205,7 @@ class NodeLocks:
     def __enter__(self) -> NodeLocks:
         outcomes = on_nodes(self.session.inventory.nodes, self._take)
         self.taken = [o.node for o in outcomes if o.ok and o.value is None]
-        held = [(o.node, o.value) for o in outcomes if o.ok and o.value is not None]
+        held = [(o.node, cast(str, o.value)) for o in outcomes if o.ok and o.value is not None]
         if held:
             self.__exit__()
             held_by = {node.name: _who(holder) for node, holder in held}
@@ -228,7 +230,7 @@ class NodeLocks:
             )
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         nodes, self.taken = self.taken, []
         # A node whose connection died during the run (powered off, cable pulled) is not waited for again: its
         # lock stays, and the run says so (the next run from this machine finds its pid gone and takes it over).
@@ -249,7 +251,9 @@ class NodeLocks:
             )
 
 
-def node_locks(session: Session, dry_run: bool = False, say: Callable[[str], None] | None = None):
+def node_locks(
+    session: Session, dry_run: bool = False, say: Callable[[str], None] | None = None
+) -> AbstractContextManager[NodeLocks | None]:
     """The node lock for a run that changes nodes; a dry run changes nothing and takes none."""
     return nullcontext() if dry_run else NodeLocks(session, say)
 
@@ -279,7 +283,7 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def conn(self, node: Node | str) -> NodeConnection:
@@ -300,7 +304,7 @@ def gather_facts(
     def one(node: Node) -> NodeFacts:
         return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model, what)
 
-    return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
+    return {o.node.name: cast("NodeFacts | Exception", o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
 
 
 def add_resources(

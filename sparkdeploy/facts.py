@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.remote import NodeConnection
@@ -147,7 +149,7 @@ class NodeFacts:
     # root's); deeper paths are not ours to write (doctor's probe leaves a root-owned result.json in doctor/)
     files: dict[str, FileFact] = field(default_factory=dict)
     other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
-    manifest: dict | None = None
+    manifest: dict[str, Any] | None = None
     manifest_error: str = ""
     mem_total_mb: int | None = None
     mem_available_mb: int | None = None
@@ -325,7 +327,7 @@ def parse(node: str, text: str) -> NodeFacts:
             if f.manifest is None:
                 f.manifest_error = "not a JSON object"
         except ValueError as exc:
-            f.manifest_error = f"not valid JSON ({exc.msg})"
+            f.manifest_error = f"not valid JSON ({exc.msg})"  # type: ignore[attr-defined]  # json raises JSONDecodeError
 
     for line in sec.get("meminfo", "").splitlines():
         m = re.match(r"^(MemTotal|MemAvailable):\s+(\d+) kB", line)
@@ -365,7 +367,7 @@ def hub_folder(model: str) -> str:
 def read_facts(
     conn: NodeConnection,
     state_dir: str,
-    images: list[str] = (),
+    images: Sequence[str] = (),
     hf_cache: str = "~",
     model: str = "",
     what: str = "state",

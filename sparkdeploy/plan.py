@@ -18,11 +18,13 @@ ranks of a cluster are one engine: when one rank restarts, every rank restarts.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
-from sparkdeploy.facts import MANIFEST, NodeFacts, safe_name
+from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
 from sparkdeploy.inventory import Node
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
@@ -67,7 +69,7 @@ class Step:
     def label(self) -> str:
         return f"{self.kind} {self.target}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "phase": self.phase,
@@ -124,7 +126,7 @@ def state_dir_path(facts: NodeFacts, state_dir: str) -> str:
     return f"{facts.home.rstrip('/')}/{state_dir}"
 
 
-def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: list[str] = ()) -> str:
+def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: Sequence[str] = ()) -> str:
     """What the manifest says: the files and containers this tool made on the node, and the deployment they
     belong to (what `down` removes and `status` shows). Deterministic, so an unchanged deployment rewrites
     nothing. `extra_files`: names written by an earlier run that are still on the node (kept listed until
@@ -265,7 +267,7 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
     return plan
 
 
-def _other_reason(c, why: str) -> str:
+def _other_reason(c: ContainerFact, why: str) -> str:
     if c.recipe or c.topology:
         return f"{why} ({c.recipe or '?'} / {c.topology or '?'} / {c.role or '?'})"
     return why
@@ -279,17 +281,17 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
     wanted = {c.name for c in nd.containers}
 
     # phase 1: the old goes first, then the files
-    for c in facts.containers:
-        if c.name not in wanted:
+    for other in facts.containers:
+        if other.name not in wanted:
             steps.append(
                 Step(
                     node=node.name,
                     phase=1,
                     kind=StepKind.REMOVE_CONTAINER,
-                    target=c.name,
+                    target=other.name,
                     change=True,
-                    reason=_other_reason(c, "not part of this deployment"),
-                    container_id=c.id,
+                    reason=_other_reason(other, "not part of this deployment"),
+                    container_id=other.id,
                 )
             )
     if facts.state_dir_mode is None:
@@ -350,8 +352,8 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
         )
 
     for f in nd.files:
-        have = facts.files.get(f.name)
-        if have is None:
+        have_file = facts.files.get(f.name)
+        if have_file is None:
             steps.append(
                 Step(
                     node=node.name,
@@ -364,7 +366,7 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
                     mode=f.mode,
                 )
             )
-        elif have.sha256 != f.sha256:
+        elif have_file.sha256 != f.sha256:
             steps.append(
                 Step(
                     node=node.name,
@@ -377,7 +379,7 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
                     mode=f.mode,
                 )
             )
-        elif have.mode != f.mode:
+        elif have_file.mode != f.mode:
             steps.append(
                 Step(
                     node=node.name,
@@ -385,7 +387,7 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
                     kind=StepKind.CHMOD,
                     target=f.name,
                     change=True,
-                    reason=f"mode {have.mode:04o} -> {f.mode:04o}",
+                    reason=f"mode {have_file.mode:04o} -> {f.mode:04o}",
                     file=f,
                     mode=f.mode,
                 )
@@ -430,7 +432,7 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
                     change=False,
                     reason=f"running, config-hash {c.config_hash}",
                     container=c,
-                    container_id=have.id,
+                    container_id=have.id,  # type: ignore[union-attr]  # no reason: _container_reason found it
                 )
             )
         else:

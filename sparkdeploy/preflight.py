@@ -9,9 +9,11 @@ the weights plus headroom (unified memory: over-commit wedges a Spark), and disk
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.inventory import Node
 from sparkdeploy.plan import StepKind, plan_node, short_id
 
 HEADROOM_GB = 8.0  # on top of the weights: the OS, Docker, the CUDA context, activations
@@ -29,7 +31,7 @@ class Check:
     fix: str = ""
     missing_image: str | None = None  # an image reference a push would fix
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "check": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
 
 
@@ -83,7 +85,7 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
     return checks
 
 
-def _foreign_state_dir(dep: Deployment, node, f: NodeFacts) -> Check:
+def _foreign_state_dir(dep: Deployment, node: Node, f: NodeFacts) -> Check:
     """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
     a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
     user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
@@ -98,7 +100,7 @@ def _foreign_state_dir(dep: Deployment, node, f: NodeFacts) -> Check:
     )
 
 
-def _ssh_fix(error) -> str:
+def _ssh_fix(error: Exception | None) -> str:
     text = str(error or "")
     if "sparkdeploy trust" in text:
         return ""  # the message already names the command
