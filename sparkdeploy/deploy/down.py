@@ -3,6 +3,8 @@ by the manifest's list; a node it cannot reach is named and the others are clean
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.apply import Interrupt, Session, apply_plan, clean_temp_files, gather_facts, inventory_lock, node_locks
 from sparkdeploy.deploy.report import Reporter, plan_summary
 from sparkdeploy.errors import StepFailed
@@ -12,8 +14,11 @@ from sparkdeploy.plan import CHANGED, Plan, StepKind, plan_down
 
 
 def remove(
-    inventory: str | None = None, dry_run: bool = False, reporter: Reporter | None = None, result: dict | None = None
-) -> dict:
+    inventory: str | None = None,
+    dry_run: bool = False,
+    reporter: Reporter | None = None,
+    result: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Plan and apply the removal on every reachable node; return the result (the `down --json` contract).
     Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done."""
     out = reporter if reporter is not None else Reporter()

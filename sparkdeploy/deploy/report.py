@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
 from sparkdeploy.preflight import Check
@@ -53,7 +54,7 @@ def plan_summary(plan: Plan) -> str:
     return "; ".join(parts)
 
 
-def mask_data(mask: Callable[[str], str], data):
+def mask_data(mask: Callable[[str], str], data: Any) -> Any:
     """The same structure with every string masked: results leave the pipeline like its messages."""
     if isinstance(data, str):
         return mask(data)

@@ -4,16 +4,16 @@ last exit, and the deployment the nodes' manifests describe."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from sparkdeploy import crashes, health
 from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.remote import on_nodes
 
 
-def cluster_status(inventory: str | None = None) -> dict:
+def cluster_status(inventory: str | None = None) -> dict[str, Any]:
     """What runs on every node of the inventory (the `status --json` contract); a node that cannot be reached is
     listed with `reachable: false` and its error."""
     inv = load_inventory(inventory)
@@ -41,7 +41,7 @@ def cluster_status(inventory: str | None = None) -> dict:
     return data
 
 
-def _probe(url: str) -> dict:
+def _probe(url: str) -> dict[str, Any]:
     try:
         code, _ = health.http_get(url, time.monotonic() + 3.0)
         return {"url": url, "ok": code == 200, "detail": f"HTTP {code}"}
@@ -50,7 +50,7 @@ def _probe(url: str) -> dict:
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 
 
-def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
+def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHistory | None = None) -> dict[str, Any]:
     """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read."""
     entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
     if not isinstance(f, NodeFacts):
@@ -79,7 +79,7 @@ def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
                 "state": c.status,
                 "running": c.running,
                 "started_at": c.started_at,
-                "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),
+                "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),  # type: ignore[arg-type]  # not None: checked
                 "restarts": c.restarts,
                 "image": c.image_ref,
                 "image_id": c.image_id,
@@ -101,28 +101,34 @@ def node_status(node, f: NodeFacts | Exception, history=None) -> dict:
     return entry
 
 
-def _crash_fields(history, name: str) -> dict:
+def _crash_fields(history: crashes.NodeHistory | None, name: str) -> dict[str, Any]:
     h = history.containers.get(name) if history is not None else None
     if h is None:
         return {"last_exit": None, "crashes": "-"}
-    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
+    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}  # type: ignore[union-attr]  # h found: history given
 
 
-def _metrics_url(inv, facts: dict) -> str | None:
+def _metrics_url(inv: Inventory, facts: dict[str, NodeFacts | Exception]) -> str | None:
     """Prometheus' URL when its container (role metrics) runs: the head node's management IP and its port."""
     for node in inv.nodes:
         f = facts.get(node.name)
         if not isinstance(f, NodeFacts):
             continue
         listed = (f.manifest or {}).get("containers") or []
-        ports = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
+        ports: dict[Any, Any] = {c.get("name"): c.get("ports") for c in listed if isinstance(c, dict)}
         for c in f.containers:
             if c.role == "metrics" and c.running and ports.get(c.name):
                 return f"http://{node.url_host}:{ports[c.name][0]}"
     return None
 
 
-def _histories(session: Session, inv, facts: dict) -> dict:
+def _histories(
+    session: Session, inv: Inventory, facts: dict[str, NodeFacts | Exception]
+) -> dict[str, crashes.NodeHistory]:
     """Each reachable node's container history (crashes.read); a node where it fails just shows none."""
-    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]
-    return {o.node.name: o.value for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n))) if o.ok}
+    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]  # type: ignore[union-attr]  # NodeFacts: checked on the left
+    return {
+        o.node.name: cast(crashes.NodeHistory, o.value)
+        for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n)))
+        if o.ok
+    }

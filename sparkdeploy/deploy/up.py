@@ -6,6 +6,9 @@ After a Ctrl-C or a failure every node gets one line saying what happened there;
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import (
     Interrupt,
@@ -27,6 +30,7 @@ from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
 from sparkdeploy.secrets import refuse_missing
@@ -40,7 +44,9 @@ def simulated(dep: Deployment) -> bool:
         return False
 
 
-def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, pushed: list | None = None) -> bool:
+def push_missing(
+    dep: Deployment, checks: list[preflight.Check], out: Reporter, pushed: list[dict[str, Any]] | None = None
+) -> bool:
     """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
     When a node of the deployment has it (an image built there), it goes from that node over the fabric.
     `pushed` gets one entry per image: where from, what each node got (`up --json` reports it)."""
@@ -74,7 +80,7 @@ def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, 
                     "from": holders[0].name if holders else None,
                     "bytes_through_this_machine": received,
                     "nodes": [
-                        dict(o.value.as_dict(), ok=True)
+                        dict(cast(Any, o.value).as_dict(), ok=True)
                         if o.ok
                         else {"node": o.node.name, "ok": False, "error": str(o.error)}
                         for o in outcomes
@@ -84,15 +90,15 @@ def push_missing(dep: Deployment, checks: list[preflight.Check], out: Reporter, 
     return bool(missing)
 
 
-def _starting(dep: Deployment, facts: dict) -> set[str]:
+def _starting(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> set[str]:
     """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
     if all(isinstance(f, NodeFacts) for f in facts.values()):
-        plan = plan_deployment(dep, facts)
+        plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # all NodeFacts: checked above
         return {s.node for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.change}
     return {nd.node.name for nd in dep.nodes}
 
 
-def _images_for(dep: Deployment):
+def _images_for(dep: Deployment) -> Callable[[Node], list[str]]:
     wanted = {nd.node.name: sorted({c.image for c in nd.containers}) for nd in dep.nodes}
     return lambda node: wanted.get(node.name, [])
 
@@ -102,7 +108,7 @@ def deploy(
     topology: str | None = None,
     backend: str | None = None,
     inventory: str | None = None,
-    sets=(),
+    sets: Sequence[str] = (),
     recipes_dir: str | None = None,
     node: str | None = None,
     dry_run: bool = False,
@@ -110,8 +116,8 @@ def deploy(
     metrics: bool | None = None,
     pull_model: bool = False,
     reporter: Reporter | None = None,
-    result: dict | None = None,
-) -> dict:
+    result: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract,
     masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done so far.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
@@ -157,10 +163,10 @@ def deploy(
     return result
 
 
-def replaces(dep: Deployment, facts: dict) -> str | None:
+def replaces(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> str | None:
     """The deployment the nodes run now when it is not this one ("recipe / topology[ / backend] on nodes"), from
     their manifests; None when nothing runs or the same recipe and topology do."""
-    now: dict[tuple, list[str]] = {}
+    now: dict[tuple[Any, ...], list[str]] = {}
     for node in dep.inventory.nodes:
         f = facts.get(node.name)
         m = f.manifest if isinstance(f, NodeFacts) else None
@@ -173,7 +179,7 @@ def replaces(dep: Deployment, facts: dict) -> str | None:
     return "; ".join(" / ".join(str(x) for x in key if x) + f" on {', '.join(nodes)}" for key, nodes in other.items())
 
 
-def _node_lines(inv, seen: dict, why: str) -> list[str]:
+def _node_lines(inv: Inventory, seen: dict[str, Any], why: str) -> list[str]:
     """After a Ctrl-C or a failure: one line per node saying what happened there (the table has the steps)."""
     facts, plan, gate = seen.get("facts"), seen.get("plan"), seen.get("gate")
     lines = []
@@ -213,13 +219,13 @@ def _deploy(
     session: Session,
     interrupt: Interrupt,
     out: Reporter,
-    result: dict,
+    result: dict[str, Any],
     dry_run: bool,
     timeout: float,
     simulated: bool,
     pull_model: bool = False,
 ) -> None:
-    seen: dict = {}
+    seen: dict[str, Any] = {}
     try:
         _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
     except (KeyboardInterrupt, StepFailed) as exc:
@@ -241,11 +247,11 @@ def _deploy_steps(
     session: Session,
     interrupt: Interrupt,
     out: Reporter,
-    result: dict,
+    result: dict[str, Any],
     dry_run: bool,
     timeout: float,
     simulated: bool,
-    seen: dict,
+    seen: dict[str, Any],
     pull_model: bool = False,
 ) -> None:
     inv = dep.inventory
@@ -257,7 +263,7 @@ def _deploy_steps(
         raise KeyboardInterrupt
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
 
-    def read() -> dict:
+    def read() -> dict[str, NodeFacts | Exception]:
         facts = gather_facts(session, inv.nodes, images_for)
         add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
         return facts
@@ -298,7 +304,7 @@ def _deploy_steps(
         nodes = sorted({c.node for c in failed})
         plan = None
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
-            plan = plan_deployment(dep, facts)
+            plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # checked above
             result["steps"] = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
         raise StepFailed(
@@ -309,7 +315,7 @@ def _deploy_steps(
         )
     out.progress(f"preflight: {len(checks)} checks passed")
 
-    plan = plan_deployment(dep, facts)
+    plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # preflight passed: every node read
     if dry_run:
         out.preflight(checks)
         out.dry_run(plan)
