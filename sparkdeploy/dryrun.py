@@ -6,12 +6,14 @@ secrets mask, so a secret that leaked into any other file would still not be pri
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.deployment import Deployment
 
 
 def describe(dep: Deployment) -> dict:
     r = dep.recipe
-    out = {
+    out: dict[str, Any] = {
         "recipe": r.name,
         "topology": r.topology,
         "backend": r.backend or None,

@@ -296,7 +296,8 @@ class Inventory(BaseModel):
     def _group_problems(self) -> list[str]:
         if self.groups is None:
             return []
-        problems, seen = [], {}
+        problems: list[str] = []
+        seen: dict[str, int] = {}
         for gi, group in enumerate(self.groups):
             for ref in group:
                 node = next((n for n in self.nodes if ref in (n.name, n.mgmt_ip)), None)

@@ -32,7 +32,7 @@ LINT_INVENTORY = {
 
 
 def combinations(recipe: recipes_mod.Recipe) -> list[tuple[str, str | None]]:
-    out = []
+    out: list[tuple[str, str | None]] = []
     for topo in recipe.topologies:
         if topo == "cluster":
             out += [(topo, b) for b in recipes_mod.BACKENDS]

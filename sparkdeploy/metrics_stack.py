@@ -9,6 +9,8 @@ of the deployment (role `metrics`), so `up` plans it, `status` shows its URL and
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.deployment import FileSpec, NodeDeployment
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.render import render
@@ -36,7 +38,7 @@ def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict:
                 engines.append(target)
             elif c.role == "proxy":
                 proxies.append(target)
-    jobs = [{"job_name": "vllm", "static_configs": engines}]
+    jobs: list[dict[str, Any]] = [{"job_name": "vllm", "static_configs": engines}]
     if proxies and with_key:
         jobs.append(
             {

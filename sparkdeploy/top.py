@@ -199,7 +199,7 @@ class Monitor:
             first, _, last = self._window(t)
             if last is None:
                 continue
-            before = first.requests if first is not last else {}
+            before = first.requests if first is not last else {}  # type: ignore[union-attr]  # a newest sample means an oldest one
             delta = {k: v - before.get(k, 0.0) for k, v in last.requests.items()}
             if first is last or self.since_start or sum(delta.values()) <= 0:
                 delta, basis = dict(last.requests), "since the proxy started"
@@ -224,7 +224,7 @@ class Monitor:
             }
             if last is not None:
                 dt = last.time - prev.time if prev is not None else 0.0
-                ttft = _delta_buckets(last.ttft, first.ttft) if first is not last else list(last.ttft)
+                ttft = _delta_buckets(last.ttft, first.ttft) if first is not last else list(last.ttft)  # type: ignore[union-attr]  # a newest sample means an oldest one
                 basis = "window" if first is not last else "since the engine started"
                 if self.since_start:
                     ttft, basis = list(last.ttft), "since the engine started"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
@@ -330,7 +330,7 @@ def advise(
     notes: list[str] = []
     measured, source_or_why = _measured(results_dirs, recipe, prompt_tokens, gen_tokens)
     if measured is not None:
-        results, source = measured, source_or_why
+        results, source = measured, cast("dict[str, Any]", source_or_why)  # a dict when measured
     else:
         ref = seed_reference()
         results = ref.results

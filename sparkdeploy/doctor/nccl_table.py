@@ -52,7 +52,7 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
     out: dict = {"rows": rows}
     m = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
     out["avg_busbw"] = float(m.group(1)) if m else None
-    out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)
+    out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)  # type: ignore[type-var]  # busbw is a float in every row
     m = LAT.search(text)
     if m:
 

@@ -108,7 +108,7 @@ def check_model(resolved: ResolvedRecipe, tp: int, pp: int) -> None:
     why = refusal(resolved, tp, pp)
     if why:
         arch = resolved.recipe.architecture
-        ok = [d for d in range(1, 65) if refusal(resolved, d, 1) is None and d <= arch.attention_heads][:6]
+        ok = [d for d in range(1, 65) if refusal(resolved, d, 1) is None and d <= arch.attention_heads][:6]  # type: ignore[union-attr]  # never reached: refusal is never None without one
         raise ConfigError(
             Problem(
                 str(resolved.source),
