@@ -317,8 +317,8 @@ def run_cell(
             start_new_session=True,
         )
         try:
-            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())
-            proc.stdin.close()
+            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())  # type: ignore[union-attr]  # stdin=PIPE
+            proc.stdin.close()  # type: ignore[union-attr]  # stdin=PIPE
             while True:
                 try:
                     proc.wait(1.0)
@@ -414,7 +414,7 @@ def run_levels(
             settings,
             c,
             out_dir,
-            on_progress=(lambda d, t, c=c: on_progress(c, d, t)) if on_progress else None,
+            on_progress=(lambda d, t, c=c: on_progress(c, d, t)) if on_progress else None,  # type: ignore[misc]  # the default binds c
         )
         results.append(r)
         if on_cell:

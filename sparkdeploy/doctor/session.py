@@ -61,7 +61,7 @@ class _Memo:
 
     def get(self, key, fn: Callable[[], Any]):
         with self._lock:
-            entry = self._entries.get(key)
+            entry: Any = self._entries.get(key)
             owner = entry is None
             if owner:
                 entry = self._entries[key] = [threading.Event(), None, None]

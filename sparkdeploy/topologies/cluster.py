@@ -11,6 +11,8 @@ Three ways to launch it, chosen by the recipe's cluster_backend or --backend:
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.backend_features import check_backend_flags
 from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.inventory import Node
@@ -32,7 +34,7 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
     for rank, node in enumerate(ranks):
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node, head))
         role = "head" if rank == 0 else "worker"
-        common = {"role": role, "name": SERVING_CONTAINER, "image_tag": ctx.run_image.tag, "gpus": True}
+        common: dict[str, Any] = {"role": role, "name": SERVING_CONTAINER, "image_tag": ctx.run_image.tag, "gpus": True}
         if backend == "ray":
             if rank == 0:
                 args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "ray"))
