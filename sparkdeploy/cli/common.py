@@ -199,7 +199,7 @@ def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
 
     try:
         # Without standalone mode click returns a command's exit code (ctx.exit / Exit) instead of raising.
-        code = command.main(args=argv, standalone_mode=False)
+        code = command.main(args=argv, standalone_mode=False)  # type: ignore[attr-defined]  # a click command
         if isinstance(code, int) and not isinstance(code, bool):
             return code
     except SparkdeployError as exc:

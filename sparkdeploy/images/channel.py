@@ -240,8 +240,8 @@ class Fanout:
     def finish(self) -> None:
         """The archive is complete: flush the compressor and end every channel's input."""
         if self.proc is not None:
-            self.proc.stdin.close()
-            self.pump.join()
+            self.proc.stdin.close()  # type: ignore[union-attr]  # stdin=PIPE
+            self.pump.join()  # type: ignore[union-attr]  # a pump runs with every proc
             if self.proc.wait() != 0:
                 raise StepFailed(f"the local {self.method} compressor failed (exit {self.proc.returncode})")
         elif self.pending:
@@ -256,7 +256,7 @@ class Fanout:
             return
         if self.proc is not None:
             for piece in pieces:
-                self.proc.stdin.write(piece)
+                self.proc.stdin.write(piece)  # type: ignore[union-attr]  # stdin=PIPE
         else:
             for piece in pieces:
                 self.pending += piece
@@ -269,9 +269,9 @@ class Fanout:
                 self.progress.advance(c.node, raw=size)
 
     def _pump(self) -> None:
-        out = self.proc.stdout
+        out = self.proc.stdout  # type: ignore[union-attr]  # the pump runs only with a proc, stdout=PIPE
         while True:
-            data = out.read1(CHUNK)
+            data = out.read1(CHUNK)  # type: ignore[union-attr]  # a BufferedReader (stdout=PIPE)
             if not data:
                 return
             self._send(data)

@@ -372,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         states: list = [None] * world
         dist.all_gather_object(states, direct is not None)
         if all(states):
-            holder = [direct.unique_id() if rank == 0 else None]
+            holder = [direct.unique_id() if rank == 0 else None]  # type: ignore[union-attr]  # every rank has one: all(states)
             dist.broadcast_object_list(holder, src=0)
-            comm = direct.init_rank(world, holder[0], rank)
+            comm = direct.init_rank(world, holder[0], rank)  # type: ignore[arg-type, union-attr]  # every rank has one: all(states); rank 0 broadcast the id
         else:
             direct_info["error"] = direct_info["error"] or "another rank could not bind libnccl"
             direct = None
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
 
             lat["eager_us"] = latency_row("eager nccl-direct", in_place(small), args.lat_iters)
             lat["eager_method"] = "eager nccl-direct"
-            vllm_stream = stream.cuda_stream
+            vllm_stream = stream.cuda_stream  # type: ignore[union-attr]  # a CUDA device on this path: a stream
 
             def eager_vllm():
                 out = torch.empty_like(small)
@@ -595,10 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     teardown = teardown_watchdog(max(5.0, min(TEARDOWN_TIMEOUT_S, left)), rank)
     t0 = time.monotonic()
     PHASE["name"] = "teardown: communicators"
-    small = None  # frees the tensor (the closures above share its cell, so `del` would leave them a dangling name)
+    small = None  # type: ignore[assignment]  # frees the tensor (the closures above share its cell, so `del` would leave them a dangling name)
     sync()
     if comm is not None:
-        direct.destroy(comm)
+        direct.destroy(comm)  # type: ignore[union-attr]  # a comm comes from direct
     dist.barrier()
     dist.destroy_process_group()
     teardown.cancel()
