@@ -14,6 +14,7 @@ import json
 import signal
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.facts import parse_time
@@ -218,7 +219,7 @@ def parse(text: str) -> NodeHistory:
     exits = _exits_from_events(_json_lines(sec.get("events", [])))
     for d in _json_lines(sec.get("inspect", [])):
         name = str(d.get("name") or "").lstrip("/")
-        state = d.get("state") if isinstance(d.get("state"), dict) else {}
+        state: Any = d.get("state") if isinstance(d.get("state"), dict) else {}
         running = bool(state.get("Running"))
         finished = parse_time(str(state.get("FinishedAt") or ""))
         recent = exits.get(str(d.get("id") or ""), [])

@@ -479,7 +479,7 @@ def _short(command: str, limit: int = 120) -> str:
 @dataclass
 class NodeOutcome:
     node: Node
-    value: object = None
+    value: Any = None  # what fn returned (typed by the caller, who knows fn)
     error: Exception | None = None
 
     @property

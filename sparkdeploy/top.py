@@ -312,4 +312,4 @@ def read_targets(inventory, conns: dict) -> tuple[list[Target], dict[str, Except
         return node_targets(node, r.stdout)
 
     outcomes = on_nodes(list(inventory.nodes), one)
-    return [t for o in outcomes if o.ok for t in o.value], {o.node.name: o.error for o in outcomes if not o.ok}  # type: ignore[attr-defined, misc]  # value: one's list of targets
+    return [t for o in outcomes if o.ok for t in o.value], {o.node.name: o.error for o in outcomes if not o.ok}  # type: ignore[misc]  # not ok: an error

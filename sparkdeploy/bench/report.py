@@ -157,12 +157,12 @@ def winner_agreement(tables: dict[str, Table], reference: Reference) -> dict[str
             cells.append(
                 {
                     "concurrency": c,
-                    "measured": mw.variant,
-                    "measured_text": mw.text(),
-                    "reference": rw.variant,
-                    "reference_text": rw.text(),
+                    "measured": mw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
+                    "measured_text": mw.text(),  # type: ignore[union-attr]  # both winners exist: checked above
+                    "reference": rw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
+                    "reference_text": rw.text(),  # type: ignore[union-attr]  # both winners exist: checked above
                     "reference_published": reference.winner_as_published.get(m, {}).get(str(c)),
-                    "agree": mw.variant == rw.variant,
+                    "agree": mw.variant == rw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
                 }
             )
         agree = sum(1 for x in cells if x["agree"])
@@ -368,7 +368,7 @@ def read_chart_data(path: Path) -> dict:
     from PIL import Image
 
     with Image.open(path) as img:
-        return json.loads(img.text[PNG_DATA_KEY])
+        return json.loads(img.text[PNG_DATA_KEY])  # type: ignore[attr-defined]  # a PNG's text chunks (PngImageFile)
 
 
 # ---------------------------------------------------------------- markdown
@@ -494,7 +494,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
                 "### Winners compared with the reference",
                 "",
                 (
-                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
+                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "  # type: ignore[union-attr]  # a group with a reference
                     "measured here with the reference's winner among the same columns."
                 ),
                 "",
@@ -554,7 +554,7 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
             }
         summary = g.summary()
         out["groups"].append(
-            {
+            {  # type: ignore[arg-type]  # rows of dicts
                 "recipe": g.recipe,
                 "pp": g.pp,
                 "tg": g.tg,

@@ -274,7 +274,7 @@ def run_sweep(
                 tc = time.monotonic()
                 try:
                     # bench returns before the loop moves on: the progress callback never outlives `variant`
-                    result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))  # noqa: B023
+                    result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))  # type: ignore[misc]  # noqa: B023 - the default binds c
                 except Exception as exc:  # noqa: BLE001 - any failure of one cell: recorded, the next cell goes on
                     summary.failures.append(
                         {"variant": variant, "concurrency": c, "step": "bench", "error": _error_text(exc)}
@@ -442,7 +442,7 @@ class RichReporter:
         self._update(f"{spec.text}: deployed")
 
     def cell_start(self, variant, c) -> None:
-        self.cell_est = estimate_cell_s(variant, c, self.plan.settings)
+        self.cell_est = estimate_cell_s(variant, c, self.plan.settings)  # type: ignore[union-attr]  # set before the cells run
         self.cell_t0 = time.monotonic()
         self._update(f"{variant_label(variant)} c{c}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -24,7 +26,7 @@ def _spec(
     images: str = ",".join(DEFAULT_IMAGES),
     seed: bool = False,
 ) -> LabSpec:
-    subnets = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
+    subnets: dict[str, Any] = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
     return LabSpec(
         name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()), seed=seed, **subnets
     )

@@ -88,7 +88,7 @@ def _ensure_image(dep, node, say) -> None:
     say(f"pushing image {name} to {node.name} (it runs the hub client)")
     for o in push_image(name, dep.inventory, [node]):
         if not o.ok:
-            raise o.error
+            raise o.error  # type: ignore[misc]  # not ok: an error
 
 
 @click.group("models")

@@ -19,7 +19,7 @@ from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, r
 
 
 def _entries(path: Path) -> list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]]:
-    out = []
+    out: list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]] = []
     if not path.is_file():
         return out
     for raw in path.read_text().splitlines(keepends=True):

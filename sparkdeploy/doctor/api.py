@@ -45,8 +45,8 @@ def render(
         return
     try:
         resolved = resolve(name, topology, backend, (), recipes_dir)
-        run.deployment = build_deployment(run.inventory, resolved, run.secrets)
-        override = run.inventory.cluster.image_override
+        run.deployment = build_deployment(run.inventory, resolved, run.secrets)  # type: ignore[arg-type]  # called only with a loaded inventory
+        override = run.inventory.cluster.image_override  # type: ignore[union-attr]  # called only with a loaded inventory
         run.simulated_image = (load_definition(override) if override else run.deployment.image).simulated
     except ConfigError as exc:
         run.deployment = None
@@ -56,7 +56,7 @@ def render(
 def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
     """The recipe, topology and backend the nodes' manifests name (the head's first), read over the sessions the
     runner opened; with nothing deployed (or no node read), the inventory's default recipe, saying so."""
-    state_dir = run.inventory.cluster.state_dir
+    state_dir = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # called only with a loaded inventory
     nodes = sorted((n for n in run.nodes if run.reachable(n)), key=lambda n: n.role != "head")
     outcomes = on_nodes(nodes, lambda n: read_facts(run.session(n).conn, state_dir).manifest)
     found = [(o.node.name, o.value) for o in outcomes if o.ok and o.value and o.value.get("recipe")]
@@ -74,7 +74,7 @@ def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
         why = "nothing is deployed" if nodes else "no node could be read"
         render(
             run,
-            run.inventory.cluster.default_recipe,
+            run.inventory.cluster.default_recipe,  # type: ignore[union-attr]  # called only with a loaded inventory
             run.options.topology,
             None,
             f"{why}: the inventory's default recipe",

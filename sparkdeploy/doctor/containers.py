@@ -45,7 +45,7 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
         loop = c.exits_within(LOOP_WINDOW_S, now)
         data = {"container": c.name, **c.as_dict()}
         if recent_oom or last_oom is not None:
-            when = (recent_oom[-1] if recent_oom else last_oom).at
+            when = (recent_oom[-1] if recent_oom else last_oom).at  # type: ignore[union-attr]  # no recent OOM: last_oom is set
             count = max(len(recent_oom), 1)
             state = "restarting" if c.status == "restarting" else ("running again" if c.running else c.status)
             out.append(

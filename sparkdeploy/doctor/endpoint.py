@@ -66,7 +66,7 @@ def _ours(run: DoctorRun, node: Node) -> list[dict]:
 
 
 def _base(run: DoctorRun, node: Node, role: str) -> str:
-    port = run.inventory.cluster.proxy_port if role == "proxy" else run.inventory.cluster.vllm_port
+    port = run.inventory.cluster.proxy_port if role == "proxy" else run.inventory.cluster.vllm_port  # type: ignore[union-attr]  # checks run only with an inventory (runner)
     return f"http://{node.url_host}:{port}"
 
 

@@ -97,7 +97,7 @@ def present(run: DoctorRun, node: Node) -> Result:
 def driver(run: DoctorRun, node: Node) -> Result:
     gpu, none = _first(run, node)
     if gpu is None:
-        return none
+        return none  # type: ignore[return-value]  # _first gives a Result when no GPU
     f = facts(run, node)
     data = known_bad()
     version = gpu["driver_version"] or ""
@@ -136,7 +136,7 @@ def memory(run: DoctorRun, node: Node) -> Result:
     nd = run.node_deployment(node)
     if nd is None or not any(c.role != "proxy" for c in nd.containers):
         return skip(f"no engine of this recipe runs on {node.name}")
-    util = run.deployment.recipe.recipe.vllm.gpu_memory_utilization
+    util = run.deployment.recipe.recipe.vllm.gpu_memory_utilization  # type: ignore[union-attr]  # needs_recipe: a deployment
     total = number(gpu["memory.total"]) if gpu else None
     free = number(gpu["memory.free"]) if gpu else None
     sim = f["simulated"]
@@ -170,7 +170,7 @@ def memory(run: DoctorRun, node: Node) -> Result:
 def temperature(run: DoctorRun, node: Node) -> Result:
     gpu, none = _first(run, node)
     if gpu is None:
-        return none
+        return none  # type: ignore[return-value]  # _first gives a Result when no GPU
     t = number(gpu["temperature.gpu"])
     sim = facts(run, node)["simulated"]
     expected = f"< {TEMP_WARN_C} C"

@@ -186,8 +186,8 @@ def present(run: DoctorRun, node: Node) -> Result:
         for peer in _peers_needing(run, node, ref):
             other = ids(run, peer).get(ref)
             if other is not None and other != have[ref]:
-                differ.append(f"{ref} is {have[ref][7:19]} here, {other[7:19]} on {peer.name}")
-    shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)
+                differ.append(f"{ref} is {have[ref][7:19]} here, {other[7:19]} on {peer.name}")  # type: ignore[index]  # present: checked above
+    shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)  # type: ignore[index]  # present: checked above
     if differ:
         return fail(
             "; ".join(differ),
@@ -217,23 +217,23 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
     v = versions(run, node)
     simulated = run.simulated_image
     expected = "torch and NCCL equal on every node"
-    if "error" in v:
+    if "error" in v:  # type: ignore[operator]  # versions is a dict here: image and engine checked above
         return fail(
-            f"could not run python3 in {ref}: {v['error']}",
+            f"could not run python3 in {ref}: {v['error']}",  # type: ignore[index]  # versions is a dict here: image and engine checked above
             expected,
             f"check the image: docker run --rm --entrypoint python3 {ref} -c 'import torch'",
         )
-    if v.get("torch") is None:
-        return fail(_fmt(v), expected, "the serving image needs torch: rebuild it from its definition")
+    if v.get("torch") is None:  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
+        return fail(_fmt(v), expected, "the serving image needs torch: rebuild it from its definition")  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above
     differ = []
     for peer in _peers_needing(run, node, ref):
         pv = versions(run, peer)
         if not pv or "error" in pv:
             continue
         for key in ("torch", "nccl"):
-            if pv.get(key) != v.get(key):
-                differ.append(f"{key} {v.get(key) or 'none'} here, {pv.get(key) or 'none'} on {peer.name}")
-    measured = _fmt(v)
+            if pv.get(key) != v.get(key):  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
+                differ.append(f"{key} {v.get(key) or 'none'} here, {pv.get(key) or 'none'} on {peer.name}")  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
+    measured = _fmt(v)  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above
     if differ:
         return fail(
             "; ".join(differ),
@@ -242,16 +242,16 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
             "every node (resend it)",
             data=v,
         )
-    if v.get("nccl") is None:
-        why = v.get("nccl_error", "")
+    if v.get("nccl") is None:  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
+        why = v.get("nccl_error", "")  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
         if simulated:
             return ok(
-                measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)" + _cache_note(v),
+                measured + " (CPU torch build: no NCCL; SIMULATED image, the probe uses gloo)" + _cache_note(v),  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above
                 expected,
                 simulated=True,
                 data=v,
             )
-        if run.deployment.topology == "cluster":
+        if run.deployment.topology == "cluster":  # type: ignore[union-attr]  # needs_recipe: a deployment
             return fail(
                 measured,
                 expected + ", NCCL present for cluster TP",
@@ -259,7 +259,7 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
                 data=v,
             )
         return warn(measured, expected, "this torch has no NCCL: fine for solo/2xsolo, not for cluster", data=v)
-    return ok(measured + _cache_note(v), expected, data=v)
+    return ok(measured + _cache_note(v), expected, data=v)  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above
 
 
 def _cache_note(v: dict) -> str:

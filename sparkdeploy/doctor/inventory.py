@@ -24,12 +24,12 @@ def valid(run: DoctorRun) -> list[Result]:
             for p in run.inventory_error.problems
         ]
     inv = run.inventory
-    nets = sorted({str(n.fabric_network) for n in inv.nodes})
+    nets = sorted({str(n.fabric_network) for n in inv.nodes})  # type: ignore[union-attr]  # loaded: checked above
     return [
         ok(
-            f"{len(inv.nodes)} node(s), IPs only, no duplicates, fabric subnet {', '.join(nets)}, head {inv.head.name}",
+            f"{len(inv.nodes)} node(s), IPs only, no duplicates, fabric subnet {', '.join(nets)}, head {inv.head.name}",  # type: ignore[union-attr]  # loaded: checked above
             "IPs only, unique, one fabric subnet",
-            detail=inv.source,
+            detail=inv.source,  # type: ignore[union-attr]  # loaded: checked above
         )
     ]
 

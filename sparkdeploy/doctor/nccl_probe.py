@@ -21,6 +21,7 @@ import json
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
@@ -73,7 +74,7 @@ def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
     advice = graph_advice.advise(lat)
     if advice is None:
         return "", {}
-    data = {"choice": advice.choice, "reason": advice.reason}
+    data: dict[str, Any] = {"choice": advice.choice, "reason": advice.reason}
     if recipe is None:
         return f"this cluster wants {advice.choice} ({graph_advice.SETTING[advice.choice]}): {advice.reason}", data
     mode = graph_advice.recipe_mode(recipe.recipe.vllm)
@@ -96,7 +97,7 @@ def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]
         causes.append("NCCL used NET/Socket instead of NET/IB: RDMA not used (check NCCL_IB_HCA, roce.*)")
     versions = {t.get("version") for t in transports.values() if t.get("version")}
     if len(versions) > 1 or len(set(result.get("nccl_versions", []))) > 1:
-        causes.append(f"NCCL builds differ between nodes ({', '.join(sorted(versions))}): one image ID everywhere")
+        causes.append(f"NCCL builds differ between nodes ({', '.join(sorted(versions))}): one image ID everywhere")  # type: ignore[arg-type]  # the set holds truthy versions
     causes += [
         "one RoCE twin missing from NCCL_IB_HCA (roce.hcas)",
         "MTU 1500 on the fabric port (network.mtu)",
@@ -113,7 +114,7 @@ def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]
 
 def _state_dir(run: DoctorRun, node: Node) -> str:
     home = run.session(node).conn.home()
-    return f"{home}/{run.inventory.cluster.state_dir}/{DOCTOR_FOLDER}"
+    return f"{home}/{run.inventory.cluster.state_dir}/{DOCTOR_FOLDER}"  # type: ignore[union-attr]  # checks run only with an inventory (runner)
 
 
 def _argv(
@@ -167,7 +168,7 @@ def _argv(
         "--master-addr",
         head.fabric_address,
         "--master-port",
-        str(run.inventory.cluster.master_port + PORT_OFFSET),
+        str(run.inventory.cluster.master_port + PORT_OFFSET),  # type: ignore[union-attr]  # checks run only with an inventory (runner)
         f"{MOUNT}/allreduce_probe.py",
         "--backend",
         "gloo" if simulated else "nccl",
@@ -189,7 +190,7 @@ def allreduce(run: DoctorRun) -> Result:
     if down:
         return fail(f"not run: {', '.join(down)} unreachable", "every node reachable", "see access.ssh")
     simulated = run.simulated_image
-    image = d.image_tag
+    image = d.image_tag  # type: ignore[union-attr]  # needs_recipe: a deployment
     expected = (
         f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
         f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
@@ -277,11 +278,11 @@ def allreduce(run: DoctorRun) -> Result:
             f"probe failed: {why}"[:600],
             expected,
             "check the rendezvous path: fabric IPs reachable (network.ping_df), GLOO/NCCL_SOCKET_IFNAME "
-            f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",
+            f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",  # type: ignore[union-attr]  # checks run only with an inventory (runner)
             data=result,
         )
 
-    return verdict(result, transports, simulated, nodes, d.recipe)
+    return verdict(result, transports, simulated, nodes, d.recipe)  # type: ignore[union-attr]  # needs_recipe: a deployment
 
 
 def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node], recipe=None) -> Result:

@@ -129,8 +129,8 @@ def mtu(run: DoctorRun, node: Node) -> Result:
     iface, _ = fabric_link(run, node)
     if mine is None:
         return skip("no fabric interface (see network.link)")
-    others = {p.name: _mtu(run, p) for p in _reachable_peers(run, node)}
-    others = {k: v for k, v in others.items() if v is not None}
+    mtus = {p.name: _mtu(run, p) for p in _reachable_peers(run, node)}
+    others = {k: v for k, v in mtus.items() if v is not None}
     expected = f"equal on every node ({RECOMMENDED_MTU} recommended)"
     top = max([mine, *others.values()])
     measured = f"{iface} {mine}" + "".join(f"; {k} {v}" for k, v in others.items())
@@ -213,7 +213,7 @@ def _offset(session: NodeSession) -> tuple[float, float]:
 
 def clock(run: DoctorRun, node: Node) -> Result:
     off, err = run.facts(node, "clock", _offset)
-    ref = run.inventory.head
+    ref = run.inventory.head  # type: ignore[union-attr]  # inventory checks aside, checks run only with an inventory (runner)
     expected = f"within {MAX_SKEW_S:g} s of {ref.name}"
     if ref.name == node.name or not run.reachable(ref):
         return ok(f"{off:+.3f} s vs this machine (reference node)", expected)

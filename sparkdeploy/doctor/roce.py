@@ -144,7 +144,7 @@ def gid(run: DoctorRun, node: Node) -> Result:
             f"address (the fabric IP for {node.fabric_ifaces[0]}), then check with show_gids",
             simulated=sim,
         )
-    if not any(v[1] == node.fabric_address for v in found.values()):
+    if not any(v[1] == node.fabric_address for v in found.values()):  # type: ignore[index]  # None values: checked above
         return fail(
             measured,
             expected,
@@ -152,7 +152,7 @@ def gid(run: DoctorRun, node: Node) -> Result:
             "one RoCE port's netdev (network.link)",
             simulated=sim,
         )
-    indexes = {v[0] for v in found.values()}
+    indexes = {v[0] for v in found.values()}  # type: ignore[index]  # None values: checked above
     if len(indexes) > 1:
         return fail(
             measured,

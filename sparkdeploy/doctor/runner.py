@@ -238,7 +238,7 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
         if check.needs_recipe and run.deployment is None:
             why = "no recipe rendered" if run.deployment_error is None else "the recipe did not render"
             targets = run.nodes if check.scope == "node" else [None]
-            for node in targets:
+            for node in targets:  # type: ignore[assignment]  # None: a cluster-scope row
                 skipped.append(
                     Result(
                         SKIP, f"not run: {why} (see inventory.recipe)", check=check.id, node=node.name if node else None

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
@@ -304,7 +305,7 @@ def build_on_node(
     # PAX header (Python's default format) does not pass as one; a compressed stream always does.
     context = gzip.compress(build_context(definition).getvalue(), compresslevel=1)
     say(f"{conn.node.name}: building {tag} (context {len(context) / 1e6:.1f} MB)")
-    state = {
+    state: dict[str, Any] = {
         "step": "before the first step",
         "partial": b"",
         "last": "",

@@ -168,7 +168,7 @@ def list_images(inventory: Inventory, nodes=None) -> tuple[list[NodeOutcome], li
     readable = [o for o in outcomes if o.ok]
     tags: dict[str, TagAgreement] = {}
     for outcome in readable:
-        for image in outcome.value.managed():  # type: ignore[attr-defined]  # value: read's result
+        for image in outcome.value.managed():
             for tag in image.tags or [f"<untagged {image.id[7:19]}>"]:
                 row = tags.setdefault(tag, TagAgreement(tag, image.name, {}))
                 row.ids[outcome.node.name] = image.id

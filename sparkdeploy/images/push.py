@@ -291,7 +291,7 @@ def push_image(
         for outcome in facts:
             node = outcome.node
             if not outcome.ok:
-                results[node.name] = outcome.error
+                results[node.name] = outcome.error  # type: ignore[assignment]  # not ok: an error
                 continue
             try:
                 plans[node.name] = plan_node(source, node, outcome.value, compression, free_space_factor)

@@ -29,6 +29,7 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_argv, load_failure
@@ -323,7 +324,7 @@ def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES)
         {"name": n.name, "next_ssh": peer_ssh_prefix(n, chain[i + 1]) if i + 1 < len(chain) else None}
         for i, n in enumerate(chain)
     ]
-    relay = {"sink": shlex.join(load_argv(plan.compression)), "chain": hops}
+    relay: dict[str, Any] = {"sink": shlex.join(load_argv(plan.compression)), "chain": hops}
     if plan.reader == "store":  # a pipeline of loads: each relay unpacks the stream and runs the loads itself
         relay.update(framed=True, decompress=DECOMPRESSORS[plan.compression], load=["docker", "load"])
     config = {
@@ -458,7 +459,7 @@ def push_from_node(
         raise
     for line in plan.trust:
         progress.note(f"peer SSH: {line}")
-    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}
+    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}  # type: ignore[misc]  # not ok: an error
     results.update(plan.refused)
     image = plan.image
     received = 0
@@ -472,7 +473,7 @@ def push_from_node(
             return PushResult(node.name, image.tag, image.id, "tagged", len(image.diff_ids))
 
         for o in on_nodes([p.node for p in plan.plans.values() if p.action == "tag"], tag_only):
-            results[o.node.name] = o.value if o.ok else o.error
+            results[o.node.name] = o.value if o.ok else o.error  # type: ignore[assignment]  # not ok: an error
         if plan.edges:
             temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
             progress.note(

@@ -28,8 +28,8 @@ def stream_from_save(
     try:
         for group in groups:
             opened, failed = open_loads(conns, group.names, group.method, progress)
-            for name, error in failed.items():
-                outcome[name] = NodeStream(error=error)
+            for name, why in failed.items():
+                outcome[name] = NodeStream(error=why)
             for name in opened:
                 progress.begin(name, group.estimate)
             channels.update(opened)
@@ -45,13 +45,13 @@ def stream_from_save(
                 c.error = error
         for group, _fan, _flt in fans:
             for name in group.names:
-                c = channels.get(name)
-                if c is None:
+                chan = channels.get(name)
+                if chan is None:
                     continue
-                if c.alive:
+                if chan.alive:
                     progress.loading(name)
-                error = wait_load(c, load_timeout(group.estimate))  # sends what is queued: count after it
-                outcome[name] = NodeStream(c.raw, c.wire, error)
+                error = wait_load(chan, load_timeout(group.estimate))  # sends what is queued: count after it
+                outcome[name] = NodeStream(chan.raw, chan.wire, error)
     except BaseException:
         for c in channels.values():
             c.abort()

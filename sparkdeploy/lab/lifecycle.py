@@ -203,7 +203,13 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     containers = {}
     for node in spec.node_specs():
         plan = nodes.NodePlan(
-            node, image_id, image_tag, nets["mgmt"].id, nets["fabric"].id, host_keys[node.name], client_key
+            node,
+            image_id,
+            image_tag,
+            nets["mgmt"].id,  # type: ignore[attr-defined]  # docker networks
+            nets["fabric"].id,  # type: ignore[attr-defined]  # docker networks
+            host_keys[node.name],
+            client_key,
         )
         containers[node.name] = _ensure_node(client, spec, plan, result)
     phases["networks and containers"] = mark()

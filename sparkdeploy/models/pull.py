@@ -517,14 +517,14 @@ class Puller:
         want = [[b, off] for b, off in sorted(need.items())]
         t0 = time.monotonic()
         for attempt in (1, 2):
-            todo = sum(sizes[b] - off for b, off in want)
+            todo = sum(sizes[b] - off for b, off in want)  # type: ignore[index, misc, operator]  # want holds [blob, offset] pairs
             self.progress.start(to.name, todo, f"copy from {frm.name} {res.via}")
             request = json.dumps({"manifest": manifest, "want": want, "follow": follow})
             send = ops.nodeside_argv("send", self.hf_cache, ref.repo, request)
             receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
             pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
             stop = threading.Event()
-            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))
+            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))  # type: ignore[arg-type, misc]  # want holds [blob, offset] pairs
             poller = threading.Thread(
                 target=_poll,
                 args=(self.conns[to.name], self.hf_cache, manifest, to.name, self.progress, base, stop),
