@@ -157,12 +157,12 @@ def winner_agreement(tables: dict[str, Table], reference: Reference) -> dict[str
             cells.append(
                 {
                     "concurrency": c,
-                    "measured": mw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
-                    "measured_text": mw.text(),  # type: ignore[union-attr]  # both winners exist: checked above
-                    "reference": rw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
-                    "reference_text": rw.text(),  # type: ignore[union-attr]  # both winners exist: checked above
+                    "measured": mw.variant,  # type: ignore[union-attr]  # possible bug: None when a shared cell has no mean
+                    "measured_text": mw.text(),  # type: ignore[union-attr]  # possible bug: None when a shared cell has no mean
+                    "reference": rw.variant,  # type: ignore[union-attr]  # possible bug: None when a shared cell has no mean
+                    "reference_text": rw.text(),  # type: ignore[union-attr]  # possible bug: None when a shared cell has no mean
                     "reference_published": reference.winner_as_published.get(m, {}).get(str(c)),
-                    "agree": mw.variant == rw.variant,  # type: ignore[union-attr]  # both winners exist: checked above
+                    "agree": mw.variant == rw.variant,  # type: ignore[union-attr]  # possible bug: None when a shared cell has no mean
                 }
             )
         agree = sum(1 for x in cells if x["agree"])
@@ -528,7 +528,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
 
 
 def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], skipped: list[str]) -> dict:
-    out = {"groups": [], "skipped": skipped}
+    out: dict[str, Any] = {"groups": [], "skipped": skipped}
     for g in groups:
         tables = {}
         for m, t in g.tables.items():
@@ -554,7 +554,7 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
             }
         summary = g.summary()
         out["groups"].append(
-            {  # type: ignore[arg-type]  # rows of dicts
+            {
                 "recipe": g.recipe,
                 "pp": g.pp,
                 "tg": g.tg,

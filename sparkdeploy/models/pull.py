@@ -22,6 +22,7 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, Node
@@ -514,17 +515,17 @@ class Puller:
 
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
         sizes = _blob_sizes(manifest)
-        want = [[b, off] for b, off in sorted(need.items())]
+        want: list[list[Any]] = [[b, off] for b, off in sorted(need.items())]  # [blob, offset] (JSON)
         t0 = time.monotonic()
         for attempt in (1, 2):
-            todo = sum(sizes[b] - off for b, off in want)  # type: ignore[index, misc, operator]  # want holds [blob, offset] pairs
+            todo = sum(sizes[b] - off for b, off in want)
             self.progress.start(to.name, todo, f"copy from {frm.name} {res.via}")
             request = json.dumps({"manifest": manifest, "want": want, "follow": follow})
             send = ops.nodeside_argv("send", self.hf_cache, ref.repo, request)
             receive = ops.nodeside_argv("receive", self.hf_cache, ref.repo)
             pipeline = shlex.join(send) + " | " + shlex.join(peer_ssh_argv(frm, to, receive))
             stop = threading.Event()
-            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))  # type: ignore[arg-type, misc]  # want holds [blob, offset] pairs
+            base = sum(off for _b, off in want) + sum(s for b, s in sizes.items() if b not in dict(want))
             poller = threading.Thread(
                 target=_poll,
                 args=(self.conns[to.name], self.hf_cache, manifest, to.name, self.progress, base, stop),
