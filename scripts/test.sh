@@ -12,6 +12,7 @@ python3 -m ruff check "${lint_paths[@]}" \
   || { echo "test.sh: ruff check failed (see above; python3 -m ruff check --fix for the safe fixes)" >&2; exit 1; }
 python3 -m ruff format --check "${lint_paths[@]}" \
   || { echo "test.sh: ruff format --check failed (python3 -m ruff format ${lint_paths[*]} rewrites them)" >&2; exit 1; }
+python3 -m mypy || { echo "test.sh: mypy failed (see above)" >&2; exit 1; }
 # --durations: CI must stay under 30 minutes on 2 cores; the slowest tests are named in every run.
 python3 -m pytest -q -m "not lab" --durations=10 "$@"
 python3 -m pytest -q -m lab --durations=30 "$@"
