@@ -8,7 +8,7 @@ import re
 import pytest
 
 from sparkdeploy.bench.report import read_chart_data, write_report
-from sparkdeploy.bench.store import load_results, save_result, variant_label
+from sparkdeploy.bench.store import Stat, load_results, save_result, variant_label
 from tests.bench.conftest import make_results
 
 HEADINGS = {
@@ -164,3 +164,15 @@ def test_a_report_of_several_folders_goes_where_the_user_says(stored_results, tm
     code, _out, err = cli("bench", "report", str(stored_results), str(other), "--no-charts", "--out", str(joint))
     assert code == 0, err
     assert (joint / "report.md").is_file() and sorted(p.name for p in stored_results.iterdir()) == before
+
+
+def test_a_shared_cell_without_a_mean_is_left_out_of_the_agreement(tmp_path):
+    """llama-benchy sometimes leaves a metric out: that cell has no winner to compare (it raised AttributeError)."""
+    d = tmp_path / "r"
+    for r in make_results(variants=("solo", "cluster")):
+        if r.variant == "solo" and r.concurrency in (1, 2):
+            r.metrics["prefill_tps"] = Stat(None, None, [])
+        save_result(r, d)
+    data = write_report(load_results([d])[0], tmp_path / "out", charts=False)
+    cells = data["groups"][0]["agreement"]["metrics"]["prefill_tps"]["cells"]
+    assert cells == 5  # 7 shared levels less the two without solo's prefill
