@@ -33,7 +33,8 @@ _EVENT = (
     '"code":{{json (index .Actor.Attributes "exitCode")}}}'
 )
 
-# $1 the managed label, $2 seconds of history. Read-only.
+# $1 the managed label, $2 seconds of history. Read-only. --until to the nanosecond: a whole-second bound left out
+# a die event of the current second, so an engine that had just crashed read as "exited (code unknown)".
 SCRIPT = (
     r"""
 label="$1"; since=$(( $(date +%s) - $2 ))
@@ -47,7 +48,7 @@ ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
 printf '%s events\n' '"""
     + SECTION
     + r"""'
-docker events --since "$since" --until "$(date +%s)" --filter type=container --filter "label=$label=true" \
+docker events --since "$since" --until "$(date +%s.%N)" --filter type=container --filter "label=$label=true" \
   --filter event=die --filter event=oom --filter event=kill \
   --format '"""
     + _EVENT.replace("'", "'\\''")
