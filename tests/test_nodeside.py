@@ -57,6 +57,29 @@ def test_the_archive_is_deterministic_and_carries_its_bundle_only():
     assert "nodeside/relay.py" not in names and "nodeside/hub_client.py" not in names
 
 
+def test_the_textual_import_reader_agrees_with_the_ast_one():
+    """ship reads the package's relative imports as text (archives are built on worker threads, where two AST
+    constructions at once can fail on CPython 3.11); it must find what the AST finds, module by module."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        assert ship.relative_imports(path.stem) == _imports(path)[1], path.name
+
+
+def test_archives_built_by_many_threads_at_once_are_one_build(monkeypatch):
+    """The demo failed once with "AST constructor recursion depth mismatch": two nodes' `models status` built
+    the archive at the same time. No AST is built now, and each archive is built once, whichever thread asks."""
+    import threading
+
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ast.parse")))
+    monkeypatch.setattr(ship, "_archives", {})
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(ship.archive("models"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len(set(got)) == 1
+
+
 def test_each_archive_runs_as_a_zipapp_and_imports_its_programs(tmp_path):
     for bundle, modules in ship.BUNDLES.items():
         app = tmp_path / f"{bundle}.pyz"

@@ -16,13 +16,13 @@ exec, `sudo -n`, a peer ssh to the next node) and keeps stdin free for the data.
 
 from __future__ import annotations
 
-import ast
 import base64
 import io
 import json
+import re
 import sys
+import threading
 import zipfile
-from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -49,12 +49,18 @@ BOOT = (
 ARG_LIMIT = 128 * 1024  # Linux's MAX_ARG_STRLEN: the longest one argument (a remote command) may be
 
 
+# `from .x import y` / `from . import x, y` on one line (how this package imports itself; a module missing from an
+# archive fails tests/test_nodeside.py, which runs every archive). Read as text, not with ast: archives are built
+# on worker threads, and CPython 3.11 can fail two AST constructions at once ("AST constructor recursion depth
+# mismatch", python/cpython#106905: seen in the demo, two nodes' `models status` at once).
+RELATIVE_IMPORT = re.compile(r"^from \.(\w*) import (.+)$", re.M)
+
+
 def relative_imports(module: str, package: Path = PACKAGE) -> set[str]:
     """The package's modules `module` imports (`from .x import y`, `from . import x`)."""
     found = set()
-    for node in ast.walk(ast.parse((package / f"{module}.py").read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    for name, names in RELATIVE_IMPORT.findall((package / f"{module}.py").read_text()):
+        found |= {name} if name else {n.strip().split(" as ")[0] for n in names.split(",")}
     return found
 
 
@@ -87,10 +93,16 @@ def build(bundle: str, package: Path = PACKAGE) -> bytes:
     return out.getvalue()
 
 
-@cache
+_archives: dict[str, str] = {}
+_archives_lock = threading.Lock()
+
+
 def archive(bundle: str) -> str:
-    """The zipapp of `bundle` built here, base64 (what argv carries)."""
-    return base64.b64encode(build(bundle)).decode()
+    """The zipapp of `bundle` built here, base64 (what argv carries); built once, by whichever thread asks first."""
+    with _archives_lock:
+        if bundle not in _archives:
+            _archives[bundle] = base64.b64encode(build(bundle)).decode()
+        return _archives[bundle]
 
 
 def bundle_of(program: str) -> str:
