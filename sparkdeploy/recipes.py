@@ -124,9 +124,20 @@ class Architecture(BaseModel):
     attention_heads: Whole = Field(gt=0, le=MAX_ARCH)
     kv_heads: Whole = Field(gt=0, le=MAX_ARCH)
     layers: Whole = Field(gt=0, le=MAX_ARCH)
+    # For the KV cache estimate (memory budget): bytes per token = 2 x kv_layers x kv_heads x head_dim x dtype.
+    head_dim: Whole | None = Field(default=None, gt=0, le=MAX_ARCH)  # config.json head_dim (or hidden/heads)
+    # Layers whose KV cache grows with the context: sliding-window and linear-attention layers do not (gpt-oss
+    # alternates 128-token windows with full attention; Qwen3.5 mixes linear attention). Unset: every layer.
+    kv_layers: Whole | None = Field(default=None, gt=0, le=MAX_ARCH)
+    source: str | None = None  # where these figures come from (the model's config.json URL)
 
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
+        if self.kv_layers is not None and self.kv_layers > self.layers:
+            raise ValueError(
+                f"kv_layers {self.kv_layers} is more than layers {self.layers} "
+                "| fix: count only the layers with full attention in the model's config.json"
+            )
         if self.attention_heads % self.kv_heads:
             raise ValueError(
                 f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
