@@ -6,11 +6,11 @@ import json
 import re
 
 from sparkdeploy.deployment import LABEL_PREFIX
+from sparkdeploy.facts.parsers import gib, parse_df, version_tuple
 from sparkdeploy.inventory import Node
 
 from . import gather
 from .model import Result, fail, ok, warn
-from .parsers import gib, parse_df, version_tuple
 from .session import DoctorRun
 
 MIN_VERSION = (20, 10)

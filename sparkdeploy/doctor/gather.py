@@ -10,9 +10,9 @@ inventory's fabric interfaces (comma separated), $4... the image references to i
 from __future__ import annotations
 
 from sparkdeploy.deployment import MANAGED_LABEL
+from sparkdeploy.facts.parsers import Section
 from sparkdeploy.inventory import Node
 
-from .parsers import Section
 from .session import DoctorRun, NodeSession
 
 TIMEOUT_S = 30

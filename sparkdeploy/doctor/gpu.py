@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
+from sparkdeploy.facts.parsers import gib, number, parse_meminfo, parse_nvidia_smi_csv, version_tuple
 from sparkdeploy.inventory import Node
 
 from . import engine, gather
 from .model import Result, fail, ok, skip, warn
-from .parsers import gib, number, parse_meminfo, parse_nvidia_smi_csv, version_tuple
 from .session import DoctorRun
 
 FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]

@@ -7,11 +7,11 @@ import ipaddress
 import time
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts.parsers import Link, parse_ethtool_speed, parse_ip_json, parse_ping
 from sparkdeploy.inventory import Node
 
 from . import engine, gather
 from .model import Result, fail, ok, skip, warn
-from .parsers import Link, parse_ethtool_speed, parse_ip_json, parse_ping
 from .session import DoctorRun, NodeSession
 
 EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark

@@ -3,11 +3,11 @@ fabric IP, and the NCCL_* interface and HCA names of the rendered node.env exist
 
 from __future__ import annotations
 
+from sparkdeploy.facts.parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids
 from sparkdeploy.inventory import Node
 
 from . import gather, network
 from .model import Result, fail, ok, skip, warn
-from .parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids
 from .session import DoctorRun
 
 EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024

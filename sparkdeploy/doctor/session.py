@@ -20,11 +20,10 @@ from typing import Any
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import CommandResult, NodeConnection
 from sparkdeploy.secrets import Secrets
-
-from .parsers import SECTION, Section, parse_sections
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = (

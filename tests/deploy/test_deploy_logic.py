@@ -113,12 +113,12 @@ def test_facts_script_reads_only_what_is_asked(tmp_path):
 
     for what, present, absent in (("state", "listen", "meminfo"), ("resources", "meminfo", "inspect")):
         r = subprocess.run(
-            ["bash", "-c", facts_mod.SCRIPT, "x", what, ".nope", "~/.cache/huggingface", ""],
+            facts_mod.command(what, facts_mod.FactArgs(".nope", "~/.cache/huggingface")),
             capture_output=True,
             text=True,
             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
         )
-        sections = facts_mod.split_sections(r.stdout)
+        sections = facts_mod.parse_sections(r.stdout)
         assert present in sections and absent not in sections and "home" in sections
 
 
@@ -135,7 +135,7 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     (state / "doctor" / "result.json").write_text("{}")
     os.chown(state / "doctor" / "result.json", 65534, 65534)  # deeper than what up writes: not reported
     r = subprocess.run(
-        ["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+        facts_mod.command("state", facts_mod.FactArgs(".sparkdeploy", "~/.cache/huggingface")),
         capture_output=True,
         text=True,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
@@ -150,7 +150,7 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy"
     os.chown(state / "engine", os.getuid(), os.getgid())  # only the probe's file, two levels down, is left
     r = subprocess.run(
-        ["bash", "-c", facts_mod.SCRIPT, "x", "state", ".sparkdeploy", "~/.cache/huggingface", ""],
+        facts_mod.command("state", facts_mod.FactArgs(".sparkdeploy", "~/.cache/huggingface")),
         capture_output=True,
         text=True,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
@@ -159,9 +159,14 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
 
 
 def test_facts_script_is_read_only():
-    script = facts_mod.SCRIPT
-    for word in ("rm ", "mkdir", "docker run", "docker rm", "chmod", " > ", "kill"):
-        assert word not in script
+    for fact in facts_mod.FACTS.values():  # every fact's command only looks
+        for word in ("rm ", "mkdir", "docker run", "docker rm", "chmod", " > ", "kill"):
+            assert word not in fact.command, (fact.name, word)
+    # the framing's only writes: its own temp file and folder, removed again
+    script = facts_mod.command("doctor", facts_mod.FactArgs())[2]
+    import re
+
+    assert set(re.findall(r"rm -\w+ [^;\n}]+", script)) == {'rm -f "$t"', 'rm -rf "$__d"'}
 
 
 # -- plan -----------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import pytest
 
 from sparkdeploy.doctor.nccl_probe import busbw_verdict, nccl_transport, parse_nccl_table
 from sparkdeploy.doctor.nccl_table import median_at
-from sparkdeploy.doctor.parsers import (
+from sparkdeploy.doctor.session import SCRIPT_PRELUDE
+from sparkdeploy.facts.parsers import (
     number,
     parse_df,
     parse_env_lines,
@@ -23,7 +24,6 @@ from sparkdeploy.doctor.parsers import (
     rocev2_gid_index,
     version_tuple,
 )
-from sparkdeploy.doctor.session import SCRIPT_PRELUDE
 
 FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
 
@@ -170,7 +170,7 @@ def test_parallel_parts_keep_their_order_and_args():
     ).stdout
     secs = parse_sections(out)
     assert (secs["a"].out, secs["b"].out, secs["c"].out) == ("x y", "z", "i1 i2")
-    assert out.index("sparkdeploy-doctor@@ a") < out.index("sparkdeploy-doctor@@ b")
+    assert out.index("sparkdeploy-facts@@ a") < out.index("sparkdeploy-facts@@ b")
 
 
 def test_nccl_tests_table(sample):

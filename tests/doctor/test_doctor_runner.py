@@ -14,11 +14,11 @@ import yaml
 from sparkdeploy.doctor import endpoint, gpu, network, roce
 from sparkdeploy.doctor.api import prepare
 from sparkdeploy.doctor.model import Check, Result
-from sparkdeploy.doctor.parsers import Link, RdmaDevice, RdmaPort
 from sparkdeploy.doctor.registry import BY_ID, CHECKS
 from sparkdeploy.doctor.runner import _run_tasks, _Task, select
 from sparkdeploy.doctor.session import NodeSession, Options, _testinfra_backend_class
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts.parsers import Link, RdmaDevice, RdmaPort
 from tests.conftest import TWO_NODES
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_report_collapses_identical_skips_only():
 
 
 def test_gid_index_per_twin(write_inventory):
-    from sparkdeploy.doctor.parsers import GidEntry
+    from sparkdeploy.facts.parsers import GidEntry
 
     def facts(twin_ip):
         gids = [GidEntry("rocep1s0f1", 1, 3, "::ffff:198.51.100.2", "198.51.100.2", "v2", "enp1s0f1np1")]

@@ -1,5 +1,7 @@
 """Parsers for what the node tools print: pure functions, unit-tested against real and stand-in output.
 
+The facts of facts/catalog.py parse their sections with these (doctor's checks read the typed results).
+
 Each parser accepts the real tool's output (nvidia-smi, ibv_devinfo, show_gids, ip -j, ping, ethtool, df)
 and the lab stand-ins' (images/lab-node/files/standins.py), which print the same formats plus a SIMULATED
 marker where a parser of the real output does not look.
@@ -12,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-SECTION = "@@sparkdeploy-doctor@@"
+SECTION = "@@sparkdeploy-facts@@"  # a section header line of the facts script (facts/base.py)
 NA_VALUES = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
 
 
@@ -27,12 +29,12 @@ class Section:
 
 
 def parse_sections(text: str) -> dict[str, Section]:
-    """Split `@@sparkdeploy-doctor@@ NAME` / `... NAME.err` / `... NAME.rc N` blocks (see gather.sh_section)."""
+    """Split `@@sparkdeploy-facts@@ NAME` / `... NAME.err` / `... NAME.rc N` blocks (facts/base.py's `sec`)."""
     sections: dict[str, Section] = {}
     current: tuple[str, str] | None = None
     buf: list[str] = []
 
-    def flush():
+    def flush() -> None:
         if current is None:
             return
         name, part = current
@@ -90,7 +92,7 @@ def parse_nvidia_smi_csv(text: str, fields: list[str]) -> list[dict[str, str | N
     return rows
 
 
-def number(value) -> float | None:
+def number(value: object) -> float | None:
     """'122570', '41', '4.63 W', '[N/A]' -> float or None."""
     if value is None:
         return None

@@ -1,0 +1,52 @@
+"""The one fact layer: what a node has now, declared once per fact and read in one SSH round trip.
+
+base.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
+node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts.
+plan, preflight, status, top and doctor all read NodeFacts from here.
+"""
+
+from __future__ import annotations
+
+from .base import Fact, FactArgs
+from .catalog import FACTS
+from .node import (
+    MANIFEST,
+    TEMP_SUFFIX,
+    ContainerFact,
+    DiskUsage,
+    FileFact,
+    GpuFact,
+    NetworkFact,
+    NodeFacts,
+    RdmaFact,
+    hub_folder,
+    parse_time,
+    safe_name,
+)
+from .parsers import parse_sections
+from .read import FACTS_TIMEOUT_S, SETS, command, gather, parse, read_facts
+
+__all__ = [
+    "FACTS",
+    "FACTS_TIMEOUT_S",
+    "MANIFEST",
+    "SETS",
+    "TEMP_SUFFIX",
+    "ContainerFact",
+    "DiskUsage",
+    "Fact",
+    "FactArgs",
+    "FileFact",
+    "GpuFact",
+    "NetworkFact",
+    "NodeFacts",
+    "RdmaFact",
+    "command",
+    "gather",
+    "hub_folder",
+    "parse",
+    "parse_sections",
+    "parse_time",
+    "read_facts",
+    "safe_name",
+]

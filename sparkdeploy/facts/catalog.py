@@ -1,0 +1,440 @@
+"""Every fact sparkdeploy reads from a node, declared once: its shell command and its typed parser.
+
+FACTS is the one registry; STATE, RESOURCES and DOCTOR name the sets the readers ask for (facts/read.py runs
+the set asked in one round trip). Every command only looks. Add a fact: one `Fact(...)` here, a field of
+NodeFacts (facts/node.py) for its value, and a unit test of its parser fed a real node's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from sparkdeploy.deployment import MANAGED_LABEL
+
+from .base import Fact
+from .node import ContainerFact, DiskUsage, FileFact, GpuFact, NetworkFact, NodeFacts, RdmaFact
+from .parsers import (
+    Section,
+    parse_ethtool_speed,
+    parse_ibv_devinfo,
+    parse_ip_json,
+    parse_nvidia_smi_csv,
+    parse_show_gids,
+)
+
+GPU_FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
+
+# Only the fields we read: never Config.Env (it holds the values of --env-file secrets.env).
+_INSPECT = (
+    '{"id":{{json .Id}},"name":{{json .Name}},"image":{{json .Image}},"ref":{{json .Config.Image}},'
+    '"labels":{{json .Config.Labels}},"status":{{json .State.Status}},"running":{{json .State.Running}},'
+    '"restarting":{{json .State.Restarting}},"exit_code":{{json .State.ExitCode}},'
+    '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
+    '"restarts":{{json .RestartCount}}}'
+)
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(float(text.strip()))
+    except (TypeError, ValueError):
+        return None
+
+
+def _set(name: str) -> Any:
+    def store(f: NodeFacts, value: Any) -> None:
+        setattr(f, name, value)
+
+    return store
+
+
+# -- the node and its Docker engine ----------------------------------------------------------------------------
+
+
+def _docker(sec: Section) -> tuple[bool, str, str]:
+    lines = sec.out.splitlines()
+    if lines and lines[0].startswith("ok "):
+        return True, lines[0].split()[1] if len(lines[0].split()) > 1 else "", ""
+    return False, "", " ".join(line.strip() for line in lines[1:] if line.strip()) or "docker did not answer"
+
+
+def _store_docker(f: NodeFacts, v: tuple[bool, str, str]) -> None:
+    f.docker_ok, f.docker_version, f.docker_error = v
+
+
+def _docker_info(sec: Section) -> tuple[str, str]:
+    root, _, driver = (sec.out.strip().splitlines() or [""])[-1].partition("|")
+    return root, driver
+
+
+def _store_docker_info(f: NodeFacts, v: tuple[str, str]) -> None:
+    f.docker_root, f.docker_driver = v
+
+
+def _user(sec: Section) -> tuple[str, list[str]]:
+    lines = sec.out.splitlines()
+    return (lines[0].strip() if lines else ""), (lines[1].split() if len(lines) > 1 else [])
+
+
+def _store_user(f: NodeFacts, v: tuple[str, list[str]]) -> None:
+    f.user, f.groups = v
+
+
+def _names(sec: Section) -> dict[str, str]:
+    """`docker ps -a` ID, managed label, names -> the names of containers that are NOT ours (name -> id)."""
+    other: dict[str, str] = {}
+    for line in sec.out.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3:
+            cid, managed, names = parts
+        elif len(parts) == 2:  # an empty label value collapses to two fields
+            cid, names = parts
+            managed = ""
+        else:
+            continue
+        if managed != "true":
+            for name in names.split(","):
+                other[name.strip()] = cid
+    return other
+
+
+def _containers(sec: Section) -> list[ContainerFact]:
+    out = []
+    for line in sec.out.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        labels = d.get("labels") or {}
+        if labels.get(MANAGED_LABEL) != "true":
+            continue
+        out.append(
+            ContainerFact(
+                id=d.get("id") or "",
+                name=(d.get("name") or "").lstrip("/"),
+                image_id=d.get("image") or "",
+                image_ref=d.get("ref") or "",
+                labels=labels,
+                status=d.get("status") or "",
+                running=bool(d.get("running")),
+                restarting=bool(d.get("restarting")),
+                exit_code=int(d.get("exit_code") or 0),
+                started_at=d.get("started") or "",
+                finished_at=d.get("finished") or "",
+                restarts=int(d.get("restarts") or 0),
+            )
+        )
+    return sorted(out, key=lambda c: c.name)
+
+
+def _images(sec: Section) -> tuple[dict[str, str | None], dict[str, str]]:
+    """`REF ID` per reference (`REF -`: not there); `#err REF WHY` when the engine said something else than
+    "no such image" (not proof of absence)."""
+    ids: dict[str, str | None] = {}
+    errors: dict[str, str] = {}
+    for line in sec.out.splitlines():
+        if line.startswith("#err "):
+            ref, _, why = line[5:].partition(" ")
+            errors[ref] = why.strip() or "no answer"
+            continue
+        ref, _, image_id = line.strip().rpartition(" ")
+        if ref:
+            ids[ref] = None if image_id in ("", "-") else image_id
+    return ids, errors
+
+
+def _store_images(f: NodeFacts, v: tuple[dict[str, str | None], dict[str, str]]) -> None:
+    f.images, f.image_errors = v
+
+
+def _listening(sec: Section) -> set[int]:
+    ports = set()
+    for line in sec.out.splitlines():
+        _, _, port = line.strip().rpartition(":")
+        try:
+            ports.add(int(port, 16))
+        except ValueError:
+            pass
+    return ports
+
+
+# -- the state dir ---------------------------------------------------------------------------------------------
+
+
+def _statedir(sec: Section) -> int | None:
+    mode = sec.out.strip()
+    return int(mode, 8) if re.fullmatch(r"[0-7]{3,4}", mode) else None
+
+
+def _files(sec: Section) -> tuple[dict[str, FileFact], list[str]]:
+    files: dict[str, FileFact] = {}
+    other: list[str] = []
+    for line in sec.out.splitlines():
+        m = re.match(r"^([0-7]{3,4}) (\w) (.+)$", line)
+        if m and m.group(2) == "f":
+            files[m.group(3)] = FileFact(m.group(3), int(m.group(1), 8))
+        elif m:
+            other.append(m.group(3))  # a folder or link: never ours (another tool's, e.g. doctor/)
+    return files, other
+
+
+def _store_files(f: NodeFacts, v: tuple[dict[str, FileFact], list[str]]) -> None:
+    # sha256 sums may have been stored first (the order of sections is the script's, not guaranteed here)
+    for name, fact in v[0].items():
+        fact.sha256 = f.files[name].sha256 if name in f.files else fact.sha256
+    f.files, f.other_entries = v
+
+
+def _sha(sec: Section) -> dict[str, str]:
+    out = {}
+    for line in sec.out.splitlines():
+        m = re.match(r"^([0-9a-f]{64})  \./(.+)$", line)
+        if m:
+            out[m.group(2)] = m.group(1)
+    return out
+
+
+def _store_sha(f: NodeFacts, v: dict[str, str]) -> None:
+    for name, digest in v.items():
+        if name in f.files:
+            f.files[name].sha256 = digest
+
+
+def _manifest(sec: Section) -> tuple[dict[str, Any] | None, str]:
+    text = sec.out.strip()
+    if not text:
+        return None, ""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg})"
+    return (data, "") if isinstance(data, dict) else (None, "not a JSON object")
+
+
+def _store_manifest(f: NodeFacts, v: tuple[dict[str, Any] | None, str]) -> None:
+    f.manifest, f.manifest_error = v
+
+
+# -- memory, GPU, disk -----------------------------------------------------------------------------------------
+
+
+def _meminfo(sec: Section) -> dict[str, int]:
+    """MemTotal / MemAvailable in MiB."""
+    out = {}
+    for line in sec.out.splitlines():
+        m = re.match(r"^(MemTotal|MemAvailable):\s+(\d+) kB", line)
+        if m:
+            out[m.group(1)] = int(m.group(2)) // 1024
+    return out
+
+
+def _store_meminfo(f: NodeFacts, v: dict[str, int]) -> None:
+    f.mem_total_mb, f.mem_available_mb = v.get("MemTotal"), v.get("MemAvailable")
+
+
+def _gpu(sec: Section) -> GpuFact:
+    text = sec.out + "\n" + sec.err
+    ok = sec.rc in (0, None)  # None: an output without exit code (a captured sample)
+    return GpuFact(
+        rc=sec.rc,
+        gpus=parse_nvidia_smi_csv(sec.out, GPU_FIELDS) if ok else [],
+        error=(sec.err or sec.out).strip() if not ok else "",
+        simulated="SIMULATED" in text,
+    )
+
+
+def _store_gpu(f: NodeFacts, v: GpuFact) -> None:
+    f.gpu = v
+    first = v.gpus[0] if v.gpus else {}  # a DGX Spark has one GPU (and reports [N/A] for unified memory)
+    total, free = _int(first.get("memory.total") or ""), _int(first.get("memory.free") or "")
+    if total is not None and free is not None:
+        f.gpu_mem_total_mb, f.gpu_mem_free_mb = total, free
+
+
+def _disk(sec: Section) -> dict[str, DiskUsage]:
+    """`WHAT` then df -Pk's columns (filesystem blocks used available capacity mount), in KiB -> bytes."""
+    out = {}
+    for line in sec.out.splitlines():
+        parts = line.split()
+        if len(parts) >= 7 and all(_int(p) is not None for p in parts[2:5]):
+            size, used, avail = (int(p) * 1024 for p in parts[2:5])
+            out[parts[0]] = DiskUsage(size, used, avail, parts[6])
+    return out
+
+
+def _store_disk(f: NodeFacts, v: dict[str, DiskUsage]) -> None:
+    f.disk = v
+    f.disk_free_mb = {where: d.avail // 2**20 for where, d in v.items()}
+
+
+def _store_resources(f: NodeFacts, _v: object) -> None:
+    f.resources = True
+
+
+def _store_model(f: NodeFacts, v: bool) -> None:
+    f.model_cached = v
+
+
+# -- network and RDMA (doctor) ---------------------------------------------------------------------------------
+
+
+def _network(sec: Section) -> NetworkFact:
+    addr, _, rest = sec.out.partition("\n@@ethtool ")
+    speeds: dict[str, int | None] = {}
+    simulated = False
+    for block in ("@@ethtool " + rest).split("\n@@ethtool ") if rest else []:
+        block = block.removeprefix("@@ethtool ")
+        iface, _, text = block.partition("\n")
+        speeds[iface.strip()] = parse_ethtool_speed(text)
+        simulated = simulated or "SIMULATED" in text
+    return NetworkFact(parse_ip_json(addr), speeds, simulated)
+
+
+def _rdma(sec: Section) -> RdmaFact:
+    devinfo, _, gids = sec.out.partition("\n@@gids\n")
+    err = sec.err.strip()
+    rc = sec.rc
+    m = re.search(r"^@@devinfo-rc (\d+)$", gids, re.M)
+    if m:
+        rc = int(m.group(1))
+        gids = gids[: m.start()] + gids[m.end() :]
+    return RdmaFact(
+        rc=rc,
+        error=(err or devinfo.strip()) if rc not in (0, None) else "",
+        devices=parse_ibv_devinfo(devinfo),
+        gids=parse_show_gids(gids),
+        gids_text=gids,
+    )
+
+
+FACTS: dict[str, Fact] = {
+    f.name: f
+    for f in (
+        Fact("home", r"""printf '%s\n' "$HOME" """, lambda s: s.out.strip(), _set("home")),
+        Fact(
+            "docker",
+            r"""if out=$(docker version --format '{{.Server.Version}}' 2>&1); then echo "ok $out"; """
+            r"""else echo "fail"; printf '%s\n' "$out" | tail -n 3; fi""",
+            _docker,
+            _store_docker,
+        ),
+        Fact("docker_info", r"docker info --format '{{.DockerRootDir}}|{{.Driver}}'", _docker_info, _store_docker_info),
+        Fact("user", "id -un; id -Gn", _user, _store_user),
+        Fact(
+            "names",
+            r"""docker ps -a --no-trunc --format '{{.ID}} {{.Label "io.sparkdeploy.managed"}} {{.Names}}'""",
+            _names,
+            _set("other_names"),
+        ),
+        Fact(
+            "inspect",
+            r"""ids=$(docker ps -aq --no-trunc --filter label=io.sparkdeploy.managed=true)
+[ -n "$ids" ] && docker inspect --format '"""
+            + _INSPECT.replace("'", "'\\''")
+            + r"""' $ids""",
+            _containers,
+            _set("containers"),
+        ),
+        Fact(
+            "images",
+            r"""for ref in "$@"; do
+  if id=$(docker image inspect --format '{{.Id}}' "$ref" 2>&1); then printf '%s %s\n' "$ref" "${id:--}"
+  else printf '%s -\n' "$ref"
+    case "$id" in *"o such image"*) ;; *) printf '#err %s %s\n' "$ref" "$(printf '%s' "$id" | tail -n 1)";; esac
+  fi
+done""",
+            _images,
+            _store_images,
+        ),
+        Fact("statedir", r"""[ -d "$dir" ] && stat -c '%a' "$dir" """, _statedir, _set("state_dir_mode")),
+        Fact(
+            "foreign",
+            r"""[ -d "$dir" ] && find "$dir" -maxdepth 1 ! -user "$(id -u)" -print -quit""",
+            lambda s: s.out.strip(),
+            _set("state_dir_foreign"),
+        ),
+        Fact(
+            "files",
+            r"""[ -d "$dir" ] && (cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%m %y %f\n')""",
+            _files,
+            _store_files,
+        ),
+        Fact(
+            "sha",
+            r"""[ -d "$dir" ] && (cd "$dir" && find . -maxdepth 1 -type f -exec sha256sum -- {} +)""",
+            _sha,
+            _store_sha,
+        ),
+        Fact("manifest", r"""[ -f "$dir/manifest.json" ] && cat "$dir/manifest.json" """, _manifest, _store_manifest),
+        Fact(
+            "listen",
+            r"""cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'""",
+            _listening,
+            _set("listening"),
+        ),
+        Fact("resources", "true", lambda s: True, _store_resources),
+        Fact("meminfo", r"grep -E '^(MemTotal|MemAvailable):' /proc/meminfo", _meminfo, _store_meminfo),
+        Fact(
+            "gpu",
+            'nvidia-smi --query-gpu="' + ",".join(GPU_FIELDS) + '" --format=csv,noheader,nounits',
+            _gpu,
+            _store_gpu,
+        ),
+        Fact(
+            "model",
+            r"""[ -n "$model" ] && [ -d "$hf/hub/$model" ] && echo cached""",
+            lambda s: s.out.strip() == "cached",
+            _store_model,
+        ),
+        Fact(
+            "disk",
+            r"""droot=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); [ -n "$droot" ] || droot=/var/lib/docker
+p="$hf"; while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
+for pair in "home:$HOME" "hf_cache:$p" "docker:$droot"; do
+  [ -n "${pair#*:}" ] && printf '%s ' "${pair%%:*}" && df -Pk "${pair#*:}" 2>/dev/null | tail -n 1
+done""",
+            _disk,
+            _store_disk,
+        ),
+        Fact("kernel", "uname -r", lambda s: s.out.strip(), _set("kernel")),
+        Fact(
+            "network",
+            r"""ip -j addr show
+for iface in ${ifaces//,/ }; do printf '\n@@ethtool %s\n' "$iface"; ethtool "$iface" 2>&1; done""",
+            _network,
+            _set("network"),
+        ),
+        Fact(
+            "rdma",
+            r"""ibv_devinfo; rc=$?
+printf '\n@@gids\n'
+if command -v show_gids >/dev/null 2>&1; then show_gids
+else  # the same table from sysfs where Mellanox's show_gids script is not installed
+  for d in /sys/class/infiniband/*; do
+    [ -d "$d" ] || continue; dev=${d##*/}
+    for p in "$d"/ports/*; do port=${p##*/}
+      for g in "$p"/gids/*; do idx=${g##*/}; gid=$(cat "$g" 2>/dev/null) || continue
+        case "$gid" in 0000:0000:0000:0000:0000:0000:0000:0000|"") continue;; esac
+        typ=$(cat "$p/gid_attrs/types/$idx" 2>/dev/null); ndev=$(cat "$p/gid_attrs/ndevs/$idx" 2>/dev/null)
+        case "$typ" in *v2*) ver=v2;; *) ver=v1;; esac
+        echo "$dev $port $idx $gid $ver ${ndev:--}"
+      done
+    done
+  done
+fi
+printf '@@devinfo-rc %s\n' "$rc" """,
+            _rdma,
+            _set("rdma"),
+        ),
+    )
+}
+
+# What each reader asks for (one round trip per node each time).
+STATE = ("home", "docker", "names", "inspect", "images", "statedir", "foreign", "files", "sha", "manifest", "listen")
+RESOURCES = ("home", "resources", "meminfo", "gpu", "model", "disk")
+DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma")
