@@ -1,103 +1,75 @@
-"""Checks on every node before anything changes anywhere; any failure aborts the whole run.
+"""`up`'s checks before anything changes anywhere: the deploy-critical subset of the doctor registry.
 
-Pure logic over the facts read from each node (facts.py): reachable over SSH (host key checked), Docker
-usable by the SSH user, no foreign container holding one of our names, the run image present with one image
-ID on every node, the ports free or held by our own containers, enough free memory for the node's share of
-the weights plus headroom (unified memory: over-commit wedges a Spark), and disk for the weights.
+The checks are doctor's own (doctor/registry.py PREFLIGHT: the entries with a `preflight` name), the same
+functions and formulas, run here over the facts `up` already read (one round trip per node) instead of a
+doctor session: reachable over SSH, Docker usable by the SSH user, the state dir ours, no foreign container
+holding one of our names, the images present with one image ID on every node, the ports free or ours, the
+memory budget (sparkdeploy/budget.py) and disk. Any failure aborts the whole run; a missing image carries
+`missing_image`, which `up` pushes before checking again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
+from sparkdeploy.doctor.gpu import NOT_ENGINES
+from sparkdeploy.doctor.image import image_definition_name
+from sparkdeploy.doctor.model import SKIP, Check, Result, fail, ok
+from sparkdeploy.doctor.registry import PREFLIGHT
+from sparkdeploy.errors import SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.inventory import Node
-from sparkdeploy.plan import StepKind, plan_node, short_id
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.plan import StepKind, plan_node
 
-HEADROOM_GB = 8.0  # on top of the weights: the OS, Docker, the CUDA context, activations
-MIN_FREE_DISK_GB = 2.0
-GIB = 1024  # MiB per GiB
-PROXY_ROLES = ("proxy",)
+__all__ = ["PREFLIGHT", "PreflightRun", "Result", "failures", "image_definition_name", "run"]
 
 
 @dataclass
-class Check:
-    node: str
-    name: str  # ssh | docker | state-dir | names | image | ports | memory | disk
-    ok: bool
-    detail: str
-    fix: str = ""
-    missing_image: str | None = None  # an image reference a push would fix
+class PreflightRun:
+    """What a check looks at, from `up`'s facts: the same attributes a doctor run offers its checks."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "check": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+    deployment: Deployment
+    facts: dict[str, NodeFacts | Exception]
+    simulated_image: bool = False
 
+    @property
+    def inventory(self) -> Inventory:
+        return self.deployment.inventory
 
-def image_definition_name(ref: str) -> str:
-    """sparkdeploy/vllm-sim:0123456789ab -> vllm-sim (the argument of `sparkdeploy images push`)."""
-    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
-    return repo.rsplit("/", 1)[-1]
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self.inventory.nodes)
 
+    def peers(self, node: Node) -> list[Node]:
+        return [n for n in self.nodes if n.name != node.name]
 
-def weights_share_gb(dep: Deployment, nd: NodeDeployment) -> float | None:
-    weights = dep.recipe.recipe.weights_gb
-    if weights is None:
-        return None
-    return weights / dep.engine_size(nd.node.name)  # a TP/PP engine splits the weights over its nodes
+    def reachable(self, node: Node) -> bool:
+        return isinstance(self.facts.get(node.name), NodeFacts)
 
+    def node_deployment(self, node: Node) -> NodeDeployment | None:
+        return next((nd for nd in self.deployment.nodes if nd.node.name == node.name), None)
 
-def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: bool = False) -> list[Check]:
-    """All checks for every node of the inventory; `facts[name]` is the node's facts or why they are missing."""
-    checks: list[Check] = []
-    by_name = {nd.node.name: nd for nd in dep.nodes}
-    for node in dep.inventory.nodes:
-        f = facts.get(node.name)
-        if f is None or isinstance(f, Exception):
-            checks.append(Check(node.name, "ssh", False, str(f) if f else "not checked", _ssh_fix(f)))
-            continue
-        checks.append(Check(node.name, "ssh", True, f"{node.ssh.user or ''}@{node.mgmt_ip}".lstrip("@")))
-        if not f.docker_ok:
-            checks.append(
-                Check(
-                    node.name,
-                    "docker",
-                    False,
-                    f"docker does not answer for the SSH user: {f.docker_error}",
-                    "start Docker on the node and let the SSH user run it without sudo "
-                    "(sudo usermod -aG docker USER, then log in again)",
-                )
-            )
-            continue
-        checks.append(Check(node.name, "docker", True, f"Docker {f.docker_version}"))
-        if f.state_dir_foreign:
-            checks.append(_foreign_state_dir(dep, node, f))
-        nd = by_name.get(node.name)
+    def node_facts(self, node: Node) -> NodeFacts:
+        f = self.facts.get(node.name)
+        if not isinstance(f, NodeFacts):
+            raise StepFailed(f"{node.name}: facts not read ({f or 'not checked'})")
+        return f
+
+    def starts_engine(self, node: Node) -> bool:
+        """Whether the plan (re)starts an engine here: an engine running unchanged holds its memory already."""
+        nd = self.node_deployment(node)
         if nd is None:
-            continue
-        checks.extend(_names(nd, f))
-        checks.extend(_images(nd, f))
-        checks.extend(_ports(nd, f))
-        checks.append(_memory(dep, nd, f))
-        checks.extend(_disk(dep, nd, f, simulated))
-    checks.extend(_same_image_ids(dep, facts))
-    return checks
+            return False
+        engines = {c.name for c in nd.containers if c.role not in NOT_ENGINES}
+        steps = plan_node(self.deployment, nd, self.node_facts(node)).steps
+        return any(s.kind == StepKind.START_CONTAINER and s.change and s.target in engines for s in steps)
 
-
-def _foreign_state_dir(dep: Deployment, node: Node, f: NodeFacts) -> Check:
-    """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
-    a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
-    user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
-    state_dir = f"~/{dep.inventory.cluster.state_dir}"
-    return Check(
-        node.name,
-        "state-dir",
-        False,
-        f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
-        f"bind-mount folder as root); sparkdeploy cannot replace files there",
-        f"on {node.name}: sudo chown -R {user}: {state_dir}",
-    )
+    def ssh_check(self, node: Node) -> Result:
+        f = self.facts.get(node.name)
+        if isinstance(f, NodeFacts):
+            return ok(f"{node.ssh.user or ''}@{node.mgmt_ip}".lstrip("@"), "reachable over SSH, known host key")
+        return fail(str(f) if f else "not checked", "reachable over SSH, known host key", _ssh_fix(f))
 
 
 def _ssh_fix(error: Exception | None) -> str:
@@ -109,182 +81,34 @@ def _ssh_fix(error: Exception | None) -> str:
     return "check that the node is on, sshd runs, and mgmt_ip and ssh.port are right"
 
 
-def _names(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
-    out = []
-    for c in nd.containers:
-        if c.name in f.other_names:
-            out.append(
-                Check(
-                    nd.node.name,
-                    "names",
-                    False,
-                    f"a container named {c.name} exists and is not sparkdeploy's (no io.sparkdeploy.managed label)",
-                    f"rename or remove that container yourself (docker rm -f {c.name})",
-                )
-            )
-    if not out:
-        out.append(Check(nd.node.name, "names", True, "no foreign container holds our names"))
-    return out
+def _call(check: Check, ctx: PreflightRun, node: Node | None) -> list[Result]:
+    try:
+        out = check.fn(ctx, node) if node is not None else check.fn(ctx)
+    except SparkdeployError as exc:  # a node's engine answered something else than expected: that row fails
+        out = fail(str(exc), "", f"see the error above; sparkdeploy doctor --only {check.id}")
+    rows = out if isinstance(out, list) else [out]
+    for r in rows:
+        r.check = check.preflight or check.id
+        r.node = r.node if r.node is not None else (node.name if node else None)
+    return [r for r in rows if r.status != SKIP]
 
 
-def _images(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
-    out = []
-    for ref in sorted({c.image for c in nd.containers}):
-        image_id = f.images.get(ref)
-        if image_id:
-            out.append(Check(nd.node.name, "image", True, f"{ref} ({short_id(image_id)})"))
-        else:
-            name = image_definition_name(ref)
-            out.append(
-                Check(
-                    nd.node.name,
-                    "image",
-                    False,
-                    f"{ref} is not on {nd.node.name}",
-                    f"sparkdeploy images push {name}",
-                    missing_image=ref,
-                )
-            )
-    return out
+def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: bool = False) -> list[Result]:
+    """Every preflight check (doctor/registry.py PREFLIGHT) for every node of the inventory, in registry order;
+    a failed gate check (no SSH, no Docker) skips the node's later checks. `facts[name]` is the node's facts
+    or why they are missing."""
+    ctx = PreflightRun(dep, facts, simulated)
+    rows: list[Result] = []
+    for node in ctx.nodes:
+        for check in (c for c in PREFLIGHT if c.scope == "node"):
+            got = _call(check, ctx, node)
+            rows.extend(got)
+            if check.gate and any(not r.ok for r in got):
+                break
+    for check in (c for c in PREFLIGHT if c.scope == "cluster"):
+        rows.extend(_call(check, ctx, None))
+    return rows
 
 
-def _same_image_ids(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> list[Check]:
-    ids: dict[str, dict[str, str]] = {}
-    for nd in dep.nodes:
-        f = facts.get(nd.node.name)
-        if not isinstance(f, NodeFacts):
-            continue
-        for ref in {c.image for c in nd.containers}:
-            if f.images.get(ref):
-                ids.setdefault(ref, {})[nd.node.name] = f.images[ref]  # type: ignore[assignment]
-    out = []
-    for ref, per_node in sorted(ids.items()):
-        if len(set(per_node.values())) > 1:
-            seen = ", ".join(f"{n} {short_id(i)}" for n, i in sorted(per_node.items()))
-            out.append(
-                Check(
-                    ",".join(sorted(per_node)),
-                    "image",
-                    False,
-                    f"{ref} has different image IDs on the nodes ({seen})",
-                    f"sparkdeploy images push {image_definition_name(ref)} (the same image everywhere)",
-                )
-            )
-    return out
-
-
-def _ours_running(f: NodeFacts) -> list[str]:
-    return [c.name for c in f.containers if c.running or c.restarting]
-
-
-def _ports(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
-    manifest_ports: dict[int, str] = {}
-    for entry in (f.manifest or {}).get("containers") or []:
-        if isinstance(entry, dict):
-            for p in entry.get("ports") or []:
-                if isinstance(p, int):
-                    manifest_ports[p] = str(entry.get("name", ""))
-    running = set(_ours_running(f))
-    out = []
-    for c in nd.containers:
-        for port in c.ports:
-            if port not in f.listening:
-                out.append(Check(nd.node.name, "ports", True, f"{port} free ({c.name})"))
-            elif manifest_ports.get(port) in running or (running and port not in manifest_ports):
-                holder = manifest_ports.get(port) or ", ".join(sorted(running))
-                out.append(Check(nd.node.name, "ports", True, f"{port} held by our {holder}"))
-            else:
-                out.append(
-                    Check(
-                        nd.node.name,
-                        "ports",
-                        False,
-                        f"port {port} (needed by {c.name}) is in use by another program",
-                        "stop that program, or choose another port in the inventory "
-                        "(cluster.vllm_port, proxy_port, master_port, ray_port)",
-                    )
-                )
-    return out
-
-
-def _memory(dep: Deployment, nd: NodeDeployment, f: NodeFacts) -> Check:
-    share = weights_share_gb(dep, nd)
-    engines = [c for c in nd.containers if c.role not in PROXY_ROLES]
-    free = f.free_memory_mb
-    free_text = f"{free / GIB:.1f} GiB free" if free is not None else "free memory unknown"
-    if not engines:
-        return Check(nd.node.name, "memory", True, "no engine on this node")
-    if share is None:
-        return Check(nd.node.name, "memory", True, f"not checked: the recipe has no weights_gb ({free_text})")
-    need = share + HEADROOM_GB
-    node_plan = plan_node(dep, nd, f)
-    engine_names = {c.name for c in engines}
-    restarts = [
-        s for s in node_plan.steps if s.kind == StepKind.START_CONTAINER and s.change and s.target in engine_names
-    ]
-    if not restarts:
-        return Check(nd.node.name, "memory", True, "our engine runs unchanged")
-    if not f.resources:
-        return Check(nd.node.name, "memory", False, "free memory was not read", "run again")
-    running = _ours_running(f)
-    if running:
-        return Check(
-            nd.node.name,
-            "memory",
-            True,
-            f"{free_text} while our {', '.join(running)} run; they are removed before the new engine "
-            f"starts (needs {need:.0f} GiB)",
-        )
-    if free is None:
-        return Check(
-            nd.node.name, "memory", False, "cannot read free memory (/proc/meminfo, nvidia-smi)", "check the node"
-        )
-    if free / GIB < need:
-        return Check(
-            nd.node.name,
-            "memory",
-            False,
-            f"{free_text}; needs {share:.0f} GiB of weights + {HEADROOM_GB:.0f} GiB headroom = {need:.0f} GiB "
-            f"(unified memory: over-commit wedges the node)",
-            "stop what uses the memory on the node, or use a topology that splits the weights (cluster)",
-        )
-    return Check(nd.node.name, "memory", True, f"{free_text} >= {need:.0f} GiB ({share:.0f} weights + headroom)")
-
-
-def _disk(dep: Deployment, nd: NodeDeployment, f: NodeFacts, simulated: bool) -> list[Check]:
-    if not f.resources:
-        return [Check(nd.node.name, "disk", True, "nothing new starts on this node")]
-    out = []
-    weights = dep.recipe.recipe.weights_gb
-    need_hf = MIN_FREE_DISK_GB
-    why = "the model is in the cache"
-    if simulated:
-        why = "simulated image: no weights are downloaded"
-    elif not f.model_cached and weights:
-        need_hf = weights + MIN_FREE_DISK_GB
-        why = f"the model is not in {dep.inventory.cluster.hf_cache} yet: {weights:g} GB to download"
-    for where, need, reason in (
-        ("hf_cache", need_hf, why),
-        ("docker", MIN_FREE_DISK_GB, "Docker's data root"),
-        ("home", MIN_FREE_DISK_GB, "the state dir"),
-    ):
-        free = f.disk_free_mb.get(where)
-        if free is None:
-            continue
-        if free / GIB < need:
-            out.append(
-                Check(
-                    nd.node.name,
-                    "disk",
-                    False,
-                    f"{where}: {free / GIB:.1f} GiB free, needs {need:.0f} GiB ({reason})",
-                    "free disk space on the node",
-                )
-            )
-        else:
-            out.append(Check(nd.node.name, "disk", True, f"{where}: {free / GIB:.0f} GiB free ({reason})"))
-    return out
-
-
-def failures(checks: list[Check]) -> list[Check]:
+def failures(checks: list[Result]) -> list[Result]:
     return [c for c in checks if not c.ok]

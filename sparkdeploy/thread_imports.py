@@ -22,9 +22,6 @@ MODULES = (
     "fabric",
     "invoke",
     "paramiko",
-    "testinfra.host",
-    "testinfra.backend.paramiko",
-    "testinfra.modules",
 )
 
 _done = False
@@ -41,14 +38,4 @@ def preload() -> None:
             return
         for name in MODULES:
             importlib.import_module(name)
-        _import_testinfra_modules()
         _done = True
-
-
-def _import_testinfra_modules() -> None:
-    """testinfra's Host resolves `host.file`, `host.socket`, ... by importing the module on first access."""
-    import testinfra.modules
-
-    for path in sorted(set(testinfra.modules.modules.values())):
-        module_name, _, _cls = path.partition(":")
-        importlib.import_module(f"testinfra.modules.{module_name}")

@@ -18,9 +18,9 @@ from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
+from sparkdeploy.doctor.model import Result
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
-from sparkdeploy.preflight import Check
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
 
@@ -57,7 +57,7 @@ class Out(Reporter):
     def cell(self, value: Any, style: str = "") -> Text:
         return Text(self.mask("" if value is None else str(value)), style=style)
 
-    def preflight(self, checks: list[Check], only_failures: bool = False) -> None:
+    def preflight(self, checks: list[Result], only_failures: bool = False) -> None:
         table = Table(title="preflight", title_justify="left")
         for col in ("node", "check", "result", "detail", "fix"):
             table.add_column(col)
@@ -66,15 +66,15 @@ class Out(Reporter):
                 continue
             table.add_row(
                 self.cell(c.node),
-                self.cell(c.name),
+                self.cell(c.check),
                 self.cell("ok" if c.ok else "FAILED", "green" if c.ok else "red"),
-                self.cell(c.detail),
+                self.cell(c.measured),
                 self.cell(c.fix),
             )
         self.table(table)
         for c in checks:  # in full, one line each (a table folds long fingerprints and paths)
             if not c.ok:
-                self.line(f"FAILED {c.node} {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else ""), "red")
+                self.line(f"FAILED {c.node} {c.check}: {c.measured}" + (f" (fix: {c.fix})" if c.fix else ""), "red")
 
     def steps(self, plan: Plan, title: str) -> None:
         table = Table(title=title, title_justify="left")

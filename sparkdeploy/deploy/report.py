@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from sparkdeploy.doctor.model import Result
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
-from sparkdeploy.preflight import Check
 
 
 class Reporter:
@@ -30,7 +30,7 @@ class Reporter:
     def line(self, message: str, style: str | None = None) -> None:
         print(self.mask(message), file=sys.stderr, flush=True)
 
-    def preflight(self, checks: list[Check]) -> None:
+    def preflight(self, checks: list[Result]) -> None:
         """The preflight checks, shown when one failed or on a dry run."""
 
     def steps(self, plan: Plan, title: str) -> None:

@@ -45,7 +45,7 @@ def simulated(dep: Deployment) -> bool:
 
 
 def push_missing(
-    dep: Deployment, checks: list[preflight.Check], out: Reporter, pushed: list[dict[str, Any]] | None = None
+    dep: Deployment, checks: list[preflight.Result], out: Reporter, pushed: list[dict[str, Any]] | None = None
 ) -> bool:
     """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
     When a node of the deployment has it (an image built there), it goes from that node over the fabric.
@@ -53,7 +53,7 @@ def push_missing(
     missing: dict[str, set[str]] = {}
     for c in checks:
         if c.missing_image:
-            missing.setdefault(c.missing_image, set()).add(c.node)
+            missing.setdefault(c.missing_image, set()).add(c.node or "")
     for ref, node_names in sorted(missing.items()):
         name = preflight.image_definition_name(ref)
         targets = [dep.inventory.node(n) for n in sorted(node_names)]
@@ -295,13 +295,13 @@ def _deploy_steps(
             model_checks = up_check.checks(dep, session.conns, simulated)
         checks += model_checks
         failed = preflight.failures(checks)
-    result["preflight"] = [c.as_dict() for c in checks]
+    result["preflight"] = [c.as_row() for c in checks]
     if interrupt.set:
         raise KeyboardInterrupt
     if failed:
         out.preflight(checks)
         first = failed[0]
-        nodes = sorted({c.node for c in failed})
+        nodes = sorted({c.node or "" for c in failed})
         plan = None
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
             plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # checked above
@@ -309,7 +309,7 @@ def _deploy_steps(
             out.dry_run(plan)
         raise StepFailed(
             f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
-            f"{first.name}: {first.detail}"
+            f"{first.check}: {first.measured}"
             + (f"; fix: {first.fix}" if first.fix else "")
             + "). Nothing was changed on any node."
         )

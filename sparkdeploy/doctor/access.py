@@ -1,7 +1,9 @@
-"""access.*: SSH reachable with a known host key; the SSH user runs docker without sudo.
+"""access.*: SSH reachable with a known host key; the SSH user runs docker without sudo; the state dir is the
+SSH user's. All three are preflight checks of `up` too (doctor/registry.py).
 
-`access.ssh` is the connection itself (runner.connect): one per node, host keys checked by
-sparkdeploy.remote (an unknown key is refused with its fingerprint, a changed key is a hard failure).
+`access.ssh` is the connection itself (doctor: runner.connect, one per node, host keys checked by
+sparkdeploy.remote: an unknown key is refused with its fingerprint, a changed key is a hard failure; up's
+preflight: whether the node's facts could be read).
 """
 
 from __future__ import annotations
@@ -9,34 +11,52 @@ from __future__ import annotations
 from sparkdeploy.inventory import Node
 
 from .model import Result, fail, ok
-from .runner import connect
 from .session import DoctorRun
 
-__all__ = ["docker_without_sudo", "ssh"]
+__all__ = ["docker_without_sudo", "ssh", "state_dir"]
 
 
 def ssh(run: DoctorRun, node: Node) -> Result:
-    return connect(run, node)
+    return run.ssh_check(node)
 
 
 def docker_without_sudo(run: DoctorRun, node: Node) -> Result:
-    host = run.session(node).host  # testinfra over our connection
-    user = host.user()
-    name = user.name
-    res = host.run("docker version --format %s", "{{.Server.Version}}")
-    groups = user.groups if name and res.rc != 0 else []  # only asked when docker did not answer
-    text = (res.stderr or res.stdout).strip()
+    """From the facts `docker` (docker version as the SSH user) and `user` (id -un, id -Gn)."""
+    f = run.node_facts(node)
+    name = f.user or node.ssh.user or "USER"
+    text = f.docker_error
     expected = f"{name} runs docker without sudo"
     fix = f"sudo usermod -aG docker {name}, then log in again (or restart sshd sessions)"
-    if res.rc == 0:
-        return ok(f"{name} runs docker (server {res.stdout.strip()})", expected)
-    if res.rc == 127 or "not found" in text:
+    if f.docker_ok:
+        return ok(f"{name} runs docker (server {f.docker_version})", expected)
+    if "not found" in text:
         return fail("docker is not installed", expected, "install Docker (DGX OS ships it): sudo apt install docker-ce")
     if "permission denied" in text.lower():
         return fail(
-            f"{name}: permission denied on the Docker socket (groups: {' '.join(groups) or '-'})", expected, fix
+            f"{name}: permission denied on the Docker socket (groups: {' '.join(f.groups) or '-'})", expected, fix
         )
-    in_group = name == "root" or "docker" in groups
-    if in_group:
+    if name == "root" or "docker" in f.groups:
         return ok(f"{name} is in group docker (the engine does not answer: see engine.running)", expected)
-    return fail(f"{name} is not in group docker and the engine does not answer", expected, fix)
+    return fail(
+        f"{name} is not in group docker and the engine does not answer ({text or 'no answer'})",
+        expected,
+        "start Docker on the node and let the SSH user run it without sudo "
+        f"(sudo usermod -aG docker {name}, then log in again)",
+    )
+
+
+def state_dir(run: DoctorRun, node: Node) -> Result:
+    """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
+    a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
+    f = run.node_facts(node)
+    user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
+    path = f"~/{run.inventory.cluster.state_dir}"  # type: ignore[union-attr]  # checks run only with an inventory
+    expected = "the state dir and its entries are the SSH user's"
+    if f.state_dir_foreign:
+        return fail(
+            f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
+            f"bind-mount folder as root); sparkdeploy cannot replace files there",
+            expected,
+            f"on {node.name}: sudo chown -R {user}: {path}",
+        )
+    return ok(f"{path} is {user}'s" if f.state_dir_mode is not None else f"{path} not made yet", expected)

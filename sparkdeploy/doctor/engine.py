@@ -1,97 +1,111 @@
-"""engine.*: the Docker engine runs (version) and its root has free disk for images."""
+"""engine.*: the Docker engine runs (version), disk for images, weights and the state dir, and no foreign
+container holds one of our names. `disk` and `names` are preflight checks of `up` too."""
 
 from __future__ import annotations
 
-import json
-import re
-
-from sparkdeploy.deployment import LABEL_PREFIX
-from sparkdeploy.facts.parsers import gib, parse_df, version_tuple
+from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts.parsers import gib, version_tuple
 from sparkdeploy.inventory import Node
 
-from . import gather
-from .model import Result, fail, ok, warn
+from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 MIN_VERSION = (20, 10)
 DISK_FAIL_GIB = 20  # one vLLM GPU image is 15-25 GB unpacked
 DISK_WARN_GIB = 50  # room for a second image version while the first still runs
-
-SCRIPT = r"""
-sec version docker version --format '{{.Server.Version}}'
-sec info docker info --format '{{.DockerRootDir}}|{{.Driver}}'
-root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); [ -n "$root" ] || root=/var/lib/docker
-sec root echo "$root"
-sec df df -PB1 -- "$root"
-sec ps docker ps -a --filter "label=$1=true" --format '{{json .}}'
-"""
-
-
-def parse(secs: dict) -> dict:
-    version, info = secs.get("version"), secs.get("info")
-    facts: dict = {"running": False, "error": "", "version": "", "root": "", "driver": "", "df": None, "containers": []}
-    if version is not None and version.rc == 0 and version.out.strip():
-        facts.update(running=True, version=version.out.strip().splitlines()[-1])
-        if info is not None and info.rc == 0 and "|" in info.out:
-            root, _, driver = info.out.strip().splitlines()[-1].partition("|")
-            facts.update(root=root, driver=driver)
-    else:
-        lines = [ln.strip() for ln in ((version.err or version.out) if version else "").splitlines() if ln.strip()]
-        telling = [ln for ln in lines if re.search(r"cannot connect|permission denied|is the docker daemon", ln, re.I)]
-        facts["error"] = (telling or lines or ["no answer"])[-1]
-    facts["root"] = facts["root"] or (secs["root"].out.strip() if "root" in secs else "/var/lib/docker")
-    if "df" in secs and secs["df"].rc == 0:
-        facts["df"] = parse_df(secs["df"].out)
-    if "ps" in secs and secs["ps"].rc == 0:
-        for line in secs["ps"].out.splitlines():
-            try:
-                c = json.loads(line)
-            except ValueError:
-                continue
-            labels = dict(kv.split("=", 1) for kv in (c.get("Labels") or "").split(",") if "=" in kv)
-            facts["containers"].append(
-                {
-                    "name": c.get("Names", ""),
-                    "state": c.get("State", ""),
-                    "status": c.get("Status", ""),
-                    "image": c.get("Image", ""),
-                    "role": labels.get(f"{LABEL_PREFIX}.role", ""),
-                    "recipe": labels.get(f"{LABEL_PREFIX}.recipe", ""),
-                    "topology": labels.get(f"{LABEL_PREFIX}.topology", ""),
-                }
-            )
-    return facts
+MIN_FREE_DISK_GIB = 2  # the HF cache beyond the weights, and the state dir in $HOME
 
 
 def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "engine", lambda s: parse(gather.base(run, node)))
+    """The engine and sparkdeploy's containers as endpoint/nccl_probe read them: a view of the node's facts."""
+    f = run.node_facts(node)
+    return {
+        "running": f.docker_ok,
+        "containers": [
+            {
+                "name": c.name,
+                "state": c.status,
+                "status": c.status,
+                "image": c.image_ref,
+                "role": c.role,
+                "recipe": c.recipe,
+                "topology": c.topology,
+            }
+            for c in f.containers
+        ],
+    }
 
 
 def running(run: DoctorRun, node: Node) -> Result:
-    f = facts(run, node)
+    f = run.node_facts(node)
     expected = f"running, >= {'.'.join(map(str, MIN_VERSION))}"
-    if not f["running"]:
+    if not f.docker_ok:
         return fail(
-            f"not running: {f['error'] or 'no answer'}",
+            f"not running: {f.docker_error or 'no answer'}",
             expected,
             "sudo systemctl start docker (and `systemctl enable docker` so it survives a reboot)",
         )
-    if version_tuple(f["version"]) < MIN_VERSION:
-        return warn(f"Docker {f['version']} (old)", expected, "upgrade Docker (DGX OS: sudo apt upgrade docker-ce)")
-    return ok(f"Docker {f['version']} ({f['driver']})", expected)
+    if version_tuple(f.docker_version) < MIN_VERSION:
+        return warn(f"Docker {f.docker_version} (old)", expected, "upgrade Docker (DGX OS: sudo apt upgrade docker-ce)")
+    return ok(f"Docker {f.docker_version} ({f.docker_driver})", expected)
 
 
-def disk(run: DoctorRun, node: Node) -> Result:
-    f = facts(run, node)
-    df = f["df"]
-    expected = f">= {DISK_WARN_GIB} GiB free on the Docker root"
-    if df is None:
-        return fail(f"cannot read free space of {f['root']}", expected, f"check {f['root']} exists (df {f['root']})")
-    free = int(df["avail"])
-    measured = f"{gib(free)} free on {f['root']} ({df['mount']})" + ("" if f["running"] else " (engine down)")
+def _disk_rows(run: DoctorRun, f: NodeFacts) -> list[tuple[str, float, float, str]]:
+    """(where, fail below GiB, warn below GiB, why) for each place a deployment writes to."""
+    dep = run.deployment
+    weights = dep.recipe.recipe.weights_gb if dep else None
+    need_hf, why = float(MIN_FREE_DISK_GIB), "the model is in the cache"
+    if run.simulated_image:
+        why = "simulated image: no weights are downloaded"
+    elif not f.model_cached and weights:
+        need_hf = weights + MIN_FREE_DISK_GIB
+        why = f"the model is not in {run.inventory.cluster.hf_cache} yet: {weights:g} GB to download"  # type: ignore[union-attr]  # checks run only with an inventory
+    rows = [("hf_cache", need_hf, need_hf, why)] if dep else []
+    rows.append(("docker", DISK_FAIL_GIB, DISK_WARN_GIB, f"Docker's data root {f.docker_root}".rstrip()))
+    rows.append(("home", MIN_FREE_DISK_GIB, MIN_FREE_DISK_GIB, "the state dir"))
+    return rows
+
+
+def disk(run: DoctorRun, node: Node) -> list[Result]:
+    """Free disk where a deployment writes: the HF cache (the weights unless cached or simulated), Docker's
+    data root (images) and $HOME (the state dir)."""
+    f = run.node_facts(node)
+    if not f.resources:
+        return [skip("nothing new starts on this node")]
+    out = []
     fix = "free space: docker image prune (removes unused images), or move the Docker root to a larger disk"
-    if free < DISK_FAIL_GIB * 2**30:
-        return fail(measured, expected, fix)
-    if free < DISK_WARN_GIB * 2**30:
-        return warn(measured, expected, fix)
-    return ok(measured, expected)
+    for where, fail_gib, warn_gib, why in _disk_rows(run, f):
+        free_mb = f.disk_free_mb.get(where)
+        if free_mb is None:
+            continue  # df could not read it (the place does not exist yet)
+        free = free_mb * 2**20
+        usage = f.disk.get(where)
+        expected = f">= {warn_gib:.0f} GiB free ({why})"
+        measured = f"{where}: {gib(free)} free" + (f" on {usage.mount}" if usage else "")
+        if free < fail_gib * 2**30:
+            why_fix = fix if where == "docker" else "free disk space on the node"
+            out.append(fail(measured + f", needs {fail_gib:.0f} GiB ({why})", expected, why_fix))
+        elif free < warn_gib * 2**30:
+            out.append(warn(measured, expected, fix))
+        else:
+            out.append(ok(measured + f" ({why})", expected))
+    return out
+
+
+def names(run: DoctorRun, node: Node) -> list[Result]:
+    """A container named like one of ours that is not sparkdeploy's (no io.sparkdeploy.managed label)."""
+    nd = run.node_deployment(node)
+    if nd is None:
+        return [skip(f"this recipe/topology runs nothing on {node.name}")]
+    f = run.node_facts(node)
+    expected = "no foreign container holds our names"
+    out = [
+        fail(
+            f"a container named {c.name} exists and is not sparkdeploy's (no io.sparkdeploy.managed label)",
+            expected,
+            f"rename or remove that container yourself (docker rm -f {c.name})",
+        )
+        for c in nd.containers
+        if c.name in f.other_names
+    ]
+    return out or [ok("no foreign container holds our names", expected)]

@@ -2,7 +2,8 @@
 
 On a DGX Spark nvidia-smi reports memory.total/free as [N/A] (unified memory has no framebuffer figure), so
 memory falls back to /proc/meminfo (MemTotal, MemAvailable): the pool the GPU allocates from. The lab's
-stand-in nvidia-smi reports numbers (SIMULATED) and they are used as given.
+stand-in nvidia-smi reports numbers (SIMULATED) and they are used as given. `memory` is the memory budget of
+sparkdeploy/budget.py, and `up`'s preflight memory check.
 """
 
 from __future__ import annotations
@@ -13,25 +14,19 @@ from pathlib import Path
 
 import yaml
 
-from sparkdeploy.facts.parsers import gib, number, parse_meminfo, parse_nvidia_smi_csv, version_tuple
+from sparkdeploy import budget
+from sparkdeploy.facts import GpuFact
+from sparkdeploy.facts.parsers import number, version_tuple
 from sparkdeploy.inventory import Node
 
-from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
-FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
 EXPECTED_NAME = "GB10"
-HEADROOM_GIB = 8  # for the OS, page cache and the engine's own process beyond gpu_memory_utilization
+NOT_ENGINES = ("proxy", "metrics")  # roles that hold no engine
 TEMP_WARN_C = 85
 TEMP_FAIL_C = 95
 DATA = Path(__file__).resolve().parent / "data" / "known_bad.yaml"
-
-SCRIPT = r"""
-sec smi nvidia-smi --query-gpu="$2" --format=csv,noheader,nounits
-sec meminfo grep -E '^(MemTotal|MemAvailable):' /proc/meminfo
-sec kernel uname -r
-"""
 
 
 @lru_cache(maxsize=1)
@@ -39,49 +34,36 @@ def known_bad() -> dict:
     return yaml.safe_load(DATA.read_text()) or {}
 
 
-def parse(secs: dict) -> dict:
-    smi = secs.get("smi")
-    text = (smi.out + "\n" + smi.err) if smi else ""
-    return {
-        "rc": smi.rc if smi else None,
-        "gpus": parse_nvidia_smi_csv(smi.out, FIELDS) if smi and smi.rc == 0 else [],
-        "error": (smi.err or smi.out).strip() if smi and smi.rc != 0 else "",
-        "simulated": "SIMULATED" in text,
-        "meminfo": parse_meminfo(secs["meminfo"].out) if "meminfo" in secs else {},
-        "kernel": secs["kernel"].out.strip() if "kernel" in secs else "",
-    }
-
-
-def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "gpu", lambda s: parse(gather.base(run, node)))
+def facts(run: DoctorRun, node: Node) -> GpuFact:
+    return run.node_facts(node).gpu or GpuFact()
 
 
 def _first(run: DoctorRun, node: Node) -> tuple[dict | None, Result | None]:
     f = facts(run, node)
-    if f["gpus"]:
-        return f["gpus"][0], None
+    if f.gpus:
+        return f.gpus[0], None
     return None, skip("no GPU readable (see gpu.present)")
 
 
 def present(run: DoctorRun, node: Node) -> Result:
     f = facts(run, node)
-    sim = f["simulated"]
+    sim = f.simulated
     expected = f"nvidia-smi lists one NVIDIA {EXPECTED_NAME}"
-    if f["rc"] == 127:
+    if f.rc == 127:
         return fail("nvidia-smi not found", expected, "install the NVIDIA driver (DGX OS ships it), then reboot")
-    if "version mismatch" in f["error"].lower():
+    if "version mismatch" in f.error.lower():
         return fail(
-            f"nvidia-smi: {f['error'].splitlines()[-1]}",
+            f"nvidia-smi: {f.error.splitlines()[-1]}",
             expected,
             "the kernel module and the user-space driver differ after an update: reboot the node",
         )
-    if not f["gpus"]:
+    if not f.gpus:
         return fail(
-            f"nvidia-smi failed: {(f['error'] or 'no GPU listed').splitlines()[-1]}",
+            f"nvidia-smi failed: {(f.error or 'no GPU listed').splitlines()[-1]}",
             expected,
             "check the driver: sudo dmesg | grep -i nvrm; a reboot after a driver update",
         )
-    names = [g["name"] or "?" for g in f["gpus"]]
+    names = [g["name"] or "?" for g in f.gpus]
     measured = ", ".join(names) + (f" ({len(names)} GPUs)" if len(names) > 1 else "")
     if not all(EXPECTED_NAME in n for n in names):
         return warn(
@@ -98,15 +80,14 @@ def driver(run: DoctorRun, node: Node) -> Result:
     gpu, none = _first(run, node)
     if gpu is None:
         return none  # type: ignore[return-value]  # _first gives a Result when no GPU
-    f = facts(run, node)
     data = known_bad()
     version = gpu["driver_version"] or ""
-    kernel = f["kernel"]
+    kernel = run.node_facts(node).kernel
     drivers = data.get("drivers", {})
     minimum = drivers.get("minimum") or {}
     expected = f">= {minimum.get('version', '?')}, not in doctor/data/known_bad.yaml"
     measured = f"driver {version or '?'}, kernel {kernel or '?'}"
-    sim = f["simulated"]
+    sim = facts(run, node).simulated
     if minimum and version_tuple(version) < version_tuple(minimum["version"]):
         return Result(
             minimum.get("severity", "fail"),
@@ -131,40 +112,71 @@ def driver(run: DoctorRun, node: Node) -> Result:
 
 
 def memory(run: DoctorRun, node: Node) -> Result:
-    gpu, _none = _first(run, node)
-    f = facts(run, node)
+    """The memory budget (sparkdeploy/budget.py), one formula for doctor and `up`'s preflight: free memory >=
+    gpu_memory_utilization x total + the OS reserve, and the weights + peak + one max_model_len sequence of KV
+    inside util x total (or the engine refuses to start)."""
     nd = run.node_deployment(node)
-    if nd is None or not any(c.role != "proxy" for c in nd.containers):
+    if nd is None or not any(c.role not in NOT_ENGINES for c in nd.containers):
         return skip(f"no engine of this recipe runs on {node.name}")
-    util = run.deployment.recipe.recipe.vllm.gpu_memory_utilization  # type: ignore[union-attr]  # needs_recipe: a deployment
-    total = number(gpu["memory.total"]) if gpu else None
-    free = number(gpu["memory.free"]) if gpu else None
-    sim = f["simulated"]
-    if total is not None and free is not None:
-        total_b, free_b, source = total * 2**20, free * 2**20, "nvidia-smi"
-    else:
-        mem = f["meminfo"]
-        if "MemTotal" not in mem or "MemAvailable" not in mem:
-            return fail("cannot read memory (nvidia-smi N/A and no /proc/meminfo)", "", "check the node")
-        total_b, free_b, source = mem["MemTotal"], mem["MemAvailable"], "unified, /proc/meminfo"
-    need = util * total_b
-    headroom = HEADROOM_GIB * 2**30
-    measured = f"{gib(free_b)} free of {gib(total_b)} ({source})"
-    expected = f">= {gib(need + headroom)} (gpu_memory_utilization {util:g} x total + {HEADROOM_GIB} GiB)"
-    ours = [c for c in engine.facts(run, node)["containers"] if c["state"] == "running" and c["role"] != "proxy"]
-    if ours:
-        return ok(measured + f"; our {ours[0]['name']} is running and holds its share", expected, simulated=sim)
-    fix = (
-        "stop what holds the memory (nvidia-smi; docker ps), drop the page cache "
-        "(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), or lower vllm.gpu_memory_utilization"
+    dep = run.deployment
+    assert dep is not None  # node_deployment is None without one
+    f = run.node_facts(node)
+    engines = {c.name for c in nd.containers if c.role not in NOT_ENGINES}
+    if not run.starts_engine(node):
+        return ok("our engine runs unchanged", "")
+    if not f.resources:
+        return fail("free memory was not read", "", "run again")
+    b = budget.for_node(dep.recipe.recipe, dep.engine_size(node.name), f)
+    if b is None:
+        return fail("cannot read memory (nvidia-smi N/A and no /proc/meminfo)", "", "check the node")
+    sim = b.simulated
+    util = b.util
+    measured = f"{budget.gib(b.free)} free of {budget.gib(b.total)} ({b.source})"
+    expected = (
+        f">= {budget.gib(b.need)} (gpu_memory_utilization {util:g} x total {budget.gib(b.reserve)} + "
+        f"{budget.gib(b.os_reserve)} OS reserve)"
     )
-    if free_b < need:
-        return fail(measured, expected, fix, simulated=sim)
-    if free_b < need + headroom:
-        return warn(
-            measured + " (no headroom: unified memory over-commit can wedge the node)", expected, fix, simulated=sim
+    data = b.as_dict()
+    if not b.starts:
+        return fail(
+            f"{budget.gib(b.weights)} of weights + {budget.gib(b.peak)} peak + {budget.gib(b.kv_per_seq)} KV of one "
+            f"{b.max_model_len}-token sequence > {budget.gib(b.reserve)} (util {util:g} x total): "
+            "the engine won't start",
+            "the weights and one max_model_len sequence of KV inside gpu_memory_utilization x total",
+            b.suggestion,
+            simulated=sim,
+            data=data,
         )
-    return ok(measured, expected, simulated=sim)
+    ours = [c.name for c in f.containers if (c.running or c.restarting) and c.name in engines]
+    if ours:
+        return ok(
+            measured + f"; our {', '.join(ours)} runs and holds its share (removed before a new engine starts)",
+            expected,
+            simulated=sim,
+            data=data,
+        )
+    if b.free is None:
+        return fail("cannot read free memory (/proc/meminfo, nvidia-smi)", expected, "check the node", data=data)
+    if not b.node_fits:
+        return fail(
+            measured + " (unified memory: over-commit wedges the node)",
+            expected,
+            b.suggestion + "; stop what holds the memory (nvidia-smi; docker ps) or drop the page cache "
+            "(sync; echo 3 | sudo tee /proc/sys/vm/drop_caches)",
+            simulated=sim,
+            data=data,
+        )
+    full = b.full_sequences
+    if full is not None and full < b.max_num_seqs:
+        return ok(
+            measured + f"; KV room holds {full} of max_num_seqs {b.max_num_seqs} full-length sequences",
+            expected,
+            simulated=sim,
+            data=data,
+        )
+    return ok(
+        measured + (" (ESTIMATE: no architecture facts)" if b.estimated else ""), expected, simulated=sim, data=data
+    )
 
 
 def temperature(run: DoctorRun, node: Node) -> Result:
@@ -172,7 +184,7 @@ def temperature(run: DoctorRun, node: Node) -> Result:
     if gpu is None:
         return none  # type: ignore[return-value]  # _first gives a Result when no GPU
     t = number(gpu["temperature.gpu"])
-    sim = facts(run, node)["simulated"]
+    sim = facts(run, node).simulated
     expected = f"< {TEMP_WARN_C} C"
     if t is None:
         return ok("not reported", expected, simulated=sim)

@@ -16,7 +16,6 @@ from pathlib import Path
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
-from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
@@ -51,12 +50,6 @@ except ImportError:  # PackageNotFoundError: no vLLM in this image
 print("@@versions@@" + json.dumps(out))
 """
 
-PRESENT_SCRIPT = r"""
-shift 3
-i=0
-for ref in "$@"; do sec "img$i" docker image inspect --format '{{.Id}}' "$ref"; i=$((i+1)); done
-"""
-
 
 def required(run: DoctorRun, node: Node) -> list[str]:
     nd = run.node_deployment(node)
@@ -70,24 +63,18 @@ def serving_image(run: DoctorRun, node: Node) -> str | None:
     return next((c.image for c in nd.containers if c.role != "proxy"), None)
 
 
-def parse_ids(secs: dict, refs: list[str], node: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for i, ref in enumerate(refs):
-        sec = secs.get(f"img{i}")
-        if sec is not None and sec.rc == 0 and sec.out.strip():
-            out[ref] = sec.out.strip()
-        elif sec is not None and "no such image" in (sec.err + sec.out).lower():
-            out[ref] = None
-        else:  # the engine did not say "no such image": not proof of absence
-            why = ((sec.err or sec.out).strip().splitlines() or ["no answer"])[-1] if sec else "no answer"
-            raise StepFailed(f"{node}: docker image inspect {ref} failed: {why}")
-    return out
-
-
 def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
-    """Image IDs of the node's required images (inspected in the node's one batched facts command)."""
-    refs = required(run, node)
-    return run.facts(node, "image.ids", lambda s: parse_ids(gather.base(run, node), refs, node.name))
+    """Image IDs of the node's required images (the fact `images`, read in the node's one facts command); an
+    engine error other than "no such image" is not proof of absence: it is raised."""
+    f = run.node_facts(node)
+    for ref in required(run, node):
+        if ref in f.image_errors:
+            raise StepFailed(f"{node.name}: docker image inspect {ref} failed: {f.image_errors[ref]}")
+    return {ref: f.images.get(ref) for ref in required(run, node)}
+
+
+def _engine_up(run: DoctorRun, node: Node) -> bool:
+    return run.node_facts(node).docker_ok
 
 
 def _versions(session: NodeSession, ref: str) -> dict:
@@ -137,7 +124,7 @@ def _remember(image_id: str, value: dict) -> None:
 def versions(run: DoctorRun, node: Node) -> dict | None:
     """torch/NCCL of the node's serving image, read once per image ID (per run, and cached on this machine)."""
     ref = serving_image(run, node)
-    if ref is None or not engine.facts(run, node)["running"]:
+    if ref is None or not _engine_up(run, node):
         return None
     image_id = ids(run, node).get(ref)
     if image_id is None:
@@ -156,47 +143,78 @@ def versions(run: DoctorRun, node: Node) -> dict | None:
 
 
 def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
-    return [
-        p for p in run.peers(node) if run.reachable(p) and ref in required(run, p) and engine.facts(run, p)["running"]
-    ]
+    return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p) and _engine_up(run, p)]
 
 
-def present(run: DoctorRun, node: Node) -> Result:
+def image_definition_name(ref: str) -> str:
+    """sparkdeploy/vllm-sim:0123456789ab -> vllm-sim (the argument of `sparkdeploy images push`)."""
+    repo = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    return repo.rsplit("/", 1)[-1]
+
+
+def present(run: DoctorRun, node: Node) -> list[Result]:
+    """One row per image the node runs: present (its ID), or missing with the push that fixes it."""
     refs = required(run, node)
     if not refs:
-        return skip(f"this recipe/topology runs nothing on {node.name}")
-    if not engine.facts(run, node)["running"]:
-        return skip("engine not running (see engine.running)")
+        return [skip(f"this recipe/topology runs nothing on {node.name}")]
+    if not _engine_up(run, node):
+        return [skip("engine not running (see engine.running)")]
     have = ids(run, node)
     sim = run.simulated_image
-    missing = [r for r in refs if have.get(r) is None]
     expected = "present, same image ID on every node"
-    if missing:
-        user = node.ssh.user or "USER"
-        return fail(
-            f"missing: {', '.join(missing)}",
-            expected,
-            f"sparkdeploy images push {missing[0]} --to {node.name} (only missing layers travel; "
-            f"`sparkdeploy up` does it too); by hand: docker save {missing[0]} | "
-            f"ssh {user}@{node.mgmt_ip} docker load",
-            simulated=sim,
-        )
-    differ = []
+    out = []
     for ref in refs:
-        for peer in _peers_needing(run, node, ref):
-            other = ids(run, peer).get(ref)
-            if other is not None and other != have[ref]:
-                differ.append(f"{ref} is {have[ref][7:19]} here, {other[7:19]} on {peer.name}")  # type: ignore[index]  # present: checked above
-    shown = ", ".join(f"{r} ({have[r][7:19]})" for r in refs)  # type: ignore[index]  # present: checked above
-    if differ:
-        return fail(
-            "; ".join(differ),
-            expected,
-            f"the same tag holds different content: sparkdeploy images push {refs[0]} (sets every node "
-            "to this machine's image ID)",
-            simulated=sim,
+        image_id = have.get(ref)
+        if image_id:
+            out.append(ok(f"{ref} ({image_id[7:19]})", expected, simulated=sim))
+            continue
+        user = node.ssh.user or "USER"
+        out.append(
+            fail(
+                f"{ref} is not on {node.name}",
+                expected,
+                f"sparkdeploy images push {image_definition_name(ref)} --to {node.name} (only missing layers "
+                f"travel; `sparkdeploy up` does it too); by hand: docker save {ref} | "
+                f"ssh {user}@{node.mgmt_ip} docker load",
+                simulated=sim,
+                missing_image=ref,
+            )
         )
-    return ok(shown, expected, simulated=sim)
+    return out
+
+
+def same_id(run: DoctorRun) -> list[Result]:
+    """One tag, one image ID on every node that runs it (a tag rebuilt on one node is different content)."""
+    per_ref: dict[str, dict[str, str]] = {}
+    for node in run.nodes:
+        if not run.reachable(node) or not required(run, node):
+            continue
+        try:
+            have = ids(run, node) if _engine_up(run, node) else {}
+        except StepFailed:
+            continue  # image.present says it for that node
+        for ref, image_id in have.items():
+            if image_id:
+                per_ref.setdefault(ref, {})[node.name] = image_id
+    out = []
+    for ref, per_node in sorted(per_ref.items()):
+        if len(set(per_node.values())) > 1:
+            seen = ", ".join(f"{n} {i[7:19]}" for n, i in sorted(per_node.items()))
+            out.append(
+                fail(
+                    f"{ref} has different image IDs on the nodes ({seen})",
+                    "one image ID per tag on every node",
+                    f"sparkdeploy images push {image_definition_name(ref)} (the same image everywhere)",
+                    node=",".join(sorted(per_node)),
+                    simulated=run.simulated_image,
+                )
+            )
+    if not out:
+        shown = ", ".join(f"{ref} ({next(iter(p.values()))[7:19]} on {len(p)})" for ref, p in sorted(per_ref.items()))
+        out.append(
+            ok(shown or "no image to compare", "one image ID per tag on every node", simulated=run.simulated_image)
+        )
+    return out
 
 
 def _fmt(v: dict) -> str:
@@ -210,7 +228,7 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
     ref = serving_image(run, node)
     if ref is None:
         return skip(f"no engine of this recipe runs on {node.name}")
-    if not engine.facts(run, node)["running"]:
+    if not _engine_up(run, node):
         return skip("engine not running (see engine.running)")
     if ids(run, node).get(ref) is None:
         return skip("image missing (see image.present)")

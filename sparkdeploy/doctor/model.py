@@ -1,8 +1,9 @@
-"""What a check is and what it reports.
+"""What a check is and what it reports: the one check model of doctor AND `up`'s preflight.
 
 A check has an id (`group.name`), a one-line title, a scope (one row per node, or one row for the cluster)
 and a timeout. It returns a `Result`: pass / warn / fail / skip, what it measured, what it expected and,
-unless it passed, a one-line fix.
+unless it passed, a one-line fix. A check with a `preflight` name is deploy-critical: `up` runs it over the
+facts it read before changing anything (sparkdeploy/preflight.py), the same function doctor runs.
 """
 
 from __future__ import annotations
@@ -25,16 +26,28 @@ class Result:
     detail: str = ""  # more lines for --json / verbose output
     simulated: bool = False  # the fact came from a lab stand-in (printed as SIMULATED)
     data: dict[str, Any] = field(default_factory=dict)  # machine-readable extras (--json)
+    missing_image: str | None = None  # an image reference a push would fix (`up` pushes it, then checks again)
     # filled by the runner
     check: str = ""
     node: str | None = None
     seconds: float = 0.0
 
+    @property
+    def ok(self) -> bool:
+        """Not failed: a warning does not stop `up`."""
+        return self.status != FAIL
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if not out["data"]:
             out.pop("data")
+        if out["missing_image"] is None:
+            out.pop("missing_image")
         return out
+
+    def as_row(self) -> dict[str, Any]:
+        """`up`'s preflight row (--json): node, check, ok, detail, fix."""
+        return {"node": self.node, "check": self.check, "ok": self.ok, "detail": self.measured, "fix": self.fix}
 
 
 def ok(measured: str, expected: str = "", **kw: Any) -> Result:
@@ -71,6 +84,8 @@ class Check:
     timeout_s: float = 20.0
     needs_recipe: bool = False  # skipped (with the reason) when no recipe could be rendered
     opt_in: str | None = None  # only with this option (e.g. "nccl" for --nccl)
+    preflight: str | None = None  # deploy-critical: `up` runs it before any change, under this short name
+    gate: bool = False  # preflight: a failure here skips the node's later checks (no SSH, no Docker)
 
     @property
     def group(self) -> str:

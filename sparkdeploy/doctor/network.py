@@ -7,10 +7,10 @@ import ipaddress
 import time
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts.parsers import Link, parse_ethtool_speed, parse_ip_json, parse_ping
+from sparkdeploy.facts import NetworkFact
+from sparkdeploy.facts.parsers import Link, parse_ping
 from sparkdeploy.inventory import Node
 
-from . import engine, gather
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
@@ -18,12 +18,6 @@ EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark
 RECOMMENDED_MTU = 9000
 MAX_SKEW_S = 1.0
 ICMP_OVERHEAD = 28  # IPv4 header + ICMP header: `ping -s MTU-28` fills one frame exactly
-
-LINK_SCRIPT = r"""
-sec addr ip -j addr show
-i=0
-for iface in ${3//,/ }; do sec "ethtool$i" ethtool "$iface"; i=$((i+1)); done
-"""
 
 # $1 interface, $2 payload size, $3... peer fabric IPs
 PING_SCRIPT = r"""
@@ -33,23 +27,13 @@ for peer in "$@"; do sec "ping$i" ping -M do -s "$size" -c 2 -i 0.05 -W 1 -I "$i
 """
 
 
-def parse(secs: dict, ifaces: list[str]) -> dict:
-    links = parse_ip_json(secs["addr"].out) if "addr" in secs else {}
-    speeds, simulated = {}, False
-    for i, iface in enumerate(ifaces):
-        sec = secs.get(f"ethtool{i}")
-        speeds[iface] = parse_ethtool_speed(sec.out) if sec else None
-        simulated = simulated or bool(sec and "SIMULATED" in sec.out)
-    return {"links": links, "speeds": speeds, "simulated_speed": simulated}
-
-
-def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "network", lambda s: parse(gather.base(run, node), list(node.fabric_ifaces)))
+def facts(run: DoctorRun, node: Node) -> NetworkFact:
+    return run.node_facts(node).network or NetworkFact()
 
 
 def fabric_link(run: DoctorRun, node: Node) -> tuple[str, Link | None]:
     """The interface holding the node's fabric IP (else the first listed) and its facts."""
-    links = facts(run, node)["links"]
+    links = facts(run, node).links
     for iface in node.fabric_ifaces:
         link = links.get(iface)
         if link and any(a.split("/")[0] == node.fabric_address for a in link.addresses):
@@ -63,7 +47,7 @@ def _reachable_peers(run: DoctorRun, node: Node) -> list[Node]:
 
 
 def link(run: DoctorRun, node: Node) -> Result:
-    links = facts(run, node)["links"]
+    links = facts(run, node).links
     expected = f"{', '.join(node.fabric_ifaces)} up with {node.fabric_ip}"
     problems = []
     for iface in node.fabric_ifaces:
@@ -107,7 +91,7 @@ def speed(run: DoctorRun, node: Node) -> Result:
     expected = f"{EXPECTED_SPEED_MBPS // 1000} Gb/s"
     out, worst = [], "pass"
     for iface in node.fabric_ifaces:
-        mbps = f["speeds"].get(iface)
+        mbps = f.speeds.get(iface)
         if mbps is None:
             out.append(f"{iface}: unknown")
             worst = "warn"
@@ -116,7 +100,7 @@ def speed(run: DoctorRun, node: Node) -> Result:
             if mbps < EXPECTED_SPEED_MBPS:
                 worst = "warn"
     fix = "check the QSFP cable and that both ends negotiate 200G (ethtool IFACE); a 100G cable halves all-reduce"
-    return Result(worst, "; ".join(out), expected, "" if worst == "pass" else fix, simulated=f["simulated_speed"])
+    return Result(worst, "; ".join(out), expected, "" if worst == "pass" else fix, simulated=f.simulated_speed)
 
 
 def _mtu(run: DoctorRun, node: Node) -> int | None:
@@ -180,12 +164,16 @@ def ping_df(run: DoctorRun, node: Node) -> Result:
     return ok(f"{size} B DF ok: " + ", ".join(good), expected)
 
 
+def _pings(session: NodeSession, ip: str) -> bool:
+    return session.run(["ping", "-c", "1", "-W", "1", ip], timeout=10).exit_code == 0
+
+
 def mgmt(run: DoctorRun, node: Node) -> Result:
     peers = run.peers(node)
     if not peers:
         return ok("single node", "every peer's mgmt IP answers ping")
-    host = run.session(node).host
-    down = [p for p in peers if not host.addr(p.mgmt_ip).is_reachable]
+    session = run.session(node)
+    down = [p for p in peers if not _pings(session, p.mgmt_ip)]
     expected = "every peer's mgmt IP answers ping"
     if down:
         return fail(
@@ -229,32 +217,36 @@ def clock(run: DoctorRun, node: Node) -> Result:
     return ok(measured, expected)
 
 
-def _listening_ports(session: NodeSession) -> set[int]:
-    ports = set()
-    for spec in session.host.socket.get_listening_sockets():
-        if spec.startswith("tcp://"):
-            try:
-                ports.add(int(spec.rsplit(":", 1)[1]))
-            except ValueError:
-                continue
-    return ports
-
-
-def ports(run: DoctorRun, node: Node) -> Result:
+def ports(run: DoctorRun, node: Node) -> list[Result]:
+    """One row per port the node's containers open: free, held by our own container (the manifest says which
+    container holds it; one of ours running while the manifest lists none), or taken by another program."""
     nd = run.node_deployment(node)
-    needed = sorted({p for c in nd.containers for p in c.ports}) if nd else []
-    if not needed:
-        return skip(f"this topology opens no port on {node.name}")
-    listening = run.facts(node, "listening", _listening_ports)
-    taken = [p for p in needed if p in listening]
-    expected = f"free or ours: {', '.join(map(str, needed))}"
-    if not taken:
-        return ok(f"free: {', '.join(map(str, needed))}", expected)
-    ours = [c["name"] for c in engine.facts(run, node)["containers"] if c["state"] == "running"]
-    if ours:
-        return ok(f"in use by our running {', '.join(ours)}: {', '.join(map(str, taken))}", expected)
-    return fail(
-        f"taken by another process: {', '.join(map(str, taken))}",
-        expected,
-        f"find it: sudo ss -tlnp 'sport = :{taken[0]}'; stop it or change the port in the inventory's cluster:",
-    )
+    if nd is None or not any(c.ports for c in nd.containers):
+        return [skip(f"this topology opens no port on {node.name}")]
+    f = run.node_facts(node)
+    manifest_ports: dict[int, str] = {}
+    for entry in (f.manifest or {}).get("containers") or []:
+        if isinstance(entry, dict):
+            for p in entry.get("ports") or []:
+                if isinstance(p, int):
+                    manifest_ports[p] = str(entry.get("name", ""))
+    running = {c.name for c in f.containers if c.running or c.restarting}
+    expected = "free or held by our own container"
+    out = []
+    for c in nd.containers:
+        for port in c.ports:
+            if port not in f.listening:
+                out.append(ok(f"{port} free ({c.name})", expected))
+            elif manifest_ports.get(port) in running or (running and port not in manifest_ports):
+                holder = manifest_ports.get(port) or ", ".join(sorted(running))
+                out.append(ok(f"{port} held by our {holder}", expected))
+            else:
+                out.append(
+                    fail(
+                        f"port {port} (needed by {c.name}) is in use by another program",
+                        expected,
+                        f"find it: sudo ss -tlnp 'sport = :{port}'; stop that program, or choose another port in "
+                        "the inventory (cluster.vllm_port, proxy_port, master_port, ray_port)",
+                    )
+                )
+    return out

@@ -1,7 +1,11 @@
-"""Every doctor check, registered in one place: id, what it checks, scope, timeout.
+"""Every check, registered in one place: id, what it checks, scope, timeout, and whether `up` runs it.
 
 Adding a check is one function in its group's module plus one line here. Ids are `group.name`; `--only`
 selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order of the report.
+
+The checks with `preflight=NAME` are deploy-critical: `up` runs exactly these (PREFLIGHT) over the facts it
+read, before anything changes, and shows them under NAME (sparkdeploy/preflight.py). One function per check
+for both: a formula cannot differ between doctor and `up`.
 """
 
 from __future__ import annotations
@@ -24,10 +28,45 @@ CHECKS: list[Check] = [
         scope="cluster",
         timeout_s=10,
     ),
-    Check("access.ssh", "SSH reachable with a known host key (never auto-added)", access.ssh, timeout_s=45),
-    Check("access.docker", "the SSH user runs docker without sudo", access.docker_without_sudo, timeout_s=20),
-    Check("engine.running", "the Docker engine runs (version)", engine.running, timeout_s=20),
-    Check("engine.disk", "free disk on the Docker root", engine.disk, timeout_s=20),
+    Check(
+        "access.ssh",
+        "SSH reachable with a known host key (never auto-added)",
+        access.ssh,
+        timeout_s=45,
+        preflight="ssh",
+        gate=True,
+    ),
+    Check(
+        "access.docker",
+        "the SSH user runs docker without sudo",
+        access.docker_without_sudo,
+        timeout_s=20,
+        preflight="docker",
+        gate=True,
+    ),
+    Check(
+        "engine.running",
+        "the Docker engine runs (version)",
+        engine.running,
+        timeout_s=20,
+        preflight="docker",
+        gate=True,
+    ),
+    Check(
+        "access.state_dir",
+        "the state dir and its entries are the SSH user's",
+        access.state_dir,
+        timeout_s=20,
+        preflight="state-dir",
+    ),
+    Check(
+        "engine.names",
+        "no foreign container holds a name of ours",
+        engine.names,
+        timeout_s=20,
+        needs_recipe=True,
+        preflight="names",
+    ),
     Check(
         "engine.crashes",
         "no recent OOM kill or restart loop of sparkdeploy's containers (docker events)",
@@ -43,18 +82,36 @@ CHECKS: list[Check] = [
     ),
     Check(
         "gpu.memory",
-        "free unified memory >= gpu_memory_utilization x total + headroom",
+        "the memory budget: free >= gpu_memory_utilization x total + OS reserve; weights + KV fit inside it",
         gpu.memory,
         timeout_s=20,
         needs_recipe=True,
+        preflight="memory",
+    ),
+    Check(
+        "engine.disk",
+        "free disk: Docker's root (images), the HF cache (the weights unless cached), $HOME (the state dir)",
+        engine.disk,
+        timeout_s=20,
+        preflight="disk",
     ),
     Check("gpu.temperature", "GPU temperature", gpu.temperature, timeout_s=20),
     Check(
         "image.present",
-        "the recipe's image is on the node, same image ID on every node",
+        "the recipe's images are on the node",
         image.present,
         timeout_s=30,
         needs_recipe=True,
+        preflight="image",
+    ),
+    Check(
+        "image.same_id",
+        "one image ID per tag on every node",
+        image.same_id,
+        scope="cluster",
+        timeout_s=30,
+        needs_recipe=True,
+        preflight="image",
     ),
     Check(
         "image.torch_nccl",
@@ -80,6 +137,7 @@ CHECKS: list[Check] = [
         network.ports,
         timeout_s=20,
         needs_recipe=True,
+        preflight="ports",
     ),
     Check("roce.devices", "RDMA devices present, ports ACTIVE, RoCE MTU 4096", roce.devices, timeout_s=20),
     Check("roce.hcas", "the inventory's HCA names exist on the node", roce.hcas, timeout_s=20),
@@ -115,4 +173,5 @@ CHECKS: list[Check] = [
 ]
 
 BY_ID = {c.id: c for c in CHECKS}
+PREFLIGHT = [c for c in CHECKS if c.preflight]  # what `up` runs before any change (sparkdeploy/preflight.py)
 assert len(BY_ID) == len(CHECKS), "check ids must be unique"

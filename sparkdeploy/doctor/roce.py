@@ -3,66 +3,35 @@ fabric IP, and the NCCL_* interface and HCA names of the rendered node.env exist
 
 from __future__ import annotations
 
-from sparkdeploy.facts.parsers import parse_env_lines, parse_ibv_devinfo, parse_show_gids
+from sparkdeploy.facts import RdmaFact
+from sparkdeploy.facts.parsers import parse_env_lines
 from sparkdeploy.inventory import Node
 
-from . import gather, network
+from . import network
 from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024
 
-SCRIPT = r"""
-sec devinfo ibv_devinfo
-gids() {
-  if command -v show_gids >/dev/null 2>&1; then show_gids; return; fi
-  # The same table from sysfs where Mellanox's show_gids script is not installed.
-  for d in /sys/class/infiniband/*; do
-    [ -d "$d" ] || continue; dev=${d##*/}
-    for p in "$d"/ports/*; do port=${p##*/}
-      for g in "$p"/gids/*; do idx=${g##*/}; gid=$(cat "$g" 2>/dev/null) || continue
-        case "$gid" in 0000:0000:0000:0000:0000:0000:0000:0000|"") continue;; esac
-        typ=$(cat "$p/gid_attrs/types/$idx" 2>/dev/null); ndev=$(cat "$p/gid_attrs/ndevs/$idx" 2>/dev/null)
-        case "$typ" in *v2*) ver=v2;; *) ver=v1;; esac
-        echo "$dev $port $idx $gid $ver ${ndev:--}"
-      done
-    done
-  done
-}
-sec gids gids
-"""
+
+def facts(run: DoctorRun, node: Node) -> RdmaFact:
+    return run.node_facts(node).rdma or RdmaFact()
 
 
-def parse(secs: dict) -> dict:
-    dev = secs.get("devinfo")
-    gids = secs.get("gids")
-    return {
-        "rc": dev.rc if dev else None,
-        "error": ((dev.err or dev.out).strip() if dev and dev.rc != 0 else ""),
-        "devices": parse_ibv_devinfo(dev.out) if dev else {},
-        "gids": parse_show_gids(gids.out) if gids else [],
-        "gids_text": gids.out if gids else "",
-    }
-
-
-def facts(run: DoctorRun, node: Node) -> dict:
-    return run.facts(node, "roce", lambda s: parse(gather.base(run, node)))
-
-
-def _sim(f: dict) -> bool:
-    return any(d.simulated for d in f["devices"].values()) or "SIMULATED" in f["gids_text"]
+def _sim(f: RdmaFact) -> bool:
+    return f.simulated
 
 
 def devices(run: DoctorRun, node: Node) -> Result:
     f = facts(run, node)
     sim = _sim(f)
     expected = "RDMA devices present, ports ACTIVE, active_mtu 4096"
-    if f["rc"] == 127:
+    if f.rc == 127:
         return fail("ibv_devinfo not found", expected, "sudo apt install ibverbs-utils rdma-core (DGX OS ships them)")
-    devs = f["devices"]
+    devs = f.devices
     if not devs:
         return fail(
-            f"no RDMA device ({f['error'] or 'ibv_devinfo lists none'})",
+            f"no RDMA device ({f.error or 'ibv_devinfo lists none'})",
             expected,
             "check the ConnectX-7 driver: lsmod | grep mlx5; sudo modprobe mlx5_ib",
         )
@@ -91,7 +60,7 @@ def devices(run: DoctorRun, node: Node) -> Result:
 
 def hcas(run: DoctorRun, node: Node) -> Result:
     f = facts(run, node)
-    found = sorted(f["devices"])
+    found = sorted(f.devices)
     sim = _sim(f)
     expected = "every inventory hcas name exists on the node"
     if not node.hcas:
@@ -104,7 +73,7 @@ def hcas(run: DoctorRun, node: Node) -> Result:
             "vs ~23.7 GB/s with both",
             simulated=sim,
         )
-    missing = [h for h in node.hcas if h not in f["devices"]]
+    missing = [h for h in node.hcas if h not in f.devices]
     if missing:
         return fail(
             f"not on {node.name}: {', '.join(missing)} (has: {', '.join(found) or 'none'})",
@@ -123,12 +92,12 @@ def gid(run: DoctorRun, node: Node) -> Result:
     """
     f = facts(run, node)
     sim = _sim(f)
-    names = [h for h in node.hcas if h in f["devices"]] or sorted(f["devices"])
+    names = [h for h in node.hcas if h in f.devices] or sorted(f.devices)
     if not names:
         return skip("no RDMA device (see roce.devices)")
     found: dict[str, tuple[int, str, str] | None] = {}
     for h in names:
-        v2 = [e for e in f["gids"] if e.dev == h and e.version == "v2" and e.ipv4]
+        v2 = [e for e in f.gids if e.dev == h and e.version == "v2" and e.ipv4]
         best = next((e for e in v2 if e.ipv4 == node.fabric_address), v2[0] if v2 else None)
         found[h] = (best.index, best.ipv4, best.netdev) if best else None
     expected = "a RoCEv2 IPv4 GID on every HCA at one index" + (
@@ -189,8 +158,8 @@ def nccl_env(run: DoctorRun, node: Node) -> Result:
     if nd is None or not any(f.name == "node.env" for f in nd.files):
         return skip(f"no node.env rendered for {node.name}")
     env = parse_env_lines(nd.file("node.env").content)
-    ifaces = list(network.facts(run, node)["links"])
-    hca_names = sorted(facts(run, node)["devices"])
+    ifaces = list(network.facts(run, node).links)
+    hca_names = sorted(facts(run, node).devices)
     problems, shown = [], []
     for key in (
         "NCCL_SOCKET_IFNAME",

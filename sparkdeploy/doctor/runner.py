@@ -201,6 +201,7 @@ def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
 def execute(run: DoctorRun, checks: list[Check]) -> Report:
     """Run `checks` (already selected) against `run`; always returns every row, never stops at the first."""
     started = time.monotonic()
+    run.connector = connect  # access.ssh: this run's SSH connection
     report = Report(run=run)
     # The inventory's own checks first; the recipe's once it is rendered (from the nodes' manifests, after connect).
     cluster_first = [c for c in checks if c.id.startswith("inventory.") and c.id != RECIPE_CHECK]

@@ -2,12 +2,10 @@
 
 Every node gets ONE SSH connection (sparkdeploy.remote.NodeConnection: host keys checked, unknown keys
 refused). Checks share it: paramiko multiplexes channels, so checks of one node run in parallel over it.
-Facts several checks need are gathered once per node by a constant bash script (values travel as its
-positional arguments) and memoized; the first check that asks runs it, the others wait for it.
-
-testinfra's host modules run over the same connection: `NodeBackend` is testinfra's paramiko backend with
-its client replaced by ours, so testinfra never opens a connection of its own and never sees an unknown
-host key (its paramiko backend would only warn and accept one).
+The node's facts (sparkdeploy.facts: every fact doctor reads, the deploy pipeline's included) are read once
+per node in one command and memoized (`DoctorRun.node_facts`); the first check that asks runs it, the others
+wait for it. Probes that are not facts of the node (ping to peers, the clock, the NCCL probe) run their own
+commands over the same connection.
 """
 
 from __future__ import annotations
@@ -20,10 +18,14 @@ from typing import Any
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
 from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
+from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import CommandResult, NodeConnection
 from sparkdeploy.secrets import Secrets
+
+from .model import Result
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = (
@@ -38,17 +40,6 @@ sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '"""
     + r"""' "$n" "$rc"; }
 """
 )
-
-
-def parallel_script(parts: list[str]) -> str:
-    """One script running each part in its own background subshell, outputs concatenated in order."""
-    lines = ["__d=$(mktemp -d)"]
-    for i, part in enumerate(parts):
-        lines.append(f'(\n{part}\n) >"$__d/{i}" 2>/dev/null &')
-    lines.append("wait")
-    lines.append("cat " + " ".join(f'"$__d/{i}"' for i in range(len(parts))))
-    lines.append('rm -rf "$__d"')
-    return "\n".join(lines) + "\n"
 
 
 class _Memo:
@@ -79,42 +70,6 @@ class _Memo:
         return entry[1]
 
 
-def _testinfra_backend_class():
-    from testinfra.backend.paramiko import ParamikoBackend
-
-    class NodeBackend(ParamikoBackend):
-        """testinfra's paramiko backend over our host-key-checked NodeConnection (never its own client)."""
-
-        NAME = "paramiko"
-
-        def __init__(self, conn: NodeConnection, timeout: float = 20):
-            self.conn = conn
-            ssh = conn.node.ssh
-            spec = f"{ssh.user + '@' if ssh.user else ''}{conn.node.url_host}:{ssh.port or 22}"
-            super().__init__(spec, timeout=int(timeout))
-            self._encoding = "utf-8"  # skip testinfra's python round trip to ask the node
-
-        @property
-        def client(self):  # replaces ParamikoBackend.client (which would connect with WarningPolicy)
-            return self.conn.open().client
-
-        def run(self, command: str, *args: str, **kwargs: Any):
-            command = self.get_command(command, *args)
-            res = self.conn.run(command, check=False, timeout=self.timeout)
-            return self.result(res.exit_code, self.encode(command), res.stdout.encode(), res.stderr.encode())
-
-    return NodeBackend
-
-
-def _fill_system_info(host) -> None:
-    """Compute testinfra's `system_info` for this host now, with testinfra's own code, and store it on the
-    instance. CPython 3.11's functools.cached_property holds ONE lock per class, not per instance (gh-87634,
-    gone in 3.12): left to the descriptor, every node's first testinfra call (host.user(), host.socket, ...)
-    waited for the previous node's three round trips, so doctor grew with the node count."""
-    info = host.system_info
-    info.__dict__["sysinfo"] = type(info).sysinfo.func(info)
-
-
 @dataclass
 class NodeSession:
     node: Node
@@ -122,8 +77,6 @@ class NodeSession:
     connect_error: Exception | None = None
     connected: bool = False
     memo: _Memo = field(default_factory=_Memo)
-    _host: Any = None
-    _host_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, argv: list[str] | str, timeout: float = 20, stdin: str | None = None) -> CommandResult:
         return self.conn.run(argv, check=False, timeout=timeout, stdin=stdin)
@@ -133,24 +86,8 @@ class NodeSession:
         res = self.conn.run(["bash", "-s", "--", *args], check=False, timeout=timeout, stdin=SCRIPT_PRELUDE + script)
         return parse_sections(res.stdout)
 
-    def script_parts(self, parts: list[str], args: list[str], timeout: float = 30) -> dict[str, Section]:
-        """Several gather scripts in ONE command (one SSH channel), run in parallel on the node."""
-        return self.script(parallel_script(parts), args, timeout=timeout)
-
     def facts(self, key: str, fn: Callable[[NodeSession], Any]):
         return self.memo.get(key, lambda: fn(self))
-
-    @property
-    def host(self):
-        """A testinfra Host over this session's connection."""
-        with self._host_lock:
-            if self._host is None:
-                import testinfra.host
-
-                host = testinfra.host.Host(_testinfra_backend_class()(self.conn))
-                _fill_system_info(host)
-                self._host = host
-            return self._host
 
     def close(self) -> None:
         self.conn.close()  # a broken connection closes quietly (NodeConnection.close)
@@ -183,6 +120,7 @@ class DoctorRun:
     memo: _Memo = field(default_factory=_Memo)
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the NCCL probe's table, for the report
+    connector: Callable[[DoctorRun, Node], Result] | None = None  # runner.connect (access.ssh)
 
     @property
     def nodes(self) -> list[Node]:
@@ -208,3 +146,30 @@ class DoctorRun:
 
     def facts(self, node: Node, key: str, fn: Callable[[NodeSession], Any]):
         return self.session(node).facts(key, fn)
+
+    def node_facts(self, node: Node) -> NodeFacts:
+        """Every fact doctor reads of `node`, in ONE command (sparkdeploy.facts, the set `doctor`), once."""
+        return self.facts(
+            node, "facts", lambda s: gather(s.conn, SETS["doctor"], self.fact_args(node), FACTS_TIMEOUT_S)
+        )
+
+    def fact_args(self, node: Node) -> FactArgs:
+        nd = self.node_deployment(node)
+        cluster = self.inventory.cluster  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+        model = self.deployment.recipe.recipe.model if self.deployment else ""
+        return FactArgs(
+            state_dir=cluster.state_dir,
+            hf_cache=cluster.hf_cache,
+            model_folder=hub_folder(model) if model else "",
+            fabric_ifaces=tuple(node.fabric_ifaces),
+            images=tuple(sorted({c.image for c in nd.containers})) if nd else (),
+        )
+
+    def starts_engine(self, node: Node) -> bool:
+        """Whether an engine (re)starts on the node: doctor has no plan, so it checks as if one did."""
+        return True
+
+    def ssh_check(self, node: Node) -> Result:
+        """The access.ssh row: the runner's connect (runner.connect, set as `connector`)."""
+        assert self.connector is not None, "the runner sets connector before any check runs"
+        return self.connector(self, node)

@@ -10,8 +10,8 @@ incomplete or corrupt still fails, as it would on real Sparks.
 from __future__ import annotations
 
 from sparkdeploy.deployment import Deployment
+from sparkdeploy.doctor.model import Result, fail, ok
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.preflight import Check
 
 NOT_ENGINES = ("proxy", "metrics")
 
@@ -29,7 +29,7 @@ def model_of(dep: Deployment):
         return None  # a local path or another non-hub name: nothing to pull or verify
 
 
-def checks(dep: Deployment, conns, simulated: bool) -> list[Check]:
+def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
     from sparkdeploy.models.listing import presence
     from sparkdeploy.models.ops import pull_command
 
@@ -39,12 +39,19 @@ def checks(dep: Deployment, conns, simulated: bool) -> list[Check]:
         return []
     found = presence(conns, nodes, dep.inventory.cluster.hf_cache, ref)
     if simulated and all(p.state == "absent" for p in found):
-        return [Check(p.node, "model", True, f"{ref}: not here; the simulated engine reads no weights") for p in found]
+        return [_row(p.node, ok(f"{ref}: not here; the simulated engine reads no weights")) for p in found]
     inv_arg = str(dep.inventory.path) if dep.inventory.path else None
     fix = f"{pull_command(ref, inv_arg)} (or run up with --pull-model)"
+    expected = "the model complete in the node's HF cache"
     return [
-        Check(p.node, "model", p.state == "complete", p.detail, "" if p.state == "complete" else fix) for p in found
+        _row(p.node, ok(p.detail, expected) if p.state == "complete" else fail(p.detail, expected, fix)) for p in found
     ]
+
+
+def _row(node: str, r: Result) -> Result:
+    """A preflight row of `up` (doctor's Result; check name `model`)."""
+    r.check, r.node = "model", node
+    return r
 
 
 def pull(dep: Deployment, conns, say) -> None:

@@ -146,7 +146,7 @@ def test_a_path_of_another_owner_in_the_state_dir_fails_preflight_with_the_chown
     facts = _facts(dep, empty_facts)
     facts["spark1"].state_dir_foreign = f.state_dir_foreign
     [bad] = [c for c in preflight.run(dep, facts) if not c.ok]
-    assert (bad.node, bad.name) == ("spark1", "state-dir") and str(state / "engine") in bad.detail
+    assert (bad.node, bad.check) == ("spark1", "state-dir") and str(state / "engine") in bad.measured
     assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy"
     os.chown(state / "engine", os.getuid(), os.getgid())  # only the probe's file, two levels down, is left
     r = subprocess.run(
@@ -318,14 +318,14 @@ def test_manifest_is_deterministic_and_lists_no_secret():
 
 
 def _failed(checks):
-    return [(c.node, c.name) for c in checks if not c.ok]
+    return [(c.node, c.check) for c in checks if not c.ok]
 
 
 def test_preflight_passes_on_fresh_nodes():
     dep = make_deployment("cluster")
     checks = preflight.run(dep, _facts(dep, empty_facts))
     assert _failed(checks) == []
-    assert {c.name for c in checks} >= {"ssh", "docker", "names", "image", "ports", "memory", "disk"}
+    assert {c.check for c in checks} >= {"ssh", "docker", "names", "image", "ports", "memory", "disk"}
 
 
 def test_preflight_missing_image_names_the_push_command():
@@ -335,7 +335,7 @@ def test_preflight_missing_image_names_the_push_command():
     checks = preflight.run(dep, facts)
     [bad] = [c for c in checks if not c.ok]
     assert bad.node == "spark1" and bad.missing_image == PROXY_IMAGE
-    assert bad.fix == "sparkdeploy images push litellm-proxy"
+    assert bad.fix.startswith("sparkdeploy images push litellm-proxy --to spark1 ")  # doctor's image.present
 
 
 def test_preflight_image_ids_must_match():
@@ -355,16 +355,24 @@ def test_preflight_ports_foreign_vs_ours():
 
 
 def test_preflight_memory():
+    """One budget for preflight and doctor (sparkdeploy/budget.py): vLLM reserves gpu_memory_utilization x total
+    at start, so a node needs util x total + the 8 GiB OS reserve free, whatever its share of the weights."""
     dep = make_deployment("2xsolo")
     facts = _facts(dep, empty_facts)
     facts["spark2"].mem_available_mb = 60 * 1024
     [(node, check)] = _failed(preflight.run(dep, facts))
     assert (node, check) == ("spark2", "memory")
-    # cluster: each node holds half of the weights
+    # cluster: each node holds half of the weights, and vLLM still reserves 0.70 x 119.7 GiB = 83.8 GiB on each;
+    # + 8 GiB = 91.8 GiB. The old weights-share formula (32.5 + 8 GB) passed 60 GiB here; doctor failed it.
     dep = make_deployment("cluster")
     facts = _facts(dep, empty_facts)
     facts["spark2"].mem_available_mb = 60 * 1024
+    assert _failed(preflight.run(dep, facts)) == [("spark2", "memory")]
+    facts["spark2"].mem_available_mb = 92 * 1024
     assert _failed(preflight.run(dep, facts)) == []
+    facts["spark2"].mem_available_mb = 91 * 1024
+    assert _failed(preflight.run(dep, facts)) == [("spark2", "memory")]
+    facts["spark2"].mem_available_mb = 120000
     # the lab's simulated nvidia-smi reports the GPU's memory: it wins over /proc/meminfo
     facts["spark2"].gpu_mem_free_mb = 10 * 1024
     assert _failed(preflight.run(dep, facts)) == [("spark2", "memory")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -158,19 +159,29 @@ def test_sections_protocol_round_trip():
     assert secs["two"].out == "out" and secs["two"].err == "err" and secs["two"].rc == 3
 
 
-def test_parallel_parts_keep_their_order_and_args():
+def test_facts_run_in_parallel_keep_their_order_and_args():
+    """The one facts script (sparkdeploy.facts.base): each fact's command in its own subshell, outputs in the
+    order asked, stdout/stderr/exit code per fact, the image references as "$@"."""
     import subprocess
 
-    from sparkdeploy.doctor.session import parallel_script
+    from sparkdeploy.facts.base import Fact, FactArgs, script
 
-    parts = ['sleep 0.2; sec a echo "$1"', 'sec b echo "$2"', 'shift 2; sec c echo "$@"']
-    script = SCRIPT_PRELUDE + parallel_script(parts)
-    out = subprocess.run(
-        ["bash", "-s", "--", "x y", "z", "i1", "i2"], input=script, capture_output=True, text=True
-    ).stdout
+    def keep(f, v):
+        pass
+
+    facts = [
+        Fact("a", 'sleep 0.2; echo "$sd $hf"', lambda s: s, keep),
+        Fact("b", 'echo "$ifaces"; echo oops >&2; false', lambda s: s, keep),
+        Fact("c", 'echo "$@"', lambda s: s, keep),
+    ]
+    args = FactArgs(state_dir="x y", hf_cache="/hf", fabric_ifaces=("e1", "e2"), images=("i1", "i2"))
+    started = time.monotonic()
+    out = subprocess.run(["bash", "-c", script(facts), "t", *args.argv()], capture_output=True, text=True).stdout
     secs = parse_sections(out)
-    assert (secs["a"].out, secs["b"].out, secs["c"].out) == ("x y", "z", "i1 i2")
+    assert (secs["a"].out, secs["b"].out, secs["c"].out) == ("x y /hf", "e1,e2", "i1 i2")
+    assert (secs["b"].err, secs["b"].rc, secs["a"].rc) == ("oops", 1, 0)
     assert out.index("sparkdeploy-facts@@ a") < out.index("sparkdeploy-facts@@ b")
+    assert time.monotonic() - started < 2
 
 
 def test_nccl_tests_table(sample):

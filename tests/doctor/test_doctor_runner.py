@@ -16,8 +16,9 @@ from sparkdeploy.doctor.api import prepare
 from sparkdeploy.doctor.model import Check, Result
 from sparkdeploy.doctor.registry import BY_ID, CHECKS
 from sparkdeploy.doctor.runner import _run_tasks, _Task, select
-from sparkdeploy.doctor.session import NodeSession, Options, _testinfra_backend_class
+from sparkdeploy.doctor.session import NodeSession, Options
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import GpuFact, NetworkFact, NodeFacts, RdmaFact
 from sparkdeploy.facts.parsers import Link, RdmaDevice, RdmaPort
 from tests.conftest import TWO_NODES
 
@@ -53,8 +54,19 @@ def make_run(write_inventory, facts: dict[str, dict], data=None, recipe=None, to
     for node in run.nodes:
         session = NodeSession(node, FakeConn(node))
         session.connected = True
+        nf = NodeFacts(node=node.name, home="/home/spark", docker_ok=True)
         for key, value in facts.get(node.name, {}).items():
-            session.memo.get(key, lambda v=value: v)
+            if key == "network":  # the typed facts of sparkdeploy.facts, from the hand-made values
+                nf.network = NetworkFact(**value)
+            elif key == "roce":
+                nf.rdma = RdmaFact(**value)
+            elif key == "gpu":
+                nf.kernel = value.pop("kernel", "")
+                value.pop("meminfo", None)
+                nf.gpu = GpuFact(**value)
+            else:
+                session.memo.get(key, lambda v=value: v)
+        session.memo.get("facts", lambda nf=nf: nf)
         run.sessions[node.name] = session
     return run
 
@@ -156,33 +168,6 @@ def test_hung_endpoint_check_fails_within_the_check_timeout(write_inventory, sil
     )
     [res] = _run_tasks(run, [_Task(check, node(run, "spark1"))])
     assert res.status == "fail" and "check endpoint.health timed out after 0.5 s on spark1" in res.measured
-
-
-# -- testinfra over our connection -------------------------------------------------------------------------
-
-
-def test_testinfra_backend_uses_our_connection_never_its_own(write_inventory, monkeypatch):
-    import paramiko
-
-    def refuse(*a, **kw):
-        raise AssertionError("testinfra tried to open its own SSH connection")
-
-    monkeypatch.setattr(paramiko.SSHClient, "connect", refuse)
-    run = make_run(write_inventory, {})
-    n = node(run, "spark1")
-    conn = FakeConn(n, {"id -nu": (0, "spark\n"), "id -Gn": (0, "spark docker\n")})
-    backend = _testinfra_backend_class()(conn)
-    assert backend.get_connection_type() == "paramiko"
-    result = backend.run("id -nu")
-    assert result.rc == 0 and result.stdout == "spark\n"
-    assert conn.commands == ["id -nu"]
-    sentinel = object()
-
-    class Opened:
-        client = sentinel
-
-    conn.open = lambda: Opened()
-    assert backend.client is sentinel  # testinfra's client property is ours (host keys checked)
 
 
 # -- check logic on hand-made facts -------------------------------------------------------------------------

@@ -47,12 +47,14 @@ def test_up_pushes_from_a_node_that_has_the_image_else_from_here(monkeypatch):
     out = SimpleNamespace(progress=lambda _t: None, warn=lambda _t: None)
     nodes = [_node(f"spark{i}", i) for i in (1, 2, 3)]
     ref = "sparkdeploy/vllm-node:abc123"
-    missing = [preflight.Check(n, "image", False, "missing", missing_image=ref) for n in ("spark2", "spark3")]
+    missing = [
+        preflight.Result("fail", "missing", node=n, check="image", missing_image=ref) for n in ("spark2", "spark3")
+    ]
     assert up_pipeline.push_missing(_dep(nodes, ref), missing, out)
     assert calls == [("from", ref, "spark1", ["spark2", "spark3"])]
 
     calls.clear()
-    everyone = [preflight.Check(n.name, "image", False, "missing", missing_image=ref) for n in nodes]
+    everyone = [preflight.Result("fail", "missing", node=n.name, check="image", missing_image=ref) for n in nodes]
     assert up_pipeline.push_missing(_dep(nodes, ref), everyone, out)
     assert calls == [("here", "vllm-node", ["spark1", "spark2", "spark3"])]
 
