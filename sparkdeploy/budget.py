@@ -234,9 +234,7 @@ def estimate(
 
 def nominal(recipe: Recipe, engine_size: int, node: str = "dgx-spark") -> Budget:
     """Against an idle DGX Spark (no node asked): free = total, the OS reserve covers the OS."""
-    return estimate(
-        recipe, engine_size, node, DGX_SPARK_TOTAL_BYTES, DGX_SPARK_TOTAL_BYTES, "DGX Spark, 119.7 GiB (nominal)"
-    )
+    return estimate(recipe, engine_size, node, DGX_SPARK_TOTAL_BYTES, DGX_SPARK_TOTAL_BYTES, "nominal DGX Spark")
 
 
 def memory_of(f: NodeFacts) -> tuple[int | None, int | None, str, bool]:
@@ -260,4 +258,7 @@ def for_node(recipe: Recipe, engine_size: int, f: NodeFacts) -> Budget | None:
 
 
 def gib(n: float | None) -> str:
-    return "-" if n is None else f"{n / GIB:.1f} GiB"
+    """Bytes as GiB (MiB below 1 GiB, where one decimal of GiB would read 0.0)."""
+    if n is None:
+        return "-"
+    return f"{n / GIB:.1f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"

@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sparkdeploy import budget
+from sparkdeploy import fit as fit_mod
 from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import (
     backend_option,
@@ -126,6 +128,85 @@ def allreduce_mode(resolved) -> dict:
     """Which way the recipe runs vLLM's all-reduce: keep graphs / cut at all-reduce / enforce eager."""
     mode = graph_advice.recipe_mode(resolved.recipe.vllm)
     return {"mode": mode, "meaning": graph_advice.MEANING[mode], "setting": graph_advice.SETTING[mode]}
+
+
+@recipes_group.command("fit")
+@click.argument("name")
+@topology_option
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Without --inventory: how many DGX Sparks (default: the topology's minimum).",
+)
+@click.option(
+    "--inventory",
+    "-i",
+    "inventory",
+    metavar="PATH|lab",
+    default=None,
+    help="Read each engine node's live memory over SSH (read-only). Without it: the recipe's own figures "
+    "against DGX Sparks (119.7 GiB each).",
+)
+@set_option
+@recipes_dir_option
+@json_option
+def fit_cmd(name, topology, nodes, inventory, sets, recipes_dir, as_json):
+    """The memory budget of NAME per node: the weights' share, the KV cache at max_model_len x max_num_seqs
+    (from the recipe's architecture), what vLLM reserves (gpu_memory_utilization x total), the
+    compile/activation peak, the OS reserve, the node's free memory: fits or not, and the setting that would
+    fit. The same budget `up`'s preflight and `doctor` (gpu.memory) check. Exit 1 when it does not fit."""
+    report = fit_mod.fit(name, topology, sets, recipes_dir, inventory, nodes)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        _print_fit(report)
+    if not report.fits:
+        raise click.exceptions.Exit(1)
+
+
+def _print_fit(report: fit_mod.FitReport) -> None:
+    gib = budget.gib
+    where = "live, over SSH" if report.live else "nominal DGX Sparks, no node asked"
+    table = Table(
+        title=plain(f"{report.recipe} ({report.topology}): memory budget per node ({where})"), title_justify="left"
+    )
+    for col in ("node", "weights", "KV 1 seq", "KV x seqs", "peak", "util x total", "OS", "needs free", "free", "fits"):
+        table.add_column(col, justify="left" if col == "node" else "right")
+    for b in report.budgets:
+        table.add_row(
+            plain(b.node),
+            plain(f"{gib(b.weights)} (/{b.engine_size})"),
+            plain(f"{gib(b.kv_per_seq)} ({b.max_model_len or '?'} tok)"),
+            plain(f"{gib(b.kv_full)} (x{b.max_num_seqs})"),
+            plain(gib(b.peak)),
+            plain(f"{gib(b.reserve)} ({b.util:g} x {gib(b.total)})"),
+            plain(gib(b.os_reserve)),
+            plain(gib(b.need)),
+            plain(f"{gib(b.free)} {b.source}"),
+            Text("yes" if b.fits else "NO", style="green" if b.fits else "red"),
+        )
+    Console(width=200).print(table)
+    for b in report.budgets:
+        if b.simulated:
+            click.echo(f"{b.node}: SIMULATED: the lab's stand-in nvidia-smi reports these totals, not a GB10")
+        if not b.starts:
+            click.echo(
+                f"{b.node}: the weights + peak + one max_model_len sequence of KV do not fit inside util x total: "
+                "the engine won't start"
+            )
+        elif b.full_sequences is not None and b.full_sequences < b.max_num_seqs:
+            click.echo(
+                f"{b.node}: the KV room ({gib(b.kv_room)}) holds {b.full_sequences} of {b.max_num_seqs} "
+                "full-length sequences at once (vLLM queues the rest)"
+            )
+        for note in b.notes:
+            click.echo(f"{b.node}: {note}")
+        if b.suggestion:
+            click.echo(f"{b.node}: fix: {b.suggestion}")
+    for node, why in report.errors.items():
+        click.echo(f"{node}: memory not read: {why}", err=True)
+    click.echo("fits" if report.fits else "does NOT fit")
 
 
 @recipes_group.command("lint")
