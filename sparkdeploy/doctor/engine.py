@@ -61,7 +61,13 @@ def _disk_rows(run: DoctorRun, f: NodeFacts) -> list[tuple[str, float, float, st
         need_hf = weights + MIN_FREE_DISK_GIB
         why = f"the model is not in {run.inventory.cluster.hf_cache} yet: {weights:g} GB to download"  # type: ignore[union-attr]  # checks run only with an inventory
     rows = [("hf_cache", need_hf, need_hf, why)] if dep else []
-    rows.append(("docker", DISK_FAIL_GIB, DISK_WARN_GIB, f"Docker's data root {f.docker_root}".rstrip()))
+    # An image still to come needs room to land (one vLLM image is 15-25 GB); with every image there, the engine
+    # only needs room for its writable layer.
+    missing = any(image_id is None for image_id in f.images.values())
+    docker_fail = DISK_FAIL_GIB if missing or not dep else MIN_FREE_DISK_GIB
+    where = f" {f.docker_root}" if f.docker_root else ""
+    why_docker = f"Docker's data root{where}" + (": an image is still to come" if missing else "")
+    rows.append(("docker", docker_fail, DISK_WARN_GIB, why_docker))
     rows.append(("home", MIN_FREE_DISK_GIB, MIN_FREE_DISK_GIB, "the state dir"))
     return rows
 

@@ -284,11 +284,10 @@ def _store_model(f: NodeFacts, v: bool) -> None:
 
 
 def _network(sec: Section) -> NetworkFact:
-    addr, _, rest = sec.out.partition("\n@@ethtool ")
+    addr, sep, rest = ("\n" + sec.out).partition("\n@@ethtool ")
     speeds: dict[str, int | None] = {}
     simulated = False
-    for block in ("@@ethtool " + rest).split("\n@@ethtool ") if rest else []:
-        block = block.removeprefix("@@ethtool ")
+    for block in rest.split("\n@@ethtool ") if sep else []:
         iface, _, text = block.partition("\n")
         speeds[iface.strip()] = parse_ethtool_speed(text)
         simulated = simulated or "SIMULATED" in text
@@ -296,7 +295,7 @@ def _network(sec: Section) -> NetworkFact:
 
 
 def _rdma(sec: Section) -> RdmaFact:
-    devinfo, _, gids = sec.out.partition("\n@@gids\n")
+    devinfo, _, gids = ("\n" + sec.out).partition("\n@@gids\n")
     err = sec.err.strip()
     rc = sec.rc
     m = re.search(r"^@@devinfo-rc (\d+)$", gids, re.M)
