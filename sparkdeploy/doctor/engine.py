@@ -3,7 +3,7 @@ container holds one of our names. `disk` and `names` are preflight checks of `up
 
 from __future__ import annotations
 
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
 from sparkdeploy.inventory import Node
 
@@ -25,7 +25,7 @@ def facts(run: DoctorRun, node: Node) -> dict:
             {
                 "name": c.name,
                 "state": c.status,
-                "status": c.status,
+                "status": _status(c),
                 "image": c.image_ref,
                 "role": c.role,
                 "recipe": c.recipe,
@@ -34,6 +34,13 @@ def facts(run: DoctorRun, node: Node) -> dict:
             for c in f.containers
         ],
     }
+
+
+def _status(c: ContainerFact) -> str:
+    """Docker's words for a container's state, as `docker ps` writes them (Paused, Exited (137), ...)."""
+    if c.status == "exited":
+        return f"Exited ({c.exit_code})"
+    return c.status.capitalize()
 
 
 def running(run: DoctorRun, node: Node) -> Result:
