@@ -67,7 +67,10 @@ class Out(Reporter):
             table.add_row(
                 self.cell(c.node),
                 self.cell(c.check),
-                self.cell("ok" if c.ok else "FAILED", "green" if c.ok else "red"),
+                self.cell(
+                    {"warn": "warn", "fail": "FAILED"}.get(c.status, "ok"),
+                    {"warn": "yellow", "fail": "red"}.get(c.status, "green"),
+                ),
                 self.cell(c.measured),
                 self.cell(c.fix),
             )
