@@ -43,7 +43,7 @@ def history(as_json):
             f"{r.get('image_tag', '')} {str(image).removeprefix('sha256:')[:12]}".strip(),
             str(r.get("model_commit") or "-")[:12],
             str(r.get("vllm_version") or "-"),
-            ", ".join(drivers) or "-",
+            (", ".join(drivers) or "-") + (" SIMULATED" if r.get("simulated") else ""),
             ", ".join(r.get("nodes") or []),
         )
     Console(highlight=False, soft_wrap=False, width=max(120, Console().width)).print(table)

@@ -94,7 +94,11 @@ def _node_facts(conns: dict[str, NodeConnection], nodes: list[Node], tag: str) -
 
 
 def record_deployment(
-    dep: Deployment, conns: dict[str, NodeConnection], sets: Sequence[str], inventory_arg: str | None
+    dep: Deployment,
+    conns: dict[str, NodeConnection],
+    sets: Sequence[str],
+    inventory_arg: str | None,
+    simulated: bool = False,
 ) -> dict[str, Any]:
     """After a successful `up`: append its record to the history and return it."""
     text = dep.recipe.source.read_text()
@@ -126,6 +130,7 @@ def record_deployment(
         "model": dep.recipe.recipe.model,
         "model_commit": sorted(commits)[0] if len(commits) == 1 else None,
         "drivers": {n: f["driver"] or None for n, f in facts.items()},
+        "simulated": simulated,  # a lab stand-in ran: its driver is the simulated nvidia-smi's
         "nodes": [n.name for n in nodes],
         "inventory": inventory_arg or (str(dep.inventory.path) if dep.inventory.path else None),
         "config_hashes": {f"{nd.node.name}/{c.name}": c.config_hash for nd in dep.nodes for c in nd.containers},

@@ -168,7 +168,9 @@ def deploy(
                 is_simulated = simulated(dep)
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
             if result.get("ok") and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
-                result["history_id"] = history.record_deployment(dep, session.conns, sets, inventory)["id"]
+                result["history_id"] = history.record_deployment(dep, session.conns, sets, inventory, is_simulated)[
+                    "id"
+                ]
     except NodeLockHeld as exc:
         for line in exc.lines:
             out.line(line, "red")
