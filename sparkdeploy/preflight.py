@@ -135,13 +135,19 @@ def _images(nd: NodeDeployment, f: NodeFacts) -> list[Check]:
             out.append(Check(nd.node.name, "image", True, f"{ref} ({short_id(image_id)})"))
         else:
             name = image_definition_name(ref)
+            # a registry image (not one of our sparkdeploy/<definition> tags) is pulled, not pushed
+            fix = (
+                f"sparkdeploy images push {name}"
+                if ref.startswith("sparkdeploy/")
+                else f"sparkdeploy images pull {ref}"
+            )
             out.append(
                 Check(
                     nd.node.name,
                     "image",
                     False,
                     f"{ref} is not on {nd.node.name}",
-                    f"sparkdeploy images push {name}",
+                    fix,
                     missing_image=ref,
                 )
             )

@@ -137,6 +137,11 @@ def _pull_failure(node: str, ref: RegistryRef, output: str) -> StepFailed:
     return StepFailed(f"{node}: docker pull {ref.pull_ref} failed: {last}")
 
 
+def _hub_name(repository: str) -> str:
+    """Docker Hub's short form, as the engine writes RepoDigests: docker.io/library/x -> x."""
+    return repository.removeprefix("docker.io/").removeprefix("library/")
+
+
 _INSPECT = '{"id":{{json .Id}},"digests":{{json .RepoDigests}},"labels":{{json .Config.Labels}}}'
 
 
@@ -157,7 +162,9 @@ def pull_on(conn: NodeConnection, ref: RegistryRef) -> tuple[str, dict[str, Any]
     if data is None:
         raise StepFailed(f"{conn.node.name}: {ref.pull_ref} was pulled but the engine does not show it")
     digests = [
-        d.split("@", 1)[1] for d in data.get("digests") or [] if "@" in d and d.split("@", 1)[0] == ref.repository
+        d.split("@", 1)[1]
+        for d in data.get("digests") or []
+        if "@" in d and _hub_name(d.split("@", 1)[0]) == _hub_name(ref.repository)
     ]
     warnings: list[str] = []
     if ref.digest:

@@ -77,8 +77,8 @@ def ensure(client, spec: LabSpec, say=lambda _line: None) -> str:
     if container.status != "running":
         container.start()
     _wait_ready(spec, container)
-    for node in spec.node_specs():
-        trust_on_node(client, spec, node.name)
+    for node in nodes.list_containers(client, spec):  # every node of the lab as it runs (N, whatever --nodes was)
+        trust_on_node(client, spec, nodes.node_name(node))
     return address(spec)
 
 

@@ -169,3 +169,25 @@ def test_images_pull_dry_run_and_bad_input(cli, tmp_path, state):
     assert code == 2 and "is not a registry reference" in err and "Traceback" not in err
     code, out, err = cli("images", "pull", "openai-gpt-oss-120b", "--dry-run", "-i", str(inv))
     assert code == 2 and "is an image definition, not a registry image" in err
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (
+            "Error response from daemon: manifest for nvcr.io/nvidia/vllm@sha256:abab not found: manifest unknown",
+            "the digest does not match, refused",
+        ),
+        (
+            'Error response from daemon: Get "https://nvcr.io/v2/": dial tcp: lookup nvcr.io: no such host',
+            "spark1: cannot reach the registry nvcr.io",
+        ),
+        ("Error response from daemon: unauthorized: authentication required", "docker login nvcr.io"),
+    ],
+)
+def test_a_failed_pull_is_one_line_naming_the_node_and_the_fix(output, expected):
+    """Docker's own error lines (as `docker pull` prints them) -> the one line `images pull` and `up` report."""
+    from sparkdeploy.images.registry import _pull_failure
+
+    message = str(_pull_failure("spark1", parse_reference(NGC), output))
+    assert expected in message and "\n" not in message
