@@ -222,11 +222,11 @@ def pull_and_spread(
     digest = known_digest(ref)
     rec = record(digest) if digest else None
     holder, ids = _holder(inventory, nodes, ref, (rec or {}).get("image_id"))
-    source = on if on is not None else holder
+    # `images pull --on NODE` pulls there; `up` pulls only when no node holds the recorded image yet
+    source = on or holder or nodes[0]
     pulled = False
     warnings: list[str] = []
-    if source is None or source is on:
-        source = on or nodes[0]
+    if on is not None or holder is None:
         say(f"pulling {ref.pull_ref} on {source.name} (once; the other nodes get it over the fabric)")
         with NodeConnection(source, inventory) as conn:
             digest, data, warnings = pull_on(conn, ref)

@@ -126,6 +126,8 @@ def test_up_serves_a_registry_image_and_rollback_brings_the_earlier_config_back(
     pinned, tagged = published
     inv = str(lab.spec.inventory_path)
     recipe = _recipe(tmp_path / "recipes", "registry-sim", pinned)
+    r = sd("models", "pull", "lab/tiny-model", "-i", inv)  # the lab hub's tiny model: a commit to record
+    assert r.returncode == 0, failure(r)
     a = _up("-r", recipe, "-i", inv)
     assert a["ok"] and a["image"] == tagged
     hash_a = _running_hash(lab)
@@ -137,6 +139,7 @@ def test_up_serves_a_registry_image_and_rollback_brings_the_earlier_config_back(
     assert records[a["history_id"]]["image_digest"] == pinned.split("@", 1)[1]
     assert records[b["history_id"]]["sets"] == ["vllm.max_num_seqs=8"]
     assert records[a["history_id"]]["vllm_version"] == "0.32.0" and records[a["history_id"]]["drivers"]
+    assert len(records[a["history_id"]]["model_commit"] or "") == 40 and records[a["history_id"]]["simulated"]
 
     r = sd("rollback", str(a["history_id"]), "-i", inv, "--timeout", GATE_TIMEOUT, "--json")
     assert r.returncode == 0, failure(r)
