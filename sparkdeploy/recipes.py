@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
@@ -56,6 +57,15 @@ MAX_ARCH = 4096  # heads or layers: the largest models have 128 heads and ~130 l
 MAX_RETRIES = 100
 MAX_WEIGHTS_GB = 100_000.0
 MAX_PROXY_SECONDS = 7 * 24 * 3600.0  # a LiteLLM timeout or cooldown
+
+
+def _plain(v: str) -> str:
+    if not PLAIN_NAME.match(v) or v in (".", ".."):
+        raise ValueError(
+            "must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
+            "not starting with '-') | fix: check the value"
+        )
+    return v
 
 
 class CompilationSettings(BaseModel):
@@ -170,15 +180,21 @@ class Recipe(BaseModel):
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[Literal[TOPOLOGIES], dict[str, Any]] = Field(default_factory=dict)  # type: ignore[valid-type]
 
-    @field_validator("image", "name")
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        """An image definition's name (images/<name>/), or a registry reference (images/reference.py)."""
+        if is_reference(v):
+            error = reference_error(v)
+            if error:
+                raise ValueError(error)
+            return v
+        return _plain(v)
+
+    @field_validator("name")
     @classmethod
     def _plain_name(cls, v: str) -> str:
-        if not PLAIN_NAME.match(v) or v in (".", ".."):
-            raise ValueError(
-                "must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
-                "not starting with '-') | fix: check the value"
-            )
-        return v
+        return _plain(v)
 
     @field_validator("model", "served_model_name")
     @classmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.recipes import ResolvedRecipe
 
 
@@ -143,6 +144,8 @@ def image_spec(image: ImageDefinition) -> dict:
     """The CLI of the vLLM this image really carries: its own dump (images/<name>/vllm-args-<version>.json,
     made from exactly the sources it pins), else the dump of the same release another definition carries
     (vllm-sim stands in for vllm-node with vLLM 0.32.0's)."""
+    if isinstance(image, RegistryImage):  # read from the image itself, kept by digest (images/registry.py)
+        return image.cli or {"flags": {}, "unread": True}
     version = image.vllm_version
     if not version:
         raise ConfigError(
@@ -161,6 +164,8 @@ def image_spec(image: ImageDefinition) -> dict:
 
 def describe(image: ImageDefinition) -> str:
     """`vLLM 0.32.0` or, for a fork, `vLLM 0.1.dev12777 (christopherowen/vllm@045293d8)`: said in every message."""
+    if isinstance(image, RegistryImage):
+        return f"vLLM {image.vllm_version or '(version unknown)'}, read from the image {image.digest or ''}".rstrip()
     ref = image_spec(image).get("source_ref")
     return f"vLLM {image.vllm_version}" + (f" ({ref})" if ref else "")
 
@@ -168,6 +173,8 @@ def describe(image: ImageDefinition) -> str:
 def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> None:
     """Every flag must exist in the image's vLLM or be declared by the image; choices must be valid."""
     whole = image_spec(image)
+    if whole.get("unread"):
+        return  # a registry image not pulled yet: build_deployment says so; `up` checks again after its pull
     spec = whole["flags"]
     unproven = set(whole.get("unverified_flags", []))
     extra = set(image.extra_flags)
@@ -223,7 +230,10 @@ def check_env(env: dict[str, str], image: ImageDefinition) -> list[str]:
     """Warnings for VLLM_* variables the pinned vLLM does not know (they are silently ignored)."""
     if not image.vllm_version:
         return []
-    known = set(image_spec(image).get("environment_variables", []))
+    spec = image_spec(image)
+    if "environment_variables" not in spec:
+        return []  # a registry image's help lists no environment variables: nothing to check against
+    known = set(spec["environment_variables"])
     return [
         f"env {name} is not an environment variable of {describe(image)}: it has no effect unless "
         f"the image's own patches read it"

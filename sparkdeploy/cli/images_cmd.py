@@ -11,6 +11,8 @@
     push NAME --from NODE    send the image a node has (images build NAME --on NODE) from that node to the
                              others over the fabric (node to node SSH, a chain: the source sends each byte
                              once); --dry-run shows the chain, the fabric addresses and the peer SSH setup
+    pull REF [--on NODE]     a registry image: pulled once on one node, its digest checked, its vLLM CLI read
+                             from it, then sent node to node over the fabric to every other node
     list [--json]            per node, the images we manage (label io.sparkdeploy.image) and whether the
                              nodes agree on each tag's image ID
 
@@ -119,6 +121,89 @@ def build_cmd(name, on_node, local, force, dry_run, inventory):
 
         tag = build_on_node(name, conn, progress=lambda line: err.print(f"[dim]{line}[/dim]"), step=step)
     click.echo(f"{node.name}: {tag}")
+
+
+# -- pull (registry images) ---------------------------------------------------------------------------------
+
+
+@images.command("pull")
+@click.argument("image")
+@click.option("--on", "on_node", metavar="NODE", help="The node that pulls it (default: the head).")
+@click.option("--dry-run", is_flag=True, help="Print what it would do; connect to nothing.")
+@inventory_option
+@json_option
+@click.option("--recipes-dir", metavar="DIR", help="Your own recipes folder (for a recipe NAME).")
+@click.pass_context
+def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
+    """Pull registry image IMAGE (a reference, or a recipe NAME whose image is one) once, then spread it.
+
+    \b
+    One node pulls it with its own `docker pull` (credentials: `docker login REGISTRY` on that node, never
+    on a command line); the digest the engine records (RepoDigests) must be the one pinned in the reference
+    (no digest pinned: a warning names the one it resolved to); its vLLM CLI is read once from the image and
+    kept by digest in the local state (so lint and --set checks work for it); then every other node gets it
+    node to node over the fabric (`images push --from`'s chain: no image byte passes through this machine),
+    and every node holds it with one image ID.
+
+    \b
+      sparkdeploy images pull nvcr.io/nvidia/vllm:26.01-py3@sha256:<64 hex> --on spark1
+      sparkdeploy images pull 172.30.77.6:5000/lab/vllm-sim:v1 --inventory lab   # the lab's own registry
+    """
+    from sparkdeploy.cli.common import warn
+    from sparkdeploy.images import registry
+    from sparkdeploy.images.inventory_images import select_nodes
+    from sparkdeploy.images.reference import is_reference
+    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.recipes import load_recipe
+
+    ref = image
+    if not is_reference(image):
+        recipe, path, _ = load_recipe(image, recipes_dir)
+        if not is_reference(recipe.image):
+            from sparkdeploy.errors import ConfigError, Problem
+
+            raise ConfigError(
+                Problem(
+                    str(path),
+                    "image",
+                    f"{recipe.image} is an image definition, not a registry image",
+                    f"sparkdeploy images push {recipe.image}",
+                )
+            )
+        ref = recipe.image
+    registry.parse_reference(ref, "IMAGE", "reference")  # a bad reference fails before anything connects
+    inv = load_inventory(inventory)
+    nodes = select_nodes(inv)
+    source = select_nodes(inv, [on_node])[0] if on_node else inv.head
+    if dry_run:
+        lines = registry.dry_run_lines(ref, nodes, source)
+        if as_json:
+            emit_json({"reference": ref, "on": source.name, "nodes": [n.name for n in nodes], "steps": lines})
+        else:
+            click.echo("\n".join(lines))
+        return
+    from sparkdeploy.apply import cluster_lock
+
+    err = Console(stderr=True, highlight=False)
+    with cluster_lock(inv):  # a pull changes the nodes: one run at a time per cluster
+        result = registry.pull_and_spread(ref, inv, nodes, on=source, say=lambda line: err.print(f"[dim]{line}[/dim]"))
+    for line in result.warnings:
+        warn(line)
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        click.echo(
+            f"{result.node}: {'pulled' if result.pulled else 'has'} {ref} digest {result.digest} image "
+            f"{_short(result.image_id)} (vLLM {result.vllm_version or 'unknown'}"
+            + (", SIMULATED" if result.simulated else "")
+            + ")"
+        )
+        for item in result.pushed:
+            click.echo(f"{item['node']}: {item['action']} over the fabric from {result.node}")
+        for node, why in sorted(result.failed.items()):
+            click.secho(f"{node}: FAILED: {why}", fg="red")
+    if result.failed:
+        ctx.exit(1)
 
 
 # -- push -----------------------------------------------------------------------------------------------------

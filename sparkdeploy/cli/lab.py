@@ -1,4 +1,4 @@
-"""`sparkdeploy lab up | down | status`: the virtual two-Spark cluster (see sparkdeploy/lab/)."""
+"""`sparkdeploy lab up | down | status | registry`: the virtual two-Spark cluster (see sparkdeploy/lab/)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,27 @@ def status_cmd(name, as_json):
     elif rows:
         _print_table(rows, f"lab {spec.name}")
     lab_status.fail_if_not_up(rows, spec)
+
+
+@lab.command("registry")
+@name_option
+@click.option("--tag", default="demo", show_default=True, help="The tag to publish the lab's vllm-sim under.")
+@json_option
+def registry_cmd(name, tag, as_json):
+    """Start the lab's container registry (Debian's docker-registry, MGMT .6:5000, plain HTTP: the lab nodes'
+    engines, and only they, trust it) and publish the lab's vllm-sim into it as lab/vllm-sim:TAG (with a label
+    of its own, so no node has that image yet). Prints the reference pinned with its digest, for a recipe's
+    `image:` or `sparkdeploy images pull REF --inventory lab`. Needs the lab up."""
+    from sparkdeploy.images.build import docker_client
+    from sparkdeploy.images.definitions import load_definition
+    from sparkdeploy.lab import registry
+
+    spec = _spec(name)
+    client = docker_client()
+    lab_status.fail_if_not_up(lab_status.status(spec, client), spec)
+    address = registry.ensure(client, spec, say=lambda line: click.echo(line, err=True))
+    ref = registry.publish(client, spec, load_definition("vllm-sim").tag, "lab/vllm-sim", tag, tag)
+    if as_json:
+        emit_json({"registry": address, "reference": ref})
+    else:
+        click.echo(ref)

@@ -30,6 +30,8 @@ COMMANDS = {
     "recipes": "sparkdeploy.cli.recipes_cmd:recipes_group",
     "render": "sparkdeploy.cli.render_cmd:render_cmd",
     "trust": "sparkdeploy.cli.trust_cmd:trust",
+    "history": "sparkdeploy.cli.history_cmd:history",
+    "rollback": "sparkdeploy.cli.history_cmd:rollback",
 }
 
 

@@ -23,13 +23,14 @@ from sparkdeploy.apply import (
     node_locks,
 )
 from sparkdeploy.context import load_deployment
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, history
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.images import push, push_from
+from sparkdeploy.images import push, push_from, registry
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
@@ -37,6 +38,8 @@ from sparkdeploy.secrets import refuse_missing
 
 
 def simulated(dep: Deployment) -> bool:
+    if isinstance(dep.image, RegistryImage):  # its io.sparkdeploy.simulated label, read when it was pulled
+        return dep.image.simulated
     try:
         return load_definition(preflight.image_definition_name(dep.image_tag)).simulated
     # An unknown or unreadable definition is reported elsewhere; assume real hardware (stricter checks).
@@ -123,7 +126,8 @@ def deploy(
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}
-    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
+    reload_args = (inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
+    dep = load_deployment(*reload_args)
     if not dry_run:
         refuse_missing(dep.secrets)
     if dep.proxied:
@@ -153,7 +157,20 @@ def deploy(
             Session.open(inv, mask=dep.secrets.mask) as session,
             node_locks(session, dry_run, out.warn),
         ):
+            if isinstance(dep.image, RegistryImage):  # pulled once, digest checked, sent over the fabric
+                dep = registry.for_deployment(
+                    dep,
+                    out,
+                    result,
+                    dry_run,
+                    lambda: load_deployment(*reload_args),  # flags read from the image
+                )
+                is_simulated = simulated(dep)
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
+            if result.get("ok") and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
+                result["history_id"] = history.record_deployment(dep, session.conns, sets, inventory, is_simulated)[
+                    "id"
+                ]
     except NodeLockHeld as exc:
         for line in exc.lines:
             out.line(line, "red")

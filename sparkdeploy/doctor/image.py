@@ -168,19 +168,21 @@ def present(run: DoctorRun, node: Node) -> list[Result]:
         if image_id:
             out.append(ok(f"{ref} ({image_id[7:19]})", expected, simulated=sim))
             continue
-        user = node.ssh.user or "USER"
         out.append(
-            fail(
-                f"{ref} is not on {node.name}",
-                expected,
-                f"sparkdeploy images push {image_definition_name(ref)} --to {node.name} (only missing layers "
-                f"travel; `sparkdeploy up` does it too); by hand: docker save {ref} | "
-                f"ssh {user}@{node.mgmt_ip} docker load",
-                simulated=sim,
-                missing_image=ref,
-            )
+            fail(f"{ref} is not on {node.name}", expected, _missing_fix(ref, node), simulated=sim, missing_image=ref)
         )
     return out
+
+
+def _missing_fix(ref: str, node: Node) -> str:
+    """Our images (sparkdeploy/<definition>:<hash>) are pushed node to node; a registry image is pulled once."""
+    if not ref.startswith("sparkdeploy/"):
+        return f"sparkdeploy images pull {ref} --on {node.name} (pulled once, sent to the other nodes over the fabric)"
+    user = node.ssh.user or "USER"
+    return (
+        f"sparkdeploy images push {image_definition_name(ref)} --to {node.name} (only missing layers "
+        f"travel; `sparkdeploy up` does it too); by hand: docker save {ref} | ssh {user}@{node.mgmt_ip} docker load"
+    )
 
 
 def same_id(run: DoctorRun) -> list[Result]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.secrets import Secrets
@@ -53,10 +54,17 @@ def build_deployment(
 ) -> Deployment:
     """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
     metrics: add Prometheus on the head node (None: the inventory's cluster.metrics)."""
-    image = load_definition(resolved.recipe.image)
+    ref = resolved.recipe.image
+    image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image
     warnings = list(resolved.warnings) + list(secrets.warnings)
-    override = inventory.cluster.image_override
+    # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built.
+    override = None if isinstance(image, RegistryImage) else inventory.cluster.image_override
+    if isinstance(image, RegistryImage) and image.cli is None:
+        warnings.append(
+            f"the vLLM CLI of {ref} is not known yet: its flags are checked once `up` or "
+            f"`sparkdeploy images pull {ref} --on NODE` has pulled it and read it from the image"
+        )
     if override and override != image.name:
         run_image = load_definition(override)
         if image.name not in run_image.stands_in_for:

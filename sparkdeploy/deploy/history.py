@@ -1,0 +1,271 @@
+"""What ran, and going back: every successful `up` is one line of the local state's history, and `rollback`
+brings an earlier one back.
+
+A record holds what makes a deployment that deployment: the recipe's own text and the `--set` values (so the
+same values render again whatever the recipe file says today), its hash, the topology and backend, the image
+(tag, image ID, registry digest), the model and the commit the nodes hold (the hub revision, when the model was
+pulled by sparkdeploy), the vLLM version the image carries, each node's NVIDIA driver (nvidia-smi), the nodes,
+each container's config hash and the time. The file is JSON lines (`history/deployments.jsonl` in the local
+state, sparkdeploy.paths.state_folder), one object per line, written by the serializer and appended whole.
+
+`rollback [ID]` (the deployment before the newest one by default) first checks that the record's image (by image
+ID) and model (by commit) are still on its nodes; then it re-runs the deploy library with the recorded recipe
+text, `--set` values, topology and backend. Anything missing is named with the command that restores it, and
+nothing is changed (exit 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkdeploy import paths
+from sparkdeploy.deployment import Deployment
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.reference import RegistryImage, is_reference
+from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.models import up_check
+from sparkdeploy.models.listing import presence
+from sparkdeploy.models.ops import model_ref
+from sparkdeploy.remote import NodeConnection, on_nodes
+
+FOLDER = "history"
+FILE = "deployments.jsonl"
+# One command per node, a constant script: the image ID of the tag ($1), then the GPU driver (nvidia-smi).
+FACTS_SCRIPT = (
+    'docker image inspect --format "{{.Id}}" "$1" 2>/dev/null || echo; '
+    "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1"
+)
+
+
+def history_file() -> Path:
+    return paths.state_dir() / FOLDER / FILE
+
+
+def recipe_hash(text: str, sets: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps([text, list(sets)]).encode()).hexdigest()
+
+
+def read_records() -> list[dict[str, Any]]:
+    """Every record, oldest first (a line that does not parse is skipped: a cut write)."""
+    path = history_file()
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(
+            Problem(str(path), "", f"cannot read the history: {exc.strerror}", "check its mode")
+        ) from None
+    out = []
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("id"), int):
+            out.append(data)
+    return out
+
+
+def _append(data: dict[str, Any]) -> None:
+    folder = paths.state_folder(FOLDER)
+    with open(folder / FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, sort_keys=True) + "\n")
+
+
+def _node_facts(conns: dict[str, NodeConnection], nodes: list[Node], tag: str) -> dict[str, dict[str, str]]:
+    def read(node: Node) -> dict[str, str]:
+        r = conns[node.name].run(["sh", "-c", FACTS_SCRIPT, "sh", tag], check=False, timeout=30)
+        lines = [x.strip() for x in r.stdout.splitlines()] + ["", ""]
+        return {"image_id": lines[0], "driver": lines[1]}
+
+    out: dict[str, dict[str, str]] = {}
+    for o in on_nodes(nodes, read):
+        out[o.node.name] = o.value if o.ok else {"image_id": "", "driver": ""}
+    return out
+
+
+def record_deployment(
+    dep: Deployment,
+    conns: dict[str, NodeConnection],
+    sets: Sequence[str],
+    inventory_arg: str | None,
+    simulated: bool = False,
+) -> dict[str, Any]:
+    """After a successful `up`: append its record to the history and return it."""
+    text = dep.recipe.source.read_text()
+    nodes = [nd.node for nd in dep.nodes]
+    facts = _node_facts(conns, nodes, dep.image_tag)
+    ref = up_check.model_of(dep)
+    engines = up_check.engine_nodes(dep)
+    commits: set[str] = set()
+    if ref is not None and engines:
+        commits = {p.commit for p in presence(conns, engines, dep.inventory.cluster.hf_cache, ref) if p.commit}
+    image = dep.image
+    image_ids = {f["image_id"] for f in facts.values() if f["image_id"]}
+    previous = read_records()
+    data: dict[str, Any] = {
+        "id": (max(r["id"] for r in previous) + 1) if previous else 1,
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "recipe": dep.recipe.name,
+        "recipe_hash": recipe_hash(text, sets),
+        "recipe_text": text,
+        "recipe_file": str(dep.recipe.source),
+        "sets": list(sets),
+        "topology": dep.topology,
+        "backend": dep.backend or None,
+        "image": image.reference if isinstance(image, RegistryImage) else image.name,
+        "image_tag": dep.image_tag,
+        "image_id": sorted(image_ids)[0] if len(image_ids) == 1 else None,
+        "image_digest": image.digest if isinstance(image, RegistryImage) else None,
+        "vllm_version": image.vllm_version,
+        "model": dep.recipe.recipe.model,
+        "model_commit": sorted(commits)[0] if len(commits) == 1 else None,
+        "drivers": {n: f["driver"] or None for n, f in facts.items()},
+        "simulated": simulated,  # a lab stand-in ran: its driver is the simulated nvidia-smi's
+        "nodes": [n.name for n in nodes],
+        "inventory": inventory_arg or (str(dep.inventory.path) if dep.inventory.path else None),
+        "config_hashes": {f"{nd.node.name}/{c.name}": c.config_hash for nd in dep.nodes for c in nd.containers},
+    }
+    _append(data)
+    return data
+
+
+def find(record_id: str | None) -> dict[str, Any]:
+    """The record named by ID; with no ID, the one before the newest (what `rollback` undoes to)."""
+    records = read_records()
+    if record_id is None:
+        if len(records) < 2:
+            raise StepFailed(
+                f"nothing to roll back to: the history holds {len(records)} deployment(s) (see sparkdeploy history)"
+            )
+        return records[-2]
+    for r in records:
+        if str(r["id"]) == record_id.strip():
+            return r
+    known = ", ".join(str(r["id"]) for r in records[-10:]) or "none yet"
+    raise ConfigError(
+        Problem(str(history_file()), "ID", f"no deployment {record_id!r} in the history", f"one of {known}")
+    )
+
+
+@dataclass
+class Missing:
+    node: str
+    what: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.node}: {self.what}; restore: {self.fix}"
+
+
+def _image_fix(rec: dict[str, Any], node: str) -> str:
+    image = str(rec["image"])
+    if is_reference(image):
+        return f"sparkdeploy images pull {shlex.quote(image)} --on {shlex.quote(node)}"
+    try:
+        now = load_definition(image).tag
+    except ConfigError:
+        now = ""
+    if now == rec["image_tag"]:
+        return f"sparkdeploy images push {shlex.quote(image)} --to {shlex.quote(node)}"
+    return (
+        f"the definition {image} now builds {now or 'nothing'}: check out the commit that built "
+        f"{rec['image_tag']}, then sparkdeploy images push {shlex.quote(image)} --to {shlex.quote(node)}"
+    )
+
+
+def missing(rec: dict[str, Any], inventory: Inventory) -> list[Missing]:
+    """What the record needs that its nodes no longer hold: its image (by image ID) and model (by commit)."""
+    try:
+        nodes = [inventory.node(n) for n in rec["nodes"]]
+    except ConfigError:
+        raise ConfigError(
+            Problem(
+                inventory.source,
+                "nodes",
+                f"deployment {rec['id']} ran on {', '.join(rec['nodes'])}, not all in this inventory",
+                f"pass the inventory it ran with: --inventory {rec.get('inventory') or 'PATH'}",
+            )
+        ) from None
+    tag, image_id = rec["image_tag"], rec.get("image_id")
+    out: list[Missing] = []
+    conns = {n.name: NodeConnection(n, inventory) for n in nodes}
+    try:
+        for o in on_nodes(nodes, lambda n: _node_facts(conns, [n], tag)[n.name]["image_id"]):
+            if not o.ok:
+                out.append(Missing(o.node.name, f"unreachable ({o.error})", "bring the node back"))
+            elif not o.value or (image_id and o.value != image_id):
+                have = f" (it has {o.value[7:19]})" if o.value else ""
+                out.append(
+                    Missing(
+                        o.node.name,
+                        f"image {tag} {str(image_id or '')[7:19]} is gone{have}",
+                        _image_fix(rec, o.node.name),
+                    )
+                )
+        commit = rec.get("model_commit")
+        if commit:
+            ref = model_ref(rec["model"], commit)
+            for p in presence(conns, nodes, inventory.cluster.hf_cache, ref):
+                if p.state != "complete" or p.commit != commit:
+                    inv = f" --inventory {shlex.quote(rec['inventory'])}" if rec.get("inventory") else ""
+                    out.append(
+                        Missing(
+                            p.node,
+                            f"model {rec['model']} at commit {commit[:12]} is not there ({p.detail})",
+                            f"sparkdeploy models pull {shlex.quote(rec['model'])} --revision {commit}{inv}",
+                        )
+                    )
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return out
+
+
+def recipe_file(rec: dict[str, Any]) -> Path:
+    """The recorded recipe text, written back under the local state (the file name is the recipe's name)."""
+    folder = paths.state_folder(FOLDER, "recipes", rec["recipe_hash"][:16])
+    path = folder / f"{rec['recipe']}.yaml"
+    path.write_text(rec["recipe_text"])
+    return path
+
+
+def rollback(
+    record_id: str | None,
+    inventory: str | None,
+    dry_run: bool,
+    deploy: Callable[..., dict[str, Any]],
+    say: Callable[[str], None],
+    **deploy_options: Any,
+) -> dict[str, Any]:
+    """Bring deployment `record_id` back. `deploy` is deploy.up.deploy (passed in: up imports this module)."""
+    rec = find(record_id)
+    inventory_arg = inventory or rec.get("inventory")
+    inv = load_inventory(inventory_arg)
+    gone = missing(rec, inv)
+    if gone:
+        raise StepFailed(
+            f"cannot roll back to deployment {rec['id']} ({rec['recipe']} / {rec['topology']}, {rec['time']}): "
+            + "; ".join(m.line() for m in gone)
+            + ". Nothing was changed."
+        )
+    say(f"rolling back to deployment {rec['id']}: {rec['recipe']} / {rec['topology']} from {rec['time']}")
+    deploy_options.setdefault("result", {})["rolled_back_to"] = rec["id"]
+    return deploy(
+        recipe=str(recipe_file(rec)),
+        topology=rec["topology"],
+        backend=rec.get("backend"),
+        inventory=inventory_arg,
+        sets=rec.get("sets") or [],
+        dry_run=dry_run,
+        **deploy_options,
+    )
