@@ -30,6 +30,7 @@ COMMANDS = {
     "recipes": "sparkdeploy.cli.recipes_cmd:recipes_group",
     "render": "sparkdeploy.cli.render_cmd:render_cmd",
     "trust": "sparkdeploy.cli.trust_cmd:trust",
+    "init": "sparkdeploy.cli.init_cmd:init",
 }
 
 
