@@ -31,6 +31,7 @@ COMMANDS = {
     "render": "sparkdeploy.cli.render_cmd:render_cmd",
     "trust": "sparkdeploy.cli.trust_cmd:trust",
     "init": "sparkdeploy.cli.init_cmd:init",
+    "setup": "sparkdeploy.cli.setup_cmd:setup",
 }
 
 
