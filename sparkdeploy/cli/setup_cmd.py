@@ -17,16 +17,22 @@ def setup():
 
     \b
       sparkdeploy setup ssh --ask-password      # this machine's key on every node; sudo and docker checked
+      sparkdeploy setup ssh --ask-password --grant-sudo   # and passwordless sudo for what sparkdeploy needs
     """
 
 
 @setup.command("ssh")
 @inventory_option
 @click.option("--login-key", metavar="PATH", help="Log in once with this key (one the nodes already accept).")
+@click.option(
+    "--grant-sudo",
+    is_flag=True,
+    help="With the password: write /etc/sudoers.d/sparkdeploy granting exactly the programs missing (visudo-checked).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be added; change nothing (no key is created either).")
 @password_options
 @json_option
-def ssh(inventory, login_key, dry_run, ask_password, password_file, as_json):
+def ssh(inventory, login_key, grant_sudo, dry_run, ask_password, password_file, as_json):
     """Put this machine's key on every node; check passwordless sudo and the docker group.
 
     \b
@@ -37,7 +43,7 @@ def ssh(inventory, login_key, dry_run, ask_password, password_file, as_json):
     sudoers line that grants it. Running it again changes nothing.
     """
     inv = load_inventory(inventory)
-    results = setup_ssh(inv, dry_run, read_password(ask_password, password_file), login_key)
+    results = setup_ssh(inv, dry_run, read_password(ask_password, password_file), login_key, grant_sudo)
     problems = [p for r in results for p in r.problems()]
     if as_json:
         emit_json({"ok": not problems, "dry_run": dry_run, "nodes": [r.to_json() for r in results]})

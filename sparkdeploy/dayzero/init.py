@@ -90,7 +90,9 @@ def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
         raise ConfigError(
             Problem(str(opts.out), "--out", "exists", "pass --force to replace it (a backup is kept) or another --out")
         )
-    probe = probe_inventory(hosts, opts.user, opts.key, known_hosts.resolve())
+    # a key that does not exist yet (`setup ssh` creates it) is only written into the inventory
+    login_key = opts.key if opts.key and Path(opts.key).expanduser().is_file() else None
+    probe = probe_inventory(hosts, opts.user, login_key, known_hosts.resolve())
     result = InitResult(hosts)
     with trusted_keys(probe, known_hosts, confirm, opts.dry_run) as (inv, keys, failures):
         result.keys, result.failures = keys, failures

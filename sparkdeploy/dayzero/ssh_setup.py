@@ -59,7 +59,7 @@ class NodeSsh:
 
     @property
     def missing_sudo(self) -> list[str]:
-        return [c for c, state in self.sudo.items() if state != "ok"]
+        return [c for c, state in self.sudo.items() if state not in ("ok", "granted")]
 
     def problems(self) -> list[str]:
         if self.error:
@@ -177,16 +177,52 @@ def _connect(
     )
 
 
+def grant_sudo(conn: NodeConnection, result: NodeSsh, password: str) -> None:
+    """Write /etc/sudoers.d/sparkdeploy granting exactly the missing programs (checked by visudo first). The
+    password goes to `sudo -S` on stdin, the sudoers text after it; neither is on a command line."""
+    paths = [result.sudo_paths[c] for c in result.missing_sudo if c in result.sudo_paths]
+    if not paths:
+        return
+    text = "# Written by `sparkdeploy setup ssh --grant-sudo`: what sparkdeploy runs as root (sudo_needs.py).\n"
+    text += sudo_needs.sudoers_line(result.user, paths) + "\n"
+    res = conn.run(["sudo", "-S", "-p", "", "bash", "-c", GRANT_SCRIPT], stdin=password + "\n" + text, check=False)
+    if res.exit_code != 0:
+        raise conn.failed(res, f"{result.node}: could not write /etc/sudoers.d/sparkdeploy (wrong password?)")
+    for c in result.missing_sudo:
+        if c in result.sudo_paths:
+            result.sudo[c] = "granted"
+
+
+GRANT_SCRIPT = r"""
+set -e
+f=$(mktemp)
+cat > "$f"
+visudo -cf "$f" >/dev/null
+install -m 0440 -o root -g root "$f" /etc/sudoers.d/sparkdeploy
+rm -f "$f"
+"""
+
+
 def setup_node(
-    node: Node, inv: Inventory, pub: str, dry_run: bool, password: str | None, login_key: str | None
+    node: Node,
+    inv: Inventory,
+    pub: str,
+    dry_run: bool,
+    password: str | None,
+    login_key: str | None,
+    sudo: bool = False,
 ) -> NodeSsh:
     conn, how = _connect(node, inv, key_paths(inv)[node.name].is_file(), password, login_key)
     with conn:
         args = ["bash", "-c", SCRIPT, "setup-ssh", "1" if dry_run else "0", *sudo_needs.commands()]
         res = conn.run(args, stdin=(pub or "ssh-ed25519 WOULD-BE-CREATED") + "\n", check=False, timeout=60)
-    if res.exit_code != 0:
-        raise conn.failed(res)
-    result = parse(node.name, res.stdout)
+        if res.exit_code != 0:
+            raise conn.failed(res)
+        result = parse(node.name, res.stdout)
+        if sudo and result.missing_sudo and not dry_run:
+            if password is None:
+                raise StepFailed(f"{node.name}: --grant-sudo needs the password (--ask-password or --password-file)")
+            grant_sudo(conn, result, password)
     result.login = how
     if result.key in ("present", "added"):
         with NodeConnection(node, inv) as fresh:  # the key alone, no password
@@ -198,10 +234,12 @@ def setup_node(
     return result
 
 
-def setup_ssh(inv: Inventory, dry_run: bool, password: str | None, login_key: str | None) -> list[NodeSsh]:
+def setup_ssh(
+    inv: Inventory, dry_run: bool, password: str | None, login_key: str | None, sudo: bool = False
+) -> list[NodeSsh]:
     paths = key_paths(inv)
     pubs = {n.name: public_key(paths[n.name], dry_run) for n in inv.nodes}
-    outcomes = on_nodes(inv.nodes, lambda n: setup_node(n, inv, pubs[n.name], dry_run, password, login_key))
+    outcomes = on_nodes(inv.nodes, lambda n: setup_node(n, inv, pubs[n.name], dry_run, password, login_key, sudo))
     results = []
     for o in outcomes:
         if o.ok:
