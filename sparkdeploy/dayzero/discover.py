@@ -43,6 +43,7 @@ sec machine_id cat /etc/machine-id
 sec hostname hostname
 sec gpu nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 sec addr ip -j addr show
+sec links ip -d -j link show
 rdma_sys() {
   for d in /sys/class/infiniband/*; do
     [ -d "$d" ] || continue
@@ -122,6 +123,7 @@ class NodeFacts:
     mgmt_iface: str = ""  # the interface holding `host`
     addresses: dict[str, list[str]] = field(default_factory=dict)  # every interface's IPv4 "ip/prefix"
     simulated: list[str] = field(default_factory=list)  # gpu, rdma, link-speed: stand-ins answered
+    max_mtu: dict[str, int] = field(default_factory=dict)  # the largest MTU each interface takes
 
     @property
     def gb10(self) -> bool:
@@ -154,6 +156,18 @@ def _port_key(name: str) -> tuple[str, int] | None:
 def _hca_order(hca: str) -> tuple[int, str]:
     m = HCA_NAME.match(hca)
     return (int(m.group("domain") or 0) if m else 0, hca)
+
+
+def _max_mtu(sec: Section | None) -> dict[str, int]:
+    try:
+        rows = json.loads(sec.out) if sec is not None and sec.rc == 0 and sec.out.strip() else []
+    except ValueError:
+        return {}
+    return {
+        str(r["ifname"]): int(r["max_mtu"])
+        for r in rows
+        if isinstance(r, dict) and r.get("ifname") and isinstance(r.get("max_mtu"), int)
+    }
 
 
 def _hca_netdevs(secs: dict[str, Section]) -> tuple[dict[str, str], bool]:
@@ -204,6 +218,7 @@ def parse(host: str, secs: dict[str, Section], host_key: str = "") -> NodeFacts:
         f.addresses[ifname] = v4
         if any(a.split("/")[0] == host for a in v4):
             f.mgmt_iface = ifname
+    f.max_mtu = _max_mtu(secs.get("links"))
     hca_net, rdma_simulated = _hca_netdevs(secs)
     if rdma_simulated:
         f.simulated.append("rdma")
