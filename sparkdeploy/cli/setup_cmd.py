@@ -6,6 +6,7 @@ import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
 from sparkdeploy.cli.init_cmd import password_options, read_password
+from sparkdeploy.dayzero.network_setup import ROLLBACK_S, problems, restore_network, setup_network
 from sparkdeploy.dayzero.ssh_setup import setup_ssh
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import load_inventory
@@ -18,6 +19,7 @@ def setup():
     \b
       sparkdeploy setup ssh --ask-password      # this machine's key on every node; sudo and docker checked
       sparkdeploy setup ssh --ask-password --grant-sudo   # and passwordless sudo for what sparkdeploy needs
+      sparkdeploy setup network --dry-run       # the ConnectX-7 link's netplan file on every node, MTU 9000
     """
 
 
@@ -61,6 +63,60 @@ def ssh(inventory, login_key, grant_sudo, dry_run, ask_password, password_file, 
             click.echo(f"FAILED {p}")
     if problems:
         raise StepFailed("setup ssh: fix the lines above and run it again")
+
+
+@setup.command("network")
+@inventory_option
+@click.option("--dry-run", is_flag=True, help="Show each node's file (and the diff of a file it would replace).")
+@click.option(
+    "--replace", is_flag=True, help="Take over a netplan file sparkdeploy did not write (kept for --restore)."
+)
+@click.option("--restore", is_flag=True, help="Put back the netplan files as they were before sparkdeploy's.")
+@click.option(
+    "--rollback-after",
+    type=click.IntRange(15, 600),
+    default=ROLLBACK_S,
+    show_default=True,
+    help="Seconds after which a node undoes a change this command could not confirm over a new connection.",
+)
+@json_option
+def network(inventory, dry_run, replace, restore, rollback_after, as_json):
+    """Configure the ConnectX-7 fabric on every node (netplan, MTU 9000), safely, then verify it.
+
+    \b
+    The file (/etc/netplan/40-sparkdeploy-fabric.yaml) comes from the inventory: each node's fabric_ifaces and
+    fabric_ip (a second interface gets the next subnet), dhcp off, MTU 9000 also on the port's twin name;
+    netplan renders for NetworkManager where it owns the ports. Bad input (an interface the node lacks, a
+    subnet that overlaps another network, an address in use, an MTU the port refuses) changes nothing.
+    A netplan file sparkdeploy did not write that configures these ports stops it with the diff (--replace).
+    Each node starts its own rollback timer before applying and undoes the change unless this command
+    confirms it from a NEW SSH connection (a change that cuts the management network undoes itself).
+    Then: don't-fragment pings at the MTU between every pair, RDMA devices up, the RoCE v2 GID index.
+    """
+    inv = load_inventory(inventory)
+    if restore:
+        results = restore_network(inv, dry_run)
+    else:
+        results = setup_network(inv, dry_run=dry_run, replace=replace, rollback_s=rollback_after)
+    found = problems(results)
+    if as_json:
+        emit_json({"ok": not found, "dry_run": dry_run, "nodes": [r.to_json() for r in results]})
+    else:
+        for r in results:
+            sim = " (applied by the lab's stand-in for systemd-networkd: SIMULATED)" if r.standin else ""
+            pings = ", ".join(f"{peer} {state}" for peer, state in r.pings.items())
+            extra = f"; DF pings at MTU 9000: {pings}" if pings else ""
+            extra += f"; RoCE v2 GID index {r.gid_index}" if r.gid_index is not None else ""
+            click.echo(f"{r.node}: {r.state}{sim}{extra}")
+            if dry_run and r.text:
+                click.echo(f"--- {r.node}: /etc/netplan/40-sparkdeploy-fabric.yaml ---")
+                click.echo(r.text, nl=False)
+            if r.foreign:
+                click.echo(r.diffs(), nl=False)
+        for line in found:
+            click.echo(f"FAILED {line}")
+    if found:
+        raise StepFailed("setup network: fix the lines above and run it again")
 
 
 __all__ = ["setup"]

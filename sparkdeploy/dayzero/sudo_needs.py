@@ -16,7 +16,11 @@ class SudoNeed:
 
 
 NEEDS: tuple[SudoNeed, ...] = (
-    SudoNeed("python3", "images push --from reads the source node's layer store (nodeside/store_reader.py)"),
+    SudoNeed(
+        "python3",
+        "images push --from reads the source node's layer store (nodeside/store_reader.py); setup network writes "
+        "and applies /etc/netplan under a rollback timer (nodeside/netguard.py)",
+    ),
 )
 
 

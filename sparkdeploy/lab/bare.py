@@ -51,8 +51,13 @@ def write_notes(spec: LabSpec, hub_endpoint: str) -> Path:
         "password_file": str(password_path(spec)),
         "fabric_subnet": spec.fabric_subnet,
         "fabric_ifaces": {n.name: spec.fabric_iface_for(n.name) for n in spec.node_specs()},
-        "hf_endpoint": hub_endpoint,
         "simulated": ["gpu", "rdma", "link-speed", "networkd"],
+        # what the lab adds to the inventory `init` writes: the SIMULATED engine, its model hub, its secrets
+        "lab_cluster": {
+            "image_override": "vllm-sim",
+            "hf_endpoint": hub_endpoint,
+            "secrets_file": str(spec.directory / "secrets.env"),
+        },
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
