@@ -235,7 +235,14 @@ def setup_network(
     results = {name: p.result for name, p in prepared.items()}
     todo = []
     for p in prepared.values():
-        if p.result.foreign and not replace:
+        waiting = p.inspect.get("pending") or {}
+        if waiting and waiting.get("deadline", 0) > time.time():
+            p.result.state = "refused"
+            p.result.detail = (
+                f"an earlier change waits for its confirmation and is undone by the node within "
+                f"{waiting['deadline'] - time.time():.0f} s (fix: run setup network again after that)"
+            )
+        elif p.result.foreign and not replace:
             p.result.state = "refused"
             p.result.detail = (
                 f"{', '.join(sorted(p.result.foreign))} configures the fabric and was not written by sparkdeploy "
