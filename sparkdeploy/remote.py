@@ -181,6 +181,9 @@ class NodeConnection:
         self._open_lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(MAX_PARALLEL_COMMANDS)
         self.lost = False  # the connection died during a command or a write (the node went away mid-run)
+        # Day zero only (`init`, `setup ssh` on a node that takes nothing but a password yet): set by the caller,
+        # held in memory, handed to paramiko; never on a command line or in a message.
+        self.password: str | None = None
 
     # -- connection ----------------------------------------------------------------------------------
     @property
@@ -195,6 +198,8 @@ class NodeConnection:
         connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if ssh.key:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
+        if self.password is not None:
+            connect_kwargs["password"] = self.password
         conn = Connection(
             self.node.mgmt_ip,
             user=ssh.user,

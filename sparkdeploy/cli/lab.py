@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -9,10 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, json_option
+from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import lifecycle
+from sparkdeploy.lab import network as lab_network
 from sparkdeploy.lab import nodestatus as lab_status
 from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
 
+BARE_NAME = "bare"
 name_option = click.option(
     "--name", default=DEFAULT_NAME, show_default=True, help="Lab name: several labs can coexist on their own subnets."
 )
@@ -25,10 +30,18 @@ def _spec(
     fabric_subnet: str | None = None,
     images: str = ",".join(DEFAULT_IMAGES),
     seed: bool = False,
+    bare: bool = False,
 ) -> LabSpec:
     subnets: dict[str, Any] = {k: v for k, v in (("mgmt_subnet", subnet), ("fabric_subnet", fabric_subnet)) if v}
+    if bare and not subnets:  # beside the default lab (which SPARKDEPLOY_LAB_SUBNETS may have moved): free ones
+        subnets = dict(zip(("mgmt_subnet", "fabric_subnet"), lab_network.free_subnets(docker_client()), strict=True))
     return LabSpec(
-        name=name, nodes=nodes, images=tuple(i.strip() for i in images.split(",") if i.strip()), seed=seed, **subnets
+        name=name,
+        nodes=nodes,
+        images=tuple(i.strip() for i in images.split(",") if i.strip()),
+        seed=seed,
+        bare=bare,
+        **subnets,
     )
 
 
@@ -86,8 +99,15 @@ def lab():
     help="Push the engine images to the first node only, then copy its image store into the other empty "
     "nodes (lab setup: skips a docker load per node; every node's image ID is still checked).",
 )
+@click.option(
+    "--bare",
+    is_flag=True,
+    help="Nodes as a new pair of Sparks arrives (lab name `bare` unless --name): password login only, the fabric "
+    "link up without addresses at MTU 1500, interface names differing per node, netplan.io; no inventory "
+    "(run `sparkdeploy init`), no preloaded images.",
+)
 @json_option
-def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, as_json):
+def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, bare, as_json):
     """Create or repair the lab (idempotent) and write its inventory.
 
     \b
@@ -95,8 +115,11 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
       sparkdeploy lab up                      two nodes, engine images preloaded
       sparkdeploy lab up --no-preload         two nodes; `run-recipe` pushes what it needs
       sparkdeploy lab up --nodes 4 --name lab4 --seed   four nodes beside the default lab
+      sparkdeploy lab up --bare               two new Sparks: start day zero with `sparkdeploy init`
     """
-    spec = _spec(name, nodes, subnet, fabric_subnet, "" if no_preload else images, seed)
+    if bare and name == DEFAULT_NAME:
+        name = BARE_NAME
+    spec = _spec(name, nodes, subnet, fabric_subnet, "" if (no_preload or bare) else images, seed, bare)
     result = lifecycle.up(spec, rebuild=rebuild)
     if as_json:
         emit_json(
@@ -125,6 +148,16 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
                 f"already on {', '.join(item.present) or 'none'}"
             )
     click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
+    if spec.bare:
+        notes = json.loads(Path(result.inventory).read_text())
+        hosts = ", ".join(notes["hosts"])
+        click.echo(f"bare nodes: {hosts} (user {notes['user']}; password in {notes['password_file']})")
+        click.echo(
+            f"next: sparkdeploy init --hosts {','.join(notes['hosts'])} --user {notes['user']} "
+            f"--password-file {notes['password_file']} --fabric-subnet {notes['fabric_subnet']}"
+        )
+        click.echo("GPU, RDMA and link speed on these nodes are SIMULATED; so is systemd-networkd (netplan's backend).")
+        return
     hint = "--inventory lab" if spec.name == DEFAULT_NAME else f"--inventory {result.inventory}"
     click.echo(f"inventory: {result.inventory}   (deploy with {hint})")
     click.echo("GPU, RDMA and link speed on these nodes are SIMULATED.")

@@ -32,6 +32,8 @@ COMMANDS = {
     "trust": "sparkdeploy.cli.trust_cmd:trust",
     "history": "sparkdeploy.cli.history_cmd:history",
     "rollback": "sparkdeploy.cli.history_cmd:rollback",
+    "init": "sparkdeploy.cli.init_cmd:init",
+    "setup": "sparkdeploy.cli.setup_cmd:setup",
 }
 
 

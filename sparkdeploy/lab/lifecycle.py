@@ -24,7 +24,7 @@ from rich.markup import escape
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client
-from sparkdeploy.lab import engine_images, hub, keys, network, nodes, seed
+from sparkdeploy.lab import bare, engine_images, hub, keys, network, nodes, seed
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
@@ -72,14 +72,14 @@ class UpResult:
 # -- up ------------------------------------------------------------------------------------------------------
 
 
-def _lab_images(client, rebuild: bool) -> str:
+def _lab_images(client, rebuild: bool, image: str = NODE_IMAGE) -> str:
     from sparkdeploy.images.build import ensure_image
 
     if rebuild:
         with _step("rebuilding debian-base (debootstrap, about a minute)"):
             ensure_image("debian-base", client, progress=_say, force=True)
-    with _step("lab-node image (built once, then reused)"):
-        return ensure_image(NODE_IMAGE, client, progress=_say, force=rebuild)
+    with _step(f"{image} image (built once, then reused)"):
+        return ensure_image(image, client, progress=_say, force=rebuild)
 
 
 def _prune_replaced_lab_images(client, current_tag: str) -> None:
@@ -191,7 +191,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     if rebuild:
         for container in nodes.list_containers(client, spec):
             container.remove(force=True)
-    image_tag = _lab_images(client, rebuild)
+    image_tag = _lab_images(client, rebuild, spec.node_image)
     image_id = client.images.get(image_tag).id
     mark = _phase_timer(t0)
     phases = {"lab images": mark()}
@@ -218,8 +218,14 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
             nodes.wait_ready(containers[node.name], node)
     phases["boot"] = mark()
 
-    keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     secrets_path = ensure_secrets(spec)
+    if spec.bare:  # no inventory, no known_hosts: `sparkdeploy init` makes them, as on new Sparks
+        hub.ensure(client, spec, image_tag, secrets_path, _say)
+        result.inventory = str(bare.write_notes(spec, hub.endpoint(spec)))
+        result.nodes, result.seconds = status(spec, client), time.monotonic() - t0
+        result.phases = {k: round(v, 1) for k, v in {**phases, "hub": mark()}.items()}
+        return result
+    keys.write_known_hosts(spec.directory, [(n.mgmt_ip, host_keys[n.name]) for n in spec.node_specs()])
     write_inventory(spec)
     hub.ensure(client, spec, image_tag, secrets_path, _say)
     phases["hub"] = mark()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import docker
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.lab.bare import PASSWORD_IN_NODE, password
 from sparkdeploy.lab.keys import KeyPair
 from sparkdeploy.lab.spec import CONFIG_LABEL, NODE_LABEL, LabSpec, NodeSpec
 
@@ -49,14 +50,17 @@ class NodePlan:
     client_key: KeyPair
 
     def environment(self, spec: LabSpec) -> dict[str, str]:
-        return {
+        env = {
             "SPARKDEPLOY_LAB": spec.name,
             "SPARKDEPLOY_LAB_NODE": self.node.name,
             "SPARKDEPLOY_LAB_MGMT_IP": self.node.mgmt_ip,
             "SPARKDEPLOY_LAB_FABRIC_IP": self.node.fabric_ip,
-            "SPARKDEPLOY_LAB_FABRIC_IFACE": spec.fabric_iface,
+            "SPARKDEPLOY_LAB_FABRIC_IFACE": spec.fabric_iface_for(self.node.name),
             "SPARKDEPLOY_LAB_HCAS": ",".join(spec.hcas),
         }
+        if spec.bare:  # lab-bare-init renames and empties the link itself: lab-node-init must not look for the IP
+            env.update({"SPARKDEPLOY_LAB_FABRIC_IP": "", "SPARKDEPLOY_LAB_BARE": "1"})
+        return env
 
     def config_hash(self, spec: LabSpec) -> str:
         data = {
@@ -122,6 +126,13 @@ def install_keys(container, plan: NodePlan) -> None:
         raise StepFailed(f"could not install SSH keys into {container.name}")
 
 
+def install_password(container, spec: LabSpec) -> None:
+    """A bare node's password, root-only, read once by lab-bare-init through chpasswd (never a command line)."""
+    archive = _tar(files=[(PASSWORD_IN_NODE, password(spec).encode(), 0o600, 0)], dirs=[])
+    if not container.put_archive("/", archive):
+        raise StepFailed(f"could not install the password into {container.name}")
+
+
 def _read_file(container, path: str) -> bytes | None:
     try:
         stream, _ = container.get_archive("/" + path)
@@ -175,6 +186,8 @@ def create(client, spec: LabSpec, plan: NodePlan):
         api.connect_container_to_network(created["Id"], spec.fabric_network, ipv4_address=node.fabric_ip)
         container = client.containers.get(created["Id"])
         install_keys(container, plan)
+        if spec.bare:
+            install_password(container, spec)
     except BaseException:  # half-made (no fabric link, no keys): never leave it for a later run to reuse
         api.remove_container(created["Id"], force=True)
         raise

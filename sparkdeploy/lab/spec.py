@@ -27,12 +27,14 @@ DEFAULT_MGMT_SUBNET = "172.30.77.0/24"
 DEFAULT_FABRIC_SUBNET = "172.30.78.0/24"
 DEFAULT_IMAGES = ("vllm-sim", "litellm-proxy")
 NODE_IMAGE = "lab-node"
+BARE_NODE_IMAGE = "lab-node-bare"  # `lab up --bare`: nodes as a new pair arrives (images/lab-node-bare)
 FIRST_HOST = 11  # spark1 is .11, spark2 .12, ...: away from the gateway (.1) and easy to read
 
 # A DGX Spark's ConnectX-7 port as the OS names it, and the two RoCE "twins" of that port.
 FABRIC_IFACE = "enp1s0f1np1"
 HCAS = ("rocep1s0f1", "roceP2p1s0f1")
 ROCE_V2_GID_INDEX = 3  # show_gids: 0/1 link-local v1/v2, 2/3 the fabric IPv4 v1/v2
+BARE_TWIN_IFACE = "enP2p1s0f1np1"  # the same port's other name: a bare lab's even nodes show it (names differ)
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
@@ -77,6 +79,7 @@ class LabSpec:
     fabric_iface: str = FABRIC_IFACE
     hcas: tuple[str, ...] = field(default=HCAS)
     seed: bool = False  # fill fresh nodes after the first by copying its image store (lab/seed.py)
+    bare: bool = False  # `lab up --bare`: password login, no fabric address, MTU 1500, netplan.io (lab/bare.py)
 
     def __post_init__(self) -> None:
         problems = []
@@ -112,6 +115,15 @@ class LabSpec:
         if problems:
             raise ConfigError(problems)
         object.__setattr__(self, "images", tuple(self.images))
+
+    @property
+    def node_image(self) -> str:
+        return BARE_NODE_IMAGE if self.bare else NODE_IMAGE
+
+    def fabric_iface_for(self, node: str) -> str:
+        """The fabric interface's name on `node`: a bare lab's even nodes (spark2, ...) use the twin name."""
+        index = int(node.removeprefix("spark") or 1) - 1 if node.removeprefix("spark").isdigit() else 0
+        return BARE_TWIN_IFACE if self.bare and index % 2 == 1 else self.fabric_iface
 
     # -- names of everything the lab creates -------------------------------------------------------------
     @property

@@ -33,9 +33,15 @@ PROGRAMS = {
     "push-source": "source",
     "relay": "relay",
     "store-reader": "store_reader",
+    "netguard": "netguard",
 }
 # The programs shipped together: `images push --from`'s source starts the others from its own archive.
-BUNDLES = {"models": ("models",), "hub": ("hub_client",), "push": ("source", "relay", "store_reader")}
+BUNDLES = {
+    "models": ("models",),
+    "hub": ("hub_client",),
+    "push": ("source", "relay", "store_reader"),
+    "network": ("netguard",),  # `setup network`: applied under a node-side rollback timer
+}
 ALWAYS = ("__init__", "__main__", "ship")  # what runs a program of any bundle
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 ROOT_MAIN = "import sys\nfrom nodeside.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"

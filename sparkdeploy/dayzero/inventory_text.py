@@ -1,0 +1,83 @@
+"""The inventory `init` writes: the data dumped by the YAML serializer, with comments added deliberately.
+
+Each block (cluster, each node) is dumped by yaml.safe_dump, so every value is quoted as YAML needs; the
+comments are our own sentences, and the values in them that come from a node (its hostname, its GPU's name) are
+cut to printable characters first, so nothing a node says can add a line to the file. The text is loaded back
+and checked against the schema before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import yaml
+
+from sparkdeploy.dayzero.discover import Port
+from sparkdeploy.dayzero.plan import FABRIC_MTU, InitPlan
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.inventory import Inventory
+
+PRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+def _clean(text: str, limit: int = 80) -> str:
+    return PRINTABLE.sub("?", text)[:limit]
+
+
+def _port_words(p: Port) -> str:
+    state = "up" if p.up else "down"
+    speed = f" {p.speed_mbps // 1000} Gb/s" if p.up and p.speed_mbps else ""
+    mtu = f" MTU {p.mtu}" if p.mtu else ""
+    addrs = f" {', '.join(p.addresses)}" if p.addresses else " no address"
+    return _clean(f"{'/'.join(p.names)} ({', '.join(p.hcas) or 'no RDMA device'}) {state}{speed}{mtu}{addrs}", 160)
+
+
+def node_comments(result: InitPlan, index: int) -> list[str]:
+    d = result.drafts[index]
+    f = d.facts
+    sim = f" SIMULATED ({', '.join(f.simulated)}: lab stand-ins)" if f.simulated else ""
+    gpu = ", ".join(f.gpus) or f.gpu_error or "no GPU"
+    lines = [
+        f"{d.name}: hostname {_clean(f.hostname) or '?'}, GPU {_clean(gpu)}"
+        + (f" (driver {_clean(f.driver, 20)})" if f.driver else "")
+        + sim,
+        f"  SSH host key {f.host_key}" + (f", machine-id {_clean(f.machine_id, 12)}..." if f.machine_id else ""),
+    ]
+    lines += [f"  ConnectX-7 port {p.key}: {_port_words(p)}" for p in f.ports]
+    if d.proposed:
+        lines.append("  fabric_ip is PROPOSED (the link has no address yet): `sparkdeploy setup network` sets it")
+    if d.ports and any((p.mtu or 0) < FABRIC_MTU for p in d.ports):
+        lines.append(f"  MTU below {FABRIC_MTU} on the fabric port: `sparkdeploy setup network` sets {FABRIC_MTU}")
+    if d.ports and d.ports[0].gid_index is None:
+        lines.append("  gid_index unknown until the port has its address: run `sparkdeploy init` again after setup")
+    return lines
+
+
+def render(result: InitPlan, data: dict, hosts: list[str]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out = [
+        f"# Written by `sparkdeploy init --hosts {','.join(hosts)}` on {when}. Edit freely: sparkdeploy checks it",
+        "# on every command. The first node is the head (it runs the API proxy and rank 0).",
+    ]
+    if any(d.facts.simulated for d in result.drafts):
+        out.append("# The GPUs, RDMA devices and link speeds below are SIMULATED (the sparkdeploy lab's stand-ins).")
+    if result.subnet:
+        fabric = "direct cable" if len(result.drafts) == 2 else ("switch" if len(result.drafts) > 2 else "solo")
+        out.append(f"# Fabric: {result.subnet} over the ConnectX-7 ports ({fabric}).")
+    out.append(yaml.safe_dump({"cluster": data["cluster"]}, sort_keys=False).rstrip())
+    out.append("nodes:")
+    for i, node in enumerate(data["nodes"]):
+        out += ["  # " + line for line in node_comments(result, i)]
+        block = yaml.safe_dump([node], sort_keys=False).rstrip()
+        out += ["  " + line for line in block.splitlines()]
+    text = "\n".join(out) + "\n"
+    check(text, data)
+    return text
+
+
+def check(text: str, data: dict) -> None:
+    """The text loads back to the same data, and the data is a valid inventory."""
+    if yaml.safe_load(text) != data:
+        raise StepFailed("init: the inventory text does not load back to its data (a bug: please report it)")
+    Inventory.model_validate(data)
