@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sparkdeploy.bench.reference import seed_reference
-from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
+from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
@@ -159,7 +159,7 @@ def _interp(points: dict[int, float], n: int) -> tuple[float, str]:
     return points[lo] + t * (points[hi] - points[lo]), f"interpolated between c{lo} and c{hi}"
 
 
-def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int) -> list[Estimate]:
+def estimates(results: list[BenchResult], n: int, prompt_tokens: int, gen_tokens: int) -> list[Estimate]:
     out = []
     for variant in sorted({r.variant for r in results}):
         rs = [r for r in results if r.variant == variant and all(m in r.metrics for m in METRICS)]
@@ -177,7 +177,7 @@ def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int
     return out
 
 
-def engines_of(results: list[Result]) -> dict[str, int]:
+def engines_of(results: list[BenchResult]) -> dict[str, int]:
     """Engines behind each variant's endpoint, from the results' metadata (the proxy's backends), else the
     two-node seeds' (2xsolo: 2)."""
     out: dict[str, int] = {}
@@ -191,13 +191,13 @@ def engines_of(results: list[Result]) -> dict[str, int]:
     return out
 
 
-def nodes_of(results: list[Result]) -> int:
+def nodes_of(results: list[BenchResult]) -> int:
     return max([len(r.metadata.get("nodes") or []) for r in results] + [2])
 
 
 def _measured(
     results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int, gen_tokens: int
-) -> tuple[list[Result] | None, dict | str]:
+) -> tuple[list[BenchResult] | None, dict | str]:
     """(results, source) of the user's own measurements closest to the shape asked about, or (None, why they
     cannot answer), so the fallback to the seeds can say why."""
     asked = [str(d) for d in results_dirs or []]

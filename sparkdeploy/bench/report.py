@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.bench.reference import Reference, reference_for
-from sparkdeploy.bench.store import METRICS, MetricDef, Result, Stat, variant_label, variant_sort_key, write_json_atomic
+from sparkdeploy.bench.store import (
+    METRICS,
+    BenchResult,
+    MetricDef,
+    Stat,
+    variant_label,
+    variant_sort_key,
+    write_json_atomic,
+)
 from sparkdeploy.simulated import LABEL as SIMULATED
 from sparkdeploy.simulated import NOTE as SIMULATED_NOTE
 from sparkdeploy.simulated import any_simulated, tag
@@ -92,7 +100,7 @@ class Table:
         return [self.cells[(variant, c)].mean if (variant, c) in self.cells else None for c in self.concurrency]
 
 
-def build_table(metric_key: str, results: list[Result]) -> Table:
+def build_table(metric_key: str, results: list[BenchResult]) -> Table:
     cells, runs = {}, {}
     for r in results:
         if metric_key in r.metrics:
@@ -191,7 +199,7 @@ class Group:
     recipe: str
     pp: int
     tg: int
-    results: list[Result]
+    results: list[BenchResult]
     tables: dict[str, Table]
     reference: Reference | None
     agreement: dict[str, Any] | None
@@ -246,7 +254,7 @@ class Group:
         return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out, "simulated": self.simulated}
 
 
-def group_results(results: list[Result]) -> list[Group]:
+def group_results(results: list[BenchResult]) -> list[Group]:
     keys = sorted({(r.recipe, r.pp, r.tg) for r in results})
     groups = []
     for recipe, pp, tg in keys:
@@ -569,7 +577,9 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
     return out
 
 
-def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None = None, charts: bool = True) -> dict:
+def write_report(
+    results: list[BenchResult], out_dir: Path, skipped: list[str] | None = None, charts: bool = True
+) -> dict:
     """Write report.md, report.json and the PNG charts into out_dir; return the report as JSON."""
     skipped = list(skipped or [])
     groups = group_results(results)

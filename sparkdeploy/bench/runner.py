@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy.bench.store import Result, metrics_from_llama_benchy, save_result, variant_of
+from sparkdeploy.bench.store import BenchResult, metrics_from_llama_benchy, save_result, variant_of
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 
 LLAMA_BENCHY_VERSION = "0.4.0"
@@ -283,7 +283,7 @@ def run_cell(
     out_dir: Path,
     on_progress: ProgressFn | None = None,
     extra_metadata: dict | None = None,
-) -> Result:
+) -> BenchResult:
     """Run llama-benchy for one concurrency level and store the result in out_dir; return it."""
     version = installed_llama_benchy()
     tokenizer = find_tokenizer(settings.tokenizer)
@@ -382,7 +382,7 @@ def run_cell(
     from sparkdeploy import __version__
 
     md["sparkdeploy_version"] = __version__
-    result = Result(
+    result = BenchResult(
         recipe=endpoint.recipe,
         variant=endpoint.variant,
         pp=settings.pp,
@@ -403,9 +403,9 @@ def run_levels(
     settings: BenchSettings,
     levels: list[int],
     out_dir: Path,
-    on_cell: Callable[[int, Result], None] | None = None,
+    on_cell: Callable[[int, BenchResult], None] | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
-) -> list[Result]:
+) -> list[BenchResult]:
     """Every concurrency level in turn, one result file each."""
     results = []
     for c in levels:

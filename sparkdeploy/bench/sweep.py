@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
-from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
+from sparkdeploy.bench.store import BenchResult, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
@@ -111,7 +111,7 @@ class Reporter(Protocol):
     def deployed(self, spec: TopologySpec, endpoint: Endpoint, seconds: float) -> None: ...
     def cell_start(self, variant: str, concurrency: int) -> None: ...
     def cell_progress(self, variant: str, concurrency: int, done: int, total: int) -> None: ...
-    def cell_done(self, variant: str, concurrency: int, result: Result, seconds: float) -> None: ...
+    def cell_done(self, variant: str, concurrency: int, result: BenchResult, seconds: float) -> None: ...
     def failed(self, variant: str, concurrency: int | None, message: str) -> None: ...
     def finish(self, summary: SweepSummary) -> None: ...
 
@@ -198,7 +198,7 @@ def _error_text(exc: Exception) -> str:
 
 
 DeployFn = Callable[[str, "str | None"], Endpoint]
-BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], Result]
+BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], BenchResult]
 
 
 def make_plan(
@@ -318,7 +318,7 @@ def run_sweep(
 # ---------------------------------------------------------------- reporters
 
 
-def cell_line(variant: str, c: int, result: Result, seconds: float) -> str:
+def cell_line(variant: str, c: int, result: BenchResult, seconds: float) -> str:
     figures = figures_line(result.metrics, is_simulated(result.metadata))
     return f"[{variant_label(variant)}] c{c}: {figures} ({seconds:.0f}s)"
 
