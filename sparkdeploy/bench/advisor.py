@@ -70,7 +70,7 @@ class Estimate:
 
 
 @dataclass
-class Advice:
+class TopologyAdvice:
     concurrency: int
     prompt_tokens: int
     gen_tokens: int
@@ -322,7 +322,7 @@ def advise(
     results_dirs: list[str] | None = None,
     recipes_dir: str | None = None,
     inventory: str | None = None,
-) -> Advice:
+) -> TopologyAdvice:
     if concurrency < 1 or prompt_tokens < 1 or gen_tokens < 1:
         raise ConfigError(Problem("advise", "", "concurrency, prompt and generated tokens must be >= 1", ""))
     if objective not in OBJECTIVES:
@@ -374,7 +374,7 @@ def advise(
             )
     ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
-    advice = Advice(
+    advice = TopologyAdvice(
         concurrency,
         prompt_tokens,
         gen_tokens,
@@ -407,7 +407,7 @@ def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b * 100:+.0f}%" if b else "n/a"
 
 
-def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]:
+def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> list[str]:
     best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
     second = ranking[1] if len(ranking) > 1 else None
     lb = a.label
@@ -507,7 +507,7 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     return reasons
 
 
-def render_text(a: Advice) -> str:
+def render_text(a: TopologyAdvice) -> str:
     j = a.to_json()
     rec = j["recommendation"]
     lines = [

@@ -104,7 +104,7 @@ def estimate_cell_s(variant: str, concurrency: int, settings: BenchSettings) -> 
 # ---------------------------------------------------------------- progress display
 
 
-class Reporter(Protocol):
+class SweepReporter(Protocol):
     def start(self, plan: SweepPlan) -> None: ...
     def topology(self, spec: TopologySpec, variant: str, todo: list[int], skipped: list[int]) -> None: ...
     def deploying(self, spec: TopologySpec) -> None: ...
@@ -236,7 +236,7 @@ def run_sweep(
     plan: SweepPlan,
     deploy: DeployFn,
     bench: BenchFn,
-    reporter: Reporter,
+    reporter: SweepReporter,
     write_report: Callable[[], dict] | None = None,
 ) -> SweepSummary:
     """Deploy and bench every topology whose levels are not all stored; return what happened. Ctrl-C stops

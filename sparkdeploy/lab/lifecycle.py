@@ -135,7 +135,7 @@ def _remove_extra_nodes(client, spec: LabSpec) -> None:
                 pass
 
 
-def _ensure_node(client, spec: LabSpec, plan: nodes.ContainerSpec, result: UpResult):
+def _ensure_node(client, spec: LabSpec, plan: nodes.LabContainerSpec, result: UpResult):
     name = plan.node.name
     container = nodes.find_container(client, spec, name)
     if container is not None and not nodes.is_current(container, spec, plan):
@@ -202,7 +202,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     result = UpResult(spec, str(spec.inventory_path), [], phases=phases)
     containers = {}
     for node in spec.node_specs():
-        plan = nodes.ContainerSpec(
+        plan = nodes.LabContainerSpec(
             node,
             image_id,
             image_tag,

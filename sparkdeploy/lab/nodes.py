@@ -37,7 +37,7 @@ READY_TIMEOUT_S = 120
 
 
 @dataclass
-class ContainerSpec:
+class LabContainerSpec:
     """Everything that decides what a node container looks like (its NodeSpec plus image, networks, keys)."""
 
     node: NodeSpec
@@ -102,7 +102,7 @@ def _tar(files: list[tuple[str, bytes, int, int]], dirs: list[tuple[str, int, in
     return buf.getvalue()
 
 
-def install_keys(container, plan: ContainerSpec) -> None:
+def install_keys(container, plan: LabContainerSpec) -> None:
     """Put the node's host key and the client's authorized key in place (before the first start).
 
     A root-only copy of the client key stays on the node so that `lab up` from another state folder can
@@ -143,7 +143,7 @@ def read_keys(container) -> dict[str, tuple[bytes, str]]:
     return found
 
 
-def create(client, spec: LabSpec, plan: ContainerSpec):
+def create(client, spec: LabSpec, plan: LabContainerSpec):
     """Create (not start) the node container on both networks with its fixed addresses."""
     api = client.api
     node = plan.node
@@ -181,7 +181,7 @@ def create(client, spec: LabSpec, plan: ContainerSpec):
     return container
 
 
-def is_current(container, spec: LabSpec, plan: ContainerSpec) -> bool:
+def is_current(container, spec: LabSpec, plan: LabContainerSpec) -> bool:
     """Same config hash, and still attached to the current networks at its addresses (a network deleted
     and recreated since, e.g. by a cleanup while the node was stopped, leaves a stale endpoint)."""
     if (container.labels or {}).get(CONFIG_LABEL) != plan.config_hash(spec):
