@@ -47,7 +47,7 @@ def preload() -> None:
 
 def _import_testinfra_modules() -> None:
     """testinfra's Host resolves `host.file`, `host.socket`, ... by importing the module on first access."""
-    import testinfra.modules
+    import testinfra.modules  # only preload() (doctor, push) pays for testinfra, not every importer of this module
 
     for path in sorted(set(testinfra.modules.modules.values())):
         module_name, _, _cls = path.partition(":")

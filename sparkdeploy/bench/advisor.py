@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from sparkdeploy.backend_features import refused_flags, serving_backends
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
@@ -292,8 +293,6 @@ def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple
     """The cluster backend to name when the recipe's own cannot serve every flag it passes (issue 18)."""
     if not recipe:
         return None, ""
-    from sparkdeploy.backend_features import refused_flags, serving_backends
-    from sparkdeploy.recipes import resolve
 
     try:
         resolved = resolve(recipe, "cluster", recipes_dir=recipes_dir)  # the recipe's cluster values

@@ -273,7 +273,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     """The line chart of one metric (log2 concurrency axis, stdev error bars): (matplotlib figure, the plotted
     numbers). Every concurrency level that has a point, measured or reference, has its labelled tick. A chart of
     a simulated engine says SIMULATED on the picture: a line above the plot and a watermark across it."""
-    import matplotlib
+    import matplotlib  # about 1 s to import: only charts need it, not `bench` nor `advise`
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -360,7 +360,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
 def render_chart(table: Table, path: Path, title: str, reference: Table | None = None, simulated: bool = False) -> Path:
     """chart_figure as a PNG; the plotted numbers are also stored in the PNG's text chunk `sparkdeploy-bench` as
     JSON, so the chart can be checked against the tables."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy, as in chart_figure (about 1 s)
 
     fig, data = chart_figure(table, title, reference, simulated)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +375,7 @@ def render_chart(table: Table, path: Path, title: str, reference: Table | None =
 
 def read_chart_data(path: Path) -> dict:
     """The numbers a chart was drawn from (its `sparkdeploy-bench` text chunk)."""
-    from PIL import Image
+    from PIL import Image  # about 40 ms to import: only a chart's reader needs it
 
     with Image.open(path) as img:
         return json.loads(img.text[PNG_DATA_KEY])  # type: ignore[attr-defined]  # a PNG's text chunks (PngImageFile)
@@ -403,8 +403,6 @@ def markdown_table(table: Table) -> str:
 
 
 def _nice_max(value: float) -> float:
-    import math
-
     if value <= 0:
         return 1
     mag = 10 ** math.floor(math.log10(value))
@@ -498,13 +496,13 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             png = chart_files.get(g.slug, {}).get(m)
             if png:
                 out += [f"![{heading}]({png})", ""]
-        if g.agreement:
+        if g.agreement and g.reference is not None:  # an agreement comes with its reference (group_results)
             a = g.agreement
             out += [
                 "### Winners compared with the reference",
                 "",
                 (
-                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "  # type: ignore[union-attr]  # a group with a reference
+                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
                     "measured here with the reference's winner among the same columns."
                 ),
                 "",

@@ -459,7 +459,7 @@ def push_from_node(
         raise
     for line in plan.trust:
         progress.note(f"peer SSH: {line}")
-    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}  # type: ignore[misc]  # not ok: an error
+    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed if o.error is not None}
     results.update(plan.refused)
     image = plan.image
     received = 0
@@ -473,7 +473,7 @@ def push_from_node(
             return PushResult(node.name, image.tag, image.id, "tagged", len(image.diff_ids))
 
         for o in on_nodes([p.node for p in plan.plans.values() if p.action == "tag"], tag_only):
-            results[o.node.name] = o.value if o.ok else o.error  # type: ignore[assignment]  # not ok: an error
+            results[o.node.name] = o.value if o.error is None else o.error
         if plan.edges:
             temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
             progress.note(
