@@ -104,7 +104,7 @@ def predict(opts) -> int:
             win = best(vals, key=vals.get)
             print(f"  {c:>3} " + "".join(f"{vals[v]:>17.1f}" for v in layouts) + f"   {names[win]}")
     if opts.out:
-        from sparkdeploy.bench.store import Result, Stat, save_result
+        from sparkdeploy.bench.store import BenchResult, Stat, save_result
 
         out = Path(opts.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def predict(opts) -> int:
                     "backends": [f"engine{i}" for i in range(engines)] if engines > 1 else [],
                 }
                 save_result(
-                    Result(RECIPE, variant, t.get("pp", 1024), t.get("tg", 128), p.concurrency, metrics, md), out
+                    BenchResult(RECIPE, variant, t.get("pp", 1024), t.get("tg", 128), p.concurrency, metrics, md), out
                 )
         print(
             f"\nwrote {len(LEVELS) * len(layouts)} SIMULATED results to {out}: "

@@ -311,10 +311,11 @@ def add_resources(
     session: Session, facts: dict[str, NodeFacts | Exception], names: set[str], hf_cache: str, model: str
 ) -> None:
     """Read memory, disk and the model cache on the named nodes (those where something starts)."""
-    nodes = [n for n in session.inventory.nodes if n.name in names and isinstance(facts.get(n.name), NodeFacts)]
+    have = {name: f for name, f in facts.items() if name in names and isinstance(f, NodeFacts)}
+    nodes = [n for n in session.inventory.nodes if n.name in have]
     for name, res in gather_facts(session, nodes, hf_cache=hf_cache, model=model, what="resources").items():
         if isinstance(res, NodeFacts):
-            facts[name].add_resources(res)  # type: ignore[union-attr]
+            have[name].add_resources(res)
         else:
             facts[name] = res
 

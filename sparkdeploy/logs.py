@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -141,8 +142,6 @@ class Notice:
 
 def _stream(conn: NodeConnection, argv: list[str], stop: threading.Event) -> Iterator[str]:
     """Lines of one long-running command on the node, until it ends, the channel drops or `stop` is set."""
-    import shlex
-
     transport = conn.open().client.get_transport()
     chan = transport.open_session(timeout=conn.connect_timeout)
     try:

@@ -273,6 +273,11 @@ def _other_reason(c: ContainerFact, why: str) -> str:
     return why
 
 
+def _file_step(node: str, f: FileSpec, *, kind: StepKind, change: bool, reason: str) -> Step:
+    """A phase-1 step on one rendered file (write it, or fix its mode), carrying the file and its mode."""
+    return Step(node=node, phase=1, kind=kind, target=f.name, change=change, reason=reason, file=f, mode=f.mode)
+
+
 def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
     node = nd.node
     sd = state_dir_path(facts, nd.state_dir)
@@ -354,57 +359,14 @@ def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan
     for f in nd.files:
         have_file = facts.files.get(f.name)
         if have_file is None:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.WRITE,
-                    target=f.name,
-                    change=True,
-                    reason="missing",
-                    file=f,
-                    mode=f.mode,
-                )
-            )
+            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=True, reason="missing"))
         elif have_file.sha256 != f.sha256:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.WRITE,
-                    target=f.name,
-                    change=True,
-                    reason="content differs (sha256)",
-                    file=f,
-                    mode=f.mode,
-                )
-            )
+            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=True, reason="content differs (sha256)"))
         elif have_file.mode != f.mode:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.CHMOD,
-                    target=f.name,
-                    change=True,
-                    reason=f"mode {have_file.mode:04o} -> {f.mode:04o}",
-                    file=f,
-                    mode=f.mode,
-                )
-            )
+            chmod = f"mode {have_file.mode:04o} -> {f.mode:04o}"
+            steps.append(_file_step(node.name, f, kind=StepKind.CHMOD, change=True, reason=chmod))
         else:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.WRITE,
-                    target=f.name,
-                    change=False,
-                    reason="same sha256 and mode",
-                    file=f,
-                    mode=f.mode,
-                )
-            )
+            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=False, reason="same sha256 and mode"))
     for name in old:
         if name not in names and name != MANIFEST:
             steps.append(

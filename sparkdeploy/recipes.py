@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,18 +21,22 @@ from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
-TOPOLOGIES = ("solo", "cluster", "2xsolo", "replicas")
+# Each set of names is one Literal (what the schema and mypy check) and the tuple of its values (for messages).
+TopologyName = Literal["solo", "cluster", "2xsolo", "replicas"]
+TOPOLOGIES: tuple[str, ...] = get_args(TopologyName)
 # replicas is R cluster engines behind the proxy: a recipe that lists cluster may run it, with cluster's overrides.
 MULTI_NODE_ENGINES = ("cluster", "replicas")
-BACKENDS = ("ray", "torchrun", "native")
-ROUTING_STRATEGIES = (
+BackendName = Literal["ray", "torchrun", "native"]
+BACKENDS: tuple[str, ...] = get_args(BackendName)
+RoutingStrategy = Literal[
     "simple-shuffle",
     "least-busy",
     "usage-based-routing",
     "usage-based-routing-v2",
     "latency-based-routing",
     "cost-based-routing",
-)
+]
+ROUTING_STRATEGIES: tuple[str, ...] = get_args(RoutingStrategy)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Values that belong in the secrets file, never in a recipe (recipes are shared and printed).
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY)$", re.IGNORECASE)
@@ -116,7 +120,7 @@ class VllmSettings(BaseModel):
 class LiteLLMSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    routing_strategy: Literal[ROUTING_STRATEGIES] = "simple-shuffle"  # type: ignore[valid-type]
+    routing_strategy: RoutingStrategy = "simple-shuffle"
     num_retries: Whole = Field(default=2, ge=0, le=MAX_RETRIES)
     timeout: Number = Field(default=600, gt=0, le=MAX_PROXY_SECONDS)
     allowed_fails: Whole = Field(default=3, ge=0, le=MAX_RETRIES)
@@ -165,9 +169,9 @@ class Recipe(BaseModel):
     model: str
     served_model_name: str | None = None
     image: str
-    topologies: list[Literal[TOPOLOGIES]] = Field(min_length=1)  # type: ignore[valid-type]
-    default_topology: Literal[TOPOLOGIES]  # type: ignore[valid-type]
-    cluster_backend: Literal[BACKENDS] = "ray"  # type: ignore[valid-type]
+    topologies: list[TopologyName] = Field(min_length=1)
+    default_topology: TopologyName
+    cluster_backend: BackendName = "ray"
     fits_one_node: bool = True
     weights_gb: Number | None = Field(
         default=None, gt=0, le=MAX_WEIGHTS_GB, description="weights in memory, for the fit and preflight"
@@ -178,7 +182,7 @@ class Recipe(BaseModel):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     env: dict[str, str] = Field(default_factory=dict)
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
-    overrides: dict[Literal[TOPOLOGIES], dict[str, Any]] = Field(default_factory=dict)  # type: ignore[valid-type]
+    overrides: dict[TopologyName, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("image")
     @classmethod

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import paramiko
 
@@ -188,10 +188,11 @@ class NodeConnection:
     # -- connection ----------------------------------------------------------------------------------
     @property
     def known_hosts(self) -> Path:
-        return self.inventory.local_path(self.inventory.cluster.known_hosts)  # type: ignore[return-value]
+        # cast: local_path is None only for an empty value, and known_hosts has a default (~/.ssh/known_hosts)
+        return cast(Path, self.inventory.local_path(self.inventory.cluster.known_hosts))
 
     def _fabric(self) -> Connection:
-        from fabric import Config, Connection
+        from fabric import Config, Connection  # fabric: 14 modules `up --help` and `status` skip (preload loads it)
 
         ssh = self.node.ssh
         # The TCP connect timeout goes in connect_timeout only: Fabric 3 refuses it given twice.
@@ -365,7 +366,9 @@ class NodeConnection:
         if self._sftp is None:
             self._sftp = self.open().client.open_sftp()
             # Each SFTP request waits at most this long for its answer: a node gone mid-write fails, never hangs.
-            self._sftp.get_channel().settimeout(TRANSFER_TIMEOUT_S)  # type: ignore[union-attr]  # a client just opened has its channel
+            channel = self._sftp.get_channel()
+            assert channel is not None, "a client just opened has its channel"
+            channel.settimeout(TRANSFER_TIMEOUT_S)
         return self._sftp
 
     def put(self, content: str | bytes, path: str, mode: int = 0o644) -> None:

@@ -26,7 +26,7 @@ METRIC = "vllm_sim:simulated"
 
 def is_simulated(metadata: Mapping[str, Any] | None) -> bool:
     """The one test: the metadata says simulated (None, missing or False: not labelled)."""
-    return bool(metadata) and metadata.get("simulated") is True  # type: ignore[union-attr]  # bool(metadata) checked it
+    return metadata is not None and metadata.get("simulated") is True
 
 
 def any_simulated(metadatas: Iterable[Mapping[str, Any] | None]) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.recipes import ResolvedRecipe
 
@@ -245,8 +245,6 @@ def check_env(env: dict[str, str], image: ImageDefinition) -> list[str]:
 def _images_accepting(flag: str) -> list[str]:
     """Definitions whose vLLM has `flag`: in their own dump or as a declared extra flag (simulated images
     included, since they stand in for those)."""
-    from sparkdeploy.images.definitions import definition_names, load_definition
-
     out = []
     for name in definition_names():
         d = load_definition(name)

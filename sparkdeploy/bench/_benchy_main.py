@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from llama_benchy.__main__ import main as llama_benchy_main
+
 
 def main() -> None:
     key = sys.stdin.readline().rstrip("\r\n")
@@ -18,7 +20,6 @@ def main() -> None:
         args += ["--api-key", key]
     del key
     sys.argv = ["llama-benchy", *args]
-    from llama_benchy.__main__ import main as llama_benchy_main
 
     llama_benchy_main()
 

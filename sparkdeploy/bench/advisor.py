@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from sparkdeploy.backend_features import refused_flags, serving_backends
 from sparkdeploy.bench.reference import seed_reference
-from sparkdeploy.bench.store import METRICS, Result, load_results, routing_of, variant_label
+from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
@@ -70,7 +71,7 @@ class Estimate:
 
 
 @dataclass
-class Advice:
+class TopologyAdvice:
     concurrency: int
     prompt_tokens: int
     gen_tokens: int
@@ -159,7 +160,7 @@ def _interp(points: dict[int, float], n: int) -> tuple[float, str]:
     return points[lo] + t * (points[hi] - points[lo]), f"interpolated between c{lo} and c{hi}"
 
 
-def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int) -> list[Estimate]:
+def estimates(results: list[BenchResult], n: int, prompt_tokens: int, gen_tokens: int) -> list[Estimate]:
     out = []
     for variant in sorted({r.variant for r in results}):
         rs = [r for r in results if r.variant == variant and all(m in r.metrics for m in METRICS)]
@@ -177,7 +178,7 @@ def estimates(results: list[Result], n: int, prompt_tokens: int, gen_tokens: int
     return out
 
 
-def engines_of(results: list[Result]) -> dict[str, int]:
+def engines_of(results: list[BenchResult]) -> dict[str, int]:
     """Engines behind each variant's endpoint, from the results' metadata (the proxy's backends), else the
     two-node seeds' (2xsolo: 2)."""
     out: dict[str, int] = {}
@@ -191,13 +192,13 @@ def engines_of(results: list[Result]) -> dict[str, int]:
     return out
 
 
-def nodes_of(results: list[Result]) -> int:
+def nodes_of(results: list[BenchResult]) -> int:
     return max([len(r.metadata.get("nodes") or []) for r in results] + [2])
 
 
 def _measured(
     results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int, gen_tokens: int
-) -> tuple[list[Result] | None, dict | str]:
+) -> tuple[list[BenchResult] | None, dict | str]:
     """(results, source) of the user's own measurements closest to the shape asked about, or (None, why they
     cannot answer), so the fallback to the seeds can say why."""
     asked = [str(d) for d in results_dirs or []]
@@ -292,8 +293,6 @@ def serving_backend(recipe: str | None, recipes_dir: str | None = None) -> tuple
     """The cluster backend to name when the recipe's own cannot serve every flag it passes (issue 18)."""
     if not recipe:
         return None, ""
-    from sparkdeploy.backend_features import refused_flags, serving_backends
-    from sparkdeploy.recipes import resolve
 
     try:
         resolved = resolve(recipe, "cluster", recipes_dir=recipes_dir)  # the recipe's cluster values
@@ -322,7 +321,7 @@ def advise(
     results_dirs: list[str] | None = None,
     recipes_dir: str | None = None,
     inventory: str | None = None,
-) -> Advice:
+) -> TopologyAdvice:
     if concurrency < 1 or prompt_tokens < 1 or gen_tokens < 1:
         raise ConfigError(Problem("advise", "", "concurrency, prompt and generated tokens must be >= 1", ""))
     if objective not in OBJECTIVES:
@@ -374,7 +373,7 @@ def advise(
             )
     ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
-    advice = Advice(
+    advice = TopologyAdvice(
         concurrency,
         prompt_tokens,
         gen_tokens,
@@ -407,7 +406,7 @@ def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b * 100:+.0f}%" if b else "n/a"
 
 
-def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]:
+def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> list[str]:
     best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
     second = ranking[1] if len(ranking) > 1 else None
     lb = a.label
@@ -507,7 +506,7 @@ def explain(a: Advice, recipe: str | None, recipes_dir: str | None) -> list[str]
     return reasons
 
 
-def render_text(a: Advice) -> str:
+def render_text(a: TopologyAdvice) -> str:
     j = a.to_json()
     rec = j["recommendation"]
     lines = [

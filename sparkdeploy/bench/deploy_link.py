@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sparkdeploy.bench.runner import Endpoint
+from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed
+from sparkdeploy.images import build
+from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.simulated import headers_say_simulated
 
 
 def status_json(inventory: str | None) -> dict[str, Any]:
@@ -36,8 +42,6 @@ def _engine_images(status: dict, field: str) -> dict[str, str]:
 def _running_definition(dep):
     """The image definition of the tag that runs (the lab's image_override puts vllm-sim in place of the
     recipe's image): sparkdeploy/<name>:<hash> -> <name>."""
-    from sparkdeploy.images.definitions import load_definition
-
     name = dep.image_tag.rsplit("/", 1)[-1].split(":", 1)[0]
     try:
         return load_definition(name)
@@ -55,8 +59,6 @@ def endpoint_of(
     status: dict | None = None,
 ) -> Endpoint:
     """The endpoint and metadata of a deployment (rendered locally; nothing connects anywhere but status)."""
-    from sparkdeploy.context import load_deployment
-
     dep = load_deployment(inventory, recipe, topology, backend, tuple(sets), recipes_dir)
     routing = dep.recipe.recipe.litellm.routing_strategy if dep.topology == "2xsolo" else None
     # nodes per engine (cluster: TP x PP over every node; replicas: one TP group each; solo, 2xsolo: 1)
@@ -121,9 +123,6 @@ class EngineProbe:
 
 def _request(url: str, api_key: str | None, body: dict | None, timeout: float):
     """(status, headers, JSON body or None) of one request; status 0 when nothing answered."""
-    import urllib.error
-    import urllib.request
-
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
     if body is not None:
@@ -164,8 +163,6 @@ def probe_engine(endpoint: Endpoint, timeout_s: float = 10.0) -> EngineProbe:
     """Ask the engine behind a URL its vLLM version and whether it is simulated (sparkdeploy.simulated: vllm-sim's
     X-Simulated-By header, which LiteLLM passes on). First GET /version (an engine answers it, not under /v1);
     without the marker there (a proxy has no /version), one chat completion of one token through the URL itself."""
-    from sparkdeploy.simulated import headers_say_simulated
-
     version, headers = _version(endpoint, timeout_s)
     if headers_say_simulated(headers):
         return EngineProbe(version, True, "GET /version answered with X-Simulated-By")
@@ -204,13 +201,11 @@ def api_key_from_env() -> str | None:
 def expected_image(endpoint: Endpoint) -> dict[str, str]:
     """What a stored result must have run to count as the same measurement: the image ID this machine's Docker
     engine has for the tag deploy would run (a tag can change while the image stays the same), else the tag."""
-    tag = endpoint.metadata.get("image")
+    tag = cast(str, endpoint.metadata.get("image"))  # endpoint_of always names the image
     try:
-        from sparkdeploy.images.build import docker_client
-
-        return {"image_id": docker_client().images.get(tag).id}
+        return {"image_id": build.docker_client().images.get(tag).id}
     except Exception:  # noqa: BLE001 - no engine here, or the tag is not built here: compare tags
-        return {"image": tag}  # type: ignore[dict-item]  # metadata names the image
+        return {"image": tag}
 
 
 class Deployer:

@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from sparkdeploy.bench.store import Result, Stat
+from sparkdeploy.bench.store import BenchResult, Stat
 
 SEED_FILE = "seed_gpt_oss_120b.json"
 
@@ -25,7 +25,7 @@ class Reference:
     setup: dict[str, Any]
     source: dict[str, Any]
     winner_as_published: dict[str, dict[str, str]]
-    results: list[Result]
+    results: list[BenchResult]
 
     def describe(self) -> str:
         s = self.setup
@@ -53,7 +53,7 @@ def _build(data: dict) -> Reference:
             for c, cell in by_c.items():
                 cells.setdefault((variant, int(c)), {})[metric] = Stat(float(cell["mean"]), cell.get("std"))
     results = [
-        Result(
+        BenchResult(
             recipe=data["recipe"],
             variant=v,
             pp=pp,

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.bench.reference import Reference, reference_for
-from sparkdeploy.bench.store import METRICS, MetricDef, Result, Stat, variant_label, variant_sort_key, write_json_atomic
+from sparkdeploy.bench.store import (
+    METRICS,
+    BenchResult,
+    MetricDef,
+    Stat,
+    variant_label,
+    variant_sort_key,
+    write_json_atomic,
+)
 from sparkdeploy.simulated import LABEL as SIMULATED
 from sparkdeploy.simulated import NOTE as SIMULATED_NOTE
 from sparkdeploy.simulated import any_simulated, tag
@@ -92,7 +100,7 @@ class Table:
         return [self.cells[(variant, c)].mean if (variant, c) in self.cells else None for c in self.concurrency]
 
 
-def build_table(metric_key: str, results: list[Result]) -> Table:
+def build_table(metric_key: str, results: list[BenchResult]) -> Table:
     cells, runs = {}, {}
     for r in results:
         if metric_key in r.metrics:
@@ -191,7 +199,7 @@ class Group:
     recipe: str
     pp: int
     tg: int
-    results: list[Result]
+    results: list[BenchResult]
     tables: dict[str, Table]
     reference: Reference | None
     agreement: dict[str, Any] | None
@@ -246,7 +254,7 @@ class Group:
         return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out, "simulated": self.simulated}
 
 
-def group_results(results: list[Result]) -> list[Group]:
+def group_results(results: list[BenchResult]) -> list[Group]:
     keys = sorted({(r.recipe, r.pp, r.tg) for r in results})
     groups = []
     for recipe, pp, tg in keys:
@@ -265,7 +273,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     """The line chart of one metric (log2 concurrency axis, stdev error bars): (matplotlib figure, the plotted
     numbers). Every concurrency level that has a point, measured or reference, has its labelled tick. A chart of
     a simulated engine says SIMULATED on the picture: a line above the plot and a watermark across it."""
-    import matplotlib
+    import matplotlib  # about 1 s to import: only charts need it, not `bench` nor `advise`
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -352,7 +360,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
 def render_chart(table: Table, path: Path, title: str, reference: Table | None = None, simulated: bool = False) -> Path:
     """chart_figure as a PNG; the plotted numbers are also stored in the PNG's text chunk `sparkdeploy-bench` as
     JSON, so the chart can be checked against the tables."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy, as in chart_figure (about 1 s)
 
     fig, data = chart_figure(table, title, reference, simulated)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -367,7 +375,7 @@ def render_chart(table: Table, path: Path, title: str, reference: Table | None =
 
 def read_chart_data(path: Path) -> dict:
     """The numbers a chart was drawn from (its `sparkdeploy-bench` text chunk)."""
-    from PIL import Image
+    from PIL import Image  # about 40 ms to import: only a chart's reader needs it
 
     with Image.open(path) as img:
         return json.loads(img.text[PNG_DATA_KEY])  # type: ignore[attr-defined]  # a PNG's text chunks (PngImageFile)
@@ -395,8 +403,6 @@ def markdown_table(table: Table) -> str:
 
 
 def _nice_max(value: float) -> float:
-    import math
-
     if value <= 0:
         return 1
     mag = 10 ** math.floor(math.log10(value))
@@ -490,13 +496,13 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             png = chart_files.get(g.slug, {}).get(m)
             if png:
                 out += [f"![{heading}]({png})", ""]
-        if g.agreement:
+        if g.agreement and g.reference is not None:  # an agreement comes with its reference (group_results)
             a = g.agreement
             out += [
                 "### Winners compared with the reference",
                 "",
                 (
-                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "  # type: ignore[union-attr]  # a group with a reference
+                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
                     "measured here with the reference's winner among the same columns."
                 ),
                 "",
@@ -569,7 +575,9 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
     return out
 
 
-def write_report(results: list[Result], out_dir: Path, skipped: list[str] | None = None, charts: bool = True) -> dict:
+def write_report(
+    results: list[BenchResult], out_dir: Path, skipped: list[str] | None = None, charts: bool = True
+) -> dict:
     """Write report.md, report.json and the PNG charts into out_dir; return the report as JSON."""
     skipped = list(skipped or [])
     groups = group_results(results)

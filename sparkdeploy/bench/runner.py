@@ -13,6 +13,7 @@ Offline by construction:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,11 +25,14 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy.bench.store import Result, metrics_from_llama_benchy, save_result, variant_of
+from sparkdeploy import __version__, paths
+from sparkdeploy.bench.store import BenchResult, metrics_from_llama_benchy, save_result, variant_of
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.simulated import is_simulated
 
 LLAMA_BENCHY_VERSION = "0.4.0"
 MASK = "********"
@@ -74,8 +78,6 @@ class BenchSettings:
 
 def sim_data_dir() -> Path:
     """The simulator's offline data (tokenizer and prompt corpus), owned by images/vllm-sim."""
-    from sparkdeploy import paths
-
     return paths.data_dir("images") / "vllm-sim" / "vllm_sim" / "data"
 
 
@@ -144,8 +146,6 @@ def corpus_book_url(corpus: Path) -> str:
 
 
 def installed_llama_benchy() -> str:
-    from importlib import metadata
-
     try:
         version = metadata.version("llama-benchy")
     except metadata.PackageNotFoundError:
@@ -216,8 +216,6 @@ def llama_benchy_args(
 def skips_coherence(endpoint: Endpoint, settings: BenchSettings) -> bool:
     """llama-benchy's coherence check asks for the capital of France: a simulated engine (vllm-sim) writes
     placeholder text, so the check is skipped there (and recorded as skipped)."""
-    from sparkdeploy.simulated import is_simulated
-
     return settings.skip_coherence or is_simulated(endpoint.metadata)
 
 
@@ -283,7 +281,7 @@ def run_cell(
     out_dir: Path,
     on_progress: ProgressFn | None = None,
     extra_metadata: dict | None = None,
-) -> Result:
+) -> BenchResult:
     """Run llama-benchy for one concurrency level and store the result in out_dir; return it."""
     version = installed_llama_benchy()
     tokenizer = find_tokenizer(settings.tokenizer)
@@ -316,9 +314,10 @@ def run_cell(
             env=env,
             start_new_session=True,
         )
+        assert proc.stdin is not None, "stdin=PIPE"
         try:
-            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())  # type: ignore[union-attr]  # stdin=PIPE
-            proc.stdin.close()  # type: ignore[union-attr]  # stdin=PIPE
+            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())
+            proc.stdin.close()
             while True:
                 try:
                     proc.wait(1.0)
@@ -379,10 +378,9 @@ def run_cell(
             "log": str(log_path),
         }
     )
-    from sparkdeploy import __version__
 
     md["sparkdeploy_version"] = __version__
-    result = Result(
+    result = BenchResult(
         recipe=endpoint.recipe,
         variant=endpoint.variant,
         pp=settings.pp,
@@ -403,9 +401,9 @@ def run_levels(
     settings: BenchSettings,
     levels: list[int],
     out_dir: Path,
-    on_cell: Callable[[int, Result], None] | None = None,
+    on_cell: Callable[[int, BenchResult], None] | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
-) -> list[Result]:
+) -> list[BenchResult]:
     """Every concurrency level in turn, one result file each."""
     results = []
     for c in levels:
@@ -414,7 +412,7 @@ def run_levels(
             settings,
             c,
             out_dir,
-            on_progress=(lambda d, t, c=c: on_progress(c, d, t)) if on_progress else None,  # type: ignore[misc]  # the default binds c
+            on_progress=functools.partial(on_progress, c) if on_progress else None,
         )
         results.append(r)
         if on_cell:

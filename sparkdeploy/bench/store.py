@@ -95,7 +95,7 @@ class Stat:
 
 
 @dataclass
-class Result:
+class BenchResult:
     recipe: str
     variant: str
     pp: int
@@ -132,7 +132,7 @@ class Result:
         }
 
     @classmethod
-    def from_json(cls, data: dict, path: Path | None = None) -> Result:
+    def from_json(cls, data: dict, path: Path | None = None) -> BenchResult:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a sparkdeploy bench result (schema {data.get('schema')!r})")
         return cls(
@@ -179,15 +179,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def save_result(result: Result, out_dir: Path) -> Path:
+def save_result(result: BenchResult, out_dir: Path) -> Path:
     path = result_path(out_dir, *result.key)
     write_json_atomic(path, result.to_json())
     result.path = path
     return path
 
 
-def read_result(path: Path) -> Result:
-    return Result.from_json(json.loads(Path(path).read_text()), Path(path))
+def read_result(path: Path) -> BenchResult:
+    return BenchResult.from_json(json.loads(Path(path).read_text()), Path(path))
 
 
 def stored(
@@ -199,7 +199,7 @@ def stored(
     concurrency: int,
     min_runs: int = 1,
     same: dict[str, Any] | None = None,
-) -> Result | None:
+) -> BenchResult | None:
     """The finished measurement of that cell, or None (missing, unreadable, too few runs, failed requests, or
     metadata that differs from `same`, e.g. another image: those cells are measured again)."""
     path = result_path(out_dir, recipe, variant, pp, tg, concurrency)
@@ -216,10 +216,10 @@ def stored(
     return result
 
 
-def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[Result], list[str]]:
+def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[BenchResult], list[str]]:
     """Every result file under the given folders (recursively) or files; and one line per file skipped.
     Where two files measure the same cell, the newest (by metadata date) is kept and the other one reported."""
-    found: dict[tuple, Result] = {}
+    found: dict[tuple, BenchResult] = {}
     skipped: list[str] = []
     for given in paths:
         p = Path(given)
@@ -236,7 +236,7 @@ def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[Result], list
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
                 continue  # reports, llama-benchy's own files: not ours to read
             try:
-                result = Result.from_json(data, f)
+                result = BenchResult.from_json(data, f)
             except (ValueError, KeyError, TypeError) as exc:
                 skipped.append(f"{f}: not a valid result ({exc})")
                 continue

@@ -9,6 +9,7 @@ so the resume logic is tested without a cluster.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -16,10 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
-from sparkdeploy.bench.store import Result, routing_of, stored, variant_label, variant_of
+from sparkdeploy.bench.store import BenchResult, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.recipes import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
@@ -104,14 +108,14 @@ def estimate_cell_s(variant: str, concurrency: int, settings: BenchSettings) -> 
 # ---------------------------------------------------------------- progress display
 
 
-class Reporter(Protocol):
+class SweepReporter(Protocol):
     def start(self, plan: SweepPlan) -> None: ...
     def topology(self, spec: TopologySpec, variant: str, todo: list[int], skipped: list[int]) -> None: ...
     def deploying(self, spec: TopologySpec) -> None: ...
     def deployed(self, spec: TopologySpec, endpoint: Endpoint, seconds: float) -> None: ...
     def cell_start(self, variant: str, concurrency: int) -> None: ...
     def cell_progress(self, variant: str, concurrency: int, done: int, total: int) -> None: ...
-    def cell_done(self, variant: str, concurrency: int, result: Result, seconds: float) -> None: ...
+    def cell_done(self, variant: str, concurrency: int, result: BenchResult, seconds: float) -> None: ...
     def failed(self, variant: str, concurrency: int | None, message: str) -> None: ...
     def finish(self, summary: SweepSummary) -> None: ...
 
@@ -198,7 +202,7 @@ def _error_text(exc: Exception) -> str:
 
 
 DeployFn = Callable[[str, "str | None"], Endpoint]
-BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], Result]
+BenchFn = Callable[[Endpoint, int, Callable[[int, int], None]], BenchResult]
 
 
 def make_plan(
@@ -236,7 +240,7 @@ def run_sweep(
     plan: SweepPlan,
     deploy: DeployFn,
     bench: BenchFn,
-    reporter: Reporter,
+    reporter: SweepReporter,
     write_report: Callable[[], dict] | None = None,
 ) -> SweepSummary:
     """Deploy and bench every topology whose levels are not all stored; return what happened. Ctrl-C stops
@@ -273,8 +277,7 @@ def run_sweep(
                 reporter.cell_start(variant, c)
                 tc = time.monotonic()
                 try:
-                    # bench returns before the loop moves on: the progress callback never outlives `variant`
-                    result = bench(endpoint, c, lambda d, t, c=c: reporter.cell_progress(variant, c, d, t))  # type: ignore[misc]  # noqa: B023 - the default binds c
+                    result = bench(endpoint, c, functools.partial(reporter.cell_progress, variant, c))
                 except Exception as exc:  # noqa: BLE001 - any failure of one cell: recorded, the next cell goes on
                     summary.failures.append(
                         {"variant": variant, "concurrency": c, "step": "bench", "error": _error_text(exc)}
@@ -318,7 +321,7 @@ def run_sweep(
 # ---------------------------------------------------------------- reporters
 
 
-def cell_line(variant: str, c: int, result: Result, seconds: float) -> str:
+def cell_line(variant: str, c: int, result: BenchResult, seconds: float) -> str:
     figures = figures_line(result.metrics, is_simulated(result.metadata))
     return f"[{variant_label(variant)}] c{c}: {figures} ({seconds:.0f}s)"
 
@@ -374,8 +377,6 @@ class RichReporter:
     tables' estimate of what is left, corrected by how long the measured levels took against their estimate."""
 
     def __init__(self, console=None):
-        from rich.console import Console
-
         self.console = console or Console(stderr=True)
         self.progress = None
         self.plan: SweepPlan | None = None
@@ -400,8 +401,6 @@ class RichReporter:
         return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
     def start(self, plan: SweepPlan) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.plan = plan
         self.est_left = sum(plan.estimate_s(s, plan.todo[s]) for s in plan.specs)
         self.deploys_left = sum(1 for s in plan.specs if plan.todo[s])
@@ -442,7 +441,8 @@ class RichReporter:
         self._update(f"{spec.text}: deployed")
 
     def cell_start(self, variant, c) -> None:
-        self.cell_est = estimate_cell_s(variant, c, self.plan.settings)  # type: ignore[union-attr]  # set before the cells run
+        assert self.plan is not None, "start() sets the plan before any cell runs"
+        self.cell_est = estimate_cell_s(variant, c, self.plan.settings)
         self.cell_t0 = time.monotonic()
         self._update(f"{variant_label(variant)} c{c}")
 

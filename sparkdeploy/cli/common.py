@@ -193,13 +193,13 @@ def report_error(exc: Exception) -> int:
     return getattr(exc, "exit_code", 1)
 
 
-def run_cli(command: Callable[..., Any], argv: list[str] | None = None) -> int:
+def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
     """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback."""
     from sparkdeploy.errors import SparkdeployError
 
     try:
         # Without standalone mode click returns a command's exit code (ctx.exit / Exit) instead of raising.
-        code = command.main(args=argv, standalone_mode=False)  # type: ignore[attr-defined]  # a click command
+        code = command.main(args=argv, standalone_mode=False)
         if isinstance(code, int) and not isinstance(code, bool):
             return code
     except SparkdeployError as exc:

@@ -305,29 +305,36 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
             ]
         )
     else:
-        table = Table(title=f"images push {name}", title_justify="left")
-        for col in ("node", "result", "image ID", "layers sent", "sent", "archive", "time", "note"):
-            table.add_column(col, overflow="fold")
-        for o in outcomes:
-            if o.ok:
-                r = o.value
-                table.add_row(
-                    o.node.name,
-                    Text(r.action, style="green"),
-                    _short(r.image_id),
-                    f"{r.layers_sent}/{r.layers_total}",
-                    _size(r.bytes_sent),
-                    _size(r.raw_bytes),
-                    f"{r.seconds:.1f} s",
-                    f"{r.compression}, from {r.reader}{'; ' + r.note if r.note else ''}"
-                    if r.action == "sent"
-                    else r.note,
-                )
-            else:
-                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
-        _console().print(table)
+        _console().print(_push_table(f"images push {name}", outcomes, "sent", with_note=True))
     if failed:
         ctx.exit(1)
+
+
+def _push_table(title: str, outcomes, sent: str, with_note: bool) -> Table:
+    """One row per node: what the push did there (a sent push's note is its compression and reader, plus the
+    plan's note with `with_note`), or FAILED and why. `sent` names the bytes column (sent, or received)."""
+    table = Table(title=title, title_justify="left")
+    for col in ("node", "result", "image ID", "layers sent", sent, "archive", "time", "note"):
+        table.add_column(col, overflow="fold")
+    for o in outcomes:
+        if not o.ok:
+            table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
+            continue
+        r = o.value
+        note = r.note
+        if r.action == "sent":
+            note = f"{r.compression}, from {r.reader}" + (f"; {r.note}" if with_note and r.note else "")
+        table.add_row(
+            o.node.name,
+            Text(r.action, style="green"),
+            _short(r.image_id),
+            f"{r.layers_sent}/{r.layers_total}",
+            _size(r.bytes_sent),
+            _size(r.raw_bytes),
+            f"{r.seconds:.1f} s",
+            note,
+        )
+    return table
 
 
 def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -> None:
@@ -387,28 +394,8 @@ def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> N
             }
         )
     else:
-        table = Table(
-            title=f"images push {name} --from {source.name}" + (f" (chain {plan.chain_text()})" if plan.edges else ""),
-            title_justify="left",
-        )
-        for col in ("node", "result", "image ID", "layers sent", "received", "archive", "time", "note"):
-            table.add_column(col, overflow="fold")
-        for o in outcomes:
-            if o.ok:
-                r = o.value
-                table.add_row(
-                    o.node.name,
-                    Text(r.action, style="green"),
-                    _short(r.image_id),
-                    f"{r.layers_sent}/{r.layers_total}",
-                    _size(r.bytes_sent),
-                    _size(r.raw_bytes),
-                    f"{r.seconds:.1f} s",
-                    f"{r.compression}, from {r.reader}" if r.action == "sent" else r.note,
-                )
-            else:
-                table.add_row(o.node.name, Text("FAILED", style="red"), "-", "-", "-", "-", "-", str(o.error))
-        _console().print(table)
+        title = f"images push {name} --from {source.name}" + (f" (chain {plan.chain_text()})" if plan.edges else "")
+        _console().print(_push_table(title, outcomes, "received", with_note=False))
         if plan.edges:
             click.echo(
                 f"through this machine: {_size(received) if received else '0 B'} of progress lines, no image bytes"

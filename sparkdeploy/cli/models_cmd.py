@@ -87,8 +87,8 @@ def _ensure_image(dep, node, say) -> None:
     name = image_definition_name(dep.image_tag)
     say(f"pushing image {name} to {node.name} (it runs the hub client)")
     for o in push_image(name, dep.inventory, [node]):
-        if not o.ok:
-            raise o.error  # type: ignore[misc]  # not ok: an error
+        if o.error is not None:
+            raise o.error
 
 
 @click.group("models")

@@ -26,9 +26,10 @@ def render_table(snapshot: dict, title: str):
 
     from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
+    shown: str | Text = title
     if snapshot.get("simulated"):
-        title = Text.assemble((f"{LABEL}: {NOTE}", "bold red"), "\n", title)  # type: ignore[assignment]  # a str or a rich Text
-    table = Table(title=title, title_justify="left", caption=_caption(snapshot), caption_justify="left")
+        shown = Text.assemble((f"{LABEL}: {NOTE}", "bold red"), "\n", title)
+    table = Table(title=shown, title_justify="left", caption=_caption(snapshot), caption_justify="left")
     columns = ["node", "engine", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "TTFT p50", "TTFT p95"]
     share = bool(snapshot.get("request_share"))
     if share:

@@ -19,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from sparkdeploy.doctor.parsers import (
+from sparkdeploy.facts.parsers import (
     SECTION,
     Section,
     parse_ethtool_speed,

@@ -23,7 +23,7 @@ from sparkdeploy.dayzero.session import (
     probe_inventory,
     trusted_keys,
 )
-from sparkdeploy.doctor.parsers import parse_sections
+from sparkdeploy.facts.parsers import parse_sections
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, on_nodes

@@ -69,6 +69,7 @@ def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHisto
         if port and c.running:
             path = "/health/liveliness" if (role or c.role) == "proxy" else "/health"
             probe = _probe(f"http://{node.url_host}:{port}{path}")
+        uptime = c.uptime_s()
         containers.append(
             {
                 "name": c.name,
@@ -79,7 +80,7 @@ def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHisto
                 "state": c.status,
                 "running": c.running,
                 "started_at": c.started_at,
-                "uptime_s": None if c.uptime_s() is None else round(c.uptime_s(), 1),  # type: ignore[arg-type]  # not None: checked
+                "uptime_s": None if uptime is None else round(uptime, 1),
                 "restarts": c.restarts,
                 "image": c.image_ref,
                 "image_id": c.image_id,
@@ -103,9 +104,9 @@ def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHisto
 
 def _crash_fields(history: crashes.NodeHistory | None, name: str) -> dict[str, Any]:
     h = history.containers.get(name) if history is not None else None
-    if h is None:
+    if h is None or history is None:
         return {"last_exit": None, "crashes": "-"}
-    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}  # type: ignore[union-attr]  # h found: history given
+    return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
 
 
 def _metrics_url(inv: Inventory, facts: dict[str, NodeFacts | Exception]) -> str | None:
@@ -126,7 +127,7 @@ def _histories(
     session: Session, inv: Inventory, facts: dict[str, NodeFacts | Exception]
 ) -> dict[str, crashes.NodeHistory]:
     """Each reachable node's container history (crashes.read); a node where it fails just shows none."""
-    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts) and facts[n.name].containers]  # type: ignore[union-attr]  # NodeFacts: checked on the left
+    nodes = [n for n in inv.nodes if isinstance(f := facts.get(n.name), NodeFacts) and f.containers]
     return {
         o.node.name: cast(crashes.NodeHistory, o.value)
         for o in on_nodes(nodes, lambda n: crashes.read(session.conn(n)))

@@ -114,7 +114,7 @@ _PROBE = (
 
 
 @dataclass(frozen=True)
-class Check:
+class BuildCheck:
     what: str
     ok: bool
     detail: str
@@ -123,15 +123,15 @@ class Check:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.what}: {self.detail}"
 
 
-def node_checks(definition: ImageDefinition, conn) -> list[Check]:
+def node_checks(definition: ImageDefinition, conn) -> list[BuildCheck]:
     """Architecture, free disk of the Docker data root, and an answer from each host the build fetches from."""
     needs = definition.build_needs
     want_arch = needs.arch if needs and needs.arch else ARCH_OF_PLATFORM.get(definition.platform)
-    checks: list[Check] = []
+    checks: list[BuildCheck] = []
     arch = conn.run(["uname", "-m"], check=False).stdout.strip()
     if want_arch:
         checks.append(
-            Check(
+            BuildCheck(
                 "architecture",
                 arch == want_arch,
                 f"{arch or 'unknown'}"
@@ -152,7 +152,7 @@ def node_checks(definition: ImageDefinition, conn) -> list[Check]:
         except (IndexError, ValueError):
             free_gb = -1.0
         checks.append(
-            Check(
+            BuildCheck(
                 "free disk",
                 free_gb >= disk_gb,
                 f"{free_gb:.0f} GB free in {root or '/'}, {disk_gb:g} GB needed"
@@ -163,7 +163,7 @@ def node_checks(definition: ImageDefinition, conn) -> list[Check]:
         probe = conn.run(["python3", "-c", _PROBE, url], check=False, timeout=30)
         why = (probe.stdout or probe.stderr).strip().splitlines()
         checks.append(
-            Check(
+            BuildCheck(
                 f"internet {url}",
                 probe.ok,
                 "answers" if probe.ok else f"no answer ({why[-1] if why else f'exit {probe.exit_code}'})",

@@ -8,12 +8,14 @@ node's side of a `docker load` and how its end is read.
 
 from __future__ import annotations
 
+import io
 import queue
 import re
 import shlex
 import shutil
 import subprocess
 import threading
+from typing import cast
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.push_progress import PushProgress
@@ -240,8 +242,9 @@ class Fanout:
     def finish(self) -> None:
         """The archive is complete: flush the compressor and end every channel's input."""
         if self.proc is not None:
-            self.proc.stdin.close()  # type: ignore[union-attr]  # stdin=PIPE
-            self.pump.join()  # type: ignore[union-attr]  # a pump runs with every proc
+            assert self.proc.stdin is not None and self.pump is not None, "stdin=PIPE; a pump runs with every proc"
+            self.proc.stdin.close()
+            self.pump.join()
             if self.proc.wait() != 0:
                 raise StepFailed(f"the local {self.method} compressor failed (exit {self.proc.returncode})")
         elif self.pending:
@@ -255,8 +258,9 @@ class Fanout:
         if not size:
             return
         if self.proc is not None:
+            assert self.proc.stdin is not None, "stdin=PIPE"
             for piece in pieces:
-                self.proc.stdin.write(piece)  # type: ignore[union-attr]  # stdin=PIPE
+                self.proc.stdin.write(piece)
         else:
             for piece in pieces:
                 self.pending += piece
@@ -269,9 +273,10 @@ class Fanout:
                 self.progress.advance(c.node, raw=size)
 
     def _pump(self) -> None:
-        out = self.proc.stdout  # type: ignore[union-attr]  # the pump runs only with a proc, stdout=PIPE
+        assert self.proc is not None, "the pump runs only with a proc"
+        out = cast(io.BufferedReader, self.proc.stdout)  # stdout=PIPE, buffered (the default): a BufferedReader
         while True:
-            data = out.read1(CHUNK)  # type: ignore[union-attr]  # a BufferedReader (stdout=PIPE)
+            data = out.read1(CHUNK)
             if not data:
                 return
             self._send(data)

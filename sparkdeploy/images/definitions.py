@@ -8,6 +8,7 @@ tag and any change gives a new one. Downloaded wheels are not hashed: the pinned
 from __future__ import annotations
 
 import hashlib
+from difflib import get_close_matches
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -140,8 +141,6 @@ def _load(directory: Path) -> ImageDefinition:
 def load_definition(name: str) -> ImageDefinition:
     directory = paths.images_dir() / name
     if not (directory / "manifest.yaml").is_file():
-        from difflib import get_close_matches
-
         known = definition_names()
         close = get_close_matches(name, known, n=3)
         hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known) or 'none'}"

@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
@@ -102,10 +103,9 @@ class SourceImage:
 def source_image(name: str, client, progress: PushProgress, reader: str = "auto") -> SourceImage:
     """An image definition's image (built if missing) or an image reference this engine has, with where its
     layers will be read (`reader`, see push_image)."""
-    import docker
+    import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need
 
-    from sparkdeploy.images.build import ensure_image
-    from sparkdeploy.images.definitions import load_definition
+    from sparkdeploy.images.build import ensure_image  # images.build: ~14 ms that `up --help` and `status` skip
 
     try:
         definition = load_definition(name)
@@ -140,7 +140,9 @@ def source_image(name: str, client, progress: PushProgress, reader: str = "auto"
 
 
 @dataclass
-class NodePlan:
+class PushTarget:
+    """One node a push goes to, and what it needs there (plan_target): present, tag, or send these layers."""
+
     node: Node
     facts: NodeImages
     action: str  # present | tag | send
@@ -152,14 +154,14 @@ class NodePlan:
     stale_partials: list[str] = field(default_factory=list)  # partial images of this image from a cut push
 
 
-def plan_node(
+def plan_target(
     source: SourceImage, node: Node, facts: NodeImages, compression: str = "auto", free_space_factor: float = 2.0
-) -> NodePlan:
+) -> PushTarget:
     """What the node needs; raises StepFailed when the preflight refuses it (nothing was sent)."""
     have = facts.image(source.id)
     if have is not None:
         action = "present" if source.tag in have.tags else "tag"
-        return NodePlan(node, facts, action)
+        return PushTarget(node, facts, action)
     note = ""
     if facts.containerd_store:
         # The containerd image store imports archives its own way; a partial archive is not known to load.
@@ -190,7 +192,7 @@ def plan_node(
     stale = [i.id for i in facts.images if i.labels.get(archive.PARTIAL_LABEL) == source.id]
     if stale:
         note = _join(note, f"resumed: {len(source.diff_ids) - len(missing)} layers already there")
-    return NodePlan(
+    return PushTarget(
         node, facts, "send", {source.diff_ids[i] for i in missing}, len(missing), estimate, method, note, stale
     )
 
@@ -271,7 +273,7 @@ def push_image(
     Never raises for one node's failure; raises ConfigError for a bad name and KeyboardInterrupt after
     cleaning up (channels closed: the nodes' docker load sees a cut archive and loads nothing).
     """
-    from sparkdeploy.images.build import docker_client
+    from sparkdeploy.images.build import docker_client  # as in source_image: images.build only when pushing
 
     progress = progress or PushProgress()
     if reader not in READERS:
@@ -287,14 +289,14 @@ def push_image(
             reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
             source = source_image(name, client, progress, reader)
             facts = reading.result()
-        plans: dict[str, NodePlan] = {}
+        plans: dict[str, PushTarget] = {}
         for outcome in facts:
             node = outcome.node
-            if not outcome.ok:
-                results[node.name] = outcome.error  # type: ignore[assignment]  # not ok: an error
+            if outcome.error is not None:
+                results[node.name] = outcome.error
                 continue
             try:
-                plans[node.name] = plan_node(source, node, outcome.value, compression, free_space_factor)
+                plans[node.name] = plan_target(source, node, outcome.value, compression, free_space_factor)
             except (StepFailed, ConfigError) as exc:
                 results[node.name] = exc
         for plan in plans.values():

@@ -4,7 +4,7 @@ A definition built on a Spark (`images build NAME --on spark1`) exists only in t
 machine only orchestrates; the image bytes go node to node:
 
 1. read every node's images (one SSH command each, inventory_images) and plan each target as push.py does
-   (plan_node): a node with the image ID is skipped (tagged if it lacks the tag); the others get only the
+   (plan_target): a node with the image ID is skipped (tagged if it lacks the tag); the others get only the
    layers they lack, after a free-space check (2x the archive the chain carries) before the first byte;
 2. make sure each sender of the chain may SSH to its receiver over the fabric with host keys checked
    (peers.ensure_plan_trust: per-node key, from= the sender's fabric IP, host keys pinned by fabric IP);
@@ -37,13 +37,13 @@ from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images
 from sparkdeploy.images.push import (
     INCOMING_REPO,
-    NodePlan,
     PushResult,
+    PushTarget,
     SourceImage,
     _finalize,
     _tag_existing,
     node_outcomes,
-    plan_node,
+    plan_target,
 )
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.store_stream import BATCH_BYTES
@@ -69,7 +69,7 @@ def _tag_of(name: str) -> str:
 class FromPlan:
     source: Node
     image: SourceImage
-    plans: dict[str, NodePlan] = field(default_factory=dict)  # target -> what it needs
+    plans: dict[str, PushTarget] = field(default_factory=dict)  # target -> what it needs
     refused: dict[str, Exception] = field(default_factory=dict)  # target -> why it gets nothing (preflight)
     edges: list[tuple[Node, Node]] = field(default_factory=list)  # the chain, source first
     needed: set[str] = field(default_factory=set)  # diff IDs the chain carries (any target lacks them)
@@ -278,7 +278,7 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
         if node.name not in target_facts:
             continue
         try:
-            plan.plans[node.name] = plan_node(image, node, target_facts[node.name], "none", free_space_factor)
+            plan.plans[node.name] = plan_target(image, node, target_facts[node.name], "none", free_space_factor)
         except StepFailed as exc:
             plan.refused[node.name] = exc
     senders = [p for p in plan.plans.values() if p.action == "send"]
@@ -459,7 +459,7 @@ def push_from_node(
         raise
     for line in plan.trust:
         progress.note(f"peer SSH: {line}")
-    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed}  # type: ignore[misc]  # not ok: an error
+    results: dict[str, PushResult | Exception] = {o.node.name: o.error for o in failed if o.error is not None}
     results.update(plan.refused)
     image = plan.image
     received = 0
@@ -473,7 +473,7 @@ def push_from_node(
             return PushResult(node.name, image.tag, image.id, "tagged", len(image.diff_ids))
 
         for o in on_nodes([p.node for p in plan.plans.values() if p.action == "tag"], tag_only):
-            results[o.node.name] = o.value if o.ok else o.error  # type: ignore[assignment]  # not ok: an error
+            results[o.node.name] = o.value if o.error is None else o.error
         if plan.edges:
             temp_tag = f"{INCOMING_REPO}/{image.name}:{secrets.token_hex(6)}"
             progress.note(

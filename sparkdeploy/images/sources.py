@@ -76,7 +76,8 @@ def problems(definition: ImageDefinition) -> list[str]:
         if not any(mirror in r and suite in r for r in refs):
             out.append(f"{where}: the Debian mirror {mirror} {suite} is not recorded")
     if definition.requirements:
-        path = definition.directory / definition.requirements  # type: ignore[operator]  # a loaded definition has its folder
+        assert definition.directory is not None, "a loaded definition has its folder"
+        path = definition.directory / definition.requirements
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
         lock = [s for s in sources if s.get("kind") == "pypi-lock" and s.get("file") == definition.requirements]
         if not lock:
@@ -88,7 +89,8 @@ def problems(definition: ImageDefinition) -> list[str]:
             )
     values = dict(definition.build_args)
     if definition.base:
-        values["BASE"] = definition.base_definition().tag if definition.base_definition() else definition.base  # type: ignore[union-attr]  # checked by the same call
+        base = definition.base_definition()
+        values["BASE"] = base.tag if base is not None else definition.base
     for s in sources:
         for arg in s.get("args") or []:
             if arg == "BASE" and not base_external:

@@ -25,7 +25,7 @@ class NodeStream:
 
 
 def group_plans(plans) -> list[StreamGroup]:
-    """NodePlans (push.py) that need the same layers with the same compression, as groups."""
+    """PushTargets (push.py) that need the same layers with the same compression, as groups."""
     groups: dict[tuple, StreamGroup] = {}
     for plan in plans:
         single = plan.facts.containerd_store

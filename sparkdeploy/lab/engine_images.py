@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import docker
 
 from sparkdeploy.errors import ConfigError, SparkdeployError, StepFailed
+from sparkdeploy.images.build import ensure_image
+from sparkdeploy.images.definitions import load_definition
 
 
 @dataclass
@@ -26,9 +28,6 @@ class LoadResult:
 
 def resolve(name: str, client, say) -> tuple[str | None, str]:
     """(tag, why-skipped) for an image definition: build it if needed (bases first)."""
-    from sparkdeploy.images.build import ensure_image
-    from sparkdeploy.images.definitions import load_definition
-
     try:
         load_definition(name)
     except ConfigError:
@@ -45,7 +44,7 @@ def preload(client, names: list[str], inventory, say, progress=None, nodes=None)
     `progress`: a sparkdeploy.images.push_progress.PushProgress (bars per node). A node that fails raises
     StepFailed naming it: a lab whose engine images are missing is not up.
     """
-    from sparkdeploy.images.push import push_image
+    from sparkdeploy.images.push import push_image  # push, remote, nodeside: ~60 ms `lab up --help` skips
 
     results = []
     for name in names:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import ipaddress
+import json
 import tarfile
 import time
 import urllib.request
@@ -148,7 +149,5 @@ def wait_ready(spec: LabSpec, container, timeout: float = 30.0) -> None:
 
 def stats(spec: LabSpec) -> dict:
     """What the hub has served since it started: {"requests", "bytes", "repos": {id: {"bytes", "files"}}}."""
-    import json
-
     with urllib.request.urlopen(endpoint(spec) + "/_lab/stats", timeout=5) as resp:
         return json.loads(resp.read())

@@ -23,7 +23,9 @@ from rich.markup import escape
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.build import docker_client
+from sparkdeploy.images.build import docker_client, ensure_image
+from sparkdeploy.images.definitions import LABEL
+from sparkdeploy.images.push_progress import RichPushProgress
 from sparkdeploy.lab import bare, engine_images, hub, keys, network, nodes, seed
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
@@ -73,8 +75,6 @@ class UpResult:
 
 
 def _lab_images(client, rebuild: bool, image: str = NODE_IMAGE) -> str:
-    from sparkdeploy.images.build import ensure_image
-
     if rebuild:
         with _step("rebuilding debian-base (debootstrap, about a minute)"):
             ensure_image("debian-base", client, progress=_say, force=True)
@@ -85,8 +85,6 @@ def _lab_images(client, rebuild: bool, image: str = NODE_IMAGE) -> str:
 def _prune_replaced_lab_images(client, current_tag: str) -> None:
     """Drop lab-node images of older definitions (and ones a rebuild left untagged) once no container uses
     them; Docker refuses to remove an image a container still uses, so another lab's nodes keep theirs."""
-    from sparkdeploy.images.definitions import LABEL
-
     for image in client.images.list(filters={"label": f"{LABEL}={NODE_IMAGE}"}):
         if current_tag in image.tags:
             continue
@@ -135,7 +133,7 @@ def _remove_extra_nodes(client, spec: LabSpec) -> None:
                 pass
 
 
-def _ensure_node(client, spec: LabSpec, plan: nodes.NodePlan, result: UpResult):
+def _ensure_node(client, spec: LabSpec, plan: nodes.LabContainerSpec, result: UpResult):
     name = plan.node.name
     container = nodes.find_container(client, spec, name)
     if container is not None and not nodes.is_current(container, spec, plan):
@@ -178,6 +176,8 @@ def up(spec: LabSpec | None = None, rebuild: bool = False) -> UpResult:
 
 
 def _up(spec: LabSpec, rebuild: bool) -> UpResult:
+    from sparkdeploy.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
+
     t0 = time.monotonic()
     client = docker_client()
     paths.state_folder(path=spec.directory)
@@ -197,17 +197,19 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     phases = {"lab images": mark()}
 
     nets = network.ensure_networks(client, spec, say=_say)
+    mgmt_id, fabric_id = nets["mgmt"].id, nets["fabric"].id
+    assert mgmt_id and fabric_id, "a network docker listed or created has its ID"
     _remove_extra_nodes(client, spec)
 
     result = UpResult(spec, str(spec.inventory_path), [], phases=phases)
     containers = {}
     for node in spec.node_specs():
-        plan = nodes.NodePlan(
+        plan = nodes.LabContainerSpec(
             node,
             image_id,
             image_tag,
-            nets["mgmt"].id,  # type: ignore[attr-defined]  # docker networks
-            nets["fabric"].id,  # type: ignore[attr-defined]  # docker networks
+            mgmt_id,
+            fabric_id,
             host_keys[node.name],
             client_key,
         )
@@ -230,9 +232,6 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     hub.ensure(client, spec, image_tag, secrets_path, _say)
     phases["hub"] = mark()
     if spec.images:
-        from sparkdeploy.images.push_progress import RichPushProgress
-        from sparkdeploy.inventory import load_inventory
-
         inventory = load_inventory(str(spec.inventory_path))
         with RichPushProgress(console=_console) as progress:
             if spec.seed and len(inventory.nodes) > 1:  # push to the head, copy its store into the fresh others

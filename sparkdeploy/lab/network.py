@@ -15,6 +15,7 @@ import ipaddress
 from dataclasses import dataclass
 
 import docker
+from docker.models.networks import Network
 from docker.types import IPAMConfig, IPAMPool
 
 from sparkdeploy.errors import ConfigError, Problem
@@ -118,9 +119,9 @@ def free_subnets(client, count: int = 2, second_octets: range = range(100, 250))
     raise ConfigError(Problem("docker", "networks", "no free 172.30.X.0/24 subnet left", "remove unused networks"))
 
 
-def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, object]:
+def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, Network]:
     """Create or reuse both networks; returns {"mgmt": Network, "fabric": Network}."""
-    result = {}
+    result: dict[str, Network] = {}
     for want in wanted_networks(spec):
         existing = [n for n in client.networks.list(names=[want.name]) if n.name == want.name]
         for net in existing:

@@ -38,8 +38,8 @@ READY_TIMEOUT_S = 120
 
 
 @dataclass
-class NodePlan:
-    """Everything that decides what a node container looks like."""
+class LabContainerSpec:
+    """Everything that decides what a node container looks like (its NodeSpec plus image, networks, keys)."""
 
     node: NodeSpec
     image_id: str
@@ -106,7 +106,7 @@ def _tar(files: list[tuple[str, bytes, int, int]], dirs: list[tuple[str, int, in
     return buf.getvalue()
 
 
-def install_keys(container, plan: NodePlan) -> None:
+def install_keys(container, plan: LabContainerSpec) -> None:
     """Put the node's host key and the client's authorized key in place (before the first start).
 
     A root-only copy of the client key stays on the node so that `lab up` from another state folder can
@@ -154,7 +154,7 @@ def read_keys(container) -> dict[str, tuple[bytes, str]]:
     return found
 
 
-def create(client, spec: LabSpec, plan: NodePlan):
+def create(client, spec: LabSpec, plan: LabContainerSpec):
     """Create (not start) the node container on both networks with its fixed addresses."""
     api = client.api
     node = plan.node
@@ -194,7 +194,7 @@ def create(client, spec: LabSpec, plan: NodePlan):
     return container
 
 
-def is_current(container, spec: LabSpec, plan: NodePlan) -> bool:
+def is_current(container, spec: LabSpec, plan: LabContainerSpec) -> bool:
     """Same config hash, and still attached to the current networks at its addresses (a network deleted
     and recreated since, e.g. by a cleanup while the node was stopped, leaves a stale endpoint)."""
     if (container.labels or {}).get(CONFIG_LABEL) != plan.config_hash(spec):

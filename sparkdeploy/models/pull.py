@@ -29,6 +29,7 @@ from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import ops
 from sparkdeploy.models.ops import ModelRef
 from sparkdeploy.nodeside import ship
+from sparkdeploy.peers import ensure_peer_trust, peer_ssh_argv, transfer_plan
 from sparkdeploy.remote import NodeConnection, on_nodes
 from sparkdeploy.secrets import Secrets
 
@@ -338,8 +339,6 @@ class Puller:
                 client.end("stop")
 
     def _pull(self, ref, download_node, everyone, held, states, client, result, dry_run) -> PullResult:
-        from sparkdeploy.peers import ensure_peer_trust, transfer_plan
-
         manifest = dict(client.manifest, revision=ref.revision)
         result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
         exact = ModelRef(ref.repo, manifest["commit"])
@@ -511,8 +510,6 @@ class Puller:
     def _copy(
         self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef, follow: bool = False
     ) -> NodeResult:
-        from sparkdeploy.peers import peer_ssh_argv
-
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
         sizes = _blob_sizes(manifest)
         want: list[list[Any]] = [[b, off] for b, off in sorted(need.items())]  # [blob, offset] (JSON)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.doctor.model import Result, fail, ok
-from sparkdeploy.errors import ConfigError
+from sparkdeploy.errors import ConfigError, StepFailed
+from sparkdeploy.models.listing import presence
+from sparkdeploy.models.ops import model_ref, pull_command
 
 NOT_ENGINES = ("proxy", "metrics")
 
@@ -21,8 +23,6 @@ def engine_nodes(dep: Deployment):
 
 
 def model_of(dep: Deployment):
-    from sparkdeploy.models.ops import model_ref
-
     try:
         return model_ref(dep.recipe.recipe.model, None)
     except ConfigError:
@@ -30,9 +30,6 @@ def model_of(dep: Deployment):
 
 
 def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
-    from sparkdeploy.models.listing import presence
-    from sparkdeploy.models.ops import pull_command
-
     ref = model_of(dep)
     nodes = engine_nodes(dep)
     if ref is None or not nodes:
@@ -56,8 +53,7 @@ def _row(node: str, r: Result) -> Result:
 
 def pull(dep: Deployment, conns, say) -> None:
     """`up --pull-model`: the pull, from the head to every engine node."""
-    from sparkdeploy.errors import StepFailed
-    from sparkdeploy.models.pull import Puller
+    from sparkdeploy.models.pull import Puller  # models.pull: ~8 ms that every `up` without --pull-model skips
 
     ref = model_of(dep)
     inv = dep.inventory

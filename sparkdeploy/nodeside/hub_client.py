@@ -17,6 +17,11 @@ Errors are one JSON line {"error": KIND, "message": ...} and exit 3, for the CLI
 import json
 import sys
 
+import huggingface_hub
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.hf_api import RepoFile
+
 
 def fail(kind, message):
     print(json.dumps({"error": kind, "message": message[:500]}))
@@ -24,9 +29,6 @@ def fail(kind, message):
 
 
 def manifest(repo, revision):
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
-
     api = HfApi()
     info = api.model_info(repo, revision=revision)
     files = []
@@ -35,7 +37,6 @@ def manifest(repo, revision):
             continue
         blob = f.lfs.sha256 if f.lfs is not None else f.blob_id
         files.append({"path": f.path, "size": f.size, "blob": blob, "lfs": f.lfs is not None})
-    import huggingface_hub
 
     return {
         "repo": repo,
@@ -49,7 +50,6 @@ def manifest(repo, revision):
 
 def main(argv):
     cmd, repo, revision = argv[0], argv[1], argv[2]
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         if cmd == "plan":
@@ -58,13 +58,9 @@ def main(argv):
             plan = manifest(repo, revision)
             print(json.dumps(plan), flush=True)
             if sys.stdin.readline().strip() == "go":
-                from huggingface_hub import snapshot_download
-
                 path = snapshot_download(repo, revision=plan["commit"], max_workers=4)
                 print(json.dumps({"path": path}))
         elif cmd == "download":
-            from huggingface_hub import snapshot_download
-
             path = snapshot_download(repo, revision=revision, max_workers=4)
             print(json.dumps({"path": path}))
         else:

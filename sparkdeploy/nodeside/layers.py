@@ -230,8 +230,9 @@ class ArchiveFilter:
         self.done = False  # finished early: the rest of the input is not needed
         self.bytes_in = 0
         self.bytes_out = 0
-        self.sent: list[str] = []
-        self.dropped: list[str] = []
+        # diff IDs; None for a layer whose position in the image is not known (counted, not named)
+        self.sent: list[str | None] = []
+        self.dropped: list[str | None] = []
         self.spooled = 0
         self.ended = False  # saw the end-of-archive blocks
         self._buf = bytearray()
@@ -355,7 +356,7 @@ class ArchiveFilter:
             entry.action = "collect"
 
     def _record(self, diff: str | None, send: bool) -> None:
-        (self.sent if send else self.dropped).append(diff)  # type: ignore[arg-type]  # possible bug: a layer of unknown position is recorded as None
+        (self.sent if send else self.dropped).append(diff)
 
     def _position(self, folder: _Folder) -> int | None:
         pos = self.positions.get(folder.name)

@@ -19,6 +19,8 @@ from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import cluster, replicas, solo, twosolo
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.metrics_stack import add_prometheus
+from sparkdeploy.vllm_args import check_env
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,6 @@ def build_deployment(
                 "use --backend ray or native",
             )
         )
-    from sparkdeploy.vllm_args import check_env
 
     warnings += check_env(resolved.recipe.env, image)
     ctx = Context(
@@ -116,8 +117,6 @@ def build_deployment(
     nodes, endpoint, backends = topology.build(ctx)
     metrics_url = None
     if inventory.cluster.metrics if metrics is None else metrics:
-        from sparkdeploy.metrics_stack import add_prometheus
-
         metrics_url = add_prometheus(ctx, nodes)
     return Deployment(
         inventory=inventory,

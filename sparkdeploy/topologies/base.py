@@ -98,6 +98,22 @@ class Context:
         secrets_env = render("secrets.env.j2", node=node, secrets=secrets)
         return [FileSpec("node.env", node_env), FileSpec("secrets.env", secrets_env, mode=0o600, secret=True)]
 
+    def vllm_container(self, nd: NodeDeployment, *, role: str, port: int, args: list[str]) -> None:
+        """One `vllm serve` on its own node (solo, each 2xsolo backend): entry-vllm.sh, the GPU, /health on port."""
+        self.container(
+            nd,
+            role=role,
+            name=SERVING_CONTAINER,
+            entry_template="entry-vllm.sh.j2",
+            entry_name="vllm.entry.sh",
+            image_tag=self.run_image.tag,
+            gpus=True,
+            ports=(port,),
+            health_port=port,
+            args=args,
+            headless=False,
+        )
+
     def container(
         self,
         nd: NodeDeployment,

@@ -108,7 +108,8 @@ def check_model(resolved: ResolvedRecipe, tp: int, pp: int) -> None:
     why = refusal(resolved, tp, pp)
     if why:
         arch = resolved.recipe.architecture
-        ok = [d for d in range(1, 65) if refusal(resolved, d, 1) is None and d <= arch.attention_heads][:6]  # type: ignore[union-attr]  # never reached: refusal is never None without one
+        heads = arch.attention_heads if arch is not None else 0  # without one, refusal() refuses every layout
+        ok = [d for d in range(1, 65) if refusal(resolved, d, 1) is None and d <= heads][:6]
         raise ConfigError(
             Problem(
                 str(resolved.source),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sparkdeploy.deployment import FileSpec, NodeDeployment
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.render import render
-from sparkdeploy.topologies.base import PROXY_CONTAINER, SERVING_CONTAINER, Context
+from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
 from sparkdeploy.vllm_args import check_args, serve_args
 
 PROXY_IMAGE = "litellm-proxy"
@@ -86,19 +86,7 @@ def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     backends = []
     for node in ctx.inventory.nodes:
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node))
-        ctx.container(
-            nd,
-            role="backend",
-            name=SERVING_CONTAINER,
-            entry_template="entry-vllm.sh.j2",
-            entry_name="vllm.entry.sh",
-            image_tag=ctx.run_image.tag,
-            gpus=True,
-            ports=(port,),
-            health_port=port,
-            args=args,
-            headless=False,
-        )
+        ctx.vllm_container(nd, role="backend", port=port, args=args)
         nodes.append(nd)
         backends.append((node.name, f"http://{node.url_host}:{port}/v1"))
     return nodes, add_proxy(ctx, nodes, backends), [url for _, url in backends]

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from sparkdeploy.bench.reference import seed_reference
-from sparkdeploy.bench.store import Result, Stat, save_result
+from sparkdeploy.bench.store import BenchResult, Stat, save_result
 from tests.bench.bench_fakes import write_corpus, write_tokenizer
 
 THREE = ("solo", "cluster", "2xsolo-shuffle")
 
 
-def make_results(variants=THREE, scale: dict | None = None, seed: int = 1, runs: int = 3) -> list[Result]:
+def make_results(variants=THREE, scale: dict | None = None, seed: int = 1, runs: int = 3) -> list[BenchResult]:
     """Results with the reference's means (times `scale[(variant, c, metric)]`), 3 runs each with a small spread."""
     rng = random.Random(seed)
     out = []
@@ -48,7 +48,7 @@ def make_results(variants=THREE, scale: dict | None = None, seed: int = 1, runs:
             "date": f"2026-11-21T10:{rng.randint(10, 59)}:00+00:00",
             "llama_benchy_version": "0.4.0",
         }
-        out.append(Result(ref.recipe, ref.variant, ref.pp, ref.tg, ref.concurrency, metrics, md))
+        out.append(BenchResult(ref.recipe, ref.variant, ref.pp, ref.tg, ref.concurrency, metrics, md))
     return out
 
 

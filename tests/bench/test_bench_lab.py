@@ -9,6 +9,8 @@ import json
 import pytest
 
 from sparkdeploy.bench.store import load_results
+from sparkdeploy.cli.common import run_cli
+from sparkdeploy.cli.main import cli as sparkdeploy_cli
 
 pytestmark = pytest.mark.lab
 RECIPE = "openai-gpt-oss-120b"
@@ -19,35 +21,25 @@ TOPOLOGIES = "solo,cluster,2xsolo"  # tests/deploy/test_every_recipe_lab.py coun
 def lab_inventory(lab):
     """The shared session lab, nothing deployed."""
     inventory = str(lab.spec.inventory_path)
-    from sparkdeploy.cli.common import run_cli
-    from sparkdeploy.cli.main import cli
-
-    run_cli(cli, ["down", "--inventory", inventory])
+    run_cli(sparkdeploy_cli, ["down", "--inventory", inventory])
     yield inventory
-    run_cli(cli, ["down", "--inventory", inventory])
+    run_cli(sparkdeploy_cli, ["down", "--inventory", inventory])
+
+
+def _sweep(cli, inventory: str, out) -> tuple[int, str, str]:
+    """The short sweep: the three topologies at c4, one run, stored under out."""
+    return cli(
+        "bench",
+        "sweep",
+        *("--recipe", RECIPE, "--topologies", TOPOLOGIES, "--concurrency", "4", "--runs", "1"),
+        *("--inventory", inventory, "--out", str(out), "--plain", "--json"),
+    )
 
 
 def test_short_sweep_of_three_topologies(lab_inventory, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # llama-benchy's corpus cache
     out = tmp_path / "sweep"
-    code, stdout, err = cli(
-        "bench",
-        "sweep",
-        "--recipe",
-        RECIPE,
-        "--topologies",
-        TOPOLOGIES,
-        "--concurrency",
-        "4",
-        "--runs",
-        "1",
-        "--inventory",
-        lab_inventory,
-        "--out",
-        str(out),
-        "--plain",
-        "--json",
-    )
+    code, stdout, err = _sweep(cli, lab_inventory, out)
     assert code == 0, err
     data = json.loads(stdout)
     assert data["status"] == "complete" and len(data["measured"]) == 3
@@ -67,24 +59,7 @@ def test_short_sweep_of_three_topologies(lab_inventory, tmp_path, cli, monkeypat
     md = (out / "report.md").read_text()
     assert "| Solo | solo |" in md and "| Cluster TP=2 | cluster | ray |" in md and "Simulated" in md
     # the same command again: everything stored, nothing deployed
-    code, stdout, err = cli(
-        "bench",
-        "sweep",
-        "--recipe",
-        RECIPE,
-        "--topologies",
-        TOPOLOGIES,
-        "--concurrency",
-        "4",
-        "--runs",
-        "1",
-        "--inventory",
-        lab_inventory,
-        "--out",
-        str(out),
-        "--plain",
-        "--json",
-    )
+    code, stdout, err = _sweep(cli, lab_inventory, out)
     assert code == 0, err
     again = json.loads(stdout)
     assert again["measured"] == [] and len(again["skipped_stored"]) == 3 and "deploying" not in err

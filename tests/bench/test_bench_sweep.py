@@ -8,7 +8,7 @@ import json
 import pytest
 
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
-from sparkdeploy.bench.store import Result, save_result, stored
+from sparkdeploy.bench.store import BenchResult, save_result, stored
 from sparkdeploy.bench.sweep import PlainReporter, estimate_cell_s, make_plan, parse_levels, parse_topologies, run_sweep
 from sparkdeploy.errors import ConfigError, StepFailed
 from tests.bench.conftest import make_results
@@ -62,7 +62,7 @@ class Fake:
             requests=c * 3,
             request_errors=["[Errno 104] Connection reset by peer"] if failed else [],
         )
-        r = Result(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, md)
+        r = BenchResult(RECIPE, endpoint.variant, 1024, 128, c, ref.metrics, md)
         save_result(r, self.out)
         return r
 

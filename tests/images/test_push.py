@@ -9,7 +9,7 @@ import pytest
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_failure
 from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
-from sparkdeploy.images.push import SourceImage, plan_node
+from sparkdeploy.images.push import SourceImage, plan_target
 from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside.layers import chain_ids
 
@@ -30,54 +30,54 @@ def image(id_: str, layers, tags=()) -> ImageRecord:
 
 
 def test_node_with_the_image_id_needs_nothing_or_a_tag():
-    assert plan_node(SOURCE, NODE, facts([image(SOURCE.id, DIFFS, [SOURCE.tag])])).action == "present"
-    assert plan_node(SOURCE, NODE, facts([image(SOURCE.id, DIFFS, ["other:tag"])])).action == "tag"
+    assert plan_target(SOURCE, NODE, facts([image(SOURCE.id, DIFFS, [SOURCE.tag])])).action == "present"
+    assert plan_target(SOURCE, NODE, facts([image(SOURCE.id, DIFFS, ["other:tag"])])).action == "tag"
 
 
 def test_only_layers_whose_chain_the_node_lacks_are_sent():
-    plan = plan_node(SOURCE, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:2])]))
+    plan = plan_target(SOURCE, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:2])]))
     assert plan.action == "send" and plan.needed == set(DIFFS[2:]) and plan.layers_sent == 2
     # the same diff IDs on another base are other layers for the layer store: all needed
-    plan = plan_node(SOURCE, NODE, facts([image("sha256:" + "1" * 64, ["sha256:" + "f" * 64] + DIFFS[1:])]))
+    plan = plan_target(SOURCE, NODE, facts([image("sha256:" + "1" * 64, ["sha256:" + "f" * 64] + DIFFS[1:])]))
     assert plan.needed == set(DIFFS)
     assert chain_ids(DIFFS)[1] != chain_ids(["sha256:" + "f" * 64] + DIFFS[1:])[1]
 
 
 def test_preflight_needs_twice_the_transfer():
     have = [image("sha256:" + "1" * 64, DIFFS[:2])]
-    plan = plan_node(SOURCE, NODE, facts(have))
+    plan = plan_target(SOURCE, NODE, facts(have))
     # history has 4 non-empty entries for 4 layers: they are the layers, in order; missing: 20 MB + 1 MB
     assert plan.estimate == int(21_000_000 * 1.1) + 2 * (1 << 20)
-    assert plan_node(SOURCE, NODE, facts(have, free=2 * plan.estimate)).action == "send"
+    assert plan_target(SOURCE, NODE, facts(have, free=2 * plan.estimate)).action == "send"
     with pytest.raises(
         StepFailed,
         match=r"^spark1: refused before sending: 2 layers.*need .* free in the "
         r"Docker root /var/lib/docker",
     ):
-        plan_node(SOURCE, NODE, facts(have, free=2 * plan.estimate - 1))
+        plan_target(SOURCE, NODE, facts(have, free=2 * plan.estimate - 1))
     with pytest.raises(StepFailed, match="cannot read the free space"):
-        plan_node(SOURCE, NODE, facts(have, free=None))
+        plan_target(SOURCE, NODE, facts(have, free=None))
 
 
 def test_estimate_with_ambiguous_history_is_an_upper_bound():
     # 3 non-empty entries for 4 layers: one layer is empty and could be any; 50 MB may be layer 1 or 2
     source = SourceImage(SOURCE.tag, SOURCE.id, "x", DIFFS, [100_000_000, 0, 50_000_000, 20_000_000])
-    plan = plan_node(source, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:2])]))
+    plan = plan_target(source, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:2])]))
     assert plan.estimate == int(70_000_000 * 1.1) + 2 * (1 << 20)
 
 
 def test_compression_choice(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
-    assert plan_node(SOURCE, NODE, facts()).compression == "zstd"
-    plan = plan_node(SOURCE, NODE, facts(zstd=False))
+    assert plan_target(SOURCE, NODE, facts()).compression == "zstd"
+    plan = plan_target(SOURCE, NODE, facts(zstd=False))
     assert plan.compression == "gzip" and "no zstd on the node" in plan.note
     with pytest.raises(StepFailed, match="zstd is not installed on the node"):
-        plan_node(SOURCE, NODE, facts(zstd=False), compression="zstd")
-    assert plan_node(SOURCE, NODE, facts(zstd=False), compression="none").compression == "none"
+        plan_target(SOURCE, NODE, facts(zstd=False), compression="zstd")
+    assert plan_target(SOURCE, NODE, facts(zstd=False), compression="none").compression == "none"
 
 
 def test_containerd_image_store_gets_every_layer():
-    plan = plan_node(SOURCE, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:3])], containerd=True))
+    plan = plan_target(SOURCE, NODE, facts([image("sha256:" + "1" * 64, DIFFS[:3])], containerd=True))
     assert plan.needed == set(DIFFS) and "containerd" in plan.note
 
 

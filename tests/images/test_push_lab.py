@@ -13,7 +13,7 @@ import pytest
 
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.inventory_images import read_node_images
-from sparkdeploy.images.push import PushProgress, plan_node, push_image, source_image
+from sparkdeploy.images.push import PushProgress, plan_target, push_image, source_image
 from sparkdeploy.nodeside.layer_store import LayerStore
 from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.remote import NodeConnection
@@ -86,10 +86,10 @@ def test_preflight_refuses_a_node_without_room_before_sending(lab, lab_inventory
     source = source_image(test_images.big, docker.from_env(), PushProgress())
     with NodeConnection(node, lab_inventory) as conn:
         facts = read_node_images(conn)
-    estimate = plan_node(source, node, facts, free_space_factor=0).estimate
+    estimate = plan_target(source, node, facts, free_space_factor=0).estimate
     assert 24_000_000 <= estimate < 40_000_000  # one 24 MB layer to send, plus the margin
     room = facts.free_bytes / estimate
-    assert plan_node(source, node, facts, free_space_factor=room * 0.99).action == "send"
+    assert plan_target(source, node, facts, free_space_factor=room * 0.99).action == "send"
 
     before = lab.ssh(lab.nodes[0], "docker image ls -aq --no-trunc | sort").stdout
     outcomes = push_image(test_images.big, lab_inventory, nodes=[node.name], free_space_factor=room * 1.01)

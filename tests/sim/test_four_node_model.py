@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from sparkdeploy.bench.advisor import advise
-from sparkdeploy.bench.store import Result, Stat, save_result
+from sparkdeploy.bench.store import BenchResult, Stat, save_result
 from vllm_sim.catalog import DATA_DIR
 from vllm_sim.config import from_namespace
 from vllm_sim.engine import SimEngine
@@ -68,7 +68,7 @@ def test_advisor_on_four_nodes_cluster_at_c1_engines_at_c64(cfg, tmp_path):
                 "backends": [f"e{i}" for i in range(engines)] if engines > 1 else [],
             }
             save_result(
-                Result(
+                BenchResult(
                     RECIPE,
                     variant,
                     TARGETS["pp"],

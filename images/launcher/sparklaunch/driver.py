@@ -14,11 +14,11 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from .adapters import EngineAdapter
 from .control import LocalControl
+from .metrics import Counters, Latencies
 from .protocol import Delta, EngineStats, GenRequest, StepInput
 
 log = logging.getLogger("sparklaunch.driver")
@@ -31,15 +31,6 @@ class EngineDead(RuntimeError):
 class Listener(Protocol):
     def deltas(self, deltas: list[Delta]) -> None: ...  # called from the engine thread
     def dead(self, reason: str) -> None: ...
-
-
-@dataclass
-class Counters:
-    """Monotonic totals for /metrics (written by the engine thread only)."""
-
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    finished: dict[str, int] = field(default_factory=dict)
 
 
 def apply_and_step(adapter: EngineAdapter, inp: StepInput) -> list[Delta]:
@@ -97,8 +88,6 @@ class EngineDriver:
         self.control = control or LocalControl()
         self.heartbeat_s = heartbeat_s
         self.counters = Counters()
-        from .metrics import Latencies  # (metrics imports this module: import here, not at the top)
-
         self.latencies = Latencies()
         self.stats = EngineStats()
         self.ready = threading.Event()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
-from .driver import Counters
 from .protocol import EngineStats
 
 # vLLM's buckets (PrometheusStatLogger): vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds.
@@ -92,6 +92,15 @@ class Histogram:
             out.append((f'{name}_bucket{{{labels},le="+Inf"}}', self.count))
             out += [(f"{name}_count{{{labels}}}", self.count), (f"{name}_sum{{{labels}}}", self.sum)]
         return out
+
+
+@dataclass
+class Counters:
+    """Monotonic totals for /metrics (written by the engine thread only)."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
 
 
 class Latencies:
