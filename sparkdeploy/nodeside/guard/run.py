@@ -260,6 +260,7 @@ class Guard:
         while max_s is None or time.monotonic() - start < max_s:
             now = time.monotonic()
             avail, total = self.source.read()
+            soft, hard = lines(cfg, total)  # the lab's limit can change under a running node (docker update)
             psi = memory.read_psi(cfg.get("proc", "/proc"))
             level, why = decide(avail, psi, soft, hard, cfg.get("psi_full_hard", 0))
             worst = avail if worst is None else min(worst, avail)
