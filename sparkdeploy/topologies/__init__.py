@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard.deploy import add_guard
+from sparkdeploy.guard import deploy as guard_deploy
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
@@ -112,7 +112,7 @@ def build_deployment(
         from sparkdeploy.metrics_stack import add_prometheus
 
         metrics_url = add_prometheus(ctx, nodes)
-    add_guard(ctx, nodes)  # the memory guard on every engine node (sparkdeploy/guard, #29)
+    guard_deploy.add_guard(ctx, nodes)  # the memory guard on every engine node (sparkdeploy/guard, #29)
     return Deployment(
         inventory=inventory,
         recipe=resolved,
