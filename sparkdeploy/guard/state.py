@@ -77,3 +77,19 @@ def attach(
     for entry in entries:
         if entry["name"] in homes:
             entry["guard"] = found.get(entry["name"])
+
+
+def read_nodes(inv: Inventory, conns: dict[str, NodeConnection]) -> dict[str, dict[str, Any] | None]:
+    """Each node's guard status over connections already open (`top`): node -> status.json or None."""
+
+    def one(node: Node) -> dict[str, Any] | None:
+        home = conns[node.name].run(["sh", "-c", 'printf %s "$HOME"'], check=False, timeout=20).stdout
+        return read_status(conns[node.name], guard_folder(home, inv)) if home else None
+
+    return {o.node.name: o.value for o in on_nodes(list(inv.nodes), one) if o.ok}
+
+
+def lines(guards: dict[str, dict[str, Any] | None]) -> list[tuple[str, str | None]]:
+    """(text, style) for each node with a guard: what `top` prints under its table."""
+    styles = {"held": "red", "soft": "yellow", "refused": "red"}
+    return [(f"{name} {line(g)}", styles.get(g.get("state", ""))) for name, g in guards.items() if g]
