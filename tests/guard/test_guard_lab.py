@@ -137,6 +137,19 @@ def test_the_guard_stops_the_engine_before_a_hog_wedges_the_node(lab, tmp_path):
                 break
             time.sleep(2)
         assert guard["state"] == "ok", guard
+
+        # The black box after the guard itself was killed (SIGKILL: no clean exit) and came back 12 s later.
+        lab.docker_exec(other, "docker", "kill", "sparkdeploy-guard")
+        time.sleep(12)
+        lab.docker_exec(other, "docker", "start", "sparkdeploy-guard")
+        time.sleep(3)
+        r = sd("postmortem", other.name, "-i", inv, "--json")
+        assert r.returncode == 0, _fail(r)
+        crash = json.loads(r.stdout)["nodes"][0]["crash"]
+        assert crash["kind"] == "guard restarted" and crash["gap_s"] >= 10, crash
+        r = sd("doctor", "-i", inv, "--only", "guard.crash", "--json")
+        found = [c for c in json.loads(r.stdout)["results"] if c["node"] == other.name and c["check"] == "guard.crash"]
+        assert found[0]["status"] == "warn" and "guard restarted" in found[0]["measured"], found
     finally:
         subprocess.run(
             [

@@ -126,6 +126,8 @@ def test_crash_points_and_postmortem():
     assert quiet["crash"] is None and evidence(quiet) == "no crash in the black box"
     gap = recs[:50] + [{"seq": 50, "kind": "e", "t": 300.0, "boot": "b1", "ev": "start", "msg": "guard"}]
     assert ring.crash_points(gap)[0]["kind"] == "guard restarted"
+    clean = [*recs[:50], {"seq": 50, "kind": "e", "t": 150.0, "boot": "b1", "ev": "exit", "msg": "guard stopped"}]
+    assert ring.crash_points([*clean, {**gap[-1], "seq": 51}]) == []  # `docker stop` of the guard is no crash
 
 
 class _DockerStub(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

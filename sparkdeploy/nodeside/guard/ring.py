@@ -93,7 +93,7 @@ def crash_points(records, boot_time=0.0, gap_s=GAP_S):
     for before, after in itertools.pairwise(records):
         if before.get("boot") and after.get("boot") and before["boot"] != after["boot"]:
             points.append({"kind": "reboot or power-off", "last": before, "resumed": after})
-        elif after.get("t", 0) - before.get("t", 0) > gap_s:
+        elif after.get("t", 0) - before.get("t", 0) > gap_s and before.get("ev") != "exit":  # exit: stopped cleanly
             why = "guard restarted" if after.get("ev") == "start" else "gap"
             points.append({"kind": why, "last": before, "resumed": after})
     if records and boot_time and records[-1].get("t", 0) < boot_time:
