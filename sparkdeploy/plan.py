@@ -25,6 +25,7 @@ from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
+from sparkdeploy.guard.settings import GUARD_FOLDER
 from sparkdeploy.inventory import Node
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
@@ -48,8 +49,6 @@ class StepKind(StrEnum):
 # The folder `doctor --nccl` writes in the state dir (its probe, node.env, result.json): sparkdeploy's, so `down`
 # removes it with the rest. The one subfolder of the state dir that is ours; any other stays.
 DOCTOR_FOLDER = "doctor"
-# The guard's black box and status.json (sparkdeploy/guard): written by the guard's container, removed by `down`.
-GUARD_FOLDER = "guard"
 OUR_FOLDERS = {DOCTOR_FOLDER: "doctor --nccl's probe files", GUARD_FOLDER: "the memory guard's black box and status"}
 
 

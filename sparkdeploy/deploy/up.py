@@ -28,7 +28,7 @@ from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard.deploy import check_lines as check_guard_lines
+from sparkdeploy.guard.lines import check_lines as check_guard_lines
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node

@@ -16,15 +16,12 @@ capability (`--gpus all`); in the lab the telemetry is a SIMULATED stand-in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from sparkdeploy.deployment import Deployment, NodeDeployment
+from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard.settings import GuardSettings
+from sparkdeploy.guard.settings import GUARD_FOLDER, GuardSettings
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.plan import GUARD_FOLDER
 from sparkdeploy.topologies.base import Context
 
 GUARD_CONTAINER = "sparkdeploy-guard"
@@ -107,33 +104,3 @@ def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
             },
             config=config,
         )
-
-
-def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> None:
-    """A guard line at or above a node's memory (MemTotal as `up` read it) is refused before anything changes:
-    one line per node, exit 2. (The guard checks again against what it reads itself, e.g. a lab node's cgroup
-    limit, and says `refused` in `status`.)"""
-    settings = dep.inventory.cluster.guard
-    problems = []
-    for nd in dep.nodes:
-        f = facts.get(nd.node.name)
-        if not isinstance(f, NodeFacts) or not f.mem_total_mb or not any(c.role == GUARD_ROLE for c in nd.containers):
-            continue
-        total_gib = f.mem_total_mb / 1024
-        for field, value in (
-            ("soft_available_gib", settings.soft_available_gib),
-            ("hard_available_gib", settings.hard_available_gib),
-        ):
-            if value is not None and value >= total_gib:
-                problems.append(
-                    Problem(
-                        dep.inventory.source,
-                        f"cluster.guard.{field}",
-                        f"{value:g} GiB is not below {nd.node.name}'s memory ({total_gib:.1f} GiB): the guard would "
-                        "stop the engine at once",
-                        f"set it below {total_gib:.0f} GiB, or remove it for the default ({SOFT_FRACTION:.2%} / "
-                        f"{HARD_FRACTION:.2%} of the node's memory)",
-                    )
-                )
-    if problems:
-        raise ConfigError(problems)

@@ -7,6 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkdeploy.schema import Number, Whole
 
+# The guard's folder in the state dir: its black box and status.json (written by its container, removed by `down`).
+GUARD_FOLDER = "guard"
+
 
 class GuardSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")

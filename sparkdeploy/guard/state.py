@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.guard.settings import GUARD_FOLDER
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
-from sparkdeploy.plan import GUARD_FOLDER
 from sparkdeploy.remote import NodeConnection, on_nodes
 
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)

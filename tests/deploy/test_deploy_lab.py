@@ -114,11 +114,15 @@ def stream_chat(endpoint: str, key: str | None, model: str = MODEL, max_tokens: 
 
 
 def expected_containers(topology: str) -> dict[str, set[str]]:
+    """Every engine node also runs the memory guard (sparkdeploy/guard)."""
     if topology == "solo":
-        return {"spark1": {"sparkdeploy-vllm"}, "spark2": set()}
+        return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-guard"}, "spark2": set()}
     if topology == "2xsolo":
-        return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-litellm"}, "spark2": {"sparkdeploy-vllm"}}
-    return {"spark1": {"sparkdeploy-vllm"}, "spark2": {"sparkdeploy-vllm"}}
+        return {
+            "spark1": {"sparkdeploy-vllm", "sparkdeploy-litellm", "sparkdeploy-guard"},
+            "spark2": {"sparkdeploy-vllm", "sparkdeploy-guard"},
+        }
+    return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-guard"}, "spark2": {"sparkdeploy-vllm", "sparkdeploy-guard"}}
 
 
 def metric_total(url: str) -> float:
