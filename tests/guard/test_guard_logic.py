@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import socketserver
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from sparkdeploy.guard.postmortem import analyse, evidence
 from sparkdeploy.nodeside.guard import memory, ring, run
+from tests.test_nodeside import _imports
 
 GIB = 1 << 30
 
@@ -240,3 +242,13 @@ def test_the_guard_costs_little_per_sample(tmp_path):
     per_sample = (time.process_time() - t0) / 500
     assert per_sample * 5 < 0.01, f"{per_sample * 1e3:.2f} ms CPU per sample"
     assert os.path.exists(str(proc))
+
+
+def test_the_guard_imports_only_the_standard_library_and_itself():
+    """It runs on Debian's python3 in its own image: nothing of sparkdeploy, nothing from PyPI."""
+    folder = Path(run.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")}
+    for path in sorted(folder.glob("*.py")):
+        absolute, relative = _imports(path)
+        assert not absolute - set(sys.stdlib_module_names) - {"__future__"}, path.name
+        assert relative <= modules, path.name
