@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.guard.settings import GuardSettings
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
 
@@ -168,6 +169,7 @@ class Recipe(BaseModel):
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     env: dict[str, str] = Field(default_factory=dict)
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
+    guard: GuardSettings | None = None  # the memory guard's lines for this model, over the inventory's cluster.guard
     overrides: dict[Literal[TOPOLOGIES], dict[str, Any]] = Field(default_factory=dict)  # type: ignore[valid-type]
 
     @field_validator("image", "name")

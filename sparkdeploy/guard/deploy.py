@@ -20,7 +20,7 @@ from typing import Any
 
 from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard.settings import GUARD_FOLDER, GuardSettings
+from sparkdeploy.guard.settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.topologies.base import Context
 
@@ -71,7 +71,7 @@ def check_settings(settings: GuardSettings, source: str) -> None:
 
 def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
     """Add the guard container to every node of the deployment that runs an engine."""
-    settings = ctx.cluster.guard
+    settings = effective(ctx.cluster.guard, ctx.recipe.guard)
     if not settings.enabled:
         return
     check_settings(settings, ctx.inventory.source)

@@ -9,13 +9,14 @@ from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard.deploy import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
+from sparkdeploy.guard.settings import effective
 
 
 def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> None:
     """A guard line at or above a node's memory (MemTotal as `up` read it) is refused before anything changes:
     one line per node, exit 2. (The guard checks again against what it reads itself, e.g. a lab node's cgroup
     limit, and says `refused` in `status`.)"""
-    settings = dep.inventory.cluster.guard
+    settings = effective(dep.inventory.cluster.guard, dep.recipe.recipe.guard)
     problems = []
     for nd in dep.nodes:
         f = facts.get(nd.node.name)
@@ -33,7 +34,8 @@ def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> 
                         f"cluster.guard.{field}",
                         f"{value:g} GiB is not below {nd.node.name}'s memory ({total_gib:.1f} GiB): the guard would "
                         "stop the engine at once",
-                        f"set it below {total_gib:.0f} GiB, or remove it for the default ({SOFT_FRACTION:.2%} / "
+                        f"set it below {total_gib:.0f} GiB (the inventory's cluster.guard or the recipe's guard:), or remove "
+                        f"it for the default ({SOFT_FRACTION:.2%} / "
                         f"{HARD_FRACTION:.2%} of the node's memory)",
                     )
                 )

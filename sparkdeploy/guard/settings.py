@@ -25,3 +25,10 @@ class GuardSettings(BaseModel):
     interval_ms: Whole = Field(default=200, ge=50, le=5000)  # one sample every interval
     grace_s: Whole = Field(default=5, ge=0, le=300)  # SIGTERM, then SIGKILL after this many seconds
     sync_s: Number = Field(default=1.0, ge=0.1, le=60)  # the black box is fdatasync'd at least this often
+
+
+def effective(cluster: GuardSettings, recipe: GuardSettings | None) -> GuardSettings:
+    """The inventory's `cluster.guard` with what the recipe's `guard:` sets on top (a model that needs other lines)."""
+    if recipe is None:
+        return cluster
+    return cluster.model_copy(update=recipe.model_dump(exclude_unset=True))

@@ -83,3 +83,16 @@ def test_an_unknown_guard_field_is_refused(write_inventory, cli):
     inv = write_inventory(_with_guard(hard_line=3))
     code, _, err = cli("render", "openai-gpt-oss-120b", "-i", str(inv), "-t", "solo", "--out", str(inv.parent / "out"))
     assert code == 2 and "guard" in err and "hard_line" in err, err
+
+
+def test_a_recipe_sets_its_own_lines_over_the_inventorys():
+    dep = deployment("solo", sets=("guard.hard_available_gib=6", "guard.grace_s=20"), inventory=_with_guard(grace_s=9))
+    entry = dep.node("spark1").file("guard.entry.sh").content
+    assert '"hard_bytes":6442450944' in entry and '"grace_s":20' in entry
+    assert (
+        '"grace_s":9'
+        in deployment("solo", inventory=_with_guard(grace_s=9)).node("spark1").file("guard.entry.sh").content
+    )
+    with pytest.raises(ConfigError) as exc:
+        check_lines(deployment("solo", sets=("guard.soft_available_gib=500",)), {"spark1": empty_facts("spark1")})
+    assert exc.value.problems[0].field == "cluster.guard.soft_available_gib"
