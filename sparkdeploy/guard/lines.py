@@ -34,8 +34,8 @@ def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> 
                         f"cluster.guard.{field}",
                         f"{value:g} GiB is not below {nd.node.name}'s memory ({total_gib:.1f} GiB): the guard would "
                         "stop the engine at once",
-                        f"set it below {total_gib:.0f} GiB (the inventory's cluster.guard or the recipe's guard:), or remove "
-                        f"it for the default ({SOFT_FRACTION:.2%} / "
+                        f"set it below {total_gib:.0f} GiB (the inventory's cluster.guard or the recipe's guard:), "
+                        f"or remove it for the default ({SOFT_FRACTION:.2%} / "
                         f"{HARD_FRACTION:.2%} of the node's memory)",
                     )
                 )
