@@ -277,7 +277,11 @@ def test_switching_topology_takes_the_old_one_down(lab, inv):
         for s in json.loads(r.stdout)["steps"]
         if s["step"] == "remove-container" and s["status"] == "changed"
     }
-    assert removed == {("spark1", "sparkdeploy-litellm"), ("spark2", "sparkdeploy-vllm")}
+    assert removed == {
+        ("spark1", "sparkdeploy-litellm"),
+        ("spark2", "sparkdeploy-vllm"),
+        ("spark2", "sparkdeploy-guard"),
+    }
     assert {n: set(c) for n, c in containers(inv).items()} == expected_containers("solo")
     facts = node_facts(inv)
     assert facts["spark2"].files == {}  # spark2's files went with its container
