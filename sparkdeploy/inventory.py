@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.guard.settings import GuardSettings
 from sparkdeploy.schema import Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file
 
@@ -199,6 +200,7 @@ class ClusterSettings(BaseModel):
     # How the ConnectX-7 ports meet: one cable between two nodes, or a switch. Unset: direct for two nodes,
     # switch for more. Either way every fabric_ip is on one subnet (a switch is one L2 segment).
     fabric: Literal["direct", "switch"] | None = None
+    guard: GuardSettings = Field(default_factory=GuardSettings)  # the memory guard's lines (sparkdeploy/guard)
 
     @field_validator("name")
     @classmethod

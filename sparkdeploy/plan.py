@@ -25,6 +25,7 @@ from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
+from sparkdeploy.guard.settings import GUARD_FOLDER
 from sparkdeploy.inventory import Node
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
@@ -48,6 +49,7 @@ class StepKind(StrEnum):
 # The folder `doctor --nccl` writes in the state dir (its probe, node.env, result.json): sparkdeploy's, so `down`
 # removes it with the rest. The one subfolder of the state dir that is ours; any other stays.
 DOCTOR_FOLDER = "doctor"
+OUR_FOLDERS = {DOCTOR_FOLDER: "doctor --nccl's probe files", GUARD_FOLDER: "the memory guard's black box and status"}
 
 
 @dataclass(kw_only=True)  # built with keywords: eight of its fields would be easy to swap by position
@@ -226,21 +228,22 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
         plan.steps.append(
             Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True, reason="ours")
         )
-    if DOCTOR_FOLDER in facts.other_entries:
-        plan.steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.REMOVE_FOLDER,
-                target=DOCTOR_FOLDER,
-                change=True,
-                reason="doctor --nccl's probe files",
+    for folder, what in OUR_FOLDERS.items():
+        if folder in facts.other_entries:
+            plan.steps.append(
+                Step(
+                    node=node.name,
+                    phase=1,
+                    kind=StepKind.REMOVE_FOLDER,
+                    target=folder,
+                    change=True,
+                    reason=what,
+                )
             )
-        )
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
         others = [n for n in facts.files if n not in ours] + [
-            n + "/" for n in facts.other_entries if n != DOCTOR_FOLDER
+            n + "/" for n in facts.other_entries if n not in OUR_FOLDERS
         ]
         if others:  # never remove what we did not write
             plan.steps.append(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.guard.settings import GuardSettings
 from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value
@@ -183,6 +184,7 @@ class Recipe(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[TopologyName, dict[str, Any]] = Field(default_factory=dict)
+    guard: GuardSettings | None = None  # the memory guard's lines for this model, over the inventory's cluster.guard
 
     @field_validator("image")
     @classmethod

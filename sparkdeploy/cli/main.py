@@ -21,6 +21,7 @@ COMMANDS = {
     "status": "sparkdeploy.cli.up_cmd:status",
     "logs": "sparkdeploy.cli.logs_cmd:logs",
     "top": "sparkdeploy.cli.top_cmd:top",
+    "postmortem": "sparkdeploy.cli.postmortem_cmd:postmortem_cmd",
     "doctor": "sparkdeploy.cli.doctor_cmd:doctor",
     "bench": "sparkdeploy.cli.bench_cmd:bench",
     "advise": "sparkdeploy.cli.bench_cmd:advise",

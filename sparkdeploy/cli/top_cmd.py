@@ -8,6 +8,7 @@ import time
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+from sparkdeploy.guard import state as guard_state
 
 
 def _num(value, fmt: str, scale: float = 1.0) -> str:
@@ -89,6 +90,13 @@ def _console():
     return Console(highlight=False, width=max(120, Console().width))  # never squeeze the columns
 
 
+def _print_guards(guards: dict, when: str = "") -> None:
+    from rich.text import Text
+
+    for text, style in guard_state.lines(guards):
+        _console().print(Text(text + when, style=style or ""))
+
+
 @click.command("top")
 @inventory_option
 @click.option(
@@ -137,6 +145,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}
     try:
         targets, errors = monitor_mod.read_targets(inv, conns)
+        guards = guard_state.read_nodes(inv, conns)  # the memory guard's state when top starts (sparkdeploy/guard)
     finally:
         for conn in conns.values():
             conn.close()
@@ -154,10 +163,12 @@ def top(inventory, interval, window, once, sample_gap, as_json):
         monitor.sample()
         snap = monitor.snapshot()
         snap["unreachable"] = unreachable
+        snap["guards"] = guards
         if as_json:
             emit_json(snap)
         else:
             _console().print(render_table(snap, title))
+            _print_guards(guards)
         if unreachable:
             raise StepFailed(f"unreachable: {', '.join(unreachable)}")
         return
@@ -185,6 +196,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
 
     from rich.live import Live
 
+    _print_guards(guards, f" (at {time.strftime('%H:%M:%S')}; `sparkdeploy status` for now)")
     try:
         monitor.sample()
         with Live(render_table(monitor.snapshot(), title), console=_console(), auto_refresh=False) as live:

@@ -20,6 +20,7 @@ from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.doctor.model import Result
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.guard.state import line as guard_line
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
@@ -250,6 +251,10 @@ def status(inventory, as_json):
             for c in n["containers"]:
                 if c.get("last_exit") or c.get("docker_health") == "unhealthy":
                     out.line(f"{n['name']} {c['name']}: {c['crashes']}", _crash_style(c) or None)
+        for n in nodes:  # the memory guard's state (sparkdeploy/guard): why an engine was stopped
+            if "guard" in n:
+                state = (n["guard"] or {}).get("state")
+                out.line(f"{n['name']} {guard_line(n['guard'])}", {"held": "red", "soft": "yellow"}.get(state or ""))
         for n in nodes:
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")

@@ -23,8 +23,8 @@ from sparkdeploy.dayzero.session import (
     probe_inventory,
     trusted_keys,
 )
-from sparkdeploy.facts.parsers import parse_sections
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.facts.parsers import parse_sections
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, on_nodes
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 from sparkdeploy import crashes, health
 from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.guard import state as guard_state
 from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.remote import on_nodes
 
@@ -20,7 +21,8 @@ def cluster_status(inventory: str | None = None) -> dict[str, Any]:
     with Session.open(inv) as session:
         facts = gather_facts(session, inv.nodes)
         histories = _histories(session, inv, facts)
-    nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
+        nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
+        guard_state.attach(session, inv, facts, nodes)  # each guard's state (sparkdeploy/guard, #29)
     deployments = [n["deployment"] for n in nodes if n.get("deployment")]
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
     dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)

@@ -28,6 +28,7 @@ from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.guard.lines import check_lines as check_guard_lines
 from sparkdeploy.images import push, push_from, registry
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage
@@ -286,6 +287,7 @@ def _deploy_steps(
         return facts
 
     facts = seen["facts"] = read()
+    check_guard_lines(dep, facts)  # a guard line above a node's memory: refused, nothing changed (#29)
     replaced = replaces(dep, facts)
     if replaced:  # said before anything changes (and by --dry-run): `up` converges to ONE deployment
         result["replaces"] = replaced

@@ -10,6 +10,7 @@ for both: a formula cannot differ between doctor and `up`.
 
 from __future__ import annotations
 
+from ..guard import checks as guard_checks
 from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
 from .model import Check
 
@@ -72,6 +73,9 @@ CHECKS: list[Check] = [
         "no recent OOM kill or restart loop of sparkdeploy's containers (docker events)",
         containers.recent_crashes,
         timeout_s=30,
+    ),
+    Check(
+        "guard.crash", "no crash or power-off in the memory guard's black box", guard_checks.past_crash, timeout_s=30
     ),
     Check("gpu.present", "nvidia-smi present and lists a GB10", gpu.present, timeout_s=20),
     Check(

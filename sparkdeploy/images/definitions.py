@@ -21,6 +21,8 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
 
 TAG_REPO = "sparkdeploy"
+PACKAGE_PREFIX = "sparkdeploy/"  # an `include` starting with it is a folder of the package (images/guard)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 LABEL = "io.sparkdeploy.image"
 # Never part of the hash nor of the build context we send: downloaded or generated material.
 # sources.yaml is evidence about the build's inputs (docs/images.md), not an input: it never changes a tag.
@@ -73,11 +75,19 @@ class ImageDefinition(BaseModel):
             return load_definition(self.base)
         return None
 
+    def _include_root(self, inc: str) -> Path:
+        """An included folder: relative to the definition, or `sparkdeploy/...`: inside the installed package (the
+        same files in a checkout and in a wheel, where images/ is sparkdeploy/data/images)."""
+        assert self.directory is not None
+        if inc.startswith(PACKAGE_PREFIX):
+            return (PACKAGE_DIR / inc.removeprefix(PACKAGE_PREFIX)).resolve()
+        return (self.directory / inc).resolve()
+
     def context_files(self) -> list[tuple[str, Path]]:
         """(name in the build context, path on disk) for every file that goes into the build."""
         assert self.directory is not None
         files: list[tuple[str, Path]] = []
-        roots = [(".", self.directory)] + [(Path(inc).name, (self.directory / inc).resolve()) for inc in self.include]
+        roots = [(".", self.directory)] + [(Path(inc).name, self._include_root(inc)) for inc in self.include]
         for prefix, root in roots:
             if not root.is_dir():
                 raise ConfigError(

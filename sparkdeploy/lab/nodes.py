@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import socket
+import sys
 import tarfile
 import time
 from dataclasses import dataclass
@@ -73,6 +74,8 @@ class LabContainerSpec:
             "client_key": self.client_key.fingerprint,
             "layout": 2,  # bump when create() changes in a way the fields above do not show
         }
+        if spec.node_memory_mb:  # only when set, so a lab without the limit keeps its nodes
+            data["memory_mb"] = spec.node_memory_mb
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -133,6 +136,27 @@ def install_password(container, spec: LabSpec) -> None:
         raise StepFailed(f"could not install the password into {container.name}")
 
 
+DAEMON_JSON = "etc/docker/daemon.json"
+
+
+def nest_engine_cgroups(client, container) -> None:
+    """The node's inner Docker puts its containers' cgroups under the node container's own (cgroup-parent), so the
+    node's memory limit covers the engine, the guard and anything started over SSH: one node's memory, as on a
+    Spark. Only with the cgroupfs driver (its cgroups are /docker/<id>); under systemd's driver the node keeps the
+    limit for its own processes and the engines run beside it (said on stderr)."""
+    info = client.info()
+    if info.get("CgroupDriver") != "cgroupfs":
+        print(
+            f"lab: the host's Docker uses the {info.get('CgroupDriver')} cgroup driver: the node's memory limit does "
+            "not cover its engine containers",
+            file=sys.stderr,
+        )
+        return
+    config = json.dumps({"cgroup-parent": f"/docker/{container.id}"}).encode()
+    if not container.put_archive("/", _tar(files=[(DAEMON_JSON, config, 0o644, 0)], dirs=[("etc/docker", 0o755, 0)])):
+        raise StepFailed(f"could not write {DAEMON_JSON} into {container.name}")
+
+
 def _read_file(container, path: str) -> bytes | None:
     try:
         stream, _ = container.get_archive("/" + path)
@@ -159,7 +183,11 @@ def create(client, spec: LabSpec, plan: LabContainerSpec):
     api = client.api
     node = plan.node
     volume = ensure_volume(client, spec, node.name)
+    memory = {}
+    if spec.node_memory_mb:  # no swap beyond it: a node out of memory stalls or OOM-kills, as a Spark does
+        memory = {"mem_limit": f"{spec.node_memory_mb}m", "memswap_limit": f"{spec.node_memory_mb}m"}
     host_config = api.create_host_config(
+        **memory,
         cap_add=["ALL"],
         cap_drop=["SYS_RESOURCE"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
@@ -188,6 +216,8 @@ def create(client, spec: LabSpec, plan: LabContainerSpec):
         install_keys(container, plan)
         if spec.bare:
             install_password(container, spec)
+        if spec.node_memory_mb:
+            nest_engine_cgroups(client, container)
     except BaseException:  # half-made (no fabric link, no keys): never leave it for a later run to reuse
         api.remove_container(created["Id"], force=True)
         raise

@@ -43,6 +43,16 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # lab to subnets of its own. Both are unset for users and CI.
 INSTANCE_ENV = "SPARKDEPLOY_LAB_INSTANCE"
 SUBNETS_ENV = "SPARKDEPLOY_LAB_SUBNETS"
+# Each node's memory limit (a cgroup: `docker run --memory`), standing in for a Spark's 128 GB of unified memory
+# scaled down (1/10); the inner engine's containers run under it (lab/nodes.py nests their cgroups), so the guard
+# (sparkdeploy/guard) sees one node's memory run out as on a Spark. 0 turns it off.
+NODE_MEMORY_ENV = "SPARKDEPLOY_LAB_NODE_MEMORY_MB"
+DEFAULT_NODE_MEMORY_MB = 12 * 1024
+
+
+def _default_node_memory() -> int:
+    value = os.environ.get(NODE_MEMORY_ENV, "")
+    return int(value) if value.isdigit() else DEFAULT_NODE_MEMORY_MB
 
 
 def _default_subnet(index: int) -> str:
@@ -80,6 +90,7 @@ class LabSpec:
     hcas: tuple[str, ...] = field(default=HCAS)
     seed: bool = False  # fill fresh nodes after the first by copying its image store (lab/seed.py)
     bare: bool = False  # `lab up --bare`: password login, no fabric address, MTU 1500, netplan.io (lab/bare.py)
+    node_memory_mb: int = field(default_factory=_default_node_memory)  # see NODE_MEMORY_ENV; 0: no limit
 
     def __post_init__(self) -> None:
         problems = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.guard import deploy as guard_deploy
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
 from sparkdeploy.inventory import Inventory
@@ -118,6 +119,7 @@ def build_deployment(
     metrics_url = None
     if inventory.cluster.metrics if metrics is None else metrics:
         metrics_url = add_prometheus(ctx, nodes)
+    guard_deploy.add_guard(ctx, nodes)  # the memory guard on every engine node (sparkdeploy/guard, #29)
     return Deployment(
         inventory=inventory,
         recipe=resolved,

@@ -128,9 +128,13 @@ class Context:
         health_port: int | None,
         restart: str = "unless-stopped",
         extra_files: tuple[FileSpec, ...] = (),
+        model_cache: bool = True,
+        run_options: dict[str, Any] | None = None,
         **entry_vars: Any,
     ) -> None:
-        """Add one container to `nd`: its entry script, any extra files, and the run script that starts it."""
+        """Add one container to `nd`: its entry script, any extra files, and the run script that starts it.
+        model_cache: mount the hub cache (with gpus); run_options: more variables of container-run.sh.j2
+        (state_volumes, host_volumes, cap_add, optional_devices), only when given, so no other hash changes."""
         common = {
             "name": name,
             "node": nd.node,
@@ -146,9 +150,10 @@ class Context:
             restart=restart,
             gpus=gpus,
             entry=entry_name,
-            hf_cache=self.cluster.hf_cache if gpus else None,
+            hf_cache=self.cluster.hf_cache if gpus and model_cache else None,
             container_hf_home=CONTAINER_HF_HOME,
             healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None,
+            **(run_options or {}),
         )
         # The hash covers everything the container is made of, so any change restarts exactly this container.
         settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")

@@ -212,7 +212,7 @@ def test_top_once_json_while_requests_run(day2, secrets):
     # the caption says what the share is over (issue 30: "proxy share over the since the engine started")
     assert "proxy share since the proxy started" in " ".join(table.stdout.split()), table.stdout
     lines = table.stdout.splitlines()
-    rows = [n for n, line in enumerate(lines) if "spark1" in line or "spark2" in line]
+    rows = [n for n, line in enumerate(lines) if line.startswith("│") and ("spark1" in line or "spark2" in line)]
     assert len(rows) == 2 and all("│ SIMULATED " in lines[n + 1] for n in rows), table.stdout  # under each engine
     assert lines[0].startswith("SIMULATED: vllm-sim stands in for the GPU"), table.stdout
 

@@ -47,7 +47,11 @@ def test_2xsolo_scrapes_both_engines_and_the_proxy_with_its_key_file():
 def test_solo_on_a_worker_still_puts_prometheus_on_the_head():
     inv = copy.deepcopy(TWO_NODES)
     dep = deployment("solo", inventory=inv)
-    assert [c.name for c in dep.node("spark1").containers] == ["sparkdeploy-vllm", PROMETHEUS_CONTAINER]
+    assert [c.name for c in dep.node("spark1").containers] == [
+        "sparkdeploy-vllm",
+        PROMETHEUS_CONTAINER,
+        "sparkdeploy-guard",
+    ]
     assert "litellm" not in {j["job_name"] for j in _config(dep.node("spark1"))["scrape_configs"]}
 
 

@@ -114,11 +114,15 @@ def stream_chat(endpoint: str, key: str | None, model: str = MODEL, max_tokens: 
 
 
 def expected_containers(topology: str) -> dict[str, set[str]]:
+    """Every engine node also runs the memory guard (sparkdeploy/guard)."""
     if topology == "solo":
-        return {"spark1": {"sparkdeploy-vllm"}, "spark2": set()}
+        return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-guard"}, "spark2": set()}
     if topology == "2xsolo":
-        return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-litellm"}, "spark2": {"sparkdeploy-vllm"}}
-    return {"spark1": {"sparkdeploy-vllm"}, "spark2": {"sparkdeploy-vllm"}}
+        return {
+            "spark1": {"sparkdeploy-vllm", "sparkdeploy-litellm", "sparkdeploy-guard"},
+            "spark2": {"sparkdeploy-vllm", "sparkdeploy-guard"},
+        }
+    return {"spark1": {"sparkdeploy-vllm", "sparkdeploy-guard"}, "spark2": {"sparkdeploy-vllm", "sparkdeploy-guard"}}
 
 
 def metric_total(url: str) -> float:
@@ -273,7 +277,11 @@ def test_switching_topology_takes_the_old_one_down(lab, inv):
         for s in json.loads(r.stdout)["steps"]
         if s["step"] == "remove-container" and s["status"] == "changed"
     }
-    assert removed == {("spark1", "sparkdeploy-litellm"), ("spark2", "sparkdeploy-vllm")}
+    assert removed == {
+        ("spark1", "sparkdeploy-litellm"),
+        ("spark2", "sparkdeploy-vllm"),
+        ("spark2", "sparkdeploy-guard"),
+    }
     assert {n: set(c) for n, c in containers(inv).items()} == expected_containers("solo")
     facts = node_facts(inv)
     assert facts["spark2"].files == {}  # spark2's files went with its container

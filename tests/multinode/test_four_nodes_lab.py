@@ -98,7 +98,7 @@ def spread(endpoint: str, backends: list[str], key: str, n: int) -> list[float]:
 
 def test_cluster_tp4_native_and_idempotent_up(lab4, inv4):
     first = up(inv4, "-t", "cluster", "-b", "native")
-    assert our_containers(inv4) == {n: {"sparkdeploy-vllm"} for n in NODES}
+    assert our_containers(inv4) == {n: {"sparkdeploy-vllm", "sparkdeploy-guard"} for n in NODES}
     info = sim_info(first["endpoint"])
     assert (info["tp"], info["pp"], info["nnodes"]) == (4, 1, 4), info
     assert chat(first["endpoint"])
@@ -118,8 +118,8 @@ def test_replicas_two_tp2_engines_behind_the_proxy(lab4, inv4, master_key):
     heads = [lab4.nodes[0].mgmt_ip, lab4.nodes[2].mgmt_ip]
     assert [b.split("//")[1].split(":")[0] for b in first["backends"]] == heads
     containers = our_containers(inv4)
-    assert containers["spark1"] == {"sparkdeploy-vllm", "sparkdeploy-litellm"}
-    assert all(containers[n] == {"sparkdeploy-vllm"} for n in NODES[1:])
+    assert containers["spark1"] == {"sparkdeploy-vllm", "sparkdeploy-litellm", "sparkdeploy-guard"}
+    assert all(containers[n] == {"sparkdeploy-vllm", "sparkdeploy-guard"} for n in NODES[1:])
     for backend in first["backends"]:
         info = sim_info(backend)
         assert (info["tp"], info["nnodes"]) == (2, 2), info

@@ -1,0 +1,34 @@
+"""`cluster.guard` in the inventory: the guard's lines and timings. Every field has a default; the lines default to
+fractions of the node's memory derived from the memory budget (see deploy.py)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkdeploy.schema import Number, Whole
+
+# The guard's folder in the state dir: its black box and status.json (written by its container, removed by `down`).
+GUARD_FOLDER = "guard"
+
+
+class GuardSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # a guard container on every engine node
+    # Available memory (GiB) below which the guard drops the page cache and warns / stops the node's engines.
+    # Unset: the defaults of deploy.py, fractions of the node's memory.
+    soft_available_gib: Number | None = Field(default=None, gt=0, le=4096)
+    hard_available_gib: Number | None = Field(default=None, gt=0, le=4096)
+    # PSI memory `full` avg10 (percent of the last 10 s every task stalled on memory) that also counts as the
+    # hard line; 0 turns it off. Ignored (and said so) on a kernel without PSI.
+    psi_full_hard: Number = Field(default=40.0, ge=0, le=100)
+    interval_ms: Whole = Field(default=200, ge=50, le=5000)  # one sample every interval
+    grace_s: Whole = Field(default=5, ge=0, le=300)  # SIGTERM, then SIGKILL after this many seconds
+    sync_s: Number = Field(default=1.0, ge=0.1, le=60)  # the black box is fdatasync'd at least this often
+
+
+def effective(cluster: GuardSettings, recipe: GuardSettings | None) -> GuardSettings:
+    """The inventory's `cluster.guard` with what the recipe's `guard:` sets on top (a model that needs other lines)."""
+    if recipe is None:
+        return cluster
+    return cluster.model_copy(update=recipe.model_dump(exclude_unset=True))
