@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sparkdeploy.facts import NodeFacts
 from sparkdeploy.recipes import Recipe
+
+if TYPE_CHECKING:  # annotations only: the facts package pulls in SSH (paramiko), which a dry run from a wheel lacks
+    from sparkdeploy.facts import NodeFacts
 
 GIB = 2**30
 MIB = 2**20

@@ -31,7 +31,7 @@ GUARD_ROLE = "guard"
 NOT_ENGINES = ("guard", "proxy", "metrics")  # the roles that are not an engine (nodeside/guard/run.py too)
 # The soft line sits at the budget's OS reserve of available memory (of a DGX Spark's total), the hard line at half
 # of it: fractions, so a scaled-down lab node gets the same proportions.
-SOFT_FRACTION = budget.OS_RESERVE_BYTES / budget.DGX_SPARK_TOTAL_BYTES
+SOFT_FRACTION = round(budget.OS_RESERVE_BYTES / budget.DGX_SPARK_TOTAL_BYTES, 4)  # 0.0668
 HARD_FRACTION = SOFT_FRACTION / 2
 GIB = 1 << 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sparkdeploy.doctor.parsers import SECTION
+from sparkdeploy.facts.parsers import SECTION
 
 MAC = {"enp1s0f0np0": "4c:bb:47:00:00:10", "enp1s0f1np1": "4c:bb:47:00:00:11"}
 

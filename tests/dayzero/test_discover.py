@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sparkdeploy.dayzero.discover import parse
-from sparkdeploy.doctor.parsers import parse_sections
+from sparkdeploy.facts.parsers import parse_sections
 from tests.dayzero.spark_samples import render_sections, spark_output
 
 

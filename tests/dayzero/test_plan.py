@@ -10,8 +10,8 @@ from sparkdeploy.cli.main import cli
 from sparkdeploy.dayzero import inventory_text
 from sparkdeploy.dayzero.discover import parse
 from sparkdeploy.dayzero.plan import inventory_data, plan
-from sparkdeploy.doctor.parsers import parse_sections
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts.parsers import parse_sections
 from sparkdeploy.inventory import Inventory
 from tests.dayzero.spark_samples import spark_output
 
