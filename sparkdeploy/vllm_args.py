@@ -12,11 +12,14 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.recipes import ResolvedRecipe
+
+if TYPE_CHECKING:  # only in annotations: recipes reads eugr recipes with this module's flag lists (eugr.py)
+    from sparkdeploy.recipes import ResolvedRecipe
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sparkdeploy import recipe_import
 from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import (
     backend_option,
@@ -152,6 +153,48 @@ def lint_cmd(recipes_dir, as_json):
         click.echo(f"{len(results) - len(failed)} of {len(results)} combinations render")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+@recipes_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--out",
+    "out_dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write NAME.yaml into (pass it as --recipes-dir later, or set SPARKDEPLOY_RECIPES).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the recipe that would be written; write nothing.")
+@click.option("--force", is_flag=True, help="Replace NAME.yaml if it exists.")
+@set_option
+@json_option
+def import_cmd(file, out_dir, dry_run, force, sets, as_json):
+    """Write the sparkdeploy recipe equivalent to FILE, an eugr/spark-vllm-docker v1 recipe (`recipe_version`),
+    and list what it could not carry over as written. `run-recipe FILE` runs such a file without importing it.
+
+    \b
+    --set NAME=VALUE fills the command's {NAME} placeholder (instead of its default); --set container=IMAGE,
+    --set mods=[] or --set build_args=[] replace those eugr fields; any other --set is a recipe key.
+    A mod, build_arg or container with no sparkdeploy equivalent is refused, naming it.
+
+    \b
+    Examples:
+      recipes import ~/spark-vllm-docker/recipes/openai-gpt-oss-120b.yaml --dry-run
+      recipes import minimax-m2-awq.yaml --set container=vllm-node --out ~/my-recipes
+    """
+    result = recipe_import.import_recipe(file, sets, out_dir, dry_run=dry_run, force=force)
+    if as_json:
+        emit_json(result)
+        return
+    if dry_run:
+        click.echo(result["text"], nl=False)
+    else:
+        click.echo(f"wrote {result['file']} (recipe {result['recipe']})")
+    if result["not_carried"]:
+        click.echo("not carried over as written:", err=dry_run)
+        for note in result["not_carried"]:
+            click.echo(f"  - {note}", err=dry_run)
 
 
 __all__ = ["ConfigError", "recipes_group"]
