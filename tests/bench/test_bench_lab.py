@@ -11,7 +11,7 @@ import pytest
 from sparkdeploy.bench.store import load_results
 
 pytestmark = pytest.mark.lab
-RECIPE = "openai-gpt-oss-120b"
+RECIPE = "openai-gpt-oss-120b-bench"
 TOPOLOGIES = "solo,cluster,2xsolo"  # tests/deploy/test_every_recipe_lab.py counts on these deployments
 
 

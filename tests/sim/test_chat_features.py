@@ -63,6 +63,26 @@ def test_tool_call_markup_round_trips_through_the_parser(parser):
     assert read_tool_call(parser, text[len("<tool_call>") : -len("</tool_call>")], tools) == ("get_weather", args)
 
 
+def test_harmony_tool_call_round_trips_and_streams_as_the_whole_parse():
+    """gpt-oss (--tool-call-parser openai --reasoning-parser openai_gptoss): harmony channels, not <think>."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("openai", "get_weather", {"city": "Paris", "days": 2})
+    assert call == (
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city": "Paris", "days": 2}<|call|>'
+    )
+    text = "<|channel|>analysis<|message|>thinking about it<|end|>" + call
+    whole = StreamParser("openai", True, tools, "openai_gptoss").feed(text, final=True)
+    assert (whole.reasoning, whole.content) == ("thinking about it", "")
+    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+    streamed = StreamParser("openai", True, tools, "openai_gptoss")
+    got = [streamed.feed(p, final=i == len(pieces(text)) - 1) for i, p in enumerate(pieces(text))]
+    assert "".join(g.content for g in got) == "" and [c for g in got for c in g.tool_calls] == whole.tool_calls
+    answer = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
+    final = StreamParser(None, True, {}, "openai_gptoss").feed(answer, final=True)
+    assert (final.reasoning, final.content) == ("hm", "It is sunny.")
+
+
 def test_stream_parser_holds_back_markup_and_matches_the_whole_parse():
     tools = {"get_weather": WEATHER["function"]}
     text = (
@@ -191,6 +211,16 @@ def test_named_tool_choice_and_json_response_format(tmp_path):
             },
         ).json()
         assert r["choices"][0]["message"]["content"] == '{"n": 1}' and r["choices"][0]["finish_reason"] == "stop"
+    finally:
+        proc.stop()
+
+
+def test_request_suite_for_gpt_oss_harmony(tmp_path):
+    proc, base = start_sim(
+        tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss"
+    )
+    try:
+        assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
     finally:
         proc.stop()
 

@@ -12,9 +12,18 @@ vllm/parser/qwen3.py, glm47_moe.py and tool_parsers/hermes_tool_parser.py):
 | glm47, glm45 | `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` |
 | hermes | `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>` |
 
+| openai (gpt-oss, harmony) | `<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>` |
+
 Reasoning parsers glm45, glm47, qwen3, deepseek_r1: the chat template opens `<think>` in the generation
 prompt, so the model's output is `REASONING</think>CONTENT` (a leading `<think>` is tolerated).
 Parameter values that are not strings are written as JSON and read back by the tool's schema type.
+
+gpt-oss speaks OpenAI's harmony format (https://cookbook.openai.com/articles/openai-harmony; vLLM 0.32's
+tool_parsers/openai_tool_parser.py and reasoning/gptoss_reasoning_parser.py, `--tool-call-parser openai
+--reasoning-parser openai_gptoss`): the generation prompt ends with `<|start|>assistant`, the model writes
+`<|channel|>analysis<|message|>REASONING<|end|>`, then either a call on the commentary channel (above) or
+`<|start|>assistant<|channel|>final<|message|>CONTENT`. Harmony is one family: the openai tool parser
+goes with the openai_gptoss reasoning parser (and alone).
 """  # noqa: E501 - a markdown table row
 
 from __future__ import annotations
@@ -33,8 +42,38 @@ TOOL_FORMATS = {
     "glm47": "glm",
     "glm45": "glm",
     "hermes": "hermes",
+    "openai": "harmony",
 }
-REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1"}
+REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1", "openai_gptoss"}
+HARMONY_REASONING = "openai_gptoss"
+
+
+@dataclass(frozen=True)
+class Markup:
+    """The markers of one markup family around reasoning, a tool call and the content."""
+
+    reasoning_start: str  # tolerated at the very start of the reasoning
+    reasoning_end: str
+    tool_start: str
+    tool_end: str
+    content_start: str = ""  # dropped where it opens the content (harmony's final channel header)
+    reasoning_prefix: str = ""  # what the model writes before its reasoning (<think> is in the prompt already)
+
+
+THINK = Markup(THINK_START, THINK_END, TOOL_START, TOOL_END)
+HARMONY = Markup(
+    "<|channel|>analysis<|message|>",
+    "<|end|>",
+    "<|start|>assistant<|channel|>commentary to=functions.",
+    "<|call|>",
+    "<|start|>assistant<|channel|>final<|message|>",
+    "<|channel|>analysis<|message|>",
+)
+
+
+def markup(tool_parser: str | None, reasoning_parser: str | None = None) -> Markup:
+    harmony = (tool_parser and TOOL_FORMATS.get(tool_parser) == "harmony") or reasoning_parser == HARMONY_REASONING
+    return HARMONY if harmony else THINK
 
 
 class UnsupportedFormat(ValueError):
@@ -52,6 +91,11 @@ def check_parsers(tool_parser: str | None, reasoning_parser: str | None) -> None
             f"vllm-sim writes reasoning only for --reasoning-parser "
             f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}"
         )
+    if tool_parser and reasoning_parser and markup(tool_parser) is not markup(None, reasoning_parser):
+        raise UnsupportedFormat(
+            f"--tool-call-parser {tool_parser} and --reasoning-parser {reasoning_parser} read different markups "
+            "(harmony and <think>/<tool_call>): no model writes both"
+        )
 
 
 def _value_text(value: Any) -> str:
@@ -66,6 +110,9 @@ def write_tool_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
     if kind == "glm":
         params = "".join(f"<arg_key>{k}</arg_key><arg_value>{_value_text(v)}</arg_value>" for k, v in arguments.items())
         return f"{TOOL_START}{name}{params}{TOOL_END}"
+    if kind == "harmony":
+        args = json.dumps(arguments, ensure_ascii=False)
+        return f"{HARMONY.tool_start}{name} <|constrain|>json<|message|>{args}{HARMONY.tool_end}"
     return f"{TOOL_START}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_END}"
 
 
@@ -87,6 +134,14 @@ _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>"
 def read_tool_call(parser: str, block: str, tools: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     """One `<tool_call>...</tool_call>` body -> (name, arguments), or None when it is not a call."""
     kind = TOOL_FORMATS[parser]
+    if kind == "harmony":
+        head, sep, body = block.partition("<|message|>")
+        name = head.split()[0] if head.split() else ""
+        try:
+            args = json.loads(body) if sep else None
+        except json.JSONDecodeError:
+            return None
+        return (name, args) if name and isinstance(args, dict) else None
     if kind == "hermes":
         try:
             data = json.loads(block)
@@ -119,22 +174,31 @@ class Parsed:
 
 
 class StreamParser:
-    """Reads a model's output as it arrives: reasoning until `</think>`, then content, with tool-call
-    blocks taken out of the content. Text that may be the start of a marker is held back until the next
-    piece tells (as vLLM's streaming parsers do), so markup never leaks into `content`."""
+    """Reads a model's output as it arrives: reasoning until its end marker (`</think>`, harmony's `<|end|>`),
+    then content, with tool-call blocks taken out of the content. Text that may be the start of a marker is
+    held back until the next piece tells (as vLLM's streaming parsers do), so markup never leaks into
+    `content`."""
 
-    def __init__(self, tool_parser: str | None, reasoning: bool, tools: dict[str, dict[str, Any]]):
+    def __init__(
+        self,
+        tool_parser: str | None,
+        reasoning: bool,
+        tools: dict[str, dict[str, Any]],
+        reasoning_parser: str | None = None,
+    ):
         self.tool_parser, self.tools = tool_parser, tools
+        self.m = markup(tool_parser, reasoning_parser)
         self.state = "reasoning" if reasoning else "content"
         self.buf = ""
         self._reasoning_started = False
 
     def _markers(self) -> tuple[str, ...]:
         if self.state == "reasoning":
-            return (THINK_END,)
+            return (self.m.reasoning_end,)
         if self.state == "content":
-            return (TOOL_START,) if self.tool_parser else ()
-        return (TOOL_END,)
+            found = (self.m.tool_start,) if self.tool_parser else ()
+            return found + ((self.m.content_start,) if self.m.content_start else ())
+        return (self.m.tool_end,)
 
     def feed(self, text: str, final: bool = False) -> Parsed:
         out = Parsed()
@@ -146,7 +210,7 @@ class StreamParser:
                 keep = 0 if final else max((_partial_suffix(self.buf, m) for m in markers), default=0)
                 if self.state == "tool":
                     if final and self.buf:  # an unterminated call (cut by max_tokens): vLLM keeps it as text
-                        out.content += TOOL_START + self.buf
+                        out.content += self.m.tool_start + self.buf
                         self.buf = ""
                     return out
                 emit, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
@@ -157,18 +221,21 @@ class StreamParser:
             if self.state == "tool":
                 call = read_tool_call(self.tool_parser or "", before.strip(), self.tools)
                 if call is None:
-                    out.content += TOOL_START + before + TOOL_END
+                    out.content += self.m.tool_start + before + self.m.tool_end
                 else:
                     out.tool_calls.append(call)
                 self.state = "content"
+            elif self.state == "content" and marker == self.m.content_start:
+                self._emit(out, before)  # the final channel's header: dropped, the content goes on
             else:
                 self._emit(out, before)
                 self.state = "content" if self.state == "reasoning" else "tool"
 
     def _emit(self, out: Parsed, text: str) -> None:
         if self.state == "reasoning":
-            if not self._reasoning_started and text.lstrip().startswith(THINK_START):
-                text = text.lstrip()[len(THINK_START) :]
+            start = self.m.reasoning_start
+            if not self._reasoning_started and text.lstrip().startswith(start):
+                text = text.lstrip()[len(start) :]
             self._reasoning_started = self._reasoning_started or bool(text)
             out.reasoning += text
         else:
