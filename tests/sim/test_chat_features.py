@@ -47,6 +47,33 @@ def test_the_shipped_recipes_name_parsers():
     assert {(t, r) for _, t, r in PARSERS} >= {("qwen3_coder", None), ("glm47", "glm45"), ("qwen3_coder", "qwen3")}
 
 
+def test_minimax_m2_tool_call_round_trips():
+    """MiniMax-M2 (vLLM's minimax_m2 tool parser): <minimax:tool_call><invoke name=...><parameter name=...>."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("minimax_m2", "get_weather", {"city": "Paris", "days": 2})
+    assert call == (
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+        '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>'
+    )
+    text = "thinking</think>" + call
+    whole = StreamParser("minimax_m2", True, tools, "minimax_m2").feed(text, final=True)
+    assert (whole.reasoning, whole.content) == ("thinking", "")
+    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+
+
+def test_llama3_json_call_runs_to_the_end_of_the_output():
+    """Llama 3.x (vLLM's llama3_json): `<|python_tag|>{"name": ..., "parameters": {...}}` with no closing tag."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("llama3_json", "get_weather", {"city": "Paris", "days": 2})
+    assert call == '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}'
+    streamed = StreamParser("llama3_json", False, tools)
+    got = [streamed.feed(p, final=i == len(pieces(call)) - 1) for i, p in enumerate(pieces(call))]
+    assert "".join(g.content for g in got) == ""
+    assert [c for g in got for c in g.tool_calls] == [("get_weather", {"city": "Paris", "days": 2})]
+    plain = StreamParser("llama3_json", False, tools).feed("It is sunny.", final=True)
+    assert (plain.content, plain.tool_calls) == ("It is sunny.", [])
+
+
 @pytest.mark.parametrize("parser", ["qwen3_coder", "glm47", "hermes"])
 def test_tool_call_markup_round_trips_through_the_parser(parser):
     tools = {"get_weather": WEATHER["function"]}

@@ -12,9 +12,12 @@ vllm/parser/qwen3.py, glm47_moe.py and tool_parsers/hermes_tool_parser.py):
 | glm47, glm45 | `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` |
 | hermes | `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>` |
 
+| minimax_m2 | `<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n</invoke>\n</minimax:tool_call>` |
+| llama3_json | `<|python_tag|>{"name": NAME, "parameters": {...}}` to the end of the turn (vLLM's llama3_json parser takes the JSON with or without the tag) |
 | openai (gpt-oss, harmony) | `<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>` |
 
-Reasoning parsers glm45, glm47, qwen3, deepseek_r1: the chat template opens `<think>` in the generation
+Reasoning parsers glm45, glm47, qwen3, deepseek_r1, nemotron_v3 (vLLM 0.32's vllm/parser/nemotron_v3.py: "the
+same tool call and reasoning format as Qwen3") and minimax_m2 (reasoning/minimax_m2_reasoning_parser.py): the chat template opens `<think>` in the generation
 prompt, so the model's output is `REASONING</think>CONTENT` (a leading `<think>` is tolerated).
 Parameter values that are not strings are written as JSON and read back by the tool's schema type.
 
@@ -43,8 +46,10 @@ TOOL_FORMATS = {
     "glm45": "glm",
     "hermes": "hermes",
     "openai": "harmony",
+    "minimax_m2": "minimax",
+    "llama3_json": "llama3_json",
 }
-REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1", "openai_gptoss"}
+REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1", "nemotron_v3", "minimax_m2", "openai_gptoss"}
 HARMONY_REASONING = "openai_gptoss"
 
 
@@ -71,9 +76,16 @@ HARMONY = Markup(
 )
 
 
+MINIMAX = Markup(THINK_START, THINK_END, "<minimax:tool_call>", "</minimax:tool_call>")
+LLAMA3_JSON = Markup(THINK_START, THINK_END, "<|python_tag|>", "")  # no end tag: the call is the rest of the turn
+
+
 def markup(tool_parser: str | None, reasoning_parser: str | None = None) -> Markup:
     harmony = (tool_parser and TOOL_FORMATS.get(tool_parser) == "harmony") or reasoning_parser == HARMONY_REASONING
-    return HARMONY if harmony else THINK
+    if harmony:
+        return HARMONY
+    kind = TOOL_FORMATS.get(tool_parser or "")
+    return {"minimax": MINIMAX, "llama3_json": LLAMA3_JSON}.get(kind or "", THINK)
 
 
 class UnsupportedFormat(ValueError):
@@ -91,7 +103,11 @@ def check_parsers(tool_parser: str | None, reasoning_parser: str | None) -> None
             f"vllm-sim writes reasoning only for --reasoning-parser "
             f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}"
         )
-    if tool_parser and reasoning_parser and markup(tool_parser) is not markup(None, reasoning_parser):
+    if (
+        tool_parser
+        and reasoning_parser
+        and (markup(tool_parser) is HARMONY) != (markup(None, reasoning_parser) is HARMONY)
+    ):
         raise UnsupportedFormat(
             f"--tool-call-parser {tool_parser} and --reasoning-parser {reasoning_parser} read different markups "
             "(harmony and <think>/<tool_call>): no model writes both"
@@ -110,6 +126,11 @@ def write_tool_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
     if kind == "glm":
         params = "".join(f"<arg_key>{k}</arg_key><arg_value>{_value_text(v)}</arg_value>" for k, v in arguments.items())
         return f"{TOOL_START}{name}{params}{TOOL_END}"
+    if kind == "minimax":
+        params = "".join(f'<parameter name="{k}">{_value_text(v)}</parameter>\n' for k, v in arguments.items())
+        return f'{MINIMAX.tool_start}\n<invoke name="{name}">\n{params}</invoke>\n{MINIMAX.tool_end}'
+    if kind == "llama3_json":
+        return LLAMA3_JSON.tool_start + json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
     if kind == "harmony":
         args = json.dumps(arguments, ensure_ascii=False)
         return f"{HARMONY.tool_start}{name} <|constrain|>json<|message|>{args}{HARMONY.tool_end}"
@@ -128,6 +149,8 @@ def _typed(value: str, schema: dict[str, Any] | None) -> Any:
 
 _QWEN_FUNC = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
 _QWEN_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+_MINIMAX_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)(?:</invoke>|$)', re.S)
+_MINIMAX_PARAM = re.compile(r'<parameter name="([^"]+)">(.*?)</parameter>', re.S)
 _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
 
@@ -142,14 +165,21 @@ def read_tool_call(parser: str, block: str, tools: dict[str, dict[str, Any]]) ->
         except json.JSONDecodeError:
             return None
         return (name, args) if name and isinstance(args, dict) else None
-    if kind == "hermes":
+    if kind == "minimax":
+        m = _MINIMAX_INVOKE.search(block)
+        if not m:
+            return None
+        name, body = m.group(1).strip(), m.group(2)
+        props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
+        return name, {k.strip(): _typed(v.strip(), props.get(k.strip())) for k, v in _MINIMAX_PARAM.findall(body)}
+    if kind in ("hermes", "llama3_json"):
         try:
             data = json.loads(block)
         except json.JSONDecodeError:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             return None
-        return data["name"], dict(data.get("arguments") or {})
+        return data["name"], dict(data.get("arguments") or data.get("parameters") or {})
     if kind == "qwen3_xml":
         m = _QWEN_FUNC.search(block)
         if not m:
@@ -198,7 +228,7 @@ class StreamParser:
         if self.state == "content":
             found = (self.m.tool_start,) if self.tool_parser else ()
             return found + ((self.m.content_start,) if self.m.content_start else ())
-        return (self.m.tool_end,)
+        return (self.m.tool_end,) if self.m.tool_end else ()  # no end tag: the call ends with the output
 
     def feed(self, text: str, final: bool = False) -> Parsed:
         out = Parsed()
@@ -209,6 +239,14 @@ class StreamParser:
             if hit is None:
                 keep = 0 if final else max((_partial_suffix(self.buf, m) for m in markers), default=0)
                 if self.state == "tool":
+                    if final and self.buf and not self.m.tool_end:  # a call that runs to the end of the output
+                        call = read_tool_call(self.tool_parser or "", self.buf.strip(), self.tools)
+                        if call is None:
+                            out.content += self.m.tool_start + self.buf
+                        else:
+                            out.tool_calls.append(call)
+                        self.buf = ""
+                        return out
                     if final and self.buf:  # an unterminated call (cut by max_tokens): vLLM keeps it as text
                         out.content += self.m.tool_start + self.buf
                         self.buf = ""
