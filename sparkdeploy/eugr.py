@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import vllm_args
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.schema import problems_from_validation
 
 SUPPORTED_VERSIONS = ("1",)
@@ -290,7 +290,8 @@ def _image(recipe: EugrRecipe, source: str) -> tuple[str, list[str]]:
     equivalent."""
     notes: list[str] = []
     problems: list[Problem] = []
-    image = CONTAINERS.get(recipe.container)
+    # eugr's own tags map to ours; a sparkdeploy image definition's name (--set container=vllm-node) is taken as is.
+    image = CONTAINERS.get(recipe.container) or (recipe.container if recipe.container in definition_names() else None)
     for arg in recipe.build_args:
         if arg not in BUILD_ARGS:
             problems.append(

@@ -121,6 +121,14 @@ def test_four_node_recipe_refuses_each_mod_build_arg_and_container_by_name():
     assert "--gpu-memory-utilization-gb" in r.recipe.vllm.extra_args
 
 
+def test_container_may_name_any_sparkdeploy_image():
+    r = resolve(MINIMAX, sets=["container=vllm-sim"])  # not one of eugr's tags: a definition of ours
+    assert r.recipe.image == "vllm-sim"
+    with pytest.raises(ConfigError) as exc:
+        resolve(MINIMAX, sets=["container=no-such-image"])
+    assert "container: 'no-such-image' is not an image sparkdeploy knows" in problems(exc)[0]
+
+
 def test_eight_node_recipe():
     r = resolve(GLM5_8X, sets=["build_args=[]", "container=vllm-node"])
     rec = r.recipe
