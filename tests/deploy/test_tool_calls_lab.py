@@ -92,10 +92,12 @@ def test_openai_client_gets_a_tool_call_from_the_default_gpt_oss_recipe(lab, inv
 
 def test_eugr_recipe_serves_as_it_is_and_once_imported(lab, inv, tmp_path):
     """eugr's published gpt-oss recipe, unchanged (tests/fixtures/eugr): `up -r FILE` serves it; `recipes import`
-    writes a sparkdeploy recipe that serves the same way on 2xsolo."""
+    writes a sparkdeploy recipe that is the same deployment (its `up` changes nothing) and serves the same way."""
     result = up(inv, "-r", str(EUGR_RECIPE), "-t", "solo")
     call_a_tool(lab, result, "openai/gpt-oss-120b", proxied=False)
     r = sd("recipes", "import", str(EUGR_RECIPE), "--out", str(tmp_path))
     assert r.returncode == 0, failure(r)
-    result = up(inv, "-r", str(tmp_path / "openai-gpt-oss-120b.yaml"), "-t", "2xsolo")
-    call_a_tool(lab, result, "openai/gpt-oss-120b", proxied=True)
+    before = containers(inv)
+    result = up(inv, "-r", str(tmp_path / "openai-gpt-oss-120b.yaml"), "-t", "solo")
+    assert containers(inv) == before  # the same container, not restarted: the import is the recipe run-recipe ran
+    call_a_tool(lab, result, "openai/gpt-oss-120b", proxied=False)
