@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import paths
+from sparkdeploy import eugr, paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard.settings import GuardSettings
 from sparkdeploy.images.reference import is_reference, reference_error
@@ -379,18 +379,43 @@ def validate(data: dict, source: str) -> Recipe:
         raise ConfigError(problems_from_validation(exc, source, Recipe)) from None
 
 
-def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Recipe, Path, dict]:
-    """The recipe as written (overrides not applied), its file, and its raw data."""
+def recipe_path(name_or_path: str, recipes_dir: str | None = None) -> Path:
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         path = find_recipe(name_or_path, recipes_dir)
+    return path
+
+
+def read_any(
+    path: Path,
+    set_values: list[tuple[str, Any]] = (),  # type: ignore[assignment]
+) -> tuple[dict, list[tuple[str, Any]], eugr.Imported | None]:
+    """A recipe file's data as a sparkdeploy recipe: ours as written, an eugr v1 recipe (`recipe_version`)
+    mapped by eugr.py, its placeholders filled from defaults then from the --set values that name them. Returns
+    the data, the --set values left for the recipe itself, and the import (None for ours)."""
     data = read_recipe_data(path)
+    if not eugr.is_eugr(data):
+        return data, list(set_values), None
+    raw, params, rest = eugr.split_sets(data, list(set_values))
+    imported = eugr.to_recipe_data(raw, path, params)
+    return imported.data, rest, imported
+
+
+def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Recipe, Path, dict]:
+    """The recipe as written (overrides not applied), its file, and its raw data."""
+    path = recipe_path(name_or_path, recipes_dir)
+    data, _, imported = read_any(path)
+    return _validated_file(data, path, imported), path, data
+
+
+def _validated_file(data: dict, path: Path, imported: eugr.Imported | None) -> Recipe:
+    """The file's recipe before --set: valid, and (ours) named after its file."""
     recipe = validate(data, str(path))
-    if recipe.name != path.stem:
+    if imported is None and recipe.name != path.stem:
         raise ConfigError(
             Problem(str(path), "name", f"{recipe.name!r} differs from the file name", f"set name: {path.stem}")
         )
-    return recipe, path, data
+    return recipe
 
 
 def resolve(
@@ -400,8 +425,9 @@ def resolve(
     sets: list[str] | tuple[str, ...] = (),
     recipes_dir: str | None = None,
 ) -> ResolvedRecipe:
-    recipe, path, data = load_recipe(name_or_path, recipes_dir)
-    set_values = parse_set(sets)
+    path = recipe_path(name_or_path, recipes_dir)
+    data, set_values, imported = read_any(path, parse_set(sets))
+    _validated_file(data, path, imported)
     # --set applies to the whole recipe first, so it can also change topologies or overrides.
     raw = copy.deepcopy(data)
     for key, value in set_values:
@@ -441,6 +467,8 @@ def resolve(
     if backend and backend not in BACKENDS:
         raise ConfigError(Problem("--backend", backend, "unknown backend", f"one of {', '.join(BACKENDS)}"))
     resolved = ResolvedRecipe(final, topo, chosen_backend if topo in MULTI_NODE_ENGINES else "", path, sources)
+    if imported is not None:
+        resolved.warnings += [f"eugr recipe {imported.eugr_name!r}: {note}" for note in imported.not_carried]
     if backend and topo not in MULTI_NODE_ENGINES:
         resolved.warnings.append(f"--backend {backend} applies to the cluster topology only; {topo} ignores it")
     if topo in ("2xsolo", "replicas") and final.litellm.routing_strategy == "least-busy":

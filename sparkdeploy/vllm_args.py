@@ -12,12 +12,15 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.recipes import ResolvedRecipe
+
+if TYPE_CHECKING:  # only in annotations: recipes reads eugr recipes with this module's flag lists (eugr.py)
+    from sparkdeploy.recipes import ResolvedRecipe
 
 
 @dataclass(frozen=True)

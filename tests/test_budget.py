@@ -21,7 +21,7 @@ SPARK = 122570 * 2**20  # the nominal DGX Spark total
 
 
 def gpt_oss(topology: str):
-    return resolve("openai-gpt-oss-120b", topology, None, (), None).recipe
+    return resolve("openai-gpt-oss-120b-bench", topology, None, (), None).recipe  # the seeds' 4K context
 
 
 def test_gpt_oss_120b_on_two_nodes_cluster():

@@ -10,6 +10,7 @@ from sparkdeploy.errors import ConfigError
 
 SHIPPED = [
     "openai-gpt-oss-120b",
+    "openai-gpt-oss-120b-bench",
     "qwen3-coder-30b-int4",
     "glm-4.7-flash-int4",
     "qwen3.5-397b-int4-autoround",
@@ -39,11 +40,27 @@ def test_every_shipped_recipe_is_present_and_valid():
 
 
 def test_gpt_oss_values_from_the_seeds():
-    r = recipes.resolve("openai-gpt-oss-120b", "cluster").recipe
+    r = recipes.resolve("openai-gpt-oss-120b-bench", "cluster").recipe
     assert (r.vllm.gpu_memory_utilization, r.vllm.max_model_len, r.vllm.kv_cache_dtype) == (0.70, 4096, "fp8")
     assert r.vllm.enforce_eager and r.vllm.max_num_batched_tokens == 32768
     assert r.vllm.extra_args == ["--mxfp4-layers", "moe,qkv,o,lm_head"]
     assert set(r.topologies) == {"solo", "cluster", "2xsolo"}
+
+
+def test_default_gpt_oss_serves_tools_and_reasoning_with_a_long_context():
+    """Issue 27: an agent client (tools, tool_choice auto) gets a tool call, not HTTP 400: vLLM's gpt-oss
+    parsers; the seeds' 4K eager benchmark values live in openai-gpt-oss-120b-bench."""
+    r = recipes.resolve("openai-gpt-oss-120b", "cluster").recipe
+    args = r.vllm.extra_args
+    assert args[args.index("--tool-call-parser") + 1] == "openai" and "--enable-auto-tool-choice" in args
+    assert args[args.index("--reasoning-parser") + 1] == "openai_gptoss"
+    assert r.vllm.max_model_len == 131072 and not r.vllm.enforce_eager
+    bench = recipes.resolve("openai-gpt-oss-120b-bench", "cluster").recipe
+    assert (bench.model, bench.image, bench.architecture) == (
+        r.model,
+        r.image,
+        r.architecture.model_copy(update={"source": None}),
+    )
 
 
 def test_unknown_key_did_you_mean(tmp_path):

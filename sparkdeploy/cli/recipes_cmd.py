@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkdeploy import budget
+from sparkdeploy import budget, catalogue, recipe_import
 from sparkdeploy import fit as fit_mod
 from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import (
@@ -32,44 +32,61 @@ def recipes_group():
 @recipes_dir_option
 @json_option
 def list_cmd(recipes_dir, as_json):
-    """One line per recipe: model, image, topologies, default, backend."""
-    rows = []
-    for name, path in recipes_mod.recipe_files(recipes_dir).items():
-        recipe, _, _ = recipes_mod.load_recipe(str(path))
-        rows.append(
-            {
-                "name": name,
-                "model": recipe.model,
-                "image": recipe.image,
-                "topologies": recipe.topologies,
-                "default_topology": recipe.default_topology,
-                "cluster_backend": recipe.cluster_backend,
-                "fits_one_node": recipe.fits_one_node,
-                "description": recipe.description,
-                "file": str(path),
-            }
-        )
+    """One line per recipe: model, weights, fits one node, topologies (default first), tool-call and reasoning
+    parsers. `recipes search TEXT` narrows it down."""
+    print_catalogue(catalogue.entries(recipes_dir), as_json, "recipes")
+
+
+@recipes_group.command("search")
+@click.argument("text")
+@recipes_dir_option
+@json_option
+def search_cmd(text, recipes_dir, as_json):
+    """Recipes whose name, model, description, parsers or topologies contain every word of TEXT
+    (case-insensitive). Exit 1 when none does.
+
+    \b
+    Examples:
+      recipes search qwen coder        # the Qwen3-Coder recipes
+      recipes search glm47             # recipes that serve tools with the glm47 parser
+      recipes search cluster llama --json
+    """
+    rows = catalogue.search(text, recipes_dir)
+    print_catalogue(rows, as_json, f"recipes matching {text!r}")
+    if not rows:
+        raise click.exceptions.Exit(1)
+
+
+def print_catalogue(rows: list[dict], as_json: bool, title: str) -> None:
     if as_json:
         emit_json(rows)
         return
-    table = Table(title="recipes", title_justify="left")
-    for col in ("name", "model", "image", "topologies", "default", "backend"):
+    table = Table(title=plain(title), title_justify="left")
+    for col in ("name", "model", "weights", "one node", "topologies", "tool parser", "reasoning"):
         table.add_column(col)
     for r in rows:
+        if r["problems"]:
+            table.add_row(plain(r["name"]), Text(r["problems"][0], style="red"), "", "", "", "", "")
+            continue
+        topologies = [r["default_topology"]] + [t for t in r["topologies"] if t != r["default_topology"]]
+        weights = f"{r['weights_gb']:g} GB" if r["weights_gb"] else "?"
         table.add_row(
             *map(
                 plain,
                 (
                     r["name"],
                     r["model"],
-                    r["image"],
-                    ", ".join(r["topologies"]),
-                    r["default_topology"],
-                    r["cluster_backend"],
+                    weights,
+                    "yes" if r["fits_one_node"] else "no",
+                    ", ".join(topologies),
+                    r["tool_call_parser"] or "-",
+                    r["reasoning_parser"] or "-",
                 ),
             )
         )
-    Console(width=160).print(table)
+    Console(width=180).print(table)
+    if not rows:
+        click.echo("no recipe matches (see: sparkdeploy recipes list)")
 
 
 @recipes_group.command("show")
@@ -233,6 +250,48 @@ def lint_cmd(recipes_dir, as_json):
         click.echo(f"{len(results) - len(failed)} of {len(results)} combinations render")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+@recipes_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--out",
+    "out_dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write NAME.yaml into (pass it as --recipes-dir later, or set SPARKDEPLOY_RECIPES).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the recipe that would be written; write nothing.")
+@click.option("--force", is_flag=True, help="Replace NAME.yaml if it exists.")
+@set_option
+@json_option
+def import_cmd(file, out_dir, dry_run, force, sets, as_json):
+    """Write the sparkdeploy recipe equivalent to FILE, an eugr/spark-vllm-docker v1 recipe (`recipe_version`),
+    and list what it could not carry over as written. `run-recipe FILE` runs such a file without importing it.
+
+    \b
+    --set NAME=VALUE fills the command's {NAME} placeholder (instead of its default); --set container=IMAGE,
+    --set mods=[] or --set build_args=[] replace those eugr fields; any other --set is a recipe key.
+    A mod, build_arg or container with no sparkdeploy equivalent is refused, naming it.
+
+    \b
+    Examples:
+      recipes import ~/spark-vllm-docker/recipes/openai-gpt-oss-120b.yaml --dry-run
+      recipes import minimax-m2-awq.yaml --set container=vllm-node --out ~/my-recipes
+    """
+    result = recipe_import.import_recipe(file, sets, out_dir, dry_run=dry_run, force=force)
+    if as_json:
+        emit_json(result)
+        return
+    if dry_run:
+        click.echo(result["text"], nl=False)
+    else:
+        click.echo(f"wrote {result['file']} (recipe {result['recipe']})")
+    if result["not_carried"]:
+        click.echo("not carried over as written:", err=dry_run)
+        for note in result["not_carried"]:
+            click.echo(f"  - {note}", err=dry_run)
 
 
 __all__ = ["ConfigError", "recipes_group"]

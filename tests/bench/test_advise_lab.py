@@ -13,7 +13,7 @@ from tests.support.cli_process import failure, sd
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("recipe", ["llama-3.3-70b-instruct", "openai-gpt-oss-120b"])
+@pytest.mark.parametrize("recipe", ["llama-3.3-70b-instruct", "openai-gpt-oss-120b-bench"])
 def test_the_advised_command_is_one_up_accepts(lab, recipe):
     inv = str(lab.spec.inventory_path)
     r = sd("advise", "-c", "64", "-r", recipe, "-i", inv, "--json")

@@ -34,14 +34,14 @@ def test_reference_data_is_the_seeds_tables():
 
 
 def test_c1_cluster():
-    a = advise(1, recipe="openai-gpt-oss-120b")
+    a = advise(1, recipe="openai-gpt-oss-120b-bench")
     assert a.topology == "cluster" and a.source["kind"] == "reference"
     assert all(v == "cluster" for v in a.by_objective.values())
     assert any("TP=2" in r and "half the weights" in r for r in a.reasons)
 
 
 def test_c64_2xsolo_with_the_batching_reason():
-    a = advise(64, recipe="openai-gpt-oss-120b")
+    a = advise(64, recipe="openai-gpt-oss-120b-bench")
     assert a.topology == "2xsolo" and a.best.variant == "2xsolo-shuffle"
     assert a.to_json()["recommendation"]["routing"] == "simple-shuffle"
     why = " ".join(a.reasons)
@@ -72,13 +72,15 @@ def test_measured_results_take_precedence(tmp_path):
     scale = {("solo", 64, "decode_tps"): 10.0, ("solo", 64, "ttft_ms"): 0.01, ("solo", 64, "prefill_tps"): 10.0}
     for r in make_results(scale=scale):
         save_result(r, d)
-    a = advise(64, recipe="openai-gpt-oss-120b", results_dirs=[str(d)])
+    a = advise(64, recipe="openai-gpt-oss-120b-bench", results_dirs=[str(d)])
     assert a.source["kind"] == "measured" and a.source["simulated"] is True
     assert a.topology == "solo"
     # results of another recipe do not count: back to the reference, saying why
     b = advise(64, recipe="qwen3-coder-30b-int4", results_dirs=[str(d)])
     assert b.source["kind"] == "reference"
-    assert any(f"{d} holds no results of qwen3-coder-30b-int4 (it holds openai-gpt-oss-120b)" in n for n in b.notes)
+    assert any(
+        f"{d} holds no results of qwen3-coder-30b-int4 (it holds openai-gpt-oss-120b-bench)" in n for n in b.notes
+    )
 
 
 def test_one_measured_topology_falls_back_to_the_seeds_and_says_so(tmp_path):
@@ -86,7 +88,7 @@ def test_one_measured_topology_falls_back_to_the_seeds_and_says_so(tmp_path):
     for r in make_results():
         if r.variant == "cluster":
             save_result(r, d)
-    a = advise(8, recipe="openai-gpt-oss-120b", results_dirs=[str(d)])
+    a = advise(8, recipe="openai-gpt-oss-120b-bench", results_dirs=[str(d)])
     assert a.source["kind"] == "reference"
     assert any(
         "using the seeds' measurements" in n and "measured on one topology only (Cluster TP=2)" in n for n in a.notes
@@ -134,7 +136,9 @@ def test_advise_cli_json(cli, tmp_path, monkeypatch):
 def test_advise_leaves_out_what_the_inventory_cannot_run(write_inventory):
     one = {"cluster": dict(TWO_NODES["cluster"]), "nodes": [dict(TWO_NODES["nodes"][0])]}
     inv = str(write_inventory(one))
-    a = advise(64, recipe="openai-gpt-oss-120b", inventory=inv)
+    a = advise(64, recipe="openai-gpt-oss-120b-bench", inventory=inv)
     assert a.topology == "solo" and {topology_of(e.variant) for e in a.ranking} == {"solo"}
     assert any("2xsolo: needs at least 2 nodes, the inventory has 1" in n for n in a.notes), a.notes
-    assert a.to_json()["command"] == f"sparkdeploy up --recipe openai-gpt-oss-120b --topology solo --inventory {inv}"
+    assert (
+        a.to_json()["command"] == f"sparkdeploy up --recipe openai-gpt-oss-120b-bench --topology solo --inventory {inv}"
+    )

@@ -12,7 +12,7 @@ SECRET_KEY = "sk-SECRETmasterKEY456"  # tests/conftest.py's secrets file
 STATUS = {
     "deployed": True,
     "healthy": True,
-    "recipe": "openai-gpt-oss-120b",
+    "recipe": "openai-gpt-oss-120b-bench",
     "topology": "2xsolo",
     "backend": None,
     "model": "openai/gpt-oss-120b",
@@ -40,18 +40,20 @@ STATUS = {
     [("solo", "solo", 8000, 1), ("cluster", "cluster", 8000, 2), ("2xsolo", "2xsolo-shuffle", 4000, 2)],
 )
 def test_endpoint_of_each_topology(inventory_file, topology, variant, port, nodes):
-    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", topology, status=STATUS)
+    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b-bench", topology, status=STATUS)
     assert ep.base_url == f"http://192.0.2.1:{port}/v1" and ep.model == "openai/gpt-oss-120b"
     assert ep.variant == variant and ep.api_key == SECRET_KEY and SECRET_KEY not in repr(ep)
     md = ep.metadata
-    assert md["recipe"] == "openai-gpt-oss-120b" and md["topology"] == topology and len(md["nodes"]) == nodes
+    assert md["recipe"] == "openai-gpt-oss-120b-bench" and md["topology"] == topology and len(md["nodes"]) == nodes
     assert md["vllm_version"] and md["image"].startswith("sparkdeploy/")
     assert md["image_id"] == "sha256:" + "a" * 64  # the engines' image, not the proxy's
     assert (md["backend"] == "ray") == (topology == "cluster")
 
 
 def test_routing_override_is_its_own_column(inventory_file):
-    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", "2xsolo", sets=["litellm.routing_strategy=least-busy"])
+    ep = endpoint_of(
+        str(inventory_file), "openai-gpt-oss-120b-bench", "2xsolo", sets=["litellm.routing_strategy=least-busy"]
+    )
     assert ep.variant == "2xsolo-least-busy" and ep.metadata["routing"] == "least-busy"
 
 
@@ -73,7 +75,7 @@ def test_expected_image_is_the_image_id_when_this_engine_has_the_tag(monkeypatch
 
     from sparkdeploy.images import build
 
-    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b", "solo")
+    ep = endpoint_of(str(inventory_file), "openai-gpt-oss-120b-bench", "solo")
     images = {ep.metadata["image"]: types.SimpleNamespace(id="sha256:" + "b" * 64)}
 
     def get(tag):

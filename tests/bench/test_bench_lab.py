@@ -13,7 +13,7 @@ from sparkdeploy.cli.common import run_cli
 from sparkdeploy.cli.main import cli as sparkdeploy_cli
 
 pytestmark = pytest.mark.lab
-RECIPE = "openai-gpt-oss-120b"
+RECIPE = "openai-gpt-oss-120b-bench"
 TOPOLOGIES = "solo,cluster,2xsolo"  # tests/deploy/test_every_recipe_lab.py counts on these deployments
 
 

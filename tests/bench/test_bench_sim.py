@@ -19,7 +19,7 @@ def test_llama_benchy_against_the_simulator(sim, tmp_path, monkeypatch):
         sim,
         MODEL,
         KEY,
-        {"recipe": "openai-gpt-oss-120b", "topology": "solo", "simulated": True, "vllm_version": "0.32.0"},
+        {"recipe": "openai-gpt-oss-120b-bench", "topology": "solo", "simulated": True, "vllm_version": "0.32.0"},
     )
     settings = BenchSettings(pp=512, tg=32, runs=2)  # tokenizer and corpus: the simulator's (defaults)
     result = run_cell(ep, settings, 4, tmp_path / "out")

@@ -14,7 +14,7 @@ from sparkdeploy.errors import ConfigError, StepFailed
 from tests.bench.conftest import make_results
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
-RECIPE = "openai-gpt-oss-120b"
+RECIPE = "openai-gpt-oss-120b-bench"
 REF = {(r.variant, r.concurrency): r for r in make_results(variants=("solo", "cluster", "2xsolo-shuffle"))}
 
 
@@ -227,7 +227,7 @@ def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench
     assert data["agreement"][0]["decode_and_ttft"]["pct"] == 100.0
     assert (out / "decode.png").is_file() and (out / "ttft.png").is_file()
     # a result of another image is measured again, never mixed into the sweep
-    path = out / "openai-gpt-oss-120b__cluster__pp1024-tg128__c8.json"
+    path = out / "openai-gpt-oss-120b-bench__cluster__pp1024-tg128__c8.json"
     data = json.loads(path.read_text())
     data["metadata"]["image"] = "sparkdeploy/vllm-node-mxfp4:000000000000"
     path.write_text(json.dumps(data))
@@ -261,7 +261,7 @@ def test_live_display_shows_topology_level_and_eta(tmp_path):
     text = buf.getvalue()
     assert summary.status == "interrupted"
     assert "Cluster TP=2 c4: requests 3/12" in seen and "Solo c64: requests 192/192" in seen
-    assert "ETA" in text and "sweep openai-gpt-oss-120b" in text
+    assert "ETA" in text and "sweep openai-gpt-oss-120b-bench" in text
     assert "[Solo] c1: decode 57.5 ± " in text and "sweep interrupted during cluster c4" in text
     solo_c1 = next(line for line in text.splitlines() if "[Solo] c1: decode" in line)
     assert solo_c1.rstrip().endswith("[SIMULATED] (0s)"), solo_c1  # the fake's results are from vllm-sim

@@ -149,7 +149,7 @@ def test_sweep_lines_say_simulated_beside_the_figures(tmp_path, simulated):
             "http://192.0.2.1:8000/v1",
             SIM_MODEL,
             None,
-            {"recipe": "openai-gpt-oss-120b", "topology": topology, "simulated": simulated},
+            {"recipe": "openai-gpt-oss-120b-bench", "topology": topology, "simulated": simulated},
         )
 
     def bench(endpoint, c, progress):
@@ -160,7 +160,7 @@ def test_sweep_lines_say_simulated_beside_the_figures(tmp_path, simulated):
         return res
 
     lines: list[str] = []
-    plan = make_plan("openai-gpt-oss-120b", parse_topologies("solo"), [1, 2], BenchSettings(runs=3), out)
+    plan = make_plan("openai-gpt-oss-120b-bench", parse_topologies("solo"), [1, 2], BenchSettings(runs=3), out)
     summary = run_sweep(plan, deploy, bench, PlainReporter(lines.append))
     assert summary.status == "complete"
     figures = [x for x in lines if "decode" in x and "TTFT" in x]

@@ -29,14 +29,22 @@ GATE_TIMEOUT = "240"
 SHIPPED = {name: load_recipe(name)[0] for name in sorted(recipe_files())}
 
 # Deployed, with a completion, by another lab test already: not deployed twice (CI time).
-DEPLOYED_ELSEWHERE = {
-    ("openai-gpt-oss-120b", t): "tests/bench/test_bench_lab.py::test_short_sweep_of_three_topologies (up, then "
-    "llama-benchy)"
-    for t in ("solo", "cluster", "2xsolo")
-} | {
-    ("glm-4.7-flash-int4", t): f"tests/deploy/test_deploy_lab.py::test_up_stream_idempotent_status_down[{case}]"
-    for t, case in (("solo", "solo"), ("cluster", "cluster-torchrun"), ("2xsolo", "2xsolo"))
-}
+DEPLOYED_ELSEWHERE = (
+    {
+        ("openai-gpt-oss-120b-bench", t): "tests/bench/test_bench_lab.py::test_short_sweep_of_three_topologies (up, "
+        "then llama-benchy)"
+        for t in ("solo", "cluster", "2xsolo")
+    }
+    | {
+        ("openai-gpt-oss-120b", t): "tests/deploy/test_tool_calls_lab.py::"
+        "test_openai_client_gets_a_tool_call_from_the_default_gpt_oss_recipe (up, then the OpenAI client's tool call)"
+        for t in ("solo", "cluster", "2xsolo")
+    }
+    | {
+        ("glm-4.7-flash-int4", t): f"tests/deploy/test_deploy_lab.py::test_up_stream_idempotent_status_down[{case}]"
+        for t, case in (("solo", "solo"), ("cluster", "cluster-torchrun"), ("2xsolo", "2xsolo"))
+    }
+)
 REPLICAS = (  # why replicas is not deployed here
     "replicas is listed by no recipe (a cluster recipe may run it): it pairs nodes into TP=2 engines behind "
     "the proxy, so two engines need four nodes; on this two-node lab it would be the cluster engine deployed "
@@ -92,11 +100,13 @@ def test_every_shipped_recipe_topology_is_deployed_by_a_lab_test():
     """Fast: each case left out above names a lab test that exists and deploys that recipe on that topology,
     with the recipe's own values; no entry is stale."""
     from tests.bench import test_bench_lab
-    from tests.deploy import test_deploy_lab
+    from tests.deploy import test_deploy_lab, test_tool_calls_lab
 
     listed = {(name, t) for name, r in SHIPPED.items() for t in r.topologies}
     assert set(DEPLOYED_ELSEWHERE) <= listed, set(DEPLOYED_ELSEWHERE) - listed
-    assert test_bench_lab.RECIPE == "openai-gpt-oss-120b"
+    assert test_bench_lab.RECIPE == "openai-gpt-oss-120b-bench"
+    assert test_tool_calls_lab.RECIPE == "openai-gpt-oss-120b"
+    assert {(t, b) for t, b in test_tool_calls_lab.CASES} >= {("solo", None), ("cluster", "ray"), ("2xsolo", None)}
     assert test_bench_lab.TOPOLOGIES == "solo,cluster,2xsolo"
     assert test_deploy_lab.CHAT_RECIPE == "glm-4.7-flash-int4"
     assert {("solo", None), ("cluster", "torchrun"), ("2xsolo", None)} <= set(test_deploy_lab.CASES)

@@ -61,7 +61,7 @@ def _resolved(name, topology, *sets):
 
 def test_recipe_modes_from_the_shipped_recipes():
     assert ga.recipe_mode(_resolved("qwen3-coder-30b-int4", "cluster").recipe.vllm) == ga.CUT
-    assert ga.recipe_mode(_resolved("openai-gpt-oss-120b", "cluster").recipe.vllm) == ga.EAGER
+    assert ga.recipe_mode(_resolved("openai-gpt-oss-120b-bench", "cluster").recipe.vllm) == ga.EAGER
     plain = _resolved("openai-gpt-oss-120b", "cluster", "vllm.enforce_eager=false")
     assert ga.recipe_mode(plain.recipe.vllm) == ga.KEEP
 
@@ -73,7 +73,7 @@ def test_advice_per_recipe_names_the_setting_and_the_figures():
     text, data = allreduce_advice(H200_NVLINK, cut_recipe)
     assert not data["fits"] and data["choice"] == ga.KEEP
     assert "wants keep graphs" in text and "vllm.compilation.eager_allreduce: false" in text and "6.2 us" in text
-    eager_recipe = _resolved("openai-gpt-oss-120b", "cluster")
+    eager_recipe = _resolved("openai-gpt-oss-120b-bench", "cluster")
     text, _ = allreduce_advice(SEEDS_CX7, eager_recipe)
     assert "set vllm.enforce_eager: false and vllm.compilation.eager_allreduce: true" in text
     assert "another reason" in text

@@ -28,7 +28,17 @@ WEATHER = {
         },
     },
 }
-MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<arg_key>")
+MARKUP = (
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "<function=",
+    "<arg_key>",
+    "<|channel|>",
+    "<|message|>",
+    "<|call|>",
+)
 
 
 def _post(base: str, model: str, headers: dict | None, stream: bool = False, **body: Any) -> requests.Response:

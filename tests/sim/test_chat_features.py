@@ -47,6 +47,33 @@ def test_the_shipped_recipes_name_parsers():
     assert {(t, r) for _, t, r in PARSERS} >= {("qwen3_coder", None), ("glm47", "glm45"), ("qwen3_coder", "qwen3")}
 
 
+def test_minimax_m2_tool_call_round_trips():
+    """MiniMax-M2 (vLLM's minimax_m2 tool parser): <minimax:tool_call><invoke name=...><parameter name=...>."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("minimax_m2", "get_weather", {"city": "Paris", "days": 2})
+    assert call == (
+        '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+        '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>'
+    )
+    text = "thinking</think>" + call
+    whole = StreamParser("minimax_m2", True, tools, "minimax_m2").feed(text, final=True)
+    assert (whole.reasoning, whole.content) == ("thinking", "")
+    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+
+
+def test_llama3_json_call_runs_to_the_end_of_the_output():
+    """Llama 3.x (vLLM's llama3_json): `<|python_tag|>{"name": ..., "parameters": {...}}` with no closing tag."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("llama3_json", "get_weather", {"city": "Paris", "days": 2})
+    assert call == '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}'
+    streamed = StreamParser("llama3_json", False, tools)
+    got = [streamed.feed(p, final=i == len(pieces(call)) - 1) for i, p in enumerate(pieces(call))]
+    assert "".join(g.content for g in got) == ""
+    assert [c for g in got for c in g.tool_calls] == [("get_weather", {"city": "Paris", "days": 2})]
+    plain = StreamParser("llama3_json", False, tools).feed("It is sunny.", final=True)
+    assert (plain.content, plain.tool_calls) == ("It is sunny.", [])
+
+
 @pytest.mark.parametrize("parser", ["qwen3_coder", "glm47", "hermes"])
 def test_tool_call_markup_round_trips_through_the_parser(parser):
     tools = {"get_weather": WEATHER["function"]}
@@ -61,6 +88,26 @@ def test_tool_call_markup_round_trips_through_the_parser(parser):
             "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
         )
     assert read_tool_call(parser, text[len("<tool_call>") : -len("</tool_call>")], tools) == ("get_weather", args)
+
+
+def test_harmony_tool_call_round_trips_and_streams_as_the_whole_parse():
+    """gpt-oss (--tool-call-parser openai --reasoning-parser openai_gptoss): harmony channels, not <think>."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("openai", "get_weather", {"city": "Paris", "days": 2})
+    assert call == (
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city": "Paris", "days": 2}<|call|>'
+    )
+    text = "<|channel|>analysis<|message|>thinking about it<|end|>" + call
+    whole = StreamParser("openai", True, tools, "openai_gptoss").feed(text, final=True)
+    assert (whole.reasoning, whole.content) == ("thinking about it", "")
+    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+    streamed = StreamParser("openai", True, tools, "openai_gptoss")
+    got = [streamed.feed(p, final=i == len(pieces(text)) - 1) for i, p in enumerate(pieces(text))]
+    assert "".join(g.content for g in got) == "" and [c for g in got for c in g.tool_calls] == whole.tool_calls
+    answer = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
+    final = StreamParser(None, True, {}, "openai_gptoss").feed(answer, final=True)
+    assert (final.reasoning, final.content) == ("hm", "It is sunny.")
 
 
 def test_stream_parser_holds_back_markup_and_matches_the_whole_parse():
@@ -191,6 +238,16 @@ def test_named_tool_choice_and_json_response_format(tmp_path):
             },
         ).json()
         assert r["choices"][0]["message"]["content"] == '{"n": 1}' and r["choices"][0]["finish_reason"] == "stop"
+    finally:
+        proc.stop()
+
+
+def test_request_suite_for_gpt_oss_harmony(tmp_path):
+    proc, base = start_sim(
+        tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss"
+    )
+    try:
+        assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
     finally:
         proc.stop()
 

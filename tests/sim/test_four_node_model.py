@@ -17,7 +17,7 @@ from vllm_sim.predict import predict, with_tp
 from vllm_sim.timing import ExecConfig, StepShape, ring_factors
 
 TARGETS = yaml.safe_load((DATA_DIR / "calibration-targets.yaml").read_text())
-RECIPE = "openai-gpt-oss-120b"
+RECIPE = "openai-gpt-oss-120b-bench"
 
 
 @pytest.fixture(scope="module")

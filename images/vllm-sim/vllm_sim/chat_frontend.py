@@ -70,6 +70,7 @@ class SimChatFrontend:
         out: dict[str, Any] = {}
         if plan.reasoning:
             out["reasoning"] = REASONING_TEXT
+            out["reasoning_parser"] = self.features.reasoning_parser
         if plan.tool_choice in ("auto", "required", "named") and plan.tools:
             name = plan.named_tool or next(iter(plan.tools))
             out["tool_call"] = {"name": name, "arguments": example_value(plan.tools[name].get("parameters"))}
@@ -78,7 +79,9 @@ class SimChatFrontend:
         return out or None
 
     def parser(self, plan: ChatPlan, prompt_token_ids: list[int] | None = None) -> SimOutputParser:
-        return SimOutputParser(self.features.tool_call_parser if plan.parses_tools else None, plan)
+        return SimOutputParser(
+            self.features.tool_call_parser if plan.parses_tools else None, plan, self.features.reasoning_parser
+        )
 
 
 def _tool_call_id() -> str:
@@ -98,9 +101,9 @@ class SimOutputParser:
     stream delta, once its closing tag has arrived (vLLM streams the arguments in fragments; clients join
     both the same way)."""
 
-    def __init__(self, tool_parser: str | None, plan: ChatPlan):
-        self.tool_parser, self.plan = tool_parser, plan
-        self._stream = StreamParser(tool_parser, plan.reasoning, plan.tools)
+    def __init__(self, tool_parser: str | None, plan: ChatPlan, reasoning_parser: str | None = None):
+        self.tool_parser, self.plan, self.reasoning_parser = tool_parser, plan, reasoning_parser
+        self._stream = StreamParser(tool_parser, plan.reasoning, plan.tools, reasoning_parser)
         self._index = 0
 
     def delta(self, text: str, token_ids: list[int], finished: bool) -> dict[str, Any]:
@@ -116,5 +119,7 @@ class SimOutputParser:
         return out
 
     def complete(self, text: str, token_ids: list[int]) -> dict[str, Any]:
-        p = StreamParser(self.tool_parser, self.plan.reasoning, self.plan.tools).feed(text, final=True)
+        p = StreamParser(self.tool_parser, self.plan.reasoning, self.plan.tools, self.reasoning_parser).feed(
+            text, final=True
+        )
         return {"reasoning": p.reasoning, "content": p.content, "tool_calls": [_call(n, a) for n, a in p.tool_calls]}

@@ -12,9 +12,21 @@ vllm/parser/qwen3.py, glm47_moe.py and tool_parsers/hermes_tool_parser.py):
 | glm47, glm45 | `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` |
 | hermes | `<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>` |
 
-Reasoning parsers glm45, glm47, qwen3, deepseek_r1: the chat template opens `<think>` in the generation
+| minimax_m2 | `<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n</invoke>\n</minimax:tool_call>` |
+| llama3_json | `<|python_tag|>{"name": NAME, "parameters": {...}}` to the end of the turn (vLLM's llama3_json parser takes the JSON with or without the tag) |
+| openai (gpt-oss, harmony) | `<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>` |
+
+Reasoning parsers glm45, glm47, qwen3, deepseek_r1, nemotron_v3 (vLLM 0.32's vllm/parser/nemotron_v3.py: "the
+same tool call and reasoning format as Qwen3") and minimax_m2 (reasoning/minimax_m2_reasoning_parser.py): the chat template opens `<think>` in the generation
 prompt, so the model's output is `REASONING</think>CONTENT` (a leading `<think>` is tolerated).
 Parameter values that are not strings are written as JSON and read back by the tool's schema type.
+
+gpt-oss speaks OpenAI's harmony format (https://cookbook.openai.com/articles/openai-harmony; vLLM 0.32's
+tool_parsers/openai_tool_parser.py and reasoning/gptoss_reasoning_parser.py, `--tool-call-parser openai
+--reasoning-parser openai_gptoss`): the generation prompt ends with `<|start|>assistant`, the model writes
+`<|channel|>analysis<|message|>REASONING<|end|>`, then either a call on the commentary channel (above) or
+`<|start|>assistant<|channel|>final<|message|>CONTENT`. Harmony is one family: the openai tool parser
+goes with the openai_gptoss reasoning parser (and alone).
 """  # noqa: E501 - a markdown table row
 
 from __future__ import annotations
@@ -33,8 +45,47 @@ TOOL_FORMATS = {
     "glm47": "glm",
     "glm45": "glm",
     "hermes": "hermes",
+    "openai": "harmony",
+    "minimax_m2": "minimax",
+    "llama3_json": "llama3_json",
 }
-REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1"}
+REASONING_FORMATS = {"glm45", "glm47", "qwen3", "deepseek_r1", "nemotron_v3", "minimax_m2", "openai_gptoss"}
+HARMONY_REASONING = "openai_gptoss"
+
+
+@dataclass(frozen=True)
+class Markup:
+    """The markers of one markup family around reasoning, a tool call and the content."""
+
+    reasoning_start: str  # tolerated at the very start of the reasoning
+    reasoning_end: str
+    tool_start: str
+    tool_end: str
+    content_start: str = ""  # dropped where it opens the content (harmony's final channel header)
+    reasoning_prefix: str = ""  # what the model writes before its reasoning (<think> is in the prompt already)
+
+
+THINK = Markup(THINK_START, THINK_END, TOOL_START, TOOL_END)
+HARMONY = Markup(
+    "<|channel|>analysis<|message|>",
+    "<|end|>",
+    "<|start|>assistant<|channel|>commentary to=functions.",
+    "<|call|>",
+    "<|start|>assistant<|channel|>final<|message|>",
+    "<|channel|>analysis<|message|>",
+)
+
+
+MINIMAX = Markup(THINK_START, THINK_END, "<minimax:tool_call>", "</minimax:tool_call>")
+LLAMA3_JSON = Markup(THINK_START, THINK_END, "<|python_tag|>", "")  # no end tag: the call is the rest of the turn
+
+
+def markup(tool_parser: str | None, reasoning_parser: str | None = None) -> Markup:
+    harmony = (tool_parser and TOOL_FORMATS.get(tool_parser) == "harmony") or reasoning_parser == HARMONY_REASONING
+    if harmony:
+        return HARMONY
+    kind = TOOL_FORMATS.get(tool_parser or "")
+    return {"minimax": MINIMAX, "llama3_json": LLAMA3_JSON}.get(kind or "", THINK)
 
 
 class UnsupportedFormat(ValueError):
@@ -52,6 +103,15 @@ def check_parsers(tool_parser: str | None, reasoning_parser: str | None) -> None
             f"vllm-sim writes reasoning only for --reasoning-parser "
             f"{', '.join(sorted(REASONING_FORMATS))}; got {reasoning_parser!r}"
         )
+    if (
+        tool_parser
+        and reasoning_parser
+        and (markup(tool_parser) is HARMONY) != (markup(None, reasoning_parser) is HARMONY)
+    ):
+        raise UnsupportedFormat(
+            f"--tool-call-parser {tool_parser} and --reasoning-parser {reasoning_parser} read different markups "
+            "(harmony and <think>/<tool_call>): no model writes both"
+        )
 
 
 def _value_text(value: Any) -> str:
@@ -66,6 +126,14 @@ def write_tool_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
     if kind == "glm":
         params = "".join(f"<arg_key>{k}</arg_key><arg_value>{_value_text(v)}</arg_value>" for k, v in arguments.items())
         return f"{TOOL_START}{name}{params}{TOOL_END}"
+    if kind == "minimax":
+        params = "".join(f'<parameter name="{k}">{_value_text(v)}</parameter>\n' for k, v in arguments.items())
+        return f'{MINIMAX.tool_start}\n<invoke name="{name}">\n{params}</invoke>\n{MINIMAX.tool_end}'
+    if kind == "llama3_json":
+        return LLAMA3_JSON.tool_start + json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+    if kind == "harmony":
+        args = json.dumps(arguments, ensure_ascii=False)
+        return f"{HARMONY.tool_start}{name} <|constrain|>json<|message|>{args}{HARMONY.tool_end}"
     return f"{TOOL_START}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_END}"
 
 
@@ -81,20 +149,37 @@ def _typed(value: str, schema: dict[str, Any] | None) -> Any:
 
 _QWEN_FUNC = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
 _QWEN_PARAM = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.S)
+_MINIMAX_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)(?:</invoke>|$)', re.S)
+_MINIMAX_PARAM = re.compile(r'<parameter name="([^"]+)">(.*?)</parameter>', re.S)
 _GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
 
 def read_tool_call(parser: str, block: str, tools: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     """One `<tool_call>...</tool_call>` body -> (name, arguments), or None when it is not a call."""
     kind = TOOL_FORMATS[parser]
-    if kind == "hermes":
+    if kind == "harmony":
+        head, sep, body = block.partition("<|message|>")
+        name = head.split()[0] if head.split() else ""
+        try:
+            args = json.loads(body) if sep else None
+        except json.JSONDecodeError:
+            return None
+        return (name, args) if name and isinstance(args, dict) else None
+    if kind == "minimax":
+        m = _MINIMAX_INVOKE.search(block)
+        if not m:
+            return None
+        name, body = m.group(1).strip(), m.group(2)
+        props = ((tools.get(name) or {}).get("parameters") or {}).get("properties") or {}
+        return name, {k.strip(): _typed(v.strip(), props.get(k.strip())) for k, v in _MINIMAX_PARAM.findall(body)}
+    if kind in ("hermes", "llama3_json"):
         try:
             data = json.loads(block)
         except json.JSONDecodeError:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             return None
-        return data["name"], dict(data.get("arguments") or {})
+        return data["name"], dict(data.get("arguments") or data.get("parameters") or {})
     if kind == "qwen3_xml":
         m = _QWEN_FUNC.search(block)
         if not m:
@@ -119,22 +204,31 @@ class Parsed:
 
 
 class StreamParser:
-    """Reads a model's output as it arrives: reasoning until `</think>`, then content, with tool-call
-    blocks taken out of the content. Text that may be the start of a marker is held back until the next
-    piece tells (as vLLM's streaming parsers do), so markup never leaks into `content`."""
+    """Reads a model's output as it arrives: reasoning until its end marker (`</think>`, harmony's `<|end|>`),
+    then content, with tool-call blocks taken out of the content. Text that may be the start of a marker is
+    held back until the next piece tells (as vLLM's streaming parsers do), so markup never leaks into
+    `content`."""
 
-    def __init__(self, tool_parser: str | None, reasoning: bool, tools: dict[str, dict[str, Any]]):
+    def __init__(
+        self,
+        tool_parser: str | None,
+        reasoning: bool,
+        tools: dict[str, dict[str, Any]],
+        reasoning_parser: str | None = None,
+    ):
         self.tool_parser, self.tools = tool_parser, tools
+        self.m = markup(tool_parser, reasoning_parser)
         self.state = "reasoning" if reasoning else "content"
         self.buf = ""
         self._reasoning_started = False
 
     def _markers(self) -> tuple[str, ...]:
         if self.state == "reasoning":
-            return (THINK_END,)
+            return (self.m.reasoning_end,)
         if self.state == "content":
-            return (TOOL_START,) if self.tool_parser else ()
-        return (TOOL_END,)
+            found = (self.m.tool_start,) if self.tool_parser else ()
+            return found + ((self.m.content_start,) if self.m.content_start else ())
+        return (self.m.tool_end,) if self.m.tool_end else ()  # no end tag: the call ends with the output
 
     def feed(self, text: str, final: bool = False) -> Parsed:
         out = Parsed()
@@ -145,8 +239,16 @@ class StreamParser:
             if hit is None:
                 keep = 0 if final else max((_partial_suffix(self.buf, m) for m in markers), default=0)
                 if self.state == "tool":
+                    if final and self.buf and not self.m.tool_end:  # a call that runs to the end of the output
+                        call = read_tool_call(self.tool_parser or "", self.buf.strip(), self.tools)
+                        if call is None:
+                            out.content += self.m.tool_start + self.buf
+                        else:
+                            out.tool_calls.append(call)
+                        self.buf = ""
+                        return out
                     if final and self.buf:  # an unterminated call (cut by max_tokens): vLLM keeps it as text
-                        out.content += TOOL_START + self.buf
+                        out.content += self.m.tool_start + self.buf
                         self.buf = ""
                     return out
                 emit, self.buf = self.buf[: len(self.buf) - keep], self.buf[len(self.buf) - keep :]
@@ -157,18 +259,21 @@ class StreamParser:
             if self.state == "tool":
                 call = read_tool_call(self.tool_parser or "", before.strip(), self.tools)
                 if call is None:
-                    out.content += TOOL_START + before + TOOL_END
+                    out.content += self.m.tool_start + before + self.m.tool_end
                 else:
                     out.tool_calls.append(call)
                 self.state = "content"
+            elif self.state == "content" and marker == self.m.content_start:
+                self._emit(out, before)  # the final channel's header: dropped, the content goes on
             else:
                 self._emit(out, before)
                 self.state = "content" if self.state == "reasoning" else "tool"
 
     def _emit(self, out: Parsed, text: str) -> None:
         if self.state == "reasoning":
-            if not self._reasoning_started and text.lstrip().startswith(THINK_START):
-                text = text.lstrip()[len(THINK_START) :]
+            start = self.m.reasoning_start
+            if not self._reasoning_started and text.lstrip().startswith(start):
+                text = text.lstrip()[len(start) :]
             self._reasoning_started = self._reasoning_started or bool(text)
             out.reasoning += text
         else:

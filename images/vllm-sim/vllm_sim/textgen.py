@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from .formats import THINK_END, write_tool_call
+from .formats import markup, write_tool_call
 from .tokenizer import SimTokenizer
 
 PHRASE = "[simulated by vllm-sim] no model ran here ; these tokens stand in for generated text .".split()
@@ -45,13 +45,14 @@ def script_text(intent: dict[str, Any] | None, tool_parser: str | None) -> tuple
     opened it in the generation prompt, as GLM-4.x and Qwen3 templates do."""
     if not intent:
         return "", False
-    text = intent["reasoning"] + THINK_END if intent.get("reasoning") else ""
+    m = markup(tool_parser, intent.get("reasoning_parser"))
+    text = m.reasoning_prefix + intent["reasoning"] + m.reasoning_end if intent.get("reasoning") else ""
     if intent.get("tool_call") and tool_parser:
         call = intent["tool_call"]
         return text + write_tool_call(tool_parser, call["name"], call.get("arguments") or {}), True
     if "json" in intent:
-        return text + json.dumps(intent["json"], ensure_ascii=False), True
-    return text, False
+        return text + m.content_start + json.dumps(intent["json"], ensure_ascii=False), True
+    return text + (m.content_start if text else ""), False
 
 
 class Output:
