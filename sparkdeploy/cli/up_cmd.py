@@ -16,9 +16,10 @@ from rich.text import Text
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, up_options
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.stack import up as stack_up
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 from sparkdeploy.preflight import Check
 
@@ -115,8 +116,16 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 
 @click.command("up")
 @recipe_option
+@click.option(
+    "--stack",
+    metavar="FILE",
+    help="Several deployments from a stack file (docs/stack.md), behind one LiteLLM gateway on the head node; "
+    "takes --inventory, --recipes-dir, --dry-run, --timeout and --json.",
+)
 @up_options()
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json):
+def up(
+    recipe, stack, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json
+):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -124,7 +133,38 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
       sparkdeploy up --inventory lab                         # the inventory's default recipe and its topology
       sparkdeploy up -r openai-gpt-oss-120b -t 2xsolo       # one engine per node behind LiteLLM
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
+      sparkdeploy up --stack stack.yaml --dry-run            # several models behind one gateway: the plan
     """
+    if stack:
+        given = [
+            o
+            for o, v in (
+                ("--recipe", recipe),
+                ("--topology", topology),
+                ("--backend", backend),
+                ("--set", sets),
+                ("--node", node),
+                ("--metrics", metrics),
+                ("--pull-model", pull_model),
+            )
+            if v
+        ]
+        if given:
+            raise ConfigError(
+                Problem(
+                    "--stack",
+                    stack,
+                    f"{', '.join(given)} apply to one deployment",
+                    "write them into the stack file's deployment (recipe, topology, backend, nodes, set)",
+                )
+            )
+        result: dict[str, Any] = {}
+        try:
+            stack_up(stack, inventory, recipes_dir, dry_run, timeout, Out(as_json), result)
+        finally:
+            if as_json and result:
+                emit_json(result)
+        return
     run_up(
         as_json,
         recipe=recipe,
