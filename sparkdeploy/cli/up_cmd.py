@@ -194,17 +194,27 @@ def run_up(as_json: bool, **options) -> None:
 # -- down -----------------------------------------------------------------------------------------------
 
 
+deployment_option = click.option(
+    "--deployment",
+    metavar="NAME",
+    help="Only this deployment of a stack (`up --stack`; the gateway is `gateway`). Default: every deployment.",
+)
+
+
 @click.command("down")
 @inventory_option
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
+@deployment_option
 @json_option
-def down(inventory, dry_run, as_json):
+def down(inventory, dry_run, deployment, as_json):
     """Remove what sparkdeploy created on every node: containers (by label) and files (the manifest's list).
 
-    A node that cannot be reached is reported (exit 1); the others are cleaned."""
+    A node that cannot be reached is reported (exit 1); the others are cleaned. In a stack, --deployment NAME
+    removes one deployment only; to take one out of a running stack, delete it from the stack file and run
+    `up --stack` again: the gateway forgets it before its engines go."""
     result: dict[str, Any] = {}
     try:
-        remove(inventory, dry_run, Out(as_json), result)
+        remove(inventory, dry_run, Out(as_json), result, deployment)
     finally:
         if as_json and result:
             emit_json(result)
@@ -233,10 +243,13 @@ def _crash_style(c: dict) -> str:
 
 @click.command("status")
 @inventory_option
+@deployment_option
 @json_option
-def status(inventory, as_json):
-    """Per node: our containers, image, uptime, health, and the endpoint URL. Exit 1 if a node is unreachable."""
-    data = cluster_status(inventory)
+def status(inventory, deployment, as_json):
+    """Per node: our containers, image, uptime, health, and the endpoint URL. Exit 1 if a node is unreachable.
+
+    A stack's containers carry their deployment's name (sparkdeploy-NAME-vllm); --deployment NAME shows one."""
+    data = cluster_status(inventory, deployment)
     nodes = data["nodes"]
     out = Out(as_json)
     all_containers = [c for n in nodes for c in n["containers"]]

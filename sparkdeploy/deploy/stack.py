@@ -55,6 +55,7 @@ from sparkdeploy.facts import NodeFacts
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, Plan, StepKind, _restart_together, describe, plan_node, plan_removal
 from sparkdeploy.recipes import LiteLLMSettings, ResolvedRecipe, resolve
 from sparkdeploy.render import render
@@ -563,6 +564,8 @@ def plan_unit(
     by = {nd.node.name: nd for nd in nodes}
     plans = []
     for node in inv.nodes:
+        if node.name not in facts:  # unreachable (down): reported by the caller
+            continue
         f = only(facts[node.name], name)
         if node.name in by:
             plans.append(plan_node(about, by[node.name], f))
@@ -725,6 +728,8 @@ def _up(
             again = _read(session, inv, u.member.state_dir, dep=dep)
             own = {n: _with_resources(only(f, u.name), base[n]) for n, f in again.items()}
             cs = preflight.run(dep, cast("dict[str, NodeFacts | Exception]", own), simulated(dep))
+        if not preflight.failures(cs):  # the model, complete on every engine node (as `up` checks it)
+            cs += up_check.checks(dep, session.conns, simulated(dep))
         checks += [dataclasses.replace(c, name=f"{u.name}: {c.name}") for c in cs]
     result["preflight"] = [c.as_dict() for c in checks]
     failed = preflight.failures(checks)
@@ -789,22 +794,60 @@ def _apply(session: Session, u: Unit, out: Reporter, stack: Stack) -> None:
 # -- down / narrowing -------------------------------------------------------------------------------------
 
 
-def down_units(session: Session, inv: Inventory, base: dict[str, NodeFacts], deployment: str | None) -> list[Unit]:
-    """Removal plans of every stack deployment on the nodes (or only `deployment`), the gateway last."""
-    names = deployments_on(cast("dict[str, NodeFacts | Exception]", base))
-    if deployment is not None:
-        if deployment not in names:
-            raise ConfigError(
-                Problem(
-                    "--deployment",
-                    deployment,
-                    "no such deployment runs on the nodes",
-                    f"running: {', '.join(sorted(names)) or 'none'}",
-                )
+def check_deployment(facts: dict[str, NodeFacts | Exception], deployment: str | None) -> None:
+    """--deployment NAME (down, status, logs): a deployment of a stack that runs on the nodes."""
+    names = deployments_on(facts)
+    if deployment is not None and deployment not in names:
+        raise ConfigError(
+            Problem(
+                "--deployment",
+                deployment,
+                "no deployment of that name runs on the nodes",
+                f"running: {', '.join(sorted(names)) or 'none (a single deployment has no name)'}",
             )
-        names = {deployment}
+        )
+
+
+def down_plans(
+    session: Session, inv: Inventory, good: dict[str, NodeFacts], deployment: str | None
+) -> list[tuple[str, Plan]]:
+    """`down`'s removal plans for the stack deployments on the reachable nodes (or only `deployment`), the
+    gateway last; each removes its own containers and its state dir's files."""
+    check_deployment(cast("dict[str, NodeFacts | Exception]", good), deployment)
+    names = deployments_on(cast("dict[str, NodeFacts | Exception]", good)) if deployment is None else {deployment}
     ordered = sorted(names - {GATEWAY}) + ([GATEWAY] if GATEWAY in names else [])
-    return [Unit(n, "remove", plan_unit(inv, n, _read(session, inv, state_dir_of(inv, n)), [], {})) for n in ordered]
+    nodes = [n for n in inv.nodes if n.name in good]
+    plans = []
+    for name in ordered:
+        sd = state_dir_of(inv, name)
+        read = gather_facts(session, nodes, state_dir=sd)
+        facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
+        plans.append((name, plan_unit(inv, name, facts, [], {})))
+    return plans
+
+
+def health_ports(
+    session: Session, inv: Inventory, facts: dict[str, NodeFacts | Exception]
+) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """node -> container -> (health port, role) from the manifests of the stack deployments that run there
+    (status probes them as it probes the single deployment's)."""
+    out: dict[str, dict[str, tuple[Any, Any]]] = {}
+    nodes = [n for n in inv.nodes if isinstance(facts.get(n.name), NodeFacts)]
+    for name in sorted(deployments_on(facts)):
+        for node, f in gather_facts(session, nodes, state_dir=state_dir_of(inv, name)).items():
+            listed = (f.manifest or {}).get("containers") or [] if isinstance(f, NodeFacts) else []
+            for c in listed:
+                if isinstance(c, dict):
+                    out.setdefault(node, {})[str(c.get("name"))] = (c.get("health_port"), c.get("role"))
+    return out
+
+
+def unlabelled(good: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
+    """The facts as the single deployment sees them: containers of no stack deployment."""
+    return {
+        n: dataclasses.replace(f, containers=[c for c in f.containers if not c.labels.get(DEPLOYMENT_LABEL)])
+        for n, f in good.items()
+    }
 
 
 __all__ = ["GATEWAY", "SparkdeployError", "Stack", "budget", "fits", "load_stack", "plan_stack", "up"]
