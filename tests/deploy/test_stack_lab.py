@@ -1,6 +1,7 @@
 """`up --stack` in the shared lab with the real OpenAI Python client: two recipes on two nodes behind one gateway
 both answer; a third deployment added while the first two serve, then removed again, with requests to the first
-two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`; `down`
+two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`.
+Keys: a model limit, an rpm, kept over a gateway restart, refused within a second of `keys revoke`; `down`
 leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
 
 from __future__ import annotations
@@ -124,6 +125,58 @@ def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_request
     with pytest.raises(openai.BadRequestError, match="Invalid model name"):  # the gateway forgot it
         client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
     print(f"requests during the add: {added.ok}; during the removal: {removed.ok}; failed: 0")
+
+
+def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_restart(lab, inv, client, tmp_path):
+    assert up(inv, tmp_path / "stack.yaml", TWO)["ok"]  # the stack of the test above: nothing to change
+    sd("keys", "revoke", "alice", "-i", inv)  # a previous run's
+    r = sd("keys", "create", "alice", "--models", MODELS["coder"], "--rpm", "3", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    token = json.loads(r.stdout)["key"]
+    listed = sd("keys", "list", "-i", inv, "--json")
+    assert token not in listed.stdout and "alice" in listed.stdout
+    stored = lab.docker_exec(lab.nodes[0], "stat", "-c", "%a", "/home/spark/.sparkdeploy-gateway/keys.json")
+    assert stored.stdout.strip() == "600"
+    keyfile = lab.docker_exec(lab.nodes[0], "cat", "/home/spark/.sparkdeploy-gateway/keys.json").stdout
+    assert token not in keyfile and "sha256" in keyfile
+    again = sd("keys", "create", "alice", "-i", inv)
+    assert again.returncode == 2 and "a key of that name exists" in again.stderr
+    unknown = sd("keys", "create", "bob", "--models", "no-such-model", "-i", inv)
+    assert unknown.returncode == 2 and "no deployment serves no-such-model" in unknown.stderr
+
+    user = openai.OpenAI(base_url=client.base_url, api_key=token, max_retries=0, timeout=60)
+    hi = [{"role": "user", "content": "hi"}]
+    assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
+    with pytest.raises(openai.PermissionDeniedError, match="may not use model"):
+        user.chat.completions.create(model=MODELS["chat"], messages=hi)
+    user.chat.completions.create(model=MODELS["coder"], messages=hi)
+    user.chat.completions.create(model=MODELS["coder"], messages=hi)
+    with pytest.raises(openai.RateLimitError):  # the 4th within a minute
+        user.chat.completions.create(model=MODELS["coder"], messages=hi)
+
+    restarted = lab.docker_exec(lab.nodes[0], "docker", "restart", "sparkdeploy-gateway-litellm")
+    assert restarted.returncode == 0, restarted.stderr
+    deadline = time.monotonic() + 120
+    while True:  # the proxy serves again; the key works (its rpm window starts over with the new process)
+        try:
+            assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
+            break
+        except (openai.APIConnectionError, openai.InternalServerError):
+            assert time.monotonic() < deadline, "the gateway did not come back in 120 s"
+            time.sleep(1)
+
+    r = sd("keys", "revoke", "alice", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    revoked_at = time.monotonic()
+    refused = None
+    while time.monotonic() - revoked_at < 5:
+        try:
+            user.chat.completions.create(model=MODELS["coder"], messages=hi)
+        except openai.AuthenticationError:
+            refused = time.monotonic() - revoked_at
+            break
+    assert refused is not None and refused < 1.0, refused
+    assert client.chat.completions.create(model=MODELS["chat"], messages=hi).model == MODELS["chat"]  # master key
 
     r = sd("down", "-i", inv)
     assert r.returncode == 0, failure(r)
