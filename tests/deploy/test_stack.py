@@ -299,3 +299,22 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
     assert not any(k == StepKind.START_CONTAINER for k, _ in gw_changes)  # reloaded by the hook, not restarted
     removed = [s.target for s in by["coder"].plan.steps if s.kind == StepKind.REMOVE_CONTAINER]
     assert removed == ["sparkdeploy-coder-vllm"]
+
+
+def test_top_and_logs_see_a_stacks_deployments():
+    """top reads every state dir's manifest (the stack's beside the single one); --deployment is a label filter."""
+    from sparkdeploy import logs, top
+    from sparkdeploy.inventory import Node
+
+    node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["e0"])
+    text = (
+        "sparkdeploy-chat-vllm solo\nsparkdeploy-gateway-litellm proxy\n"
+        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8000}]}\n'
+        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-gateway-litellm", "health_port": 4000}]}\n'
+    )
+    assert top.node_targets(node, text) == [
+        top.Target("spark1", "sparkdeploy-chat-vllm", "engine", "http://192.0.2.1:8000/metrics"),
+        top.Target("spark1", "sparkdeploy-gateway-litellm", "proxy", "http://192.0.2.1:4000/metrics"),
+    ]
+    assert logs.label_filter("coder") == f"{DEPLOYMENT_LABEL}=coder"
+    assert logs.label_filter() == "io.sparkdeploy.managed=true"
