@@ -94,6 +94,13 @@ def ids(client: openai.OpenAI) -> set[str]:
 
 def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_requests(inv, client, tmp_path):
     stack = tmp_path / "stack.yaml"
+    stack.write_text(
+        TWO.replace("memory: 0.3}", "memory: 0.7}").replace("nodes: [spark2]", "nodes: [spark1], port: 8001")
+    )
+    r = sd("up", "--stack", str(stack), "-i", inv)  # 0.25 + 0.7 on one node: refused before anything starts
+    assert r.returncode == 2 and "at most" in r.stderr and "memory: auto" in r.stderr, failure(r)
+    r = sd("status", "-i", inv, "--json")
+    assert all(not n["containers"] for n in json.loads(r.stdout)["nodes"]), r.stdout
     first = up(inv, stack, TWO)
     assert first["ok"] and ids(client) == {MODELS["chat"], MODELS["coder"]}
     for name in ("chat", "coder"):
