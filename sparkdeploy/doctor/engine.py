@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from sparkdeploy.deployment import LABEL_PREFIX
+from sparkdeploy.deployment import DEPLOYMENT_LABEL, LABEL_PREFIX
 from sparkdeploy.inventory import Node
 
 from . import gather
@@ -58,6 +58,7 @@ def parse(secs: dict) -> dict:
                     "role": labels.get(f"{LABEL_PREFIX}.role", ""),
                     "recipe": labels.get(f"{LABEL_PREFIX}.recipe", ""),
                     "topology": labels.get(f"{LABEL_PREFIX}.topology", ""),
+                    "deployment": labels.get(DEPLOYMENT_LABEL, ""),  # a stack's deployment (up --stack)
                 }
             )
     return facts

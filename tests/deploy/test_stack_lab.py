@@ -119,6 +119,10 @@ def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_request
     r = client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
     assert r.model == MODELS["big"]
 
+    r = sd("doctor", "-i", inv, "--only", "endpoint", "--json")  # each engine asked at its own port
+    assert r.returncode == 0, failure(r)
+    assert r.stdout.count("sparkdeploy-big-vllm (solo)") == 2 and r.stdout.count("sparkdeploy-coder-vllm") == 2
+
     r = sd("status", "-i", inv, "--deployment", "big", "--json")
     assert r.returncode == 0, failure(r)
     shown = [c["name"] for n in json.loads(r.stdout)["nodes"] for c in n["containers"]]
