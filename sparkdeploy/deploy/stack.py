@@ -814,9 +814,11 @@ def down_plans(
     """`down`'s removal plans for the stack deployments on the reachable nodes (or only `deployment`), the
     gateway last; each removes its own containers and its state dir's files."""
     check_deployment(cast("dict[str, NodeFacts | Exception]", good), deployment)
-    names = deployments_on(cast("dict[str, NodeFacts | Exception]", good)) if deployment is None else {deployment}
-    ordered = sorted(names - {GATEWAY}) + ([GATEWAY] if GATEWAY in names else [])
     nodes = [n for n in inv.nodes if n.name in good]
+    names = {deployment} if deployment else deployments_on(cast("dict[str, NodeFacts | Exception]", good))
+    if deployment is None:  # also state dirs whose containers are gone (a single `up` replaced the stack)
+        names |= _state_dirs_on(session, inv, nodes)
+    ordered = sorted(names - {GATEWAY}) + ([GATEWAY] if GATEWAY in names else [])
     plans = []
     for name in ordered:
         sd = state_dir_of(inv, name)
@@ -824,6 +826,22 @@ def down_plans(
         facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
         plans.append((name, plan_unit(inv, name, facts, [], {})))
     return plans
+
+
+# The names of the stack state dirs on a node (`<state_dir>-NAME` holding a manifest of ours). Read-only.
+_STATE_DIRS = r"""for d in "$HOME/$1"-*/; do [ -f "$d/manifest.json" ] && basename "$d"; done; exit 0"""
+
+
+def _state_dirs_on(session: Session, inv: Inventory, nodes: list[Node]) -> set[str]:
+    prefix = inv.cluster.state_dir.rsplit("/", 1)[-1] + "-"
+    out: set[str] = set()
+    for node in nodes:
+        r = session.conn(node).run(["bash", "-c", _STATE_DIRS, "sparkdeploy-down", inv.cluster.state_dir], check=False)
+        for line in r.stdout.split():
+            name = line.removeprefix(prefix)
+            if line.startswith(prefix) and (NAME.match(name) or name == GATEWAY):
+                out.add(name)
+    return out
 
 
 def health_ports(
