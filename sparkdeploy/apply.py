@@ -297,9 +297,11 @@ def gather_facts(
     hf_cache: str = "~",
     model: str = "",
     what: str = "state",
+    state_dir: str | None = None,
 ) -> dict[str, NodeFacts | Exception]:
-    """Facts of every node in parallel: the node's NodeFacts, or the exception that stopped the reading."""
-    state_dir = session.inventory.cluster.state_dir
+    """Facts of every node in parallel: the node's NodeFacts, or the exception that stopped the reading.
+    state_dir: another state dir than the inventory's (a stack's deployment has its own)."""
+    state_dir = state_dir or session.inventory.cluster.state_dir
 
     def one(node: Node) -> NodeFacts:
         return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model, what)

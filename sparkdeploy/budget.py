@@ -264,3 +264,9 @@ def gib(n: float | None) -> str:
     if n is None:
         return "-"
     return f"{n / GIB:.1f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def shared_room(total_bytes: float) -> float:
+    """The most the gpu_memory_utilization values of engines sharing one node may add up to: vLLM reserves
+    utilization x total for each at start, and the OS keeps OS_RESERVE_BYTES (a stack's per-node check)."""
+    return max(0.0, (total_bytes - OS_RESERVE_BYTES) / total_bytes) if total_bytes > 0 else 0.0

@@ -18,6 +18,7 @@ from sparkdeploy.secrets import MASK, Secrets
 
 LABEL_PREFIX = "io.sparkdeploy"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
+DEPLOYMENT_LABEL = f"{LABEL_PREFIX}.deployment"  # only on a stack's containers (deploy/stack.py): its name
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from sparkdeploy.deployment import MANAGED_LABEL
+from sparkdeploy.deployment import DEPLOYMENT_LABEL, MANAGED_LABEL
 from sparkdeploy.remote import NodeConnection
 
 READ_TIMEOUT_S = 60
@@ -29,13 +29,14 @@ RETRY_S = 5.0  # follow: how often a lost node is tried again
 REORDER_S = 0.3  # follow: lines are held this long so the nodes' lines come out in time order
 _TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$")
 
-# $1 the managed label, $2 --since ('' for none), $3 --tail ('all' or N), $4 follow (1/0), $5... containers
+# $1 the label filter (ours: io.sparkdeploy.managed=true; one stack deployment's: io.sparkdeploy.deployment=NAME),
+# $2 --since ('' for none), $3 --tail ('all' or N), $4 follow (1/0), $5... containers
 # to show (none: every one of ours). Read-only. In follow mode each container is followed again after it
 # restarts (`docker logs -f` ends when the container stops), from the moment its last stream ended.
 SCRIPT = r"""
 label="$1"; since="$2"; tail="$3"; follow="$4"; shift 4
 want=" $* "
-names=$(docker ps -a --filter "label=$label=true" --format '{{.Names}}' 2>/dev/null | sort)
+names=$(docker ps -a --filter "label=$label" --format '{{.Names}}' 2>/dev/null | sort)
 one() {
   c="$1"; s="$since"; t="$tail"
   while :; do
@@ -107,13 +108,20 @@ def merge(per_node: Iterable[list[LogLine]]) -> list[LogLine]:
     return sorted((line for lines in per_node for line in lines), key=lambda line: line.key)
 
 
-def _argv(since: str | None, tail: int | None, follow: bool, containers: tuple[str, ...]) -> list[str]:
+def label_filter(deployment: str | None = None) -> str:
+    """Which containers: every one of ours, or one deployment's of a stack (`logs --deployment NAME`)."""
+    return f"{DEPLOYMENT_LABEL}={deployment}" if deployment else f"{MANAGED_LABEL}=true"
+
+
+def _argv(
+    since: str | None, tail: int | None, follow: bool, containers: tuple[str, ...], label: str | None = None
+) -> list[str]:
     return [
         "bash",
         "-c",
         SCRIPT,
         "sparkdeploy-logs",
-        MANAGED_LABEL,
+        label or label_filter(),
         since or "",
         "all" if tail is None else str(tail),
         "1" if follow else "0",
@@ -122,10 +130,14 @@ def _argv(since: str | None, tail: int | None, follow: bool, containers: tuple[s
 
 
 def read(
-    conn: NodeConnection, since: str | None = None, tail: int | None = None, containers: tuple[str, ...] = ()
+    conn: NodeConnection,
+    since: str | None = None,
+    tail: int | None = None,
+    containers: tuple[str, ...] = (),
+    label: str | None = None,
 ) -> tuple[list[LogLine], list[str]]:
-    """One node's logs (not following)."""
-    result = conn.run(_argv(since, tail, False, containers), check=False, timeout=READ_TIMEOUT_S)
+    """One node's logs (not following). label: label_filter()'s."""
+    result = conn.run(_argv(since, tail, False, containers, label), check=False, timeout=READ_TIMEOUT_S)
     return parse(conn.node.name, result.stdout)
 
 
@@ -174,6 +186,7 @@ def follow(
     since: str | None = None,
     tail: int | None = None,
     containers: tuple[str, ...] = (),
+    label: str | None = None,
 ) -> None:
     """Follow every node until `stop` is set. A node that drops is announced, retried every RETRY_S seconds
     (from its last line's time, so nothing is shown twice), and announced again when it is back."""
@@ -186,7 +199,9 @@ def follow(
         while not stop.is_set():
             try:
                 # Again after a drop: from the last line shown (docker's --since includes it; skipped below).
-                argv = _argv(last, None, True, containers) if last else _argv(since, tail, True, containers)
+                argv = (
+                    _argv(last, None, True, containers, label) if last else _argv(since, tail, True, containers, label)
+                )
                 for raw in _stream(conn, argv, stop):
                     if lost:
                         out.put(Notice(name, "back; following it again"))

@@ -128,7 +128,19 @@ def state_dir_path(facts: NodeFacts, state_dir: str) -> str:
     return f"{facts.home.rstrip('/')}/{state_dir}"
 
 
-def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: Sequence[str] = ()) -> str:
+def describe(dep: Deployment) -> dict[str, Any]:
+    """The deployment a manifest records (a stack's gateway passes its own: deploy/stack.py)."""
+    return {
+        "recipe": dep.recipe.name,
+        "topology": dep.topology,
+        "backend": dep.backend or None,
+        "model": dep.model_name,
+        "endpoint": dep.endpoint,
+        "backends": list(dep.backends),
+    }
+
+
+def manifest_text(dep: Deployment | dict[str, Any], nd: NodeDeployment, extra_files: Sequence[str] = ()) -> str:
     """What the manifest says: the files and containers this tool made on the node, and the deployment they
     belong to (what `down` removes and `status` shows). Deterministic, so an unchanged deployment rewrites
     nothing. `extra_files`: names written by an earlier run that are still on the node (kept listed until
@@ -136,12 +148,7 @@ def manifest_text(dep: Deployment, nd: NodeDeployment, extra_files: Sequence[str
     names = sorted({f.name for f in nd.files} | {n for n in extra_files if safe_name(n) and n != MANIFEST})
     data = {
         "managed_by": "sparkdeploy",
-        "recipe": dep.recipe.name,
-        "topology": dep.topology,
-        "backend": dep.backend or None,
-        "model": dep.model_name,
-        "endpoint": dep.endpoint,
-        "backends": list(dep.backends),
+        **(dep if isinstance(dep, dict) else describe(dep)),
         "node": nd.node.name,
         "role": nd.node.role,
         "files": names,
@@ -281,7 +288,8 @@ def _file_step(node: str, f: FileSpec, *, kind: StepKind, change: bool, reason: 
     return Step(node=node, phase=1, kind=kind, target=f.name, change=change, reason=reason, file=f, mode=f.mode)
 
 
-def plan_node(dep: Deployment, nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
+def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
+    """dep: the deployment, or what its manifest records (describe()) where no Deployment exists (a gateway)."""
     node = nd.node
     sd = state_dir_path(facts, nd.state_dir)
     plan = NodePlan(node=node, state_dir=sd, deployment=nd)

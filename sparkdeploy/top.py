@@ -266,11 +266,15 @@ class Monitor:
 
 
 # What `top` asks each node, in one light read-only command: the running containers of ours with their role,
-# then the manifest (each container's health port). $1 the managed label, $2 the state dir (relative to $HOME).
+# then each manifest (each container's health port): the state dir's and those of a stack's deployments beside it
+# (`<state_dir>-NAME`). $1 the label filter (logs.label_filter), $2 the state dir (relative to $HOME).
 ENDPOINTS_SCRIPT = r"""
-docker ps --filter "label=$1=true" --format '{{.Names}} {{.Label "io.sparkdeploy.role"}}'
-printf '%s\n' '@@sparkdeploy-manifest@@'
-cat "$HOME/$2/manifest.json" 2>/dev/null
+docker ps --filter "label=$1" --format '{{.Names}} {{.Label "io.sparkdeploy.role"}}'
+for f in "$HOME/$2/manifest.json" "$HOME/$2"-*/manifest.json; do
+  [ -f "$f" ] || continue
+  printf '%s\n' '@@sparkdeploy-manifest@@'
+  cat "$f" 2>/dev/null
+done
 """
 
 
@@ -278,12 +282,15 @@ def node_targets(node, text: str) -> list[Target]:
     """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
     import json
 
-    running, _, manifest_text = text.partition("@@sparkdeploy-manifest@@")
-    try:
-        manifest = json.loads(manifest_text) if manifest_text.strip() else {}
-    except ValueError:
-        manifest = {}
-    ports = {c.get("name"): c.get("health_port") for c in (manifest.get("containers") or []) if isinstance(c, dict)}
+    running, *manifest_texts = text.split("@@sparkdeploy-manifest@@")
+    ports = {}
+    for manifest_text in manifest_texts:
+        try:
+            manifest = json.loads(manifest_text) if manifest_text.strip() else {}
+        except ValueError:
+            manifest = {}
+        listed = manifest.get("containers") or [] if isinstance(manifest, dict) else []
+        ports.update({c.get("name"): c.get("health_port") for c in listed if isinstance(c, dict)})
     out = []
     for line in running.splitlines():
         name, _, role = line.strip().partition(" ")
@@ -298,14 +305,15 @@ def node_targets(node, text: str) -> list[Target]:
     return out
 
 
-def read_targets(inventory, conns: dict) -> tuple[list[Target], dict[str, Exception]]:
-    """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error)."""
-    from sparkdeploy.deployment import MANAGED_LABEL
+def read_targets(inventory, conns: dict, deployment: str | None = None) -> tuple[list[Target], dict[str, Exception]]:
+    """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error).
+    deployment: only that deployment of a stack."""
+    from sparkdeploy.logs import label_filter
     from sparkdeploy.remote import on_nodes
 
     def one(node):
         r = conns[node.name].run(
-            ["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", MANAGED_LABEL, inventory.cluster.state_dir],
+            ["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", label_filter(deployment), inventory.cluster.state_dir],
             check=False,
             timeout=30,
         )

@@ -47,8 +47,15 @@ def _size(text: str | None) -> int | None:
 )
 @click.option("--nccl-max-bytes", default=None, metavar="SIZE", help="Largest probe message (default 256M; lab 64M).")
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@click.option(
+    "--deployment",
+    metavar="NAME",
+    help="A stack's (`up --stack`): only this deployment's endpoints (the gateway is `gateway`). Default: every one.",
+)
 @json_option
-def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_max_bytes, list_checks, as_json):
+def doctor(
+    inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_max_bytes, list_checks, deployment, as_json
+):
     """Check every node: access, Docker, GPU, image, fabric link, RoCE, and a running topology's endpoints.
 
     \b
@@ -75,7 +82,14 @@ def doctor(inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_ma
         for c in CHECKS:
             click.echo(f"{c.id:<22} {c.title}" + (f" (--{c.opt_in})" if c.opt_in else ""))
         return
-    options = Options(recipe=recipe, topology=topology, nccl=nccl, nccl_max_bytes=_size(nccl_max_bytes), strict=strict)
+    options = Options(
+        recipe=recipe,
+        topology=topology,
+        nccl=nccl,
+        nccl_max_bytes=_size(nccl_max_bytes),
+        strict=strict,
+        deployment=deployment,
+    )
     with _lock_for_nccl(inventory, nccl):
         report = run_doctor(inventory, options, tuple(only), recipes_dir)
     code = 2 if report.run is not None and report.run.inventory_error is not None else report.exit_code(strict)

@@ -89,7 +89,8 @@ class Printer:
     help="Keep printing new lines until Ctrl-C; a node that goes away is reported and retried.",
 )
 @click.option("--timestamps", "-t", is_flag=True, help="Show each line's time (UTC).")
-def logs(inventory, nodes, containers, since, tail, follow, timestamps):
+@click.option("--deployment", metavar="NAME", help="Only this deployment of a stack (`up --stack`), e.g. coder.")
+def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployment):
     """The logs of sparkdeploy's containers on every node, merged by time, each line prefixed node/container.
 
     \b
@@ -99,6 +100,7 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
       sparkdeploy logs --inventory lab --tail 100              # the last 100 lines of each container
       sparkdeploy logs -n spark2 -c vllm --since 10m           # one node's engine, last 10 minutes
       sparkdeploy logs -f                                      # follow every node until Ctrl-C
+      sparkdeploy logs --deployment coder --tail 20            # one deployment of a stack
     Exit codes: 0 ok, 1 a node could not be read (the others are shown), 2 bad usage.
     """
     from sparkdeploy import logs as node_logs
@@ -113,18 +115,21 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps):
     mask = load_secrets(inv.local_path(inv.cluster.secrets_file)).mask
     wanted = tuple(c if c.startswith("sparkdeploy-") else f"sparkdeploy-{c}" for c in containers)
     printer = Printer(mask, timestamps)
+    label = node_logs.label_filter(deployment)
     with Session.open(inv) as session:
         conns = [session.conn(n) for n in chosen]
         if follow:
             stop = threading.Event()
             try:
-                node_logs.follow(conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted)
+                node_logs.follow(
+                    conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted, label
+                )
             except KeyboardInterrupt:
                 pass
             finally:
                 stop.set()
             return
-        outcomes = on_nodes(chosen, lambda n: node_logs.read(session.conn(n), since, tail, wanted))
+        outcomes = on_nodes(chosen, lambda n: node_logs.read(session.conn(n), since, tail, wanted, label))
     shown = set()
     for line in node_logs.merge(o.value[0] for o in outcomes if o.ok):
         printer.line(line)

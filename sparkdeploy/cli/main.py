@@ -19,6 +19,7 @@ COMMANDS = {
     "up": "sparkdeploy.cli.up_cmd:up",
     "down": "sparkdeploy.cli.up_cmd:down",
     "status": "sparkdeploy.cli.up_cmd:status",
+    "keys": "sparkdeploy.cli.keys_cmd:keys",
     "logs": "sparkdeploy.cli.logs_cmd:logs",
     "top": "sparkdeploy.cli.top_cmd:top",
     "postmortem": "sparkdeploy.cli.postmortem_cmd:postmortem_cmd",

@@ -121,8 +121,9 @@ def _print_guards(guards: dict, when: str = "") -> None:
     show_default=True,
     help="With --once: seconds between the two scrapes the token rates come from.",
 )
+@click.option("--deployment", metavar="NAME", help="Only this deployment of a stack (`up --stack`), e.g. coder.")
 @json_option
-def top(inventory, interval, window, once, sample_gap, as_json):
+def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     """Live load of every engine: requests running and waiting, KV-cache usage, prompt and generation
     tokens/s, time to first token (p50/p95), and for 2xsolo each backend's share of the proxy's requests.
 
@@ -132,6 +133,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     Examples:
       sparkdeploy top --inventory lab                 # refreshes every 2 s until Ctrl-C
       sparkdeploy top --once --json                   # one sample for scripts
+      sparkdeploy top --deployment coder              # one deployment of a stack (up --stack)
     Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage.
     """
     from sparkdeploy import top as monitor_mod
@@ -144,7 +146,7 @@ def top(inventory, interval, window, once, sample_gap, as_json):
     secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
     conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}
     try:
-        targets, errors = monitor_mod.read_targets(inv, conns)
+        targets, errors = monitor_mod.read_targets(inv, conns, deployment)
         guards = guard_state.read_nodes(inv, conns)  # the memory guard's state when top starts (sparkdeploy/guard)
     finally:
         for conn in conns.values():

@@ -16,10 +16,11 @@ from rich.text import Text
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, up_options
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.stack import up as stack_up
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.doctor.model import Result
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.guard.state import line as guard_line
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 
@@ -119,8 +120,16 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 
 @click.command("up")
 @recipe_option
+@click.option(
+    "--stack",
+    metavar="FILE",
+    help="Several deployments from a stack file (docs/stack.md), behind one LiteLLM gateway on the head node; "
+    "takes --inventory, --recipes-dir, --dry-run, --timeout and --json.",
+)
 @up_options()
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json):
+def up(
+    recipe, stack, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json
+):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -128,7 +137,38 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
       sparkdeploy up --inventory lab                         # the inventory's default recipe and its topology
       sparkdeploy up -r openai-gpt-oss-120b -t 2xsolo       # one engine per node behind LiteLLM
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
+      sparkdeploy up --stack stack.yaml --dry-run            # several models behind one gateway: the plan
     """
+    if stack:
+        given = [
+            o
+            for o, v in (
+                ("--recipe", recipe),
+                ("--topology", topology),
+                ("--backend", backend),
+                ("--set", sets),
+                ("--node", node),
+                ("--metrics", metrics),
+                ("--pull-model", pull_model),
+            )
+            if v
+        ]
+        if given:
+            raise ConfigError(
+                Problem(
+                    "--stack",
+                    stack,
+                    f"{', '.join(given)} apply to one deployment",
+                    "write them into the stack file's deployment (recipe, topology, backend, nodes, set)",
+                )
+            )
+        result: dict[str, Any] = {}
+        try:
+            stack_up(stack, inventory, recipes_dir, dry_run, timeout, Out(as_json), result)
+        finally:
+            if as_json and result:
+                emit_json(result)
+        return
     run_up(
         as_json,
         recipe=recipe,
@@ -158,17 +198,27 @@ def run_up(as_json: bool, **options) -> None:
 # -- down -----------------------------------------------------------------------------------------------
 
 
+deployment_option = click.option(
+    "--deployment",
+    metavar="NAME",
+    help="Only this deployment of a stack (`up --stack`; the gateway is `gateway`). Default: every deployment.",
+)
+
+
 @click.command("down")
 @inventory_option
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
+@deployment_option
 @json_option
-def down(inventory, dry_run, as_json):
+def down(inventory, dry_run, deployment, as_json):
     """Remove what sparkdeploy created on every node: containers (by label) and files (the manifest's list).
 
-    A node that cannot be reached is reported (exit 1); the others are cleaned."""
+    A node that cannot be reached is reported (exit 1); the others are cleaned. In a stack, --deployment NAME
+    removes one deployment only; to take one out of a running stack, delete it from the stack file and run
+    `up --stack` again: the gateway forgets it before its engines go."""
     result: dict[str, Any] = {}
     try:
-        remove(inventory, dry_run, Out(as_json), result)
+        remove(inventory, dry_run, Out(as_json), result, deployment)
     finally:
         if as_json and result:
             emit_json(result)
@@ -197,10 +247,13 @@ def _crash_style(c: dict) -> str:
 
 @click.command("status")
 @inventory_option
+@deployment_option
 @json_option
-def status(inventory, as_json):
-    """Per node: our containers, image, uptime, health, and the endpoint URL. Exit 1 if a node is unreachable."""
-    data = cluster_status(inventory)
+def status(inventory, deployment, as_json):
+    """Per node: our containers, image, uptime, health, and the endpoint URL. Exit 1 if a node is unreachable.
+
+    A stack's containers carry their deployment's name (sparkdeploy-NAME-vllm); --deployment NAME shows one."""
+    data = cluster_status(inventory, deployment)
     nodes = data["nodes"]
     out = Out(as_json)
     all_containers = [c for n in nodes for c in n["containers"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.apply import Interrupt, Session, apply_plan, clean_temp_files, gather_facts, inventory_lock, node_locks
+from sparkdeploy.deploy import stack
 from sparkdeploy.deploy.report import Reporter, plan_summary
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts
@@ -18,9 +19,11 @@ def remove(
     dry_run: bool = False,
     reporter: Reporter | None = None,
     result: dict[str, Any] | None = None,
+    deployment: str | None = None,
 ) -> dict[str, Any]:
     """Plan and apply the removal on every reachable node; return the result (the `down --json` contract).
-    Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done."""
+    Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done.
+    deployment: only this deployment of a stack (deploy/stack.py); default: everything of ours."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}
     inv = load_inventory(inventory)
@@ -36,16 +39,22 @@ def remove(
         good = {name: f for name, f in facts.items() if isinstance(f, NodeFacts)}
         result["unreachable"] = {name: str(err) for name, err in bad.items()}
         no_docker = [name for name, f in good.items() if not f.docker_ok]
-        plan = plan_down([n for n in inv.nodes if n.name in good], good, inv.cluster.state_dir)
-        if dry_run:
-            out.dry_run(plan)
-        else:
-            apply_plan(session, plan, interrupt, say=out.progress if plan.changes else None)
-            if interrupt.set:
-                clean_temp_files(session, [n for n in inv.nodes if n.name in good])
+        plans = stack.down_plans(session, inv, good, deployment)  # a stack's deployments, each its own
+        if deployment is None:
+            single = stack.unlabelled(good) if plans else good
+            plans.append(("down", plan_down([n for n in inv.nodes if n.name in good], single, inv.cluster.state_dir)))
+        plan = Plan([n for _title, p in plans for n in p.nodes])
+        for _title, one in plans:
+            if dry_run:
+                out.dry_run(one)
+            else:
+                apply_plan(session, one, interrupt, say=out.progress if one.changes else None)
+                if interrupt.set:
+                    clean_temp_files(session, [n for n in inv.nodes if n.name in good])
         result["steps"] = [s.as_dict() for s in plan.steps]
         if not dry_run:
-            out.steps(plan, "down")
+            for title, one in plans:
+                out.steps(one, title if title == "down" else f"down {title}")
         for name, err in bad.items():
             out.line(f"{name}: UNREACHABLE, nothing removed there: {err}", "red")
         for name in no_docker:

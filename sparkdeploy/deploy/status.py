@@ -8,20 +8,26 @@ from typing import Any, cast
 
 from sparkdeploy import crashes, health
 from sparkdeploy.apply import Session, gather_facts
+from sparkdeploy.deploy import stack
+from sparkdeploy.deployment import DEPLOYMENT_LABEL
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard import state as guard_state
 from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.remote import on_nodes
 
 
-def cluster_status(inventory: str | None = None) -> dict[str, Any]:
+def cluster_status(inventory: str | None = None, deployment: str | None = None) -> dict[str, Any]:
     """What runs on every node of the inventory (the `status --json` contract); a node that cannot be reached is
-    listed with `reachable: false` and its error."""
+    listed with `reachable: false` and its error. deployment: only that deployment of a stack."""
     inv = load_inventory(inventory)
     with Session.open(inv) as session:
         facts = gather_facts(session, inv.nodes)
+        stack.check_deployment(facts, deployment)
+        ports = stack.health_ports(session, inv, facts)
         histories = _histories(session, inv, facts)
-        nodes = [node_status(n, facts[n.name], histories.get(n.name)) for n in inv.nodes]
+        if deployment is not None:
+            facts = {n: stack.only(f, deployment) if isinstance(f, NodeFacts) else f for n, f in facts.items()}
+        nodes = [node_status(n, facts[n.name], histories.get(n.name), ports.get(n.name)) for n in inv.nodes]
         guard_state.attach(session, inv, facts, nodes)  # each guard's state (sparkdeploy/guard, #29)
     deployments = [n["deployment"] for n in nodes if n.get("deployment")]
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
@@ -52,8 +58,14 @@ def _probe(url: str) -> dict[str, Any]:
         return {"url": url, "ok": False, "detail": f"{reason.__class__.__name__}: {reason}"}
 
 
-def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHistory | None = None) -> dict[str, Any]:
-    """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read."""
+def node_status(
+    node: Node,
+    f: NodeFacts | Exception,
+    history: crashes.NodeHistory | None = None,
+    stack_ports: dict[str, tuple[Any, Any]] | None = None,
+) -> dict[str, Any]:
+    """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read.
+    stack_ports: container name -> (health port, role) of a stack's containers (their own manifests)."""
     entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
     if not isinstance(f, NodeFacts):
         entry.update(reachable=False, error=str(f), containers=[], files=[])
@@ -63,7 +75,7 @@ def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHisto
         c.get("name"): (c.get("health_port"), c.get("role"))
         for c in manifest.get("containers") or []
         if isinstance(c, dict)
-    }
+    } | (stack_ports or {})
     containers = []
     for c in f.containers:
         port, role = health_ports.get(c.name, (None, c.role))
@@ -79,6 +91,7 @@ def node_status(node: Node, f: NodeFacts | Exception, history: crashes.NodeHisto
                 "recipe": c.recipe,
                 "topology": c.topology,
                 "backend": c.label("backend") or None,
+                "deployment": c.labels.get(DEPLOYMENT_LABEL),  # a stack's deployment; None: the single one
                 "state": c.status,
                 "running": c.running,
                 "started_at": c.started_at,

@@ -62,11 +62,42 @@ def http(url: str, body: dict | None = None, key: str | None = None, timeout: fl
 
 
 def _ours(run: DoctorRun, node: Node) -> list[dict]:
-    return [c for c in engine.facts(run, node)["containers"] if c["role"] in (*SERVING_ROLES, "proxy", "worker")]
+    only = run.options.deployment
+    return [
+        c
+        for c in engine.facts(run, node)["containers"]
+        if c["role"] in (*SERVING_ROLES, "proxy", "worker") and (only is None or c.get("deployment") == only)
+    ]
 
 
-def _base(run: DoctorRun, node: Node, role: str) -> str:
-    port = run.inventory.cluster.proxy_port if role == "proxy" else run.inventory.cluster.vllm_port  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+# Each stack deployment's manifest (its state dir `<state_dir>-NAME` beside the single one), after a marker.
+STACK_MANIFESTS = (
+    r"""for f in "$HOME/$1"-*/manifest.json; do [ -f "$f" ] && printf '\n@@manifest@@\n' && cat "$f"; done; exit 0"""
+)
+
+
+def stack_ports(run: DoctorRun, node: Node) -> dict[str, int]:
+    """container name -> its port, for a stack's containers (their deployment's own manifest)."""
+    state_dir = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+
+    def read(session) -> dict[str, int]:
+        r = session.conn.run(["bash", "-c", STACK_MANIFESTS, "sparkdeploy-doctor", state_dir], check=False)
+        out: dict[str, int] = {}
+        for text in r.stdout.split("@@manifest@@")[1:]:
+            try:
+                listed = json.loads(text).get("containers") or []
+            except (ValueError, AttributeError):
+                continue
+            out.update({c["name"]: c["health_port"] for c in listed if isinstance(c, dict) and c.get("health_port")})
+        return out
+
+    return run.facts(node, "stack-ports", read)
+
+
+def _base(run: DoctorRun, node: Node, c: dict) -> str:
+    port = run.inventory.cluster.proxy_port if c["role"] == "proxy" else run.inventory.cluster.vllm_port  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+    if c.get("deployment"):  # a stack's container: its own port (its deployment's manifest)
+        port = stack_ports(run, node).get(c["name"], port)
     return f"http://{node.url_host}:{port}"
 
 
@@ -92,7 +123,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
         if c["role"] == "worker":
             out.append(ok(f"{label} running (served by the head)", "running"))
             continue
-        base = _base(run, node, c["role"])
+        base = _base(run, node, c)
         path = health_path(c["role"])
         try:
             status, _, secs = http(base + path)
@@ -140,7 +171,7 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
         if c["role"] == "worker" or c["state"] != "running":
             continue
         label = f"{c['name']} ({c['role']})"
-        base = _base(run, node, c["role"])
+        base = _base(run, node, c)
         use_key = key if c["role"] == "proxy" else None
         if c["role"] == "proxy" and not key:
             out.append(

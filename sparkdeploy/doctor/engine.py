@@ -32,6 +32,7 @@ def facts(run: DoctorRun, node: Node) -> dict:
                 "role": c.role,
                 "recipe": c.recipe,
                 "topology": c.topology,
+                "deployment": c.label("deployment"),  # a stack's deployment (up --stack)
             }
             for c in f.containers
         ],

@@ -100,6 +100,7 @@ class Options:
     nccl: bool = False
     nccl_max_bytes: int | None = None
     strict: bool = False
+    deployment: str | None = None  # endpoint checks of one deployment of a stack (up --stack)
 
 
 @dataclass

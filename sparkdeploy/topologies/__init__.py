@@ -54,9 +54,11 @@ def build_deployment(
     secrets: Secrets,
     solo_node: str | None = None,
     metrics: bool | None = None,
+    stack_name: str = "",
 ) -> Deployment:
     """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
-    metrics: add Prometheus on the head node (None: the inventory's cluster.metrics)."""
+    metrics: add Prometheus on the head node (None: the inventory's cluster.metrics).
+    stack_name: the deployment's name in a stack (deploy/stack.py): in its container names and labels."""
     ref = resolved.recipe.image
     image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image
@@ -114,6 +116,7 @@ def build_deployment(
         run_image=run_image,
         secrets=secrets,
         solo_node=inventory.node(solo_node) if solo_node else None,
+        deployment=stack_name,
     )
     nodes, endpoint, backends = topology.build(ctx)
     metrics_url = None

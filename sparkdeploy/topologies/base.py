@@ -10,6 +10,7 @@ from typing import Any
 
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.deployment import (
+    DEPLOYMENT_LABEL,
     LABEL_PREFIX,
     MANAGED_LABEL,
     ContainerSpec,
@@ -39,6 +40,9 @@ class Context:
     solo_node: Node | None = None
     warnings: list[str] = field(default_factory=list)
     engine_groups: list[list[str]] = field(default_factory=list)  # node names of each multi-node engine
+    # A deployment of a stack (deploy/stack.py): its name goes into container names and labels so several
+    # coexist, and the stack's one gateway replaces the topology's own proxy. "": the single deployment.
+    deployment: str = ""
     _key: bytes | None = field(default=None, repr=False)
 
     @property
@@ -135,6 +139,8 @@ class Context:
         """Add one container to `nd`: its entry script, any extra files, and the run script that starts it.
         model_cache: mount the hub cache (with gpus); run_options: more variables of container-run.sh.j2
         (state_volumes, host_volumes, cap_add, optional_devices), only when given, so no other hash changes."""
+        if self.deployment:  # sparkdeploy-vllm -> sparkdeploy-coder-vllm
+            name = f"sparkdeploy-{self.deployment}-{name.removeprefix('sparkdeploy-')}"
         common = {
             "name": name,
             "node": nd.node,
@@ -166,6 +172,8 @@ class Context:
             f"{LABEL_PREFIX}.role": role,
             f"{LABEL_PREFIX}.config-hash": chash,
         }
+        if self.deployment:
+            labels[DEPLOYMENT_LABEL] = self.deployment
         run_name = f"{name.removeprefix('sparkdeploy-')}.run.sh"
         run = FileSpec(run_name, render("container-run.sh.j2", labels=labels, **run_vars), mode=0o755)
         for f in (entry, *extra_files, run):

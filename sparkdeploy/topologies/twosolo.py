@@ -43,7 +43,10 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
 
 
 def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[str, str]]) -> str:
-    """The LiteLLM proxy on the head node, in front of `backends` ((engine id, base URL)); returns the endpoint."""
+    """The LiteLLM proxy on the head node, in front of `backends` ((engine id, base URL)); returns the endpoint.
+    In a stack the stack's one gateway routes to the engines instead: no proxy, the first engine's URL."""
+    if ctx.deployment:
+        return backends[0][1]
     if not ctx.secrets.get("LITELLM_MASTER_KEY"):
         ctx.warnings.append(
             f"LITELLM_MASTER_KEY is not set: `up` will refuse {ctx.resolved.topology} until the secrets file has it"

@@ -1,0 +1,82 @@
+"""`sparkdeploy keys create | list | revoke`: per-user keys of a stack's gateway (the library: sparkdeploy/keys.py)."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sparkdeploy import keys as lib
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+
+
+@click.group("keys")
+def keys() -> None:
+    """Per-user API keys of the stack gateway (`up --stack`): each limited to some models, a request rate.
+
+    \b
+    Examples:
+      sparkdeploy keys create alice --models qwen3-coder-30b --rpm 60 -i lab   # the key is printed once
+      sparkdeploy keys list -i lab
+      sparkdeploy keys revoke alice -i lab                                      # refused from the next request
+
+    Keys are kept hashed (sha256) in a 0600 file on the head node, read by the gateway on every change; the
+    token itself is stored nowhere. The master key (LITELLM_MASTER_KEY) stays in the secrets file."""
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option("--models", metavar="M,...", help="Only these models (as /v1/models lists them). Default: every model.")
+@click.option("--rpm", type=int, help="At most this many requests per minute (per gateway worker).")
+@click.option(
+    "--max-budget",
+    type=float,
+    help="Recorded with the key; NOT enforced: spend tracking needs LiteLLM's database (see docs/stack.md).",
+)
+@inventory_option
+@json_option
+def create(name, models, rpm, max_budget, inventory, as_json):
+    """Create key NAME and print it once (it is stored only as its sha256)."""
+    wanted = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    token, entry = lib.create(inventory, name, wanted, rpm, max_budget)
+    if as_json:
+        emit_json({**entry, "key": token})
+        return
+    click.echo(token)
+    click.echo(
+        f"key {name}: models {', '.join(entry['models']) or 'all'}, rpm {entry['rpm'] or 'unlimited'}. "
+        "Shown once: store it now.",
+        err=True,
+    )
+
+
+@keys.command("list")
+@inventory_option
+@json_option
+def list_(inventory, as_json):
+    """The keys: name, models, rpm, max budget, created (never the key)."""
+    entries = lib.list_keys(inventory)
+    if as_json:
+        emit_json(entries)
+        return
+    table = Table(title="gateway keys", title_justify="left")
+    for col in ("name", "models", "rpm", "max budget", "created"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e["name"], ", ".join(e["models"]) or "all", str(e["rpm"] or "-"), str(e["max_budget"] or "-"), e["created"]
+        )
+    Console().print(table)
+
+
+@keys.command("revoke")
+@click.argument("name")
+@inventory_option
+@json_option
+def revoke(name, inventory, as_json):
+    """Revoke key NAME: the gateway refuses it from its next request."""
+    entry = lib.revoke(inventory, name)
+    if as_json:
+        emit_json(entry)
+    else:
+        click.echo(f"revoked key {name}")

@@ -1,0 +1,324 @@
+"""`up --stack` without nodes: the stack file's problems (one line each, exit 2), the memory budget per node,
+the names and labels that let deployments coexist, and the plans: a converged stack changes nothing, a changed
+deployment touches only its own containers, a removed one goes after the gateway forgot it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import yaml
+
+from sparkdeploy.deploy import stack as st
+from sparkdeploy.deployment import DEPLOYMENT_LABEL
+from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
+from sparkdeploy.plan import StepKind
+
+GIB = 1024
+TOTAL = 128 * GIB  # MiB, a DGX Spark
+
+TWO = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: auto}
+  - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark2], memory: 0.5}
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "stack.yaml"
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def loaded(tmp_path, inventory_file, text: str = TWO) -> st.Stack:
+    return st.load_stack(write(tmp_path, text), str(inventory_file))
+
+
+def problems(tmp_path, inventory_file, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        loaded(tmp_path, inventory_file, text)
+    return [str(p) for p in exc.value.problems]
+
+
+# -- bad input: one line per problem -----------------------------------------------------------------------
+
+
+def test_same_port_on_one_node_is_refused(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], port: 8100}
+          - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], port: 8100}
+        """,
+    )
+    assert len(lines) == 1 and "deployments[1].port" in lines[0] and "both use port 8100 on spark1" in lines[0]
+
+
+def test_same_port_on_other_nodes_is_fine(tmp_path, inventory_file):
+    s = loaded(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], port: 8100}
+          - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark2], port: 8100}
+        """,
+    )
+    assert [m.port for m in s.members] == [8100, 8100]
+
+
+def test_same_served_name_unknown_recipe_unknown_node_and_duplicate_name(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1]}
+          - {name: b, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark2]}
+          - {name: c, recipe: no-such-recipe}
+          - {name: d, recipe: glm-4.7-flash-int4, nodes: [spark9]}
+          - {name: a, recipe: qwen3-coder-30b-int4}
+        """,
+    )
+    text = "\n".join(lines)
+    assert len(lines) == 4, text
+    assert "a and b both serve the model glm-4.7-flash" in text
+    assert "deployments[2]" in text and "no-such-recipe" in text
+    assert "deployments[3].nodes: no node named spark9" in text
+    assert "deployments[4].name: 'a' is also deployments[0]'s name" in text
+
+
+def test_schema_problems_name_the_field(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: Gateway, recipe: glm-4.7-flash-int4, memory: 1.5, colour: red}
+        """,
+    )
+    text = "\n".join(lines)
+    assert "deployments.0.name" in text and "deployments.0.memory" in text and "deployments.0.colour" in text
+
+
+def test_gateway_port_is_refused_on_the_head(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], port: 4000}
+        """,
+    )
+    assert len(lines) == 1 and "is the gateway's port on spark1" in lines[0]
+
+
+def test_cli_refuses_a_bad_stack_with_exit_2_before_connecting(cli, tmp_path, inventory_file):
+    path = write(tmp_path, "deployments:\n  - {name: a, recipe: nope}\n")
+    code, _out, err = cli("up", "--stack", path, "-i", str(inventory_file), "--dry-run")
+    assert code == 2 and "nope" in err and "Traceback" not in err
+    code, _out, err = cli("up", "--stack", path, "-r", "glm-4.7-flash-int4", "-i", str(inventory_file))
+    assert code == 2 and "--recipe apply to one deployment" in err
+
+
+# -- memory -------------------------------------------------------------------------------------------------
+
+
+def test_fits_is_the_sum_of_utilizations_against_the_node_less_the_os_reserve():
+    ok, room = st.fits([0.7, 0.7], TOTAL)
+    assert not ok and room == pytest.approx(1 - 8 / 128)  # the budget's 8 GiB OS reserve of 128 GiB
+    assert st.fits([0.45, 0.45], TOTAL)[0]
+    assert st.fits([0.7], TOTAL)[0]
+
+
+def test_two_engines_at_0_7_on_one_node_are_refused_with_each_share_and_a_fix(tmp_path, inventory_file):
+    s = loaded(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.7}
+          - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.7, port: 8001}
+        """,
+    )
+    with pytest.raises(ConfigError) as exc:
+        st.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
+    (line,) = [str(p) for p in exc.value.problems]
+    assert "spark1" in line and "a 0.7 (89.6 GiB)" in line and "b 0.7" in line and "at most 0.94 fits" in line
+    assert "memory: 0.46 on each of a, b" in line
+
+
+def test_auto_splits_what_the_fixed_shares_leave(tmp_path, inventory_file):
+    s = loaded(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.3}
+          - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: auto, port: 8001}
+          - {name: c, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark2], memory: auto}
+        """,
+    )
+    util = st.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
+    room = st.fits([], TOTAL)[1]
+    assert util["a"] == 0.3 and util["b"] == pytest.approx(round(room - 0.3 - 0.005, 2), abs=0.011)
+    assert util["c"] == pytest.approx(room, abs=0.011)
+    assert st.fits([util["a"], util["b"]], TOTAL)[0]
+
+
+# -- names, labels, plans -----------------------------------------------------------------------------------
+
+
+def built(s: st.Stack) -> st.Stack:
+    st.build(s, st.budget(s, {n.name: TOTAL for n in s.inventory.nodes}))
+    return s
+
+
+def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file))
+    chat, coder = (m.deployment for m in s.members)
+    # each deployment's engine and its own memory guard (sparkdeploy/guard) on its engine node
+    assert [c.name for nd in chat.nodes for c in nd.containers] == ["sparkdeploy-chat-vllm", "sparkdeploy-chat-guard"]
+    assert [c.name for nd in coder.nodes for c in nd.containers] == [
+        "sparkdeploy-coder-vllm",
+        "sparkdeploy-coder-guard",
+    ]
+    run = coder.nodes[0].file("coder-vllm.run.sh").content
+    assert f"--label {DEPLOYMENT_LABEL}=coder" in run and "--port 8001" in coder.nodes[0].file("vllm.entry.sh").content
+    assert "--gpu-memory-utilization 0.5" in coder.nodes[0].file("vllm.entry.sh").content
+    assert coder.nodes[0].state_dir == ".sparkdeploy-coder"
+    gw = st.gateway_node(s)
+    config = yaml.safe_load(gw.file("litellm-config.yaml").content)
+    assert {e["model_name"] for e in config["model_list"]} == {"glm-4.7-flash", "qwen3-coder-30b"}
+    assert config["general_settings"]["custom_auth"] == "gateway_hook.user_api_key_auth"
+    assert gw.node.name == "spark1" and gw.containers[0].name == "sparkdeploy-gateway-litellm"
+
+
+def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_proxy(tmp_path, inventory_file):
+    s = built(
+        loaded(
+            tmp_path, inventory_file, "deployments:\n  - {name: big, recipe: glm-4.7-flash-int4, topology: 2xsolo}\n"
+        )
+    )
+    dep = s.members[0].deployment
+    assert {c.role for nd in dep.nodes for c in nd.containers} == {"backend", "guard"}
+    entries = st.gateway_models(s)
+    assert [e["model_name"] for e in entries] == ["glm-4.7-flash", "glm-4.7-flash"]
+    assert [e["litellm_params"]["api_base"] for e in entries] == dep.backends
+
+
+def apply_to(units: list[st.Unit], facts: dict[str, dict[str, NodeFacts]], containers: dict[str, list]) -> None:
+    """What applying the plans leaves on the nodes (files per state dir, containers per node)."""
+    for u in units:
+        for np in u.plan.nodes:
+            sd = next(k for k in facts if np.state_dir.endswith("/" + k))
+            f = facts[sd][np.node.name]
+            for s in np.steps:
+                if s.kind == StepKind.STATE_DIR:
+                    f.state_dir_mode = 0o700
+                elif s.kind in (StepKind.WRITE, StepKind.MANIFEST) and s.file is not None:
+                    f.files[s.target] = FileFact(s.target, s.file.mode, s.file.sha256)
+                    if s.kind == StepKind.MANIFEST:
+                        f.manifest = json.loads(s.file.content)
+                elif s.kind == StepKind.REMOVE_FILE:
+                    f.files.pop(s.target, None)
+                elif s.kind == StepKind.RMDIR and s.change:
+                    f.state_dir_mode = None
+                    f.manifest = None
+                elif s.kind == StepKind.REMOVE_CONTAINER:
+                    containers[np.node.name][:] = [c for c in containers[np.node.name] if c.name != s.target]
+                elif s.kind == StepKind.START_CONTAINER and s.change and s.container is not None:
+                    c = s.container
+                    containers[np.node.name][:] = [x for x in containers[np.node.name] if x.name != c.name]
+                    containers[np.node.name].append(
+                        ContainerFact(
+                            id=c.config_hash * 4,
+                            name=c.name,
+                            image_id="sha256:x",
+                            image_ref=c.image,
+                            labels={
+                                "io.sparkdeploy.managed": "true",
+                                "io.sparkdeploy.config-hash": c.config_hash,
+                                DEPLOYMENT_LABEL: u.name,
+                                "io.sparkdeploy.role": c.role,
+                            },
+                            status="running",
+                            running=True,
+                        )
+                    )
+
+
+def facts_for(s: st.Stack, names: list[str], containers: dict[str, list], old=None) -> dict:
+    facts = old or {}
+    for name in names:
+        sd = st.state_dir_of(s.inventory, name)
+        facts.setdefault(
+            sd, {n.name: NodeFacts(node=n.name, home="/home/spark", docker_ok=True) for n in s.inventory.nodes}
+        )
+    for per in facts.values():
+        for n, f in per.items():
+            f.containers = containers[n]
+    return facts
+
+
+def test_second_up_changes_nothing_and_a_change_touches_only_its_deployment(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "gateway"], containers)
+    first = st.plan_stack(s, facts, [])
+    assert all(u.changes for u in first)
+    apply_to(first, facts, containers)
+    again = st.plan_stack(s, facts_for(s, [], containers, facts), [])
+    assert [(u.name, u.changes) for u in again] == [("chat", 0), ("coder", 0), ("gateway", 0)]
+
+    changed = built(loaded(tmp_path, inventory_file, TWO.replace("memory: 0.5", "memory: 0.4")))
+    units = st.plan_stack(changed, facts_for(changed, [], containers, facts), [])
+    assert [(u.name, bool(u.changes)) for u in units] == [("chat", False), ("coder", True), ("gateway", False)]
+    restarted = [s.target for u in units for s in u.plan.steps if s.kind == StepKind.START_CONTAINER and s.change]
+    assert restarted == ["sparkdeploy-coder-vllm"]
+
+
+def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "gateway"], containers)
+    apply_to(st.plan_stack(s, facts, []), facts, containers)
+
+    one = built(loaded(tmp_path, inventory_file, TWO.split("  - {name: coder")[0]))
+    gone = sorted(
+        st.deployments_on(facts[".sparkdeploy"] if ".sparkdeploy" in facts else facts[".sparkdeploy-chat"])
+        - {"chat", "gateway"}
+    )
+    assert gone == ["coder"]
+    units = st.plan_stack(one, facts_for(one, [], containers, facts), gone)
+    by = {u.name: u for u in units}
+    assert [u.kind for u in units] == ["deployment", "gateway", "remove"]
+    assert by["chat"].changes == 0
+    gw_changes = [(s.kind, s.target) for s in by["gateway"].plan.steps if s.change]
+    assert (StepKind.WRITE, "litellm-config.yaml") in gw_changes
+    assert not any(k == StepKind.START_CONTAINER for k, _ in gw_changes)  # reloaded by the hook, not restarted
+    removed = [s.target for s in by["coder"].plan.steps if s.kind == StepKind.REMOVE_CONTAINER]
+    assert sorted(removed) == ["sparkdeploy-coder-guard", "sparkdeploy-coder-vllm"]  # its guard goes with it
+
+
+def test_top_and_logs_see_a_stacks_deployments():
+    """top reads every state dir's manifest (the stack's beside the single one); --deployment is a label filter."""
+    from sparkdeploy import logs, top
+    from sparkdeploy.inventory import Node
+
+    node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["e0"])
+    text = (
+        "sparkdeploy-chat-vllm solo\nsparkdeploy-gateway-litellm proxy\n"
+        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8000}]}\n'
+        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-gateway-litellm", "health_port": 4000}]}\n'
+    )
+    assert top.node_targets(node, text) == [
+        top.Target("spark1", "sparkdeploy-chat-vllm", "engine", "http://192.0.2.1:8000/metrics"),
+        top.Target("spark1", "sparkdeploy-gateway-litellm", "proxy", "http://192.0.2.1:4000/metrics"),
+    ]
+    assert logs.label_filter("coder") == f"{DEPLOYMENT_LABEL}=coder"
+    assert logs.label_filter() == "io.sparkdeploy.managed=true"

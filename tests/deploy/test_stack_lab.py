@@ -1,0 +1,195 @@
+"""`up --stack` in the shared lab with the real OpenAI Python client: two recipes on two nodes behind one gateway
+both answer; a third deployment added while the first two serve, then removed again, with requests to the first
+two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`.
+Keys: a model limit, an rpm, kept over a gateway restart, refused within a second of `keys revoke`; `down`
+leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import openai
+import pytest
+
+from sparkdeploy.secrets import parse_env_file
+from tests.support.cli_process import failure
+from tests.support.cli_process import sd as run_cli_process
+
+pytestmark = pytest.mark.lab
+
+TWO = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.25}
+  - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark2], memory: 0.3}
+"""
+THIRD = "  - {name: big, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark1], memory: 0.6, port: 8002}\n"
+MODELS = {"chat": "glm-4.7-flash", "coder": "qwen3-coder-30b", "big": "openai/gpt-oss-120b"}
+
+
+def sd(*args: str, timeout: float = 900):
+    return run_cli_process(*args, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def inv(lab) -> str:
+    path = str(lab.spec.inventory_path)
+    r = sd("down", "-i", path)
+    assert r.returncode == 0, failure(r)
+    yield path
+    sd("down", "-i", path)
+
+
+@pytest.fixture(scope="module")
+def client(lab, inv) -> openai.OpenAI:
+    key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
+    return openai.OpenAI(base_url=f"http://{lab.nodes[0].mgmt_ip}:4000/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def up(inv: str, path, text: str) -> dict:
+    path.write_text(text)
+    r = sd("up", "--stack", str(path), "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    return json.loads(r.stdout)
+
+
+class Traffic:
+    """Requests to some models through the gateway in a loop, on threads: every outcome counted."""
+
+    def __init__(self, client: openai.OpenAI, models: list[str]):
+        self.client, self.models = client, models
+        self.ok = dict.fromkeys(models, 0)
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._loop, args=(m,), daemon=True) for m in models for _ in range(2)]
+
+    def _loop(self, model: str) -> None:
+        while not self.stop.is_set():
+            try:
+                r = self.client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+                )
+                assert r.model == model and r.usage.completion_tokens > 0
+                self.ok[model] += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+                self.failed.append(f"{model}: {exc.__class__.__name__}: {str(exc)[:200]}")
+
+    def __enter__(self) -> Traffic:
+        for t in self.threads:
+            t.start()
+        time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(1.0)
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=90)
+
+
+def ids(client: openai.OpenAI) -> set[str]:
+    return {m.id for m in client.models.list()}
+
+
+def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_requests(inv, client, tmp_path):
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(
+        TWO.replace("memory: 0.3}", "memory: 0.7}").replace("nodes: [spark2]", "nodes: [spark1], port: 8001")
+    )
+    r = sd("up", "--stack", str(stack), "-i", inv)  # 0.25 + 0.7 on one node: refused before anything starts
+    assert r.returncode == 2 and "at most" in r.stderr and "memory: auto" in r.stderr, failure(r)
+    r = sd("status", "-i", inv, "--json")
+    assert all(not n["containers"] for n in json.loads(r.stdout)["nodes"]), r.stdout
+    first = up(inv, stack, TWO)
+    assert first["ok"] and ids(client) == {MODELS["chat"], MODELS["coder"]}
+    for name in ("chat", "coder"):
+        r = client.chat.completions.create(model=MODELS[name], messages=[{"role": "user", "content": "hi"}])
+        assert r.model == MODELS[name] and r.usage.completion_tokens > 0
+
+    again = up(inv, stack, TWO)
+    assert again["changed"] == 0, again["units"]
+
+    with Traffic(client, [MODELS["chat"], MODELS["coder"]]) as added:
+        grown = up(inv, stack, TWO + THIRD)
+    assert added.failed == [] and min(added.ok.values()) > 0, (added.ok, added.failed[:5])
+    changed = {u["deployment"]: u["changes"] for u in grown["units"]}
+    assert changed["chat"] == 0 and changed["coder"] == 0 and changed["big"] > 0, changed
+    assert ids(client) == set(MODELS.values())
+    r = client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
+    assert r.model == MODELS["big"]
+
+    r = sd("doctor", "-i", inv, "--only", "endpoint", "--json")  # each engine asked at its own port
+    assert r.returncode == 0, failure(r)
+    assert r.stdout.count("sparkdeploy-big-vllm (solo)") == 2 and r.stdout.count("sparkdeploy-coder-vllm") == 2
+
+    r = sd("status", "-i", inv, "--deployment", "big", "--json")
+    assert r.returncode == 0, failure(r)
+    shown = [c["name"] for n in json.loads(r.stdout)["nodes"] for c in n["containers"]]
+    assert shown == ["sparkdeploy-big-vllm"]
+
+    with Traffic(client, [MODELS["chat"], MODELS["coder"]]) as removed:
+        shrunk = up(inv, stack, TWO)
+    assert removed.failed == [] and min(removed.ok.values()) > 0, (removed.ok, removed.failed[:5])
+    assert {u["deployment"]: u["action"] for u in shrunk["units"]}["big"] == "remove"
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+    with pytest.raises(openai.BadRequestError, match="Invalid model name"):  # the gateway forgot it
+        client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
+    print(f"requests during the add: {added.ok}; during the removal: {removed.ok}; failed: 0")
+
+
+def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_restart(lab, inv, client, tmp_path):
+    assert up(inv, tmp_path / "stack.yaml", TWO)["ok"]  # the stack of the test above: nothing to change
+    sd("keys", "revoke", "alice", "-i", inv)  # a previous run's
+    r = sd("keys", "create", "alice", "--models", MODELS["coder"], "--rpm", "3", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    token = json.loads(r.stdout)["key"]
+    listed = sd("keys", "list", "-i", inv, "--json")
+    assert token not in listed.stdout and "alice" in listed.stdout
+    stored = lab.docker_exec(lab.nodes[0], "stat", "-c", "%a", "/home/spark/.sparkdeploy-gateway/keys.json")
+    assert stored.stdout.strip() == "600"
+    keyfile = lab.docker_exec(lab.nodes[0], "cat", "/home/spark/.sparkdeploy-gateway/keys.json").stdout
+    assert token not in keyfile and "sha256" in keyfile
+    again = sd("keys", "create", "alice", "-i", inv)
+    assert again.returncode == 2 and "a key of that name exists" in again.stderr
+    unknown = sd("keys", "create", "bob", "--models", "no-such-model", "-i", inv)
+    assert unknown.returncode == 2 and "no deployment serves no-such-model" in unknown.stderr
+
+    user = openai.OpenAI(base_url=client.base_url, api_key=token, max_retries=0, timeout=60)
+    hi = [{"role": "user", "content": "hi"}]
+    assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
+    with pytest.raises(openai.PermissionDeniedError, match="may not use model"):
+        user.chat.completions.create(model=MODELS["chat"], messages=hi)
+    user.chat.completions.create(model=MODELS["coder"], messages=hi)
+    user.chat.completions.create(model=MODELS["coder"], messages=hi)
+    with pytest.raises(openai.RateLimitError):  # the 4th within a minute
+        user.chat.completions.create(model=MODELS["coder"], messages=hi)
+
+    restarted = lab.docker_exec(lab.nodes[0], "docker", "restart", "sparkdeploy-gateway-litellm")
+    assert restarted.returncode == 0, restarted.stderr
+    deadline = time.monotonic() + 120
+    while True:  # the proxy serves again; the key works (its rpm window starts over with the new process)
+        try:
+            assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
+            break
+        except (openai.APIConnectionError, openai.InternalServerError):
+            assert time.monotonic() < deadline, "the gateway did not come back in 120 s"
+            time.sleep(1)
+
+    r = sd("keys", "revoke", "alice", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    revoked_at = time.monotonic()
+    refused = None
+    while time.monotonic() - revoked_at < 5:
+        try:
+            user.chat.completions.create(model=MODELS["coder"], messages=hi)
+        except openai.AuthenticationError:
+            refused = time.monotonic() - revoked_at
+            break
+    assert refused is not None and refused < 1.0, refused
+    assert client.chat.completions.create(model=MODELS["chat"], messages=hi).model == MODELS["chat"]  # master key
+
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    r = sd("status", "-i", inv, "--json")
+    assert all(not n["containers"] for n in json.loads(r.stdout)["nodes"])
