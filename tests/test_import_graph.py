@@ -18,6 +18,10 @@ PACKAGES = [
 ]
 
 
+# Runs inside an image, not here: the gateway's auth hook is mounted into the LiteLLM proxy and imports litellm.
+IN_IMAGES = {"sparkdeploy.gateway_hook"}
+
+
 def _modules(root: Path, package: str) -> dict[str, Path]:
     out = {}
     for path in sorted((root / package).rglob("*.py")):
@@ -102,7 +106,7 @@ def test_no_import_circles():
 
 def test_every_module_imports_first_on_its_own():
     # A package's __main__ runs its program when imported (`python3 -m guard CONFIG`): not a module to import.
-    names = [n for n in _modules(REPO, "sparkdeploy") if not n.endswith(".__main__")]
+    names = [n for n in _modules(REPO, "sparkdeploy") if not n.endswith(".__main__") and n not in IN_IMAGES]
     program = (
         "import importlib, sys\n"
         "failed = []\n"
