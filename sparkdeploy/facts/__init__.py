@@ -7,7 +7,7 @@ plan, preflight, status, top and doctor all read NodeFacts from here.
 
 from __future__ import annotations
 
-from .base import Fact, FactArgs
+from .base import EVERY_PORT, Fact, FactArgs
 from .catalog import FACTS
 from .node import (
     MANIFEST,
@@ -27,6 +27,7 @@ from .parsers import parse_sections
 from .read import FACTS_TIMEOUT_S, SETS, command, gather, parse, read_facts
 
 __all__ = [
+    "EVERY_PORT",
     "FACTS",
     "FACTS_TIMEOUT_S",
     "MANIFEST",
