@@ -2,7 +2,7 @@
 
 base.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
 node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts.
-plan, preflight, status, top and doctor all read NodeFacts from here.
+plan, preflight, status, top, doctor and dayzero (init, setup ssh, setup network) all read NodeFacts from here.
 """
 
 from __future__ import annotations

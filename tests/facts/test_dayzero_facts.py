@@ -64,6 +64,8 @@ def test_unreadable_machine_id_and_a_missing_program_degrade_to_what_they_say():
     )
     f = parse("spark", text)
     assert f.machine_id == "" and f.sudo == {"nope": "absent"} and f.sudo_paths == {} and f.max_mtu == {}
+    cut = parse("spark", "@@sparkdeploy-facts@@ machine_id\n0f3a9c\n@@sparkdeploy-facts@@ machine_id.rc 1\n")
+    assert cut.machine_id == ""  # a read that failed midway is no machine-id
 
 
 def test_the_script_runs_here_for_real():
