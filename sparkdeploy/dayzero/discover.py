@@ -1,13 +1,15 @@
-"""What `init` reads on a new node, in ONE command: a constant bash script and a parser.
+"""What `init` reads on a new node, through the one fact layer (sparkdeploy/facts/, set DAYZERO, one round trip).
 
 The node's GPU (nvidia-smi), its machine-id and hostname, every interface with its addresses, MTU and state
-(`ip -j addr`), the RDMA devices and the network interface each belongs to (/sys/class/infiniband/*/device/net,
-else `rdma -j link`), the link speed of each ConnectX-7 port (ethtool) and the GID table (show_gids, else
-sysfs). A DGX Spark's ConnectX-7 shows each physical port twice, once per PCIe half (enp1s0f1np1 and
-enP2p1s0f1np1, RDMA devices rocep1s0f1 and roceP2p1s0f1): the two names are grouped into one Port here.
+(`ip -j addr`) and its largest MTU, the RDMA devices and the network interface each belongs to
+(/sys/class/infiniband/*/device/net, else `rdma -j link`), the link speed of each en* port (ethtool) and the
+GID table (show_gids, else sysfs): each declared once in facts/catalog.py. This module only turns them into
+the day-zero view: a DGX Spark's ConnectX-7 shows each physical port twice, once per PCIe half (enp1s0f1np1
+and enP2p1s0f1np1, RDMA devices rocep1s0f1 and roceP2p1s0f1): the two names are grouped into one Port here.
 
-These facts belong with doctor's in sparkdeploy/facts/ once that package exists (see the report of issue 26);
-the parsers are doctor's (doctor/parsers.py), reused.
+The facts are read over a NodeConnection like every other reader's: `init` reads only after the host key was
+shown and pinned (or, with --dry-run, accepted into a temporary known_hosts), and a node that takes only a
+password yet is read over a connection that logs in with it (NodeConnection.password).
 
 In the lab the GPU, the RDMA devices and the link speed come from stand-ins that say SIMULATED; a node's
 facts list what was simulated, and `init` prints it.
@@ -15,62 +17,14 @@ facts list what was simulated, and `init` prints it.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
-from sparkdeploy.facts.parsers import (
-    SECTION,
-    Section,
-    parse_ethtool_speed,
-    parse_ip_json,
-    parse_show_gids,
-    rocev2_gid_index,
-)
+from sparkdeploy import facts as node_facts
+from sparkdeploy.facts.parsers import rocev2_gid_index
+from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.remote import NodeConnection
 
-# `sec NAME CMD...`: CMD's stdout, stderr and exit code as sections (doctor/parsers.parse_sections reads them).
-PRELUDE = (
-    "sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\\n%s %s\\n' '" + SECTION + '\' "$n"; "$@" 2>"$t"; '
-    "rc=$?; printf '\\n%s %s.err\\n' '" + SECTION + '\' "$n"; cat "$t"; rm -f "$t"; '
-    "printf '\\n%s %s.rc %s\\n' '" + SECTION + '\' "$n" "$rc"; }\n'
-)
-
-SCRIPT = (
-    PRELUDE
-    + r"""
-export PATH="$PATH:/usr/sbin:/sbin"
-sec machine_id cat /etc/machine-id
-sec hostname hostname
-sec gpu nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-sec addr ip -j addr show
-sec links ip -d -j link show
-rdma_sys() {
-  for d in /sys/class/infiniband/*; do
-    [ -d "$d" ] || continue
-    for n in "$d"/device/net/*; do [ -e "$n" ] && echo "${d##*/} ${n##*/}"; done
-  done
-}
-sec rdma_sys rdma_sys
-sec rdma_link rdma -j link show
-gids() {
-  if command -v show_gids >/dev/null 2>&1; then show_gids; return; fi
-  for d in /sys/class/infiniband/*; do
-    [ -d "$d" ] || continue; dev=${d##*/}
-    for p in "$d"/ports/*; do port=${p##*/}
-      for g in "$p"/gids/*; do idx=${g##*/}; gid=$(cat "$g" 2>/dev/null) || continue
-        case "$gid" in 0000:0000:0000:0000:0000:0000:0000:0000|"") continue;; esac
-        typ=$(cat "$p/gid_attrs/types/$idx" 2>/dev/null); ndev=$(cat "$p/gid_attrs/ndevs/$idx" 2>/dev/null)
-        case "$typ" in *v2*) ver=v2;; *) ver=v1;; esac
-        echo "$dev $port $idx $gid $ver ${ndev:--}"
-      done
-    done
-  done
-}
-sec gids gids
-for n in /sys/class/net/en*; do [ -e "$n" ] && sec "ethtool:${n##*/}" ethtool "${n##*/}"; done
-true
-"""
-)
 TIMEOUT_S = 60
 GB10 = "GB10"
 
@@ -158,69 +112,30 @@ def _hca_order(hca: str) -> tuple[int, str]:
     return (int(m.group("domain") or 0) if m else 0, hca)
 
 
-def _max_mtu(sec: Section | None) -> dict[str, int]:
-    try:
-        rows = json.loads(sec.out) if sec is not None and sec.rc == 0 and sec.out.strip() else []
-    except ValueError:
-        return {}
-    return {
-        str(r["ifname"]): int(r["max_mtu"])
-        for r in rows
-        if isinstance(r, dict) and r.get("ifname") and isinstance(r.get("max_mtu"), int)
-    }
-
-
-def _hca_netdevs(secs: dict[str, Section]) -> tuple[dict[str, str], bool]:
-    """{hca: netdev} from sysfs, else from `rdma -j link` (the lab's stand-in: simulated)."""
-    found: dict[str, str] = {}
-    sys_sec = secs.get("rdma_sys")
-    for line in (sys_sec.out if sys_sec else "").splitlines():
-        words = line.split()
-        if len(words) == 2:
-            found[words[0]] = words[1]
-    if found:
-        return found, False
-    link = secs.get("rdma_link")
-    simulated = False
-    try:
-        rows = json.loads(link.out) if link and link.rc == 0 and link.out.strip() else []
-    except ValueError:
-        rows = []
-    for row in rows if isinstance(rows, list) else []:
-        if isinstance(row, dict) and row.get("ifname") and row.get("netdev"):
-            found[str(row["ifname"])] = str(row["netdev"])
-            simulated = simulated or bool(row.get("simulated"))
-    return found, simulated
-
-
-def parse(host: str, secs: dict[str, Section], host_key: str = "") -> NodeFacts:
-    """The sections of SCRIPT's output -> NodeFacts. Pure: tested on real and stand-in output."""
-    f = NodeFacts(host=host, host_key=host_key)
-    mid = secs.get("machine_id")
-    f.machine_id = mid.out.strip() if mid and mid.rc == 0 else ""
-    name = secs.get("hostname")
-    f.hostname = name.out.strip().splitlines()[0] if name and name.out.strip() else ""
-    gpu = secs.get("gpu")
+def from_facts(host: str, facts: node_facts.NodeFacts, host_key: str = "") -> NodeFacts:
+    """The facts layer's NodeFacts (set DAYZERO) -> the day-zero view. Pure: tested on real and stand-in output."""
+    f = NodeFacts(host=host, host_key=host_key, machine_id=facts.machine_id, hostname=facts.hostname)
+    gpu = facts.gpu
     if gpu is None or gpu.rc != 0:
-        f.gpu_error = "nvidia-smi not found" if gpu and gpu.rc == 127 else ((gpu.err or gpu.out).strip() if gpu else "")
+        f.gpu_error = "nvidia-smi not found" if gpu and gpu.rc == 127 else (gpu.error if gpu else "")
         f.gpu_error = f.gpu_error.splitlines()[-1] if f.gpu_error else "nvidia-smi failed"
     else:
-        for line in gpu.out.splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) == 2 and cells[0]:
-                f.gpus.append(cells[0])
-                f.driver = cells[1]
-        if "SIMULATED" in gpu.err + gpu.out:
+        for row in gpu.gpus:
+            if row.get("name"):
+                f.gpus.append(str(row["name"]))
+                f.driver = row.get("driver_version") or ""
+        if gpu.simulated:
             f.simulated.append("gpu")
-    links = parse_ip_json(secs["addr"].out) if "addr" in secs else {}
+    network = facts.network or node_facts.NetworkFact()
+    links = network.links
     for ifname, link in links.items():
         v4 = [a for a in link.addresses if ":" not in a]
         f.addresses[ifname] = v4
         if any(a.split("/")[0] == host for a in v4):
             f.mgmt_iface = ifname
-    f.max_mtu = _max_mtu(secs.get("links"))
-    hca_net, rdma_simulated = _hca_netdevs(secs)
-    if rdma_simulated:
+    f.max_mtu = dict(facts.max_mtu)
+    hca_net = facts.rdma_netdevs
+    if facts.rdma_netdevs_simulated:
         f.simulated.append("rdma")
     # A CX7 port: an interface some RDMA device belongs to, and its twin (same bus/slot/function, other domain).
     rdma_keys = {k[0] for k in map(_port_key, hca_net.values()) if k}
@@ -230,7 +145,7 @@ def parse(host: str, secs: dict[str, Section], host_key: str = "") -> NodeFacts:
         if found is not None and (ifname in hca_net.values() or found[0] in rdma_keys):
             names.setdefault(found[0], []).append((found[1], ifname))
     ports: dict[str, Port] = {}
-    gids = parse_show_gids(secs["gids"].out) if "gids" in secs else []
+    gids = facts.rdma.gids if facts.rdma else []
     for pci in sorted(names):
         port = ports.setdefault(pci, Port(pci))
         port.names = [n for _, n in sorted(names[pci])]
@@ -245,13 +160,26 @@ def parse(host: str, secs: dict[str, Section], host_key: str = "") -> NodeFacts:
             if v4 and not port.addresses:
                 port.address_iface = ifname
             port.addresses += v4
-            sec = secs.get(f"ethtool:{ifname}")
-            speed = parse_ethtool_speed(sec.out) if sec else None
+            speed = network.speeds.get(ifname)
             if speed and (port.speed_mbps is None or speed > port.speed_mbps):
                 port.speed_mbps = speed
-            if sec and "SIMULATED" in sec.out and "link-speed" not in f.simulated:
+            if ifname in network.simulated_ifaces and "link-speed" not in f.simulated:
                 f.simulated.append("link-speed")
         if port.addresses and port.hcas:
             port.gid_index = rocev2_gid_index(gids, port.hcas[0], port.addresses[0].split("/")[0])
     f.ports = list(ports.values())
     return f
+
+
+def read(conn: NodeConnection, host_key: str = "") -> NodeFacts:
+    """One node's day-zero view, read in one round trip over `conn` (key or password login alike)."""
+    args = node_facts.FactArgs(fabric_ifaces=(node_facts.EVERY_PORT,))
+    return from_facts(conn.node.mgmt_ip, node_facts.gather(conn, "dayzero", args, timeout=TIMEOUT_S), host_key)
+
+
+def read_node(node: Node, inv: Inventory, key_fp: str, password: str | None) -> NodeFacts:
+    """Connect (host key verified by the inventory's known_hosts; `password` where the key is not taken yet)
+    and read the node's day-zero view."""
+    with NodeConnection(node, inv) as conn:
+        conn.password = password
+        return read(conn, key_fp)

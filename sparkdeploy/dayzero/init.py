@@ -1,9 +1,9 @@
 """`sparkdeploy init`: read every new node and write the inventory. The CLI (cli/init_cmd.py) only prints.
 
 Order: the addresses checked -> host keys (shown, pinned once confirmed) -> one facts command per node, in
-parallel (discover.SCRIPT) -> the plan (plan.py: addresses, names, problems) -> the commented inventory, loaded
-back and validated -> written (not with --dry-run, not when a problem stops it, not over an existing file
-unless --force, which keeps a backup).
+parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) -> the
+commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it, not
+over an existing file unless --force, which keeps a backup).
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from sparkdeploy.dayzero.session import (
     trusted_keys,
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.facts.parsers import parse_sections
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.remote import on_nodes
 
 
 @dataclass
@@ -72,15 +70,6 @@ class InitResult:
         }
 
 
-def read_node(node: Node, inv: Inventory, key_fp: str, password: str | None) -> discover.NodeFacts:
-    with NodeConnection(node, inv) as conn:
-        conn.password = password
-        res = conn.run(["bash", "-s"], stdin=discover.SCRIPT, check=False, timeout=discover.TIMEOUT_S)
-    if res.exit_code != 0:
-        raise conn.failed(res, f"{node.mgmt_ip}: the facts script exited {res.exit_code}")
-    return discover.parse(node.mgmt_ip, parse_sections(res.stdout), key_fp)
-
-
 def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
     hosts = parse_hosts(opts.hosts)
     known_hosts = opts.known_hosts or default_known_hosts()
@@ -98,7 +87,7 @@ def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
         result.keys, result.failures = keys, failures
         fps = {k.host: k.fingerprint for k in keys if k.status in ("pinned", "accepted")}
         usable = [n for n in inv.nodes if n.mgmt_ip in fps]
-        outcomes = on_nodes(usable, lambda n: read_node(n, inv, fps[n.mgmt_ip], opts.password))
+        outcomes = on_nodes(usable, lambda n: discover.read_node(n, inv, fps[n.mgmt_ip], opts.password))
     for o in outcomes:
         if o.ok:
             result.facts.append(o.value)

@@ -1,13 +1,13 @@
 """`sparkdeploy setup network`: the fabric's netplan file on every node, applied safely, then verified.
 
-Per node: its facts (discover.SCRIPT) and, as root through `sudo -n`, its netplan files and NetworkManager's
-view of the ports (nodeside/netguard.py inspect). The file is rendered (netplan.py) and the bad input refused
-before anything changes. A file sparkdeploy did not write that configures the fabric's interfaces stops the
-run with its diff; --replace takes it over (netguard keeps the files as they were: --restore puts them back).
-A file already as rendered is left alone. Applying is netguard's: the node starts its own rollback timer
-first, and this command confirms only from a NEW SSH connection; one that cannot reconnect waits for the
-node to undo the change and says so. Then every pair of nodes pings at the full MTU with don't-fragment set,
-and each node's RDMA devices and the RoCE v2 GID of its fabric address are read again.
+Per node: its facts (discover.read_node: facts/ set DAYZERO) and, as root through `sudo -n`, its netplan files and
+NetworkManager's view of the ports (nodeside/netguard.py inspect). The file is rendered (netplan.py) and the bad
+input refused before anything changes. A file sparkdeploy did not write that configures the fabric's interfaces
+stops the run with its diff; --replace takes it over (netguard keeps the files as they were: --restore puts them
+back). A file already as rendered is left alone. Applying is netguard's: the node starts its own rollback timer
+first, and this command confirms only from a NEW SSH connection; one that cannot reconnect waits for the node to
+undo the change and says so. Then every pair of nodes pings at the full MTU with don't-fragment set, and each
+node's RDMA devices and the RoCE v2 GID of its fabric address are read again.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkdeploy.dayzero import netplan
-from sparkdeploy.dayzero.discover import NodeFacts
-from sparkdeploy.dayzero.init import read_node
+from sparkdeploy.dayzero.discover import NodeFacts, read_node
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node

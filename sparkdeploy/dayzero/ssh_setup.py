@@ -3,8 +3,9 @@
 Per node: log in with the inventory's key; when the node does not take it yet, log in once with the password
 (typed at a getpass prompt or read from a 0600 file: never a command line, never a message) or with a key it
 already accepts (--login-key), and append the public key to ~/.ssh/authorized_keys unless that exact line is
-there. Then a fresh connection with the key alone proves it works. The same command checks `sudo -n -l` for
-each program in sudo_needs.NEEDS and membership of the docker group, and names what is missing with the fix.
+there. Then a fresh connection with the key alone proves it works. Over the same connection (a password login
+is a NodeConnection too) the fact layer reads `sudo -n -l` for each program in sudo_needs.NEEDS and the user's
+groups (facts/ set ACCESS); what is missing is named with the fix.
 Running it again changes nothing. Host keys: the inventory's known_hosts (`init` pinned them).
 """
 
@@ -18,31 +19,28 @@ import paramiko
 
 from sparkdeploy.dayzero import sudo_needs
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.facts import FactArgs, NodeFacts, gather
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.lab.keys import ensure_keypair
 from sparkdeploy.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"
 
-# stdin: the public key line. $1: 1 for a dry run. $2...: the programs sudo must allow.
-SCRIPT = r"""
+# The one change: stdin, the public key line, appended to ~/.ssh/authorized_keys unless that exact line is there.
+# $1: 1 for a dry run. Prints present | would-add | added | failed. What the node has (user, groups, sudo) is
+# read through the fact layer (facts/ set ACCESS), not here.
+KEY_SCRIPT = r"""
 set -u
 key=$(head -n 1)
-dry=$1; shift
 ak="$HOME/.ssh/authorized_keys"
-if [ -f "$ak" ] && grep -qxF -- "$key" "$ak"; then echo "key present"
-elif [ "$dry" = 1 ]; then echo "key would-add"
+if [ -f "$ak" ] && grep -qxF -- "$key" "$ak"; then echo present
+elif [ "$1" = 1 ]; then echo would-add
 else
   umask 077; mkdir -p "$HOME/.ssh" && chmod 700 "$HOME/.ssh" && printf '%s\n' "$key" >> "$ak" && chmod 600 "$ak" \
-    && echo "key added" || echo "key failed"
+    && echo added || echo failed
 fi
-for c in "$@"; do
-  p=$(command -v "$c") || { echo "sudo $c absent -"; continue; }
-  if sudo -n -l "$p" >/dev/null 2>&1; then echo "sudo $c ok $p"; else echo "sudo $c missing $p"; fi
-done
-if id -nG | tr ' ' '\n' | grep -qx docker; then echo "docker yes"; else echo "docker no"; fi
-echo "user $(id -un)"
 """
+KEY_STATES = ("present", "would-add", "added", "failed")
 
 
 @dataclass
@@ -94,21 +92,21 @@ class NodeSsh:
         }
 
 
-def parse(node: str, text: str) -> NodeSsh:
-    r = NodeSsh(node)
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == "key":
-            r.key = words[1]
-        elif len(words) >= 3 and words[0] == "sudo":
-            r.sudo[words[1]] = words[2]
-            if len(words) >= 4 and words[3] != "-":
-                r.sudo_paths[words[1]] = words[3]
-        elif len(words) == 2 and words[0] == "docker":
-            r.docker_group = words[1] == "yes"
-        elif len(words) == 2 and words[0] == "user":
-            r.user = words[1]
-    return r
+def from_facts(node: str, key: str, facts: NodeFacts) -> NodeSsh:
+    """The key's state and the node's facts (set ACCESS: user, groups, `sudo -n -l` per sudo_needs program)."""
+    return NodeSsh(
+        node,
+        key=key,
+        sudo=dict(facts.sudo),
+        sudo_paths=dict(facts.sudo_paths),
+        docker_group="docker" in facts.groups,
+        user=facts.user,
+    )
+
+
+def read_access(conn: NodeConnection) -> NodeFacts:
+    """The user, its groups and `sudo -n -l` of each program sudo_needs names: one round trip (facts/)."""
+    return gather(conn, "access", FactArgs(sudo_programs=tuple(sudo_needs.commands())))
 
 
 def key_paths(inv: Inventory) -> dict[str, Path]:
@@ -214,11 +212,12 @@ def setup_node(
 ) -> NodeSsh:
     conn, how = _connect(node, inv, key_paths(inv)[node.name].is_file(), password, login_key)
     with conn:
-        args = ["bash", "-c", SCRIPT, "setup-ssh", "1" if dry_run else "0", *sudo_needs.commands()]
+        args = ["bash", "-c", KEY_SCRIPT, "setup-ssh", "1" if dry_run else "0"]
         res = conn.run(args, stdin=(pub or "ssh-ed25519 WOULD-BE-CREATED") + "\n", check=False, timeout=60)
-        if res.exit_code != 0:
+        key = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+        if res.exit_code != 0 or key not in KEY_STATES:
             raise conn.failed(res)
-        result = parse(node.name, res.stdout)
+        result = from_facts(node.name, key, read_access(conn))
         if sudo and result.missing_sudo and not dry_run:
             if password is None:
                 raise StepFailed(f"{node.name}: --grant-sudo needs the password (--ask-password or --password-file)")

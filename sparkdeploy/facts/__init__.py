@@ -2,12 +2,12 @@
 
 base.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
 node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts.
-plan, preflight, status, top and doctor all read NodeFacts from here.
+plan, preflight, status, top, doctor and dayzero (init, setup ssh, setup network) all read NodeFacts from here.
 """
 
 from __future__ import annotations
 
-from .base import Fact, FactArgs
+from .base import EVERY_PORT, Fact, FactArgs
 from .catalog import FACTS
 from .node import (
     MANIFEST,
@@ -27,6 +27,7 @@ from .parsers import parse_sections
 from .read import FACTS_TIMEOUT_S, SETS, command, gather, parse, read_facts
 
 __all__ = [
+    "EVERY_PORT",
     "FACTS",
     "FACTS_TIMEOUT_S",
     "MANIFEST",

@@ -22,10 +22,13 @@ from typing import Any
 from .parsers import SECTION, Section
 
 # $1 state dir (relative to $HOME), $2 HF cache (~/... or absolute), $3 the model's hub folder name,
-# $4 the fabric interfaces (comma separated); what follows: the image references to inspect.
+# $4 the fabric interfaces (comma separated; EVERY_PORT: every en* interface), $5 the programs whose
+# `sudo -n -l` is read (comma separated); what follows: the image references to inspect. /usr/sbin and /sbin
+# are appended to PATH (ethtool, rdma live there; a non-login SSH shell may not have them).
 PRELUDE = (
     r"""
-sd="$1"; hf="$2"; model="$3"; ifaces="$4"; shift 4
+sd="$1"; hf="$2"; model="$3"; ifaces="$4"; progs="$5"; shift 5
+export PATH="$PATH:/usr/sbin:/sbin"
 dir="$HOME/$sd"
 case "$hf" in "~") hf="$HOME";; "~/"*) hf="$HOME/${hf#\~/}";; esac
 sec() { local n=$1 t rc; shift; t=$(mktemp 2>/dev/null) || t=/dev/null; printf '\n%s %s\n' '"""
@@ -38,6 +41,10 @@ sec() { local n=$1 t rc; shift; t=$(mktemp 2>/dev/null) || t=/dev/null; printf '
     + r"""' "$n" "$rc"; }
 """
 )
+
+
+# fabric_ifaces=(EVERY_PORT,): ethtool on every en* interface (day zero: the fabric is not chosen yet)
+EVERY_PORT = "*"
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,17 @@ class FactArgs:
     model_folder: str = ""  # models--org--name: the hub cache folder of the recipe's model
     fabric_ifaces: Sequence[str] = ()
     images: Sequence[str] = ()
+    sudo_programs: Sequence[str] = ()  # the programs whose `sudo -n -l` the `sudo` fact reads
 
     def argv(self) -> list[str]:
-        return [self.state_dir, self.hf_cache, self.model_folder, ",".join(self.fabric_ifaces), *self.images]
+        return [
+            self.state_dir,
+            self.hf_cache,
+            self.model_folder,
+            ",".join(self.fabric_ifaces),
+            ",".join(self.sudo_programs),
+            *self.images,
+        ]
 
 
 def _fn(fact: Fact) -> str:

@@ -1,8 +1,8 @@
 """Every fact sparkdeploy reads from a node, declared once: its shell command and its typed parser.
 
-FACTS is the one registry; STATE, RESOURCES and DOCTOR name the sets the readers ask for (facts/read.py runs
-the set asked in one round trip). Every command only looks. Add a fact: one `Fact(...)` here, a field of
-NodeFacts (facts/node.py) for its value, and a unit test of its parser fed a real node's output.
+FACTS is the one registry; STATE, RESOURCES, DOCTOR, DAYZERO and ACCESS name the sets the readers ask for
+(facts/read.py runs the set asked in one round trip). Every command only looks. Add a fact: one `Fact(...)`
+here, a field of NodeFacts (facts/node.py) for its value, and a unit test of its parser fed a real node's output.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from .parsers import (
     parse_ethtool_speed,
     parse_ibv_devinfo,
     parse_ip_json,
+    parse_max_mtu,
     parse_nvidia_smi_csv,
+    parse_rdma_link,
     parse_show_gids,
 )
 
@@ -286,12 +288,13 @@ def _store_model(f: NodeFacts, v: bool) -> None:
 def _network(sec: Section) -> NetworkFact:
     addr, sep, rest = ("\n" + sec.out).partition("\n@@ethtool ")
     speeds: dict[str, int | None] = {}
-    simulated = False
+    simulated: set[str] = set()
     for block in rest.split("\n@@ethtool ") if sep else []:
         iface, _, text = block.partition("\n")
         speeds[iface.strip()] = parse_ethtool_speed(text)
-        simulated = simulated or "SIMULATED" in text
-    return NetworkFact(parse_ip_json(addr), speeds, simulated)
+        if "SIMULATED" in text:
+            simulated.add(iface.strip())
+    return NetworkFact(parse_ip_json(addr), speeds, bool(simulated), simulated)
 
 
 def _rdma(sec: Section) -> RdmaFact:
@@ -309,6 +312,51 @@ def _rdma(sec: Section) -> RdmaFact:
         gids=parse_show_gids(gids),
         gids_text=gids,
     )
+
+
+# -- day zero: what `init` and `setup ssh` read on a new node -----------------------------------------------------
+
+
+def _machine_id(sec: Section) -> str:
+    return sec.out.strip() if sec.rc in (0, None) else ""
+
+
+def _hostname(sec: Section) -> str:
+    lines = sec.out.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _rdma_netdevs(sec: Section) -> tuple[dict[str, str], bool]:
+    """`sys HCA NETDEV` lines from /sys/class/infiniband/*/device/net; without any, `rdma -j link` after
+    `@@rdma-link` (the lab's stand-in: simulated)."""
+    sysfs, _, link = sec.out.partition("@@rdma-link\n")
+    found: dict[str, str] = {}
+    for line in sysfs.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "sys":
+            found[words[1]] = words[2]
+    return (found, False) if found else parse_rdma_link(link)
+
+
+def _store_rdma_netdevs(f: NodeFacts, v: tuple[dict[str, str], bool]) -> None:
+    f.rdma_netdevs, f.rdma_netdevs_simulated = v
+
+
+def _sudo(sec: Section) -> tuple[dict[str, str], dict[str, str]]:
+    """`PROGRAM ok|missing|absent PATH|-` per program asked (FactArgs.sudo_programs)."""
+    states: dict[str, str] = {}
+    paths: dict[str, str] = {}
+    for line in sec.out.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[1] in ("ok", "missing", "absent"):
+            states[words[0]] = words[1]
+            if len(words) >= 3 and words[2] != "-":
+                paths[words[0]] = words[2]
+    return states, paths
+
+
+def _store_sudo(f: NodeFacts, v: tuple[dict[str, str], dict[str, str]]) -> None:
+    f.sudo, f.sudo_paths = v
 
 
 FACTS: dict[str, Fact] = {
@@ -404,7 +452,9 @@ done""",
         Fact(
             "network",
             r"""ip -j addr show
-for iface in ${ifaces//,/ }; do printf '\n@@ethtool %s\n' "$iface"; ethtool "$iface" 2>&1; done""",
+if [ "$ifaces" = '*' ]; then list=""; for i in /sys/class/net/en*; do [ -e "$i" ] && list="$list ${i##*/}"; done
+else list=${ifaces//,/ }; fi
+for iface in $list; do printf '\n@@ethtool %s\n' "$iface"; ethtool "$iface" 2>&1; done""",
             _network,
             _set("network"),
         ),
@@ -430,6 +480,29 @@ printf '@@devinfo-rc %s\n' "$rc" """,
             _rdma,
             _set("rdma"),
         ),
+        Fact("machine_id", "cat /etc/machine-id", _machine_id, _set("machine_id")),
+        Fact("hostname", "hostname", _hostname, _set("hostname")),
+        Fact("max_mtu", "ip -d -j link show", lambda s: parse_max_mtu(s.out), _set("max_mtu")),
+        Fact(
+            "rdma_netdevs",
+            r"""found=
+for d in /sys/class/infiniband/*; do
+  [ -d "$d" ] || continue
+  for i in "$d"/device/net/*; do [ -e "$i" ] && echo "sys ${d##*/} ${i##*/}" && found=1; done
+done
+[ -n "$found" ] || { printf '@@rdma-link\n'; rdma -j link show; }""",
+            _rdma_netdevs,
+            _store_rdma_netdevs,
+        ),
+        Fact(
+            "sudo",
+            r"""for c in ${progs//,/ }; do
+  p=$(command -v "$c") || { echo "$c absent -"; continue; }
+  if sudo -n -l "$p" >/dev/null 2>&1; then echo "$c ok $p"; else echo "$c missing $p"; fi
+done""",
+            _sudo,
+            _store_sudo,
+        ),
     )
 }
 
@@ -437,3 +510,6 @@ printf '@@devinfo-rc %s\n' "$rc" """,
 STATE = ("home", "docker", "names", "inspect", "images", "statedir", "foreign", "files", "sha", "manifest", "listen")
 RESOURCES = ("home", "resources", "meminfo", "gpu", "model", "disk")
 DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma")
+# `init` and `setup network` on a node (FactArgs(fabric_ifaces=(EVERY_PORT,))); `setup ssh`'s checks
+DAYZERO = ("home", "machine_id", "hostname", "gpu", "network", "max_mtu", "rdma_netdevs", "rdma")
+ACCESS = ("home", "user", "sudo")

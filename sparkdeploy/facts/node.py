@@ -44,6 +44,7 @@ class NetworkFact:
     links: dict[str, Link] = field(default_factory=dict)  # ip -j addr
     speeds: dict[str, int | None] = field(default_factory=dict)  # fabric interface -> Mb/s (ethtool)
     simulated_speed: bool = False
+    simulated_ifaces: set[str] = field(default_factory=set)  # whose ethtool answer said SIMULATED
 
 
 @dataclass
@@ -143,6 +144,14 @@ class NodeFacts:
     kernel: str = ""
     network: NetworkFact | None = None
     rdma: RdmaFact | None = None
+    # read by day zero (dayzero/: init, setup ssh, setup network)
+    machine_id: str = ""  # /etc/machine-id ("" where it cannot be read)
+    hostname: str = ""
+    max_mtu: dict[str, int] = field(default_factory=dict)  # interface -> the largest MTU it takes (ip -d -j link)
+    rdma_netdevs: dict[str, str] = field(default_factory=dict)  # RDMA device -> its network interface
+    rdma_netdevs_simulated: bool = False  # the lab's `rdma link` stand-in answered (no sysfs devices)
+    sudo: dict[str, str] = field(default_factory=dict)  # program -> ok | missing | absent (`sudo -n -l PATH`)
+    sudo_paths: dict[str, str] = field(default_factory=dict)  # program -> its path on the node
 
     def add_resources(self, other: NodeFacts) -> None:
         for name in (

@@ -253,6 +253,34 @@ def parse_ip_json(text: str) -> dict[str, Link]:
     return links
 
 
+def parse_max_mtu(text: str) -> dict[str, int]:
+    """`ip -d -j link show`: interface -> the largest MTU it takes (max_mtu; absent where the driver says none)."""
+    try:
+        rows = json.loads(text) if text.strip() else []
+    except ValueError:
+        return {}
+    return {
+        str(r["ifname"]): int(r["max_mtu"])
+        for r in (rows if isinstance(rows, list) else [])
+        if isinstance(r, dict) and r.get("ifname") and isinstance(r.get("max_mtu"), int)
+    }
+
+
+def parse_rdma_link(text: str) -> tuple[dict[str, str], bool]:
+    """`rdma -j link show`: RDMA device -> its netdev, and whether the lab's stand-in answered (SIMULATED)."""
+    try:
+        rows = json.loads(text) if text.strip() else []
+    except ValueError:
+        return {}, False
+    found: dict[str, str] = {}
+    simulated = False
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and row.get("ifname") and row.get("netdev"):
+            found[str(row["ifname"])] = str(row["netdev"])
+            simulated = simulated or bool(row.get("simulated"))
+    return found, simulated
+
+
 def parse_ethtool_speed(text: str) -> int | None:
     """`ethtool IFACE` -> link speed in Mb/s (None when unknown, e.g. link down)."""
     m = re.search(r"^\s*Speed:\s*(\d+)\s*Mb/s", text, re.M)

@@ -8,12 +8,19 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.remote import NodeConnection
 
 from .base import FactArgs, script
-from .catalog import DOCTOR, FACTS, RESOURCES, STATE
+from .catalog import ACCESS, DAYZERO, DOCTOR, FACTS, RESOURCES, STATE
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
 
 FACTS_TIMEOUT_S = 60
-SETS = {"state": STATE, "resources": RESOURCES, "all": tuple(dict.fromkeys((*STATE, *RESOURCES))), "doctor": DOCTOR}
+SETS = {
+    "state": STATE,
+    "resources": RESOURCES,
+    "all": tuple(dict.fromkeys((*STATE, *RESOURCES))),
+    "doctor": DOCTOR,
+    "dayzero": DAYZERO,
+    "access": ACCESS,
+}
 
 
 def parse(node: str, text: str) -> NodeFacts:

@@ -1,5 +1,6 @@
-"""What discover.SCRIPT prints on a DGX Spark, built in the real tools' formats (ip -j addr, sysfs, show_gids,
-ethtool, nvidia-smi CSV), for the parser and planner tests. One knob per fact a test varies."""
+"""What the fact layer's DAYZERO set (facts/catalog.py) prints on a DGX Spark, built in the real tools' formats
+(ip -j addr, sysfs, show_gids, ethtool, nvidia-smi CSV), for the parser and planner tests. One knob per fact a
+test varies. (The lab's real output of the same set: tests/facts/samples/lab-bare-dayzero.txt.)"""
 
 from __future__ import annotations
 
@@ -69,24 +70,34 @@ def spark_output(
             f"{dev}\t1\t2\t{gid}\t{ip}\tv1\t{net}",
             f"{dev}\t1\t3\t{gid}\t{ip}\tv2\t{net}",
         ]
-    sections = {
-        "machine_id": (machine_id, "", 0 if machine_id else 1),
-        "hostname": (hostname, "", 0),
-        "gpu": (gpu if gpu_rc == 0 else "", "" if gpu_rc == 0 else "bash: nvidia-smi: command not found", gpu_rc),
-        "addr": (json.dumps(links), "", 0),
-        "rdma_sys": (sys_map, "", 0),
-        "rdma_link": ("[]", "", 0),
-        "gids": ("\n".join(gids), "", 0),
-    }
+    gpu_name, _, driver = gpu.partition(", ")
+    ethtool = ""
     for link in links[2:]:
         up = "LOWER_UP" in link["flags"]
-        sections[f"ethtool:{link['ifname']}"] = (
-            f"Settings for {link['ifname']}:\n\tSpeed: {speed if up else 'Unknown!'}"
+        ethtool += (
+            f"\n@@ethtool {link['ifname']}\nSettings for {link['ifname']}:\n\tSpeed: {speed if up else 'Unknown!'}"
             + ("Mb/s" if up else "")
-            + f"\n\tLink detected: {'yes' if up else 'no'}",
-            "",
-            0,
+            + f"\n\tLink detected: {'yes' if up else 'no'}\n"
         )
+    sys_lines = "\n".join(f"sys {line}" for line in sys_map.splitlines())
+    sections = {
+        "home": ("/home/spark", "", 0),
+        "machine_id": (
+            machine_id,
+            "" if machine_id else "cat: /etc/machine-id: No such file or directory",
+            0 if machine_id else 1,
+        ),
+        "hostname": (hostname, "", 0),
+        "gpu": (
+            f"0, {gpu_name}, {driver}, [N/A], [N/A], [N/A], 41" if gpu_rc == 0 else "",
+            "" if gpu_rc == 0 else "bash: line 1: nvidia-smi: command not found",
+            gpu_rc,
+        ),
+        "network": (json.dumps(links) + "\n" + ethtool, "", 0),
+        "max_mtu": (json.dumps([{"ifname": link["ifname"], "max_mtu": 9978} for link in links[1:]]), "", 0),
+        "rdma_netdevs": (sys_lines, "", 0),
+        "rdma": ("\n@@gids\n" + "\n".join(gids) + "\n@@devinfo-rc 0", "", 0),
+    }
     return render_sections(sections)
 
 

@@ -1,16 +1,21 @@
-"""discover.parse on a DGX Spark's output (real formats) and on the lab's stand-ins' (SIMULATED)."""
+"""discover.from_facts on the fact layer's DAYZERO set: a DGX Spark's output (real formats), the lab's stand-ins'
+(SIMULATED), and the set read from a bare lab node (tests/facts/samples/lab-bare-dayzero.txt)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from sparkdeploy.dayzero.discover import parse
-from sparkdeploy.facts.parsers import parse_sections
+from sparkdeploy.dayzero.discover import from_facts
+from sparkdeploy.facts import parse
 from tests.dayzero.spark_samples import render_sections, spark_output
+
+LAB_BARE = Path(__file__).parents[1] / "facts" / "samples" / "lab-bare-dayzero.txt"
 
 
 def facts(**kw):
-    return parse(kw.get("mgmt", "192.168.1.101"), parse_sections(spark_output(**kw)), "SHA256:abc")
+    mgmt = kw.get("mgmt", "192.168.1.101")
+    return from_facts(mgmt, parse(mgmt, spark_output(**kw)), "SHA256:abc")
 
 
 def test_a_spark_has_two_ports_each_with_both_names_and_both_hcas():
@@ -57,18 +62,36 @@ def test_the_lab_stand_ins_are_read_and_marked_simulated():
     ]
     text = render_sections(
         {
+            "home": ("/home/spark", "", 0),
             "machine_id": ("", "cat: /etc/machine-id: No such file or directory", 1),
             "hostname": ("spark2", "", 0),
-            "gpu": ("NVIDIA GB10, 580.95.05", "nvidia-smi: SIMULATED (sparkdeploy lab stand-in)", 0),
-            "addr": (json.dumps(links), "", 0),
-            "rdma_sys": ("", "", 0),
-            "rdma_link": (json.dumps(rdma), "", 0),
-            "gids": ("", "", 0),
-            "ethtool:enP2p1s0f1np1": ("\tSpeed: 200000Mb/s (SIMULATED: the lab link underneath is a veth)", "", 0),
+            "gpu": (
+                "0, NVIDIA GB10, 580.95.05, 122570, 0, 122570, 41",
+                "nvidia-smi: SIMULATED (sparkdeploy lab stand-in)",
+                0,
+            ),
+            "network": (
+                json.dumps(links)
+                + "\n@@ethtool enP2p1s0f1np1\n\tSpeed: 200000Mb/s (SIMULATED: the lab link underneath is a veth)",
+                "",
+                0,
+            ),
+            "rdma_netdevs": ("@@rdma-link\n" + json.dumps(rdma), "", 0),
+            "rdma": ("", "", 0),
         }
     )
-    f = parse("172.31.81.11", parse_sections(text))
+    f = from_facts("172.31.81.11", parse("172.31.81.11", text))
     assert sorted(f.simulated) == ["gpu", "link-speed", "rdma"]
     assert len(f.ports) == 1 and f.ports[0].names == ["enP2p1s0f1np1"]
     assert f.ports[0].hcas == ["rocep1s0f1", "roceP2p1s0f1"] and f.ports[0].up
     assert f.machine_id == "" and f.mgmt_iface == "eth0"
+
+
+def test_a_bare_lab_node_read_over_ssh():
+    f = from_facts("172.31.85.11", parse("spark1", LAB_BARE.read_text()), "SHA256:lab")
+    assert f.hostname == "spark1" and len(f.machine_id) == 32
+    assert f.gb10 and f.driver == "580.95.05" and f.mgmt_iface == "eth0"
+    assert sorted(f.simulated) == ["gpu", "link-speed", "rdma"]
+    assert [p.names for p in f.ports] == [["enp1s0f1np1"]] and f.ports[0].hcas == ["rocep1s0f1", "roceP2p1s0f1"]
+    assert f.ports[0].up and f.ports[0].speed_mbps == 200000 and f.ports[0].mtu == 1500
+    assert f.max_mtu["enp1s0f1np1"] == 65535  # a veth (a ConnectX-7 port says 9978)

@@ -60,6 +60,9 @@ def test_init_shows_each_key_pins_only_what_was_confirmed_and_writes_a_working_i
     assert forced.returncode == 0, failure(forced)
     report = yaml.safe_load(forced.stdout)
     assert {k["status"] for k in report["host_keys"]} == {"pinned"} and report["backup"].endswith(".bak")
+    # every en* port's ethtool read (facts/ network fact, EVERY_PORT): the stand-ins' speed, marked SIMULATED
+    assert {p["speed_mbps"] for n in report["nodes"] for p in n["ports"]} == {200000}
+    assert [sorted(n["simulated"]) for n in report["nodes"]] == [["gpu", "link-speed", "rdma"]] * len(lab.nodes)
 
 
 def test_init_refuses_a_changed_host_key(lab, tmp_path):

@@ -8,10 +8,10 @@ import yaml
 from sparkdeploy.cli.common import run_cli
 from sparkdeploy.cli.main import cli
 from sparkdeploy.dayzero import inventory_text
-from sparkdeploy.dayzero.discover import parse
+from sparkdeploy.dayzero.discover import from_facts
 from sparkdeploy.dayzero.plan import inventory_data, plan
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.facts.parsers import parse_sections
+from sparkdeploy.facts import parse
 from sparkdeploy.inventory import Inventory
 from tests.dayzero.spark_samples import spark_output
 
@@ -19,7 +19,7 @@ from tests.dayzero.spark_samples import spark_output
 def node(mgmt: str, key: str = "", **kw):
     kw.setdefault("machine_id", "m-" + mgmt)
     kw.setdefault("hostname", "spark-" + mgmt.rsplit(".", 1)[1])
-    return parse(mgmt, parse_sections(spark_output(mgmt=mgmt, **kw)), key or "SHA256:" + mgmt)
+    return from_facts(mgmt, parse(mgmt, spark_output(mgmt=mgmt, **kw)), key or "SHA256:" + mgmt)
 
 
 def pair(**kw):
