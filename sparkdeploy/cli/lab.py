@@ -165,7 +165,12 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
 
 @lab.command("down")
 @name_option
-@click.option("--all", "all_labs", is_flag=True, help="Every lab on this engine (label io.sparkdeploy.lab=1).")
+@click.option(
+    "--all",
+    "all_labs",
+    is_flag=True,
+    help="Every lab on this engine (label io.sparkdeploy.lab=1); with SPARKDEPLOY_LAB_INSTANCE set, only its labs.",
+)
 @click.option("--purge", is_flag=True, help="Also delete the lab's keys and secrets on this machine.")
 @json_option
 def down_cmd(name, all_labs, purge, as_json):

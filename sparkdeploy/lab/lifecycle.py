@@ -29,7 +29,7 @@ from sparkdeploy.images.push_progress import RichPushProgress
 from sparkdeploy.lab import bare, engine_images, hub, keys, network, nodes, seed
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
-from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
+from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
 
 _console = Console(stderr=True, highlight=False)
 
@@ -256,7 +256,8 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
 def down(spec: LabSpec | None = None, all_labs: bool = False, purge: bool = False) -> dict[str, list[str]]:
     """Remove the lab's containers, networks and volumes (selected by label) and its inventory.
 
-    With all_labs, every object labelled io.sparkdeploy.lab=1, whatever its lab. Keys and secrets stay
+    With all_labs, every lab on this engine (label io.sparkdeploy.lab=1), or only the labs of the developer's
+    SPARKDEPLOY_LAB_INSTANCE when it is set. Keys and secrets stay
     (a later `up` reuses them) unless purge is set.
     """
     spec = spec or LabSpec()
@@ -264,17 +265,32 @@ def down(spec: LabSpec | None = None, all_labs: bool = False, purge: bool = Fals
         return _down(spec, all_labs, purge)
 
 
+def _all_lab_filters(client) -> list[dict]:
+    """One filter per lab on this engine; with SPARKDEPLOY_LAB_INSTANCE set, only that instance's labs (a
+    developer's `lab down --all` must not take down a lab of another checkout sharing the engine)."""
+    everything = {"label": [f"{LAB_LABEL}=1"]}
+    objects = [
+        *client.containers.list(all=True, filters=everything),
+        *client.networks.list(filters=everything),
+        *client.volumes.list(filters=everything),
+    ]
+    names = {(o.attrs.get("Labels") or o.attrs.get("Config", {}).get("Labels") or {}).get(NAME_LABEL) for o in objects}
+    instance = os.environ.get(INSTANCE_ENV, "")
+    mine = sorted(n for n in names if n and (not instance or n.startswith(f"{instance}-")))
+    return [{"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={n}"]} for n in mine]
+
+
 def _down(spec: LabSpec, all_labs: bool, purge: bool) -> dict[str, list[str]]:
     client = docker_client()
-    filters = {"label": [f"{LAB_LABEL}=1"]} if all_labs else spec.filters
     removed: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
-    for container in client.containers.list(all=True, filters=filters):
-        container.remove(force=True, v=False)
-        removed["containers"].append(container.name)
-    removed["networks"] = network.remove_networks(client, filters)
-    for volume in client.volumes.list(filters=filters):
-        volume.remove(force=True)
-        removed["volumes"].append(volume.name)
+    for filters in _all_lab_filters(client) if all_labs else [spec.filters]:
+        for container in client.containers.list(all=True, filters=filters):
+            container.remove(force=True, v=False)
+            removed["containers"].append(container.name)
+        removed["networks"] += network.remove_networks(client, filters)
+        for volume in client.volumes.list(filters=filters):
+            volume.remove(force=True)
+            removed["volumes"].append(volume.name)
     for name in ("inventory.yaml", keys.KNOWN_HOSTS):
         (spec.directory / name).unlink(missing_ok=True)
     if purge and spec.directory.is_dir():
