@@ -119,7 +119,21 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 @click.command("up")
 @recipe_option
 @up_options()
-def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json):
+def up(
+    recipe,
+    topology,
+    backend,
+    inventory,
+    sets,
+    recipes_dir,
+    node,
+    dry_run,
+    metrics,
+    pull_model,
+    fabric_gate,
+    timeout,
+    as_json,
+):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -127,6 +141,7 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
       sparkdeploy up --inventory lab                         # the inventory's default recipe and its topology
       sparkdeploy up -r openai-gpt-oss-120b -t 2xsolo       # one engine per node behind LiteLLM
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
+      sparkdeploy up -t cluster --no-fabric-gate             # start without the fabric gate (said in the output)
     """
     run_up(
         as_json,
@@ -141,6 +156,7 @@ def up(recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, m
         timeout=timeout,
         metrics=metrics,
         pull_model=pull_model,
+        fabric_gate_on=fabric_gate,
     )
 
 
