@@ -9,13 +9,13 @@ import pytest
 
 from sparkdeploy.deploy import fabric_gate
 from sparkdeploy.deploy.report import Reporter
-from sparkdeploy.doctor import gpu
+from sparkdeploy.doctor import gpu, image
 from sparkdeploy.doctor.model import FAIL, PASS, Result
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import GpuFact
 from sparkdeploy.plan import plan_deployment
 from sparkdeploy.preflight import PreflightRun
-from tests.deploy.deploy_helpers import converged_facts, empty_facts, make_deployment
+from tests.deploy.deploy_helpers import IMAGE, IMAGE_ID, converged_facts, empty_facts, make_deployment
 
 
 class Lines(Reporter):
@@ -138,3 +138,23 @@ def test_same_driver_check():
     assert "spark1 580.95.05" in differ.measured and "spark2 575.57.08" in differ.measured
     assert "580.95.05" in differ.fix
     assert gpu.same_driver(_driver_run({})).status == "skip"
+
+
+def test_torch_nccl_compares_cuda_too(monkeypatch):
+    """image.torch_nccl (the gate's version check): the same torch and NCCL but another CUDA on one node fails."""
+    dep = make_deployment("cluster")
+    facts = {}
+    for n in dep.inventory.nodes:
+        f = empty_facts(n.name)
+        f.images = {IMAGE: IMAGE_ID}
+        facts[n.name] = f
+    ctx = PreflightRun(dep, facts)  # type: ignore[arg-type]
+    found = {
+        "spark1": {"torch": "2.9.0", "cuda": "13.0", "nccl": "2.27.7"},
+        "spark2": {"torch": "2.9.0", "cuda": "12.9", "nccl": "2.27.7"},
+    }
+    monkeypatch.setattr(image, "versions", lambda run, node: found[node.name])  # what `docker run` would print
+    row = image.torch_nccl(ctx, dep.inventory.nodes[0])
+    assert row.status == FAIL and "cuda 13.0 here, 12.9 on spark2" in row.measured, row
+    found["spark2"]["cuda"] = "13.0"
+    assert image.torch_nccl(ctx, dep.inventory.nodes[0]).status == PASS
