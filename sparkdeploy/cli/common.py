@@ -163,6 +163,15 @@ def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
                     help="When the recipe's model is missing or incomplete on an engine node, pull it (download "
                     "once on the head, copy over the fabric) instead of failing preflight.",
                 ),
+                click.option(
+                    "--no-fabric-gate",
+                    "fabric_gate",
+                    flag_value=False,
+                    default=True,
+                    help="cluster/replicas: skip the fabric gate (before any engine starts, the all-reduce probe in "
+                    "the serving image over the fabric and the same NCCL, CUDA, driver and image ID on every node; "
+                    "skipped anyway when no engine changes). The output says it was skipped.",
+                ),
                 timeout_option,
                 json_option,
             )

@@ -30,7 +30,19 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
 @click.argument("recipe")
 @up_options(DRY_RUN_HELP)
 def run_recipe(
-    recipe, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json
+    recipe,
+    topology,
+    backend,
+    inventory,
+    sets,
+    recipes_dir,
+    node,
+    dry_run,
+    metrics,
+    pull_model,
+    fabric_gate,
+    timeout,
+    as_json,
 ):
     """Serve RECIPE on your Sparks with the recipe's default topology: `sparkdeploy up --recipe RECIPE`, with
     up's options.
@@ -58,6 +70,7 @@ def run_recipe(
         timeout=timeout,
         metrics=metrics,
         pull_model=pull_model,
+        fabric_gate_on=fabric_gate,
     )
 
 

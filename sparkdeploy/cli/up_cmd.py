@@ -128,7 +128,20 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
 )
 @up_options()
 def up(
-    recipe, stack, topology, backend, inventory, sets, recipes_dir, node, dry_run, metrics, pull_model, timeout, as_json
+    recipe,
+    stack,
+    topology,
+    backend,
+    inventory,
+    sets,
+    recipes_dir,
+    node,
+    dry_run,
+    metrics,
+    pull_model,
+    fabric_gate,
+    timeout,
+    as_json,
 ):
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
@@ -138,6 +151,7 @@ def up(
       sparkdeploy up -r openai-gpt-oss-120b -t 2xsolo       # one engine per node behind LiteLLM
       sparkdeploy up -t cluster -b torchrun --dry-run        # the plan, nothing changed
       sparkdeploy up --stack stack.yaml --dry-run            # several models behind one gateway: the plan
+      sparkdeploy up -t cluster --no-fabric-gate             # start without the fabric gate (said in the output)
     """
     if stack:
         given = [
@@ -182,6 +196,7 @@ def up(
         timeout=timeout,
         metrics=metrics,
         pull_model=pull_model,
+        fabric_gate_on=fabric_gate,
     )
 
 

@@ -23,7 +23,7 @@ from sparkdeploy.apply import (
     node_locks,
 )
 from sparkdeploy.context import load_deployment
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, history
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
@@ -121,10 +121,12 @@ def deploy(
     pull_model: bool = False,
     reporter: Reporter | None = None,
     result: dict[str, Any] | None = None,
+    fabric_gate_on: bool = True,
 ) -> dict[str, Any]:
     """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract,
     masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done so far.
-    metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics)."""
+    metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics).
+    fabric_gate_on: False is `--no-fabric-gate` (deploy/fabric_gate.py)."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}
     reload_args = (inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
@@ -167,7 +169,8 @@ def deploy(
                     lambda: load_deployment(*reload_args),  # flags read from the image
                 )
                 is_simulated = simulated(dep)
-            _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model)
+            seen: dict[str, Any] = {"fabric_gate_on": fabric_gate_on}
+            _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model, seen)
             if result.get("ok") and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
                 result["history_id"] = history.record_deployment(dep, session.conns, sets, inventory, is_simulated)[
                     "id"
@@ -242,8 +245,9 @@ def _deploy(
     timeout: float,
     simulated: bool,
     pull_model: bool = False,
+    seen: dict[str, Any] | None = None,
 ) -> None:
-    seen: dict[str, Any] = {}
+    seen = seen if seen is not None else {}
     try:
         _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
     except (KeyboardInterrupt, StepFailed) as exc:
@@ -253,6 +257,8 @@ def _deploy(
                 why = (
                     "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else "health gate failed"
                 )
+            elif "fabric_gate" in seen and "plan" not in seen and isinstance(exc, StepFailed):
+                why = "the fabric gate refused"
             elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
                 why = "preflight failed"
             for line in _node_lines(dep.inventory, seen, why):
@@ -335,6 +341,8 @@ def _deploy_steps(
     out.progress(f"preflight: {len(checks)} checks passed")
 
     plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # preflight passed: every node read
+    seen["fabric_gate"] = True  # before any engine starts (a refusal changes nothing)
+    fabric_gate.gate(dep, session, facts, plan, out, result, dry_run, seen.get("fabric_gate_on", True), simulated)
     if dry_run:
         out.preflight(checks)
         out.dry_run(plan)

@@ -111,6 +111,34 @@ def driver(run: DoctorRun, node: Node) -> Result:
     return ok(measured, expected, simulated=sim)
 
 
+def same_driver(run: DoctorRun) -> Result:
+    """One driver version on every node that answers nvidia-smi (a node with another driver has another CUDA
+    user-space and NCCL's plugins see another GPU stack: mixed drivers are a cross-node hang or a slow path)."""
+    per: dict[str, str] = {}
+    sim = False
+    for node in run.nodes:
+        if not run.reachable(node):
+            continue
+        gpu, _none = _first(run, node)
+        if gpu is not None and gpu.get("driver_version"):
+            per[node.name] = str(gpu["driver_version"])
+            sim = sim or facts(run, node).simulated
+    expected = "one NVIDIA driver version on every node"
+    if len(set(per.values())) > 1:
+        seen = ", ".join(f"{n} {v}" for n, v in sorted(per.items()))
+        newest = max(per.values(), key=version_tuple)
+        return fail(
+            f"drivers differ: {seen}",
+            expected,
+            f"install driver {newest} on every node (DGX OS: sudo apt update && sudo apt upgrade), then reboot them",
+            node=",".join(sorted(per)),
+            simulated=sim,
+        )
+    if not per:
+        return skip("no driver version read (see gpu.present)")
+    return ok(f"driver {next(iter(per.values()))} on {len(per)} node(s)", expected, simulated=sim)
+
+
 def memory(run: DoctorRun, node: Node) -> Result:
     """The memory budget (sparkdeploy/budget.py), one formula for doctor and `up`'s preflight: free memory >=
     gpu_memory_utilization x total + the OS reserve, and the weights + peak + one max_model_len sequence of KV

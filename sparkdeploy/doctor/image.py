@@ -223,7 +223,8 @@ def _fmt(v: dict) -> str:
     if v.get("torch") is None:
         return f"no torch ({v.get('torch_error', '?')})"
     nccl = v.get("nccl") or "none"
-    return f"torch {v['torch']}, NCCL {nccl}" + (f", vLLM {v['vllm']}" if v.get("vllm") else "")
+    cuda = f", CUDA {v['cuda']}" if v.get("cuda") else ""
+    return f"torch {v['torch']}{cuda}, NCCL {nccl}" + (f", vLLM {v['vllm']}" if v.get("vllm") else "")
 
 
 def torch_nccl(run: DoctorRun, node: Node) -> Result:
@@ -236,7 +237,7 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
         return skip("image missing (see image.present)")
     v = versions(run, node)
     simulated = run.simulated_image
-    expected = "torch and NCCL equal on every node"
+    expected = "torch, CUDA and NCCL equal on every node"
     if "error" in v:  # type: ignore[operator]  # versions is a dict here: image and engine checked above
         return fail(
             f"could not run python3 in {ref}: {v['error']}",  # type: ignore[index]  # versions is a dict here: image and engine checked above
@@ -250,7 +251,7 @@ def torch_nccl(run: DoctorRun, node: Node) -> Result:
         pv = versions(run, peer)
         if not pv or "error" in pv:
             continue
-        for key in ("torch", "nccl"):
+        for key in ("torch", "cuda", "nccl"):
             if pv.get(key) != v.get(key):  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
                 differ.append(f"{key} {v.get(key) or 'none'} here, {pv.get(key) or 'none'} on {peer.name}")  # type: ignore[union-attr]  # versions is a dict here: image and engine checked above
     measured = _fmt(v)  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above

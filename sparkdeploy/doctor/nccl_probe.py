@@ -127,6 +127,7 @@ def _argv(
     image: str,
     simulated: bool,
     max_bytes: int,
+    timeout_s: float = PROBE_TIMEOUT_S,
 ) -> list[str]:
     argv = [
         "docker",
@@ -175,7 +176,7 @@ def _argv(
         "--max-bytes",
         str(max_bytes),
         "--timeout",
-        str(PROBE_TIMEOUT_S),
+        f"{timeout_s:g}",
         "--json",
         f"{MOUNT}/result.json",
     ]
@@ -183,6 +184,32 @@ def _argv(
 
 
 def allreduce(run: DoctorRun) -> Result:
+    """doctor --nccl: refused beside a running topology on a GPU (unified memory), else `measure`."""
+    nodes = sorted(run.nodes, key=lambda n: n.role != "head")
+    down = [n.name for n in nodes if not run.reachable(n)]
+    if down:
+        return fail(f"not run: {', '.join(down)} unreachable", "every node reachable", "see access.ssh")
+    expected = (
+        f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
+        f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
+    )
+    if not run.simulated_image:
+        busy = {
+            n.name: [c["name"] for c in engine.facts(run, n)["containers"] if c["state"] == "running"] for n in nodes
+        }
+        busy = {k: v for k, v in busy.items() if v}
+        if busy:
+            return fail(
+                f"not run: a topology is up ({'; '.join(f'{k}: {v}' for k, v in busy.items())})",
+                expected,
+                "sparkdeploy down first: the probe and a serving engine would share unified memory",
+            )
+    return measure(run)
+
+
+def measure(run: DoctorRun, timeout_s: float = PROBE_TIMEOUT_S) -> Result:
+    """The probe itself on every node of `run` (rank 0 the head), judged by `verdict`. `up`'s fabric gate
+    (sparkdeploy/deploy/fabric_gate.py) calls this with its own size and a shorter timeout."""
     d = run.deployment
     nodes = sorted(run.nodes, key=lambda n: n.role != "head")
     head = nodes[0]
@@ -195,17 +222,6 @@ def allreduce(run: DoctorRun) -> Result:
         f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
         f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
     )
-    if not simulated:
-        busy = {
-            n.name: [c["name"] for c in engine.facts(run, n)["containers"] if c["state"] == "running"] for n in nodes
-        }
-        busy = {k: v for k, v in busy.items() if v}
-        if busy:
-            return fail(
-                f"not run: a topology is up ({'; '.join(f'{k}: {v}' for k, v in busy.items())})",
-                expected,
-                "sparkdeploy down first: the probe and a serving engine would share unified memory",
-            )
     max_bytes = run.options.nccl_max_bytes or (GLOO_MAX_BYTES if simulated else 256 * 2**20)
     script = PROBE.read_bytes()
     dirs: dict[str, str] = {}
@@ -226,8 +242,8 @@ def allreduce(run: DoctorRun) -> Result:
 
     def launch(node: Node, rank: int) -> None:
         try:
-            argv = _argv(run, node, rank, len(nodes), head, dirs[node.name], image, simulated, max_bytes)
-            res = run.session(node).run(argv, timeout=PROBE_TIMEOUT_S + 60)
+            argv = _argv(run, node, rank, len(nodes), head, dirs[node.name], image, simulated, max_bytes, timeout_s)
+            res = run.session(node).run(argv, timeout=timeout_s + min(60.0, timeout_s / 2))  # past the probe's own
             outputs[node.name] = (res.exit_code, res.stdout, res.stderr)
         # Broad on purpose: a rank's thread must record any failure for its node (an exception left in a
         # thread would be lost and the node's row would read as no output).
@@ -241,7 +257,7 @@ def allreduce(run: DoctorRun) -> Result:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(PROBE_TIMEOUT_S + 90)
+            t.join(timeout_s + 90)
         raw = run.session(head).conn.read(f"{dirs[head.name]}/result.json")
     finally:
         for node in nodes:

@@ -84,6 +84,7 @@ CHECKS: list[Check] = [
         gpu.driver,
         timeout_s=20,
     ),
+    Check("gpu.same_driver", "one NVIDIA driver version on every node", gpu.same_driver, scope="cluster", timeout_s=20),
     Check(
         "gpu.memory",
         "the memory budget: free >= gpu_memory_utilization x total + OS reserve; weights + KV fit inside it",
@@ -119,7 +120,7 @@ CHECKS: list[Check] = [
     ),
     Check(
         "image.torch_nccl",
-        "torch and NCCL versions inside the image equal on every node",
+        "torch, CUDA and NCCL versions inside the image equal on every node",
         image.torch_nccl,
         timeout_s=150,
         needs_recipe=True,
