@@ -132,6 +132,9 @@ class Node(BaseModel):
     gid_index: Whole | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
     ssh: SSHSettings = Field(default_factory=SSHSettings)
     links: list[Link] = Field(default_factory=list)  # mesh/ring only: which port goes to which peer
+    # mesh/ring only: the interface holding fabric_ip (the management one), for the socket settings of Ray,
+    # gloo and NCCL's bootstrap; NCCL's bulk goes over the cables' RDMA devices (hcas).
+    socket_iface: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -166,6 +169,13 @@ class Node(BaseModel):
                 f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}"
             )
         return str(iface)
+
+    @field_validator("socket_iface")
+    @classmethod
+    def _socket_iface(cls, v: str | None) -> str | None:
+        if v is not None and not IFNAME.match(v):
+            raise ValueError(f"{v!r} is not a Linux interface name | fix: use the name `ip link` shows")
+        return v
 
     @field_validator("fabric_ifaces")
     @classmethod
@@ -328,6 +338,12 @@ class Inventory(BaseModel):
     def _mesh_problems(self) -> list[str]:
         problems = []
         for i, node in enumerate(self.nodes):
+            if node.socket_iface is None or node.socket_iface in node.fabric_ifaces:
+                problems.append(
+                    f"nodes[{i}].socket_iface: in a {self.fabric} no cable reaches every node, so the nodes meet "
+                    f"at fabric_ip ({node.fabric_address}) over another interface | fix: name the interface "
+                    f"holding it (the management one, `ip -br addr` on {node.name})"
+                )
             for link in node.links:
                 if link.port not in node.fabric_ifaces:
                     problems.append(

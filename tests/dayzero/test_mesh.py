@@ -14,6 +14,7 @@ from sparkdeploy.dayzero.network_setup import ping_targets
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.inventory import Inventory, load_inventory
 from tests.dayzero.netplan_real import files, generate
+from tests.test_render import deployment
 
 P0, P1 = "enp1s0f0np0", "enp1s0f1np1"
 
@@ -35,6 +36,8 @@ def wired(n: int, layout: str, cabling: dict[int, list[tuple[str, int]]] | None 
                 "mgmt_ip": f"192.168.1.{101 + i}",
                 "fabric_ip": f"192.168.1.{101 + i}/24",  # the meeting address: the management one
                 "fabric_ifaces": [P0, P1],
+                "socket_iface": "enP7s7",
+                "hcas": ["rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1"],
                 "links": [{"port": port, "peer": f"spark{j + 1}"} for port, j in cabling.get(i, [])],
             }
             for i in range(n)
@@ -155,6 +158,7 @@ def test_overlapping_subnets_and_links_outside_a_mesh():
     switch["cluster"]["fabric"] = "switch"
     for node in switch["nodes"]:
         node["fabric_ip"] = node["mgmt_ip"].replace("192.168.1.", "192.168.100.") + "/24"
+        del node["socket_iface"]
     assert any("cables are listed for a direct mesh or ring only" in x for x in _lines(switch))
 
 
@@ -176,3 +180,16 @@ def test_bad_cabling_is_one_line_each_exit_2_and_nothing_connects(cli, tmp_path)
     assert any("port enp1s0f0np0 of spark1 is listed twice" in line for line in lines), err
     assert len(lines) == len(set(lines)) >= 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml"]
+
+
+def test_the_mesh_node_env_meets_on_the_socket_iface_and_uses_every_hca():
+    inv = wired(3, "mesh")
+    dep = deployment("cluster", "ray", recipe="glm-4.7-flash-int4", inventory=inv)
+    env = dict(line.split("=", 1) for line in dep.nodes[1].file("node.env").content.splitlines() if "=" in line)
+    for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        assert env[key] == "enP7s7", env  # the interface of VLLM_HOST_IP / MASTER_ADDR, not the cables
+    assert env["VLLM_HOST_IP"] == "192.168.1.102" and env["MASTER_ADDR"] == "192.168.1.101"
+    assert env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1"
+    assert env["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1" and env["NCCL_IB_MERGE_NICS"] == "0"
+    del inv["nodes"][2]["socket_iface"]
+    assert any("nodes[2].socket_iface: in a mesh no cable reaches every node" in x for x in _lines(inv))
