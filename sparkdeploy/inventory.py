@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import paths
+from sparkdeploy import fabric_mesh, paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard.settings import GuardSettings
 from sparkdeploy.schema import Whole, problems_from_validation
@@ -103,6 +103,23 @@ class SSHSettings(BaseModel):
         return v
 
 
+class Link(BaseModel):
+    """One cable of a direct mesh or ring (cluster.fabric: mesh | ring): this node's port and the node at the
+    other end. The cable's /30 comes from cluster.mesh_subnet (fabric_mesh.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: str
+    peer: str
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: str) -> str:
+        if not IFNAME.match(v):
+            raise ValueError(f"{v!r} is not a Linux interface name | fix: use the name `ip link` shows")
+        return v
+
+
 class Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -114,6 +131,10 @@ class Node(BaseModel):
     hcas: list[str] = Field(default_factory=list)
     gid_index: Whole | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
     ssh: SSHSettings = Field(default_factory=SSHSettings)
+    links: list[Link] = Field(default_factory=list)  # mesh/ring only: which port goes to which peer
+    # mesh/ring only: the interface holding fabric_ip (the management one), for the socket settings of Ray,
+    # gloo and NCCL's bootstrap; NCCL's bulk goes over the cables' RDMA devices (hcas).
+    socket_iface: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -148,6 +169,13 @@ class Node(BaseModel):
                 f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}"
             )
         return str(iface)
+
+    @field_validator("socket_iface")
+    @classmethod
+    def _socket_iface(cls, v: str | None) -> str | None:
+        if v is not None and not IFNAME.match(v):
+            raise ValueError(f"{v!r} is not a Linux interface name | fix: use the name `ip link` shows")
+        return v
 
     @field_validator("fabric_ifaces")
     @classmethod
@@ -199,7 +227,11 @@ class ClusterSettings(BaseModel):
     metrics_port: Whole = Field(default=9090, ge=1, le=65535)
     # How the ConnectX-7 ports meet: one cable between two nodes, or a switch. Unset: direct for two nodes,
     # switch for more. Either way every fabric_ip is on one subnet (a switch is one L2 segment).
-    fabric: Literal["direct", "switch"] | None = None
+    # mesh: three nodes, every pair cabled port to port; ring: three or more, each node to its two neighbours.
+    # Both: per node `links` (port -> peer), one /30 per cable from mesh_subnet; fabric_ip is then the address
+    # the nodes meet at for Ray and NCCL's bootstrap (no cable address reaches every peer).
+    fabric: Literal["direct", "switch", "mesh", "ring"] | None = None
+    mesh_subnet: str = fabric_mesh.DEFAULT_SUBNET
     guard: GuardSettings = Field(default_factory=GuardSettings)  # the memory guard's lines (sparkdeploy/guard)
 
     @field_validator("name")
@@ -279,7 +311,15 @@ class Inventory(BaseModel):
                             "network the nodes share, as `ip -br addr` on the node shows it"
                         )
         networks = {str(n.fabric_network) for n in self.nodes}
-        if len(networks) > 1:
+        if self.fabric in fabric_mesh.LAYOUTS:
+            problems += self._mesh_problems()
+        elif any(n.links for n in self.nodes):
+            i = next(i for i, n in enumerate(self.nodes) if n.links)
+            problems.append(
+                f"nodes[{i}].links: cables are listed for a direct mesh or ring only | fix: set cluster.fabric: "
+                "mesh (or ring), or remove links"
+            )
+        if len(networks) > 1 and self.fabric not in fabric_mesh.LAYOUTS:
             where = "the switch's one subnet" if self.fabric == "switch" else "the one subnet of the ConnectX-7 link"
             problems.append(
                 f"nodes: fabric IPs are on different subnets ({', '.join(sorted(networks))}) | fix: put every "
@@ -294,6 +334,54 @@ class Inventory(BaseModel):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _mesh_problems(self) -> list[str]:
+        problems = []
+        for i, node in enumerate(self.nodes):
+            if node.socket_iface is None or node.socket_iface in node.fabric_ifaces:
+                problems.append(
+                    f"nodes[{i}].socket_iface: in a {self.fabric} no cable reaches every node, so the nodes meet "
+                    f"at fabric_ip ({node.fabric_address}) over another interface | fix: name the interface "
+                    f"holding it (the management one, `ip -br addr` on {node.name})"
+                )
+            for link in node.links:
+                if link.port not in node.fabric_ifaces:
+                    problems.append(
+                        f"nodes[{i}].links: {link.port} is not in {node.name}'s fabric_ifaces | fix: list every "
+                        "cabled port in fabric_ifaces"
+                    )
+        try:
+            net = ipaddress.IPv4Network(self.cluster.mesh_subnet)
+        except ValueError:
+            return [
+                *problems,
+                (
+                    f"cluster.mesh_subnet: {self.cluster.mesh_subnet!r} is not an IPv4 subnet (no host bits) "
+                    f"| fix: e.g. {fabric_mesh.DEFAULT_SUBNET}"
+                ),
+            ]
+        for node in self.nodes:
+            for attr, addr in (("mgmt_ip", node.mgmt_ip), ("fabric_ip", node.fabric_address)):
+                if ipaddress.ip_address(addr) in net:
+                    problems.append(
+                        f"cluster.mesh_subnet: {net} overlaps {node.name}'s {attr} {addr} | fix: a subnet no "
+                        "other network of the nodes uses"
+                    )
+        _, found = self._cables()
+        return problems + found
+
+    def _cables(self) -> tuple[list[fabric_mesh.Cable], list[str]]:
+        return fabric_mesh.cables(
+            self.fabric,
+            [n.name for n in self.nodes],
+            {n.name: [(link.port, link.peer) for link in n.links] for n in self.nodes},
+            self.cluster.mesh_subnet,
+        )
+
+    @property
+    def cables(self) -> list[fabric_mesh.Cable]:
+        """A mesh's or ring's cables with their addresses (validated on load); [] for direct and switch."""
+        return self._cables()[0] if self.fabric in fabric_mesh.LAYOUTS else []
 
     def _group_problems(self) -> list[str]:
         if self.groups is None:

@@ -5,8 +5,9 @@ Topologies: a direct cable (two nodes) or a switch (any number): every node's fi
 fabric_ip on the one subnet; a second fabric interface (a second cable, "both ports") gets the same host number
 on the next subnet of the same size. Every fabric interface, and the port's twin name where the node has it
 (enp1s0f1np1 / enP2p1s0f1np1: its RDMA device's MTU follows it), runs at MTU 9000. Where NetworkManager owns
-the ports, netplan renders for it (renderer: NetworkManager). A direct mesh of three or four nodes (a subnet
-per cable) needs per-link addresses the inventory cannot hold yet: refused with that line.
+the ports, netplan renders for it (renderer: NetworkManager). A direct mesh of three nodes or a ring of three
+or more (cluster.fabric: mesh | ring): every cabled port gets its cable's own /30 (fabric_mesh.py), its twin
+MTU 9000 only; fabric_ip goes on no port there (it is the nodes' meeting address, e.g. the management one).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from sparkdeploy.dayzero.discover import NodeFacts
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.fabric_mesh import LAYOUTS
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.render import render
 
@@ -29,6 +31,7 @@ MARKER = "# Written by sparkdeploy setup network"
 class PortConfig:
     name: str
     address: str | None  # "ip/prefix", or None (the twin: MTU only)
+    peer: str | None = None  # mesh/ring: the node at the cable's other end
 
 
 def twin(name: str) -> str:
@@ -40,7 +43,14 @@ def twin(name: str) -> str:
     return ""
 
 
-def port_addresses(node: Node) -> list[PortConfig]:
+def port_addresses(inv: Inventory, node: Node) -> list[PortConfig]:
+    if inv.fabric in LAYOUTS:
+        out = []
+        for cable in inv.cables:
+            end = cable.end(node.name)
+            if end is not None:
+                out.append(PortConfig(end.port, end.address, cable.other(node.name).node))
+        return out
     iface = ipaddress.ip_interface(node.fabric_ip)
     net = iface.network
     out = []
@@ -52,12 +62,12 @@ def port_addresses(node: Node) -> list[PortConfig]:
     return out
 
 
-def ports_for(node: Node, facts: NodeFacts | None) -> list[PortConfig]:
-    ports = port_addresses(node)
+def ports_for(inv: Inventory, node: Node, facts: NodeFacts | None) -> list[PortConfig]:
+    ports = port_addresses(inv, node)
     present = set(facts.addresses) if facts is not None else set()
     for p in list(ports):
         other = twin(p.name)
-        if other and other in present and other not in node.fabric_ifaces:
+        if other and other in present and other not in {q.name for q in ports}:
             ports.append(PortConfig(other, None))
     return ports
 
@@ -69,7 +79,7 @@ def render_node(inv: Inventory, node: Node, facts: NodeFacts | None, renderer: s
         cluster=inv.cluster.name,
         topology=inv.fabric,
         renderer=renderer,
-        ports=ports_for(node, facts),
+        ports=ports_for(inv, node, facts),
         mtu=FABRIC_MTU,
     )
 
@@ -115,7 +125,8 @@ def problems(inv: Inventory, facts: dict[str, NodeFacts]) -> list[Problem]:
                             "is it a ConnectX-7 port? (`ip -d link show` on the node shows max_mtu)",
                         )
                     )
-        wanted = port_addresses(node)
+        wanted = port_addresses(inv, node)
+        where = "cluster.mesh_subnet" if inv.fabric in LAYOUTS else f"nodes[{i}].fabric_ip"
         for j, port in enumerate(wanted):
             if port.address is None:
                 continue
@@ -133,7 +144,7 @@ def problems(inv: Inventory, facts: dict[str, NodeFacts]) -> list[Problem]:
                             out.append(
                                 Problem(
                                     src,
-                                    f"nodes[{i}].fabric_ip",
+                                    where,
                                     f"{mine.ip} is already in use on {other.name} ({ifname})",
                                     "choose a free address on the fabric subnet",
                                 )
@@ -142,7 +153,7 @@ def problems(inv: Inventory, facts: dict[str, NodeFacts]) -> list[Problem]:
                             out.append(
                                 Problem(
                                     src,
-                                    f"nodes[{i}].fabric_ip" + (f" (port {j + 1})" if j else ""),
+                                    where + (f" (port {j + 1})" if j else ""),
                                     f"{mine.network} overlaps {held.network} of {other.name}'s {ifname}",
                                     "choose a fabric subnet no other network of the nodes uses",
                                 )

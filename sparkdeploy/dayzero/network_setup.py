@@ -13,6 +13,7 @@ node's RDMA devices and the RoCE v2 GID of its fabric address are read again.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import secrets
 import time
@@ -181,14 +182,17 @@ def verify(inv: Inventory, results: dict[str, NodeNet]) -> None:
     """DF pings at the MTU from every node to every other; RDMA devices up and the GID of the fabric address."""
 
     def one(node: Node) -> tuple[dict[str, str], NodeFacts]:
-        peers = [n.fabric_address for n in inv.nodes if n.name != node.name]
+        pings: dict[str, str] = {}
         with NodeConnection(node, inv) as conn:
-            res = conn.run(
-                ["bash", "-c", PING_SCRIPT, "ping", node.fabric_ifaces[0], str(FABRIC_MTU - ICMP_OVERHEAD), *peers],
-                check=False,
-                timeout=60,
-            )
-        pings = dict(line.split() for line in res.stdout.splitlines() if len(line.split()) == 2)
+            for iface, peers in ping_targets(inv, node):
+                res = conn.run(
+                    ["bash", "-c", PING_SCRIPT, "ping", iface, str(FABRIC_MTU - ICMP_OVERHEAD), *peers],
+                    check=False,
+                    timeout=60,
+                )
+                for line in res.stdout.splitlines():
+                    if len(parts := line.split()) == 2:
+                        pings[parts[0]] = parts[1]
         return pings, read_node(node, inv, "", None)
 
     for o in on_nodes(inv.nodes, one):
@@ -197,9 +201,22 @@ def verify(inv: Inventory, results: dict[str, NodeNet]) -> None:
             r.detail = (r.detail + "; " if r.detail else "") + f"verification failed: {o.error}"
             continue
         r.pings, facts = o.value
-        port = next((p for p in facts.ports if o.node.fabric_ifaces[0] in p.names), None)
-        r.rdma_up = bool(port and port.up and port.hcas)
-        r.gid_index = port.gid_index if port else None
+        names = [iface for iface, _ in ping_targets(inv, o.node)]
+        ports = [next((p for p in facts.ports if name in p.names), None) for name in names]
+        r.rdma_up = all(p is not None and p.up and p.hcas for p in ports)
+        r.gid_index = ports[0].gid_index if ports[0] else None
+
+
+def ping_targets(inv: Inventory, node: Node) -> list[tuple[str, list[str]]]:
+    """Which port pings which addresses: a direct cable or switch, the first fabric port every other node's
+    fabric address; a mesh or ring, every cabled port the other end of its own cable (DF pings per cable)."""
+    if inv.cables:
+        return [
+            (end.port, [str(ipaddress.ip_interface(c.other(node.name).address).ip)])
+            for c in inv.cables
+            if (end := c.end(node.name)) is not None
+        ]
+    return [(node.fabric_ifaces[0], [n.fabric_address for n in inv.nodes if n.name != node.name])]
 
 
 def problems(results: list[NodeNet]) -> list[str]:

@@ -56,7 +56,9 @@ class Context:
     def fabric_env(self, node: Node, master: Node | None = None) -> dict[str, str]:
         """The NCCL / gloo / Ray settings the public Spark recipes found necessary for the CX7 link.
         master: rank 0 of the node's engine (default: the inventory's head)."""
-        ifaces = ",".join(node.fabric_ifaces)
+        # A mesh or ring: the sockets on the meeting interface; NCCL's bulk over every cable's RDMA devices.
+        mesh = bool(self.inventory.cables)
+        ifaces = (node.socket_iface or "") if mesh else ",".join(node.fabric_ifaces)
         head = master or self.inventory.head
         env = {
             "NCCL_SOCKET_IFNAME": ifaces,
@@ -70,6 +72,8 @@ class Context:
             env["NCCL_IB_HCA"] = ",".join(node.hcas)  # both RoCE twins of the port: ~23.7 vs ~3 GB/s busbw
         if node.gid_index is not None:
             env["NCCL_IB_GID_INDEX"] = str(node.gid_index)
+        if mesh:  # a /30 per cable: each HCA reaches only its own peer (eugr's setup-cluster ring/mesh settings)
+            env.update({"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_MERGE_NICS": "0"})
         env.update(
             {
                 "NCCL_IGNORE_CPU_AFFINITY": "1",

@@ -1,0 +1,169 @@
+"""A direct mesh or ring of Sparks: which ConnectX-7 port of which node is cabled to which peer, and the
+point-to-point subnet each cable gets. Pure (plain names in, cables and problem lines out): the inventory
+validates with it, the netplan rendering and `setup network`'s verification read its cables.
+
+A Spark has two CX7 ports, so a full mesh (every pair cabled) of N nodes needs N-1 ports per node: three
+nodes. Four or more are wired as a ring (each node cabled to its two neighbours; non-neighbours have no cable).
+Every cable gets its own /30 from cluster.mesh_subnet, in a fixed order: the cables sorted by the inventory
+positions of their two ends; cable k is the k-th /30, the end earlier in the inventory gets .1, the other .2.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+LAYOUTS = ("mesh", "ring")
+CABLE_PREFIX = 30
+DEFAULT_SUBNET = "192.168.200.0/24"
+PORTS_PER_SPARK = 2
+
+
+@dataclass(frozen=True)
+class End:
+    node: str
+    port: str
+    address: str  # "ip/30"
+
+
+@dataclass(frozen=True)
+class Cable:
+    index: int
+    a: End  # the end earlier in the inventory
+    b: End
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Interface(self.a.address).network
+
+    def end(self, node: str) -> End | None:
+        return self.a if self.a.node == node else self.b if self.b.node == node else None
+
+    def other(self, node: str) -> End:
+        return self.b if self.a.node == node else self.a
+
+
+def cables(
+    layout: str, order: list[str], links: dict[str, list[tuple[str, str]]], base: str
+) -> tuple[list[Cable], list[str]]:
+    """order: the node names in inventory order; links: node -> [(port, peer)]. Returns the cables and the
+    problems, one line each ("field: what | fix: how", the inventory's validator format)."""
+    problems: list[str] = []
+    pos = {name: i for i, name in enumerate(order)}
+    n = len(order)
+    if n < 3:
+        problems.append(
+            f"cluster.fabric: a {layout} links three or more nodes, this inventory has {n} | fix: two nodes "
+            "are one direct cable (fabric: direct; both ports: list both in fabric_ifaces)"
+        )
+    if layout == "mesh" and n > PORTS_PER_SPARK + 1:
+        problems.append(
+            f"cluster.fabric: a full mesh of {n} nodes needs {n - 1} ConnectX-7 ports per node and a Spark has "
+            f"{PORTS_PER_SPARK} | fix: cable them as a ring (fabric: ring, each node to its two neighbours) "
+            "or through a switch (fabric: switch)"
+        )
+    ends: dict[tuple[str, str], list[str]] = {}  # (node, peer) -> ports, in the order listed
+    for node in order:
+        i = pos[node]
+        used: set[str] = set()
+        for port, peer in links.get(node, []):
+            field = f"nodes[{i}].links"
+            if port in used:
+                problems.append(f"{field}: port {port} of {node} is listed twice | fix: one cable per port")
+                continue
+            used.add(port)
+            if peer == node:
+                problems.append(f"{field}: {node}'s {port} goes to {node} itself | fix: name the peer node")
+            elif peer not in pos:
+                problems.append(
+                    f"{field}: {node}'s {port} goes to {peer}, not a node of this inventory | fix: "
+                    f"one of {', '.join(order)}"
+                )
+            else:
+                ends.setdefault((node, peer), []).append(port)
+    pairs: list[tuple[str, str, str, str]] = []  # (a, a_port, b, b_port), a earlier in the inventory
+    for (node, peer), ports in ends.items():
+        back = ends.get((peer, node), [])
+        if pos[node] > pos[peer]:
+            if not back:
+                problems.append(_one_end(pos, node, peer, ports[0]))
+            continue
+        if not back:
+            problems.append(_one_end(pos, node, peer, ports[0]))
+        elif len(ports) != len(back) or len(ports) > 1:
+            problems.append(
+                f"nodes[{pos[node]}].links: {node} and {peer} are cabled {max(len(ports), len(back))} times "
+                f"({node} lists {len(ports)}, {peer} {len(back)}) | fix: a {layout} has one cable per pair of "
+                "neighbours; two cables between two nodes are fabric: direct"
+            )
+        else:
+            pairs.append((node, ports[0], peer, back[0]))
+    if layout == "mesh" and 3 <= n <= PORTS_PER_SPARK + 1:
+        for a in order:
+            for b in order[pos[a] + 1 :]:
+                if (a, b) not in ends and (b, a) not in ends:
+                    problems.append(
+                        f"nodes[{pos[a]}].links: {a} and {b} have no cable | fix: a full mesh cables every "
+                        f"pair: add {{port: ..., peer: {b}}} to {a} and {{port: ..., peer: {a}}} to {b}"
+                    )
+    if layout == "ring" and n >= 3:
+        for node in order:
+            count = len(links.get(node, []))
+            if count != 2:
+                problems.append(
+                    f"nodes[{pos[node]}].links: {node} lists {count} cables; in a ring every node has two "
+                    "(one per CX7 port, to its two neighbours) | fix: list both"
+                )
+        if not problems and not _one_cycle(order, pairs):
+            problems.append(
+                "nodes: the cables form more than one loop | fix: one ring through every node "
+                "(spark1 -> spark2 -> ... -> spark1)"
+            )
+    if problems:
+        return [], problems
+    pairs.sort(key=lambda p: (pos[p[0]], pos[p[2]]))
+    try:
+        net = ipaddress.IPv4Network(base)
+    except ValueError:
+        return [], [f"cluster.mesh_subnet: {base!r} is not an IPv4 subnet | fix: e.g. {DEFAULT_SUBNET}"]
+    size = 2 ** (32 - CABLE_PREFIX)
+    if len(pairs) * size > net.num_addresses:
+        return [], [
+            (
+                f"cluster.mesh_subnet: {net} holds {net.num_addresses // size} cables of /{CABLE_PREFIX}, "
+                f"the {layout} has {len(pairs)} | fix: a larger subnet, e.g. a /24"
+            )
+        ]
+    out = []
+    for k, (a, ap, b, bp) in enumerate(pairs):
+        start = int(net.network_address) + k * size
+        out.append(
+            Cable(
+                k,
+                End(a, ap, f"{ipaddress.IPv4Address(start + 1)}/{CABLE_PREFIX}"),
+                End(b, bp, f"{ipaddress.IPv4Address(start + 2)}/{CABLE_PREFIX}"),
+            )
+        )
+    return out, []
+
+
+def _one_end(pos: dict[str, int], node: str, peer: str, port: str) -> str:
+    return (
+        f"nodes[{pos[node]}].links: {node}'s {port} goes to {peer}, but {peer} lists no cable to {node} "
+        f"| fix: add {{port: <{peer}'s port>, peer: {node}}} to {peer}'s links (both ends of every cable)"
+    )
+
+
+def _one_cycle(order: list[str], pairs: list[tuple[str, str, str, str]]) -> bool:
+    nxt: dict[str, list[str]] = {n: [] for n in order}
+    for a, _, b, _ in pairs:
+        nxt[a].append(b)
+        nxt[b].append(a)
+    seen = {order[0]}
+    stack = [order[0]]
+    while stack:
+        for m in nxt[stack.pop()]:
+            if m not in seen:
+                seen.add(m)
+                stack.append(m)
+    return len(seen) == len(order)
