@@ -13,7 +13,7 @@ from vllm_sim.config import ServeConfig
 from vllm_sim.engine import SimEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import fit_vs_reserved  # noqa: E402
+import fit_vs_reserved
 
 GIB = 2**30
 
