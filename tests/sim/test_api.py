@@ -258,3 +258,20 @@ def test_stream_interval_groups_tokens(sim_server):
         if e != "[DONE]" and e["choices"] and "token_ids" in e["choices"][0]
     ]
     assert counts == [1, 4, 4, 1]  # first token at once, then every 4, then the rest at the end
+
+
+def test_metrics_report_the_kv_cache_as_vllm(server):
+    """vLLM's `vllm:cache_config_info` (num_gpu_blocks, block_size, gpu_memory_utilization) and the sim's
+    SIMULATED memory plan: the blocks /sim/info planned, the KV bytes = reserve - weights - peak."""
+    text = requests.get(server + "/metrics", timeout=5).text
+    plan = requests.get(server + "/sim/info", timeout=5).json()["plan"]
+    info = [line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")]
+    assert len(info) == 1, text
+    assert f'num_gpu_blocks="{plan["kv_blocks"]}"' in info[0] and 'block_size="16"' in info[0]
+    parts = {
+        line.split('part="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm_sim:memory_plan_bytes{")
+    }
+    assert parts["kv_cache"] == parts["reserve"] - parts["weights"] - parts["peak"] > 0
+    assert plan["kv_blocks"] * 16 * parts["kv_per_token"] <= parts["kv_cache"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sparklaunch.protocol import GenRequest
@@ -188,3 +190,25 @@ def test_a_quantized_checkpoint_takes_its_base_models_architecture():
     }
     glm = cat.model("cyankiwi/GLM-4.7-Flash-AWQ-4bit")
     assert (glm.moe_layers, glm.kv_latent_dim, glm.default_quantization) == (46, 576, "awq")
+
+
+def test_kv_cache_report_is_vllms_arithmetic():
+    """The start-up lines say what vLLM's say (Available KV cache memory, GPU KV cache size, Maximum
+    concurrency) and the numbers are util x total - weights - peak in whole blocks; 0.1 more utilization
+    buys 0.1 x total of KV, whatever the weights and peak are."""
+
+    def tokens(plan) -> int:
+        lines = plan.startup_lines()
+        assert all("SIMULATED" in line for line in lines)
+        m = re.fullmatch(r"GPU KV cache size: ([\d,]+) tokens .*", lines[1])
+        assert m, lines
+        return int(m.group(1).replace(",", ""))
+
+    low, high = SimEngine(cfg(gpu_memory_utilization=0.7)).plan, SimEngine(cfg(gpu_memory_utilization=0.8)).plan
+    per_token = low.kv_bytes_per_token
+    assert per_token > 0 and low.total_bytes == int(default_catalog().hardware["gb10"].memory_gib * 2**30)
+    assert low.kv_cache_bytes == int(0.7 * low.total_bytes) - low.weights_bytes - low.peak_bytes
+    assert tokens(low) == int(low.kv_cache_bytes // (per_token * 16)) * 16
+    assert f"Available KV cache memory: {low.kv_cache_bytes / 2**30:.2f} GiB" in low.startup_lines()[0]
+    assert abs((tokens(high) - tokens(low)) - 0.1 * low.total_bytes / per_token) <= 32
+    assert low.cache_config_info()["num_gpu_blocks"] == str(tokens(low) // 16)

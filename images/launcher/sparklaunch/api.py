@@ -149,6 +149,8 @@ class OpenAIServer:
             self.driver.counters,
             simulated=self.adapter.simulated,
             latencies=self.driver.latencies,
+            cache_info=getattr(self.adapter, "cache_info", None),
+            memory_plan=getattr(self.adapter, "memory_plan", None),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

@@ -141,6 +141,8 @@ def render(
     *,
     simulated: bool = False,
     latencies: Latencies | None = None,
+    cache_info: dict[str, str] | None = None,
+    memory_plan: dict[str, int] | None = None,
 ) -> str:
     base = f'engine="0",model_name="{_label(model_name)}"'
     lines: list[str] = []
@@ -203,6 +205,22 @@ def render(
             "histogram",
             "Histogram of e2e request latency in seconds.",
             latencies.e2e.samples("vllm:e2e_request_latency_seconds", base),
+        )
+    if cache_info is not None:
+        extra = "".join(f',{k}="{_label(v)}"' for k, v in sorted(cache_info.items()))
+        metric(
+            "vllm:cache_config_info",
+            "gauge",
+            "Information of the LLMEngine CacheConfig" + (" (SIMULATED)" if simulated else ""),
+            [(f"vllm:cache_config_info{{{base}{extra}}}", 1)],
+        )
+    if memory_plan is not None:
+        metric(
+            "vllm_sim:memory_plan_bytes",
+            "gauge",
+            "SIMULATED start-up memory plan of one GPU in bytes (nothing is allocated): total, reserve "
+            "(utilization x total), weights, peak, kv_cache, kv_per_token.",
+            [(f'vllm_sim:memory_plan_bytes{{{base},part="{_label(k)}"}}', v) for k, v in memory_plan.items()],
         )
     if simulated:
         metric(

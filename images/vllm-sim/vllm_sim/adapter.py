@@ -96,5 +96,15 @@ class SimAdapter:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    @property
+    def cache_info(self) -> dict[str, str]:
+        """vLLM's `vllm:cache_config_info` labels (sparklaunch's /metrics)."""
+        return self.engine.plan.cache_config_info()
+
+    @property
+    def memory_plan(self) -> dict[str, int]:
+        """The start-up memory plan in bytes (sparklaunch's /metrics, `vllm_sim:memory_plan_bytes`)."""
+        return self.engine.plan.memory_plan()
+
     def close(self) -> None:
         pass

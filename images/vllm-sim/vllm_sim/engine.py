@@ -49,6 +49,58 @@ class EnginePlan:
     kv_blocks: int
     kv_cache_gib: float
     weights_gib: float
+    # the memory plan in bytes (one GPU), as vLLM's profile run settles it; SIMULATED: nothing is allocated
+    total_bytes: int = 0  # the hardware profile's memory (what CUDA reports on the simulated GPU)
+    reserve_bytes: int = 0  # gpu_memory_utilization x total
+    weights_bytes: int = 0
+    peak_bytes: int = 0  # activations at max_num_batched_tokens + the runtime overhead
+    kv_bytes_per_token: float = 0.0
+    gpu_memory_utilization: float = 0.0
+    cache_dtype: str = "auto"
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Available KV cache memory: util x total - weights - peak (vLLM's `available_kv_cache_memory`)."""
+        return self.reserve_bytes - self.weights_bytes - self.peak_bytes
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """GPU KV cache size in tokens: whole blocks x block size."""
+        return self.kv_blocks * BLOCK_SIZE
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.kv_cache_tokens / self.max_model_len
+
+    def startup_lines(self) -> list[str]:
+        """vLLM's start-up lines about the KV cache (gpu_worker.py, kv_cache_utils.py), with the sim's numbers,
+        each marked SIMULATED (the regexes an owner uses on a real vLLM log match them too)."""
+        tag = "(SIMULATED by vllm-sim: nothing allocated)"
+        return [
+            f"Available KV cache memory: {self.kv_cache_bytes / GIB:.2f} GiB {tag}",
+            f"GPU KV cache size: {self.kv_cache_tokens:,} tokens {tag}",
+            f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x {tag}",
+        ]
+
+    def cache_config_info(self) -> dict[str, str]:
+        """Labels of vLLM's `vllm:cache_config_info` gauge (CacheConfig.metrics_info(): the fields as strings)."""
+        return {
+            "block_size": str(BLOCK_SIZE),
+            "cache_dtype": self.cache_dtype,
+            "gpu_memory_utilization": str(self.gpu_memory_utilization),
+            "num_gpu_blocks": str(self.kv_blocks),
+        }
+
+    def memory_plan(self) -> dict[str, int]:
+        """The plan's parts in bytes, for the sim-only `vllm_sim:memory_plan_bytes` gauge."""
+        return {
+            "total": self.total_bytes,
+            "reserve": self.reserve_bytes,
+            "weights": self.weights_bytes,
+            "peak": self.peak_bytes,
+            "kv_cache": self.kv_cache_bytes,
+            "kv_per_token": int(self.kv_bytes_per_token),
+        }
 
 
 def exec_config(cfg: ServeConfig) -> ExecConfig:
@@ -106,7 +158,21 @@ def plan_engine(cfg: ServeConfig, hw: Hardware, model: ModelProfile, cost: StepC
             f"cache memory ({kv_bytes / GIB:.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing "
             "`max_model_len` when initializing the engine."
         )
-    return EnginePlan(max_len, mnbt, seqs, blocks, kv_bytes / GIB, weights / GIB)
+    return EnginePlan(
+        max_len,
+        mnbt,
+        seqs,
+        blocks,
+        kv_bytes / GIB,
+        weights / GIB,
+        total_bytes=int(hw.memory_gib * GIB),
+        reserve_bytes=int(budget),
+        weights_bytes=int(weights),
+        peak_bytes=int(activations),
+        kv_bytes_per_token=per_token,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        cache_dtype=cfg.kv_cache_dtype,
+    )
 
 
 def unknown_model_line(model: str, max_model_len: int | None, catalog: Catalog) -> str:
@@ -148,6 +214,8 @@ class SimEngine:
             p.kv_blocks,
             p.weights_gib,
         )
+        for line in p.startup_lines():
+            log.info("%s", line)
         self.tokenizer = tokenizer or default_tokenizer()
         self.text = TextGen(self.tokenizer)
         self.scheduler = Scheduler(
