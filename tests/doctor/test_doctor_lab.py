@@ -78,7 +78,7 @@ def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
     from sparkdeploy.doctor.registry import CHECKS
 
     for check in CHECKS:
-        if check.group in ("endpoint", "nccl"):
+        if check.group in ("endpoint", "nccl", "guard"):  # guard.crash: tests/guard/test_guard_lab.py (its black box)
             continue
         for node in ("spark1", "spark2") if check.scope == "node" else (None,):
             row = r[(check.id, node)]

@@ -14,7 +14,7 @@ from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, LabSpec
 pytestmark = pytest.mark.lab
 
 
-def test_down_all_keeps_other_instances_labs(monkeypatch):
+def test_down_all_keeps_other_instances_labs(monkeypatch, tmp_path):
     client = docker_client()
     tag = uuid.uuid4().hex[:8]
     mine, other = f"t{tag}a", f"t{tag}b"
@@ -24,7 +24,8 @@ def test_down_all_keeps_other_instances_labs(monkeypatch):
     }
     try:
         monkeypatch.setenv(INSTANCE_ENV, mine)
-        removed = lifecycle.down(LabSpec(), all_labs=True)
+        # a scratch state dir: down also forgets the spec's inventory and known_hosts (the running lab's otherwise)
+        removed = lifecycle.down(LabSpec(state_dir=tmp_path), all_labs=True)
         names = {v.name for v in client.volumes.list(filters={"label": f"{LAB_LABEL}=1"})}
         assert f"sparkdeploy-{mine}-lab-test" in removed["volumes"]
         assert f"sparkdeploy-{mine}-lab-test" not in names
