@@ -75,7 +75,9 @@ def chat(endpoint: str, key: str | None = None, text: str = "Count to five.") ->
         json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": text}]},
     )
     assert r.status_code == 200, r.text[:500]
-    return r.json()["choices"][0]["message"]["content"]
+    message = r.json()["choices"][0]["message"]
+    # a reasoning recipe (the default gpt-oss serves a reasoning parser) may spend 8 tokens on reasoning alone
+    return message.get("content") or message.get("reasoning") or message.get("reasoning_content")
 
 
 def served(backend: str) -> float:
