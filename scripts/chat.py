@@ -48,6 +48,7 @@ def main() -> int:
     }
     request = urllib.request.Request(f"{endpoint}/chat/completions", data=json.dumps(body).encode(), headers=headers)
     print(f"> {args.prompt}\n< ", end="", flush=True)
+    shown = ""  # what is being printed: reasoning (a recipe with a reasoning parser thinks first) or the answer
     with urllib.request.urlopen(request, timeout=120) as response:
         for raw in response:
             line = raw.decode().strip()
@@ -55,7 +56,16 @@ def main() -> int:
                 continue
             chunk = json.loads(line[6:])
             for choice in chunk.get("choices") or []:
-                print((choice.get("delta") or {}).get("content") or "", end="", flush=True)
+                delta = choice.get("delta") or {}
+                for part, text in (
+                    ("reasoning", delta.get("reasoning") or delta.get("reasoning_content")),
+                    ("answer", delta.get("content")),
+                ):
+                    if text:
+                        if part != shown and (shown or part == "reasoning"):
+                            print(f"{'' if not shown else chr(10)}[{part}] ", end="")
+                        shown = part
+                        print(text, end="", flush=True)
             if chunk.get("usage"):
                 usage = chunk["usage"]
                 print(
