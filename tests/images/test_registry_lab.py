@@ -46,8 +46,12 @@ def _image(lab, node, ref: str) -> tuple[str, list[str]] | None:
     return image_id, json.loads(digests)
 
 
-def _nodes_state(lab) -> str:
-    return "".join(lab.docker_exec(n, "docker", "image", "ls", "-q", "--no-trunc").stdout for n in lab.nodes)
+def _nodes_state(lab) -> dict[str, list[str]]:
+    # `docker image ls` orders images made in the same second arbitrarily: compare each node's set of IDs.
+    return {
+        n.name: sorted(lab.docker_exec(n, "docker", "image", "ls", "-q", "--no-trunc").stdout.split())
+        for n in lab.nodes
+    }
 
 
 def test_a_registry_image_is_pulled_once_and_reaches_every_node(lab, published):
