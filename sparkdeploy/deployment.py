@@ -19,6 +19,9 @@ from sparkdeploy.secrets import MASK, Secrets
 LABEL_PREFIX = "io.sparkdeploy"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 DEPLOYMENT_LABEL = f"{LABEL_PREFIX}.deployment"  # only on a stack's containers (deploy/stack.py): its name
+# The container roles that hold no engine (the memory guard, the LiteLLM proxy, Prometheus); every other role
+# serves or shares a model. nodeside/guard/run.py (stdlib only) keeps a copy: tests/guard checks they agree.
+NOT_ENGINES = ("guard", "proxy", "metrics")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class ContainerSpec:
     def health_path(self) -> str:
         return health_path(self.role)
 
+    @property
+    def is_engine(self) -> bool:
+        return self.role not in NOT_ENGINES
+
 
 def health_path(role: str) -> str:
     """The HTTP path that says a container serves: LiteLLM's `/health` would call every backend, so the proxy is
@@ -78,6 +85,10 @@ class NodeDeployment:
 
     def file(self, name: str) -> FileSpec:
         return next(f for f in self.files if f.name == name)
+
+    @property
+    def runs_engine(self) -> bool:
+        return any(c.is_engine for c in self.containers)
 
     def fresh_steps(self) -> list[tuple[str, str]]:
         """(kind, text) in order for a node that has nothing of ours: what the dry run shows."""

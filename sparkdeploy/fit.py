@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import budget
-from sparkdeploy.doctor.gpu import NOT_ENGINES
 from sparkdeploy.facts import NodeFacts, read_facts
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import ResolvedRecipe, resolve
@@ -72,7 +71,7 @@ def fit(
         return report
     inv = load_inventory(inventory)
     dep = build_deployment(inv, resolved, Secrets())
-    engine_nodes = [nd.node for nd in dep.nodes if any(c.role not in NOT_ENGINES for c in nd.containers)]
+    engine_nodes = [nd.node for nd in dep.nodes if nd.runs_engine]
 
     def read(node: Any) -> NodeFacts:
         conn = NodeConnection(node, inv)

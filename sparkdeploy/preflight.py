@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
-from sparkdeploy.doctor.gpu import NOT_ENGINES
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.model import SKIP, Check, Result, fail, ok
 from sparkdeploy.doctor.registry import PREFLIGHT
@@ -61,7 +60,7 @@ class PreflightRun:
         nd = self.node_deployment(node)
         if nd is None:
             return False
-        engines = {c.name for c in nd.containers if c.role not in NOT_ENGINES}
+        engines = {c.name for c in nd.containers if c.is_engine}
         steps = plan_node(self.deployment, nd, self.node_facts(node)).steps
         return any(s.kind == StepKind.START_CONTAINER and s.change and s.target in engines for s in steps)
 

@@ -37,7 +37,9 @@ def history(as_json):
         table.add_row(
             str(r["id"]),
             str(r.get("time", ""))[:16].replace("T", " "),
-            str(r.get("recipe", "")) + (f" --set {' '.join(r['sets'])}" if r.get("sets") else ""),
+            (f"{r['deployment']} (stack): " if r.get("deployment") else "")
+            + str(r.get("recipe", ""))
+            + (f" --set {' '.join(r['sets'])}" if r.get("sets") else ""),
             str(r.get("recipe_hash", ""))[:12],
             "/".join(x for x in (r.get("topology"), r.get("backend")) if x),
             f"{r.get('image_tag', '')} {str(image).removeprefix('sha256:')[:12]}".strip(),

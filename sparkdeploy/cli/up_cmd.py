@@ -178,7 +178,7 @@ def up(
             )
         result: dict[str, Any] = {}
         try:
-            stack_up(stack, inventory, recipes_dir, dry_run, timeout, Out(as_json), result)
+            stack_up(stack, inventory, recipes_dir, dry_run, timeout, Out(as_json), result, fabric_gate)
         finally:
             if as_json and result:
                 emit_json(result)

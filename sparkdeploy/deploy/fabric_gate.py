@@ -27,7 +27,6 @@ from sparkdeploy.apply import Session, add_resources
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.doctor import nccl_probe
-from sparkdeploy.doctor.gpu import NOT_ENGINES
 from sparkdeploy.doctor.model import FAIL, SKIP, WARN, Result
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
@@ -73,9 +72,7 @@ def engine_changes(plan: Plan) -> list[str]:
     return [
         f"{s.node}: {s.target}"
         for s in plan.steps
-        if s.kind == StepKind.START_CONTAINER
-        and s.change
-        and (s.container is None or s.container.role not in NOT_ENGINES)
+        if s.kind == StepKind.START_CONTAINER and s.change and (s.container is None or s.container.is_engine)
     ]
 
 
@@ -132,23 +129,26 @@ def gate(
     dry_run: bool,
     enabled: bool,
     simulated: bool,
+    who: str = "",
 ) -> None:
     """`up`'s hook between preflight and the apply of its steps: decide, run, report into result["fabric_gate"],
-    and raise StepFailed (nothing changed yet) when a check fails."""
+    and raise StepFailed (nothing changed yet) when a check fails. who: a stack deployment's name (`up --stack`
+    gates each of its deployments before any of them changes)."""
+    at = f"{who}: " if who else ""
     decision = decide(dep.topology, enabled, engine_changes(plan))
     report: dict[str, Any] = {"status": decision.action, "reason": decision.reason, "simulated": simulated}
     result["fabric_gate"] = report
     if decision.action == NOT_APPLICABLE:
         return
     if not decision.runs:
-        out.line(f"fabric gate: {decision.reason}", "yellow")
+        out.line(f"{at}fabric gate: {decision.reason}", "yellow")
         return
     if dry_run:
         report["status"] = "planned"
-        out.line(f"fabric gate: will run before any engine starts: {decision.reason}")
+        out.line(f"{at}fabric gate: will run before any engine starts: {decision.reason}")
         return
     started = time.monotonic()
-    out.progress(f"fabric gate: {decision.reason}")
+    out.progress(f"{at}fabric gate: {decision.reason}")
     lacking = {n for n, f in facts.items() if isinstance(f, NodeFacts) and f.gpu is None}
     if lacking:  # the driver (nvidia-smi) is a resources fact, read only where something started
         add_resources(session, facts, lacking, dep.inventory.cluster.hf_cache, dep.recipe.recipe.model)
@@ -173,7 +173,7 @@ def gate(
         out.preflight(rows)
         first = failed[0]
         raise StepFailed(
-            f"fabric gate failed{sim} ({len(failed)} check(s); first: {first.check}"
+            f"{at}fabric gate failed{sim} ({len(failed)} check(s); first: {first.check}"
             + (f" on {first.node}" if first.node else "")
             + f": {first.measured}; expected: {first.expected or '-'}"
             + (f"; fix: {first.fix}" if first.fix else "")
@@ -182,9 +182,9 @@ def gate(
         )
     for r in rows:
         if r.status == WARN:
-            out.warn(f"fabric gate: {r.check}{' on ' + r.node if r.node else ''}: {r.measured} (fix: {r.fix})")
+            out.warn(f"{at}fabric gate: {r.check}{' on ' + r.node if r.node else ''}: {r.measured} (fix: {r.fix})")
     out.line(
-        f"fabric gate passed in {seconds:.1f} s: {len(rows)} checks"
+        f"{at}fabric gate passed in {seconds:.1f} s: {len(rows)} checks"
         + (f"; {probe.measured}" if probe is not None else ""),
         "green",
     )

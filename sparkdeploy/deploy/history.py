@@ -99,8 +99,10 @@ def record_deployment(
     sets: Sequence[str],
     inventory_arg: str | None,
     simulated: bool = False,
+    stack: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """After a successful `up`: append its record to the history and return it."""
+    """After a successful `up`: append its record to the history and return it. stack: (stack file, deployment
+    name) for a deployment of `up --stack` (recorded; `rollback` refuses it: the stack file says what runs)."""
     text = dep.recipe.source.read_text()
     nodes = [nd.node for nd in dep.nodes]
     facts = _node_facts(conns, nodes, dep.image_tag)
@@ -135,6 +137,8 @@ def record_deployment(
         "inventory": inventory_arg or (str(dep.inventory.path) if dep.inventory.path else None),
         "config_hashes": {f"{nd.node.name}/{c.name}": c.config_hash for nd in dep.nodes for c in nd.containers},
     }
+    if stack is not None:
+        data["stack"], data["deployment"] = stack
     _append(data)
     return data
 
@@ -249,6 +253,17 @@ def rollback(
 ) -> dict[str, Any]:
     """Bring deployment `record_id` back. `deploy` is deploy.up.deploy (passed in: up imports this module)."""
     rec = find(record_id)
+    if rec.get("stack"):
+        raise ConfigError(
+            Problem(
+                str(rec["stack"]),
+                f"deployments ({rec.get('deployment')})",
+                f"deployment {rec['id']} ran as part of this stack: the stack file says what runs there, so "
+                "rollback does not bring one of its deployments back",
+                f"edit {rec.get('deployment')}'s entry in the stack file (recipe, set) and run "
+                f"`sparkdeploy up --stack {shlex.quote(str(rec['stack']))}`",
+            )
+        )
     inventory_arg = inventory or rec.get("inventory")
     inv = load_inventory(inventory_arg)
     gone = missing(rec, inv)

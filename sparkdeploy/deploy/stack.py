@@ -14,8 +14,13 @@ Memory (unified memory: vLLM reserves gpu_memory_utilization x total at start): 
 together (`fits`); `memory: auto` splits what the fixed shares leave on each node. `up` refuses before anything
 changes, with each engine's share and settings that would fit.
 
-Order of `up`: deployments that are new or changed (each: plan, apply, health gate), then the gateway's config
-(the new models appear), then deployments no longer in the file are removed (after the gateway forgot them).
+Each deployment goes through the single `up`'s phases (deploy/up.py: preflight with the image push and the
+model check, the fabric gate, apply, health gate, the per-node lines after a failure, the history record); none
+of them is written twice. Order of `up --stack`: every deployment that starts something passes preflight and
+(cluster / replicas) the fabric gate before anything changes; then the guards (ONE per engine node, their own
+unit `guard`: each stops every engine of its node at the hard line), the deployments that are new or changed
+(each: apply, health gate), the gateway's config (the new models appear), and last the deployments no longer in
+the file are removed (after the gateway forgot them). Each changed deployment is recorded in `history`.
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import __version__, health, healthcheck, preflight
 from sparkdeploy import budget as memory_budget
-from sparkdeploy.apply import Interrupt, Session, apply_plan, gather_facts, inventory_lock, node_locks
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
+from sparkdeploy.apply import Interrupt, Session, gather_facts, inventory_lock, node_locks
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
-from sparkdeploy.deploy.up import push_missing, simulated
+from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
 from sparkdeploy.deployment import (
     DEPLOYMENT_LABEL,
     LABEL_PREFIX,
@@ -52,18 +57,21 @@ from sparkdeploy.deployment import (
 )
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.guard import deploy as guard_deploy
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
-from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, Plan, StepKind, _restart_together, describe, plan_node, plan_removal
 from sparkdeploy.recipes import LiteLLMSettings, ResolvedRecipe, resolve
 from sparkdeploy.render import render
 from sparkdeploy.secrets import Secrets, digest_key, keyed_digest, load_secrets, refuse_missing
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)
+GUARD = "guard"  # the guards' deployment name (reserved): one memory guard per engine node
+RESERVED = (GATEWAY, GUARD)
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
 HOOK_SOURCE = Path(__file__).resolve().parent.parent / "gateway_hook.py"
@@ -90,10 +98,10 @@ class StackDeployment(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME.match(v) or v == GATEWAY:
+        if not NAME.match(v) or v in RESERVED:
             raise ValueError(
                 f"{v!r} is not a deployment name (lowercase letters, digits and '-', at most 24; not "
-                f"{GATEWAY!r}) | fix: e.g. coder"
+                f"{' or '.join(map(repr, RESERVED))}) | fix: e.g. coder"
             )
         return v
 
@@ -166,6 +174,7 @@ class Member:
     resolved: ResolvedRecipe
     port: int
     deployment: Deployment | None = None
+    sets: list[str] = field(default_factory=list)  # its --set values with its memory share (history records them)
 
     @property
     def name(self) -> str:
@@ -385,7 +394,7 @@ def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
 def build(stack: Stack, util: dict[str, float]) -> None:
     """Render each member's Deployment with its memory share (pure)."""
     for m in stack.members:
-        sets = [*m.entry.set, f"vllm.gpu_memory_utilization={util[m.name]:g}"]
+        sets = m.sets = [*m.entry.set, f"vllm.gpu_memory_utilization={util[m.name]:g}"]
         resolved = resolve(m.entry.recipe, m.entry.topology, m.entry.backend, sets, None)
         m.deployment = build_deployment(m.inventory, resolved, stack.secrets, stack_name=m.name)
 
@@ -512,6 +521,31 @@ def gateway_about(stack: Stack) -> dict[str, Any]:
     }
 
 
+# -- the guards ---------------------------------------------------------------------------------------------
+
+
+def guard_nodes(stack: Stack) -> list[NodeDeployment]:
+    """ONE memory guard on each node where any deployment of the stack runs an engine (guard/deploy.py): a guard
+    stops every engine of its node at the hard line, so one per node watches them all. Pure; the deployments
+    are built first."""
+    inv = stack.inventory
+    deps = [cast(Deployment, m.deployment) for m in stack.members]
+    engines = {nd.node.name for dep in deps for nd in dep.nodes if nd.runs_engine}
+    nodes = [NodeDeployment(node=n, state_dir=state_dir_of(inv, GUARD)) for n in inv.nodes if n.name in engines]
+    first = stack.members[0].resolved
+    # labels and names of the guard unit: recipe `guard`, topology `stack` (as the gateway's)
+    resolved = dataclasses.replace(first, recipe=first.recipe.model_copy(update={"name": GUARD}), topology="stack")
+    ctx = Context(inv, resolved, deps[0].image, deps[0].image, stack.secrets, deployment=GUARD)
+    guard_deploy.stack_guards(ctx, nodes, simulated(deps[0]))
+    return [nd for nd in nodes if nd.containers]  # none when cluster.guard.enabled is false: removed everywhere
+
+
+def guard_about(stack: Stack) -> dict[str, Any]:
+    """The guards' manifest: nothing of the deployments they watch (adding one rewrites no guard's manifest)."""
+    about = {"recipe": GUARD, "topology": "stack", "backend": None, "model": None, "endpoint": stack.endpoint}
+    return about | {"deployment": GUARD}
+
+
 # -- planning ---------------------------------------------------------------------------------------------
 
 
@@ -536,9 +570,10 @@ class Unit:
     """What one plan converges: a deployment of the stack, the gateway, or a deployment that goes."""
 
     name: str
-    kind: Literal["deployment", "gateway", "remove"]
+    kind: Literal["guard", "deployment", "gateway", "remove"]
     plan: Plan
     member: Member | None = None
+    facts: dict[str, NodeFacts] = field(default_factory=dict)  # a deployment's: its own containers, resources
 
     @property
     def changes(self) -> int:
@@ -578,15 +613,14 @@ def plan_unit(
 
 
 def plan_stack(stack: Stack, facts: dict[str, dict[str, NodeFacts]], gone: Sequence[str]) -> list[Unit]:
-    """facts: state dir -> node -> facts. Units in the order they apply."""
+    """facts: state dir -> node -> facts. Units in the order they apply: the guards first (engines start
+    watched), the deployments, the gateway, the deployments that go."""
     inv = stack.inventory
-    units = []
+    guards = guard_nodes(stack)
+    sd = state_dir_of(inv, GUARD)
+    units = [Unit(GUARD, "guard", plan_unit(inv, GUARD, facts[sd], guards, guard_about(stack)))]
     for m in stack.members:
-        dep = m.deployment
-        assert dep is not None
-        about = describe(dep) | {"deployment": m.name, "endpoint": stack.endpoint}
-        plan = plan_unit(inv, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
-        units.append(Unit(m.name, "deployment", plan, m))
+        units.append(Unit(m.name, "deployment", _plan_member(stack, m, facts), m))
     gw = gateway_node(stack)
     units.append(Unit(GATEWAY, "gateway", plan_unit(inv, GATEWAY, facts[gw.state_dir], [gw], gateway_about(stack))))
     for name in gone:
@@ -602,10 +636,10 @@ def _read(
     inv: Inventory,
     state_dir: str,
     what: str = "state",
-    dep: Deployment | NodeDeployment | None = None,
+    dep: Deployment | list[NodeDeployment] | None = None,
 ) -> dict[str, NodeFacts]:
     """Every node's facts as seen from one state dir (with the image IDs `dep` needs)."""
-    nds = dep.nodes if isinstance(dep, Deployment) else [dep] if dep is not None else []
+    nds = dep.nodes if isinstance(dep, Deployment) else dep or []
     wanted = {nd.node.name: sorted({c.image for c in nd.containers}) for nd in nds}
     facts = gather_facts(session, inv.nodes, lambda n: wanted.get(n.name, []), state_dir=state_dir, what=what)
     bad = {n: f for n, f in facts.items() if not isinstance(f, NodeFacts)}
@@ -647,8 +681,10 @@ def up(
     timeout: float = DEFAULT_TIMEOUT_S,
     reporter: Reporter | None = None,
     result: dict[str, Any] | None = None,
+    fabric_gate_on: bool = True,
 ) -> dict[str, Any]:
-    """Converge the cluster to the stack file; return the `up --stack --json` result (masked)."""
+    """Converge the cluster to the stack file; return the `up --stack --json` result (masked).
+    fabric_gate_on: False is `--no-fabric-gate` (deploy/fabric_gate.py), for every deployment of the stack."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}
     stack = load_stack(path, inventory, recipes_dir)
@@ -665,7 +701,7 @@ def up(
             Session.open(inv, mask=stack.secrets.mask) as session,
             node_locks(session, dry_run, out.warn),
         ):
-            _up(stack, session, interrupt, out, result, dry_run, timeout)
+            _up(stack, session, interrupt, out, result, dry_run, timeout, fabric_gate_on, inventory)
     finally:
         result.update(mask_data(stack.secrets.mask, result))
     return result
@@ -679,6 +715,8 @@ def _up(
     result: dict[str, Any],
     dry_run: bool,
     timeout: float,
+    fabric_gate_on: bool = True,
+    inventory_arg: str | None = None,
 ) -> None:
     inv = stack.inventory
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
@@ -692,7 +730,7 @@ def _up(
         for w in m.deployment.warnings:
             out.warn(f"{m.name}: {w}")
     running = deployments_on(cast("dict[str, NodeFacts | Exception]", base))
-    wanted = {m.name for m in stack.members} | {GATEWAY}
+    wanted = {m.name for m in stack.members} | set(RESERVED)
     gone = sorted(running - wanted)
     unlabelled = sorted({c.name for f in base.values() for c in f.containers if not c.labels.get(DEPLOYMENT_LABEL)})
     if unlabelled:
@@ -701,44 +739,16 @@ def _up(
             "(a stack never removes what `up` without --stack made). Nothing was changed."
         )
     facts = {m.state_dir: _read(session, inv, m.state_dir, dep=m.deployment) for m in stack.members}
-    gw = gateway_node(stack)
-    facts[gw.state_dir] = _read(session, inv, gw.state_dir, dep=gw)
+    for name, nds in ((GATEWAY, [gateway_node(stack)]), (GUARD, guard_nodes(stack))):
+        sd = state_dir_of(inv, name)  # their images: pushed here (they have no preflight of their own)
+        facts[sd] = _read(session, inv, sd, dep=nds)
+        if not dry_run and _push_images(inv, nds, facts[sd], out):
+            facts[sd] = _read(session, inv, sd, dep=nds)
     for n in gone:
         facts[state_dir_of(inv, n)] = _read(session, inv, state_dir_of(inv, n))
-    gw_image = gw.containers[0].image
-    if facts[gw.state_dir][stack.head.name].images.get(gw_image) is None and not dry_run:
-        out.progress(f"pushing image {PROXY_IMAGE} to {stack.head.name} (the gateway)")
-        for o in push.push_image(PROXY_IMAGE, inv, [stack.head]):
-            if not o.ok:
-                raise StepFailed(f"push of {PROXY_IMAGE} to {stack.head.name} failed: {o.error}")
-        facts[gw.state_dir] = _read(session, inv, gw.state_dir, dep=gw)
     units = plan_stack(stack, facts, gone)
+    _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
     result["units"] = [u.as_dict() for u in units]
-    # preflight: only deployments that start something (ports, images, memory of the engines that change)
-    checks: list[preflight.Result] = []
-    for u in units:
-        if u.member is None or not any(s.kind == StepKind.START_CONTAINER and s.change for s in u.plan.steps):
-            continue
-        dep = u.member.deployment
-        assert dep is not None
-        own = {n: _with_resources(only(f, u.name), base[n]) for n, f in facts[u.member.state_dir].items()}
-        cs = preflight.run(dep, cast("dict[str, NodeFacts | Exception]", own), simulated(dep))
-        if preflight.failures(cs) and not dry_run and all(c.missing_image for c in preflight.failures(cs)):
-            push_missing(dep, preflight.failures(cs), out)
-            again = _read(session, inv, u.member.state_dir, dep=dep)
-            own = {n: _with_resources(only(f, u.name), base[n]) for n, f in again.items()}
-            cs = preflight.run(dep, cast("dict[str, NodeFacts | Exception]", own), simulated(dep))
-        if not preflight.failures(cs):  # the model, complete on every engine node (as `up` checks it)
-            cs += up_check.checks(dep, session.conns, simulated(dep))
-        checks += [dataclasses.replace(c, check=f"{u.name}: {c.check}") for c in cs]
-    result["preflight"] = [c.as_row() for c in checks]
-    failed = preflight.failures(checks)
-    if failed:
-        out.preflight(checks)
-        raise StepFailed(
-            f"preflight failed ({len(failed)} check(s); first: {failed[0].node} {failed[0].check}: "
-            f"{failed[0].measured}). Nothing was changed on any node."
-        )
     if dry_run:
         for u in units:
             out.line(f"== {u.kind} {u.name}: {u.changes} change(s) ==", "bold")
@@ -750,28 +760,142 @@ def _up(
             raise KeyboardInterrupt
         if u.kind == "remove":
             continue
-        _apply(session, u, out, stack)
-        if u.member is not None and u.member.deployment is not None:
-            started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in u.plan.steps)
-            if started:
-                out.progress(f"{u.name}: health gate (timeout {timeout:g} s)")
-                gate = health.wait_healthy(
-                    u.member.deployment, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress
-                )
-                result.setdefault("health", {})[u.name] = gate.as_dict()
-                if not gate.ok:
-                    raise StepFailed(f"{u.name}: health gate failed: {gate.reason}")
+        if u.member is None:  # the guards, the gateway
+            _apply(session, u, out, stack, interrupt)
+            continue
+        dep = u.member.deployment
+        assert dep is not None
+        seen: dict[str, Any] = {"facts": u.facts, "fabric_gate": True, "plan": u.plan}
+        mine: dict[str, Any] = {}
+        try:
+            _apply(session, u, out, stack, interrupt)
+            if any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in u.plan.steps):
+                health_phase(dep, session, u.plan, interrupt, timeout, out, mine, seen, who=u.name)
+        except (KeyboardInterrupt, StepFailed) as exc:
+            failure_lines(u.member.inventory, seen, exc, out, u.name)
+            raise
+        finally:
+            if "health" in mine:
+                result.setdefault("health", {})[u.name] = mine["health"]
     ok, detail = _gateway_check(stack, time.monotonic() + timeout)
     result.setdefault("health", {})[GATEWAY] = {"ok": ok, "detail": detail}
     if not ok:
         raise StepFailed(f"gateway: {detail}")
     for u in units:
         if u.kind == "remove":
-            _apply(session, u, out, stack)
+            _apply(session, u, out, stack, interrupt)
+    for u in units:  # what runs now, for `sparkdeploy history` (rollback names the stack file: it says what runs)
+        if u.member is not None and u.changes:
+            dep = cast(Deployment, u.member.deployment)
+            rec = history.record_deployment(
+                dep, session.conns, u.member.sets, inventory_arg, simulated(dep), stack=(stack.path, u.name)
+            )
+            result.setdefault("history_ids", {})[u.name] = rec["id"]
     result["units"] = [u.as_dict() for u in units]
     result["changed"] = sum(1 for u in units for s in u.plan.steps if s.status == CHANGED)
     result["ok"] = True
     out.line(f"{result['changed']} change(s); gateway {stack.endpoint}: {detail}", "green")
+
+
+def _check(
+    stack: Stack,
+    session: Session,
+    units: list[Unit],
+    facts: dict[str, dict[str, NodeFacts]],
+    base: dict[str, NodeFacts],
+    out: Reporter,
+    result: dict[str, Any],
+    dry_run: bool,
+    fabric_gate_on: bool,
+) -> None:
+    """`up`'s checks for every deployment of the stack, before anything changes: preflight (with the image push
+    and the model check) where it starts something, then the fabric gate (cluster / replicas that change)."""
+    inv = stack.inventory
+    checks: list[preflight.Result] = []
+    for u in units:
+        m = u.member
+        if m is None:
+            continue
+        dep = cast(Deployment, m.deployment)
+
+        def own(read: dict[str, NodeFacts], name: str = u.name) -> dict[str, NodeFacts]:
+            return {n: _with_resources(only(f, name), base[n]) for n, f in read.items()}
+
+        u.facts = own(facts[m.state_dir])
+        if not any(s.kind == StepKind.START_CONTAINER and s.change for s in u.plan.steps):
+            continue  # only deployments that start something: ports, images, memory of the engines that change
+
+        def read(m: Member = m, u: Unit = u) -> dict[str, NodeFacts | Exception]:
+            facts[m.state_dir] = _read(session, inv, m.state_dir, dep=m.deployment)
+            u.facts = own(facts[m.state_dir], u.name)
+            u.plan = _plan_member(stack, m, facts)  # a pushed image: its ID changed the plan
+            return cast("dict[str, NodeFacts | Exception]", u.facts)
+
+        mine: dict[str, Any] = {}
+        cs, _ = run_preflight(
+            dep,
+            session,
+            cast("dict[str, NodeFacts | Exception]", u.facts),
+            read,
+            out,
+            simulated(dep),
+            dry_run,
+            False,
+            mine,
+        )
+        if mine.get("pushed"):
+            result.setdefault("pushed", []).extend(mine["pushed"])
+        checks += [dataclasses.replace(c, check=f"{u.name}: {c.check}") for c in cs]
+    result["preflight"] = [c.as_row() for c in checks]
+    failed = preflight.failures(checks)
+    if failed:
+        out.preflight(checks)
+        raise refusal(failed)
+    for u in units:
+        if u.member is None:
+            continue
+        dep = cast(Deployment, u.member.deployment)
+        mine = {}
+        try:
+            fabric_gate.gate(
+                dep,
+                session,
+                cast("dict[str, NodeFacts | Exception]", u.facts),
+                u.plan,
+                out,
+                mine,
+                dry_run,
+                fabric_gate_on,
+                simulated(dep),
+                who=u.name,
+            )
+        except StepFailed as exc:
+            failure_lines(u.member.inventory, {"facts": u.facts, "fabric_gate": True}, exc, out, u.name)
+            raise
+        finally:
+            if mine.get("fabric_gate", {}).get("status") not in (None, fabric_gate.NOT_APPLICABLE):
+                result.setdefault("fabric_gate", {})[u.name] = mine["fabric_gate"]
+
+
+def _plan_member(stack: Stack, m: Member, facts: dict[str, dict[str, NodeFacts]]) -> Plan:
+    dep = cast(Deployment, m.deployment)
+    about = describe(dep) | {"deployment": m.name, "endpoint": stack.endpoint}
+    return plan_unit(stack.inventory, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
+
+
+def _push_images(inv: Inventory, nds: list[NodeDeployment], facts: dict[str, NodeFacts], out: Reporter) -> bool:
+    """The images of the gateway or the guards that a node lacks, pushed to it; True when any was."""
+    missing: dict[str, list[Node]] = {}
+    for nd in nds:
+        for c in nd.containers:
+            if facts[nd.node.name].images.get(c.image) is None:
+                missing.setdefault(preflight.image_definition_name(c.image), []).append(nd.node)
+    for name, nodes in sorted(missing.items()):
+        out.progress(f"pushing image {name} to {', '.join(n.name for n in nodes)}")
+        for o in push.push_image(name, inv, nodes):
+            if not o.ok:
+                raise StepFailed(f"push of {name} to {o.node.name} failed: {o.error}")
+    return bool(missing)
 
 
 def _with_resources(f: NodeFacts, base: NodeFacts) -> NodeFacts:
@@ -780,14 +904,11 @@ def _with_resources(f: NodeFacts, base: NodeFacts) -> NodeFacts:
     return g
 
 
-def _apply(session: Session, u: Unit, out: Reporter, stack: Stack) -> None:
+def _apply(session: Session, u: Unit, out: Reporter, stack: Stack, interrupt: Interrupt | None = None) -> None:
     if not u.changes:
         return
-    apply_plan(session, u.plan, None, stack.secrets.mask, out.progress)
-    out.steps(u.plan, f"{u.kind} {u.name}")
-    if u.plan.failed():
-        s = u.plan.failed()[0]
-        raise StepFailed(f"{u.name}: {s.node}: step {s.kind} {s.target} failed: {s.detail}; run `up --stack` again")
+    mask = stack.secrets.mask
+    apply_phase(session, u.plan, interrupt, mask, out, f"{u.kind} {u.name}", {}, f"sparkdeploy up --stack {stack.path}")
     out.line(f"{u.name}: {plan_summary(u.plan)}")
 
 

@@ -34,7 +34,7 @@ from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import up_check
-from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, StepKind, plan_deployment
+from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, Plan, StepKind, plan_deployment
 from sparkdeploy.secrets import refuse_missing
 
 
@@ -252,18 +252,22 @@ def _deploy(
         _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
     except (KeyboardInterrupt, StepFailed) as exc:
         if not dry_run:
-            why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
-            if "gate" in seen:
-                why = (
-                    "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else "health gate failed"
-                )
-            elif "fabric_gate" in seen and "plan" not in seen and isinstance(exc, StepFailed):
-                why = "the fabric gate refused"
-            elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
-                why = "preflight failed"
-            for line in _node_lines(dep.inventory, seen, why):
-                out.line(line, "red")
+            failure_lines(dep.inventory, seen, exc, out)
         raise
+
+
+def failure_lines(inv: Inventory, seen: dict[str, Any], exc: BaseException, out: Reporter, who: str = "") -> None:
+    """After a Ctrl-C or a failure (`up`, each deployment of `up --stack`): one red line per node of `inv`.
+    seen: what the run got to (facts, fabric_gate, plan, gate); who: the stack deployment's name."""
+    why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
+    if "gate" in seen:
+        why = "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else "health gate failed"
+    elif "fabric_gate" in seen and "plan" not in seen and isinstance(exc, StepFailed):
+        why = "the fabric gate refused"
+    elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
+        why = "preflight failed"
+    for line in _node_lines(inv, seen, why):
+        out.line(f"{who}: {line}" if who else line, "red")
 
 
 def _deploy_steps(
@@ -302,42 +306,19 @@ def _deploy_steps(
             f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
         )
     hold_point("preflight", interrupt)
-    checks = preflight.run(dep, facts, simulated)
-    failed = preflight.failures(checks)
-    if (
-        failed
-        and not dry_run
-        and all(c.missing_image for c in failed)
-        and push_missing(dep, failed, out, result.setdefault("pushed", []))
-    ):
-        facts = seen["facts"] = read()
-        checks = preflight.run(dep, facts, simulated)
-        failed = preflight.failures(checks)
-    if not failed:  # the recipe's model, complete and verified on every engine node (models/up_check.py)
-        model_checks = up_check.checks(dep, session.conns, simulated)
-        if preflight.failures(model_checks) and pull_model and not dry_run:
-            up_check.pull(dep, session.conns, out.progress)
-            model_checks = up_check.checks(dep, session.conns, simulated)
-        checks += model_checks
-        failed = preflight.failures(checks)
+    checks, facts = run_preflight(dep, session, facts, read, out, simulated, dry_run, pull_model, result)
+    seen["facts"] = facts
     result["preflight"] = [c.as_row() for c in checks]
     if interrupt.set:
         raise KeyboardInterrupt
+    failed = preflight.failures(checks)
     if failed:
         out.preflight(checks)
-        first = failed[0]
-        nodes = sorted({c.node or "" for c in failed})
-        plan = None
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
             plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # checked above
             result["steps"] = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
-        raise StepFailed(
-            f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
-            f"{first.check}: {first.measured}"
-            + (f"; fix: {first.fix}" if first.fix else "")
-            + "). Nothing was changed on any node."
-        )
+        raise refusal(failed)
     out.progress(f"preflight: {len(checks)} checks passed")
 
     plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # preflight passed: every node read
@@ -352,14 +333,88 @@ def _deploy_steps(
         return
 
     seen["plan"] = plan
-    apply_plan(session, plan, interrupt, dep.secrets.mask, out.progress if plan.changes else None)
+    title = f"{dep.recipe.name} / {dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
+    apply_phase(session, plan, interrupt, dep.secrets.mask, out, title, result)
+    gate = health_phase(dep, session, plan, interrupt, timeout, out, result, seen)
+    result["ok"] = True
+    out.line(plan_summary(plan))
+    out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
+    if dep.backends:
+        out.line(f"backends: {', '.join(dep.backends)}")
+    if dep.metrics_url:
+        scraped = "every engine and the proxy" if dep.backends else "every engine"
+        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
+
+
+# -- the phases, shared by `up` and `up --stack` (deploy/stack.py runs them per deployment) ----------------------
+
+
+def run_preflight(
+    dep: Deployment,
+    session: Session,
+    facts: dict[str, NodeFacts | Exception],
+    read: Callable[[], dict[str, NodeFacts | Exception]],
+    out: Reporter,
+    simulated: bool,
+    dry_run: bool,
+    pull_model: bool,
+    result: dict[str, Any],
+) -> tuple[list[preflight.Result], dict[str, NodeFacts | Exception]]:
+    """preflight (a missing image is pushed first, then the nodes are read again with `read`), then the recipe's
+    model, complete and verified on every engine node (models/up_check.py; pulled with --pull-model).
+    Returns every row and the facts they judged; result["pushed"] gets what was pushed."""
+    checks = preflight.run(dep, facts, simulated)
+    failed = preflight.failures(checks)
+    if (
+        failed
+        and not dry_run
+        and all(c.missing_image for c in failed)
+        and push_missing(dep, failed, out, result.setdefault("pushed", []))
+    ):
+        facts = read()
+        checks = preflight.run(dep, facts, simulated)
+        failed = preflight.failures(checks)
+    if not failed:
+        model_checks = up_check.checks(dep, session.conns, simulated)
+        if preflight.failures(model_checks) and pull_model and not dry_run:
+            up_check.pull(dep, session.conns, out.progress)
+            model_checks = up_check.checks(dep, session.conns, simulated)
+        checks += model_checks
+    return checks, facts
+
+
+def refusal(failed: Sequence[preflight.Result]) -> StepFailed:
+    """The one error of a failed preflight (nothing changed yet)."""
+    first = failed[0]
+    nodes = sorted({c.node or "" for c in failed})
+    return StepFailed(
+        f"preflight failed on {', '.join(nodes)} ({len(failed)} check(s); first: {first.node} "
+        f"{first.check}: {first.measured}"
+        + (f"; fix: {first.fix}" if first.fix else "")
+        + "). Nothing was changed on any node."
+    )
+
+
+def apply_phase(
+    session: Session,
+    plan: Plan,
+    interrupt: Interrupt | None,
+    mask: Callable[[str], str],
+    out: Reporter,
+    title: str,
+    result: dict[str, Any],
+    again: str = "sparkdeploy up",
+) -> None:
+    """Apply the plan's steps (every node in parallel), print its table; result gets steps, changed, counts.
+    A failed step: StepFailed saying what the other nodes did; Ctrl-C: temp files cleaned, KeyboardInterrupt."""
+    apply_plan(session, plan, interrupt, mask, out.progress if plan.changes else None)
     counts = plan.counts()
     result["steps"] = [s.as_dict() for s in plan.steps]
     result["changed"] = counts[CHANGED]
     result["counts"] = counts
-    out.steps(plan, f"{dep.recipe.name} / {dep.topology}" + (f" / {dep.backend}" if dep.backend else ""))
-    if interrupt.set:
-        clean_temp_files(session, inv.nodes)
+    out.steps(plan, title)
+    if interrupt is not None and interrupt.set:
+        clean_temp_files(session, [n.node for n in plan.nodes])
         raise KeyboardInterrupt
     if plan.failed():
         s = plan.failed()[0]
@@ -370,11 +425,26 @@ def _deploy_steps(
         )
         raise StepFailed(
             f"{s.node}: step {s.kind} {s.target} failed: {s.detail}; {where}"
-            "Run `sparkdeploy up` again to converge, or `sparkdeploy down` to remove everything."
+            f"Run `{again}` again to converge, or `sparkdeploy down` to remove everything."
         )
 
+
+def health_phase(
+    dep: Deployment,
+    session: Session,
+    plan: Plan,
+    interrupt: Interrupt,
+    timeout: float,
+    out: Reporter,
+    result: dict[str, Any],
+    seen: dict[str, Any],
+    who: str = "",
+) -> health.GateResult:
+    """The health gate: a real one-token completion from every engine (and proxy). result["health"] and
+    seen["gate"] get its outcome; on failure each container's last log lines are printed and StepFailed raised."""
     started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
-    out.progress(f"health gate (timeout {timeout:g} s)")
+    prefix = f"{who}: " if who else ""
+    out.progress(f"{prefix}health gate (timeout {timeout:g} s)")
     hold_point("health", interrupt)
     gate = health.wait_healthy(
         dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress, states_known_running=not started
@@ -382,8 +452,9 @@ def _deploy_steps(
     seen["gate"] = gate
     result["health"] = gate.as_dict()
     if interrupt.set:
+        again = "sparkdeploy up --stack" if who else "sparkdeploy up"
         out.warn(
-            "interrupted during the health gate: every step was applied; run `sparkdeploy up` again to "
+            f"{prefix}interrupted during the health gate: every step was applied; run `{again}` again to "
             "wait for health (it changes nothing), or `sparkdeploy down`"
         )
         raise KeyboardInterrupt
@@ -394,12 +465,5 @@ def _deploy_steps(
             for cname, text in per.items():
                 out.line(f"--- {node_name} {cname}: last {health.LOG_TAIL} log lines ---", "bold")
                 out.line(text)
-        raise StepFailed(f"health gate failed: {gate.reason}")
-    result["ok"] = True
-    out.line(plan_summary(plan))
-    out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
-    if dep.backends:
-        out.line(f"backends: {', '.join(dep.backends)}")
-    if dep.metrics_url:
-        scraped = "every engine and the proxy" if dep.backends else "every engine"
-        out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
+        raise StepFailed(f"{prefix}health gate failed: {gate.reason}")
+    return gate

@@ -23,7 +23,6 @@ from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 EXPECTED_NAME = "GB10"
-NOT_ENGINES = ("proxy", "metrics")  # roles that hold no engine
 TEMP_WARN_C = 85
 TEMP_FAIL_C = 95
 DATA = Path(__file__).resolve().parent / "data" / "known_bad.yaml"
@@ -144,12 +143,12 @@ def memory(run: DoctorRun, node: Node) -> Result:
     gpu_memory_utilization x total + the OS reserve, and the weights + peak + one max_model_len sequence of KV
     inside util x total (or the engine refuses to start)."""
     nd = run.node_deployment(node)
-    if nd is None or not any(c.role not in NOT_ENGINES for c in nd.containers):
+    if nd is None or not nd.runs_engine:
         return skip(f"no engine of this recipe runs on {node.name}")
     dep = run.deployment
     assert dep is not None  # node_deployment is None without one
     f = run.node_facts(node)
-    engines = {c.name for c in nd.containers if c.role not in NOT_ENGINES}
+    engines = {c.name for c in nd.containers if c.is_engine}
     if not run.starts_engine(node):
         return ok("our engine runs unchanged", "")
     if not f.resources:

@@ -28,7 +28,6 @@ from sparkdeploy.topologies.base import Context
 GUARD_CONTAINER = "sparkdeploy-guard"
 GUARD_IMAGE = "guard"
 GUARD_ROLE = "guard"
-NOT_ENGINES = ("guard", "proxy", "metrics")  # the roles that are not an engine (nodeside/guard/run.py too)
 # The soft line sits at the budget's OS reserve of available memory (of a DGX Spark's total), the hard line at half
 # of it: fractions, so a scaled-down lab node gets the same proportions.
 SOFT_FRACTION = round(budget.OS_RESERVE_BYTES / budget.DGX_SPARK_TOTAL_BYTES, 4)  # 0.0668
@@ -68,16 +67,32 @@ def check_settings(settings: GuardSettings, source: str) -> None:
 
 
 def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
-    """Add the guard container to every node of the deployment that runs an engine."""
-    settings = effective(ctx.cluster.guard, ctx.recipe.guard)
+    """Add the guard container to every node of the deployment that runs an engine. A deployment of a stack gets
+    none: the stack runs ONE guard per node for all its engines (`stack_guards`), since each guard stops every
+    engine of its node."""
+    if ctx.deployment:
+        return
+    _add(ctx, nodes, effective(ctx.cluster.guard, ctx.recipe.guard), ctx.run_image.simulated)
+
+
+def stack_guards(ctx: Context, nodes: list[NodeDeployment], simulated_gpu: bool) -> None:
+    """A stack's guards: one per node in `nodes` (those where any deployment of the stack runs an engine), with the
+    inventory's `cluster.guard` lines (a recipe's own `guard:` applies to a single deployment only). ctx: the
+    stack's guard unit (deployment `guard`, deploy/stack.py)."""
+    _add(ctx, nodes, ctx.cluster.guard, simulated_gpu, every=True)
+
+
+def _add(
+    ctx: Context, nodes: list[NodeDeployment], settings: GuardSettings, simulated_gpu: bool, every: bool = False
+) -> None:
     if not settings.enabled:
         return
     check_settings(settings, ctx.inventory.source)
     tag = load_definition(GUARD_IMAGE).tag
     for nd in nodes:
-        if not any(c.role not in NOT_ENGINES for c in nd.containers):
+        if not every and not nd.runs_engine:
             continue
-        config = guard_config(nd.node.name, settings, ctx.run_image.simulated)
+        config = guard_config(nd.node.name, settings, simulated_gpu)
         ctx.container(
             nd,
             role=GUARD_ROLE,
@@ -85,7 +100,7 @@ def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
             entry_template="entry-guard.sh.j2",
             entry_name="guard.entry.sh",
             image_tag=tag,
-            gpus=not ctx.run_image.simulated,  # nvidia-smi's telemetry (the runtime's utility capability)
+            gpus=not simulated_gpu,  # nvidia-smi's telemetry (the runtime's utility capability)
             model_cache=False,
             ports=(),
             health_port=None,

@@ -15,11 +15,9 @@ from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref, pull_command
 
-NOT_ENGINES = ("proxy", "metrics")
-
 
 def engine_nodes(dep: Deployment):
-    return [nd.node for nd in dep.nodes if any(c.role not in NOT_ENGINES for c in nd.containers)]
+    return [nd.node for nd in dep.nodes if nd.runs_engine]
 
 
 def model_of(dep: Deployment):

@@ -143,7 +143,7 @@ class Context:
         """Add one container to `nd`: its entry script, any extra files, and the run script that starts it.
         model_cache: mount the hub cache (with gpus); run_options: more variables of container-run.sh.j2
         (state_volumes, host_volumes, cap_add, optional_devices), only when given, so no other hash changes."""
-        if self.deployment:  # sparkdeploy-vllm -> sparkdeploy-coder-vllm
+        if self.deployment and name != f"sparkdeploy-{self.deployment}":  # sparkdeploy-vllm -> sparkdeploy-coder-vllm
             name = f"sparkdeploy-{self.deployment}-{name.removeprefix('sparkdeploy-')}"
         common = {
             "name": name,

@@ -181,12 +181,9 @@ def built(s: st.Stack) -> st.Stack:
 def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, inventory_file):
     s = built(loaded(tmp_path, inventory_file))
     chat, coder = (m.deployment for m in s.members)
-    # each deployment's engine and its own memory guard (sparkdeploy/guard) on its engine node
-    assert [c.name for nd in chat.nodes for c in nd.containers] == ["sparkdeploy-chat-vllm", "sparkdeploy-chat-guard"]
-    assert [c.name for nd in coder.nodes for c in nd.containers] == [
-        "sparkdeploy-coder-vllm",
-        "sparkdeploy-coder-guard",
-    ]
+    # each deployment's engine only: the memory guard is the stack's, one per engine node (guard_nodes)
+    assert [c.name for nd in chat.nodes for c in nd.containers] == ["sparkdeploy-chat-vllm"]
+    assert [c.name for nd in coder.nodes for c in nd.containers] == ["sparkdeploy-coder-vllm"]
     run = coder.nodes[0].file("coder-vllm.run.sh").content
     assert f"--label {DEPLOYMENT_LABEL}=coder" in run and "--port 8001" in coder.nodes[0].file("vllm.entry.sh").content
     assert "--gpu-memory-utilization 0.5" in coder.nodes[0].file("vllm.entry.sh").content
@@ -205,7 +202,7 @@ def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_pro
         )
     )
     dep = s.members[0].deployment
-    assert {c.role for nd in dep.nodes for c in nd.containers} == {"backend", "guard"}
+    assert {c.role for nd in dep.nodes for c in nd.containers} == {"backend"}
     entries = st.gateway_models(s)
     assert [e["model_name"] for e in entries] == ["glm-4.7-flash", "glm-4.7-flash"]
     assert [e["litellm_params"]["api_base"] for e in entries] == dep.backends
@@ -268,16 +265,21 @@ def facts_for(s: st.Stack, names: list[str], containers: dict[str, list], old=No
 def test_second_up_changes_nothing_and_a_change_touches_only_its_deployment(tmp_path, inventory_file):
     s = built(loaded(tmp_path, inventory_file))
     containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
-    facts = facts_for(s, ["chat", "coder", "gateway"], containers)
+    facts = facts_for(s, ["chat", "coder", "gateway", "guard"], containers)
     first = st.plan_stack(s, facts, [])
     assert all(u.changes for u in first)
     apply_to(first, facts, containers)
     again = st.plan_stack(s, facts_for(s, [], containers, facts), [])
-    assert [(u.name, u.changes) for u in again] == [("chat", 0), ("coder", 0), ("gateway", 0)]
+    assert [(u.name, u.changes) for u in again] == [("guard", 0), ("chat", 0), ("coder", 0), ("gateway", 0)]
 
     changed = built(loaded(tmp_path, inventory_file, TWO.replace("memory: 0.5", "memory: 0.4")))
     units = st.plan_stack(changed, facts_for(changed, [], containers, facts), [])
-    assert [(u.name, bool(u.changes)) for u in units] == [("chat", False), ("coder", True), ("gateway", False)]
+    assert [(u.name, bool(u.changes)) for u in units] == [
+        ("guard", False),
+        ("chat", False),
+        ("coder", True),
+        ("gateway", False),
+    ]
     restarted = [s.target for u in units for s in u.plan.steps if s.kind == StepKind.START_CONTAINER and s.change]
     assert restarted == ["sparkdeploy-coder-vllm"]
 
@@ -285,24 +287,28 @@ def test_second_up_changes_nothing_and_a_change_touches_only_its_deployment(tmp_
 def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(tmp_path, inventory_file):
     s = built(loaded(tmp_path, inventory_file))
     containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
-    facts = facts_for(s, ["chat", "coder", "gateway"], containers)
+    facts = facts_for(s, ["chat", "coder", "gateway", "guard"], containers)
     apply_to(st.plan_stack(s, facts, []), facts, containers)
 
     one = built(loaded(tmp_path, inventory_file, TWO.split("  - {name: coder")[0]))
     gone = sorted(
         st.deployments_on(facts[".sparkdeploy"] if ".sparkdeploy" in facts else facts[".sparkdeploy-chat"])
-        - {"chat", "gateway"}
+        - {"chat", "gateway", "guard"}
     )
     assert gone == ["coder"]
     units = st.plan_stack(one, facts_for(one, [], containers, facts), gone)
     by = {u.name: u for u in units}
-    assert [u.kind for u in units] == ["deployment", "gateway", "remove"]
+    assert [u.kind for u in units] == ["guard", "deployment", "gateway", "remove"]
     assert by["chat"].changes == 0
     gw_changes = [(s.kind, s.target) for s in by["gateway"].plan.steps if s.change]
     assert (StepKind.WRITE, "litellm-config.yaml") in gw_changes
     assert not any(k == StepKind.START_CONTAINER for k, _ in gw_changes)  # reloaded by the hook, not restarted
     removed = [s.target for s in by["coder"].plan.steps if s.kind == StepKind.REMOVE_CONTAINER]
-    assert sorted(removed) == ["sparkdeploy-coder-guard", "sparkdeploy-coder-vllm"]  # its guard goes with it
+    assert removed == ["sparkdeploy-coder-vllm"]
+    # spark2 runs no engine any more: its guard goes, spark1's stays as it was
+    guard = [(s.node, s.kind, s.target) for s in by["guard"].plan.steps if s.change]
+    assert (("spark2", StepKind.REMOVE_CONTAINER, "sparkdeploy-guard")) in guard
+    assert all(node == "spark2" for node, _, _ in guard), guard
 
 
 def test_top_and_logs_see_a_stacks_deployments():
@@ -322,3 +328,29 @@ def test_top_and_logs_see_a_stacks_deployments():
     ]
     assert logs.label_filter("coder") == f"{DEPLOYMENT_LABEL}=coder"
     assert logs.label_filter() == "io.sparkdeploy.managed=true"
+
+
+def test_one_guard_per_engine_node_watches_every_deployment_there(tmp_path, inventory_file):
+    """Two deployments on spark1 and one on spark2: ONE guard per node (its own unit, like the gateway), none on
+    a node without an engine; each guard stops every engine of its node (nodeside/guard/run.py), so two would race."""
+    s = built(
+        loaded(
+            tmp_path,
+            inventory_file,
+            TWO.replace("memory: 0.5}", "memory: 0.3}")
+            + "  - {name: small, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark1], port: 8005, "
+            "memory: 0.3}\n",
+        )
+    )
+    guards = st.guard_nodes(s)
+    assert [(nd.node.name, [c.name for c in nd.containers]) for nd in guards] == [
+        ("spark1", ["sparkdeploy-guard"]),
+        ("spark2", ["sparkdeploy-guard"]),
+    ]
+    assert guards[0].state_dir == ".sparkdeploy-guard" and {c.role for c in guards[0].containers} == {"guard"}
+    run = guards[0].file("guard.run.sh").content
+    assert f"--label {DEPLOYMENT_LABEL}=guard" in run and "/var/run/docker.sock" in run
+    assert all(c.role != "guard" for m in s.members for nd in m.deployment.nodes for c in nd.containers)
+
+    one_node = built(loaded(tmp_path, inventory_file, TWO.replace("nodes: [spark2]", "nodes: [spark1], port: 8001")))
+    assert [nd.node.name for nd in st.guard_nodes(one_node)] == ["spark1"]  # spark2 runs no engine: no guard

@@ -92,6 +92,15 @@ def ids(client: openai.OpenAI) -> set[str]:
     return {m.id for m in client.models.list()}
 
 
+def guards_per_node(inv: str) -> dict[str, int]:
+    r = sd("status", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    return {
+        n["name"]: sum(1 for c in n["containers"] if c["name"] == "sparkdeploy-guard")
+        for n in json.loads(r.stdout)["nodes"]
+    }
+
+
 def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_requests(inv, client, tmp_path):
     stack = tmp_path / "stack.yaml"
     stack.write_text(
@@ -126,7 +135,8 @@ def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_request
     r = sd("status", "-i", inv, "--deployment", "big", "--json")
     assert r.returncode == 0, failure(r)
     shown = [c["name"] for n in json.loads(r.stdout)["nodes"] for c in n["containers"]]
-    assert sorted(shown) == ["sparkdeploy-big-guard", "sparkdeploy-big-vllm"]  # its engine and its memory guard
+    assert shown == ["sparkdeploy-big-vllm"]  # its engine; the memory guard is the stack's, one per node
+    assert guards_per_node(inv) == {"spark1": 1, "spark2": 1}  # chat and big on spark1 share one guard
 
     with Traffic(client, [MODELS["chat"], MODELS["coder"]]) as removed:
         shrunk = up(inv, stack, TWO)
@@ -193,3 +203,39 @@ def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_re
     assert r.returncode == 0, failure(r)
     r = sd("status", "-i", inv, "--json")
     assert all(not n["containers"] for n in json.loads(r.stdout)["nodes"])
+
+
+DIST = "  - {name: dist, recipe: openai-gpt-oss-120b, topology: cluster, memory: 0.3, port: 8003}\n"
+
+
+def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_the_stack(inv, tmp_path):
+    """A cluster deployment added to the stack of the tests above (chat on spark1, coder on spark2): the fabric gate
+    runs before its engines start (gloo over the fabric IPs: SIMULATED), the others stay untouched, ONE guard per
+    node watches all three; `history` lists each deployment with its stack, `rollback` of one refuses naming the
+    stack file (exit 2); the same `up` again skips the gate; `--no-fabric-gate --dry-run` says so."""
+    stack = tmp_path / "stack.yaml"
+    grown = up(inv, stack, TWO + DIST)
+    gate = grown["fabric_gate"]["dist"]
+    assert gate["status"] == "passed" and gate["simulated"], gate
+    assert {c["check"] for c in gate["checks"]} >= {"image.same_id", "gpu.same_driver", "nccl.allreduce"}
+    changed = {u["deployment"]: u["changes"] for u in grown["units"]}
+    assert changed["chat"] == 0 and changed["coder"] == 0 and changed["dist"] > 0, changed
+    assert guards_per_node(inv) == {"spark1": 1, "spark2": 1}
+
+    r = sd("history", "--json")
+    assert r.returncode == 0, failure(r)
+    records = json.loads(r.stdout)
+    mine = [x for x in records if x.get("stack") == str(stack)]
+    assert mine[0]["deployment"] == "dist" and mine[0]["topology"] == "cluster", mine  # newest first
+    listed = {x.get("deployment") for x in records if x.get("stack")}
+    assert {"chat", "coder", "dist"} <= listed, listed  # each deployment that changed, when it did
+    r = sd("rollback", str(mine[0]["id"]), "-i", inv)
+    assert r.returncode == 2 and str(stack) in r.stderr and "up --stack" in r.stderr, failure(r)
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+    r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240")
+    assert r.returncode == 0, failure(r)
+    assert "dist: fabric gate: skipped: the deployment is unchanged" in r.stdout, failure(r)
+    r = sd("up", "--stack", str(stack), "-i", inv, "--no-fabric-gate", "--dry-run")
+    assert r.returncode == 0, failure(r)
+    assert "dist: fabric gate: skipped (--no-fabric-gate)" in r.stdout, failure(r)

@@ -96,3 +96,12 @@ def test_a_recipe_sets_its_own_lines_over_the_inventorys():
     with pytest.raises(ConfigError) as exc:
         check_lines(deployment("solo", sets=("guard.soft_available_gib=500",)), {"spark1": empty_facts("spark1")})
     assert exc.value.problems[0].field == "cluster.guard.soft_available_gib"
+
+
+def test_the_nodeside_guard_skips_the_same_roles_as_the_deployment():
+    """nodeside/guard/run.py is stdlib only (it runs in the guard's image), so it keeps its own copy of the roles
+    that hold no engine: the guard must stop exactly what `up` counts as an engine."""
+    from sparkdeploy import deployment
+    from sparkdeploy.nodeside.guard import run
+
+    assert run.NOT_ENGINES == deployment.NOT_ENGINES
