@@ -50,7 +50,8 @@ def _size(text: str | None) -> int | None:
 @click.option(
     "--deployment",
     metavar="NAME",
-    help="A stack's (`up --stack`): only this deployment's endpoints (the gateway is `gateway`). Default: every one.",
+    help="A stack's (`up --stack`): only this deployment's endpoints and recipe checks (the gateway is `gateway`). "
+    "Default: every one.",
 )
 @json_option
 def doctor(

@@ -880,7 +880,32 @@ def _check(
 def _plan_member(stack: Stack, m: Member, facts: dict[str, dict[str, NodeFacts]]) -> Plan:
     dep = cast(Deployment, m.deployment)
     about = describe(dep) | {"deployment": m.name, "endpoint": stack.endpoint}
+    # what renders it again without the stack file (doctor's recipe checks: `rebuild`)
+    about["stack"] = {"nodes": m.node_names, "port": m.port, "sets": m.sets}
     return plan_unit(stack.inventory, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
+
+
+def rebuild(
+    inv: Inventory, secrets: Secrets, name: str, manifest: dict[str, Any], recipes_dir: str | None = None
+) -> Deployment:
+    """A running stack deployment rendered again from its manifest (its recipe, topology, backend, nodes, port
+    and --set values as `up --stack` recorded them): what doctor's recipe checks look at. ConfigError when the
+    manifest lacks them (written before they were recorded) or the recipe no longer renders."""
+    about = manifest.get("stack")
+    if not isinstance(about, dict) or not manifest.get("recipe"):
+        raise ConfigError(
+            Problem(
+                state_dir_of(inv, name),
+                "manifest.json",
+                f"deployment {name}'s manifest does not say how it was rendered",
+                "run `sparkdeploy up --stack FILE` once (it changes no container)",
+            )
+        )
+    sub = _sub_inventory(inv, list(about["nodes"]), int(about["port"]), state_dir_of(inv, name))
+    resolved = resolve(
+        manifest["recipe"], manifest.get("topology"), manifest.get("backend"), about["sets"], recipes_dir
+    )
+    return build_deployment(sub, resolved, secrets, stack_name=name)
 
 
 def _push_images(inv: Inventory, nds: list[NodeDeployment], facts: dict[str, NodeFacts], out: Reporter) -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from sparkdeploy.deploy import stack
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import read_facts
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.inventory import Node, load_inventory
 from sparkdeploy.recipes import resolve
 from sparkdeploy.remote import on_nodes
 from sparkdeploy.secrets import load_secrets
@@ -58,9 +59,12 @@ def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
     runner opened; with nothing deployed (or no node read), the inventory's default recipe, saying so."""
     state_dir = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # called only with a loaded inventory
     nodes = sorted((n for n in run.nodes if run.reachable(n)), key=lambda n: n.role != "head")
-    outcomes = on_nodes(nodes, lambda n: read_facts(run.session(n).conn, state_dir).manifest)
-    found = [(o.node.name, o.value) for o in outcomes if o.ok and o.value and o.value.get("recipe")]
-    if found:
+    outcomes = on_nodes(nodes, lambda n: read_facts(run.session(n).conn, state_dir))
+    found = [(o.node.name, o.value.manifest) for o in outcomes if o.ok and (o.value.manifest or {}).get("recipe")]
+    running = stack.deployments_on({o.node.name: o.value for o in outcomes if o.ok}) - set(stack.RESERVED)
+    if running and not found and not run.options.recipe:
+        render_stack(run, nodes, sorted(running), recipes_dir)
+    elif found:
         manifest = found[0][1]
         render(
             run,
@@ -80,6 +84,30 @@ def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
             f"{why}: the inventory's default recipe",
             recipes_dir,
         )
+
+
+def render_stack(run: DoctorRun, nodes: list[Node], names: list[str], recipes_dir: str | None) -> None:
+    """The deployments of the stack that runs (or only --deployment NAME), each rendered again from its manifest
+    (deploy/stack.py `rebuild`): the recipe checks run once per deployment (runner.execute)."""
+    inv = run.inventory
+    assert inv is not None  # called only with a loaded inventory
+    if run.options.deployment:
+        names = [n for n in names if n == run.options.deployment]
+    run.recipe_source = f"a stack runs: {', '.join(names) or 'none of --deployment'}"
+    for name in names:
+        sd = stack.state_dir_of(inv, name)
+
+        def manifest_of(node: Node, sd: str = sd) -> dict | None:
+            return read_facts(run.session(node).conn, sd).manifest
+
+        manifest = next((o.value for o in on_nodes(nodes, manifest_of) if o.ok and o.value), None)
+        try:
+            run.stack.append((name, stack.rebuild(inv, run.secrets, name, manifest or {}, recipes_dir)))
+        except ConfigError as exc:
+            run.deployment_error = exc
+    if run.stack:
+        override = inv.cluster.image_override
+        run.simulated_image = (load_definition(override) if override else run.stack[0][1].image).simulated
 
 
 def doctor(

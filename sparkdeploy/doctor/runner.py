@@ -9,11 +9,13 @@ under it has its own timeout too).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 
+from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
 from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
@@ -198,6 +200,27 @@ def _run_tasks(run: DoctorRun, tasks: list[_Task]) -> list[Result]:
     return out
 
 
+def _recipe_bound(check: Check) -> bool:
+    return check.needs_recipe or check.id == RECIPE_CHECK
+
+
+def _for_deployment(run: DoctorRun, name: str, dep: Deployment, checks: list[Check]) -> list[Result]:
+    """The recipe checks (image present, memory, ports, ...) against one deployment of a stack, over the run's
+    connections; its own facts (its images); each row says which deployment it is about."""
+    sessions = {k: NodeSession(s.node, s.conn, s.connect_error, s.connected) for k, s in run.sessions.items()}
+    mine = dataclasses.replace(run, deployment=dep, deployment_error=None, stack=[], sessions=sessions)
+    tasks = [
+        _Task(c, n)
+        for c in checks
+        for n in (run.nodes if c.scope == "node" else [None])
+        if n is None or run.reachable(n)
+    ]
+    rows = _run_tasks(mine, tasks)
+    for r in rows:
+        r.measured = f"{name}: {r.measured}"
+    return rows
+
+
 def execute(run: DoctorRun, checks: list[Check]) -> Report:
     """Run `checks` (already selected) against `run`; always returns every row, never stops at the first."""
     started = time.monotonic()
@@ -233,9 +256,12 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
 
     tasks: list[_Task] = []
     skipped: list[Result] = []
+    per_deployment = [c for c in rest if _recipe_bound(c) and not (c.id == RECIPE_CHECK and run.deployment_error)]
     for check in rest:
         if check.id == ACCESS_CHECK:
             continue
+        if run.stack and check in per_deployment:
+            continue  # once per deployment of the stack, below
         if check.needs_recipe and run.deployment is None:
             why = "no recipe rendered" if run.deployment_error is None else "the recipe did not render"
             targets = run.nodes if check.scope == "node" else [None]
@@ -264,6 +290,8 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
     # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link.
     results = _run_tasks(run, [t for t in tasks if t.check.opt_in is None])
     results += _run_tasks(run, [t for t in tasks if t.check.opt_in is not None])
+    for name, dep in run.stack:
+        results += _for_deployment(run, name, dep, per_deployment)
     order = {c.id: i for i, c in enumerate(checks)}
     node_order = {n.name: i for i, n in enumerate(run.nodes)}
     combined = results + skipped

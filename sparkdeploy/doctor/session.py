@@ -122,6 +122,9 @@ class DoctorRun:
     started: float = field(default_factory=time.monotonic)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the NCCL probe's table, for the report
     connector: Callable[[DoctorRun, Node], Result] | None = None  # runner.connect (access.ssh)
+    # A stack runs (up --stack): each deployment, by name, that the recipe checks look at (render_deployed);
+    # `deployment` is then None, and --deployment NAME narrows these to one.
+    stack: list[tuple[str, Deployment]] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[Node]:

@@ -354,3 +354,63 @@ def test_one_guard_per_engine_node_watches_every_deployment_there(tmp_path, inve
 
     one_node = built(loaded(tmp_path, inventory_file, TWO.replace("nodes: [spark2]", "nodes: [spark1], port: 8001")))
     assert [nd.node.name for nd in st.guard_nodes(one_node)] == ["spark1"]  # spark2 runs no engine: no guard
+
+
+def test_doctor_renders_each_running_deployment_again_from_its_manifest(tmp_path, inventory_file):
+    """doctor's recipe checks (image, memory, ports) look at each stack deployment that runs: `rebuild` renders it
+    from its manifest alone (no stack file), to the same containers; a manifest without it is one line."""
+    s = built(loaded(tmp_path, inventory_file))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "gateway", "guard"], containers)
+    units = {u.name: u for u in st.plan_stack(s, facts, [])}
+    for m in s.members:
+        step = next(x for x in units[m.name].plan.steps if x.kind == StepKind.MANIFEST)
+        manifest = json.loads(step.file.content)
+        again = st.rebuild(s.inventory, s.secrets, m.name, manifest)
+        hashes = [(nd.node.name, c.name, c.config_hash) for nd in again.nodes for c in nd.containers]
+        assert hashes == [(nd.node.name, c.name, c.config_hash) for nd in m.deployment.nodes for c in nd.containers]
+    with pytest.raises(ConfigError, match="does not say how it was rendered"):
+        st.rebuild(s.inventory, s.secrets, "chat", {"recipe": "glm-4.7-flash-int4"})
+
+
+def test_a_changed_cluster_deployment_of_a_stack_is_gated_and_an_unchanged_one_is_not(tmp_path, inventory_file):
+    """The fabric gate's decision per deployment of a stack (deploy/fabric_gate.py, run by `up --stack` before
+    anything changes): a cluster deployment whose engines (re)start runs it; converged, it is skipped; a solo one
+    is not applicable."""
+    from sparkdeploy.deploy import fabric_gate
+
+    text = TWO.replace("memory: 0.5}", "memory: 0.3}") + (
+        "  - {name: dist, recipe: openai-gpt-oss-120b, topology: cluster, memory: 0.3, port: 8003}\n"
+    )
+    s = built(loaded(tmp_path, inventory_file, text))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "dist", "gateway", "guard"], containers)
+
+    def decisions(units):
+        return {
+            u.name: fabric_gate.decide(u.member.deployment.topology, True, fabric_gate.engine_changes(u.plan)).action
+            for u in units
+            if u.member is not None
+        }
+
+    first = st.plan_stack(s, facts, [])
+    assert decisions(first) == {"chat": "not applicable", "coder": "not applicable", "dist": "run"}
+    apply_to(first, facts, containers)
+    assert decisions(st.plan_stack(s, facts_for(s, [], containers, facts), []))["dist"] == "skipped"
+    # one guard per node although spark1 and spark2 each run two deployments' engines
+    assert [nd.node.name for nd in st.guard_nodes(s)] == ["spark1", "spark2"]
+
+
+def test_rollback_of_a_stack_deployment_refuses_naming_the_stack_file(cli, tmp_path, monkeypatch):
+    from sparkdeploy.deploy import history
+
+    monkeypatch.setenv("SPARKDEPLOY_STATE", str(tmp_path / "state"))
+    path = history.history_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"id": 1, "recipe": "r", "topology": "solo", "nodes": ["spark1"], "time": "2026-11-26T19:00:00+00:00"}
+    path.write_text(json.dumps(rec | {"stack": "/x/stack.yaml", "deployment": "chat"}) + "\n")
+    code, out, err = cli("history")
+    assert code == 0 and "chat" in out and "(stack)" in out, out
+    code, _out, err = cli("rollback", "1")
+    assert code == 2 and "/x/stack.yaml" in err and "up --stack" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -212,8 +212,10 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     """A cluster deployment added to the stack of the tests above (chat on spark1, coder on spark2): the fabric gate
     runs before its engines start (gloo over the fabric IPs: SIMULATED), the others stay untouched, ONE guard per
     node watches all three; `history` lists each deployment with its stack, `rollback` of one refuses naming the
-    stack file (exit 2); the same `up` again skips the gate; `--no-fabric-gate --dry-run` says so."""
+    stack file (exit 2); doctor's recipe checks look at each deployment (or one: --deployment); the same `up` again
+    skips the gate; `--no-fabric-gate --dry-run` says so."""
     stack = tmp_path / "stack.yaml"
+    assert up(inv, stack, TWO)["ok"]  # the tests above leave it running (then nothing changes); alone, it starts
     grown = up(inv, stack, TWO + DIST)
     gate = grown["fabric_gate"]["dist"]
     assert gate["status"] == "passed" and gate["simulated"], gate
@@ -221,6 +223,17 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     changed = {u["deployment"]: u["changes"] for u in grown["units"]}
     assert changed["chat"] == 0 and changed["coder"] == 0 and changed["dist"] > 0, changed
     assert guards_per_node(inv) == {"spark1": 1, "spark2": 1}
+
+    recipe_checks = ("image.present", "gpu.memory", "network.ports")
+    r = sd("doctor", "-i", inv, *(x for c in recipe_checks for x in ("--only", c)), "--json")
+    assert r.returncode == 0, failure(r)
+    rows = [x for x in json.loads(r.stdout)["results"] if x["check"] in recipe_checks and x["status"] != "skip"]
+    seen = {(x["check"], x["measured"].partition(":")[0]) for x in rows}
+    assert seen == {(c, n) for c in recipe_checks for n in ("chat", "coder", "dist")}, rows  # each deployment
+    r = sd("doctor", "-i", inv, "--only", "image.present", "--deployment", "dist", "--json")
+    assert r.returncode == 0, failure(r)
+    rows = [x for x in json.loads(r.stdout)["results"] if x["check"] == "image.present"]
+    assert rows and all(x["measured"].startswith("dist: ") for x in rows), rows
 
     r = sd("history", "--json")
     assert r.returncode == 0, failure(r)
