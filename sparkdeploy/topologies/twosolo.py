@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from sparkdeploy.deployment import FileSpec, NodeDeployment
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.render import render
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
-from sparkdeploy.vllm_args import check_args, serve_args
+from sparkdeploy.vllm_args import serve_args
 
 PROXY_IMAGE = "litellm-proxy"
 
