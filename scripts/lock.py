@@ -14,6 +14,8 @@ the index published them), so the proof does not depend on what the index serves
 
     python3 scripts/lock.py make [NAME ...]     # resolve each .in for its targets; write .txt and .deps.json
     python3 scripts/lock.py check [NAME ...]    # exit 1, one line per problem, if a lock is incomplete
+    python3 scripts/lock.py prune [NAME ...]    # after taking requirements out of a .in: drop what nothing
+                                                # needs any more, resolving nothing (no other pin moves)
     python3 scripts/lock.py install PYTHON NAME # install a lock into the venv of PYTHON (setup.sh)
 
 Standard library only (plus the `packaging` that pip vendors), so setup.sh can run it before any venv exists.
@@ -188,7 +190,12 @@ def read_pins(path: Path) -> tuple[list[Pin], list[str]]:
 
 
 def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
-    """One line per requirement of the target's closure that the lock does not satisfy (and per surplus pin).
+    """One line per requirement of the target's closure that the lock does not satisfy (and per surplus pin)."""
+    return closure(lock, pins, deps)[1]
+
+
+def closure(lock: Lock, pins: list[Pin], deps: dict) -> tuple[set[str], list[str]]:
+    """(the pins the target needs, one line per problem: a requirement the lock does not satisfy, a surplus pin).
 
     `deps` is the .deps.json: {"top": [requirement, ...], "packages": {name: {"version", "requires_dist"}}}.
     Walks from the top-level requirements through each package's requires_dist with the extras asked of it,
@@ -252,7 +259,7 @@ def completeness(lock: Lock, pins: list[Pin], deps: dict) -> list[str]:
                 f"{where}: {pin.name}=={pin.version} is locked but nothing requires it on "
                 f"{'/'.join(lock.target.arches)} (fix: regenerate the lock)"
             )
-    return sorted(set(out))
+    return needed, sorted(set(out))
 
 
 def check(lock: Lock, root: Path = ROOT) -> list[str]:
@@ -317,16 +324,17 @@ def _platforms(arch: str, glibc_max: int, descending: bool) -> list[str]:
     return list(reversed(tags)) if descending else tags
 
 
-def _top_requirements(lock: Lock) -> list[str]:
+def _top_requirements(lock: Lock, root: Path = ROOT) -> list[str]:
     """The .in's requirements, `-r other.in` lines followed."""
     out = []
-    path = ROOT / lock.source
+    path = root / lock.source
     for raw in path.read_text().splitlines():
         text = raw.split("#", 1)[0].strip()
         if not text:
             continue
         if text.startswith("-r "):
-            out += _top_requirements(Lock("", str((path.parent / text[3:].strip()).relative_to(ROOT)), "", lock.target))
+            other = Lock("", str((path.parent / text[3:].strip()).relative_to(root)), "", lock.target)
+            out += _top_requirements(other, root)
         else:
             out.append(text)
     return out
@@ -450,6 +458,37 @@ def make(lock: Lock) -> None:
     print(f"wrote {lock.output} ({len(packages)} pins) and {Path(lock.deps_file).name}")
 
 
+def prune(lock: Lock, root: Path = ROOT) -> None:
+    """After requirements were only taken out of the .in: drop the pins nothing needs any more, keep every other
+    pin with its hashes, and record the new top in the .deps.json. Nothing is resolved, so no other pin moves
+    (make would re-resolve every transitive pin against the index of the day); a requirement the lock does not
+    already satisfy is refused: that needs make."""
+    path, deps_path = root / lock.output, root / lock.deps_file
+    pins, problems = read_pins(path)
+    old = json.loads(deps_path.read_text())
+    deps = dict(old, top=_top_requirements(lock, root), source_sha256=_sha256(root / lock.source))
+    needed, _ = closure(lock, pins, deps)
+    gone = sorted(p.name for p in pins if p.name not in needed)
+    kept_pins = [p for p in pins if p.name in needed]
+    deps["packages"] = {k: v for k, v in old["packages"].items() if canonicalize_name(k) in needed}
+    problems += closure(lock, kept_pins, deps)[1]
+    if problems:
+        fix = f"(fix: python3 scripts/lock.py make {lock.name})"
+        sys.exit(f"{lock.name}: pruning leaves an incomplete lock {fix}:\n  " + "\n  ".join(problems))
+    lines, drop = [], False
+    for raw in path.read_text().splitlines():
+        if raw and not raw[0].isspace() and not raw.startswith("#"):  # a pin's first line; its hashes follow
+            drop = canonicalize_name(re.split(r"[\[=]", raw, maxsplit=1)[0]) in gone
+        if not drop:
+            lines.append(raw)
+    path.write_text("\n".join(lines) + "\n")
+    deps_path.write_text(json.dumps(deps, indent=1, sort_keys=True) + "\n")
+    problems = check(lock, root)
+    if problems:  # cannot happen when the closure above held; the written files are proved all the same
+        sys.exit(f"{lock.name}: pruned lock fails check:\n  " + "\n  ".join(problems))
+    print(f"pruned {lock.output}: {len(kept_pins)} pins kept, removed {', '.join(gone) or 'nothing'}")
+
+
 def _named(names: list[str]) -> list[Lock]:
     unknown = [n for n in names if n not in LOCKS]
     if unknown:
@@ -462,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("make", help="resolve and write locks").add_argument("names", nargs="*")
     sub.add_parser("check", help="prove locks complete from the committed files").add_argument("names", nargs="*")
+    sub.add_parser("prune", help="drop the pins the .in no longer needs, resolving nothing").add_argument(
+        "names", nargs="*"
+    )
     inst = sub.add_parser("install", help="install one lock into a venv, resolving nothing")
     inst.add_argument("python")
     inst.add_argument("name", choices=sorted(LOCKS))
@@ -469,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "make":
         for lock in _named(args.names):
             make(lock)
+        return 0
+    if args.command == "prune":
+        for lock in _named(args.names):
+            prune(lock)
         return 0
     if args.command == "check":
         problems = [p for lock in _named(args.names) for p in check(lock)]

@@ -10,7 +10,7 @@ backend, instead of being silently ignored on the Spark.
 
 FRONTEND_FLAGS is vLLM 0.32's front-end group (vllm/entrypoints/launchers/cli_args.py, BaseFrontendArgs
 and FrontendArgs) plus the parser flags that live elsewhere; engine flags go to vLLM's engine under every
-backend and are checked against the pinned parser by vllm_args.check_args.
+backend and are checked against the pinned parser by images/vllm_cli.check_args.
 """
 
 from __future__ import annotations

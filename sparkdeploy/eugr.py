@@ -6,7 +6,7 @@ with `recipe_version`, `name`, `container`, a `command` (`vllm serve MODEL --fla
 
 1. the placeholders take `defaults`, then `--set NAME=VALUE` (as eugr's `--port`/`--tp`/... overrides do);
 2. the command must be one `vllm serve` call; its argv is read with the image's own vLLM flag list
-   (vllm_args.image_spec), and each setting the recipe schema knows becomes that field (model, served name,
+   (images/vllm_cli.image_spec), and each setting the recipe schema knows becomes that field (model, served name,
    memory, context, KV dtype, compilation, TP/PP, executor backend); the rest stay as `vllm.extra_args`, which
    `up`/`recipes lint` check against the image's CLI like any recipe's;
 3. what sparkdeploy sets itself (`--host`, `--port`, `--distributed-executor-backend`, TP/PP sizes) and what
@@ -31,9 +31,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy import vllm_args
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import definition_names, load_definition
+from sparkdeploy.images.vllm_cli import image_spec
 from sparkdeploy.schema import problems_from_validation
 
 SUPPORTED_VERSIONS = ("1",)
@@ -230,7 +230,7 @@ def serve_argv(command: str, source: str) -> list[str]:
 
 
 def _flag_spec(image: str) -> dict[str, dict]:
-    return dict(vllm_args.image_spec(load_definition(image))["flags"])
+    return dict(image_spec(load_definition(image))["flags"])
 
 
 def _pairs(argv: list[str], flags: dict[str, dict]) -> tuple[list[str], list[tuple[str, str | None, str]]]:

@@ -98,6 +98,12 @@ class NodePlan:
     def phase(self, n: int) -> list[Step]:
         return [s for s in self.steps if s.phase == n]
 
+    def add(self, *, phase: int, kind: StepKind, target: str, change: bool, reason: str, **more: Any) -> None:
+        """A step on this plan's node, appended (more: Step's file, container, container_id or mode)."""
+        self.steps.append(
+            Step(node=self.node.name, phase=phase, kind=kind, target=target, change=change, reason=reason, **more)
+        )
+
 
 @dataclass
 class Plan:
@@ -197,83 +203,28 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
     sd = state_dir_path(facts, state_dir)
     plan = NodePlan(node=node, state_dir=sd)
     for c in facts.containers:
-        plan.steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.REMOVE_CONTAINER,
-                target=c.name,
-                change=True,
-                reason=_other_reason(c, why),
-                container_id=c.id,
-            )
-        )
+        reason = _other_reason(c, why)
+        plan.add(phase=1, kind=StepKind.REMOVE_CONTAINER, target=c.name, change=True, reason=reason, container_id=c.id)
     for name in facts.temp_files:
-        plan.steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.REMOVE_FILE,
-                target=name,
-                change=True,
-                reason="leftover temp file",
-            )
-        )
+        plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason="leftover temp file")
     for name in facts.manifest_files:
         if name in facts.files and name != MANIFEST:
-            plan.steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.REMOVE_FILE,
-                    target=name,
-                    change=True,
-                    reason="listed in the manifest",
-                )
-            )
+            plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason="listed in the manifest")
     if MANIFEST in facts.files:
-        plan.steps.append(
-            Step(node=node.name, phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True, reason="ours")
-        )
+        plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True, reason="ours")
     for folder, what in OUR_FOLDERS.items():
         if folder in facts.other_entries:
-            plan.steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.REMOVE_FOLDER,
-                    target=folder,
-                    change=True,
-                    reason=what,
-                )
-            )
+            plan.add(phase=1, kind=StepKind.REMOVE_FOLDER, target=folder, change=True, reason=what)
     if facts.state_dir_mode is not None:
         ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
         others = [n for n in facts.files if n not in ours] + [
             n + "/" for n in facts.other_entries if n not in OUR_FOLDERS
         ]
         if others:  # never remove what we did not write
-            plan.steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.RMDIR,
-                    target=sd,
-                    change=False,
-                    reason=f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})",
-                )
-            )
+            kept = f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"
+            plan.add(phase=1, kind=StepKind.RMDIR, target=sd, change=False, reason=kept)
         else:
-            plan.steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.RMDIR,
-                    target=sd,
-                    change=True,
-                    reason="empty once our files are gone",
-                )
-            )
+            plan.add(phase=1, kind=StepKind.RMDIR, target=sd, change=True, reason="empty once our files are gone")
     return plan
 
 
@@ -283,172 +234,86 @@ def _other_reason(c: ContainerFact, why: str) -> str:
     return why
 
 
-def _file_step(node: str, f: FileSpec, *, kind: StepKind, change: bool, reason: str) -> Step:
-    """A phase-1 step on one rendered file (write it, or fix its mode), carrying the file and its mode."""
-    return Step(node=node, phase=1, kind=kind, target=f.name, change=change, reason=reason, file=f, mode=f.mode)
-
-
 def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
     """dep: the deployment, or what its manifest records (describe()) where no Deployment exists (a gateway)."""
     node = nd.node
     sd = state_dir_path(facts, nd.state_dir)
     plan = NodePlan(node=node, state_dir=sd, deployment=nd)
-    steps = plan.steps
+    add = plan.add
     wanted = {c.name for c in nd.containers}
 
     # phase 1: the old goes first, then the files
     for other in facts.containers:
         if other.name not in wanted:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.REMOVE_CONTAINER,
-                    target=other.name,
-                    change=True,
-                    reason=_other_reason(other, "not part of this deployment"),
-                    container_id=other.id,
-                )
+            reason = _other_reason(other, "not part of this deployment")
+            add(
+                phase=1,
+                kind=StepKind.REMOVE_CONTAINER,
+                target=other.name,
+                change=True,
+                reason=reason,
+                container_id=other.id,
             )
     if facts.state_dir_mode is None:
-        steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.STATE_DIR,
-                target=sd,
-                change=True,
-                reason="missing",
-                mode=STATE_DIR_MODE,
-            )
-        )
+        add(phase=1, kind=StepKind.STATE_DIR, target=sd, change=True, reason="missing", mode=STATE_DIR_MODE)
     elif facts.state_dir_mode != STATE_DIR_MODE:
-        steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.STATE_DIR,
-                target=sd,
-                change=True,
-                reason=f"mode {facts.state_dir_mode:04o} -> 0700",
-                mode=STATE_DIR_MODE,
-            )
-        )
+        reason = f"mode {facts.state_dir_mode:04o} -> 0700"
+        add(phase=1, kind=StepKind.STATE_DIR, target=sd, change=True, reason=reason, mode=STATE_DIR_MODE)
     else:
-        steps.append(
-            Step(node=node.name, phase=1, kind=StepKind.STATE_DIR, target=sd, change=False, reason="exists, 0700")
-        )
+        add(phase=1, kind=StepKind.STATE_DIR, target=sd, change=False, reason="exists, 0700")
     for name in facts.temp_files:
-        steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.REMOVE_FILE,
-                target=name,
-                change=True,
-                reason="leftover temp file of an interrupted run",
-            )
-        )
+        reason = "leftover temp file of an interrupted run"
+        add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason=reason)
 
     names = {f.name for f in nd.files}
     old = [n for n in facts.manifest_files if n in facts.files]
     final_manifest = manifest_text(dep, nd)
     if names - set(facts.manifest_files):
         # list new names before writing them: an interrupted run never leaves a file of ours unlisted
-        steps.append(
-            Step(
-                node=node.name,
-                phase=1,
-                kind=StepKind.MANIFEST,
-                target=MANIFEST,
-                change=True,
-                reason="list the new files before writing them",
-                file=_manifest_spec(manifest_text(dep, nd, old)),
-            )
-        )
+        listed = _manifest_spec(manifest_text(dep, nd, old))
+        reason = "list the new files before writing them"
+        add(phase=1, kind=StepKind.MANIFEST, target=MANIFEST, change=True, reason=reason, file=listed)
 
-    for f in nd.files:
+    for f in nd.files:  # each step carries the file and its mode
         have_file = facts.files.get(f.name)
         if have_file is None:
-            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=True, reason="missing"))
+            kind, change, reason = StepKind.WRITE, True, "missing"
         elif have_file.sha256 != f.sha256:
-            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=True, reason="content differs (sha256)"))
+            kind, change, reason = StepKind.WRITE, True, "content differs (sha256)"
         elif have_file.mode != f.mode:
-            chmod = f"mode {have_file.mode:04o} -> {f.mode:04o}"
-            steps.append(_file_step(node.name, f, kind=StepKind.CHMOD, change=True, reason=chmod))
+            kind, change, reason = StepKind.CHMOD, True, f"mode {have_file.mode:04o} -> {f.mode:04o}"
         else:
-            steps.append(_file_step(node.name, f, kind=StepKind.WRITE, change=False, reason="same sha256 and mode"))
+            kind, change, reason = StepKind.WRITE, False, "same sha256 and mode"
+        add(phase=1, kind=kind, target=f.name, change=change, reason=reason, file=f, mode=f.mode)
     for name in old:
         if name not in names and name != MANIFEST:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=1,
-                    kind=StepKind.REMOVE_FILE,
-                    target=name,
-                    change=True,
-                    reason="ours, no longer rendered",
-                )
-            )
+            add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason="ours, no longer rendered")
 
     # phase 2: containers, then the manifest as it now is
     for c in nd.containers:
-        reason = _container_reason(c, facts)
+        why = _container_reason(c, facts)
         have = facts.container(c.name)
-        if reason is None:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=2,
-                    kind=StepKind.START_CONTAINER,
-                    target=c.name,
-                    change=False,
-                    reason=f"running, config-hash {c.config_hash}",
-                    container=c,
-                    container_id=have.id,  # type: ignore[union-attr]  # no reason: _container_reason found it
-                )
-            )
-        else:
-            steps.append(
-                Step(
-                    node=node.name,
-                    phase=2,
-                    kind=StepKind.START_CONTAINER,
-                    target=c.name,
-                    change=True,
-                    reason=reason,
-                    container=c,
-                    container_id=have.id if have else None,
-                )
-            )
+        reason = f"running, config-hash {c.config_hash}" if why is None else why
+        add(
+            phase=2,
+            kind=StepKind.START_CONTAINER,
+            target=c.name,
+            change=why is not None,
+            reason=reason,
+            container=c,
+            container_id=have.id if have else None,
+        )
     have_manifest = facts.files.get(MANIFEST)
     final_spec = _manifest_spec(final_manifest)
     same = have_manifest is not None and have_manifest.sha256 == final_spec.sha256
-    pre = next((s for s in steps if s.kind == StepKind.MANIFEST), None)
+    pre = next((s for s in plan.steps if s.kind == StepKind.MANIFEST), None)
     if pre is not None and pre.file is not None and pre.file.sha256 == final_spec.sha256:
-        steps.append(
-            Step(
-                node=node.name,
-                phase=2,
-                kind=StepKind.MANIFEST,
-                target=MANIFEST,
-                change=False,
-                reason="written in phase 1",
-                file=final_spec,
-            )
+        add(
+            phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=False, reason="written in phase 1", file=final_spec
         )
         return plan
-    steps.append(
-        Step(
-            node=node.name,
-            phase=2,
-            kind=StepKind.MANIFEST,
-            target=MANIFEST,
-            change=not same,
-            reason="up to date" if same else "record this deployment",
-            file=_manifest_spec(final_manifest),
-        )
-    )
+    reason = "up to date" if same else "record this deployment"
+    add(phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=not same, reason=reason, file=final_spec)
     return plan
 
 

@@ -2,7 +2,7 @@
 
 Today one format: eugr/spark-vllm-docker v1 (eugr.py). The recipe is read exactly as `run-recipe FILE` reads it
 (recipes.read_any), validated as any recipe, and its extra vLLM flags are checked against its image's CLI
-(vllm_args.check_args, the check `up` makes) before anything is written.
+(images/vllm_cli.check_args, the check `up` makes) before anything is written.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy import eugr, recipes, vllm_args
+from sparkdeploy import eugr, recipes
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.vllm_cli import check_args
 
 
 def import_recipe(
@@ -34,6 +35,6 @@ def import_recipe(
     for key, value in rest:  # --set vllm.x=... applies to the written recipe
         recipes._set_dotted(data, key, value)
     recipe = recipes.validate(data, str(path))
-    vllm_args.check_args([recipe.model, *recipe.vllm.extra_args], load_definition(recipe.image), str(path))
+    check_args([recipe.model, *recipe.vllm.extra_args], load_definition(recipe.image), str(path))
     imported.data = data
     return eugr.import_file(imported, Path(out_dir).expanduser(), dry_run=dry_run, overwrite=force)

@@ -129,6 +129,10 @@ class LiteLLMSettings(BaseModel):
     # One worker keeps least-busy's in-flight counters in one process (they are per worker otherwise).
     num_workers: Whole = Field(default=1, ge=1, le=64)
 
+    def router_settings(self) -> dict[str, Any]:
+        """LiteLLM's `router_settings` for these values (a 2xsolo/replicas proxy's config; a stack's gateway's)."""
+        return self.model_dump(include={"routing_strategy", "num_retries", "timeout", "allowed_fails", "cooldown_time"})
+
 
 class Architecture(BaseModel):
     """What the model allows a layout to split: TP divides the attention heads (and the KV heads, or is a

@@ -1,6 +1,8 @@
-"""No import circles (#25): the packages' module-level imports form no cycle, and every module of sparkdeploy
-imports on its own, first, in a fresh interpreter (a function-local import can hide a circle that only shows
-when the other side is imported first)."""
+"""No import circles (#25): the packages' module-level imports form no cycle, those under `if TYPE_CHECKING:`
+included (an annotation that needs the other module is a dependency all the same: hiding it there is how the
+recipes -> eugr -> vllm_args -> recipes circle once stood), and every module of sparkdeploy imports on its own,
+first, in a fresh interpreter (a function-local import can hide a circle that only shows when the other side is
+imported first)."""
 
 from __future__ import annotations
 
@@ -33,19 +35,13 @@ def _modules(root: Path, package: str) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(node: ast.stmt) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def _top_imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """The modules of `known` that `name` imports at module level (not under TYPE_CHECKING)."""
+    """The modules of `known` that `name` imports at module level (under `if TYPE_CHECKING:` too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     stack: list[ast.stmt] = list(ast.parse(path.read_text()).body)
     while stack:
         node = stack.pop()
-        if _is_type_checking(node):
-            continue
         if isinstance(node, ast.If | ast.Try):
             stack += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
             stack += [s for h in getattr(node, "handlers", []) for s in h.body]

@@ -90,6 +90,30 @@ def test_a_changed_source_needs_a_new_lock(tmp_path):
     assert any("changed since the lock was made" in p for p in lock.check(entry, root))
 
 
+def test_prune_drops_what_a_removed_requirement_alone_needed_and_moves_nothing_else(tmp_path):
+    entry, root = _copy("runtime", tmp_path)
+    source = root / entry.source
+    before, _ = lock.read_pins(root / entry.output)
+    source.write_text(re.sub(r"(?m)^rich==.*\n", "", source.read_text()))
+    assert lock.check(entry, root), "a changed .in must make the old lock stale"
+    lock.prune(entry, root)
+    assert lock.check(entry, root) == []
+    after, _ = lock.read_pins(root / entry.output)
+    gone = {p.name for p in before} - {p.name for p in after}
+    assert {"rich", "markdown-it-py", "mdurl"} <= gone and "paramiko" not in gone  # rich's own closure only
+    assert {(p.name, p.version, p.hashes) for p in after} <= {(p.name, p.version, p.hashes) for p in before}
+    assert "rich==13.9.4" not in json.loads((root / entry.deps_file).read_text())["top"]
+
+
+def test_prune_refuses_a_requirement_the_lock_does_not_hold(tmp_path):
+    entry, root = _copy("runtime", tmp_path)
+    (root / entry.source).write_text((root / entry.source).read_text() + "six==1.16.0\n")
+    text = (root / entry.output).read_text()
+    with pytest.raises(SystemExit, match=r"six.*which is not locked"):
+        lock.prune(entry, root)
+    assert (root / entry.output).read_text() == text  # nothing written
+
+
 def test_every_pip_run_on_a_lock_is_strict():
     """The places that run pip on a lock: setup.sh (through lock.py install), the builder's download, the images."""
     assert {"--require-hashes", "--no-deps"} <= set(lock.install_argv("python", "x.txt"))

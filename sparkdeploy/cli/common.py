@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -141,12 +143,42 @@ def deployment_options(command):
 UP_DRY_RUN_HELP = "Read the nodes' state and print the plan; change nothing."
 
 
+@dataclass(frozen=True)
+class UpArgs:
+    """The values of up_options, named as deploy.up.deploy's keywords: a command hands them on whole."""
+
+    topology: str | None
+    backend: str | None
+    inventory: str | None
+    sets: tuple[str, ...]
+    recipes_dir: str | None
+    node: str | None
+    dry_run: bool
+    metrics: bool | None
+    pull_model: bool
+    fabric_gate_on: bool
+    timeout: float
+
+
+def _into_up_args(command):
+    """The command gets up_options' values as one `up_args: UpArgs`, not a dozen parameters of its own."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        up_args = UpArgs(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(UpArgs)})
+        return command(*args, up_args=up_args, **kwargs)
+
+    return wrapper
+
+
 def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
     """The options of `up` after --recipe, defined once: `run-recipe NAME` is `up --recipe NAME` and takes exactly
-    these (tests/test_cli.py compares the two commands). Only --dry-run's help is the caller's: run-recipe's dry
-    run prints every file and command without connecting, up's reads the nodes' state first."""
+    these (tests/test_cli.py compares the two commands), and receives them as one UpArgs (`up_args`; --json stays
+    `as_json`). Only --dry-run's help is the caller's: run-recipe's dry run prints every file and command without
+    connecting, up's reads the nodes' state first."""
 
     def decorate(command):
+        command = _into_up_args(command)
         for option in reversed(
             (
                 click.option("--node", metavar="NAME", help="solo only: the node to run on (default: the head)."),
@@ -165,7 +197,7 @@ def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
                 ),
                 click.option(
                     "--no-fabric-gate",
-                    "fabric_gate",
+                    "fabric_gate_on",
                     flag_value=False,
                     default=True,
                     help="cluster/replicas: skip the fabric gate (before any engine starts, the all-reduce probe in "

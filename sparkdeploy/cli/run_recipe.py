@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.cli.common import CONTEXT_SETTINGS, emit_json, run_cli, up_options
+from sparkdeploy.cli.common import CONTEXT_SETTINGS, UpArgs, emit_json, run_cli, up_options
 from sparkdeploy.context import load_deployment
 from sparkdeploy.dryrun import as_text, describe
 
@@ -17,8 +17,8 @@ DRY_RUN_HELP = (
 )
 
 
-def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics=None) -> None:
-    dep = load_deployment(inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
+def print_dry_run(recipe: str, a: UpArgs, as_json: bool) -> None:
+    dep = load_deployment(a.inventory, recipe, a.topology, a.backend, a.sets, a.recipes_dir, a.node, a.metrics)
     desc = describe(dep)
     if as_json:
         emit_json(desc)
@@ -29,21 +29,7 @@ def print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node,
 @click.command("run-recipe", context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe")
 @up_options(DRY_RUN_HELP)
-def run_recipe(
-    recipe,
-    topology,
-    backend,
-    inventory,
-    sets,
-    recipes_dir,
-    node,
-    dry_run,
-    metrics,
-    pull_model,
-    fabric_gate,
-    timeout,
-    as_json,
-):
+def run_recipe(recipe: str, up_args: UpArgs, as_json: bool) -> None:
     """Serve RECIPE on your Sparks with the recipe's default topology: `sparkdeploy up --recipe RECIPE`, with
     up's options.
 
@@ -53,25 +39,12 @@ def run_recipe(
       run-recipe openai-gpt-oss-120b -t 2xsolo --inventory lab  # two engines behind LiteLLM, in the lab
       run-recipe qwen3-coder-30b-int4 --set vllm.max_model_len=32768
     """
-    if dry_run:
-        print_dry_run(recipe, topology, backend, inventory, sets, recipes_dir, node, as_json, metrics)
+    if up_args.dry_run:
+        print_dry_run(recipe, up_args, as_json)
         return
     from sparkdeploy.cli.up_cmd import run_up  # the dry run above needs neither the pipeline nor rich
 
-    run_up(
-        as_json,
-        recipe=recipe,
-        topology=topology,
-        backend=backend,
-        inventory=inventory,
-        sets=sets,
-        recipes_dir=recipes_dir,
-        node=node,
-        timeout=timeout,
-        metrics=metrics,
-        pull_model=pull_model,
-        fabric_gate_on=fabric_gate,
-    )
+    run_up(as_json, recipe, up_args)
 
 
 def main(argv: list[str] | None = None) -> None:

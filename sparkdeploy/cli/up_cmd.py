@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkdeploy.cli.common import emit_json, inventory_option, json_option, up_options
+from sparkdeploy.cli.common import UpArgs, emit_json, inventory_option, json_option, up_options
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deploy.stack import up as stack_up
@@ -127,22 +128,7 @@ recipe_option = click.option("--recipe", "-r", metavar="NAME", help="Recipe (def
     "takes --inventory, --recipes-dir, --dry-run, --timeout and --json.",
 )
 @up_options()
-def up(
-    recipe,
-    stack,
-    topology,
-    backend,
-    inventory,
-    sets,
-    recipes_dir,
-    node,
-    dry_run,
-    metrics,
-    pull_model,
-    fabric_gate,
-    timeout,
-    as_json,
-):
+def up(recipe: str | None, stack: str | None, up_args: UpArgs, as_json: bool) -> None:
     """Deploy a recipe: only the differences are applied; returns once it serves.
 
     \b
@@ -154,16 +140,17 @@ def up(
       sparkdeploy up -t cluster --no-fabric-gate             # start without the fabric gate (said in the output)
     """
     if stack:
+        a = up_args
         given = [
             o
             for o, v in (
                 ("--recipe", recipe),
-                ("--topology", topology),
-                ("--backend", backend),
-                ("--set", sets),
-                ("--node", node),
-                ("--metrics", metrics),
-                ("--pull-model", pull_model),
+                ("--topology", a.topology),
+                ("--backend", a.backend),
+                ("--set", a.sets),
+                ("--node", a.node),
+                ("--metrics", a.metrics),
+                ("--pull-model", a.pull_model),
             )
             if v
         ]
@@ -178,33 +165,19 @@ def up(
             )
         result: dict[str, Any] = {}
         try:
-            stack_up(stack, inventory, recipes_dir, dry_run, timeout, Out(as_json), result, fabric_gate)
+            stack_up(stack, a.inventory, a.recipes_dir, a.dry_run, a.timeout, Out(as_json), result, a.fabric_gate_on)
         finally:
             if as_json and result:
                 emit_json(result)
         return
-    run_up(
-        as_json,
-        recipe=recipe,
-        topology=topology,
-        backend=backend,
-        inventory=inventory,
-        sets=sets,
-        recipes_dir=recipes_dir,
-        node=node,
-        dry_run=dry_run,
-        timeout=timeout,
-        metrics=metrics,
-        pull_model=pull_model,
-        fabric_gate_on=fabric_gate,
-    )
+    run_up(as_json, recipe, up_args)
 
 
-def run_up(as_json: bool, **options) -> None:
+def run_up(as_json: bool, recipe: str | None, up_args: UpArgs) -> None:
     """`up` and `run-recipe`: the library's deploy, shown to people (or as JSON, even when it fails)."""
     result: dict[str, Any] = {}
     try:
-        deploy(reporter=Out(as_json), result=result, **options)
+        deploy(reporter=Out(as_json), result=result, recipe=recipe, **dataclasses.asdict(up_args))
     finally:
         if as_json and result:
             emit_json(result)

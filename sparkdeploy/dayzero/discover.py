@@ -65,7 +65,9 @@ class Port:
 
 
 @dataclass
-class NodeFacts:
+class DiscoveredNode:
+    """A new node as `init` sees it: what the facts layer read (facts.NodeFacts, set DAYZERO), its ports grouped."""
+
     host: str  # the management address we connected to
     host_key: str = ""  # its SSH host key fingerprint
     hostname: str = ""
@@ -112,9 +114,9 @@ def _hca_order(hca: str) -> tuple[int, str]:
     return (int(m.group("domain") or 0) if m else 0, hca)
 
 
-def from_facts(host: str, facts: node_facts.NodeFacts, host_key: str = "") -> NodeFacts:
+def from_facts(host: str, facts: node_facts.NodeFacts, host_key: str = "") -> DiscoveredNode:
     """The facts layer's NodeFacts (set DAYZERO) -> the day-zero view. Pure: tested on real and stand-in output."""
-    f = NodeFacts(host=host, host_key=host_key, machine_id=facts.machine_id, hostname=facts.hostname)
+    f = DiscoveredNode(host=host, host_key=host_key, machine_id=facts.machine_id, hostname=facts.hostname)
     gpu = facts.gpu
     if gpu is None or gpu.rc != 0:
         f.gpu_error = "nvidia-smi not found" if gpu and gpu.rc == 127 else (gpu.error if gpu else "")
@@ -171,13 +173,13 @@ def from_facts(host: str, facts: node_facts.NodeFacts, host_key: str = "") -> No
     return f
 
 
-def read(conn: NodeConnection, host_key: str = "") -> NodeFacts:
+def read(conn: NodeConnection, host_key: str = "") -> DiscoveredNode:
     """One node's day-zero view, read in one round trip over `conn` (key or password login alike)."""
     args = node_facts.FactArgs(fabric_ifaces=(node_facts.EVERY_PORT,))
     return from_facts(conn.node.mgmt_ip, node_facts.gather(conn, "dayzero", args, timeout=TIMEOUT_S), host_key)
 
 
-def read_node(node: Node, inv: Inventory, key_fp: str, password: str | None) -> NodeFacts:
+def read_node(node: Node, inv: Inventory, key_fp: str, password: str | None) -> DiscoveredNode:
     """Connect (host key verified by the inventory's known_hosts; `password` where the key is not taken yet)
     and read the node's day-zero view."""
     with NodeConnection(node, inv) as conn:

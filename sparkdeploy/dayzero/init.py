@@ -44,7 +44,7 @@ class InitOptions:
 class InitResult:
     hosts: list[str]
     keys: list[HostKey] = field(default_factory=list)
-    facts: list[discover.NodeFacts] = field(default_factory=list)
+    facts: list[discover.DiscoveredNode] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # hosts that could not be read
     plan: planner.InitPlan | None = None
     text: str = ""

@@ -1,5 +1,5 @@
 """The fabric's netplan file for each node, rendered from the inventory (templates/netplan-fabric.yaml.j2), and
-the checks that refuse bad input before anything changes. Pure: the node facts come in as discover.NodeFacts.
+the checks that refuse bad input before anything changes. Pure: the node facts come in as discover.DiscoveredNode.
 
 Topologies: a direct cable (two nodes) or a switch (any number): every node's first fabric interface gets its
 fabric_ip on the one subnet; a second fabric interface (a second cable, "both ports") gets the same host number
@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from sparkdeploy.dayzero.discover import NodeFacts
+from sparkdeploy.dayzero.discover import DiscoveredNode
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.fabric_mesh import LAYOUTS
@@ -62,7 +62,7 @@ def port_addresses(inv: Inventory, node: Node) -> list[PortConfig]:
     return out
 
 
-def ports_for(inv: Inventory, node: Node, facts: NodeFacts | None) -> list[PortConfig]:
+def ports_for(inv: Inventory, node: Node, facts: DiscoveredNode | None) -> list[PortConfig]:
     ports = port_addresses(inv, node)
     present = set(facts.addresses) if facts is not None else set()
     for p in list(ports):
@@ -72,7 +72,7 @@ def ports_for(inv: Inventory, node: Node, facts: NodeFacts | None) -> list[PortC
     return ports
 
 
-def render_node(inv: Inventory, node: Node, facts: NodeFacts | None, renderer: str | None = None) -> str:
+def render_node(inv: Inventory, node: Node, facts: DiscoveredNode | None, renderer: str | None = None) -> str:
     return render(
         TEMPLATE,
         node=node.name,
@@ -84,7 +84,7 @@ def render_node(inv: Inventory, node: Node, facts: NodeFacts | None, renderer: s
     )
 
 
-def problems(inv: Inventory, facts: dict[str, NodeFacts]) -> list[Problem]:
+def problems(inv: Inventory, facts: dict[str, DiscoveredNode]) -> list[Problem]:
     """Bad input, one line each: an interface the node does not have (or its management one), a subnet that
     overlaps another network of a node, an address some node already holds, an MTU the port refuses."""
     src = inv.source
@@ -171,7 +171,7 @@ def _fabric_names(inv: Inventory, node: Node) -> set[str]:
     return {n for name in node.fabric_ifaces for n in (name, twin(name)) if n}
 
 
-def check(inv: Inventory, facts: dict[str, NodeFacts]) -> None:
+def check(inv: Inventory, facts: dict[str, DiscoveredNode]) -> None:
     found = problems(inv, facts)
     if found:
         raise ConfigError(found)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkdeploy.dayzero import netplan
-from sparkdeploy.dayzero.discover import NodeFacts, read_node
+from sparkdeploy.dayzero.discover import DiscoveredNode, read_node
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node
@@ -109,7 +109,7 @@ def _owned(files: dict[str, str | None], names: set[str]) -> tuple[str | None, d
 @dataclass
 class Prepared:
     node: Node
-    facts: NodeFacts
+    facts: DiscoveredNode
     inspect: dict
     result: NodeNet
     ours: str | None
@@ -181,7 +181,7 @@ def apply_node(inv: Inventory, p: Prepared, takeover: list[str], rollback_s: int
 def verify(inv: Inventory, results: dict[str, NodeNet]) -> None:
     """DF pings at the MTU from every node to every other; RDMA devices up and the GID of the fabric address."""
 
-    def one(node: Node) -> tuple[dict[str, str], NodeFacts]:
+    def one(node: Node) -> tuple[dict[str, str], DiscoveredNode]:
         pings: dict[str, str] = {}
         with NodeConnection(node, inv) as conn:
             for iface, peers in ping_targets(inv, node):

@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sparkdeploy.dayzero.discover import NodeFacts, Port
+from sparkdeploy.dayzero.discover import DiscoveredNode, Port
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import LABEL_NAME
 
@@ -41,7 +41,7 @@ class Finding:
 
 @dataclass
 class NodeDraft:
-    facts: NodeFacts
+    facts: DiscoveredNode
     name: str
     ports: list[Port]  # the fabric ports chosen: the ones up, else the first one
     fabric_ip: str = ""
@@ -63,7 +63,7 @@ class InitPlan:
         return [f for f in self.findings if f.severity == "warning"]
 
 
-def _names(facts: list[NodeFacts]) -> list[str]:
+def _names(facts: list[DiscoveredNode]) -> list[str]:
     """The hostnames when each is a valid, unique label; spark1, spark2, ... otherwise."""
     hostnames = [f.hostname for f in facts]
     if all(h and LABEL_NAME.match(h) for h in hostnames) and len(set(hostnames)) == len(hostnames):
@@ -71,7 +71,7 @@ def _names(facts: list[NodeFacts]) -> list[str]:
     return [f"spark{i + 1}" for i in range(len(facts))]
 
 
-def _same_machine(facts: list[NodeFacts]) -> list[Finding]:
+def _same_machine(facts: list[DiscoveredNode]) -> list[Finding]:
     out = []
     for i, a in enumerate(facts):
         for b in facts[:i]:
@@ -92,7 +92,7 @@ def _same_machine(facts: list[NodeFacts]) -> list[Finding]:
     return out
 
 
-def _node_findings(f: NodeFacts, many: bool) -> list[Finding]:
+def _node_findings(f: DiscoveredNode, many: bool) -> list[Finding]:
     out = []
     sim = " (SIMULATED)" if "gpu" in f.simulated else ""
     if not f.gb10:
@@ -163,7 +163,7 @@ def _cable_findings(drafts: list[NodeDraft]) -> list[Finding]:
     ]
 
 
-def _used_networks(facts: list[NodeFacts], skip: set[str]) -> list[ipaddress.IPv4Interface]:
+def _used_networks(facts: list[DiscoveredNode], skip: set[str]) -> list[ipaddress.IPv4Interface]:
     used = []
     for f in facts:
         for ifname, addrs in f.addresses.items():
@@ -238,7 +238,7 @@ def _fabric_addresses(drafts: list[NodeDraft], subnet: str | None) -> tuple[str,
     return str(net), []
 
 
-def plan(facts: list[NodeFacts], fabric_subnet: str | None = None) -> InitPlan:
+def plan(facts: list[DiscoveredNode], fabric_subnet: str | None = None) -> InitPlan:
     many = len(facts) > 1
     drafts = []
     for f, name in zip(facts, _names(facts), strict=True):

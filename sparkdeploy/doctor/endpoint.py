@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 from sparkdeploy.deployment import health_path
+from sparkdeploy.facts import ContainerFact
 from sparkdeploy.inventory import Node
 
 from . import engine
@@ -61,12 +62,12 @@ def http(url: str, body: dict | None = None, key: str | None = None, timeout: fl
         return status, raw, seconds
 
 
-def _ours(run: DoctorRun, node: Node) -> list[dict]:
+def _ours(run: DoctorRun, node: Node) -> list[ContainerFact]:
     only = run.options.deployment
     return [
         c
-        for c in engine.facts(run, node)["containers"]
-        if c["role"] in (*SERVING_ROLES, "proxy", "worker") and (only is None or c.get("deployment") == only)
+        for c in run.node_facts(node).containers
+        if c.role in (*SERVING_ROLES, "proxy", "worker") and (only is None or c.label("deployment") == only)
     ]
 
 
@@ -94,15 +95,15 @@ def stack_ports(run: DoctorRun, node: Node) -> dict[str, int]:
     return run.facts(node, "stack-ports", read)
 
 
-def _base(run: DoctorRun, node: Node, c: dict) -> str:
-    port = run.inventory.cluster.proxy_port if c["role"] == "proxy" else run.inventory.cluster.vllm_port  # type: ignore[union-attr]  # checks run only with an inventory (runner)
-    if c.get("deployment"):  # a stack's container: its own port (its deployment's manifest)
-        port = stack_ports(run, node).get(c["name"], port)
+def _base(run: DoctorRun, node: Node, c: ContainerFact) -> str:
+    port = run.inventory.cluster.proxy_port if c.role == "proxy" else run.inventory.cluster.vllm_port  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+    if c.label("deployment"):  # a stack's container: its own port (its deployment's manifest)
+        port = stack_ports(run, node).get(c.name, port)
     return f"http://{node.url_host}:{port}"
 
 
 def _none_up(run: DoctorRun, node: Node) -> Result | None:
-    if not engine.facts(run, node)["running"]:
+    if not run.node_facts(node).docker_ok:
         return skip("engine not running (see engine.running)")
     if not _ours(run, node):
         return skip(f"no sparkdeploy container on {node.name} (no topology up here)")
@@ -116,21 +117,21 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
     out = []
     key = run.secrets.get("LITELLM_MASTER_KEY")
     for c in _ours(run, node):
-        label = f"{c['name']} ({c['role']})"
-        if c["state"] != "running":
-            out.append(fail(f"{label} is {c['status']}", "running", f"docker logs {c['name']} on {node.name}"))
+        label = f"{c.name} ({c.role})"
+        if c.status != "running":
+            out.append(fail(f"{label} is {engine.state_text(c)}", "running", f"docker logs {c.name} on {node.name}"))
             continue
-        if c["role"] == "worker":
+        if c.role == "worker":
             out.append(ok(f"{label} running (served by the head)", "running"))
             continue
         base = _base(run, node, c)
-        path = health_path(c["role"])
+        path = health_path(c.role)
         try:
             status, _, secs = http(base + path)
         except HttpError as exc:
-            out.append(fail(f"{label} {base}{path}: {exc}", "200", f"docker logs --tail 50 {c['name']} on {node.name}"))
+            out.append(fail(f"{label} {base}{path}: {exc}", "200", f"docker logs --tail 50 {c.name} on {node.name}"))
             continue
-        if c["role"] == "proxy" and key:
+        if c.role == "proxy" and key:
             # LiteLLM's /health calls every backend: the proxy's own view of them.
             try:
                 _, body, _ = http(base + "/health", key=key, timeout=COMPLETION_TIMEOUT_S / 2)
@@ -153,7 +154,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
                     fail(
                         f"{label} /health (backends): {exc}",
                         "200, every backend healthy",
-                        f"docker logs --tail 50 {c['name']} on {node.name}",
+                        f"docker logs --tail 50 {c.name} on {node.name}",
                     )
                 )
                 continue
@@ -168,12 +169,12 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
     out = []
     key = run.secrets.get("LITELLM_MASTER_KEY")
     for c in _ours(run, node):
-        if c["role"] == "worker" or c["state"] != "running":
+        if c.role == "worker" or c.status != "running":
             continue
-        label = f"{c['name']} ({c['role']})"
+        label = f"{c.name} ({c.role})"
         base = _base(run, node, c)
-        use_key = key if c["role"] == "proxy" else None
-        if c["role"] == "proxy" and not key:
+        use_key = key if c.role == "proxy" else None
+        if c.role == "proxy" and not key:
             out.append(
                 fail(
                     f"{label}: no LITELLM_MASTER_KEY in the secrets file",
@@ -195,7 +196,7 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
             tokens = (body.get("usage") or {}).get("completion_tokens")
         except HttpError as exc:
             out.append(
-                fail(f"{label}: {exc}", "a one-token completion", f"docker logs --tail 50 {c['name']} on {node.name}")
+                fail(f"{label}: {exc}", "a one-token completion", f"docker logs --tail 50 {c.name} on {node.name}")
             )
             continue
         except (KeyError, IndexError, TypeError, AttributeError):
@@ -203,7 +204,7 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
                 fail(
                     f"{label}: unexpected answer shape",
                     "an OpenAI completion object",
-                    f"docker logs --tail 50 {c['name']} on {node.name}",
+                    f"docker logs --tail 50 {c.name} on {node.name}",
                 )
             )
             continue
@@ -213,7 +214,7 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
                     FAIL,
                     f"{label}: 0 tokens generated",
                     ">= 1 token",
-                    f"docker logs --tail 50 {c['name']} on {node.name}",
+                    f"docker logs --tail 50 {c.name} on {node.name}",
                 )
             )
             continue

@@ -18,28 +18,7 @@ DISK_WARN_GIB = 50
 MIN_FREE_DISK_GIB = 2  # the HF cache beyond the weights, and the state dir in $HOME
 
 
-def facts(run: DoctorRun, node: Node) -> dict:
-    """The engine and sparkdeploy's containers as endpoint/nccl_probe read them: a view of the node's facts."""
-    f = run.node_facts(node)
-    return {
-        "running": f.docker_ok,
-        "containers": [
-            {
-                "name": c.name,
-                "state": c.status,
-                "status": _status(c),
-                "image": c.image_ref,
-                "role": c.role,
-                "recipe": c.recipe,
-                "topology": c.topology,
-                "deployment": c.label("deployment"),  # a stack's deployment (up --stack)
-            }
-            for c in f.containers
-        ],
-    }
-
-
-def _status(c: ContainerFact) -> str:
+def state_text(c: ContainerFact) -> str:
     """Docker's words for a container's state, as `docker ps` writes them (Paused, Exited (137), ...)."""
     if c.status == "exited":
         return f"Exited ({c.exit_code})"

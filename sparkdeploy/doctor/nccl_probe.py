@@ -27,7 +27,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 from sparkdeploy.plan import DOCTOR_FOLDER
 
-from . import engine, graph_advice
+from . import graph_advice
 from .model import FAIL, PASS, WARN, Result, fail
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
 from .session import DoctorRun
@@ -194,9 +194,7 @@ def allreduce(run: DoctorRun) -> Result:
         f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
     )
     if not run.simulated_image:
-        busy = {
-            n.name: [c["name"] for c in engine.facts(run, n)["containers"] if c["state"] == "running"] for n in nodes
-        }
+        busy = {n.name: [c.name for c in run.node_facts(n).containers if c.status == "running"] for n in nodes}
         busy = {k: v for k, v in busy.items() if v}
         if busy:
             return fail(

@@ -8,7 +8,7 @@ over the fabric with `images push --from`'s chain (push_from.py): the bytes neve
 
 sparkdeploy did not build such an image, so the CLI its vLLM accepts is read from the image itself: `vllm serve
 --help=all` (or `--help`, which older releases and vllm-sim print whole) run once in a throw-away container on
-the node (no network), parsed into the flag list `vllm_args.check_args` uses for our own images, and kept in
+the node (no network), parsed into the flag list `images/vllm_cli.check_args` uses for our own images, and kept in
 the local state by image digest, so `recipes lint`, `--set` checks and `up` check its flags like ours.
 
 The lab proves this against a real registry of its own (sparkdeploy/lab/registry.py: Debian's docker-registry).
@@ -45,7 +45,7 @@ _OPTION = re.compile(r"^(-{1,2}[A-Za-z0-9][\w.+-]*)(?:[ =](.+))?$")
 
 
 def parse_help(text: str) -> dict[str, Any]:
-    """`vllm serve --help` text -> {"flags": {flag: {"takes_value", "choices"?}}} (vllm_args.check_args' format).
+    """`vllm serve --help` text -> {"flags": {flag: {"takes_value", "choices"?}}} (images/vllm_cli.check_args' format).
     Every option string of a line is a flag; one followed by a metavar takes a value; `{a,b}` lists its choices."""
     flags: dict[str, dict[str, Any]] = {}
     for line in text.splitlines():

@@ -6,8 +6,8 @@ the CX7 link. Its egress is shaped with tc to HUB_RATE_MBIT, a tenth of what the
 SSH stream on the development machines (see docs/benchmarks.md), so the lab shows why copying over the fabric matters.
 The lab's HF_TOKEN is the token that opens its gated repository (a 0600 file in the container).
 
-Reused while its config hash (image, repositories, rate, token digest, server code) matches; replaced otherwise.
-`lab down` removes it with the rest (same labels); the nodes' listing skips it (no node label).
+A lab service (service.py): reused while its config hash (image, repositories, rate, token digest, server code)
+matches, replaced otherwise.
 """
 
 from __future__ import annotations
@@ -21,16 +21,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import docker
-
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.lab import hub_repo
-from sparkdeploy.lab.spec import CONFIG_LABEL, LabSpec
+from sparkdeploy.lab import hub_repo, service
+from sparkdeploy.lab.spec import LabSpec
 
 HUB_HOST = 5  # MGMT .5: away from the gateway (.1) and the nodes (.11 up)
 HUB_PORT = 80
 HUB_RATE_MBIT = 50  # one SSH stream over the lab's fabric moves ~60 MB/s (~500 Mbit/s) on the 2-core machines
-ROLE_LABEL = "io.sparkdeploy.lab.role"
 SERVER = Path(__file__).with_name("hub_server.py")
 LAYOUT = 1  # bump when create() changes in a way the hash fields do not show
 
@@ -85,66 +82,31 @@ def ensure(client, spec: LabSpec, image_tag: str, secrets_path: Path, say, rate_
     image_id = client.images.get(image_tag).id
     chash = _config_hash(image_id, repos, token, rate_mbit)
     name = container_name(spec)
-    try:
-        container = client.containers.get(name)
-        if (container.labels or {}).get(CONFIG_LABEL) != chash:
-            say(f"hub: replacing {name} (image, repositories, rate or token changed)")
-            container.remove(force=True)
-            container = None
-    except docker.errors.NotFound:
-        container = None
+    container = service.reusable(
+        client, name, chash, lambda: say(f"hub: replacing {name} (image, repositories, rate or token changed)")
+    )
     if container is None:
         say(f"hub: {name} on {hub_ip(spec)} (management network only, egress shaped to {rate_mbit} Mbit/s)")
-        api = client.api
         # tc first: a hub that could not be shaped must not serve at full speed (the benchmark would lie).
         script = (
             f"tc qdisc replace dev eth0 root tbf rate {int(rate_mbit)}mbit burst 256kb latency 400ms "
             f"&& exec python3 /srv/hub/hub_server.py /srv/hub/repos {HUB_PORT} /srv/hub-secret/token"
         )
-        host_config = api.create_host_config(
+        container = service.create(
+            client,
+            spec,
+            role="hub",
+            name=name,
+            image=image_tag,
+            ip=hub_ip(spec),
+            config=chash,
+            command=["sh", "-c", script],
             cap_add=["NET_ADMIN"],
-            network_mode=spec.mgmt_network,
-            init=True,
-            restart_policy={"Name": "unless-stopped"},
             binds=[f"{repos}:/srv/hub/repos:ro", f"{SERVER}:/srv/hub/hub_server.py:ro"],
         )
-        networking = api.create_networking_config(
-            {spec.mgmt_network: api.create_endpoint_config(ipv4_address=hub_ip(spec))}
-        )
-        labels = dict(spec.labels(), **{CONFIG_LABEL: chash, ROLE_LABEL: "hub"})
-        created = api.create_container(
-            image_tag,
-            name=name,
-            hostname="hub",
-            detach=True,
-            labels=labels,
-            command=["sh", "-c", script],
-            host_config=host_config,
-            networking_config=networking,
-        )
-        container = client.containers.get(created["Id"])
         _put_token(container, token)
-    container.reload()
-    if container.status != "running":
-        container.start()
-    wait_ready(spec, container)
+    service.start(container, "hub", endpoint(spec) + "/_lab/stats", endpoint(spec))
     return container
-
-
-def wait_ready(spec: LabSpec, container, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(endpoint(spec) + "/_lab/stats", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        container.reload()
-        if container.status not in ("running", "created") or time.monotonic() > deadline:
-            logs = container.logs(tail=20).decode(errors="replace")
-            raise StepFailed(f"lab hub {container.name} does not answer on {endpoint(spec)}:\n{logs}")
-        time.sleep(0.3)
 
 
 def stats(spec: LabSpec) -> dict:

@@ -8,7 +8,7 @@ SIGHUP): a lab setting, never an owner's default. This machine's own Docker engi
 `publish` puts an image the lab built into it: on the first node, a one-line `FROM` of the lab's vllm-sim with
 a label of its own (a new image ID over the same layers, so no node has it yet), pushed by tag with that node's
 `docker push`, then its local tag removed. Registry images are then pulled from a real registry in the lab
-(tests/images/test_registry_lab.py). Started on demand (`ensure`), removed by `lab down` with the rest (labels).
+(tests/images/test_registry_lab.py). Started on demand (`ensure`): a lab service (service.py).
 """
 
 from __future__ import annotations
@@ -17,19 +17,15 @@ import ipaddress
 import json
 import shlex
 import time
-import urllib.request
-
-import docker
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.build import ensure_image
-from sparkdeploy.lab import nodes
-from sparkdeploy.lab.spec import CONFIG_LABEL, LabSpec
+from sparkdeploy.lab import nodes, service
+from sparkdeploy.lab.spec import LabSpec
 
 REGISTRY_HOST = 6  # MGMT .6: beside the hub (.5), away from the gateway (.1) and the nodes (.11 up)
 REGISTRY_PORT = 5000
 IMAGE = "lab-registry"
-ROLE_LABEL = "io.sparkdeploy.lab.role"
 DAEMON_JSON = "/etc/docker/daemon.json"
 
 
@@ -47,55 +43,16 @@ def ensure(client, spec: LabSpec, say=lambda _line: None) -> str:
     tag = ensure_image(IMAGE, client, progress=say)
     image_id = client.images.get(tag).id
     name = container_name(spec)
-    try:
-        container = client.containers.get(name)
-        if (container.labels or {}).get(CONFIG_LABEL) != image_id[7:23]:
-            container.remove(force=True)
-            container = None
-    except docker.errors.NotFound:
-        container = None
+    config = image_id[7:23]
+    container = service.reusable(client, name, config)
     if container is None:
         say(f"registry: {name} on {address(spec)} (management network only, plain HTTP)")
-        api = client.api
-        host_config = api.create_host_config(
-            network_mode=spec.mgmt_network, init=True, restart_policy={"Name": "unless-stopped"}
-        )
         ip = address(spec).split(":")[0]
-        networking = api.create_networking_config({spec.mgmt_network: api.create_endpoint_config(ipv4_address=ip)})
-        labels = dict(spec.labels(), **{CONFIG_LABEL: image_id[7:23], ROLE_LABEL: "registry"})
-        created = api.create_container(
-            tag,
-            name=name,
-            hostname="registry",
-            detach=True,
-            labels=labels,
-            host_config=host_config,
-            networking_config=networking,
-        )
-        container = client.containers.get(created["Id"])
-    container.reload()
-    if container.status != "running":
-        container.start()
-    _wait_ready(spec, container)
+        container = service.create(client, spec, role="registry", name=name, image=tag, ip=ip, config=config)
+    service.start(container, "registry", f"http://{address(spec)}/v2/", address(spec))
     for node in nodes.list_containers(client, spec):  # every node of the lab as it runs (N, whatever --nodes was)
         trust_on_node(client, spec, nodes.node_name(node))
     return address(spec)
-
-
-def _wait_ready(spec: LabSpec, container, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://{address(spec)}/v2/", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        container.reload()
-        if container.status not in ("running", "created") or time.monotonic() > deadline:
-            logs = container.logs(tail=20).decode(errors="replace")
-            raise StepFailed(f"lab registry {container.name} does not answer on {address(spec)}:\n{logs}")
-        time.sleep(0.3)
 
 
 def trust_on_node(client, spec: LabSpec, node: str) -> None:

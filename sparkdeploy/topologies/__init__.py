@@ -15,13 +15,13 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard import deploy as guard_deploy
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
+from sparkdeploy.images.vllm_cli import check_env
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import cluster, replicas, solo, twosolo
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.metrics_stack import add_prometheus
-from sparkdeploy.vllm_args import check_env
 
 
 @dataclass(frozen=True)

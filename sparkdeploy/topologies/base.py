@@ -19,7 +19,7 @@ from sparkdeploy.deployment import (
     config_hash,
     health_path,
 )
-from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
 from sparkdeploy.render import render
@@ -120,6 +120,42 @@ class Context:
             health_port=port,
             args=args,
             headless=False,
+        )
+
+    def rendered(self, name: str, template: str, **variables: Any) -> FileSpec:
+        """A file of the deployment rendered from `template`, which also gets the recipe's name and the topology."""
+        return FileSpec(
+            name, render(template, recipe_name=self.recipe.name, topology=self.resolved.topology, **variables)
+        )
+
+    def side_container(
+        self,
+        nd: NodeDeployment,
+        *,
+        role: str,
+        name: str,
+        entry: str,
+        image: str,
+        port: int,
+        health_port: int | None,
+        files: tuple[FileSpec, ...],
+        **entry_vars: Any,
+    ) -> None:
+        """A container beside the engines (the LiteLLM proxy, Prometheus): image definition `image`, no GPU, one
+        port; its entry script entry-<entry>.sh.j2 (<entry>.entry.sh on the node) gets `port` and entry_vars."""
+        self.container(
+            nd,
+            role=role,
+            name=name,
+            entry_template=f"entry-{entry}.sh.j2",
+            entry_name=f"{entry}.entry.sh",
+            image_tag=load_definition(image).tag,
+            gpus=False,
+            ports=(port,),
+            health_port=health_port,
+            extra_files=files,
+            port=port,
+            **entry_vars,
         )
 
     def container(

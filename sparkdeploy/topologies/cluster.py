@@ -15,10 +15,11 @@ from typing import Any
 
 from sparkdeploy.backend_features import check_backend_flags
 from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.inventory import Node
 from sparkdeploy.topologies import layout
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context
-from sparkdeploy.vllm_args import Distributed, check_args, serve_args
+from sparkdeploy.vllm_args import Distributed, serve_args
 
 RAY_JOIN_TIMEOUT_S = 600
 RAY_JOIN_ATTEMPTS = 120

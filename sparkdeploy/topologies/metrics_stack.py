@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.deployment import FileSpec, NodeDeployment
-from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.render import render
 from sparkdeploy.topologies.base import Context
 
 PROMETHEUS_CONTAINER = "sparkdeploy-prometheus"
@@ -59,33 +57,22 @@ def add_prometheus(ctx: Context, nodes: list[NodeDeployment]) -> str:
         nodes.append(nd)
     key = ctx.secrets.get("LITELLM_MASTER_KEY")
     proxied = any(c.role == "proxy" for n in nodes for c in n.containers)
-    config = FileSpec(
-        "prometheus.yml",
-        render(
-            "prometheus.yml.j2",
-            config=prometheus_config(nodes, bool(key)),
-            recipe_name=ctx.recipe.name,
-            topology=ctx.resolved.topology,
-        ),
-    )
+    config = ctx.rendered("prometheus.yml", "prometheus.yml.j2", config=prometheus_config(nodes, bool(key)))
     extra = [config]
     if proxied and key:
         extra.append(FileSpec(KEY_FILE, key + "\n", mode=0o600, secret=True))
     elif proxied:
         ctx.warnings.append("metrics: no LITELLM_MASTER_KEY, so Prometheus cannot scrape the proxy")
     port = ctx.cluster.metrics_port
-    ctx.container(
+    ctx.side_container(
         nd,
         role="metrics",
         name=PROMETHEUS_CONTAINER,
-        entry_template="entry-prometheus.sh.j2",
-        entry_name="prometheus.entry.sh",
-        image_tag=load_definition(PROMETHEUS_IMAGE).tag,
-        gpus=False,
-        ports=(port,),
-        health_port=None,
-        extra_files=tuple(extra),
+        entry="prometheus",
+        image=PROMETHEUS_IMAGE,
         port=port,
+        health_port=None,
+        files=tuple(extra),
         retention=RETENTION,
     )
     return f"http://{head.url_host}:{port}"

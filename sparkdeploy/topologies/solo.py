@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.topologies.base import Context
-from sparkdeploy.vllm_args import check_args, serve_args
+from sparkdeploy.vllm_args import serve_args
 
 
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:

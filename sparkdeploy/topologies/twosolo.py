@@ -8,18 +8,16 @@ network: 2xsolo does not need the fabric link at all.
 
 from __future__ import annotations
 
-from sparkdeploy.deployment import FileSpec, NodeDeployment
-from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.render import render
+from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
-from sparkdeploy.vllm_args import check_args, serve_args
+from sparkdeploy.vllm_args import serve_args
 
 PROXY_IMAGE = "litellm-proxy"
 
 
 def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
     name = ctx.recipe.public_name
-    lite = ctx.recipe.litellm
     return {
         "model_list": [
             {
@@ -29,13 +27,7 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
             }
             for node_name, url in backends
         ],
-        "router_settings": {
-            "routing_strategy": lite.routing_strategy,
-            "num_retries": lite.num_retries,
-            "timeout": lite.timeout,
-            "allowed_fails": lite.allowed_fails,
-            "cooldown_time": lite.cooldown_time,
-        },
+        "router_settings": ctx.recipe.litellm.router_settings(),
         # /metrics (needs the master key): per-backend request counts for `sparkdeploy top` and Prometheus.
         "litellm_settings": {"callbacks": ["prometheus"]},
         "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
@@ -53,29 +45,21 @@ def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[st
         )
     proxy_port = ctx.cluster.proxy_port
     head = next(nd for nd in nodes if nd.node.role == "head")
-    config = litellm_config(ctx, backends)
-    config_file = FileSpec(
+    config_file = ctx.rendered(
         "litellm-config.yaml",
-        render(
-            "litellm-config.yaml.j2",
-            config=config,
-            recipe_name=ctx.recipe.name,
-            topology=ctx.resolved.topology,
-            routing_strategy=ctx.recipe.litellm.routing_strategy,
-        ),
+        "litellm-config.yaml.j2",
+        config=litellm_config(ctx, backends),
+        routing_strategy=ctx.recipe.litellm.routing_strategy,
     )
-    ctx.container(
+    ctx.side_container(
         head,
         role="proxy",
         name=PROXY_CONTAINER,
-        entry_template="entry-litellm.sh.j2",
-        entry_name="litellm.entry.sh",
-        image_tag=load_definition(PROXY_IMAGE).tag,
-        gpus=False,
-        ports=(proxy_port,),
-        health_port=proxy_port,
-        extra_files=(config_file,),
+        entry="litellm",
+        image=PROXY_IMAGE,
         port=proxy_port,
+        health_port=proxy_port,
+        files=(config_file,),
         num_workers=ctx.recipe.litellm.num_workers,
     )
     return f"http://{head.node.url_host}:{proxy_port}/v1"

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from sparkdeploy.dayzero import netplan
-from sparkdeploy.dayzero.discover import NodeFacts
+from sparkdeploy.dayzero.discover import DiscoveredNode
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.inventory import Inventory
 from tests.dayzero.netplan_real import files, generate
@@ -29,10 +29,10 @@ def inventory(nodes: int = 2, ifaces=(("enp1s0f1np1",), ("enP2p1s0f1np1",)), fab
     return Inventory.model_validate(data)
 
 
-def facts(node, extra: dict | None = None, max_mtu: int = 9216) -> NodeFacts:
+def facts(node, extra: dict | None = None, max_mtu: int = 9216) -> DiscoveredNode:
     addresses = {"enP7s7": [f"{node.mgmt_ip}/24"], "enp1s0f1np1": [], "enP2p1s0f1np1": [], "enp1s0f0np0": []}
     addresses.update(extra or {})
-    return NodeFacts(
+    return DiscoveredNode(
         host=node.mgmt_ip, mgmt_iface="enP7s7", addresses=addresses, max_mtu=dict.fromkeys(addresses, max_mtu)
     )
 

@@ -16,7 +16,7 @@ import requests
 import yaml
 
 from tests.sim.chat_suite import WEATHER, expected_shape, run_suite
-from tests.sim.conftest import Proc, free_port, sim_env, wait_http
+from tests.sim.conftest import free_port
 from vllm_sim.chat_frontend import example_value
 from vllm_sim.formats import StreamParser, read_tool_call, write_tool_call
 from vllm_sim.textgen import pieces
@@ -47,18 +47,24 @@ def test_the_shipped_recipes_name_parsers():
     assert {(t, r) for _, t, r in PARSERS} >= {("qwen3_coder", None), ("glm47", "glm45"), ("qwen3_coder", "qwen3")}
 
 
+def _round_trip(parser: str, reasoning_parser: str, thinking: str, markup: str):
+    """A call written by `parser` is the exact `markup`; after the reasoning (`thinking`, closed the parser's
+    way) it parses back whole: the reasoning, no content, the one call."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call(parser, "get_weather", {"city": "Paris", "days": 2})
+    assert call == markup
+    whole = StreamParser(parser, True, tools, reasoning_parser).feed(thinking + call, final=True)
+    assert whole.content == "" and whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+    return whole
+
+
 def test_minimax_m2_tool_call_round_trips():
     """MiniMax-M2 (vLLM's minimax_m2 tool parser): <minimax:tool_call><invoke name=...><parameter name=...>."""
-    tools = {"get_weather": WEATHER["function"]}
-    call = write_tool_call("minimax_m2", "get_weather", {"city": "Paris", "days": 2})
-    assert call == (
+    markup = (
         '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
         '<parameter name="days">2</parameter>\n</invoke>\n</minimax:tool_call>'
     )
-    text = "thinking</think>" + call
-    whole = StreamParser("minimax_m2", True, tools, "minimax_m2").feed(text, final=True)
-    assert (whole.reasoning, whole.content) == ("thinking", "")
-    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+    assert _round_trip("minimax_m2", "minimax_m2", "thinking</think>", markup).reasoning == "thinking"
 
 
 def test_llama3_json_call_runs_to_the_end_of_the_output():
@@ -92,17 +98,15 @@ def test_tool_call_markup_round_trips_through_the_parser(parser):
 
 def test_harmony_tool_call_round_trips_and_streams_as_the_whole_parse():
     """gpt-oss (--tool-call-parser openai --reasoning-parser openai_gptoss): harmony channels, not <think>."""
-    tools = {"get_weather": WEATHER["function"]}
-    call = write_tool_call("openai", "get_weather", {"city": "Paris", "days": 2})
-    assert call == (
+    markup = (
         "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         '{"city": "Paris", "days": 2}<|call|>'
     )
-    text = "<|channel|>analysis<|message|>thinking about it<|end|>" + call
-    whole = StreamParser("openai", True, tools, "openai_gptoss").feed(text, final=True)
-    assert (whole.reasoning, whole.content) == ("thinking about it", "")
-    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
-    streamed = StreamParser("openai", True, tools, "openai_gptoss")
+    thinking = "<|channel|>analysis<|message|>thinking about it<|end|>"
+    whole = _round_trip("openai", "openai_gptoss", thinking, markup)
+    assert whole.reasoning == "thinking about it"
+    text = thinking + markup
+    streamed = StreamParser("openai", True, {"get_weather": WEATHER["function"]}, "openai_gptoss")
     got = [streamed.feed(p, final=i == len(pieces(text)) - 1) for i, p in enumerate(pieces(text))]
     assert "".join(g.content for g in got) == "" and [c for g in got for c in g.tool_calls] == whole.tool_calls
     answer = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
@@ -140,142 +144,81 @@ def test_example_values_follow_the_schema():
     assert example_value({"type": "array", "items": {"type": "boolean"}}) == [True]
 
 
-def start_sim(tmp_path, *flags: str) -> tuple[Proc, str]:
-    port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "vllm_sim",
-            "serve",
-            MODEL,
-            "--port",
-            str(port),
-            "--host",
-            "127.0.0.1",
-            "--max-model-len",
-            "4096",
-            *flags,
-        ],
-        sim_env(0.01),
-        tmp_path / "sim.log",
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_http(base + "/health", proc=proc.p)
-    return proc, base
+@pytest.fixture
+def start_sim(sim_server):
+    """A sim server of MODEL with these flags (stopped after the test); returns its base URL."""
+
+    def start(*flags: str) -> str:
+        base, _proc = sim_server("--max-model-len", "4096", *flags, model=MODEL, time_scale=0.01)
+        return base
+
+    return start
 
 
 @pytest.mark.parametrize("recipe,tool_parser,reasoning_parser", PARSERS, ids=[p[0] for p in PARSERS])
-def test_request_suite_for_each_recipe_parser_set(tmp_path, recipe, tool_parser, reasoning_parser):
+def test_request_suite_for_each_recipe_parser_set(start_sim, recipe, tool_parser, reasoning_parser):
     flags = ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
     if reasoning_parser:
         flags += ["--reasoning-parser", reasoning_parser]
-    proc, base = start_sim(tmp_path, *flags)
-    try:
-        assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=bool(reasoning_parser))
-    finally:
-        proc.stop()
+    base = start_sim(*flags)
+    assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=bool(reasoning_parser))
 
 
-def test_fields_the_server_cannot_honour_are_refused_naming_the_field(tmp_path):
-    proc, base = start_sim(tmp_path)  # no parser flags: a plain text server
-    msgs = [{"role": "user", "content": "hi"}]
-
-    def post(**body):
-        return requests.post(base + "/v1/chat/completions", json={"model": MODEL, "messages": msgs, **body}, timeout=30)
-
-    try:
-        r = post(tools=[WEATHER])  # tool_choice defaults to auto when tools are given
-        assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
-        assert "--enable-auto-tool-choice" in r.json()["error"]["message"]
-        r = post(tools=[WEATHER], tool_choice="required")
-        assert r.status_code == 400 and "--tool-call-parser" in r.json()["error"]["message"]
-        for field, value in [
-            ("logit_bias", {"1": 5}),
-            ("prompt_logprobs", 1),
-            ("chat_template", "{{x}}"),
-            ("structured_outputs", {"regex": "a+"}),
-        ]:
-            r = post(**{field: value})
-            assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
-        r = post(chat_template_kwargs={"custom": 1})
-        assert r.status_code == 400 and "chat_template_kwargs.custom" in r.json()["error"]["message"]
-        # tool_choice none: the tools are not used, and nothing needs a parser
-        r = post(tools=[WEATHER], tool_choice="none", max_tokens=3)
-        assert r.status_code == 200 and "tool_calls" not in r.json()["choices"][0]["message"]
-        r = post(response_format={"type": "json_object"})
-        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == '{"simulated": true}'
-        body = post(max_tokens=2, logprobs=True, top_logprobs=2).json()["choices"][0]
-        assert [len(t["top_logprobs"]) for t in body["logprobs"]["content"]] == [2, 2]
-    finally:
-        proc.stop()
+def chat(base: str, content: str = "hi", **body) -> requests.Response:
+    """One chat completion of MODEL: a user message `content`, and `body`'s fields."""
+    json = {"model": MODEL, "messages": [{"role": "user", "content": content}], **body}
+    return requests.post(base + "/v1/chat/completions", json=json, timeout=30)
 
 
-def test_named_tool_choice_and_json_response_format(tmp_path):
-    proc, base = start_sim(tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+def test_fields_the_server_cannot_honour_are_refused_naming_the_field(start_sim):
+    base = start_sim()  # no parser flags: a plain text server
+    r = chat(base, tools=[WEATHER])  # tool_choice defaults to auto when tools are given
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    assert "--enable-auto-tool-choice" in r.json()["error"]["message"]
+    r = chat(base, tools=[WEATHER], tool_choice="required")
+    assert r.status_code == 400 and "--tool-call-parser" in r.json()["error"]["message"]
+    for field, value in [
+        ("logit_bias", {"1": 5}),
+        ("prompt_logprobs", 1),
+        ("chat_template", "{{x}}"),
+        ("structured_outputs", {"regex": "a+"}),
+    ]:
+        r = chat(base, **{field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
+    r = chat(base, chat_template_kwargs={"custom": 1})
+    assert r.status_code == 400 and "chat_template_kwargs.custom" in r.json()["error"]["message"]
+    # tool_choice none: the tools are not used, and nothing needs a parser
+    r = chat(base, tools=[WEATHER], tool_choice="none", max_tokens=3)
+    assert r.status_code == 200 and "tool_calls" not in r.json()["choices"][0]["message"]
+    r = chat(base, response_format={"type": "json_object"})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == '{"simulated": true}'
+    body = chat(base, max_tokens=2, logprobs=True, top_logprobs=2).json()["choices"][0]
+    assert [len(t["top_logprobs"]) for t in body["logprobs"]["content"]] == [2, 2]
+
+
+def test_named_tool_choice_and_json_response_format(start_sim):
+    base = start_sim("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     other = {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}}}
-    try:
-        r = requests.post(
-            base + "/v1/chat/completions",
-            timeout=30,
-            json={
-                "model": MODEL,
-                "messages": [{"role": "user", "content": "x"}],
-                "tools": [WEATHER, other],
-                "tool_choice": {"type": "function", "function": {"name": "noop"}},
-            },
-        ).json()["choices"][0]
-        assert r["finish_reason"] == "stop"  # vLLM: "stop" for a named choice, "tool_calls" for auto/required
-        assert [c["function"]["name"] for c in r["message"]["tool_calls"]] == ["noop"]
-        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-        r = requests.post(
-            base + "/v1/chat/completions",
-            timeout=30,
-            json={
-                "model": MODEL,
-                "messages": [{"role": "user", "content": "x"}],
-                "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
-            },
-        ).json()
-        assert r["choices"][0]["message"]["content"] == '{"n": 1}' and r["choices"][0]["finish_reason"] == "stop"
-    finally:
-        proc.stop()
+    choice = {"type": "function", "function": {"name": "noop"}}
+    r = chat(base, "x", tools=[WEATHER, other], tool_choice=choice).json()["choices"][0]
+    assert r["finish_reason"] == "stop"  # vLLM: "stop" for a named choice, "tool_calls" for auto/required
+    assert [c["function"]["name"] for c in r["message"]["tool_calls"]] == ["noop"]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    response_format = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    r = chat(base, "x", response_format=response_format).json()
+    assert r["choices"][0]["message"]["content"] == '{"n": 1}' and r["choices"][0]["finish_reason"] == "stop"
 
 
-def test_request_suite_for_gpt_oss_harmony(tmp_path):
-    proc, base = start_sim(
-        tmp_path, "--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss"
-    )
-    try:
-        assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
-    finally:
-        proc.stop()
+def test_request_suite_for_gpt_oss_harmony(start_sim):
+    base = start_sim("--enable-auto-tool-choice", "--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss")
+    assert run_suite(base + "/v1", MODEL) == expected_shape(reasoning=True)
 
 
-def test_sim_refuses_a_parser_whose_markup_it_cannot_write(tmp_path):
-    port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "vllm_sim",
-            "serve",
-            MODEL,
-            "--port",
-            str(port),
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "mistral",
-        ],
-        sim_env(),
-        tmp_path / "bad.log",
-    )
+def test_sim_refuses_a_parser_whose_markup_it_cannot_write(spawn):
+    serve = [sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(free_port()), "--enable-auto-tool-choice"]
+    proc = spawn([*serve, "--tool-call-parser", "mistral"], name="bad")
     assert proc.p.wait(60) == 1
     assert "vllm-sim writes tool calls only for --tool-call-parser" in proc.output()
-    proc = Proc(
-        [sys.executable, "-m", "vllm_sim", "serve", MODEL, "--port", str(port), "--enable-auto-tool-choice"],
-        sim_env(),
-        tmp_path / "bad2.log",
-    )
+    proc = spawn(serve, name="bad")
     assert proc.p.wait(60) == 1
     assert "--enable-auto-tool-choice requires --tool-call-parser" in proc.output()
