@@ -4,7 +4,11 @@ One `up` per recipe x topology (no --set: the recipe's own values), then one str
 endpoint, and each engine's /sim/info says it runs the recipe's model under that model's own sim profile with the
 recipe's max_model_len. The cases come from recipes/*.yaml, so a new recipe or topology is deployed here, or is
 listed below as deployed by another lab test, or the fast test at the end fails. Kept lean for CI: no down
-between cases (the next `up` replaces the deployment), no second `up`, no bench.
+between cases (the next `up` replaces the deployment), no second `up`, no bench, no fabric gate (its own test is
+tests/deploy/test_fabric_gate_lab.py). A recipe that lists solo and 2xsolo is deployed once, as 2xsolo: the head's
+engine there is the solo engine (same files but for labels: the fast test at the end), and the case streams a
+completion from that engine directly, as the solo case would; the solo topology itself is deployed by
+tests/deploy/test_deploy_lab.py.
 
 The engines are vllm-sim (SIMULATED: no GPU math); the lab serves no weights of these models, and `up` lets a
 model absent from every node pass for a simulated engine (sparkdeploy/models/up_check.py), so nothing is seeded.
@@ -52,12 +56,20 @@ REPLICAS = (  # why replicas is not deployed here
 )
 
 
+def solo_in_2xsolo(name: str) -> bool:
+    """The recipe's solo case is served by its 2xsolo case (see the module doc)."""
+    topologies = SHIPPED[name].topologies
+    return "solo" in topologies and "2xsolo" in topologies and (name, "2xsolo") not in DEPLOYED_ELSEWHERE
+
+
 def cases() -> list:
     out = []
     for name, recipe in SHIPPED.items():
         for topology in list(recipe.topologies) + (["replicas"] if "cluster" in recipe.topologies else []):
             if topology == "replicas" or (name, topology) in DEPLOYED_ELSEWHERE:
                 continue  # deployed by the lab test named there (the fast test below keeps the list true)
+            if topology == "solo" and solo_in_2xsolo(name):
+                continue  # its engine is deployed and asked by the 2xsolo case
             out.append(pytest.param(name, topology, id=f"{name}-{topology}"))
     return out
 
@@ -77,7 +89,9 @@ def inv(lab) -> str:
 def test_recipe_serves_on_topology(lab, inv, recipe, topology):
     resolved = resolve(recipe, topology)
     t0 = time.monotonic()
-    r = sd("up", "--recipe", recipe, "-t", topology, "-i", inv, "--timeout", GATE_TIMEOUT, "--json")
+    # the fabric gate is tested in test_fabric_gate_lab.py; it would add ~8 s to each cluster case here
+    gate = ["--no-fabric-gate"] if topology in ("cluster", "replicas") else []
+    r = sd("up", "--recipe", recipe, "-t", topology, "-i", inv, "--timeout", GATE_TIMEOUT, "--json", *gate)
     seconds = time.monotonic() - t0
     assert r.returncode == 0, failure(r)
     result = json.loads(r.stdout)
@@ -90,6 +104,8 @@ def test_recipe_serves_on_topology(lab, inv, recipe, topology):
     # parser the (simulated) reasoning comes first: 32 tokens reach the content.
     tokens = 32 if "--reasoning-parser" in resolved.recipe.vllm.extra_args else 4
     assert stream_chat(result["endpoint"], key, resolved.recipe.public_name, max_tokens=tokens)
+    if topology == "2xsolo" and solo_in_2xsolo(recipe):  # the solo case: the head's engine, asked directly
+        assert stream_chat(result["backends"][0], None, resolved.recipe.public_name, max_tokens=tokens)
     for base in result["backends"] or [result["endpoint"]]:
         info = requests.get(base.removesuffix("/v1") + "/sim/info", timeout=10).json()
         got = (info["model"], info["model_profile"], info["profile_known"], info["plan"]["max_model_len"])
@@ -114,3 +130,33 @@ def test_every_shipped_recipe_topology_is_deployed_by_a_lab_test():
     for where in DEPLOYED_ELSEWHERE.values():
         path, _, name = where.split(" ")[0].partition("::")
         assert f"def {name.split('[')[0]}(" in (REPO / path).read_text(), where
+
+
+LABELS_OF_THE_TOPOLOGY = ("io.sparkdeploy.topology=", "io.sparkdeploy.role=", "io.sparkdeploy.config-hash=")
+
+
+def _engine_files(recipe: str, topology: str) -> dict[str, str]:
+    """The head's rendered files but for comments and the labels that name the topology."""
+    from tests.test_render import deployment
+
+    head = next(nd for nd in deployment(topology, recipe=recipe).nodes if nd.node.role == "head")
+    return {
+        f.name: "\n".join(
+            line
+            for line in f.content.splitlines()
+            if not line.lstrip().startswith("#") and not any(label in line for label in LABELS_OF_THE_TOPOLOGY)
+        )
+        for f in head.files
+    }
+
+
+def test_a_solo_case_served_by_the_2xsolo_case_is_the_same_engine():
+    """Fast: where the solo case is left to the 2xsolo case, solo's files on the head are 2xsolo's head files
+    (the engine, its env and its guard) but for labels and comments, so that engine serving there is solo's."""
+    folded = [name for name in SHIPPED if solo_in_2xsolo(name)]
+    assert folded, "no recipe lists solo and 2xsolo: the fold is stale"
+    for name in folded:
+        solo, twice = _engine_files(name, "solo"), _engine_files(name, "2xsolo")
+        assert set(solo) <= set(twice), (name, set(solo) - set(twice))
+        for file, text in solo.items():
+            assert text == twice[file], f"{name}: {file} differs between solo and 2xsolo"

@@ -133,7 +133,17 @@ def test_up_sends_an_image_a_node_lacks_from_the_node_that_has_it(lab, engine_bu
     assert built and image_id(b) is None, "spark1 only should hold the image before `up`"
     before = {n.name: interface_bytes(lab, n) for n in (a, b)}
     code, out, err = cli(
-        "up", "--recipe", "openai-gpt-oss-120b", "-t", "cluster", "-i", inv, "--timeout", "240", "--json"
+        "up",
+        "--recipe",
+        "openai-gpt-oss-120b",
+        "-t",
+        "cluster",
+        "-i",
+        inv,
+        "--timeout",
+        "240",
+        "--json",
+        "--no-fabric-gate",
     )
     after = {n.name: interface_bytes(lab, n) for n in (a, b)}
     assert code == 0, out + err
