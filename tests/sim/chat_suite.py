@@ -38,6 +38,11 @@ MARKUP = (
     "<|channel|>",
     "<|message|>",
     "<|call|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    "<|channel>",
+    "<channel|>",
+    "\uff5cDSML\uff5c",
 )
 
 

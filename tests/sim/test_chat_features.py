@@ -18,7 +18,7 @@ import yaml
 from tests.sim.chat_suite import WEATHER, expected_shape, run_suite
 from tests.sim.conftest import free_port
 from vllm_sim.chat_frontend import example_value
-from vllm_sim.formats import StreamParser, read_tool_call, write_tool_call
+from vllm_sim.formats import StreamParser, UnsupportedFormat, check_parsers, read_tool_call, write_tool_call
 from vllm_sim.textgen import pieces
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +112,68 @@ def test_harmony_tool_call_round_trips_and_streams_as_the_whole_parse():
     answer = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>It is sunny."
     final = StreamParser(None, True, {}, "openai_gptoss").feed(answer, final=True)
     assert (final.reasoning, final.content) == ("hm", "It is sunny.")
+
+
+def test_deepseek_v4_dsml_tool_call_round_trips():
+    """DeepSeek-V4 (vLLM's deepseek_v4 parser): <think> reasoning, DSML tool calls with string="true|false"."""
+    tools = {"get_weather": WEATHER["function"]}
+    call = write_tool_call("deepseek_v4", "get_weather", {"city": "Paris", "days": 2})
+    assert call == (
+        '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="get_weather">\n'
+        '<\uff5cDSML\uff5cparameter name="city" string="true">Paris</\uff5cDSML\uff5cparameter>\n'
+        '<\uff5cDSML\uff5cparameter name="days" string="false">2</\uff5cDSML\uff5cparameter>\n'
+        "</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>"
+    )
+    text = "thinking</think>" + call
+    whole = StreamParser("deepseek_v4", True, tools, "deepseek_v4").feed(text, final=True)
+    assert (whole.reasoning, whole.content) == ("thinking", "")
+    assert whole.tool_calls == [("get_weather", {"city": "Paris", "days": 2})]
+    streamed = StreamParser("deepseek_v4", True, tools, "deepseek_v4")
+    got = [streamed.feed(p, final=i == len(pieces(text)) - 1) for i, p in enumerate(pieces(text))]
+    assert "".join(g.content for g in got) == "" and [c for g in got for c in g.tool_calls] == whole.tool_calls
+
+
+def test_gemma4_tool_call_and_reasoning_round_trip():
+    """Gemma 4 (vLLM's gemma4 parser): `<|channel>thought\\n...<channel|>` reasoning and
+    `<|tool_call>call:NAME{key:<|"|>value<|"|>,...}<tool_call|>`; the `thought` label is not reasoning."""
+    tools = {"get_weather": WEATHER["function"]}
+    args = {"city": "Paris, FR", "days": 2, "opts": {"units": "metric", "hours": [1, 2]}, "ok": True}
+    call = write_tool_call("gemma4", "get_weather", args)
+    assert call == (
+        '<|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,days:2,'
+        'opts:{units:<|"|>metric<|"|>,hours:[1,2]},ok:true}<tool_call|>'
+    )
+    text = "<|channel>thought\nthinking about it<channel|>" + call
+    whole = StreamParser("gemma4", True, tools, "gemma4").feed(text, final=True)
+    assert (whole.reasoning, whole.content, whole.tool_calls) == ("thinking about it", "", [("get_weather", args)])
+    streamed = StreamParser("gemma4", True, tools, "gemma4")
+    got = [streamed.feed(p, final=i == len(pieces(text)) - 1) for i, p in enumerate(pieces(text))]
+    assert "".join(g.reasoning for g in got) == "thinking about it"
+    assert [c for g in got for c in g.tool_calls] == whole.tool_calls
+    answer = StreamParser(None, True, {}, "gemma4").feed("<|channel>thought\nhm<channel|>It is sunny.", final=True)
+    assert (answer.reasoning, answer.content) == ("hm", "It is sunny.")
+
+
+@pytest.mark.parametrize(
+    "tool_parser,reasoning_parser,header",
+    [("openai", "openai_gptoss", "<|channel|>analysis<|message|>"), ("gemma4", "gemma4", "<|channel>thought\n")],
+)
+def test_streamed_reasoning_never_shows_the_channel_header(tool_parser, reasoning_parser, header):
+    """vLLM's harmony and Gemma 4 parsers drop the reasoning channel's header; streamed a character at a time
+    (the header cut anywhere), no piece of it reaches the reasoning deltas."""
+    text = header + "thinking about it" + ("<|end|>" if tool_parser == "openai" else "<channel|>")
+    streamed = StreamParser(tool_parser, True, {}, reasoning_parser)
+    deltas = [streamed.feed(ch, final=i == len(text) - 1).reasoning for i, ch in enumerate(text)]
+    assert "".join(deltas) == "thinking about it"
+    assert not any(d and d in header for d in deltas[: len(header)]), deltas
+
+
+def test_a_gemma4_parser_does_not_go_with_a_think_parser():
+    with pytest.raises(UnsupportedFormat):
+        check_parsers("gemma4", "qwen3")
+    with pytest.raises(UnsupportedFormat):
+        check_parsers("qwen3_coder", "gemma4")
+    check_parsers("deepseek_v4", "deepseek_v4")  # DSML tool calls after <think> reasoning: one model writes both
 
 
 def test_stream_parser_holds_back_markup_and_matches_the_whole_parse():
