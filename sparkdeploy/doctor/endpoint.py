@@ -102,21 +102,25 @@ def _base(run: DoctorRun, node: Node, c: ContainerFact) -> str:
     return f"http://{node.url_host}:{port}"
 
 
-def _none_up(run: DoctorRun, node: Node) -> Result | None:
+def _serving(run: DoctorRun, node: Node) -> list[ContainerFact] | Result:
+    """Our containers on the node that answer requests, or the skip that says why there are none."""
     if not run.node_facts(node).docker_ok:
         return skip("engine not running (see engine.running)")
-    if not _ours(run, node):
-        return skip(f"no sparkdeploy container on {node.name} (no topology up here)")
-    return None
+    return _ours(run, node) or skip(f"no sparkdeploy container on {node.name} (no topology up here)")
+
+
+def _logs(c: ContainerFact, node: Node) -> str:
+    """The fix of a container that fails its checks: its last log lines."""
+    return f"docker logs --tail 50 {c.name} on {node.name}"
 
 
 def health(run: DoctorRun, node: Node) -> list[Result]:
-    none = _none_up(run, node)
-    if none:
-        return [none]
+    ours = _serving(run, node)
+    if isinstance(ours, Result):
+        return [ours]
     out = []
     key = run.secrets.get("LITELLM_MASTER_KEY")
-    for c in _ours(run, node):
+    for c in ours:
         label = f"{c.name} ({c.role})"
         if c.status != "running":
             out.append(fail(f"{label} is {engine.state_text(c)}", "running", f"docker logs {c.name} on {node.name}"))
@@ -129,7 +133,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
         try:
             status, _, secs = http(base + path)
         except HttpError as exc:
-            out.append(fail(f"{label} {base}{path}: {exc}", "200", f"docker logs --tail 50 {c.name} on {node.name}"))
+            out.append(fail(f"{label} {base}{path}: {exc}", "200", _logs(c, node)))
             continue
         if c.role == "proxy" and key:
             # LiteLLM's /health calls every backend: the proxy's own view of them.
@@ -154,7 +158,7 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
                     fail(
                         f"{label} /health (backends): {exc}",
                         "200, every backend healthy",
-                        f"docker logs --tail 50 {c.name} on {node.name}",
+                        _logs(c, node),
                     )
                 )
                 continue
@@ -163,12 +167,12 @@ def health(run: DoctorRun, node: Node) -> list[Result]:
 
 
 def completion(run: DoctorRun, node: Node) -> list[Result]:
-    none = _none_up(run, node)
-    if none:
-        return [none]
+    ours = _serving(run, node)
+    if isinstance(ours, Result):
+        return [ours]
     out = []
     key = run.secrets.get("LITELLM_MASTER_KEY")
-    for c in _ours(run, node):
+    for c in ours:
         if c.role == "worker" or c.status != "running":
             continue
         label = f"{c.name} ({c.role})"
@@ -195,16 +199,14 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
             text = body["choices"][0].get("text", "")
             tokens = (body.get("usage") or {}).get("completion_tokens")
         except HttpError as exc:
-            out.append(
-                fail(f"{label}: {exc}", "a one-token completion", f"docker logs --tail 50 {c.name} on {node.name}")
-            )
+            out.append(fail(f"{label}: {exc}", "a one-token completion", _logs(c, node)))
             continue
         except (KeyError, IndexError, TypeError, AttributeError):
             out.append(
                 fail(
                     f"{label}: unexpected answer shape",
                     "an OpenAI completion object",
-                    f"docker logs --tail 50 {c.name} on {node.name}",
+                    _logs(c, node),
                 )
             )
             continue
@@ -214,7 +216,7 @@ def completion(run: DoctorRun, node: Node) -> list[Result]:
                     FAIL,
                     f"{label}: 0 tokens generated",
                     ">= 1 token",
-                    f"docker logs --tail 50 {c.name} on {node.name}",
+                    _logs(c, node),
                 )
             )
             continue
