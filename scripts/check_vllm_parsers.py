@@ -31,6 +31,7 @@ import yaml  # noqa: E402
 from sparklaunch.adapters.vllm_frontend import VllmChatFrontend, decode_sampling_params  # noqa: E402
 from sparklaunch.chat import ChatFeatures, plan_chat  # noqa: E402
 from vllm_sim.chat_frontend import SimChatFrontend  # noqa: E402
+from vllm_sim.formats import DSML_TAG  # noqa: E402
 from vllm_sim.textgen import script_text  # noqa: E402
 from vllm_sim.tokenizer import CORPUS_FILE, SimTokenizer  # noqa: E402
 
@@ -56,7 +57,21 @@ MARKUP_TOKENS = (
     "</arg_key>",
     "<arg_value>",
     "</arg_value>",
+    "<|python_tag|>",  # llama3_json's bot token: its parser refuses a tokenizer without it
+    # Gemma 4's channel and tool-call tokens (special tokens in its tokenizer; vLLM's parser matches them by id)
+    "<|channel>",
+    "<channel|>",
+    "<|tool_call>",
+    "<tool_call|>",
+    '<|"|>',
+    # DeepSeek-V4's DSML block tags (the ones vLLM's deepseek_v4 parser matches by token id); its invoke and
+    # parameter tags stay text, their fullwidth bars (U+FF5C) split into bytes: see stream_pieces
+    f"<{DSML_TAG}tool_calls>",
+    f"</{DSML_TAG}tool_calls>",
 )
+# Tool parsers whose vLLM class skips structured outputs for tool_choice required / named, letting the model
+# write its native call syntax (vLLM 0.32's tool_parsers/gemma4_engine_tool_parser.py adjust_request).
+NATIVE_REQUIRED = {"gemma4"}
 
 
 # the end of a rendered prompt, where generation starts: a thinking template opens <think> there
@@ -65,6 +80,8 @@ PROMPT = {
     "qwen3_coder": "user: weather?\nassistant:\n",
     "glm47": "user: weather?\nassistant:",
     "hermes": "user: weather?\nassistant:",
+    "llama3_json": "user: weather?\nassistant:",
+    "gemma4": "user: weather?\nassistant:",  # the model opens its own <|channel> (vLLM's gemma4 parser)
 }
 
 
@@ -83,6 +100,20 @@ def byte_level_tokenizer():
     )
     tok.train_from_iterator([CORPUS_FILE.read_text(encoding="utf-8")[:200_000]], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=list(MARKUP_TOKENS))
+
+
+def stream_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Each step's new text, one token a step, as vLLM's incremental detokenizer gives it: a character whose
+    UTF-8 bytes are not all in yet is held back (decoding one byte-level token alone would write U+FFFD)."""
+    out, done = [], ""
+    for n in range(len(ids)):
+        text = tokenizer.decode(ids[: n + 1])
+        if text.endswith("\ufffd") and n < len(ids) - 1:
+            out.append("")
+            continue
+        out.append(text[len(done) :])
+        done = text
+    return out
 
 
 def recipe_parsers() -> list[tuple[str, str | None, str | None]]:
@@ -121,6 +152,57 @@ def whole(parsed: dict) -> dict:
     return summary(parsed["reasoning"], parsed["content"], [c["function"] for c in parsed["tool_calls"]])
 
 
+def check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, SamplingParams) -> int:
+    """The sim against vLLM for one recipe's parser pair: the number of differences."""
+    failures = 0
+    features = ChatFeatures(bool(tool_parser), tool_parser, reasoning_parser)
+    real = VllmChatFrontend(features, tokenizer, recipe)
+    sim = SimChatFrontend(features, sim_tok)
+    for choice in ("auto", "required"):
+        body = {
+            "model": recipe,
+            "messages": [{"role": "user", "content": "weather?"}],
+            "tools": [WEATHER],
+            "tool_choice": choice,
+        }
+        plan = plan_chat(body, features)
+        text, _ = script_text(sim.intent(plan), tool_parser)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert tokenizer.decode(ids) == text
+        prompt = tokenizer.encode(
+            PROMPT[tool_parser if not reasoning_parser or tool_parser == "gemma4" else "think"],
+            add_special_tokens=False,
+        )
+        want = whole(sim.parser(plan).complete(text, []))
+        got_whole = whole(real.parser(plan, prompt).complete(text, ids))
+        stream = real.parser(plan, prompt)  # one token a step, as the engine streams with --stream-interval 1
+        pieces = stream_pieces(tokenizer, ids)
+        got_stream = joined([stream.delta(pieces[n], [t], n == len(ids) - 1) for n, t in enumerate(ids)])
+        ok = want == got_whole == got_stream
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")
+        if not ok:
+            print(f"     sim:          {want}\n     vLLM whole:   {got_whole}\n     vLLM stream:  {got_stream}")
+    for extra in (
+        {"tool_choice": "required", "tools": [WEATHER]},
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
+        {"response_format": {"type": "json_object"}},
+    ):
+        body = {"model": recipe, "messages": [{"role": "user", "content": "x"}], **extra}
+        plan = plan_chat(body, features)
+        intent = real.intent(plan, 64)
+        params = decode_sampling_params(intent, SamplingParams)
+        constrained = params.structured_outputs is not None
+        free = "tool_choice" in extra and (tool_parser is None or tool_parser in NATIVE_REQUIRED)
+        ok = params.max_tokens == 64 and (constrained or free)
+        failures += not ok
+        print(
+            f"{'ok  ' if ok else 'FAIL'} {recipe:<30} SamplingParams for {json.dumps(extra)[:60]}: "
+            f"structured_outputs={'set' if constrained else None}"
+        )
+    return failures
+
+
 def main() -> int:
     import vllm
     from vllm.sampling_params import SamplingParams
@@ -130,50 +212,11 @@ def main() -> int:
     failures = 0
     print(f"vLLM {vllm.__version__}")
     for recipe, tool_parser, reasoning_parser in recipe_parsers():
-        features = ChatFeatures(bool(tool_parser), tool_parser, reasoning_parser)
-        real = VllmChatFrontend(features, tokenizer, recipe)
-        sim = SimChatFrontend(features, sim_tok)
-        for choice in ("auto", "required"):
-            body = {
-                "model": recipe,
-                "messages": [{"role": "user", "content": "weather?"}],
-                "tools": [WEATHER],
-                "tool_choice": choice,
-            }
-            plan = plan_chat(body, features)
-            text, _ = script_text(sim.intent(plan), tool_parser)
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            assert tokenizer.decode(ids) == text
-            prompt = tokenizer.encode(
-                PROMPT[tool_parser if not reasoning_parser else "think"], add_special_tokens=False
-            )
-            want = whole(sim.parser(plan).complete(text, []))
-            got_whole = whole(real.parser(plan, prompt).complete(text, ids))
-            stream = real.parser(plan, prompt)  # one token a step, as the engine streams with --stream-interval 1
-            got_stream = joined(
-                [stream.delta(tokenizer.decode([t]), [t], n == len(ids) - 1) for n, t in enumerate(ids)]
-            )
-            ok = want == got_whole == got_stream
-            failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")
-            if not ok:
-                print(f"     sim:          {want}\n     vLLM whole:   {got_whole}\n     vLLM stream:  {got_stream}")
-        for extra in (
-            {"tool_choice": "required", "tools": [WEATHER]},
-            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [WEATHER]},
-            {"response_format": {"type": "json_object"}},
-        ):
-            body = {"model": recipe, "messages": [{"role": "user", "content": "x"}], **extra}
-            plan = plan_chat(body, features)
-            intent = real.intent(plan, 64)
-            params = decode_sampling_params(intent, SamplingParams)
-            constrained = params.structured_outputs is not None
-            ok = params.max_tokens == 64 and (constrained or ("tool_choice" in extra and tool_parser is None))
-            failures += not ok
-            print(
-                f"{'ok  ' if ok else 'FAIL'} {recipe:<30} SamplingParams for {json.dumps(extra)[:60]}: "
-                f"structured_outputs={'set' if constrained else None}"
-            )
+        try:
+            failures += check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, SamplingParams)
+        except Exception as e:  # noqa: BLE001 - one recipe's crash in vLLM's parser is reported, the rest still run
+            failures += 1
+            print(f"FAIL {recipe:<30} {tool_parser}/{reasoning_parser}: {type(e).__name__}: {e}")
     print("all agree" if not failures else f"{failures} difference(s)")
     return 1 if failures else 0
 
