@@ -60,6 +60,7 @@ from sparkdeploy.deployment import (
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard import deploy as guard_deploy
+from sparkdeploy.guard.settings import STACK_UNIT
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
@@ -72,7 +73,7 @@ from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)
-GUARD = "guard"  # the guards' deployment name (reserved): one memory guard per engine node
+GUARD = STACK_UNIT  # the guards' deployment name (reserved): one memory guard per engine node
 RESERVED = (GATEWAY, GUARD)
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node

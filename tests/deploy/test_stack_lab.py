@@ -224,6 +224,8 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     changed = {u["deployment"]: u["changes"] for u in grown["units"]}
     assert changed["chat"] == 0 and changed["coder"] == 0 and changed["dist"] > 0, changed
     assert guards_per_node(inv) == {"spark1": 1, "spark2": 1}
+    r = sd("status", "-i", inv, "--json")  # each guard's own state, read from the stack guard's state dir
+    assert all((n.get("guard") or {}).get("state") for n in json.loads(r.stdout)["nodes"]), r.stdout
 
     recipe_checks = ("image.present", "gpu.memory", "network.ports")
     r = sd("doctor", "-i", inv, *(x for c in recipe_checks for x in ("--only", c)), "--json")
