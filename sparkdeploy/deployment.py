@@ -19,6 +19,7 @@ from sparkdeploy.secrets import MASK, Secrets
 LABEL_PREFIX = "io.sparkdeploy"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
 DEPLOYMENT_LABEL = f"{LABEL_PREFIX}.deployment"  # only on a stack's containers (deploy/stack.py): its name
+ROLE_LABEL = f"{LABEL_PREFIX}.role"  # the container's role (ContainerSpec.role)
 # The container roles that hold no engine (the memory guard, the LiteLLM proxy, Prometheus); every other role
 # serves or shares a model. nodeside/guard/run.py (stdlib only) keeps a copy: tests/guard checks they agree.
 NOT_ENGINES = ("guard", "proxy", "metrics")

@@ -48,6 +48,8 @@ from sparkdeploy.deployment import (
     DEPLOYMENT_LABEL,
     LABEL_PREFIX,
     MANAGED_LABEL,
+    NOT_ENGINES,
+    ROLE_LABEL,
     ContainerSpec,
     Deployment,
     FileSpec,
@@ -58,6 +60,7 @@ from sparkdeploy.deployment import (
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard import deploy as guard_deploy
+from sparkdeploy.guard.settings import STACK_UNIT
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
@@ -70,7 +73,7 @@ from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)
-GUARD = "guard"  # the guards' deployment name (reserved): one memory guard per engine node
+GUARD = STACK_UNIT  # the guards' deployment name (reserved): one memory guard per engine node
 RESERVED = (GATEWAY, GUARD)
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
@@ -747,8 +750,9 @@ def _up(
     for n in gone:
         facts[state_dir_of(inv, n)] = _read(session, inv, state_dir_of(inv, n))
     units = plan_stack(stack, facts, gone)
-    _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
     result["units"] = [u.as_dict() for u in units]
+    _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
+    result["units"] = [u.as_dict() for u in units]  # a pushed image re-planned its deployment
     if dry_run:
         for u in units:
             out.line(f"== {u.kind} {u.name}: {u.changes} change(s) ==", "bold")
@@ -971,6 +975,19 @@ def down_plans(
         read = gather_facts(session, nodes, state_dir=sd)
         facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
         plans.append((name, plan_unit(inv, name, facts, [], {})))
+    if deployment is not None and deployment not in RESERVED:  # its nodes' guard goes where no engine is left
+        left = {
+            n
+            for n, f in good.items()
+            for c in f.containers
+            if c.labels.get(DEPLOYMENT_LABEL) not in (None, deployment, *RESERVED)
+            and c.labels.get(ROLE_LABEL) not in NOT_ENGINES
+        }
+        idle = [n for n in nodes if n.name not in left]
+        read = gather_facts(session, idle, state_dir=state_dir_of(inv, GUARD)) if idle else {}
+        facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
+        if any(only(f, GUARD).containers for f in facts.values()):
+            plans.append((GUARD, plan_unit(inv, GUARD, facts, [], {})))
     return plans
 
 

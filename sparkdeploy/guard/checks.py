@@ -19,7 +19,7 @@ def past_crash(run: Any, node: Node) -> Result:
         return skip("no inventory")
     conn = run.session(node).conn
     home = conn.run(["sh", "-c", 'printf %s "$HOME"']).stdout
-    folder = guard_folder(home, run.inventory)
+    folder = guard_folder(home, run.inventory, conn)
     result = node_postmortem(conn, folder, DEFAULT_MINUTES)
     status = read_status(conn, folder)
     if not result["records"]:

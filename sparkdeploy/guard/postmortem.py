@@ -73,7 +73,8 @@ def postmortem(inventory: str | None, node: str | None = None, minutes: float = 
         reachable = [n for n in nodes if isinstance(facts.get(n.name), NodeFacts)]
         homes = {n.name: facts[n.name].home for n in reachable}  # type: ignore[union-attr]  # NodeFacts: filtered
         outcomes = on_nodes(
-            reachable, lambda n: node_postmortem(session.conn(n), guard_folder(homes[n.name], inv), minutes)
+            reachable,
+            lambda n: node_postmortem(session.conn(n), guard_folder(homes[n.name], inv, session.conn(n)), minutes),
         )
     out: dict[str, Any] = {"inventory": inv.source, "nodes": []}
     for n in nodes:

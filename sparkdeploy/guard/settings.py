@@ -9,6 +9,8 @@ from sparkdeploy.schema import Number, Whole
 
 # The guard's folder in the state dir: its black box and status.json (written by its container, removed by `down`).
 GUARD_FOLDER = "guard"
+# A stack's guards are their own unit of this name (deploy/stack.py), in the state dir `<state_dir>-guard`.
+STACK_UNIT = "guard"
 
 
 class GuardSettings(BaseModel):

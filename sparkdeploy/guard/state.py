@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard.settings import GUARD_FOLDER
+from sparkdeploy.guard.settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
 from sparkdeploy.remote import NodeConnection, on_nodes
@@ -16,8 +16,14 @@ from sparkdeploy.remote import NodeConnection, on_nodes
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)
 
 
-def guard_folder(home: str, inv: Inventory) -> str:
-    return f"{home.rstrip('/')}/{inv.cluster.state_dir}/{GUARD_FOLDER}"
+def guard_folder(home: str, inv: Inventory, conn: NodeConnection | None = None) -> str:
+    """The node's guard folder: in the single deployment's state dir, or where a stack's guard runs (its own
+    unit, deploy/stack.py) in `<state_dir>-guard`; with `conn`, the one holding a status.json (the single's first)."""
+    base = f"{home.rstrip('/')}/{inv.cluster.state_dir}"
+    single, stack = f"{base}/{GUARD_FOLDER}", f"{base}-{STACK_UNIT}/{GUARD_FOLDER}"
+    if conn is not None and conn.read(f"{single}/{STATUS}") is None and conn.read(f"{stack}/{STATUS}") is not None:
+        return stack
+    return single
 
 
 def read_status(conn: NodeConnection, folder: str) -> dict[str, Any] | None:
@@ -71,7 +77,9 @@ def attach(
     homes = {n.name: facts[n.name].home for n in nodes}  # type: ignore[union-attr]  # NodeFacts: filtered above
     found = {
         o.node.name: o.value
-        for o in on_nodes(nodes, lambda n: read_status(session.conn(n), guard_folder(homes[n.name], inv)))
+        for o in on_nodes(
+            nodes, lambda n: read_status(session.conn(n), guard_folder(homes[n.name], inv, session.conn(n)))
+        )
         if o.ok
     }
     for entry in entries:
@@ -84,7 +92,7 @@ def read_nodes(inv: Inventory, conns: dict[str, NodeConnection]) -> dict[str, di
 
     def one(node: Node) -> dict[str, Any] | None:
         home = conns[node.name].run(["sh", "-c", 'printf %s "$HOME"'], check=False, timeout=20).stdout
-        return read_status(conns[node.name], guard_folder(home, inv)) if home else None
+        return read_status(conns[node.name], guard_folder(home, inv, conns[node.name])) if home else None
 
     return {o.node.name: o.value for o in on_nodes(list(inv.nodes), one) if o.ok}
 

@@ -213,7 +213,8 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     runs before its engines start (gloo over the fabric IPs: SIMULATED), the others stay untouched, ONE guard per
     node watches all three; `history` lists each deployment with its stack, `rollback` of one refuses naming the
     stack file (exit 2); doctor's recipe checks look at each deployment (or one: --deployment); the same `up` again
-    skips the gate; `--no-fabric-gate --dry-run` says so."""
+    skips the gate; `--no-fabric-gate --dry-run` says so; `down --deployment` takes a node's guard with its last
+    engine."""
     stack = tmp_path / "stack.yaml"
     assert up(inv, stack, TWO)["ok"]  # the tests above leave it running (then nothing changes); alone, it starts
     grown = up(inv, stack, TWO + DIST)
@@ -223,6 +224,8 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     changed = {u["deployment"]: u["changes"] for u in grown["units"]}
     assert changed["chat"] == 0 and changed["coder"] == 0 and changed["dist"] > 0, changed
     assert guards_per_node(inv) == {"spark1": 1, "spark2": 1}
+    r = sd("status", "-i", inv, "--json")  # each guard's own state, read from the stack guard's state dir
+    assert all((n.get("guard") or {}).get("state") for n in json.loads(r.stdout)["nodes"]), r.stdout
 
     recipe_checks = ("image.present", "gpu.memory", "network.ports")
     r = sd("doctor", "-i", inv, *(x for c in recipe_checks for x in ("--only", c)), "--json")
@@ -252,3 +255,8 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
     r = sd("up", "--stack", str(stack), "-i", inv, "--no-fabric-gate", "--dry-run")
     assert r.returncode == 0, failure(r)
     assert "dist: fabric gate: skipped (--no-fabric-gate)" in r.stdout, failure(r)
+
+    for name in ("coder", "dist"):  # spark2 then runs no engine: its guard goes with the last one there
+        r = sd("down", "-i", inv, "--deployment", name)
+        assert r.returncode == 0, failure(r)
+        assert guards_per_node(inv) == {"spark1": 1, "spark2": 1 if name == "coder" else 0}
