@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import fabric_mesh, paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard.settings import GuardSettings
+from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.schema import Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file
 

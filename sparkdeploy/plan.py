@@ -25,7 +25,7 @@ from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
-from sparkdeploy.guard.settings import GUARD_FOLDER
+from sparkdeploy.guard_settings import GUARD_FOLDER
 from sparkdeploy.inventory import Node
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkdeploy.checks import SKIP, Check, Result, fail, ok
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.doctor.image import image_definition_name
-from sparkdeploy.doctor.model import SKIP, Check, Result, fail, ok
 from sparkdeploy.doctor.registry import PREFLIGHT
 from sparkdeploy.errors import SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import eugr, paths
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard.settings import GuardSettings
+from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import load_yaml_file, parse_yaml_value

@@ -125,7 +125,7 @@ class DoctorFailed(StepFailed):
     """Exit 1: at least one check failed (or warned, with --strict). The table above says which."""
 
     def __init__(self, report, strict: bool):
-        from sparkdeploy.doctor.model import FAIL, WARN
+        from sparkdeploy.checks import FAIL, WARN
 
         bad = [r for r in report.results if r.status == FAIL or (strict and r.status == WARN)]
         names = sorted({r.check + (f"@{r.node}" if r.node else "") for r in bad})

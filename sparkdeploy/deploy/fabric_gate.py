@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sparkdeploy.apply import Session, add_resources
+from sparkdeploy.checks import FAIL, SKIP, WARN, Result
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.doctor import nccl_probe
-from sparkdeploy.doctor.model import FAIL, SKIP, WARN, Result
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed

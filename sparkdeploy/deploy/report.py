@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sparkdeploy.doctor.model import Result
+from sparkdeploy.checks import Result
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
 
 

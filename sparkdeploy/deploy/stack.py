@@ -59,8 +59,7 @@ from sparkdeploy.deployment import (
 )
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard import deploy as guard_deploy
-from sparkdeploy.guard.settings import STACK_UNIT
+from sparkdeploy.guard_settings import STACK_UNIT
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
@@ -69,6 +68,7 @@ from sparkdeploy.recipes import LiteLLMSettings, ResolvedRecipe, resolve
 from sparkdeploy.render import render
 from sparkdeploy.secrets import Secrets, digest_key, keyed_digest, load_secrets, refuse_missing
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
@@ -528,7 +528,7 @@ def gateway_about(stack: Stack) -> dict[str, Any]:
 
 
 def guard_nodes(stack: Stack) -> list[NodeDeployment]:
-    """ONE memory guard on each node where any deployment of the stack runs an engine (guard/deploy.py): a guard
+    """ONE memory guard on each node where any deployment of the stack runs an engine (topologies/guard.py): a guard
     stops every engine of its node at the hard line, so one per node watches them all. Pure; the deployments
     are built first."""
     inv = stack.inventory

@@ -23,13 +23,13 @@ from sparkdeploy.apply import (
     node_locks,
 )
 from sparkdeploy.context import load_deployment
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history, registry_image
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard.lines import check_lines as check_guard_lines
-from sparkdeploy.images import push, push_from, registry
+from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.inventory import Inventory, Node
@@ -161,7 +161,7 @@ def deploy(
             node_locks(session, dry_run, out.warn),
         ):
             if isinstance(dep.image, RegistryImage):  # pulled once, digest checked, sent over the fabric
-                dep = registry.for_deployment(
+                dep = registry_image.for_deployment(
                     dep,
                     out,
                     result,

@@ -8,9 +8,9 @@ preflight: whether the node's facts could be read).
 
 from __future__ import annotations
 
+from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok
 from .session import DoctorRun
 
 __all__ = ["docker_without_sudo", "ssh", "state_dir"]

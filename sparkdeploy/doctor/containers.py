@@ -8,9 +8,9 @@ node's one SSH connection. An OOM kill on a DGX Spark is the classic unified-mem
 from __future__ import annotations
 
 from sparkdeploy import crashes
+from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 RECENT_S = 24 * 3600  # an OOM kill this recent is worth a diagnosis

@@ -14,12 +14,12 @@ import time
 import urllib.error
 import urllib.request
 
+from sparkdeploy.checks import FAIL, Result, fail, ok, skip
 from sparkdeploy.deployment import health_path
 from sparkdeploy.facts import ContainerFact
 from sparkdeploy.inventory import Node
 
 from . import engine
-from .model import FAIL, Result, fail, ok, skip
 from .session import DoctorRun
 
 HTTP_TIMEOUT_S = 10

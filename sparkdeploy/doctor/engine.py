@@ -3,11 +3,11 @@ container holds one of our names. `disk` and `names` are preflight checks of `up
 
 from __future__ import annotations
 
+from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 MIN_VERSION = (20, 10)

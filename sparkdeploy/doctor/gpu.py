@@ -15,11 +15,11 @@ from pathlib import Path
 import yaml
 
 from sparkdeploy import budget
+from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.facts import GpuFact
 from sparkdeploy.facts.parsers import number, version_tuple
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun
 
 EXPECTED_NAME = "GB10"

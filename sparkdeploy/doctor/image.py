@@ -13,10 +13,10 @@ import json
 import os
 from pathlib import Path
 
+from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
 VERSIONS_PY = r"""

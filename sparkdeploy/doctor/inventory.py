@@ -7,7 +7,8 @@ like every other command: it is a configuration error, not a node that failed a 
 
 from __future__ import annotations
 
-from .model import FAIL, Result, fail, ok, skip
+from sparkdeploy.checks import FAIL, Result, fail, ok, skip
+
 from .session import DoctorRun
 
 

@@ -23,12 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Node
 from sparkdeploy.plan import DOCTOR_FOLDER
 
 from . import graph_advice
-from .model import FAIL, PASS, WARN, Result, fail
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
 from .session import DoctorRun
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import ipaddress
 import time
 
+from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NetworkFact
 from sparkdeploy.facts.parsers import Link, parse_ping
 from sparkdeploy.inventory import Node
 
-from .model import Result, fail, ok, skip, warn
 from .session import DoctorRun, NodeSession
 
 EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark

@@ -10,9 +10,10 @@ for both: a formula cannot differ between doctor and `up`.
 
 from __future__ import annotations
 
+from sparkdeploy.checks import Check
+
 from ..guard import checks as guard_checks
 from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
-from .model import Check
 
 CHECKS: list[Check] = [
     Check(

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .model import FAIL, PASS, SKIP, WARN
+from sparkdeploy.checks import FAIL, PASS, SKIP, WARN
+
 from .registry import BY_ID
 from .runner import Report
 

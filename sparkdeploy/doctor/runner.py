@@ -15,13 +15,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
 from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
 from sparkdeploy.thread_imports import preload
 
-from .model import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from .session import DoctorRun, NodeSession, Options
 
 MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and remote.py caps each

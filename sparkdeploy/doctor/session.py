@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkdeploy.checks import Result
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
@@ -24,8 +25,6 @@ from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import CommandResult, NodeConnection
 from sparkdeploy.secrets import Secrets
-
-from .model import Result
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = (

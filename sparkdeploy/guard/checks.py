@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sparkdeploy.doctor.model import Result, ok, skip, warn
+from sparkdeploy.checks import Result, ok, skip, warn
 from sparkdeploy.guard.postmortem import DEFAULT_MINUTES, evidence, node_postmortem
 from sparkdeploy.guard.state import guard_folder, line, read_status
 from sparkdeploy.inventory import Node

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard.deploy import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
-from sparkdeploy.guard.settings import effective
+from sparkdeploy.guard_settings import effective
+from sparkdeploy.topologies.guard import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
 
 
 def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> None:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard.settings import GUARD_FOLDER, STACK_UNIT
+from sparkdeploy.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
 from sparkdeploy.remote import NodeConnection, on_nodes

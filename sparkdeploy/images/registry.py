@@ -23,11 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images import push_from
 from sparkdeploy.images.inventory_images import read_node_images
-from sparkdeploy.images.reference import RegistryImage, RegistryRef, known_digest, parse_reference, record, save
+from sparkdeploy.images.reference import RegistryRef, known_digest, parse_reference, record, save
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, on_nodes
 
@@ -296,31 +295,3 @@ def dry_run_lines(text: str, nodes: list[Node], on: Node | None) -> list[str]:
 
 def restore_command(text: str, node: str | None = None) -> str:
     return f"sparkdeploy images pull {shlex.quote(text)}" + (f" --on {shlex.quote(node)}" if node else "")
-
-
-def for_deployment(
-    dep: Deployment, out: Any, result: dict[str, Any], dry_run: bool, rerender: Callable[[], Deployment]
-) -> Deployment:
-    """`up` with a registry image: make every node of the deployment hold it (pulled once, digest checked, sent
-    over the fabric), then render again when its CLI was read just now, so its flags are checked before any
-    container starts (a flag it lacks: exit 2, nothing started). `--dry-run` only says what it would do."""
-    image = dep.image
-    assert isinstance(image, RegistryImage)
-    nodes = [nd.node for nd in dep.nodes if image.tag in {c.image for c in nd.containers}]
-    if not nodes:
-        return dep
-    if dry_run:
-        for line in dry_run_lines(image.reference, nodes, None):
-            out.progress(f"would {line}")
-        return dep
-    pulled = pull_and_spread(image.reference, dep.inventory, nodes, say=out.progress)
-    result["registry_image"] = pulled.as_dict()
-    for warning in pulled.warnings:
-        out.warn(warning)
-    if pulled.failed:
-        raise StepFailed(
-            f"{image.reference} did not reach every node (pulled on {pulled.node}): "
-            + "; ".join(f"{node}: {why}" for node, why in sorted(pulled.failed.items()))
-            + ". No container was changed."
-        )
-    return rerender() if image.cli is None or image.digest != pulled.digest else dep

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard import deploy as guard_deploy
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
@@ -20,6 +19,7 @@ from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import cluster, replicas, solo, twosolo
+from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.metrics_stack import add_prometheus
 

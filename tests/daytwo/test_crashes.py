@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 
 from sparkdeploy import crashes
+from sparkdeploy.checks import FAIL, PASS, WARN
 from sparkdeploy.doctor.containers import diagnose
-from sparkdeploy.doctor.model import FAIL, PASS, WARN
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 S = crashes.SECTION

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from sparkdeploy.checks import FAIL, PASS, Result
 from sparkdeploy.deploy import fabric_gate
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.doctor import gpu, image
-from sparkdeploy.doctor.model import FAIL, PASS, Result
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import GpuFact
 from sparkdeploy.plan import plan_deployment

@@ -11,9 +11,9 @@ import time
 import pytest
 import yaml
 
+from sparkdeploy.checks import Check, Result
 from sparkdeploy.doctor import endpoint, gpu, network, roce
 from sparkdeploy.doctor.api import prepare
-from sparkdeploy.doctor.model import Check, Result
 from sparkdeploy.doctor.registry import BY_ID, CHECKS
 from sparkdeploy.doctor.runner import _run_tasks, _Task, select
 from sparkdeploy.doctor.session import NodeSession, Options

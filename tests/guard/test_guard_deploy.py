@@ -8,10 +8,10 @@ import copy
 import pytest
 
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.guard.deploy import GUARD_CONTAINER
 from sparkdeploy.guard.lines import check_lines
-from sparkdeploy.guard.settings import GUARD_FOLDER
+from sparkdeploy.guard_settings import GUARD_FOLDER
 from sparkdeploy.plan import plan_removal
+from sparkdeploy.topologies.guard import GUARD_CONTAINER
 from tests.conftest import TWO_NODES
 from tests.deploy.deploy_helpers import empty_facts
 from tests.test_render import deployment

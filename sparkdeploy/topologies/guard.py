@@ -21,7 +21,7 @@ from typing import Any
 from sparkdeploy import budget
 from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard.settings import GUARD_FOLDER, GuardSettings, effective
+from sparkdeploy.guard_settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.topologies.base import Context
 
