@@ -115,7 +115,6 @@ def test_the_gateway_counts_spend_on_its_own_volume_with_the_hooks_tracker(tmp_p
     defined |= {n.name for n in hook.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     assert module == "gateway_hook" and name in defined
     assert config["general_settings"]["custom_auth"].split(".")[1] in defined
-    assert all(m["model_info"]["input_cost_per_token"] == 0 for m in config["model_list"])
     node = st.gateway_node(s)
     assert {"gateway_hook.py", "gateway_spend.py"} <= {f.name for f in node.files}
     run = next(f.content for f in node.files if f.name == "litellm.run.sh")

@@ -408,9 +408,7 @@ def gateway_models(stack: Stack) -> list[dict[str, Any]]:
                 {
                     "model_name": m.model,
                     "litellm_params": {"model": f"hosted_vllm/{m.model}", "api_base": url, "api_key": "EMPTY"},
-                    # priced at 0: LiteLLM's cost calculation finds the price here instead of searching its
-                    # cost map for a model it does not know (every answer; keys budget tokens, not USD)
-                    "model_info": {"id": f"{m.name}-{i}", "input_cost_per_token": 0, "output_cost_per_token": 0},
+                    "model_info": {"id": f"{m.name}-{i}"},
                 }
             )
     return out
