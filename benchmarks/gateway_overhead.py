@@ -12,6 +12,10 @@ async HTTP client (aiohttp, keep-alive), the same request (a chat completion of 
   nothing (after `down`), each as the CLI a user runs.
 
     python benchmarks/gateway_overhead.py [--inventory lab] [--requests 300] [--c64-requests 1920] [--no-up]
+        [--also NAME=URL ...]
+
+--also adds another gateway (e.g. a variant of its config started by hand on another port, same master key) to
+the same alternation: an A/B of a gateway change within one run, on the same engine and the same machine load.
 
 Needs the lab (`sparkdeploy lab up`) and its secrets file (the gateway's master key). Leaves the stack of
 two deployments up; `sparkdeploy down -i lab` removes it.
@@ -109,6 +113,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--no-up", action="store_true", help="skip the `up --stack` figure")
     ap.add_argument("--workers", type=int, default=1, help="the gateway's num_workers (stack file gateway:)")
+    ap.add_argument("--running", action="store_true", help="measure the stack that runs: no `up` at all")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=URL", help="another gateway (…/v1) to A/B")
     args = ap.parse_args()
 
     inv = load_inventory(args.inventory)
@@ -120,22 +126,25 @@ def main() -> int:
     two.write_text(TWO + gateway)
     three.write_text(TWO + THIRD + gateway)
     up = {}
-    if not args.no_up:
+    if not args.no_up and not args.running:
         sd_timed("down", "-i", args.inventory)
         up["whole"] = sd_timed("up", "--stack", str(three), "-i", args.inventory, "--timeout", "300")
         sd_timed("up", "--stack", str(two), "-i", args.inventory, "--timeout", "300")  # the third goes
         up["add"] = sd_timed("up", "--stack", str(three), "-i", args.inventory, "--timeout", "300")
         up["again"] = sd_timed("up", "--stack", str(three), "-i", args.inventory, "--timeout", "300")
         sd_timed("up", "--stack", str(two), "-i", args.inventory, "--timeout", "300")
-    else:
+    elif not args.running:
         sd_timed("up", "--stack", str(two), "-i", args.inventory, "--timeout", "300")
 
     paths = {
         "direct": (f"http://{head.url_host}:8000/v1", {}),
         "gateway": (f"http://{head.url_host}:4000/v1", {"Authorization": f"Bearer {key}"}),
     }
+    for extra in args.also:
+        name, _, url = extra.partition("=")
+        paths[name] = (url, {"Authorization": f"Bearer {key}"})
     lat = asyncio.run(c1(paths, args.requests, args.max_tokens))
-    rates: dict[str, list[float]] = {"direct": [], "gateway": []}
+    rates: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(2):
         for name, (url, headers) in paths.items():
             rates[name].append(asyncio.run(c64(url, headers, args.c64_requests, args.max_tokens)))
@@ -166,6 +175,13 @@ def main() -> int:
             f"of two {up['add']:.1f} s (ratio {up['add'] / up['whole']:.2f}); a second up, nothing to change, "
             f"{up['again']:.1f} s"
         )
+    for name in paths:
+        if name not in ("direct", "gateway"):
+            print(
+                f"{name}: added p50 {p50[name] - p50['direct']:+.1f} ms, p99 {p99[name] - p99['direct']:+.1f} ms; c64 "
+                f"lost {1 - rps[name] / rps['direct']:.1%}; against the gateway: p50 {p50[name] - p50['gateway']:+.1f} "
+                f"ms, requests/s ratio {rps[name] / rps['gateway']:.3f}"
+            )
     print(json.dumps({"p50_ms": p50, "p99_ms": p99, "rps": rates, "up_s": up}))
     return 0
 

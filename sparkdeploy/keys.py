@@ -7,6 +7,11 @@ documented `custom_auth`): `keys.json` in the gateway's state dir on the head no
 its name, the sha256 of its token, its models, rpm and max budget, never the token. The token (sk-sd-…) is
 shown once, at create. The hook re-reads the file when it changes: a revoked key is refused from the next
 request; the file is not `up`'s (never in its manifest), so keys survive a gateway restart, `up` and `down`.
+
+The max budget is in tokens (prompt + completion, as each answer's usage counts them): self-hosted models have
+no price, and LiteLLM's USD budgets need its database. The hook counts them (gateway_spend.py, a sqlite file on
+the gateway's state volume) and refuses a key that has spent its budget (429, "budget exceeded"); `keys list`
+reads the counts from inside the gateway container (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy.apply import Session, inventory_lock
-from sparkdeploy.deploy.stack import GATEWAY, state_dir_of
+from sparkdeploy.deploy.stack import GATEWAY, GATEWAY_CONTAINER, SPEND_VOLUME, state_dir_of
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.remote import NodeConnection
@@ -28,6 +33,38 @@ from sparkdeploy.remote import NodeConnection
 KEYS_FILE = "keys.json"
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 TOKEN_PREFIX = "sk-sd-"
+BUDGET = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)$")
+SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+MAX_BUDGET = 10**15  # tokens: far beyond any use, small enough for sqlite's integers
+SPEND_DB = f"{SPEND_VOLUME[1]}/spend.sqlite"  # inside the gateway container (gateway_spend.DB)
+
+
+def parse_budget(text: str) -> int:
+    """--max-budget: a whole number of tokens, with an optional k / M / G (1000s): "50000", "50k", "1.5M"."""
+    m = BUDGET.match(text.strip())
+    tokens = round(float(m.group(1)) * SCALE[m.group(2).lower()]) if m else 0
+    if not m or not 1 <= tokens <= MAX_BUDGET:
+        raise ConfigError(
+            Problem(
+                "keys create",
+                "--max-budget",
+                f"{text!r} is not a budget in tokens",
+                "a whole number of tokens (prompt + completion) >= 1, e.g. 200000 or 200k",
+            )
+        )
+    return tokens
+
+
+def check_new(name: str, models: list[str], served: list[str], existing: list[dict[str, Any]]) -> list[Problem]:
+    """What is wrong with key `name` for `models` on a gateway serving `served` that has keys `existing`."""
+    problems = [
+        Problem("keys create", "--models", f"no deployment serves {m}", f"served: {', '.join(served) or 'none'}")
+        for m in models
+        if m not in served
+    ]
+    if any(k.get("name") == name for k in existing):
+        problems.append(Problem("keys create", name, "a key of that name exists", "revoke it first, or pick a name"))
+    return problems
 
 
 @dataclass
@@ -64,6 +101,17 @@ class Gateway:
     def write(self, keys: list[dict[str, Any]]) -> None:
         self.conn.put(json.dumps({"keys": keys}, indent=1, sort_keys=True) + "\n", self.path, mode=0o600)
 
+    def spend(self) -> dict[str, int] | None:
+        """Tokens spent per key sha256, read by the gateway's own python (the sqlite file is the container's,
+        owned by root); None when the gateway does not run."""
+        r = self.conn.run(
+            ["docker", "exec", GATEWAY_CONTAINER, "python3", "-S", "-I", "/sparkdeploy/gateway_spend.py", SPEND_DB],
+            check=False,
+        )
+        if not r.ok:
+            return None
+        return {k: int(v.get("tokens", 0)) for k, v in json.loads(r.stdout or "{}").items()}
+
 
 def _open(inventory: str | None) -> tuple[Inventory, Session]:
     inv = load_inventory(inventory)
@@ -79,30 +127,20 @@ def create(
     name: str,
     models: list[str] | None = None,
     rpm: int | None = None,
-    max_budget: float | None = None,
+    max_budget: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """A new key: (its token, shown once; what keys.json records of it). Exit 2 for a bad name, a name in use or
-    a model no deployment of the stack serves."""
+    """A new key: (its token, shown once; what keys.json records of it). Exit 2 for a bad name, rpm or budget
+    (before connecting), a name in use or a model no deployment of the stack serves (nothing written)."""
     if not KEY_NAME.match(name):
         raise ConfigError(Problem("keys create", name, "not a key name", "letters, digits, '_', '.', '@', '-'"))
     if rpm is not None and rpm < 1:
         raise ConfigError(Problem("keys create", "--rpm", f"{rpm} is not a rate", "a whole number >= 1"))
-    if max_budget is not None and max_budget <= 0:
-        raise ConfigError(Problem("keys create", "--max-budget", f"{max_budget:g} is not a budget", "a number > 0"))
+    budget = parse_budget(max_budget) if max_budget is not None else None
     inv, session = _open(inventory)
     with inventory_lock(inv), session:
         gw = Gateway(inv, session.conn(inv.head), state_dir_of(inv, GATEWAY))
-        served = gw.models()
-        unknown = [m for m in models or [] if m not in served]
         keys = gw.keys()
-        problems = [
-            Problem("keys create", "--models", f"no deployment serves {m}", f"served: {', '.join(served)}")
-            for m in unknown
-        ]
-        if any(k.get("name") == name for k in keys):
-            problems.append(
-                Problem("keys create", name, "a key of that name exists", "revoke it first, or pick a name")
-            )
+        problems = check_new(name, list(models or []), gw.models(), keys)
         if problems:
             raise ConfigError(problems)
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -111,7 +149,8 @@ def create(
             "sha256": hashlib.sha256(token.encode()).hexdigest(),
             "models": list(models or []),
             "rpm": rpm,
-            "max_budget": max_budget,
+            "max_budget": budget,
+            "budget_unit": "tokens" if budget else None,
             "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         gw.write([*keys, entry])
@@ -119,9 +158,13 @@ def create(
 
 
 def list_keys(inventory: str | None) -> list[dict[str, Any]]:
+    """The keys, each with `spent` (tokens so far; None when the gateway does not run to ask)."""
     inv, session = _open(inventory)
     with session:
-        return [_public(k) for k in Gateway(inv, session.conn(inv.head), state_dir_of(inv, GATEWAY)).keys()]
+        gw = Gateway(inv, session.conn(inv.head), state_dir_of(inv, GATEWAY))
+        keys = gw.keys()
+        spend = gw.spend() if keys else {}
+    return [{**_public(k), "spent": None if spend is None else spend.get(k["sha256"], 0)} for k in keys]
 
 
 def revoke(inventory: str | None, name: str) -> dict[str, Any]:

@@ -12,11 +12,13 @@ from sparkdeploy.cli.common import emit_json, inventory_option, json_option
 
 @click.group("keys")
 def keys() -> None:
-    """Per-user API keys of the stack gateway (`up --stack`): each limited to some models, a request rate.
+    """Per-user API keys of the stack gateway (`up --stack`): each limited to some models, a request rate, a budget
+    of tokens.
 
     \b
     Examples:
       sparkdeploy keys create alice --models qwen3-coder-30b --rpm 60 -i lab   # the key is printed once
+      sparkdeploy keys create bob --max-budget 200k -i lab   # refused once its answers used 200000 tokens
       sparkdeploy keys list -i lab
       sparkdeploy keys revoke alice -i lab                                      # refused from the next request
 
@@ -30,8 +32,9 @@ def keys() -> None:
 @click.option("--rpm", type=int, help="At most this many requests per minute (per gateway worker).")
 @click.option(
     "--max-budget",
-    type=float,
-    help="Recorded with the key; NOT enforced: spend tracking needs LiteLLM's database (see docs/stack.md).",
+    metavar="TOKENS",
+    help="At most this many tokens (prompt + completion, summed over its answers), e.g. 200000 or 200k; "
+    "then refused (429, budget exceeded). Counted by the gateway, kept over restarts (docs/gateway.md).",
 )
 @inventory_option
 @json_option
@@ -44,8 +47,8 @@ def create(name, models, rpm, max_budget, inventory, as_json):
         return
     click.echo(token)
     click.echo(
-        f"key {name}: models {', '.join(entry['models']) or 'all'}, rpm {entry['rpm'] or 'unlimited'}. "
-        "Shown once: store it now.",
+        f"key {name}: models {', '.join(entry['models']) or 'all'}, rpm {entry['rpm'] or 'unlimited'}, "
+        f"budget {budget_text(entry)}. Shown once: store it now.",
         err=True,
     )
 
@@ -54,19 +57,34 @@ def create(name, models, rpm, max_budget, inventory, as_json):
 @inventory_option
 @json_option
 def list_(inventory, as_json):
-    """The keys: name, models, rpm, max budget, created (never the key)."""
+    """The keys: name, models, rpm, tokens spent / max budget, created (never the key)."""
     entries = lib.list_keys(inventory)
     if as_json:
         emit_json(entries)
         return
     table = Table(title="gateway keys", title_justify="left")
-    for col in ("name", "models", "rpm", "max budget", "created"):
+    for col in ("name", "models", "rpm", "spent / budget (tokens)", "created"):
         table.add_column(col)
     for e in entries:
+        spent = "?" if e.get("spent") is None else str(e["spent"])
         table.add_row(
-            e["name"], ", ".join(e["models"]) or "all", str(e["rpm"] or "-"), str(e["max_budget"] or "-"), e["created"]
+            e["name"],
+            ", ".join(e["models"]) or "all",
+            str(e["rpm"] or "-"),
+            f"{spent} / {budget_text(e)}",
+            e["created"],
         )
     Console().print(table)
+    if entries and any(e.get("spent") is None for e in entries):
+        click.echo("spent: ? (the gateway does not run: its counts are read from inside it)", err=True)
+
+
+def budget_text(entry: dict) -> str:
+    if entry.get("budget_unit") == "tokens":
+        return str(entry["max_budget"])
+    if entry.get("max_budget"):  # recorded by an older sparkdeploy, in no unit: not enforced
+        return f"{entry['max_budget']:g} (not enforced: no unit)"
+    return "unlimited"
 
 
 @keys.command("revoke")

@@ -75,9 +75,12 @@ from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)
 GUARD = STACK_UNIT  # the guards' deployment name (reserved): one memory guard per engine node
 RESERVED = (GATEWAY, GUARD)
+GATEWAY_CONTAINER = f"sparkdeploy-{GATEWAY}-litellm"
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
 HOOK_SOURCE = Path(__file__).resolve().parent.parent / "gateway_hook.py"
+SPEND_SOURCE = HOOK_SOURCE.with_name("gateway_spend.py")  # the hook's token counts (keys --max-budget)
+SPEND_VOLUME = ("spend", "/sparkdeploy-spend")  # the gateway's writable state: spend.sqlite (gateway_spend.DB)
 GIB = 1024
 
 
@@ -434,7 +437,9 @@ def gateway_config(stack: Stack) -> dict[str, Any]:
             "allowed_fails": lite.allowed_fails,
             "cooldown_time": lite.cooldown_time,
         },
-        "litellm_settings": {"callbacks": ["prometheus"]},
+        # the hook's token counter only: no Prometheus callback (`up --stack` has no --metrics, and it cost about
+        # 10 % of the proxy's CPU per answer, py-spy); LiteLLM's own `/metrics` is not scraped by anything here
+        "litellm_settings": {"callbacks": ["gateway_hook.spend_tracker"]},
         "general_settings": {
             "master_key": "os.environ/LITELLM_MASTER_KEY",
             # keys and model-list reload: sparkdeploy/gateway_hook.py, beside this file in the state dir
@@ -448,7 +453,7 @@ def gateway_node(stack: Stack) -> NodeDeployment:
     deployment added or removed rewrites litellm-config.yaml, which the running proxy reloads."""
     inv = stack.inventory
     head = stack.head
-    name = f"sparkdeploy-{GATEWAY}-litellm"
+    name = GATEWAY_CONTAINER
     nd = NodeDeployment(node=head, state_dir=state_dir_of(inv, GATEWAY))
     master = stack.secrets.get("LITELLM_MASTER_KEY")
     node_env = render("node.env.j2", node=head, env={}, recipe_name=GATEWAY, topology="stack")
@@ -470,7 +475,14 @@ def gateway_node(stack: Stack) -> NodeDeployment:
         mode=0o755,
     )
     hook = FileSpec("gateway_hook.py", HOOK_SOURCE.read_text(encoding="utf-8"))
-    files = [FileSpec("node.env", node_env), FileSpec("secrets.env", secrets_env, mode=0o600, secret=True), entry, hook]
+    spend = FileSpec("gateway_spend.py", SPEND_SOURCE.read_text(encoding="utf-8"))
+    files = [
+        FileSpec("node.env", node_env),
+        FileSpec("secrets.env", secrets_env, mode=0o600, secret=True),
+        entry,
+        hook,
+        spend,
+    ]
     image = load_definition(PROXY_IMAGE).tag
     run_vars: dict[str, Any] = dict(
         common,
@@ -481,6 +493,7 @@ def gateway_node(stack: Stack) -> NodeDeployment:
         hf_cache=None,
         container_hf_home="/root/.cache/huggingface",
         healthcheck=healthcheck.for_port(stack.gateway_port, health_path("proxy")),
+        state_volumes=[SPEND_VOLUME],
     )
     key = digest_key(inv.cluster_id)
     digests = [f.name + ":" + (keyed_digest(key, f.content) if f.secret else f.sha256) for f in files]

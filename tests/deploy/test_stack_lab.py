@@ -1,7 +1,8 @@
 """`up --stack` in the shared lab with the real OpenAI Python client: two recipes on two nodes behind one gateway
 both answer; a third deployment added while the first two serve, then removed again, with requests to the first
 two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`.
-Keys: a model limit, an rpm, kept over a gateway restart, refused within a second of `keys revoke`; `down`
+Keys: a model limit, an rpm, a budget of tokens (refused once spent, still after a restart), kept over a gateway
+restart, refused within a second of `keys revoke`; `down`
 leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_request
 def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_restart(lab, inv, client, tmp_path):
     assert up(inv, tmp_path / "stack.yaml", TWO)["ok"]  # the stack of the test above: nothing to change
     sd("keys", "revoke", "alice", "-i", inv)  # a previous run's
+    sd("keys", "revoke", "carol", "-i", inv)
     r = sd("keys", "create", "alice", "--models", MODELS["coder"], "--rpm", "3", "-i", inv, "--json")
     assert r.returncode == 0, failure(r)
     token = json.loads(r.stdout)["key"]
@@ -175,6 +177,23 @@ def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_re
     with pytest.raises(openai.RateLimitError):  # the 4th within a minute
         user.chat.completions.create(model=MODELS["coder"], messages=hi)
 
+    # a budget of 20 tokens (prompt + completion): answers until its answers have used them, then 429
+    r = sd("keys", "create", "carol", "--max-budget", "20", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    carol = openai.OpenAI(base_url=client.base_url, api_key=json.loads(r.stdout)["key"], max_retries=0, timeout=60)
+    used, answered, deadline = 0, 0, time.monotonic() + 30
+    while True:  # each answer is counted just after it is sent: the refusal may come one request late
+        try:
+            used += carol.chat.completions.create(model=MODELS["chat"], messages=hi, max_tokens=4).usage.total_tokens
+            answered += 1
+        except openai.RateLimitError as exc:
+            assert "budget exceeded" in str(exc), exc
+            break
+        assert time.monotonic() < deadline, f"still answered after {answered} answers, {used} tokens"
+    assert answered >= 1 and used >= 20, (answered, used)
+    listed = {k["name"]: k for k in json.loads(sd("keys", "list", "-i", inv, "--json").stdout)}
+    assert listed["carol"]["max_budget"] == 20 and listed["carol"]["spent"] == used, listed["carol"]
+
     restarted = lab.docker_exec(lab.nodes[0], "docker", "restart", "sparkdeploy-gateway-litellm")
     assert restarted.returncode == 0, restarted.stderr
     deadline = time.monotonic() + 120
@@ -185,6 +204,9 @@ def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_re
         except (openai.APIConnectionError, openai.InternalServerError):
             assert time.monotonic() < deadline, "the gateway did not come back in 120 s"
             time.sleep(1)
+    with pytest.raises(openai.RateLimitError, match="budget exceeded"):  # its count survived the restart
+        carol.chat.completions.create(model=MODELS["chat"], messages=hi, max_tokens=4)
+    assert sd("keys", "revoke", "carol", "-i", inv).returncode == 0
 
     r = sd("keys", "revoke", "alice", "-i", inv)
     assert r.returncode == 0, failure(r)
