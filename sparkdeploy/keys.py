@@ -25,10 +25,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy.apply import Session, inventory_lock
-from sparkdeploy.deploy.stack import GATEWAY, GATEWAY_CONTAINER, SPEND_VOLUME, state_dir_of
+from sparkdeploy.deploy.stack import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.remote import NodeConnection
+from sparkdeploy.running_stack import GATEWAY, state_dir_of
 
 KEYS_FILE = "keys.json"
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")

@@ -59,22 +59,19 @@ from sparkdeploy.deployment import (
 )
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import STACK_UNIT
 from sparkdeploy.images import push
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.plan import CHANGED, Plan, StepKind, _restart_together, describe, plan_node, plan_removal
 from sparkdeploy.recipes import LiteLLMSettings, ResolvedRecipe, resolve
 from sparkdeploy.render import render
+from sparkdeploy.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, state_dir_of, sub_inventory
 from sparkdeploy.secrets import Secrets, digest_key, keyed_digest, load_secrets, refuse_missing
 from sparkdeploy.topologies import build_deployment
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
-GATEWAY = "gateway"  # the gateway's deployment name (reserved)
-GUARD = STACK_UNIT  # the guards' deployment name (reserved): one memory guard per engine node
-RESERVED = (GATEWAY, GUARD)
 GATEWAY_CONTAINER = f"sparkdeploy-{GATEWAY}-litellm"
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
@@ -233,16 +230,6 @@ class Stack:
         return f"http://{self.head.url_host}:{self.gateway_port}/v1"
 
 
-def state_dir_of(inventory: Inventory, name: str) -> str:
-    return f"{inventory.cluster.state_dir}-{name}"
-
-
-def _sub_inventory(inv: Inventory, names: list[str], port: int, state_dir: str) -> Inventory:
-    nodes = [inv.node(n).model_copy(update={"role": "head" if i == 0 else "worker"}) for i, n in enumerate(names)]
-    cluster = inv.cluster.model_copy(update={"vllm_port": port, "state_dir": state_dir, "metrics": False})
-    return inv.model_copy(update={"nodes": nodes, "cluster": cluster, "groups": None})
-
-
 def load_stack(path: str, inventory_path: str | None = None, recipes_dir: str | None = None) -> Stack:
     """The stack file, validated against the inventory and recipes: every problem at once, one line each."""
     inv = load_inventory(inventory_path)
@@ -285,7 +272,7 @@ def load_stack(path: str, inventory_path: str | None = None, recipes_dir: str | 
         except ConfigError as exc:
             problems += [dataclasses.replace(p, file=f"{path}: {where} ({p.file})") for p in exc.problems]
             continue
-        sub = _sub_inventory(inv, names, port, state_dir_of(inv, entry.name))
+        sub = sub_inventory(inv, names, port, state_dir_of(inv, entry.name))
         members.append(Member(entry, sub, resolved, port))
     gateway_port = stack.gateway.port or inv.cluster.proxy_port
     problems += _conflicts(path, members, inv.head.name, gateway_port)
@@ -568,17 +555,6 @@ def guard_about(stack: Stack) -> dict[str, Any]:
 def only(f: NodeFacts, name: str) -> NodeFacts:
     """The node's facts as one deployment sees them: its own containers only."""
     return dataclasses.replace(f, containers=[c for c in f.containers if c.labels.get(DEPLOYMENT_LABEL) == name])
-
-
-def deployments_on(facts: dict[str, NodeFacts | Exception]) -> set[str]:
-    """The stack deployments whose containers run on the nodes (their labels), the gateway included."""
-    return {
-        c.labels[DEPLOYMENT_LABEL]
-        for f in facts.values()
-        if isinstance(f, NodeFacts)
-        for c in f.containers
-        if c.labels.get(DEPLOYMENT_LABEL)
-    }
 
 
 @dataclass
@@ -900,29 +876,6 @@ def _plan_member(stack: Stack, m: Member, facts: dict[str, dict[str, NodeFacts]]
     # what renders it again without the stack file (doctor's recipe checks: `rebuild`)
     about["stack"] = {"nodes": m.node_names, "port": m.port, "sets": m.sets}
     return plan_unit(stack.inventory, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
-
-
-def rebuild(
-    inv: Inventory, secrets: Secrets, name: str, manifest: dict[str, Any], recipes_dir: str | None = None
-) -> Deployment:
-    """A running stack deployment rendered again from its manifest (its recipe, topology, backend, nodes, port
-    and --set values as `up --stack` recorded them): what doctor's recipe checks look at. ConfigError when the
-    manifest lacks them (written before they were recorded) or the recipe no longer renders."""
-    about = manifest.get("stack")
-    if not isinstance(about, dict) or not manifest.get("recipe"):
-        raise ConfigError(
-            Problem(
-                state_dir_of(inv, name),
-                "manifest.json",
-                f"deployment {name}'s manifest does not say how it was rendered",
-                "run `sparkdeploy up --stack FILE` once (it changes no container)",
-            )
-        )
-    sub = _sub_inventory(inv, list(about["nodes"]), int(about["port"]), state_dir_of(inv, name))
-    resolved = resolve(
-        manifest["recipe"], manifest.get("topology"), manifest.get("backend"), about["sets"], recipes_dir
-    )
-    return build_deployment(sub, resolved, secrets, stack_name=name)
 
 
 def _push_images(inv: Inventory, nds: list[NodeDeployment], facts: dict[str, NodeFacts], out: Reporter) -> bool:

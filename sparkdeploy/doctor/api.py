@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkdeploy.deploy import stack
+from sparkdeploy import running_stack as stack
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import read_facts
 from sparkdeploy.images.definitions import load_definition
@@ -88,7 +88,7 @@ def render_deployed(run: DoctorRun, recipes_dir: str | None) -> None:
 
 def render_stack(run: DoctorRun, nodes: list[Node], names: list[str], recipes_dir: str | None) -> None:
     """The deployments of the stack that runs (or only --deployment NAME), each rendered again from its manifest
-    (deploy/stack.py `rebuild`): the recipe checks run once per deployment (runner.execute)."""
+    (running_stack.py `rebuild`): the recipe checks run once per deployment (runner.execute)."""
     inv = run.inventory
     assert inv is not None  # called only with a loaded inventory
     if run.options.deployment:

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import yaml
 
+from sparkdeploy import running_stack
 from sparkdeploy.deploy import stack as st
 from sparkdeploy.deployment import DEPLOYMENT_LABEL
 from sparkdeploy.errors import ConfigError
@@ -252,7 +253,7 @@ def apply_to(units: list[st.Unit], facts: dict[str, dict[str, NodeFacts]], conta
 def facts_for(s: st.Stack, names: list[str], containers: dict[str, list], old=None) -> dict:
     facts = old or {}
     for name in names:
-        sd = st.state_dir_of(s.inventory, name)
+        sd = running_stack.state_dir_of(s.inventory, name)
         facts.setdefault(
             sd, {n.name: NodeFacts(node=n.name, home="/home/spark", docker_ok=True) for n in s.inventory.nodes}
         )
@@ -292,7 +293,7 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
 
     one = built(loaded(tmp_path, inventory_file, TWO.split("  - {name: coder")[0]))
     gone = sorted(
-        st.deployments_on(facts[".sparkdeploy"] if ".sparkdeploy" in facts else facts[".sparkdeploy-chat"])
+        running_stack.deployments_on(facts[".sparkdeploy"] if ".sparkdeploy" in facts else facts[".sparkdeploy-chat"])
         - {"chat", "gateway", "guard"}
     )
     assert gone == ["coder"]
@@ -366,11 +367,11 @@ def test_doctor_renders_each_running_deployment_again_from_its_manifest(tmp_path
     for m in s.members:
         step = next(x for x in units[m.name].plan.steps if x.kind == StepKind.MANIFEST)
         manifest = json.loads(step.file.content)
-        again = st.rebuild(s.inventory, s.secrets, m.name, manifest)
+        again = running_stack.rebuild(s.inventory, s.secrets, m.name, manifest)
         hashes = [(nd.node.name, c.name, c.config_hash) for nd in again.nodes for c in nd.containers]
         assert hashes == [(nd.node.name, c.name, c.config_hash) for nd in m.deployment.nodes for c in nd.containers]
     with pytest.raises(ConfigError, match="does not say how it was rendered"):
-        st.rebuild(s.inventory, s.secrets, "chat", {"recipe": "glm-4.7-flash-int4"})
+        running_stack.rebuild(s.inventory, s.secrets, "chat", {"recipe": "glm-4.7-flash-int4"})
 
 
 def test_a_changed_cluster_deployment_of_a_stack_is_gated_and_an_unchanged_one_is_not(tmp_path, inventory_file):
