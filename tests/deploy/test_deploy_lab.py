@@ -365,23 +365,8 @@ def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
 
 def test_worker_rank_killed_during_up(lab, inv):
     worker = lab.nodes[1]
-    cmd = [
-        sys.executable,
-        "-c",
-        "from sparkdeploy.cli.main import main; main()",
-        "up",
-        "--recipe",
-        RECIPE,
-        "-t",
-        "cluster",
-        "-b",
-        "torchrun",
-        "-i",
-        inv,
-        "--timeout",
-        "90",
-        NO_GATE,
-    ]
+    up_args = ["up", "--recipe", RECIPE, "-t", "cluster", "-b", "torchrun", "-i", inv, NO_GATE, "--timeout"]
+    cmd = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *up_args, "90"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = False
     try:
@@ -414,21 +399,7 @@ def test_worker_rank_killed_during_up(lab, inv):
     assert "--- spark2 sparkdeploy-vllm: last 30 log lines ---" in out
     assert "--- spark1 sparkdeploy-vllm: last 30 log lines ---" in out
     # the next run converges
-    r = sd(
-        "up",
-        "--recipe",
-        RECIPE,
-        "-t",
-        "cluster",
-        "-b",
-        "torchrun",
-        "-i",
-        inv,
-        "--timeout",
-        GATE_TIMEOUT,
-        "--json",
-        NO_GATE,
-    )
+    r = sd(*up_args, GATE_TIMEOUT, "--json")
     assert r.returncode == 0, _fail(r)
     assert json.loads(r.stdout)["changed"] >= 1
     r = sd("down", "-i", inv)
