@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -112,7 +113,9 @@ def main() -> int:
     ap.add_argument("--c64-requests", type=int, default=1920, help="c64: requests per run (2 runs per path)")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--no-up", action="store_true", help="skip the `up --stack` figure")
-    ap.add_argument("--workers", type=int, default=1, help="the gateway's num_workers (stack file gateway:)")
+    ap.add_argument(
+        "--workers", default="auto", help="the gateway's num_workers (stack file gateway:): a number, or auto"
+    )
     ap.add_argument("--running", action="store_true", help="measure the stack that runs: no `up` at all")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=URL", help="another gateway (…/v1) to A/B")
     args = ap.parse_args()
@@ -122,7 +125,8 @@ def main() -> int:
     head = inv.head
     work = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     two, three = work / "two.yaml", work / "three.yaml"
-    gateway = f"gateway: {{num_workers: {args.workers}}}\n"
+    workers = int(args.workers) if args.workers.isdigit() else "auto"
+    gateway = f"gateway: {{num_workers: {workers}}}\n"
     two.write_text(TWO + gateway)
     three.write_text(TWO + THIRD + gateway)
     up = {}
@@ -156,7 +160,7 @@ def main() -> int:
     lost = 1 - rps["gateway"] / rps["direct"]
     print(
         f"SIMULATED engine (vllm-sim, {MODEL}, {args.max_tokens} tokens per request); gateway: real LiteLLM, "
-        f"{args.workers} worker(s)"
+        f"num_workers {args.workers} (auto: the head node's CPUs, at most 4; this lab's nodes have {os.cpu_count()})"
     )
     print("| path | c1 p50 | c1 p99 | c64 requests/s (2 runs) |")
     print("|---|---|---|---|")

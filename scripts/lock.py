@@ -13,6 +13,8 @@ committed files (the lock and the `.deps.json` beside it, which records each pac
 the index published them), so the proof does not depend on what the index serves that day.
 
     python3 scripts/lock.py make [NAME ...]     # resolve each .in for its targets; write .txt and .deps.json
+    python3 scripts/lock.py make --keep NAME    # after adding a requirement to a .in: resolve only what is new,
+                                                # every pin already in the lock held where it is (constraints)
     python3 scripts/lock.py check [NAME ...]    # exit 1, one line per problem, if a lock is incomplete
     python3 scripts/lock.py prune [NAME ...]    # after taking requirements out of a .in: drop what nothing
                                                 # needs any more, resolving nothing (no other pin moves)
@@ -340,10 +342,12 @@ def _top_requirements(lock: Lock, root: Path = ROOT) -> list[str]:
     return out
 
 
-def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool) -> list[dict]:
+def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool, keep: list[str] | None = None) -> list[dict]:
     t = lock.target
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-lock-") as tmp:
         report = Path(tmp) / "report.json"
+        held = Path(tmp) / "held.txt"  # --keep: the current pins, as constraints (pip may not move them)
+        held.write_text("".join(f"{line}\n" for line in keep))
         argv = [
             sys.executable,
             "-m",
@@ -367,6 +371,7 @@ def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool) -> list[d
             "abi3",
             "--abi",
             "none",
+            *(["--constraint", str(held)] if keep else []),
         ]
         for tag in _platforms(arch, t.glibc_max, descending):
             argv += ["--platform", tag]
@@ -376,16 +381,19 @@ def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool) -> list[d
         return json.loads(report.read_text())["install"]
 
 
-def make(lock: Lock) -> None:
+def make(lock: Lock, keep: bool = False) -> None:
     """Resolve the .in for every architecture (both wheel preference orders) with pip's own resolver, keep the
-    closure the target's markers select, and write the lock and its .deps.json; refuse an incomplete result."""
+    closure the target's markers select, and write the lock and its .deps.json; refuse an incomplete result.
+    keep: every pin of the current lock is a constraint, so only a requirement new to the .in is resolved (and
+    refused if it would move a pin); without it, every transitive pin is re-resolved against the day's index."""
     tops = _top_requirements(lock)
+    held = [f"{p.name}=={p.version}" for p in read_pins(ROOT / lock.output)[0]] if keep else []
     resolutions: list[dict[str, dict]] = []
     extra: list[str] = []
     for arch in lock.target.arches:
         for descending in (True, False):
             for _ in range(10):  # pip evaluates markers for this interpreter: add what the target needs too
-                install = _resolve(lock, tops + extra, arch, descending)
+                install = _resolve(lock, tops + extra, arch, descending, held)
                 found = {canonicalize_name(i["metadata"]["name"]): i for i in install}
                 pins = [Pin(n, frozenset(), i["metadata"]["version"], ("0" * 64,), 0) for n, i in found.items()]
                 deps = {
@@ -499,7 +507,9 @@ def _named(names: list[str]) -> list[Lock]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("make", help="resolve and write locks").add_argument("names", nargs="*")
+    mk = sub.add_parser("make", help="resolve and write locks")
+    mk.add_argument("names", nargs="*")
+    mk.add_argument("--keep", action="store_true", help="hold every current pin: resolve only what is new")
     sub.add_parser("check", help="prove locks complete from the committed files").add_argument("names", nargs="*")
     sub.add_parser("prune", help="drop the pins the .in no longer needs, resolving nothing").add_argument(
         "names", nargs="*"
@@ -510,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "make":
         for lock in _named(args.names):
-            make(lock)
+            make(lock, keep=args.keep)
         return 0
     if args.command == "prune":
         for lock in _named(args.names):

@@ -12,7 +12,8 @@ On every authenticated request (every /v1 route, /v1/models included):
    be in keys.json (written by `sparkdeploy keys`, mode 0600): sha256 of the token -> name, models, rpm, max
    budget. The file is re-read when it changes, so a revoked key is refused from the next request on (the files
    are looked at, at most every CHECK_S). A key limited to some models is refused (403) for another; past its rpm
-   (requests in the last 60 s, per proxy worker) it gets 429; once it has spent its max budget (tokens, prompt +
+   (requests in the last 60 s, counted in gateway_spend's sqlite file, so over every proxy
+   worker) it gets 429; once it has spent its max budget (tokens, prompt +
    completion, counted by `spend_tracker` below into gateway_spend's sqlite file, shared by every worker and
    kept over a restart) it gets 429 "budget exceeded".
 
@@ -31,7 +32,6 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 import yaml
@@ -47,7 +47,6 @@ import gateway_spend  # type: ignore[import-not-found]  # noqa: E402 - a sibling
 
 CONFIG = os.path.join(HERE, "litellm-config.yaml")
 KEYS = os.path.join(HERE, "keys.json")
-WINDOW_S = 60.0
 CHECK_S = 0.2  # how often the files are stat'ed: a revoked key is refused within this (the goal: 1 s)
 
 # uvicorn's access log writes one line per request from the event loop (about 3 % of the proxy's CPU under
@@ -59,7 +58,6 @@ _stamps: dict[str, tuple[int, int, int] | None] = {}
 _checked = 0.0
 _keys: dict[str, dict[str, Any]] = {}
 _auth: dict[str, UserAPIKeyAuth] = {}  # sha256 -> the answer for that key, built once per keys.json version
-_recent: dict[str, deque[float]] = {}
 
 
 def _stamp(path: str) -> tuple[int, int, int] | None:
@@ -162,15 +160,9 @@ async def user_api_key_auth(request: Any, api_key: str) -> UserAPIKeyAuth:
                 429,
             )
     rpm = entry.get("rpm")
-    if rpm:
-        now = time.monotonic()
-        with _lock:
-            seen = _recent.setdefault(digest, deque())
-            while seen and seen[0] <= now - WINDOW_S:
-                seen.popleft()
-            if len(seen) >= rpm:
-                raise _refuse(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429)
-            seen.append(now)
+    # a write that may wait for another worker's: off the event loop
+    if rpm and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
+        raise _refuse(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429)
     return _answer(
         digest,
         lambda: UserAPIKeyAuth(

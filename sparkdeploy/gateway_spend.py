@@ -1,4 +1,5 @@
-"""What each gateway key has spent, in tokens: the store behind `keys create --max-budget` (issue 28).
+"""What each gateway key has spent, in tokens, and its requests of the last minute: the store behind
+`keys create --max-budget` and `--rpm` (issue 28).
 
 Shipped beside gateway_hook.py into the gateway's state dir and run inside the gateway container (standard
 library only; sparkdeploy never imports it). The unit is tokens, prompt + completion, as each answer's `usage`
@@ -23,9 +24,15 @@ import time
 
 DB = os.environ.get("SPARKDEPLOY_SPEND_DB", "/sparkdeploy-spend/spend.sqlite")
 SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS spend (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL, requests INTEGER NOT NULL, "
-    "updated REAL NOT NULL)"
+    (
+        "CREATE TABLE IF NOT EXISTS spend (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL, "
+        "requests INTEGER NOT NULL, updated REAL NOT NULL)"
+    ),
+    # one row per request of a key with an rpm, for a minute: every worker counts the same requests
+    "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS hits_key_at ON hits (key, at)",
 )
+WINDOW_S = 60.0
 
 
 _local = threading.local()
@@ -41,7 +48,8 @@ def connect(path: str = DB) -> sqlite3.Connection:
     # (a crash of the whole node may lose the last few counts, never corrupt the file).
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(SCHEMA)
+    for statement in SCHEMA:
+        conn.execute(statement)
     conns[path] = conn
     return conn
 
@@ -57,6 +65,23 @@ def add(key: str, tokens: int, path: str = DB) -> None:
 def spent(key: str, path: str = DB) -> int:
     row = connect(path).execute("SELECT tokens FROM spend WHERE key = ?", (key,)).fetchone()
     return int(row[0]) if row else 0
+
+
+def take(key: str, rpm: int, now: float | None = None, path: str = DB) -> int | None:
+    """Count one request of `key` against its `rpm` (requests in the last WINDOW_S seconds, over every worker):
+    None when it may go on (and it is counted), else how many it made in the window (it is not counted)."""
+    now = time.time() if now is None else now
+    conn = connect(path)
+    conn.execute("BEGIN IMMEDIATE")  # count and add in one write transaction: two workers never both see room
+    try:
+        conn.execute("DELETE FROM hits WHERE key = ? AND at <= ?", (key, now - WINDOW_S))
+        (seen,) = conn.execute("SELECT COUNT(*) FROM hits WHERE key = ?", (key,)).fetchone()
+        if seen >= rpm:
+            return int(seen)
+        conn.execute("INSERT INTO hits (key, at) VALUES (?, ?)", (key, now))
+        return None
+    finally:
+        conn.execute("COMMIT")
 
 
 def dump(path: str = DB) -> dict[str, dict[str, int]]:

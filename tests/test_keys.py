@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -99,6 +100,25 @@ def test_spend_is_counted_per_key_across_threads_and_processes_and_kept(tmp_path
         ).stdout.strip()
         == "{}"
     )
+
+
+def test_rpm_is_counted_over_every_worker_and_its_window_slides(tmp_path):
+    """Several proxy workers (processes) share one rpm count: 3 processes asking 10 times each against an rpm of
+    7 get exactly 7 requests through."""
+    db = str(tmp_path / "spend.sqlite")
+    script = f"import gateway_spend as g\nprint(sum(g.take('k' * 64, 7, path={db!r}) is None for _ in range(10)))"
+    env = {"PYTHONPATH": str(gateway_spend.__file__).rsplit("/", 1)[0]}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env) for _ in range(3)
+    ]
+    allowed = sum(int(p.communicate(timeout=60)[0]) for p in procs)
+    assert allowed == 7
+    assert gateway_spend.take("k" * 64, 7, path=db) == 7  # refused, and the refusal is not counted
+    assert gateway_spend.take("z" * 64, 7, path=db) is None  # another key has its own count
+    # a minute later the window is empty again
+    later = time.time() + gateway_spend.WINDOW_S + 1
+    assert gateway_spend.take("k" * 64, 7, now=later, path=db) is None
+    assert gateway_spend.take("k" * 64, 1, now=later, path=db) == 1
 
 
 def test_the_gateway_counts_spend_on_its_own_volume_with_the_hooks_tracker(tmp_path, inventory_file):

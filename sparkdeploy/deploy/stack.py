@@ -116,11 +116,35 @@ class StackDeployment(BaseModel):
         return v
 
 
+# The gateway's proxy worker processes when the stack file says `num_workers: auto` (the default): one per CPU of
+# the head node, at most 4. A request's LiteLLM path is ~3 ms of one core; answers of one batch arrive together,
+# and one worker handles them one after another (at c64 in the lab, 1 worker lost 11 % of the engine's
+# throughput, 2 lost 4-5 %: docs/gateway.md). Each worker is a LiteLLM process of ~350 MiB, taken from the
+# memory the budget keeps for the OS (budget.OS_RESERVE_BYTES), hence the cap.
+GATEWAY_WORKERS_MAX = 4
+
+
+def gateway_workers(setting: int | str, head_cpus: int | None) -> int:
+    """The gateway's num_workers: the stack file's number, or `auto` from the head node's CPUs (1 if unknown)."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, min(GATEWAY_WORKERS_MAX, head_cpus or 1))
+
+
 class GatewaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     port: int | None = Field(default=None, ge=1, le=65535, description="default: the inventory's proxy_port")
-    num_workers: int = Field(default=1, ge=1, le=64)
+    num_workers: int | Literal["auto"] = Field(
+        default="auto", description=f"proxy processes; auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}"
+    )
+
+    @field_validator("num_workers")
+    @classmethod
+    def _workers(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 64:
+            raise ValueError(f"{v} workers | fix: a number from 1 to 64, or auto")
+        return v
 
 
 class StackFile(BaseModel):
@@ -217,6 +241,11 @@ class Stack:
     secrets: Secrets
     gateway_port: int
     warnings: list[str] = field(default_factory=list)
+    head_cpus: int | None = None  # the head node's `cpus` fact, once read (the gateway's `auto` workers)
+
+    @property
+    def gateway_workers(self) -> int:
+        return gateway_workers(self.file.gateway.num_workers, self.head_cpus)
 
     def member(self, name: str) -> Member:
         return next(m for m in self.members if m.name == name)
@@ -458,7 +487,7 @@ def gateway_node(stack: Stack) -> NodeDeployment:
     common = {"name": name, "node": head, "recipe_name": GATEWAY, "topology": "stack", "backend": ""}
     entry = FileSpec(
         "litellm.entry.sh",
-        render("entry-litellm.sh.j2", **common, port=stack.gateway_port, num_workers=stack.file.gateway.num_workers),
+        render("entry-litellm.sh.j2", **common, port=stack.gateway_port, num_workers=stack.gateway_workers),
         mode=0o755,
     )
     hook = FileSpec("gateway_hook.py", HOOK_SOURCE.read_text(encoding="utf-8"))
@@ -521,6 +550,7 @@ def gateway_about(stack: Stack) -> dict[str, Any]:
         "backends": [e["litellm_params"]["api_base"] for e in gateway_models(stack)],
         "deployment": GATEWAY,
         "models": sorted({m.model for m in stack.members}),
+        "workers": stack.gateway_workers,
     }
 
 
@@ -714,6 +744,7 @@ def _up(
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
     base = _read(session, inv, inv.cluster.state_dir, what="all")
     totals = {n: f.total_memory_mb for n, f in base.items()}
+    stack.head_cpus = base[stack.head.name].cpus
     util = budget(stack, totals)  # refuses (exit 2) before anything changes
     build(stack, util)
     result["memory"] = {m.name: util[m.name] for m in stack.members}

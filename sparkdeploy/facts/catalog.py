@@ -239,6 +239,16 @@ def _store_meminfo(f: NodeFacts, v: dict[str, int]) -> None:
     f.mem_total_mb, f.mem_available_mb = v.get("MemTotal"), v.get("MemAvailable")
 
 
+def _cpus(sec: Section) -> int | None:
+    """`nproc`: the CPUs this user's processes may run on (the stack gateway's worker count follows it)."""
+    text = sec.out.strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _store_cpus(f: NodeFacts, v: int | None) -> None:
+    f.cpus = v
+
+
 def _gpu(sec: Section) -> GpuFact:
     text = sec.out + "\n" + sec.err
     ok = sec.rc in (0, None)  # None: an output without exit code (a captured sample)
@@ -426,6 +436,7 @@ done""",
         ),
         Fact("resources", "true", lambda s: True, _store_resources),
         Fact("meminfo", r"grep -E '^(MemTotal|MemAvailable):' /proc/meminfo", _meminfo, _store_meminfo),
+        Fact("cpus", "nproc", _cpus, _store_cpus),
         Fact(
             "gpu",
             'nvidia-smi --query-gpu="' + ",".join(GPU_FIELDS) + '" --format=csv,noheader,nounits',
@@ -508,7 +519,7 @@ done""",
 
 # What each reader asks for (one round trip per node each time).
 STATE = ("home", "docker", "names", "inspect", "images", "statedir", "foreign", "files", "sha", "manifest", "listen")
-RESOURCES = ("home", "resources", "meminfo", "gpu", "model", "disk")
+RESOURCES = ("home", "resources", "meminfo", "cpus", "gpu", "model", "disk")
 DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma")
 # `init` and `setup network` on a node (FactArgs(fabric_ifaces=(EVERY_PORT,))); `setup ssh`'s checks
 DAYZERO = ("home", "machine_id", "hostname", "gpu", "network", "max_mtu", "rdma_netdevs", "rdma")

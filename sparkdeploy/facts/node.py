@@ -127,6 +127,7 @@ class NodeFacts:
     manifest_error: str = ""
     mem_total_mb: int | None = None
     mem_available_mb: int | None = None
+    cpus: int | None = None  # nproc
     gpu_mem_total_mb: int | None = None
     gpu_mem_free_mb: int | None = None
     model_cached: bool = False
@@ -157,6 +158,7 @@ class NodeFacts:
         for name in (
             "mem_total_mb",
             "mem_available_mb",
+            "cpus",
             "gpu_mem_total_mb",
             "gpu_mem_free_mb",
             "model_cached",

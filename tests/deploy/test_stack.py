@@ -196,6 +196,22 @@ def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, i
     assert gw.node.name == "spark1" and gw.containers[0].name == "sparkdeploy-gateway-litellm"
 
 
+def test_the_gateways_workers_follow_the_head_nodes_cpus_unless_the_stack_file_says(tmp_path, inventory_file):
+    def workers(s: st.Stack, cpus: int | None) -> str:
+        s.head_cpus = cpus  # the head's `cpus` fact, as `up --stack` reads it
+        entry = st.gateway_node(s).file("litellm.entry.sh").content
+        return entry.split("--num_workers ")[1].split()[0]
+
+    s = built(loaded(tmp_path, inventory_file))
+    assert s.file.gateway.num_workers == "auto"
+    assert [workers(s, c) for c in (20, 2, 1, None)] == ["4", "2", "1", "1"]  # a Spark: 20 CPUs -> the cap
+    assert st.gateway_about(s)["workers"] == 1
+    fixed = built(loaded(tmp_path, inventory_file, TWO + "gateway: {num_workers: 6}\n"))
+    assert workers(fixed, 20) == "6" and workers(fixed, None) == "6"
+    lines = problems(tmp_path, inventory_file, TWO + "gateway: {num_workers: 0}\n")
+    assert len(lines) == 1 and "gateway.num_workers" in lines[0] and "or auto" in lines[0]
+
+
 def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_proxy(tmp_path, inventory_file):
     s = built(
         loaded(

@@ -168,13 +168,15 @@ def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_re
     assert unknown.returncode == 2 and "no deployment serves no-such-model" in unknown.stderr
 
     user = openai.OpenAI(base_url=client.base_url, api_key=token, max_retries=0, timeout=60)
+    first = time.monotonic()  # before the 1st request the rpm counts (the gateway's clock is this machine's)
     hi = [{"role": "user", "content": "hi"}]
     assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
     with pytest.raises(openai.PermissionDeniedError, match="may not use model"):
         user.chat.completions.create(model=MODELS["chat"], messages=hi)
     user.chat.completions.create(model=MODELS["coder"], messages=hi)
     user.chat.completions.create(model=MODELS["coder"], messages=hi)
-    with pytest.raises(openai.RateLimitError):  # the 4th within a minute
+    third = time.monotonic()  # the window holds the 3 requests made between `first` and `third`
+    with pytest.raises(openai.RateLimitError, match="requests per minute"):  # the 4th within a minute
         user.chat.completions.create(model=MODELS["coder"], messages=hi)
 
     # a budget of 20 tokens (prompt + completion): answers until its answers have used them, then 429
@@ -197,9 +199,15 @@ def test_keys_model_limit_rpm_revoked_within_a_second_and_kept_over_a_gateway_re
     restarted = lab.docker_exec(lab.nodes[0], "docker", "restart", "sparkdeploy-gateway-litellm")
     assert restarted.returncode == 0, restarted.stderr
     deadline = time.monotonic() + 120
-    while True:  # the proxy serves again; the key works (its rpm window starts over with the new process)
+    while True:  # the proxy serves again; the key's rpm window is kept over the restart (shared by the workers)
+        asked = time.monotonic()
         try:
             assert user.chat.completions.create(model=MODELS["coder"], messages=hi).model == MODELS["coder"]
+            # answered: only once the oldest of the 3 is a minute old
+            assert asked >= first + 60 - 1, f"answered {asked - first:.1f} s after the 1st of 3, within its minute"
+            break
+        except openai.RateLimitError as exc:  # refused: the 3 requests made before the restart still count
+            assert "requests per minute" in str(exc) and time.monotonic() < third + 60 + 1, exc
             break
         except (openai.APIConnectionError, openai.InternalServerError):
             assert time.monotonic() < deadline, "the gateway did not come back in 120 s"

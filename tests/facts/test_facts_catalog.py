@@ -38,6 +38,7 @@ def test_lab_node_parsed():
     assert f.state_dir_mode is None and f.files == {} and f.manifest is None  # nothing deployed yet
     assert f.listening == {22, 0x9E45}  # sshd (v4 and v6) and Docker's embedded DNS on 127.0.0.11
     assert (f.mem_total_mb, f.mem_available_mb) == (24684084 // 1024, 21769632 // 1024)
+    assert f.cpus == 2
     assert f.gpu is not None and f.gpu.simulated and f.gpu.rc == 0
     assert f.gpu.gpus[0]["name"] == "NVIDIA GB10" and f.gpu.gpus[0]["driver_version"] == "580.95.05"
     assert (f.gpu_mem_total_mb, f.gpu_mem_free_mb) == (122570, 122570)
