@@ -12,7 +12,10 @@ async HTTP client (aiohttp, keep-alive), the same request (a chat completion of 
   nothing (after `down`), each as the CLI a user runs.
 
     python benchmarks/gateway_overhead.py [--inventory lab] [--requests 300] [--c64-requests 1920] [--no-up]
-        [--also NAME=URL ...]
+        [--also NAME=URL ...] [--cpu N]
+
+--cpu N also reads the gateway container's CPU time (its cgroup, over SSH on the head node) around N requests at
+c8, in 4 rounds: the gateway's CPU per request, median, steadier than wall-clock figures on a busy machine.
 
 --also adds another gateway (e.g. a variant of its config started by hand on another port, same master key) to
 the same alternation: an A/B of a gateway change within one run, on the same engine and the same machine load.
@@ -38,6 +41,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sparkdeploy.apply import Session
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import load_secrets
 
@@ -88,6 +92,45 @@ async def c1(paths: dict[str, tuple[str, dict]], n: int, max_tokens: int) -> dic
     return out
 
 
+# the gateway container's CPU time in µs, from its own cgroup: v2 (a Spark) or v1 (the lab's nested engine)
+CPU_USAGE = (
+    "docker exec sparkdeploy-gateway-litellm sh -c "
+    '\'if [ -f /sys/fs/cgroup/cpu.stat ]; then sed -n "s/^usage_usec //p" /sys/fs/cgroup/cpu.stat; '
+    "else echo $(( $(cat /sys/fs/cgroup/cpuacct/cpuacct.usage) / 1000 )); fi'"
+)
+
+
+async def in_flight(url: str, headers: dict, total: int, max_tokens: int, concurrency: int) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as client:
+        left = total
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await one(client, url, headers, max_tokens)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def cpu_per_request(inv, url: str, headers: dict, n: int, max_tokens: int) -> list[float]:
+    """The gateway's CPU ms per request, 4 rounds of n requests at c8 (the supervisor process and health checks
+    included: what the node pays)."""
+    out = []
+    with Session.open(inv) as session:
+        conn = session.conn(inv.head)
+
+        def usage() -> int:
+            return int(conn.run(["bash", "-c", CPU_USAGE], timeout=60).stdout.strip())
+
+        asyncio.run(in_flight(url, headers, 40, max_tokens, 8))  # warm
+        for _ in range(4):
+            before = usage()
+            asyncio.run(in_flight(url, headers, n, max_tokens, 8))
+            out.append((usage() - before) / n / 1000)
+    return out
+
+
 async def c64(url: str, headers: dict, total: int, max_tokens: int) -> float:
     """Requests per second with 64 in flight."""
     connector = aiohttp.TCPConnector(limit=80)
@@ -117,6 +160,7 @@ def main() -> int:
         "--workers", default="auto", help="the gateway's num_workers (stack file gateway:): a number, or auto"
     )
     ap.add_argument("--running", action="store_true", help="measure the stack that runs: no `up` at all")
+    ap.add_argument("--cpu", type=int, default=0, metavar="N", help="also the gateway's CPU per request (N at c8)")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=URL", help="another gateway (…/v1) to A/B")
     args = ap.parse_args()
 
@@ -153,6 +197,7 @@ def main() -> int:
         for name, (url, headers) in paths.items():
             rates[name].append(asyncio.run(c64(url, headers, args.c64_requests, args.max_tokens)))
 
+    cpu = cpu_per_request(inv, *paths["gateway"], args.cpu, args.max_tokens) if args.cpu else []
     p50 = {k: statistics.median(v) * 1000 for k, v in lat.items()}
     p99 = {k: pct(v, 0.99) * 1000 for k, v in lat.items()}
     rps = {k: statistics.mean(v) for k, v in rates.items()}
@@ -186,7 +231,11 @@ def main() -> int:
                 f"lost {1 - rps[name] / rps['direct']:.1%}; against the gateway: p50 {p50[name] - p50['gateway']:+.1f} "
                 f"ms, requests/s ratio {rps[name] / rps['gateway']:.3f}"
             )
-    print(json.dumps({"p50_ms": p50, "p99_ms": p99, "rps": rates, "up_s": up}))
+    if cpu:
+        rounds = ", ".join(f"{c:.2f}" for c in cpu)
+        median = statistics.median(cpu)
+        print(f"gateway CPU per request (c8, {args.cpu} requests x 4): median {median:.2f} ms ({rounds})")
+    print(json.dumps({"p50_ms": p50, "p99_ms": p99, "rps": rates, "up_s": up, "cpu_ms": cpu}))
     return 0
 
 
