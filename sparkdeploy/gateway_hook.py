@@ -1,6 +1,7 @@
 """The stack gateway's auth hook: LiteLLM's documented `general_settings.custom_auth`, run by the LiteLLM proxy
-inside the gateway container (copied into the gateway's state dir by deploy/stack.py; sparkdeploy never imports
-it). Standard library, PyYAML and LiteLLM only (what the proxy image has), plus gateway_spend.py shipped beside it.
+inside the gateway container (copied into the gateway's state dir by deploy/stack_units.py; sparkdeploy never
+imports it). Standard library, PyYAML and LiteLLM only (what the proxy image has), plus gateway_spend.py shipped
+beside it.
 
 On every authenticated request (every /v1 route, /v1/models included):
 1. The model list: when the gateway's config (litellm-config.yaml in the mounted state dir) changed since this

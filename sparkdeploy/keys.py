@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy.apply import Session, inventory_lock
-from sparkdeploy.deploy.stack import GATEWAY_CONTAINER, SPEND_VOLUME
+from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.remote import NodeConnection

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from sparkdeploy import gateway_spend, keys
-from sparkdeploy.deploy import stack as st
+from sparkdeploy.deploy import stack_file as sf
+from sparkdeploy.deploy import stack_units as su
 from sparkdeploy.errors import ConfigError
 
 TWO = """
@@ -124,20 +125,20 @@ def test_rpm_is_counted_over_every_worker_and_its_window_slides(tmp_path):
 def test_the_gateway_counts_spend_on_its_own_volume_with_the_hooks_tracker(tmp_path, inventory_file):
     path = tmp_path / "stack.yaml"
     path.write_text(textwrap.dedent(TWO))
-    s = st.load_stack(str(path), str(inventory_file))
-    st.build(s, st.budget(s, {n.name: 128 * 1024 for n in s.inventory.nodes}))
-    config = st.gateway_config(s)
+    s = sf.load_stack(str(path), str(inventory_file))
+    sf.build(s, sf.budget(s, {n.name: 128 * 1024 for n in s.inventory.nodes}))
+    config = su.gateway_config(s)
     (callback,) = config["litellm_settings"]["callbacks"]
     module, _, name = callback.partition(".")
     # the callback and the auth hook LiteLLM loads exist in the hook file shipped beside the config
-    hook = ast.parse(st.HOOK_SOURCE.read_text(encoding="utf-8"))
+    hook = ast.parse(su.HOOK_SOURCE.read_text(encoding="utf-8"))
     defined = {t.id for n in hook.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     defined |= {n.name for n in hook.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     assert module == "gateway_hook" and name in defined
     assert config["general_settings"]["custom_auth"].split(".")[1] in defined
-    node = st.gateway_node(s)
+    node = su.gateway_node(s)
     assert {"gateway_hook.py", "gateway_spend.py"} <= {f.name for f in node.files}
     run = next(f.content for f in node.files if f.name == "litellm.run.sh")
-    sub, target = st.SPEND_VOLUME
+    sub, target = su.SPEND_VOLUME
     assert f'"$here/"{sub}:{target}' in run and f'mkdir -p "$here/"{sub}' in run
     assert keys.SPEND_DB.startswith(target + "/") and gateway_spend.DB == keys.SPEND_DB

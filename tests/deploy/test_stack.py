@@ -12,6 +12,8 @@ import yaml
 
 from sparkdeploy import running_stack
 from sparkdeploy.deploy import stack as st
+from sparkdeploy.deploy import stack_file as sf
+from sparkdeploy.deploy import stack_units as su
 from sparkdeploy.deployment import DEPLOYMENT_LABEL
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
@@ -33,8 +35,8 @@ def write(tmp_path, text: str):
     return str(path)
 
 
-def loaded(tmp_path, inventory_file, text: str = TWO) -> st.Stack:
-    return st.load_stack(write(tmp_path, text), str(inventory_file))
+def loaded(tmp_path, inventory_file, text: str = TWO) -> sf.Stack:
+    return sf.load_stack(write(tmp_path, text), str(inventory_file))
 
 
 def problems(tmp_path, inventory_file, text: str) -> list[str]:
@@ -130,10 +132,10 @@ def test_cli_refuses_a_bad_stack_with_exit_2_before_connecting(cli, tmp_path, in
 
 
 def test_fits_is_the_sum_of_utilizations_against_the_node_less_the_os_reserve():
-    ok, room = st.fits([0.7, 0.7], TOTAL)
+    ok, room = sf.fits([0.7, 0.7], TOTAL)
     assert not ok and room == pytest.approx(1 - 8 / 128)  # the budget's 8 GiB OS reserve of 128 GiB
-    assert st.fits([0.45, 0.45], TOTAL)[0]
-    assert st.fits([0.7], TOTAL)[0]
+    assert sf.fits([0.45, 0.45], TOTAL)[0]
+    assert sf.fits([0.7], TOTAL)[0]
 
 
 def test_two_engines_at_0_7_on_one_node_are_refused_with_each_share_and_a_fix(tmp_path, inventory_file):
@@ -147,7 +149,7 @@ def test_two_engines_at_0_7_on_one_node_are_refused_with_each_share_and_a_fix(tm
         """,
     )
     with pytest.raises(ConfigError) as exc:
-        st.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
+        sf.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
     (line,) = [str(p) for p in exc.value.problems]
     assert "spark1" in line and "a 0.7 (89.6 GiB)" in line and "b 0.7" in line and "at most 0.94 fits" in line
     assert "memory: 0.46 on each of a, b" in line
@@ -164,18 +166,18 @@ def test_auto_splits_what_the_fixed_shares_leave(tmp_path, inventory_file):
           - {name: c, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark2], memory: auto}
         """,
     )
-    util = st.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
-    room = st.fits([], TOTAL)[1]
+    util = sf.budget(s, {"spark1": TOTAL, "spark2": TOTAL})
+    room = sf.fits([], TOTAL)[1]
     assert util["a"] == 0.3 and util["b"] == pytest.approx(round(room - 0.3 - 0.005, 2), abs=0.011)
     assert util["c"] == pytest.approx(room, abs=0.011)
-    assert st.fits([util["a"], util["b"]], TOTAL)[0]
+    assert sf.fits([util["a"], util["b"]], TOTAL)[0]
 
 
 # -- names, labels, plans -----------------------------------------------------------------------------------
 
 
-def built(s: st.Stack) -> st.Stack:
-    st.build(s, st.budget(s, {n.name: TOTAL for n in s.inventory.nodes}))
+def built(s: sf.Stack) -> sf.Stack:
+    sf.build(s, sf.budget(s, {n.name: TOTAL for n in s.inventory.nodes}))
     return s
 
 
@@ -189,7 +191,7 @@ def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, i
     assert f"--label {DEPLOYMENT_LABEL}=coder" in run and "--port 8001" in coder.nodes[0].file("vllm.entry.sh").content
     assert "--gpu-memory-utilization 0.5" in coder.nodes[0].file("vllm.entry.sh").content
     assert coder.nodes[0].state_dir == ".sparkdeploy-coder"
-    gw = st.gateway_node(s)
+    gw = su.gateway_node(s)
     config = yaml.safe_load(gw.file("litellm-config.yaml").content)
     assert {e["model_name"] for e in config["model_list"]} == {"glm-4.7-flash", "qwen3-coder-30b"}
     assert config["general_settings"]["custom_auth"] == "gateway_hook.user_api_key_auth"
@@ -197,15 +199,15 @@ def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, i
 
 
 def test_the_gateways_workers_follow_the_head_nodes_cpus_unless_the_stack_file_says(tmp_path, inventory_file):
-    def workers(s: st.Stack, cpus: int | None) -> str:
+    def workers(s: sf.Stack, cpus: int | None) -> str:
         s.head_cpus = cpus  # the head's `cpus` fact, as `up --stack` reads it
-        entry = st.gateway_node(s).file("litellm.entry.sh").content
+        entry = su.gateway_node(s).file("litellm.entry.sh").content
         return entry.split("--num_workers ")[1].split()[0]
 
     s = built(loaded(tmp_path, inventory_file))
     assert s.file.gateway.num_workers == "auto"
     assert [workers(s, c) for c in (20, 2, 1, None)] == ["4", "2", "1", "1"]  # a Spark: 20 CPUs -> the cap
-    assert st.gateway_about(s)["workers"] == 1
+    assert su.gateway_about(s)["workers"] == 1
     fixed = built(loaded(tmp_path, inventory_file, TWO + "gateway: {num_workers: 6}\n"))
     assert workers(fixed, 20) == "6" and workers(fixed, None) == "6"
     lines = problems(tmp_path, inventory_file, TWO + "gateway: {num_workers: 0}\n")
@@ -220,7 +222,7 @@ def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_pro
     )
     dep = s.members[0].deployment
     assert {c.role for nd in dep.nodes for c in nd.containers} == {"backend"}
-    entries = st.gateway_models(s)
+    entries = su.gateway_models(s)
     assert [e["model_name"] for e in entries] == ["glm-4.7-flash", "glm-4.7-flash"]
     assert [e["litellm_params"]["api_base"] for e in entries] == dep.backends
 
@@ -266,7 +268,7 @@ def apply_to(units: list[st.Unit], facts: dict[str, dict[str, NodeFacts]], conta
                     )
 
 
-def facts_for(s: st.Stack, names: list[str], containers: dict[str, list], old=None) -> dict:
+def facts_for(s: sf.Stack, names: list[str], containers: dict[str, list], old=None) -> dict:
     facts = old or {}
     for name in names:
         sd = running_stack.state_dir_of(s.inventory, name)
@@ -359,7 +361,7 @@ def test_one_guard_per_engine_node_watches_every_deployment_there(tmp_path, inve
             "memory: 0.3}\n",
         )
     )
-    guards = st.guard_nodes(s)
+    guards = su.guard_nodes(s)
     assert [(nd.node.name, [c.name for c in nd.containers]) for nd in guards] == [
         ("spark1", ["sparkdeploy-guard"]),
         ("spark2", ["sparkdeploy-guard"]),
@@ -370,7 +372,7 @@ def test_one_guard_per_engine_node_watches_every_deployment_there(tmp_path, inve
     assert all(c.role != "guard" for m in s.members for nd in m.deployment.nodes for c in nd.containers)
 
     one_node = built(loaded(tmp_path, inventory_file, TWO.replace("nodes: [spark2]", "nodes: [spark1], port: 8001")))
-    assert [nd.node.name for nd in st.guard_nodes(one_node)] == ["spark1"]  # spark2 runs no engine: no guard
+    assert [nd.node.name for nd in su.guard_nodes(one_node)] == ["spark1"]  # spark2 runs no engine: no guard
 
 
 def test_doctor_renders_each_running_deployment_again_from_its_manifest(tmp_path, inventory_file):
@@ -415,7 +417,7 @@ def test_a_changed_cluster_deployment_of_a_stack_is_gated_and_an_unchanged_one_i
     apply_to(first, facts, containers)
     assert decisions(st.plan_stack(s, facts_for(s, [], containers, facts), []))["dist"] == "skipped"
     # one guard per node although spark1 and spark2 each run two deployments' engines
-    assert [nd.node.name for nd in st.guard_nodes(s)] == ["spark1", "spark2"]
+    assert [nd.node.name for nd in su.guard_nodes(s)] == ["spark1", "spark2"]
 
 
 def test_rollback_of_a_stack_deployment_refuses_naming_the_stack_file(cli, tmp_path, monkeypatch):

@@ -1,0 +1,375 @@
+"""The stack file of `sparkdeploy up --stack` (deploy/stack.py): its model, its validation against the inventory
+and the recipes (every problem at once, one line each), and the memory each deployment's engines get.
+
+Memory (unified memory: vLLM reserves gpu_memory_utilization x total at start): engines sharing a node must fit
+together (`fits`); `memory: auto` splits what the fixed shares leave on each node. `budget` refuses before
+anything changes, with each engine's share and settings that would fit. Pure: local files only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, cast
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sparkdeploy import budget as memory_budget
+from sparkdeploy.deployment import (
+    Deployment,
+)
+from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.recipes import ResolvedRecipe, resolve
+from sparkdeploy.running_stack import RESERVED, state_dir_of, sub_inventory
+from sparkdeploy.secrets import Secrets, load_secrets
+from sparkdeploy.topologies import build_deployment
+
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
+MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
+GIB = 1024
+
+
+# -- the file -------------------------------------------------------------------------------------------
+
+
+class StackDeployment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="a label: in container names, labels and the state dir")
+    recipe: str = Field(max_length=256)
+    topology: str | None = None
+    backend: str | None = None
+    nodes: list[str] | None = Field(default=None, min_length=1, description="node names; default: every node")
+    port: int | None = Field(default=None, ge=1, le=65535, description="its engines' port; default vllm_port + index")
+    memory: float | Literal["auto"] | None = Field(
+        default=None, description="gpu_memory_utilization of its engines, or auto (split what is free)"
+    )
+    set: list[str] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v) or v in RESERVED:
+            raise ValueError(
+                f"{v!r} is not a deployment name (lowercase letters, digits and '-', at most 24; not "
+                f"{' or '.join(map(repr, RESERVED))}) | fix: e.g. coder"
+            )
+        return v
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, float) and not 0.05 <= v <= 0.95:
+            raise ValueError(f"{v:g} is not a gpu_memory_utilization | fix: a fraction from 0.05 to 0.95, or auto")
+        return v
+
+
+# The gateway's proxy worker processes when the stack file says `num_workers: auto` (the default): one per CPU of
+# the head node, at most 4. A request's LiteLLM path is ~3 ms of one core; answers of one batch arrive together,
+# and one worker handles them one after another (at c64 in the lab, 1 worker lost 11 % of the engine's
+# throughput, 2 lost 4-5 %: docs/gateway.md). Each worker is a LiteLLM process of ~350 MiB, taken from the
+# memory the budget keeps for the OS (budget.OS_RESERVE_BYTES), hence the cap.
+GATEWAY_WORKERS_MAX = 4
+
+
+def gateway_workers(setting: int | str, head_cpus: int | None) -> int:
+    """The gateway's num_workers: the stack file's number, or `auto` from the head node's CPUs (1 if unknown)."""
+    if isinstance(setting, int):
+        return setting
+    return max(1, min(GATEWAY_WORKERS_MAX, head_cpus or 1))
+
+
+class GatewaySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    port: int | None = Field(default=None, ge=1, le=65535, description="default: the inventory's proxy_port")
+    num_workers: int | Literal["auto"] = Field(
+        default="auto", description=f"proxy processes; auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}"
+    )
+
+    @field_validator("num_workers")
+    @classmethod
+    def _workers(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 64:
+            raise ValueError(f"{v} workers | fix: a number from 1 to 64, or auto")
+        return v
+
+
+class StackFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deployments: list[StackDeployment] = Field(min_length=1)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+
+
+def _pydantic_problems(source: str, exc: ValidationError) -> list[Problem]:
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        msg, _, fix = str(err["msg"]).removeprefix("Value error, ").partition(" | fix: ")
+        out.append(Problem(source, where, msg, fix or "see docs/stack.md"))
+    return out
+
+
+def load_file(path: str) -> StackFile:
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(Problem(path, "", f"cannot read: {exc.strerror}", "pass the path of a stack file")) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(Problem(path, "", f"not YAML: {str(exc).splitlines()[0]}", "fix the syntax")) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(Problem(path, "", "not a mapping", "write `deployments:` with a list of deployments"))
+    try:
+        return StackFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_pydantic_problems(path, exc)) from None
+
+
+# -- memory ---------------------------------------------------------------------------------------------
+
+
+def fits(utilizations: Sequence[float], total_mb: float) -> tuple[bool, float]:
+    """Whether engines with these gpu_memory_utilization values fit on one node of `total_mb` together, and the
+    most their sum may be (the one budget's formula: budget.shared_room)."""
+    room = memory_budget.shared_room(total_mb * 2**20)
+    return sum(utilizations) <= room + 1e-9, room
+
+
+def _floor2(x: float) -> float:
+    return math.floor(x * 100 + 1e-9) / 100
+
+
+@dataclass
+class Member:
+    """One deployment of the stack, resolved (recipe, nodes, port); its Deployment once memory is known."""
+
+    entry: StackDeployment
+    inventory: Inventory  # its nodes only (the first is its head), its port and state dir
+    resolved: ResolvedRecipe
+    port: int
+    deployment: Deployment | None = None
+    sets: list[str] = field(default_factory=list)  # its --set values with its memory share (history records them)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def state_dir(self) -> str:
+        return self.inventory.cluster.state_dir
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.inventory.nodes]
+
+    @property
+    def model(self) -> str:
+        return self.resolved.recipe.public_name
+
+    def utilization(self) -> float | None:
+        """Its fixed share (the stack's memory, else the recipe's after --set); None: auto."""
+        if self.entry.memory == "auto":
+            return None
+        if isinstance(self.entry.memory, float):
+            return self.entry.memory
+        return float(self.resolved.recipe.vllm.gpu_memory_utilization)
+
+    def engine_nodes(self) -> list[str]:
+        """Nodes where one of its engines runs (solo: its first node)."""
+        return self.node_names[:1] if self.resolved.topology == "solo" else self.node_names
+
+
+@dataclass
+class Stack:
+    path: str
+    inventory: Inventory
+    file: StackFile
+    members: list[Member]
+    secrets: Secrets
+    gateway_port: int
+    warnings: list[str] = field(default_factory=list)
+    head_cpus: int | None = None  # the head node's `cpus` fact, once read (the gateway's `auto` workers)
+
+    @property
+    def gateway_workers(self) -> int:
+        return gateway_workers(self.file.gateway.num_workers, self.head_cpus)
+
+    def member(self, name: str) -> Member:
+        return next(m for m in self.members if m.name == name)
+
+    @property
+    def head(self) -> Node:
+        return self.inventory.head
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.head.url_host}:{self.gateway_port}/v1"
+
+
+def load_stack(path: str, inventory_path: str | None = None, recipes_dir: str | None = None) -> Stack:
+    """The stack file, validated against the inventory and recipes: every problem at once, one line each."""
+    inv = load_inventory(inventory_path)
+    stack = load_file(path)
+    problems: list[Problem] = []
+    members: list[Member] = []
+    known = [n.name for n in inv.nodes]
+    seen_names: dict[str, int] = {}
+    for i, entry in enumerate(stack.deployments):
+        where = f"deployments[{i}]"
+        if entry.name in seen_names:
+            problems.append(
+                Problem(
+                    path,
+                    f"{where}.name",
+                    f"{entry.name!r} is also deployments[{seen_names[entry.name]}]'s name",
+                    "give each deployment its own name",
+                )
+            )
+            continue
+        seen_names[entry.name] = i
+        names = entry.nodes or known
+        bad = [n for n in names if n not in known]
+        if bad:
+            problems.append(
+                Problem(
+                    path,
+                    f"{where}.nodes",
+                    f"no node named {', '.join(bad)} in {inv.source}",
+                    f"known: {', '.join(known)}",
+                )
+            )
+            continue
+        if len(set(names)) != len(names):
+            problems.append(Problem(path, f"{where}.nodes", "a node is listed twice", "list each node once"))
+            continue
+        port = entry.port or inv.cluster.vllm_port + i
+        try:
+            resolved = resolve(entry.recipe, entry.topology, entry.backend, entry.set, recipes_dir)
+        except ConfigError as exc:
+            problems += [dataclasses.replace(p, file=f"{path}: {where} ({p.file})") for p in exc.problems]
+            continue
+        sub = sub_inventory(inv, names, port, state_dir_of(inv, entry.name))
+        members.append(Member(entry, sub, resolved, port))
+    gateway_port = stack.gateway.port or inv.cluster.proxy_port
+    problems += _conflicts(path, members, inv.head.name, gateway_port)
+    if problems:
+        raise ConfigError(problems)
+    secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
+    return Stack(path, inv, stack, members, secrets, gateway_port)
+
+
+def _ports_of(m: Member) -> set[int]:
+    ports = {m.port}
+    if m.resolved.topology in MULTI_NODE:
+        ports |= {m.inventory.cluster.master_port, m.inventory.cluster.ray_port}
+    return ports
+
+
+def _conflicts(path: str, members: list[Member], head: str, gateway_port: int) -> list[Problem]:
+    """Two deployments on one node with the same port, two serving the same model name, one on the gateway's
+    port, two multi-node engines on one node (their Ray / torchrun ports would collide)."""
+    problems = []
+    index = {m.name: i for i, m in enumerate(members)}
+    for i, a in enumerate(members):
+        where = f"deployments[{index[a.name]}]"
+        if head in a.node_names and gateway_port in _ports_of(a):
+            problems.append(
+                Problem(
+                    path,
+                    f"{where}.port",
+                    f"{a.name}'s port {a.port} is the gateway's port on {head}",
+                    "give it another port: (or gateway.port)",
+                )
+            )
+        for b in members[:i]:
+            shared = sorted(set(a.node_names) & set(b.node_names))
+            if a.model == b.model:
+                problems.append(
+                    Problem(
+                        path,
+                        f"{where}.recipe",
+                        f"{b.name} and {a.name} both serve the model {a.model}: the gateway routes by model name",
+                        "serve each model once (or one deployment on more nodes)",
+                    )
+                )
+            if shared and a.port == b.port:
+                problems.append(
+                    Problem(
+                        path,
+                        f"{where}.port",
+                        f"{b.name} and {a.name} both use port {a.port} on {', '.join(shared)}",
+                        f"set port: on {a.name} (e.g. {max(m.port for m in members) + 1})",
+                    )
+                )
+            if shared and a.resolved.topology in MULTI_NODE and b.resolved.topology in MULTI_NODE:
+                problems.append(
+                    Problem(
+                        path,
+                        f"{where}.nodes",
+                        f"{b.name} and {a.name} are both multi-node engines on "
+                        f"{', '.join(shared)} (their Ray / torchrun ports would collide)",
+                        "give them disjoint nodes, or make one solo / 2xsolo",
+                    )
+                )
+    return problems
+
+
+def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
+    """Each deployment's gpu_memory_utilization (auto ones computed), or ConfigError with every node that does
+    not fit: each engine's share and settings that would. totals: node name -> memory total in MiB."""
+    fixed = {m.name: m.utilization() for m in stack.members}
+    on_node: dict[str, list[Member]] = {}
+    for m in stack.members:
+        for n in m.engine_nodes():
+            on_node.setdefault(n, []).append(m)
+    auto: dict[str, float] = {}
+    for m in stack.members:
+        if fixed[m.name] is None:
+            shares = []
+            for n in m.engine_nodes():
+                total = totals.get(n)
+                if not total:
+                    continue
+                _ok, room = fits([], total)
+                left = room - sum(cast(float, fixed[o.name]) for o in on_node[n] if fixed[o.name] is not None)
+                shares.append(left / sum(1 for o in on_node[n] if fixed[o.name] is None))
+            auto[m.name] = _floor2(min(shares)) if shares else 0.5
+    util = {m.name: cast(float, fixed[m.name]) if fixed[m.name] is not None else auto[m.name] for m in stack.members}
+    problems = []
+    for n, ms in sorted(on_node.items()):
+        total = totals.get(n)
+        if not total or len(ms) < 1:
+            continue
+        ok, room = fits([util[m.name] for m in ms], total)
+        if ok and all(util[m.name] >= 0.05 for m in ms):
+            continue
+        listed = ", ".join(f"{m.name} {util[m.name]:g} ({util[m.name] * total / GIB:.1f} GiB)" for m in ms)
+        even = _floor2(room / len(ms))
+        problems.append(
+            Problem(
+                stack.path,
+                "deployments.memory",
+                f"{n} ({total / GIB:.1f} GiB, {memory_budget.OS_RESERVE_BYTES / 2**30:g} GiB kept for the "
+                f"OS): the engines there need {sum(util[m.name] for m in ms):.2f} of it together ({listed}), "
+                f"at most {room:.2f} fits",
+                f"e.g. memory: {even:g} on each of {', '.join(m.name for m in ms)}, or memory: auto",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return util
+
+
+def build(stack: Stack, util: dict[str, float]) -> None:
+    """Render each member's Deployment with its memory share (pure)."""
+    for m in stack.members:
+        sets = m.sets = [*m.entry.set, f"vllm.gpu_memory_utilization={util[m.name]:g}"]
+        resolved = resolve(m.entry.recipe, m.entry.topology, m.entry.backend, sets, None)
+        m.deployment = build_deployment(m.inventory, resolved, stack.secrets, stack_name=m.name)
