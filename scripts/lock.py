@@ -347,7 +347,7 @@ def _resolve(lock: Lock, tops: list[str], arch: str, descending: bool, keep: lis
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-lock-") as tmp:
         report = Path(tmp) / "report.json"
         held = Path(tmp) / "held.txt"  # --keep: the current pins, as constraints (pip may not move them)
-        held.write_text("".join(f"{line}\n" for line in keep))
+        held.write_text("".join(f"{line}\n" for line in keep or []))
         argv = [
             sys.executable,
             "-m",

@@ -237,3 +237,23 @@ def test_the_install_command_takes_the_lock_and_resolves_nothing(tmp_path, bundl
     assert new.returncode == 0, new.stderr[-1500:]
     installed = sorted(p.name for p in target.glob("*.dist-info"))
     assert installed == ["email_validator-2.3.0.dist-info", "fastapi_sso-0.23.0.dist-info", "pydantic-2.14.3.dist-info"]
+
+
+def test_make_keep_hands_pip_every_current_pin_as_a_constraint(monkeypatch):
+    """Pure logic (pip itself is not run here; `make --keep litellm-proxy` added httptools with no pin moved):
+    with keep, pip's resolver gets the lock's pins as constraints, so it can add but never move one."""
+    seen = []
+
+    def fake_run(argv, **_kw):
+        held = argv[argv.index("--constraint") + 1] if "--constraint" in argv else None
+        seen.append(Path(held).read_text() if held else None)
+        Path(argv[argv.index("--report") + 1]).write_text(json.dumps({"install": []}))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(lock.subprocess, "run", fake_run)
+    entry = lock.LOCKS["litellm-proxy"]
+    pins = [f"{p.name}=={p.version}" for p in lock.read_pins(REPO / entry.output)[0]]
+    lock._resolve(entry, ["httptools==0.7.1"], "x86_64", True, pins)
+    lock._resolve(entry, ["httptools==0.7.1"], "x86_64", True)
+    assert seen[0] is not None and seen[0].splitlines() == pins and "litellm==1.100.5" in pins
+    assert seen[1] is None
