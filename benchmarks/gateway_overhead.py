@@ -42,6 +42,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkdeploy.apply import Session
+from sparkdeploy.deploy.stack_file import GATEWAY_WORKERS_MAX
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import load_secrets
 
@@ -100,17 +101,24 @@ CPU_USAGE = (
 )
 
 
+async def drain(
+    client: aiohttp.ClientSession, url: str, headers: dict, total: int, max_tokens: int, concurrency: int
+) -> None:
+    """`total` requests, `concurrency` of them in flight at any time."""
+    left = total
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await one(client, url, headers, max_tokens)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
 async def in_flight(url: str, headers: dict, total: int, max_tokens: int, concurrency: int) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as client:
-        left = total
-
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await one(client, url, headers, max_tokens)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await drain(client, url, headers, total, max_tokens, concurrency)
 
 
 def cpu_per_request(inv, url: str, headers: dict, n: int, max_tokens: int) -> list[float]:
@@ -136,16 +144,8 @@ async def c64(url: str, headers: dict, total: int, max_tokens: int) -> float:
     connector = aiohttp.TCPConnector(limit=80)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300), connector=connector) as client:
         await asyncio.gather(*(one(client, url, headers, max_tokens) for _ in range(64)))  # warm
-        left = total
-
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await one(client, url, headers, max_tokens)
-
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(64)))
+        await drain(client, url, headers, total, max_tokens, 64)
         return total / (time.perf_counter() - t0)
 
 
@@ -205,7 +205,8 @@ def main() -> int:
     lost = 1 - rps["gateway"] / rps["direct"]
     print(
         f"SIMULATED engine (vllm-sim, {MODEL}, {args.max_tokens} tokens per request); gateway: real LiteLLM, "
-        f"num_workers {args.workers} (auto: the head node's CPUs, at most 4; this lab's nodes have {os.cpu_count()})"
+        f"num_workers {args.workers} (auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}; "
+        f"this machine has {os.cpu_count()})"
     )
     print("| path | c1 p50 | c1 p99 | c64 requests/s (2 runs) |")
     print("|---|---|---|---|")
