@@ -29,7 +29,7 @@ def keys() -> None:
 @keys.command("create")
 @click.argument("name")
 @click.option("--models", metavar="M,...", help="Only these models (as /v1/models lists them). Default: every model.")
-@click.option("--rpm", type=int, help="At most this many requests per minute (per gateway worker).")
+@click.option("--rpm", type=int, help="At most this many requests per minute (counted over all the gateway's workers).")
 @click.option(
     "--max-budget",
     metavar="TOKENS",

@@ -63,16 +63,9 @@ def gateway_models(stack: Stack) -> list[dict[str, Any]]:
 
 
 def gateway_config(stack: Stack) -> dict[str, Any]:
-    lite = LiteLLMSettings()
     return {
         "model_list": gateway_models(stack),
-        "router_settings": {
-            "routing_strategy": lite.routing_strategy,
-            "num_retries": lite.num_retries,
-            "timeout": lite.timeout,
-            "allowed_fails": lite.allowed_fails,
-            "cooldown_time": lite.cooldown_time,
-        },
+        "router_settings": LiteLLMSettings().router_settings(),
         # the hook's token counter only: no Prometheus callback (`up --stack` has no --metrics, and it cost about
         # 10 % of the proxy's CPU per answer, py-spy); LiteLLM's own `/metrics` is not scraped by anything here
         "litellm_settings": {"callbacks": ["gateway_hook.spend_tracker"]},
