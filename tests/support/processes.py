@@ -95,7 +95,8 @@ def _alive(procs: set[Proc]) -> set[Proc]:
     return alive
 
 
-def _kill(procs: set[Proc]) -> None:
+def kill(procs: set[Proc]) -> None:
+    """SIGKILL each process still alive (a reused pid is left alone)."""
     for pid, _ in _alive(procs):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -109,7 +110,7 @@ def kill_tree(pid: int) -> None:
     stat = _stat(pid)
     if stat is not None:
         family.add((pid, stat[0]))
-    _kill(family)
+    kill(family)
 
 
 def _describe(procs: set[Proc]) -> list[str]:
@@ -156,7 +157,7 @@ def _no_process_left_behind() -> Iterator[None]:
     finally:
         left = suite_processes() - before
         if left:
-            _kill(left)
+            kill(left)
             deadline = time.monotonic() + 5
             while _alive(left) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -168,7 +169,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not left:
         return
     names = _describe(left)
-    _kill(left)
+    kill(left)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     text = "processes the suite started are still alive (killed now):\n  " + "\n  ".join(names)
     if reporter is not None:
