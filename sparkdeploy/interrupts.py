@@ -65,15 +65,13 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 @contextmanager
 def handling() -> Iterator[None]:
     """The handler for SIGINT and SIGTERM while the block runs (re-entrant; only the main thread can install it).
-    The outermost block starts a fresh run: no signal received, STOP and STOPPING clear."""
+    The outermost block is one run: no signal received, STOP and STOPPING clear, when it starts and ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     outermost = _state.depth == 0
     if outermost:
-        _state.received = None
-        STOP.clear()
-        STOPPING.clear()
+        _fresh()
         for sig in SIGNALS:
             old = signal.getsignal(sig)
             if old is not signal.SIG_IGN:  # inherited from whoever started us (nohup, `cmd &`): theirs to say
@@ -87,6 +85,13 @@ def handling() -> Iterator[None]:
             for installed, old in _state.previous.items():
                 signal.signal(installed, old)
             _state.previous.clear()
+            _fresh()
+
+
+def _fresh() -> None:
+    _state.received = None
+    STOP.clear()
+    STOPPING.clear()
 
 
 @contextmanager

@@ -207,3 +207,43 @@ def test_up_health_gate_stalled_in_an_ssh_read_stops_at_once(sig, tmp_path, env)
     assert "interrupted during the health gate" in err, err
     # the node still busy with the abandoned read is not waited for: its lock stays, and the run says so
     assert "the node lock ~/.sparkdeploy.lock stays there (it was still busy with a command" in err, err
+
+
+def _deliver(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+    time.sleep(0.5)  # the handler runs in this (main) thread at the next bytecode: within the sleep
+
+
+def test_the_handler_keeps_an_inherited_ignore_raises_and_restores_what_was_there():
+    """In this process (pure logic of sparkdeploy/interrupts.py, real signals)."""
+    from sparkdeploy import interrupts
+
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `cmd &` starts a job
+    old_term = signal.getsignal(signal.SIGTERM)
+    try:
+        with interrupts.handling():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            with pytest.raises(KeyboardInterrupt):
+                _deliver(signal.SIGTERM)
+            assert interrupts.received() == signal.SIGTERM and interrupts.exit_code() == 143
+            assert interrupts.STOP.is_set() and not interrupts.STOPPING.is_set()
+        assert signal.getsignal(signal.SIGTERM) is old_term
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+
+
+def test_graceful_notifies_first_raises_second_and_immediate_raises_at_once():
+    from sparkdeploy import interrupts
+
+    seen: list[int] = []
+    with interrupts.handling(), interrupts.graceful(seen.append):
+        _deliver(signal.SIGINT)  # steps under way finish: nothing raised
+        assert seen == [signal.SIGINT] and interrupts.STOP.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            _deliver(signal.SIGINT)
+        assert interrupts.STOPPING.is_set()  # no new remote command from now on
+    with interrupts.handling(), interrupts.graceful(seen.append):  # a fresh run
+        assert interrupts.received() is None and not interrupts.STOPPING.is_set()
+        with pytest.raises(KeyboardInterrupt), interrupts.immediate():
+            _deliver(signal.SIGTERM)  # nothing under way to finish: at once
+        assert seen == [signal.SIGINT] and interrupts.exit_code() == 143
