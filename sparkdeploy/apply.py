@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -22,10 +21,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any, cast
+from typing import cast
 
-from sparkdeploy import paths, remote
+from sparkdeploy import interrupts, paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
@@ -39,30 +37,34 @@ START_TIMEOUT_S = 300  # `docker run --detach` returns once the container starte
 
 
 class Interrupt:
-    """First Ctrl-C: set `event` (steps under way finish, the rest are skipped, temp files are cleaned).
-    Second Ctrl-C: KeyboardInterrupt at once."""
+    """First stop signal (Ctrl-C, SIGTERM): set `event` (steps under way finish, the rest are skipped, temp files
+    are cleaned). Second: KeyboardInterrupt at once. `immediate()`: a part with nothing under way to finish, where
+    the first signal raises at once (sparkdeploy/interrupts.py: the one handler of every command)."""
 
     def __init__(self, say: Callable[[str], None] | None = None):
         self.event = threading.Event()
-        self._old: Callable[[int, FrameType | None], Any] | int | None = None
+        self._section: AbstractContextManager[None] | None = None
         self._say = say or (lambda m: print(m, file=sys.stderr, flush=True))
 
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.event.is_set():
-            remote.STOPPING.set()  # no new remote command from any thread, from now on
-            raise KeyboardInterrupt
+    def _notify(self, signum: int) -> None:
         self.event.set()
-        self._say("interrupted: finishing the commands under way, then cleaning up (Ctrl-C again to stop at once)")
+        self._say(
+            f"interrupted ({interrupts.name(signum)}): finishing the commands under way, then cleaning up "
+            f"({interrupts.name(signum)} again to stop at once)"
+        )
 
     def __enter__(self) -> Interrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
+        self._section = interrupts.graceful(self._notify)
+        self._section.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-            self._old = None
+        section, self._section = self._section, None
+        if section is not None:
+            section.__exit__(None, None, None)
+
+    def immediate(self) -> AbstractContextManager[None]:
+        return interrupts.immediate()
 
     @property
     def set(self) -> bool:
@@ -138,6 +140,7 @@ inventory_lock = cluster_lock  # the name the commands used first
 # A directory made with mkdir (atomic on every filesystem) in the SSH user's home on each node, holding who took
 # it and when: two machines (or two checkouts) that run against the same nodes cannot both change them.
 NODE_LOCK_DIR = ".sparkdeploy.lock"
+STALLED_AFTER_STOP_S = 0.3  # after a stop, how long a command still under way on a node may take to end
 _ACQUIRE = (
     f'd="$HOME/{NODE_LOCK_DIR}"; if mkdir -m 0700 "$d" 2>/dev/null; then printf "%s\\n" "$1" > "$d/holder"; '
     'echo TAKEN; else echo HELD; cat "$d/holder" 2>/dev/null; fi'
@@ -235,13 +238,26 @@ class NodeLocks:
         # A node whose connection died during the run (powered off, cable pulled) is not waited for again: its
         # lock stays, and the run says so (the next run from this machine finds its pid gone and takes it over).
         lost = [n for n in nodes if self.session.conns[n.name].lost]
+        # After a stop (Ctrl-C, SIGTERM) a node still busy with the command the stop abandoned does not answer:
+        # the release would wait behind it. Stalled nodes are not waited for either: their lock stays.
+        deadline = time.monotonic() + STALLED_AFTER_STOP_S
+        stalled = [
+            n
+            for n in nodes
+            if n not in lost
+            and interrupts.STOP.is_set()
+            and not self.session.conns[n.name].idle(max(0.0, deadline - time.monotonic()))
+        ]
         outcomes = on_nodes(
-            [n for n in nodes if n not in lost],
+            [n for n in nodes if n not in lost and n not in stalled],
             lambda n: self.session.conns[n.name].run(
                 ["sh", "-c", _RELEASE, "sh", self.token], timeout=30, check=False, force=True
             ),
         )
         left = [(n, "the connection was lost during the run") for n in lost]
+        left += [
+            (n, f"it was still busy with a command when the run was stopped ({interrupts.name()})") for n in stalled
+        ]
         left += [(o.node, str(o.error)) for o in outcomes if not o.ok]
         for node, why in left:
             self.say(

@@ -27,9 +27,9 @@ import base64
 import hashlib
 import itertools
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.interrupts import in_threads
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.remote import NodeConnection, fingerprint
 from sparkdeploy.thread_imports import preload
@@ -230,8 +230,7 @@ def ensure_peer_trust(inventory: Inventory, source: Node, targets: list[Node], d
                     )
                 return keys, lines
 
-        with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-            found = list(pool.map(per_target, targets))
+        found = in_threads(targets, per_target, max_workers=min(8, len(targets)))  # a stop does not wait for them
         for _keys, lines in found:
             changes += lines
 
@@ -261,8 +260,9 @@ def ensure_plan_trust(inventory: Inventory, edges: list[tuple[Node, Node]], dry_
     # (Edges giving a receiver two senders would share its authorized_keys: then one sender after the other.)
     shared = len({r.name for _s, r in edges}) < len(edges)
     preload()
-    with ThreadPoolExecutor(max_workers=1 if shared else min(8, len(receivers) or 1)) as pool:
-        found = list(
-            pool.map(lambda item: ensure_peer_trust(inventory, item[0], item[1], dry_run=dry_run), receivers.values())
-        )
+    found = in_threads(
+        list(receivers.values()),
+        lambda item: ensure_peer_trust(inventory, item[0], item[1], dry_run=dry_run),
+        max_workers=1 if shared else min(8, len(receivers) or 1),
+    )
     return [line for lines in found for line in lines]

@@ -17,7 +17,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import paramiko
 
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.interrupts import STOPPING, in_threads  # STOPPING: a second stop signal, no new remote command
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.thread_imports import preload
 
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from fabric import Connection
 
 T = TypeVar("T")
-# Set by a second Ctrl-C: every thread stops starting remote commands (apply.Interrupt).
-STOPPING = threading.Event()
 CONNECT_TIMEOUT_S = 10
 CONNECT_ATTEMPTS = 3
 # Commands at once on one connection: sshd refuses sessions past MaxSessions (10 by default: "open failed:
@@ -180,6 +178,8 @@ class NodeConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._open_lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(MAX_PARALLEL_COMMANDS)
+        self._running = 0  # commands under way (one a stop abandoned may never end: see idle())
+        self._ran = threading.Condition()
         self.lost = False  # the connection died during a command or a write (the node went away mid-run)
         # Day zero only (`init`, `setup ssh` on a node that takes nothing but a password yet): set by the caller,
         # held in memory, handed to paramiko; never on a command line or in a message.
@@ -326,8 +326,21 @@ class NodeConnection:
         command = argv if isinstance(argv, str) else shlex.join(argv)
         if STOPPING.is_set() and not force:
             raise StepFailed(f"{self.node.name}: stopped (Ctrl-C) before `{_short(command)}`")
-        with self._sessions:
-            return self._run(command, check, timeout, stdin)
+        with self._ran:
+            self._running += 1
+        try:
+            with self._sessions:
+                return self._run(command, check, timeout, stdin)
+        finally:
+            with self._ran:
+                self._running -= 1
+                self._ran.notify_all()
+
+    def idle(self, wait: float) -> bool:
+        """True once no command runs here, waiting at most `wait` seconds. After a stop, a command still
+        running is one its caller abandoned, stalled on a node that does not answer: do not queue behind it."""
+        with self._ran:
+            return self._ran.wait_for(lambda: self._running == 0, timeout=wait)
 
     def _run(self, command: str, check: bool, timeout: float | None, stdin: str | None) -> CommandResult:
         conn = self.open()
@@ -510,15 +523,9 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
             outcome.error = exc
 
     preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)
-    pool = ThreadPoolExecutor(max_workers=max_workers or len(nodes))
-    try:
-        pending = {pool.submit(call, o) for o in outcomes}
-        while pending:  # short waits: a Ctrl-C is handled at once (a wait without a timeout may defer it)
-            _, pending = wait(pending, timeout=0.2)
-    except BaseException:  # Ctrl-C: do not wait for the threads (they start nothing new: STOPPING)
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    # A stop (Ctrl-C, SIGTERM) ends the wait at once; the threads, which start nothing new after a second one
+    # (STOPPING), are abandoned (sparkdeploy/interrupts.py).
+    in_threads(outcomes, call, max_workers)
     return outcomes
 
 

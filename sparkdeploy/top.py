@@ -20,9 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sparkdeploy.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
 
 SCRAPE_TIMEOUT_S = 1.5
@@ -174,8 +174,7 @@ class Monitor:
         """Scrape every target at once (one thread each)."""
         if not self.targets:
             return
-        with ThreadPoolExecutor(max_workers=len(self.targets)) as pool:
-            samples = list(pool.map(lambda t: scrape(t, self.bearer), self.targets))
+        samples = in_threads(self.targets, lambda t: scrape(t, self.bearer))  # a stop does not wait for a scrape
         for target, s in zip(self.targets, samples, strict=False):
             h = self.history[target]
             h.append(s)

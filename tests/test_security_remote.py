@@ -23,6 +23,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.remote import HostKeyError, NodeConnection, _RejectUnknown
 from tests.conftest import REPO, TWO_NODES
+from tests.support.processes import spawn
 
 
 def _inventory(tmp_path: Path, known_hosts: str = "pinned_hosts") -> Inventory:
@@ -150,7 +151,8 @@ def test_second_ctrl_c_stops_at_once_and_starts_no_new_remote_command(tmp_path):
 
         sys.exit(run_cli(main, []))
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # spawn: SIGINT at its default in the child, however the suite was started (issue 44)
+    proc = spawn([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "started"
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)

@@ -253,10 +253,16 @@ class _ProgressTail:
                     self.errors.append(str(event["error"])[:200])
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop llama-benchy and anything it started (its own session): SIGINT (it saves partial results and
-    exits), then SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+# How llama-benchy is stopped, and how long each signal may take: after its timeout, SIGINT first (it saves partial
+# results and exits); when the run itself was stopped (Ctrl-C, SIGTERM), nothing of it is kept, and the run must
+# end within a second (sparkdeploy/interrupts.py): SIGTERM, then SIGKILL.
+STOP_LADDER = ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+STOP_LADDER_STOPPED = ((signal.SIGTERM, 0.3), (signal.SIGKILL, 5.0))
+
+
+def _stop(proc: subprocess.Popen, ladder: tuple[tuple[signal.Signals, float], ...] = STOP_LADDER) -> None:
+    """Stop llama-benchy and anything it started (its own session), one signal of the ladder after another."""
+    for sig, wait in ladder:
         if proc.poll() is not None:
             return
         try:
@@ -333,8 +339,8 @@ def run_cell(
                         f"llama-benchy at c{concurrency} on {endpoint.base_url} took more than "
                         f"{settings.timeout_s:.0f}s: stopped (log: {log_path})"
                     )
-        except BaseException:
-            _stop(proc)
+        except BaseException as exc:
+            _stop(proc, STOP_LADDER_STOPPED if isinstance(exc, KeyboardInterrupt) else STOP_LADDER)
             raise
     tail.poll()
     if on_progress:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -235,7 +234,21 @@ def report_error(exc: Exception) -> int:
 
 
 def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
-    """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback."""
+    """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback.
+    SIGINT and SIGTERM stop any command the same way (sparkdeploy/interrupts.py): exit 130 or 143."""
+    from sparkdeploy import interrupts
+
+    with interrupts.handling():
+        code = _run(command, argv)
+        if interrupts.received() is not None:
+            if code != 0:  # what the stop left unfinished failed with it: the exit code says which signal
+                code = interrupts.exit_code()
+            interrupts.exit_now(code)  # threads still blocked in an SSH read are not waited for
+    return code
+
+
+def _run(command: click.Command, argv: list[str] | None) -> int:
+    from sparkdeploy import interrupts
     from sparkdeploy.errors import SparkdeployError
 
     try:
@@ -245,30 +258,18 @@ def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
             return code
     except SparkdeployError as exc:
         return report_error(exc)
-    except click.exceptions.Abort:  # click turns a KeyboardInterrupt into Abort
-        click.echo("aborted", err=True)
-        _exit_now_if_stopping()
-        return 130
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:  # click turns a KeyboardInterrupt into Abort
+        if interrupts.received() is not None:
+            click.echo(f"stopped ({interrupts.name()})", err=True)
+        else:
+            click.echo("aborted" if isinstance(exc, click.exceptions.Abort) else "interrupted", err=True)
+        return interrupts.exit_code()
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        _exit_now_if_stopping()
-        return 130
     return 0
-
-
-def _exit_now_if_stopping() -> None:
-    """After a second Ctrl-C, exit without waiting for the threads under way (a normal exit joins them)."""
-    from sparkdeploy import remote
-
-    if remote.STOPPING.is_set():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
 
 
 def exit_with(code: int) -> None:

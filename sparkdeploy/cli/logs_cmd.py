@@ -101,7 +101,8 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
       sparkdeploy logs -n spark2 -c vllm --since 10m           # one node's engine, last 10 minutes
       sparkdeploy logs -f                                      # follow every node until Ctrl-C
       sparkdeploy logs --deployment coder --tail 20            # one deployment of a stack
-    Exit codes: 0 ok, 1 a node could not be read (the others are shown), 2 bad usage.
+    Exit codes: 0 ok, 1 a node could not be read (the others are shown), 2 bad usage, 130 Ctrl-C, 143 SIGTERM
+    (--follow stops within a second, however a node's stream stalls).
     """
     from sparkdeploy import logs as node_logs
     from sparkdeploy.apply import Session
@@ -120,12 +121,10 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
         conns = [session.conn(n) for n in chosen]
         if follow:
             stop = threading.Event()
-            try:
+            try:  # until Ctrl-C or SIGTERM (sparkdeploy/interrupts.py): exit 130 or 143
                 node_logs.follow(
                     conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted, label
                 )
-            except KeyboardInterrupt:
-                pass
             finally:
                 stop.set()
             return

@@ -134,7 +134,8 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
       sparkdeploy top --inventory lab                 # refreshes every 2 s until Ctrl-C
       sparkdeploy top --once --json                   # one sample for scripts
       sparkdeploy top --deployment coder              # one deployment of a stack (up --stack)
-    Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage.
+    Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage, 130 Ctrl-C,
+    143 SIGTERM (the live view stops within a second, wherever it waits).
     """
     from sparkdeploy import top as monitor_mod
     from sparkdeploy.errors import NothingDeployed, StepFailed
@@ -175,36 +176,29 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
             raise StepFailed(f"unreachable: {', '.join(unreachable)}")
         return
 
+    # Until Ctrl-C or SIGTERM: the stop raises wherever the loop waits (a scrape, the sleep) and exits 130 or 143
+    # (sparkdeploy/interrupts.py); the live display gives the terminal back on its way out.
     if as_json:  # one JSON object per line, every interval, for scripts that keep watching
         import json
 
-        try:
-            while True:
-                monitor.sample()
-                click.echo(json.dumps(monitor.snapshot(), default=str), nl=True)
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            return
+        while True:
+            monitor.sample()
+            click.echo(json.dumps(monitor.snapshot(), default=str), nl=True)
+            time.sleep(interval)
 
     if not sys.stdout.isatty():  # piped or redirected: a live screen would print nothing; one table each interval
-        try:
-            while True:
-                monitor.sample()
-                _plain_console().print(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"))
-                sys.stdout.flush()
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            return
+        while True:
+            monitor.sample()
+            _plain_console().print(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"))
+            sys.stdout.flush()
+            time.sleep(interval)
 
     from rich.live import Live
 
     _print_guards(guards, f" (at {time.strftime('%H:%M:%S')}; `sparkdeploy status` for now)")
-    try:
-        monitor.sample()
-        with Live(render_table(monitor.snapshot(), title), console=_console(), auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                monitor.sample()
-                live.update(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"), refresh=True)
-    except KeyboardInterrupt:
-        pass
+    monitor.sample()
+    with Live(render_table(monitor.snapshot(), title), console=_console(), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            monitor.sample()
+            live.update(render_table(monitor.snapshot(), f"{title}  {time.strftime('%H:%M:%S')}"), refresh=True)

@@ -6,6 +6,7 @@ After a Ctrl-C or a failure every node gets one line saying what happened there;
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -445,13 +446,25 @@ def health_phase(
     started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
     prefix = f"{who}: " if who else ""
     out.progress(f"{prefix}health gate (timeout {timeout:g} s)")
-    hold_point("health", interrupt)
-    gate = health.wait_healthy(
-        dep, session.conns, timeout, stop=lambda: interrupt.set, say=out.progress, states_known_running=not started
-    )
+    t0 = time.monotonic()
+    stopped = False
+    try:
+        with interrupt.immediate():  # nothing under way to finish: a stop ends the wait at once, even mid-read
+            hold_point("health", interrupt)
+            gate = health.wait_healthy(
+                dep,
+                session.conns,
+                timeout,
+                stop=lambda: interrupt.set,
+                say=out.progress,
+                states_known_running=not started,
+            )
+    except KeyboardInterrupt:
+        stopped = True
+        gate = health.GateResult(False, time.monotonic() - t0, health.probes_for(dep), "interrupted")
     seen["gate"] = gate
     result["health"] = gate.as_dict()
-    if interrupt.set:
+    if stopped or interrupt.set:
         again = "sparkdeploy up --stack" if who else "sparkdeploy up"
         out.warn(
             f"{prefix}interrupted during the health gate: every step was applied; run `{again}` again to "

@@ -285,10 +285,13 @@ def push_image(
     results: dict[str, PushResult | Exception] = {}
     try:
         preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/thread_imports.py)
-        with ThreadPoolExecutor(1) as pool:  # read the nodes while the source image is resolved (or built)
+        pool = ThreadPoolExecutor(1)  # read the nodes while the source image is resolved (or built)
+        try:
             reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
             source = source_image(name, client, progress, reader)
             facts = reading.result()
+        finally:
+            pool.shutdown(wait=False)  # after a stop (Ctrl-C), a read stalled on a node is not waited for
         plans: dict[str, PushTarget] = {}
         for outcome in facts:
             node = outcome.node

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -28,6 +27,7 @@ from sparkdeploy.apply import Session
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.secrets import parse_env_file
 from tests.deploy.test_deploy_lab import _fail, sd
+from tests.support.cli_process import spawn_cli
 
 pytestmark = pytest.mark.lab
 
@@ -99,22 +99,7 @@ def test_logs_merged_by_time_and_masked(day2, secrets):
 
 
 def test_logs_follow_survives_a_node_going_away(day2, lab):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from sparkdeploy.cli.main import main; main()",
-            "logs",
-            "-i",
-            day2,
-            "-f",
-            "--tail",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_cli("logs", "-i", day2, "-f", "--tail", "1")
     lines: list[str] = []
     notes: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
@@ -218,19 +203,16 @@ def test_top_once_json_while_requests_run(day2, secrets):
 
 
 def test_live_top_into_a_pipe_prints_a_table_each_interval(day2):
-    """Issue 30: live `top` piped to a file printed nothing (a live screen needs a terminal)."""
+    """Issue 30: live `top` piped to a file printed nothing (a live screen needs a terminal).
+    Issue 44: the Ctrl-C reaches it however the suite was started (spawn_cli: SIGINT at its default), and it
+    exits 130 (interrupted), not 0."""
     import signal
 
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", "top", "-i", day2, "--interval", "0.5"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_cli("top", "-i", day2, "--interval", "0.5")
     time.sleep(4)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err[-2000:]
+    assert proc.returncode == 130, err[-2000:]
     assert out.count("sparkdeploy top (") >= 2, out[-3000:]  # one table per interval, not one frozen screen
     assert "\x1b[" not in out  # plain text: no terminal control codes in the file
     assert "spark1" in out and "spark2" in out

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import pytest
 
 from sparkdeploy.apply import HOLD_ENV, HOLD_UNTIL_ENV, NODE_LOCK_DIR
 from sparkdeploy.secrets import parse_env_file
+from tests.support.cli_process import cli_argv, spawn_cli
 
 pytestmark = pytest.mark.lab
 
@@ -40,10 +40,6 @@ CHANGED = [*BASE, "--set", "vllm.max_model_len=8192"]  # one value: new files an
 STATE = "/home/spark/.sparkdeploy"
 RERUN_TIMES: dict[str, float] = {}
 DEPLOYED = {"args": BASE}  # what runs on the lab now: a case that needs work for `up` switches to the other
-
-
-def cli_argv(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args]
 
 
 @dataclass
@@ -80,7 +76,7 @@ class Run:
 def start(args: list[str], phase: str, release: Path, env: dict | None = None) -> Run:
     """`up ARGS` held at PHASE (see the module doc)."""
     env = {**os.environ, **(env or {}), HOLD_ENV: phase, HOLD_UNTIL_ENV: str(release)}
-    proc = subprocess.Popen(cli_argv("up", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = spawn_cli("up", *args, env=env)  # SIGINT at its default, however the suite was started (issue 44)
     run = Run(proc)
     run.reader = threading.Thread(target=run._read, args=(phase,), daemon=True)
     run.reader.start()

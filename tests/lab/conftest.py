@@ -19,6 +19,7 @@ import pytest
 from sparkdeploy.lab import LabSpec, UpResult, down, up
 from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
 from sparkdeploy.lab.spec import NodeSpec
+from tests.support.processes import outliving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 def ensure_engine() -> None:
     probe = subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None
     if probe is None or probe.returncode != 0:
-        subprocess.run(["bash", str(REPO / ".ci" / "start-docker.sh")], check=True)
+        with outliving():  # the engine it may start serves the whole suite, and later runs (tests/support/processes)
+            subprocess.run(["bash", str(REPO / ".ci" / "start-docker.sh")], check=True)
 
 
 @dataclass

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.processes import descendants, kill, kill_tree
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_DIR = REPO / "images" / "vllm-sim"
 LAUNCHER_DIR = REPO / "images" / "launcher"
@@ -84,19 +86,7 @@ class Proc:
 
     def descendants(self) -> list[int]:
         """Child processes, recursively (torchrun starts its workers in sessions of their own)."""
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        out, todo = [], [self.p.pid]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                out.append(child)
-                todo.append(child)
-        return out
+        return sorted(pid for pid, _ in descendants(self.p.pid))
 
     def signal(self, sig: int) -> None:
         try:
@@ -109,17 +99,11 @@ class Proc:
 
     def kill(self) -> None:
         """SIGKILL the process and everything it started."""
-        family = self.descendants()
-        self.signal(signal.SIGKILL)
-        for pid in family:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tree(self.p.pid)
         self.p.wait(10)
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        family = self.descendants()
+        family = descendants(self.p.pid)
         if self.p.poll() is None:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
@@ -127,11 +111,8 @@ class Proc:
                 self.p.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        for pid in family + [self.p.pid]:  # children that outlived their parent
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tree(self.p.pid)
+        kill(family)  # children that outlived their parent
         self.p.wait(timeout)
         self._fh.close()
         return self.p.returncode

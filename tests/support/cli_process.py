@@ -1,10 +1,26 @@
-"""The real CLI in a subprocess, for lab tests that need a fresh process per command (locks, signals, env)."""
+"""The real CLI in a subprocess, for tests that need a fresh process per command (locks, signals, env)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+
+from tests.support.processes import spawn
+
+
+def cli_argv(*args: str) -> list[str]:
+    """`sparkdeploy ARGS` as an argv, with this interpreter (the venv's)."""
+    return [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args]
+
+
+def spawn_cli(*args: str, **popen) -> subprocess.Popen:
+    """`sparkdeploy ARGS` in the background, for a test that signals it: SIGINT at its default whatever the suite
+    was started with (tests/support/processes.spawn), text pipes unless told otherwise."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
+    return spawn(cli_argv(*args), **popen)
 
 
 def sd(
@@ -15,7 +31,7 @@ def sd(
     deadline = time.monotonic() + 600
     while True:
         r = subprocess.run(
-            [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()", *args],
+            cli_argv(*args),
             capture_output=True,
             text=True,
             timeout=timeout,
