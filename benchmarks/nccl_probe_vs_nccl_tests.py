@@ -79,6 +79,15 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+def parse_cpus(text: str) -> set[int]:
+    """A CPU list as taskset -c takes it: 0-7,16."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 def child_env(nccl_lib: str | None = None, **extra: str) -> dict[str, str]:
     env = {**os.environ, "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "VERSION"), **extra, **MULTICAST_OFF}
     if nccl_lib:
@@ -148,6 +157,8 @@ def run_to(path: Path, argv: list[str], env: dict, timeout: float) -> tuple[int,
     path.write_text(out)
     seconds = time.monotonic() - started
     print(f"# {time.strftime('%H:%M:%S')} {path.name}: exit {code} in {seconds:.1f} s", flush=True)
+    if code != 0:
+        print("\n".join(out.splitlines()[-40:]), flush=True)
     return code, seconds
 
 
@@ -219,22 +230,26 @@ def measure(args, out: Path) -> dict:
         "probe_rc": [],
         "probe_wall_s": [],
     }
+    if args.cpus:  # every tool, and each of its threads and processes, on these CPUs alone (they inherit it)
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
+        meta["cpus"] = args.cpus
     nccl_lib, binary = None, None
-    if args.nccl_tests_bin:
-        binary = Path(args.nccl_tests_bin)
-    else:
-        started = time.monotonic()
-        try:
-            home, version = (args.nccl_home, None) if args.nccl_home else torch_nccl_home()
-            meta.update(nccl_home=home, torch_nccl=version)
-            nccl_lib = str(Path(home) / "lib")
+    started = time.monotonic()
+    try:
+        home, version = (args.nccl_home, None) if args.nccl_home else torch_nccl_home()
+        meta.update(nccl_home=home, torch_nccl=version)
+        nccl_lib = str(Path(home) / "lib")  # nccl-tests runs on torch's libnccl, built or given
+        if args.nccl_tests_bin:
+            binary = Path(args.nccl_tests_bin)
+        else:
             build_dir = Path(args.build_dir).resolve()
             build_dir.mkdir(parents=True, exist_ok=True)
             binary = build(Path(args.nccl_tests_src).resolve(), build_dir, home, build_dir / "build.log")
-        except SystemExit as exc:  # the probe still runs: its figures are worth having on their own
-            meta["build_error"] = str(exc)
-            print(f"nccl_probe_vs_nccl_tests: {exc}", file=sys.stderr, flush=True)
-        meta["build_s"] = round(time.monotonic() - started, 1)
+    except (SystemExit, AttributeError, RuntimeError) as exc:  # the probe still runs: its figures stand alone
+        meta["build_error"] = str(exc)
+        binary = Path(args.nccl_tests_bin) if args.nccl_tests_bin else None
+        print(f"nccl_probe_vs_nccl_tests: {exc}", file=sys.stderr, flush=True)
+    meta["build_s"] = round(time.monotonic() - started, 1)
     env = child_env(nccl_lib)
     argvs = commands(args, binary, out)
     meta["commands"] = argvs
@@ -246,11 +261,17 @@ def measure(args, out: Path) -> dict:
                 code, seconds = run_to(path, argv, env, args.probe_timeout + 60)
                 meta["probe_rc"].append(code)
                 meta["probe_wall_s"].append(round(seconds, 2))
+                if code != 0:
+                    break
             elif binary is None:
                 path.write_text(f"# not run: {meta['build_error']}\n")
             else:
                 meta[f"{key}_rc"] = max(meta.get(f"{key}_rc", 0), run_to(path, argvs[key], env, 180)[0])
-    if args.diagnose:
+        (out / "meta.json").write_text(json.dumps(meta, indent=1))  # after every round: a cut-off run still reads
+        if meta["probe_rc"][-1] != 0:  # the next rounds' probes would fail alike
+            print(f"nccl_probe_vs_nccl_tests: the probe failed in round {r}: no more rounds", file=sys.stderr)
+            break
+    if args.diagnose and meta["probe_rc"][-1] == 0:
         diagnose(args, binary, out, nccl_lib, meta)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
@@ -326,6 +347,7 @@ def compare(texts: dict[str, list[str]], probes: list[dict], meta: dict) -> tupl
                 eager=reference(texts.get("eager", []), size, "time_us"),
                 nt_host=reference(texts.get("cputime", []), size, "time_us"),
                 probe_host=probe_figure(probes, size, "host_us"),
+                probe_host_max=probe_figure(probes, size, "host_max_us"),
                 skew=probe_figure(probes, size, "start_skew_us"),
             )
         else:
@@ -351,6 +373,7 @@ def compare(texts: dict[str, list[str]], probes: list[dict], meta: dict) -> tupl
             eager=None if graph else reference(texts.get("eager", []), 4096, "time_us"),
             nt_host=None if graph else reference(texts.get("cputime", []), 4096, "time_us"),
             probe_host=latency_figure(probes, key, "host_us"),
+            probe_host_max=latency_figure(probes, key, "host_max_us"),
         )
     goals = []
     names = {
@@ -411,6 +434,7 @@ def render(rows: list[dict], goals: list[dict], probes: list[dict], meta: dict) 
         return "" if v is None else f"{v:.2f}"
 
     floors = [p.get("python_floor_us") for p in probes]
+    floor = median(floors)
     probe_argv = argvs.get("probe") or []
     lines = [
         (
@@ -427,19 +451,26 @@ def render(rows: list[dict], goals: list[dict], probes: list[dict], meta: dict) 
             f"# {meta.get('rounds', 1)} rounds, one after the other, each tool once a round; a figure is the median "
             "over the rounds of each round's median (nccl-tests -N, the probe's --repeats cycles); in-place columns"
         ),
-        f"# python floor (us per call, per round): {', '.join(fmt(f) or 'n/a' for f in floors)}",
+        (
+            f"# python floor: {fmt(floor) or 'n/a'} us per call (median; per round: "
+            f"{', '.join(fmt(f) or 'n/a' for f in floors)}): the probe's loop calling a C function that does nothing"
+        ),
+        "# host (us per call): the time to queue one call; nccl-tests -C 1 prints its thread 0's, the probe the ranks'"
+        " mean and its slowest rank's (host-bound, the slowest rank sets the pace)"
+        + (f"; every tool on CPUs {meta['cpus']}" if meta.get("cpus") else ""),
         "",
         (
-            "| what | nccl-tests -t N | probe | ratio | goal | nccl-tests -g N | host: nccl-tests -C 1 | host: probe "
-            "| start skew (us) |"
+            "| what | nccl-tests -t N | probe | ratio | goal | nccl-tests -g N | host: nccl-tests -C 1 "
+            "| host: probe, mean | host: probe, slowest rank | start skew (us) |"
         ),
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         mark = "" if r["ok"] is None else "ok" if r["ok"] else "MISSED"
         lines.append(
             f"| {r['what']} | {fmt(r['ref'])} | {fmt(r['probe'])} | {fmt(r['ratio'])} | {mark} | {fmt(r.get('eager'))} "
-            f"| {fmt(r.get('nt_host'))} | {fmt(r.get('probe_host'))} | {fmt(r.get('skew'))} |"
+            f"| {fmt(r.get('nt_host'))} | {fmt(r.get('probe_host'))} | {fmt(r.get('probe_host_max'))} "
+            f"| {fmt(r.get('skew'))} |"
         )
     lines.append("")
     for g in goals:
@@ -461,7 +492,10 @@ def diagnosis(meta: dict, out: str | None) -> list[str]:
     for r in barrier.get("rows", []):
         if r["size"] in (8, 4096, 65536, SMALL_MAX):
             skew = f", start skew {r['start_skew_us']:.1f} us" if r.get("start_skew_us") is not None else ""
-            lines.append(f"#  {human(r['size'])}: {r['time_us']:.2f} us, host {r['host_us']:.2f} us{skew}")
+            lines.append(
+                f"#  {human(r['size'])}: {r['time_us']:.2f} us, host {r['host_us']:.2f} us (slowest rank "
+                f"{r.get('host_max_us', 0.0):.2f}){skew}"
+            )
     return lines
 
 
@@ -503,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
         help="cycles per run, both tools (nccl-tests -N; the probe's --repeats); each run's median goes in",
     )
     p.add_argument("--backend", default="nccl", help="the probe's backend (gloo: a CPU dry run of the plumbing)")
+    p.add_argument(
+        "--cpus", help="run every tool on these CPUs only (as taskset -c: 0-7); default: wherever the OS puts them"
+    )
     p.add_argument("--probe-timeout", type=float, default=240)
     p.add_argument(
         "--diagnose",

@@ -320,12 +320,14 @@ def python_call_floor(args: tuple, calls: int = 2000, runs: int = 5) -> float | 
     return statistics.median(times)
 
 
-def medians(samples: list[tuple[float, float, float | None]]) -> dict:
-    """One figure per field over timed runs of (seconds per call, host seconds per call, start skew)."""
-    skews = [s[2] for s in samples]
+def medians(samples: list[tuple[float, float, float, float, float | None]]) -> dict:
+    """One figure per field over timed runs (Measure.timed's tuples)."""
+    skews = [s[4] for s in samples]
     return {
         "s": statistics.median(s[0] for s in samples),
         "host_s": statistics.median(s[1] for s in samples),
+        "host_max_s": statistics.median(s[2] for s in samples),
+        "host_min_s": statistics.median(s[3] for s in samples),
         "skew_s": None if None in skews else statistics.median(skews),  # type: ignore[type-var]  # no None left
     }
 
@@ -371,6 +373,8 @@ def sweep_row(plan: tuple, m: dict, factor: float, cycles: int) -> dict:
         "busbw": algbw * factor,
         "wrong": wrong,
         "host_us": m["host_s"] * 1e6,
+        "host_max_us": m["host_max_s"] * 1e6,
+        "host_min_us": m["host_min_s"] * 1e6,
         "start_skew_us": m["skew_s"] * 1e6 if m["skew_s"] is not None else None,
         "iters": iters,
         "repeats": cycles,
@@ -422,8 +426,9 @@ class Measure:
         if failed and self.direct is not None:
             self.direct.check(failed, "ncclAllReduce")
 
-    def timed(self, loop, iters: int, line_up) -> tuple[float, float, float | None]:
-        """One timed run: (seconds per call, host seconds per call to queue it, start skew between the ranks)."""
+    def timed(self, loop, iters: int, line_up) -> tuple[float, float, float, float, float | None]:
+        """One timed run, per call: (seconds, the host's seconds to queue it: the ranks' mean, the slowest rank's,
+        the fastest rank's; the start skew between the ranks). Host-bound, the slowest rank sets the pace."""
         wait = self.wait()
         line_up()
         t0 = time.perf_counter()
@@ -435,10 +440,11 @@ class Measure:
         torch, dist = self.torch, self.dist
         means = torch.tensor([(t2 - t0) / iters, (t1 - t0) / iters], dtype=torch.float64, device=self.device)
         dist.all_reduce(means)  # nccl-tests reports the ranks' average time
-        starts = torch.tensor([t0, -t0], dtype=torch.float64, device=self.device)
-        dist.all_reduce(starts, op=dist.ReduceOp.MAX)  # the last start, and minus the first one
+        spread = torch.tensor([t0, -t0, (t1 - t0) / iters, -(t1 - t0) / iters], dtype=torch.float64, device=self.device)
+        dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # the last start and minus the first; the slowest and fastest
         per_call, host = (means / self.world).tolist()
-        return per_call, host, float(starts.sum().item()) if self.same_host else None
+        last, first, slowest, fastest = spread.tolist()
+        return per_call, host, slowest, -fastest, last + first if self.same_host else None
 
     def sweep(self, sizes: list[int], budget: int, factor: float) -> list[dict]:
         """Every size checked and warmed once, then --repeats cycles over the whole sweep (nccl-tests -N): a slow
@@ -510,6 +516,7 @@ class Measure:
                     "path": path,
                     "us": m["s"] * 1e6 / calls,
                     "host_us": m["host_s"] * 1e6 / calls,
+                    "host_max_us": m["host_max_s"] * 1e6 / calls,
                     "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays),
                 }
             )
@@ -792,8 +799,8 @@ def format_table(result: dict) -> str:
         lines.append(f"#  timed runs: {LINE_UP[result['line_up']]}")
     floor = result.get("python_floor_us")
     lines.append(
-        "#  host: what queueing one call cost the host (Python and NCCL's host work); a row whose time is its host"
-        " time is bound by the host"
+        "#  host: what queueing one call cost the slowest rank's host (Python and NCCL's host work); a row whose"
+        " time is its host time is bound by the host"
         + (
             f"; python floor {floor:.2f} us per call (the same loop calling a C function that does nothing)"
             if floor is not None
@@ -807,7 +814,7 @@ def format_table(result: dict) -> str:
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)",
     ]
     for r in result["rows"]:
-        host = f" {r['host_us']:>8.2f}" if r.get("host_us") is not None else ""
+        host = f" {r.get('host_max_us', r.get('host_us')):>8.2f}" if r.get("host_us") is not None else ""
         lines.append(
             f"{r['size']:>12} {r['count']:>13} {r['type']:>9} {r['redop']:>7} {r['root']:>7} "
             f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}{host}"
@@ -819,7 +826,11 @@ def format_table(result: dict) -> str:
     if lat:
         lines.append("# 4 KiB all-reduce latency per call (mean of the ranks), one row per path:")
         for row in lat.get("rows", []):
-            host = f"host {row['host_us']:>6.2f} us  " if row.get("host_us") is not None else ""
+            host = (
+                f"host {row.get('host_max_us', row.get('host_us')):>6.2f} us  "
+                if row.get("host_us") is not None
+                else ""
+            )
             lines.append(f"#  latency {row['id']:<24} {row['us']:>8.2f} us  {host}{row['method']}")
         eager = f"{lat['eager_us']:.1f} us" if lat.get("eager_us") is not None else "n/a"
         graph = f"{lat['graph_us']:.1f} us" if lat.get("graph_us") is not None else "n/a"
