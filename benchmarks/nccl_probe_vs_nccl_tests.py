@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from sparkdeploy.doctor.nccl_table import median_at, parse_nccl_table  # noqa: E402 - stdlib only, runs beside torch
 
 PROBE = ROOT / "sparkdeploy" / "doctor" / "probe" / "allreduce_probe.py"
+MP_REF = ROOT / "benchmarks" / "nccl_mp_ref.cu"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 BUSBW_TOLERANCE = 0.03  # at >= 128 MiB
 TIME_TOLERANCE = 0.15  # 8 B .. 1 MiB, the eager 4 KiB row and the graph row
@@ -54,10 +55,11 @@ BIG = 128 * 2**20
 SMALL_MAX = 2**20
 GRAPH_LAUNCHES = 20
 GRAPH_CALLS = 20  # the probe's --graph-calls default
-TOOLS = ("threads", "probe", "eager", "cputime", "graph")  # the order within a round
+TOOLS = ("threads", "probe", "cref", "eager", "cputime", "graph")  # the order within a round
 FILES = {  # per round: NAME.rN.txt (the probe also writes probe.rN.json)
     "threads": "nccl-tests-threads",
     "probe": "probe",
+    "cref": "nccl-mp-ref",
     "eager": "nccl-tests-eager",
     "cputime": "nccl-tests-cputime",
     "graph": "nccl-tests-graph",
@@ -111,9 +113,8 @@ def torch_nccl_home() -> tuple[str, str]:
     raise SystemExit("torch has no libnccl mapped: pass --nccl-home (include/ and lib/)")
 
 
-def build(src: Path, build_dir: Path, nccl_home: str, log: Path) -> Path:
-    """all_reduce_perf against the wheel's NCCL. The wheel ships libnccl.so.2 only: a linker folder with a
-    libnccl.so link is made beside the build."""
+def nccl_link(build_dir: Path, nccl_home: str) -> Path:
+    """A linker folder for the wheel's NCCL: it ships libnccl.so.2 only, the link needs libnccl.so."""
     linkdir = build_dir / "nccl-link"
     (linkdir / "lib").mkdir(parents=True, exist_ok=True)
     target = linkdir / "lib" / "libnccl.so"
@@ -121,6 +122,23 @@ def build(src: Path, build_dir: Path, nccl_home: str, log: Path) -> Path:
         target.symlink_to(next((Path(nccl_home) / "lib").glob("libnccl.so*")))
     if not (linkdir / "include").exists():
         (linkdir / "include").symlink_to(Path(nccl_home) / "include")
+    return linkdir
+
+
+def build_mp_ref(build_dir: Path, nccl_home: str) -> Path | None:
+    """benchmarks/nccl_mp_ref.cu: the probe's loop in C, one process per GPU (None when nvcc fails: the rest runs)."""
+    linkdir, binary = nccl_link(build_dir, nccl_home), build_dir / "nccl_mp_ref"
+    argv = ["nvcc", "-O2", "-o", str(binary), str(MP_REF), f"-I{linkdir}/include", f"-L{linkdir}/lib", "-lnccl"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0 or not binary.exists():
+        print(f"nccl_probe_vs_nccl_tests: nccl_mp_ref build failed: {proc.stderr[-1500:]}", file=sys.stderr)
+        return None
+    return binary
+
+
+def build(src: Path, build_dir: Path, nccl_home: str, log: Path) -> Path:
+    """all_reduce_perf against the wheel's NCCL."""
+    linkdir = nccl_link(build_dir, nccl_home)
     binary = build_dir / "all_reduce_perf"
     argv = [
         "make",
@@ -233,18 +251,19 @@ def measure(args, out: Path) -> dict:
     if args.cpus:  # every tool, and each of its threads and processes, on these CPUs alone (they inherit it)
         os.sched_setaffinity(0, parse_cpus(args.cpus))
         meta["cpus"] = args.cpus
-    nccl_lib, binary = None, None
+    nccl_lib, binary, mp_ref = None, None, None
     started = time.monotonic()
     try:
         home, version = (args.nccl_home, None) if args.nccl_home else torch_nccl_home()
         meta.update(nccl_home=home, torch_nccl=version)
         nccl_lib = str(Path(home) / "lib")  # nccl-tests runs on torch's libnccl, built or given
+        build_dir = Path(args.build_dir).resolve()
+        build_dir.mkdir(parents=True, exist_ok=True)
         if args.nccl_tests_bin:
             binary = Path(args.nccl_tests_bin)
         else:
-            build_dir = Path(args.build_dir).resolve()
-            build_dir.mkdir(parents=True, exist_ok=True)
             binary = build(Path(args.nccl_tests_src).resolve(), build_dir, home, build_dir / "build.log")
+        mp_ref = build_mp_ref(build_dir, home) if shutil.which("nvcc") else None
     except (SystemExit, AttributeError, RuntimeError) as exc:  # the probe still runs: its figures stand alone
         meta["build_error"] = str(exc)
         binary = Path(args.nccl_tests_bin) if args.nccl_tests_bin else None
@@ -252,6 +271,15 @@ def measure(args, out: Path) -> dict:
     meta["build_s"] = round(time.monotonic() - started, 1)
     env = child_env(nccl_lib)
     argvs = commands(args, binary, out)
+    argvs["cref"] = [
+        str(mp_ref),
+        str(args.gpus),
+        "8",
+        str(min(SMALL_MAX, args.max_bytes)),
+        str(args.max_bytes),
+        str(args.iters),
+        str(args.repeats),
+    ]
     meta["commands"] = argvs
     for r in range(1, args.rounds + 1):
         for key in TOOLS:
@@ -263,6 +291,8 @@ def measure(args, out: Path) -> dict:
                 meta["probe_wall_s"].append(round(seconds, 2))
                 if code != 0:
                     break
+            elif key == "cref" and mp_ref is None:
+                continue
             elif binary is None:
                 path.write_text(f"# not run: {meta['build_error']}\n")
             else:
@@ -316,6 +346,27 @@ def reference(texts: list[str], size: int, field: str) -> float | None:
     return median([median_at(parse_nccl_table(t, group="in-place"), size, field) for t in texts])
 
 
+def mp_ref_figures(text: str) -> dict[int, dict]:
+    """nccl_mp_ref's lines (RANK CYCLE SIZE TIME_US HOST_US), per size: the median over the cycles of the ranks'
+    mean time and of the slowest rank's host time (as the probe's figures)."""
+    runs: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and all(x.isdigit() for x in parts[:3]):
+            runs.setdefault((int(parts[1]), int(parts[2])), []).append((float(parts[3]), float(parts[4])))
+    cycles: dict[int, list[tuple[float, float]]] = {}
+    for (_cycle, size), ranks in runs.items():
+        cycles.setdefault(size, []).append((statistics.mean(t for t, _ in ranks), max(h for _, h in ranks)))
+    return {
+        size: {"time_us": statistics.median(t for t, _ in v), "host_max_us": statistics.median(h for _, h in v)}
+        for size, v in cycles.items()
+    }
+
+
+def mp_ref_figure(texts: list[str], size: int, field: str) -> float | None:
+    return median([mp_ref_figures(t).get(size, {}).get(field) for t in texts])
+
+
 def probe_figure(probes: list[dict], size: int, field: str) -> float | None:
     return median([next((r.get(field) for r in p.get("rows", []) if r["size"] == size), None) for p in probes])
 
@@ -349,6 +400,8 @@ def compare(texts: dict[str, list[str]], probes: list[dict], meta: dict) -> tupl
                 probe_host=probe_figure(probes, size, "host_us"),
                 probe_host_max=probe_figure(probes, size, "host_max_us"),
                 skew=probe_figure(probes, size, "start_skew_us"),
+                cref=mp_ref_figure(texts.get("cref", []), size, "time_us"),
+                cref_host_max=mp_ref_figure(texts.get("cref", []), size, "host_max_us"),
             )
         else:
             big = size >= BIG
@@ -374,6 +427,8 @@ def compare(texts: dict[str, list[str]], probes: list[dict], meta: dict) -> tupl
             nt_host=None if graph else reference(texts.get("cputime", []), 4096, "time_us"),
             probe_host=latency_figure(probes, key, "host_us"),
             probe_host_max=latency_figure(probes, key, "host_max_us"),
+            cref=None if graph else mp_ref_figure(texts.get("cref", []), 4096, "time_us"),
+            cref_host_max=None if graph else mp_ref_figure(texts.get("cref", []), 4096, "host_max_us"),
         )
     goals = []
     names = {
@@ -446,6 +501,7 @@ def render(rows: list[dict], goals: list[dict], probes: list[dict], meta: dict) 
         f"# -g N: {cmd('eager')}",
         f"# host: {cmd('cputime')}   (nccl-tests' host time per call)",
         f"# graph: {cmd('graph')}",
+        f"# C, a process per GPU: {cmd('cref')}   (the probe's loop in C: benchmarks/nccl_mp_ref.cu)",
         f"# probe: torchrun {' '.join(Path(a).name if a.endswith('.py') else a for a in probe_argv[3:])}",
         (
             f"# {meta.get('rounds', 1)} rounds, one after the other, each tool once a round; a figure is the median "
@@ -460,16 +516,18 @@ def render(rows: list[dict], goals: list[dict], probes: list[dict], meta: dict) 
         + (f"; every tool on CPUs {meta['cpus']}" if meta.get("cpus") else ""),
         "",
         (
-            "| what | nccl-tests -t N | probe | ratio | goal | nccl-tests -g N | host: nccl-tests -C 1 "
-            "| host: probe, mean | host: probe, slowest rank | start skew (us) |"
+            "| what | nccl-tests -t N | probe | ratio | goal | C, a process per GPU | probe / C | nccl-tests -g N "
+            "| host: nccl-tests -C 1 | host: probe, mean | host: probe, slowest rank | host: C, slowest rank "
+            "| start skew (us) |"
         ),
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         mark = "" if r["ok"] is None else "ok" if r["ok"] else "MISSED"
         lines.append(
-            f"| {r['what']} | {fmt(r['ref'])} | {fmt(r['probe'])} | {fmt(r['ratio'])} | {mark} | {fmt(r.get('eager'))} "
-            f"| {fmt(r.get('nt_host'))} | {fmt(r.get('probe_host'))} | {fmt(r.get('probe_host_max'))} "
+            f"| {r['what']} | {fmt(r['ref'])} | {fmt(r['probe'])} | {fmt(r['ratio'])} | {mark} | {fmt(r.get('cref'))} "
+            f"| {fmt(ratio(r['probe'], r.get('cref')))} | {fmt(r.get('eager'))} | {fmt(r.get('nt_host'))} "
+            f"| {fmt(r.get('probe_host'))} | {fmt(r.get('probe_host_max'))} | {fmt(r.get('cref_host_max'))} "
             f"| {fmt(r.get('skew'))} |"
         )
     lines.append("")

@@ -320,14 +320,15 @@ def python_call_floor(args: tuple, calls: int = 2000, runs: int = 5) -> float | 
     return statistics.median(times)
 
 
-def medians(samples: list[tuple[float, float, float, float, float | None]]) -> dict:
-    """One figure per field over timed runs (Measure.timed's tuples)."""
-    skews = [s[4] for s in samples]
+def medians(samples: list[tuple[float, list[float], float | None]]) -> dict:
+    """One figure per field over timed runs (Measure.timed's tuples): the median of each."""
+    skews = [s[2] for s in samples]
     return {
         "s": statistics.median(s[0] for s in samples),
-        "host_s": statistics.median(s[1] for s in samples),
-        "host_max_s": statistics.median(s[2] for s in samples),
-        "host_min_s": statistics.median(s[3] for s in samples),
+        "host_s": statistics.median(statistics.mean(s[1]) for s in samples),
+        "host_max_s": statistics.median(max(s[1]) for s in samples),
+        "host_min_s": statistics.median(min(s[1]) for s in samples),
+        "host_ranks_s": [statistics.median(s[1][r] for s in samples) for r in range(len(samples[0][1]))],
         "skew_s": None if None in skews else statistics.median(skews),  # type: ignore[type-var]  # no None left
     }
 
@@ -375,6 +376,7 @@ def sweep_row(plan: tuple, m: dict, factor: float, cycles: int) -> dict:
         "host_us": m["host_s"] * 1e6,
         "host_max_us": m["host_max_s"] * 1e6,
         "host_min_us": m["host_min_s"] * 1e6,
+        "host_ranks_us": [h * 1e6 for h in m["host_ranks_s"]],
         "start_skew_us": m["skew_s"] * 1e6 if m["skew_s"] is not None else None,
         "iters": iters,
         "repeats": cycles,
@@ -426,9 +428,9 @@ class Measure:
         if failed and self.direct is not None:
             self.direct.check(failed, "ncclAllReduce")
 
-    def timed(self, loop, iters: int, line_up) -> tuple[float, float, float, float, float | None]:
-        """One timed run, per call: (seconds, the host's seconds to queue it: the ranks' mean, the slowest rank's,
-        the fastest rank's; the start skew between the ranks). Host-bound, the slowest rank sets the pace."""
+    def timed(self, loop, iters: int, line_up) -> tuple[float, list[float], float | None]:
+        """One timed run, per call: (seconds, each rank's host seconds to queue it, the start skew between the
+        ranks). Host-bound, the slowest rank sets the pace."""
         wait = self.wait()
         line_up()
         t0 = time.perf_counter()
@@ -438,13 +440,18 @@ class Measure:
         t2 = time.perf_counter()
         self.check_codes(codes)
         torch, dist = self.torch, self.dist
-        means = torch.tensor([(t2 - t0) / iters, (t1 - t0) / iters], dtype=torch.float64, device=self.device)
-        dist.all_reduce(means)  # nccl-tests reports the ranks' average time
-        spread = torch.tensor([t0, -t0, (t1 - t0) / iters, -(t1 - t0) / iters], dtype=torch.float64, device=self.device)
-        dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # the last start and minus the first; the slowest and fastest
-        per_call, host = (means / self.world).tolist()
-        last, first, slowest, fastest = spread.tolist()
-        return per_call, host, slowest, -fastest, last + first if self.same_host else None
+        mean = torch.tensor([(t2 - t0) / iters], dtype=torch.float64, device=self.device)
+        dist.all_reduce(mean)  # nccl-tests reports the ranks' average time
+        hosts = [torch.zeros(1, dtype=torch.float64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(hosts, torch.tensor([(t1 - t0) / iters], dtype=torch.float64, device=self.device))
+        starts = torch.tensor([t0, -t0], dtype=torch.float64, device=self.device)
+        dist.all_reduce(starts, op=dist.ReduceOp.MAX)  # the last start, and minus the first one
+        last, first = starts.tolist()
+        return (
+            float(mean.item()) / self.world,
+            [float(h.item()) for h in hosts],
+            last + first if self.same_host else None,
+        )
 
     def sweep(self, sizes: list[int], budget: int, factor: float) -> list[dict]:
         """Every size checked and warmed once, then --repeats cycles over the whole sweep (nccl-tests -N): a slow
