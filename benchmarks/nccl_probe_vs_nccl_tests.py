@@ -537,8 +537,28 @@ def render(rows: list[dict], goals: list[dict], probes: list[dict], meta: dict) 
             f"goal: {g['goal']}: {'MET' if g['ok'] else 'MISSED'} ({g['rows']} rows{worst})"
             + (f"; {g['detail']}" if g.get("detail") else "")
         )
+    lines += floor_note(rows, floor)
     lines += diagnosis(meta, meta.get("out"))
     return "\n".join(lines)
+
+
+def floor_note(rows: list[dict], floor: float | None) -> list[str]:
+    """Where the time goal misses and the C twin ran: how far the C twin (the probe's loop in C, a process per GPU)
+    is from nccl-tests there, and what the probe's slowest rank pays per call beyond it: Python's launch cost."""
+    missed = [r for r in rows if r["goal"] == "time" and r["ok"] is False and r.get("cref") and r.get("cref_host_max")]
+    if not missed:
+        return []
+    twin = max(abs(r["cref"] / r["ref"] - 1) for r in missed)
+    host = statistics.median(r["probe_host_max"] - r["cref_host_max"] for r in missed if r.get("probe_host_max"))
+    time_gap = statistics.median(r["probe"] - r["cref"] for r in missed)
+    stub = f"{floor:.2f}" if floor is not None else "n/a"
+    note = (
+        f"# the {len(missed)} rows that miss the time goal: the C twin (a process per GPU) is within {twin:.1%} of "
+        f"nccl-tests there; the probe's slowest rank takes {host:.2f} us more per call to queue than the C twin's "
+        f"(median), and the probe's time is {time_gap:.2f} us more: Python's launch cost per call, measured against "
+        f"the C twin (the ctypes call alone, the python floor, is {stub} us of it)"
+    )
+    return ["", note]
 
 
 def diagnosis(meta: dict, out: str | None) -> list[str]:

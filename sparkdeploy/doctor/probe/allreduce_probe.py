@@ -12,15 +12,17 @@ Run under torchrun, one process per GPU:
 
 What it measures, printed like nccl-tests (all-reduce, sum, float32, in place):
   size, count, type, time (us), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (a correctness check
-  per size), and host (us): what queueing one call cost the host. With NCCL the sweep calls ncclAllReduce directly
-  (ctypes on the libnccl torch loaded: the path vLLM's own communicator takes) and times it as nccl-tests'
-  BenchTime does: one all-reduce of the size, waited for (it lines the ranks up within microseconds: the
-  collective is the barrier), then the clock, --iters launches back to back on one stream (each at the next
-  offset of the buffer, as nccl-tests shifts them), the wait for the stream, the clock; time / iterations, the
-  ranks' mean. --repeats cycles over the whole sweep (nccl-tests -N); each size reports its median. The launches
-  are queued from C (itertools.starmap over argument tuples converted once), so what Python adds per call is
-  ctypes' own call: the probe measures that floor (the same loop calling a C function that does nothing) and
-  prints it above the table; a row whose time is its host time is bound by the host, not the link.
+  per size), and host (us): what queueing one call cost the slowest rank's host. With NCCL the sweep calls
+  ncclAllReduce directly (ctypes on the libnccl torch loaded: the path vLLM's own communicator takes) and times
+  it as nccl-tests' BenchTime does: one all-reduce of the size, waited for (it lines the ranks up within
+  microseconds: the collective is the barrier), then the clock, --iters launches back to back on one stream (each
+  at the next offset of the buffer, as nccl-tests shifts them), the wait for the stream, the clock; time /
+  iterations, the ranks' mean. --repeats cycles over the whole sweep (nccl-tests -N); each size reports its
+  median. The launches are queued from C (itertools.starmap over argument tuples converted once), so what Python
+  adds per call is ctypes' own call and what it does to NCCL's host work: the probe measures the first, its floor
+  (the same loop calling a C function that does nothing), and prints it above the table (the whole, measured
+  against the same loop in C, benchmarks/nccl_mp_ref.cu, is in docs/benchmarks.md); a row whose time is its host
+  time is bound by the host, not the link: at the smallest sizes, mostly.
   Then the 4 KiB all-reduce latency, one row per path, each naming its method: eager through NCCL directly
   (vLLM's eager all-reduce between graph pieces), the same in vLLM's call shape (a new output tensor per call),
   eager through torch.distributed (for comparison: its per-call launch path costs more), and replayed inside a
