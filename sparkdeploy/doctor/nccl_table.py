@@ -7,12 +7,13 @@ import re
 
 ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
-    r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A))?"
-)
+    r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)|\s+([\d.]+)\s*$)?"
+)  # nccl-tests: out-of-place then in-place columns; the probe: in-place, then its host time per call
 LAT = re.compile(
     r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)"
 )
-LAT_ROW = re.compile(r"^#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(.*)$")
+LAT_ROW = re.compile(r"^#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(?:host\s+([\d.]+) us\s+)?(.*)$")
+FLOOR = re.compile(r"python floor ([\d.]+) us per call")
 TEARDOWN = re.compile(r"^# teardown: clean in ([\d.]+) s", re.M)
 GROUPS = ("out-of-place", "in-place")
 
@@ -23,8 +24,8 @@ def _wrong(text: str | None) -> int | None:
 
 def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
     """Rows of an nccl-tests style table: `group` picks all_reduce_perf's out-of-place or in-place columns (the
-    probe prints one group, read whichever is asked); the average bus bandwidth line; the probe's 4 KiB latency
-    rows and summary line, and its teardown line."""
+    probe prints one group, read whichever is asked, and its host time per call); the average bus bandwidth line;
+    the probe's 4 KiB latency rows and summary line, its python floor and its teardown line."""
     if group not in GROUPS:
         raise ValueError(f"group: one of {', '.join(GROUPS)}")
     rows = []
@@ -47,6 +48,7 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
                 "algbw": float(algbw),
                 "busbw": float(busbw),
                 "wrong": _wrong(wrong),
+                "host_us": float(m.group(14)) if m.group(14) else None,
             }
         )
     out: dict = {"rows": rows}
@@ -66,13 +68,16 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
             "mode": m.group(1),
             "path": m.group(2),
             "us": float(m.group(3)),
-            "method": m.group(4).strip(),
+            "host_us": float(m.group(4)) if m.group(4) else None,
+            "method": m.group(5).strip(),
         }
         for m in map(LAT_ROW.match, text.splitlines())
         if m
     ]
     if lat_rows:
         out.setdefault("lat4k", {})["rows"] = lat_rows
+    m = FLOOR.search(text)
+    out["python_floor_us"] = float(m.group(1)) if m else None
     m = TEARDOWN.search(text)
     out["teardown_s"] = float(m.group(1)) if m else None
     return out

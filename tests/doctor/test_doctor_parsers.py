@@ -291,6 +291,49 @@ def test_probe_table_names_each_rows_method():
     assert parsed["lat4k"]["ratio"] == 0.85 and parsed["teardown_s"] == 0.74
 
 
+def test_probe_table_host_column_and_python_floor():
+    """The probe prints, beside each row, its slowest rank's host time per call, and the python floor above the
+    table; both parse back, and nccl-tests' two column groups still parse as before."""
+    from sparkdeploy.doctor.probe.allreduce_probe import METHODS, format_table
+
+    row = {"size": 8, "count": 2, "type": "float", "redop": "sum", "root": -1, "time_us": 8.27, "algbw": 0.0}
+    result = {
+        "backend": "nccl",
+        "world_size": 2,
+        "simulated": False,
+        "max_bytes": 2**30,
+        "capped_by": None,
+        "line_up": "collective",
+        "python_floor_us": 0.57,
+        "ranks": [{"rank": 0, "host": "a", "device": "H200", "torch": "2.11", "nccl": "2.28.9"}],
+        "rows": [dict(row, busbw=0.0, wrong=0, host_us=7.79, host_max_us=7.95)],
+        "lat4k": {
+            "eager_us": 6.8,
+            "rows": [
+                {
+                    "id": "eager nccl-direct",
+                    "mode": "eager",
+                    "path": "nccl-direct",
+                    "us": 6.8,
+                    "host_us": 6.7,
+                    "host_max_us": 6.75,
+                    "method": METHODS["eager nccl-direct"],
+                }
+            ],
+        },
+    }
+    text = format_table(result)
+    assert "python floor 0.57 us per call" in text and "one all-reduce of the size on the timed communicator" in text
+    parsed = parse_nccl_table(text)
+    assert parsed["rows"][0]["time_us"] == 8.27 and parsed["rows"][0]["host_us"] == 7.95  # the slowest rank's
+    assert parsed["python_floor_us"] == 0.57
+    lat = parsed["lat4k"]["rows"][0]
+    assert (lat["us"], lat["host_us"], lat["method"]) == (6.8, 6.75, METHODS["eager nccl-direct"])
+    nccl_tests = "8 2 float sum -1 9.52 0.00 0.00 0 8.56 0.00 0.00 0"
+    both = parse_nccl_table(nccl_tests, group="in-place")["rows"][0]
+    assert (both["time_us"], both["host_us"]) == (8.56, None)
+
+
 def test_verdicts_and_advice():
     assert busbw_verdict(23.4) == "pass" and busbw_verdict(18.5) == "pass"
     assert busbw_verdict(18.0) == "warn"  # under 80 % of 23 GB/s

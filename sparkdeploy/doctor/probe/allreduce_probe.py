@@ -12,14 +12,22 @@ Run under torchrun, one process per GPU:
 
 What it measures, printed like nccl-tests (all-reduce, sum, float32, in place):
   size, count, type, time (us), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (a correctness check
-  per size). With NCCL the sweep calls ncclAllReduce directly (ctypes on the libnccl torch loaded: the path
-  vLLM's own communicator takes) and times it as nccl-tests does: back-to-back launches on one stream, time to
-  completion / iterations, the ranks' mean; the median of --repeats such runs. Then the 4 KiB all-reduce
-  latency, one row per path, each naming its method: eager through NCCL directly (vLLM's eager all-reduce
-  between graph pieces), the same in vLLM's call shape (a new output tensor per call), eager through
-  torch.distributed (for comparison: its per-call launch path costs more), and replayed inside a CUDA graph
-  (captured as nccl-tests -G does). graph/eager is what a recipe's eager all-reduce buys or costs: over CX7
-  RoCE the seeds measured 18 us eager vs 46 us in a graph; over NVLink the graph wins. Measure, don't assume.
+  per size), and host (us): what queueing one call cost the slowest rank's host. With NCCL the sweep calls
+  ncclAllReduce directly (ctypes on the libnccl torch loaded: the path vLLM's own communicator takes) and times
+  it as nccl-tests' BenchTime does: one all-reduce of the size, waited for (it lines the ranks up within
+  microseconds: the collective is the barrier), then the clock, --iters launches back to back on one stream (each
+  at the next offset of the buffer, as nccl-tests shifts them), the wait for the stream, the clock; time /
+  iterations, the ranks' mean. --repeats cycles over the whole sweep (nccl-tests -N); each size reports its
+  median. The launches are queued from C (itertools.starmap over argument tuples converted once), so what Python
+  adds per call is ctypes' own call and what it does to NCCL's host work: the probe measures the first, its floor
+  (the same loop calling a C function that does nothing), and prints it above the table (the whole, measured
+  against the same loop in C, benchmarks/nccl_mp_ref.cu, is in docs/benchmarks.md); a row whose time is its host
+  time is bound by the host, not the link: at the smallest sizes, mostly.
+  Then the 4 KiB all-reduce latency, one row per path, each naming its method: eager through NCCL directly
+  (vLLM's eager all-reduce between graph pieces), the same in vLLM's call shape (a new output tensor per call),
+  eager through torch.distributed (for comparison: its per-call launch path costs more), and replayed inside a
+  CUDA graph (captured as nccl-tests -G does). graph/eager is what a recipe's eager all-reduce buys or costs: over
+  CX7 RoCE the seeds measured 18 us eager vs 46 us in a graph; over NVLink the graph wins. Measure, don't assume.
 
 Safety: the largest message is capped by free memory (unified memory on GB10: the GPU allocates from the same
 pool as the OS), every rank agrees on the cap; an overall --timeout ends the process (exit 124) even if a
@@ -35,12 +43,15 @@ import contextlib
 import ctypes
 import datetime
 import functools
+import itertools
 import json
 import os
 import socket
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 FLOAT_BYTES = 4
 TEARDOWN_TIMEOUT_S = 60
@@ -81,7 +92,15 @@ def args_parser() -> argparse.ArgumentParser:
         "--repeats",
         type=int,
         default=3,
-        help="timed runs of --iters per size and per latency row; the median is reported",
+        help="cycles over the whole sweep (nccl-tests -N) and timed runs per latency row; medians are reported",
+    )
+    p.add_argument(
+        "--line-up",
+        choices=["auto", "collective", "barrier"],
+        default="auto",
+        help="how the ranks are lined up before each timed run: collective (nccl-tests' BenchTime: one\n"
+        "all-reduce of the size on the timed communicator, waited for), barrier (torch.distributed.barrier,\n"
+        "then a device sync); auto: collective when NCCL is called directly",
     )
     p.add_argument(
         "--budget-bytes",
@@ -201,8 +220,8 @@ class NcclDirect:
         self._all_reduce = lib.ncclAllReduce
         # A second handle's ncclAllReduce without argtypes: given ctypes values, it converts nothing per call
         # (the timed loops' launcher; the checked one above is for everything else).
-        self._raw_all_reduce = ctypes.CDLL(path).ncclAllReduce
-        self._raw_all_reduce.restype = i
+        self.raw_all_reduce = ctypes.CDLL(path).ncclAllReduce
+        self.raw_all_reduce.restype = i
 
     def check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -236,12 +255,11 @@ class NcclDirect:
         if rc:
             self.check(rc, "ncclAllReduce")
 
-    def launcher(self, comm, send: int, recv: int, count: int, stream: int):
-        """One all-reduce with every argument converted once: a call then costs what calling libnccl from
-        Python costs, nothing more (nccl-tests' loop calls NCCL from C). Returns NCCL's result code."""
+    def call_args(self, comm, send: int, recv: int, count: int, stream: int) -> tuple:
+        """The arguments of one float32 sum all-reduce, each converted to its C type once: raw_all_reduce called
+        with them converts nothing more (nccl-tests' loop calls NCCL from C; this is as close as Python gets)."""
         vp = ctypes.c_void_p
-        return functools.partial(
-            self._raw_all_reduce,
+        return (
             vp(send),
             vp(recv),
             ctypes.c_size_t(count),
@@ -250,6 +268,10 @@ class NcclDirect:
             comm,
             vp(stream),
         )
+
+    def launcher(self, comm, send: int, recv: int, count: int, stream: int):
+        """One all-reduce, arguments converted once; returns NCCL's result code."""
+        return functools.partial(self.raw_all_reduce, *self.call_args(comm, send, recv, count, stream))
 
     def destroy(self, comm) -> None:
         self.check(self.lib.ncclCommDestroy(comm), "ncclCommDestroy")
@@ -275,12 +297,57 @@ def nccl_library(explicit: str | None) -> str:
     return "libnccl.so.2"
 
 
+def launch_loop(fn, arglist) -> Callable[[], list]:
+    """Every call queued back to back from C: itertools.starmap calls fn on each prebuilt argument tuple, so no
+    Python frame runs per call; the result codes come back as a list."""
+    return lambda: list(itertools.starmap(fn, arglist))
+
+
+def python_call_floor(args: tuple, calls: int = 2000, runs: int = 5) -> float | None:
+    """Seconds per call that the timed loop itself costs: the same loop (launch_loop) calling, through ctypes and
+    with the same arguments, a C function that does nothing with them (libc's labs). No launch from Python can
+    cost less; what a row's host time has beyond it is NCCL's own host work, which nccl-tests pays too."""
+    try:
+        stub = ctypes.CDLL(None).labs
+    except (OSError, AttributeError):
+        return None
+    stub.restype = ctypes.c_int
+    loop = launch_loop(stub, list(itertools.repeat(args, calls)))
+    loop()  # warm
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        loop()
+        times.append((time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def medians(samples: list[tuple[float, list[float], float | None]]) -> dict:
+    """One figure per field over timed runs (Measure.timed's tuples): the median of each."""
+    skews = [s[2] for s in samples]
+    return {
+        "s": statistics.median(s[0] for s in samples),
+        "host_s": statistics.median(statistics.mean(s[1]) for s in samples),
+        "host_max_s": statistics.median(max(s[1]) for s in samples),
+        "host_min_s": statistics.median(min(s[1]) for s in samples),
+        "host_ranks_s": [statistics.median(s[1][r] for s in samples) for r in range(len(samples[0][1]))],
+        "skew_s": None if None in skews else statistics.median(skews),  # type: ignore[type-var]  # no None left
+    }
+
+
+LINE_UP = {
+    "collective": "before each, one all-reduce of the size on the timed communicator, waited for (nccl-tests' "
+    "BenchTime); the clock runs from the first launch to the stream's end",
+    "barrier": "before each, torch.distributed.barrier between device syncs; the clock runs from the first launch "
+    "to the stream's end",
+}
 METHODS = {
-    "nccl-direct": "ncclAllReduce through ctypes on torch's libnccl, back-to-back launches on one stream, "
-    "time to completion / iterations (nccl-tests' method)",
+    "nccl-direct": "ncclAllReduce through ctypes on torch's libnccl, launches queued back to back from C "
+    "(itertools.starmap) on one stream, each at the next slot of the buffer, time to completion / iterations "
+    "(nccl-tests' method)",
     "torch.distributed": "torch.distributed.all_reduce back to back, time to completion / iterations",
-    "eager nccl-direct": "ncclAllReduce through ctypes, in place, arguments converted once, launched from "
-    "Python one by one back to back (the NCCL call vLLM's communicator makes, nothing else)",
+    "eager nccl-direct": "ncclAllReduce through ctypes, in place, arguments converted once, launches queued "
+    "back to back from C (itertools.starmap) (the NCCL call vLLM's communicator makes, nothing else)",
     "eager nccl-vllm": "the same call in vLLM's PyNcclCommunicator shape: out of place into a new tensor per call "
     "(torch.empty_like), pointers read per call, stream looked up once",
     "eager torch.distributed": "torch.distributed.all_reduce in place, launched from Python one by one",
@@ -288,6 +355,254 @@ METHODS = {
     "the graph launched {replays} times back to back, time / (calls x launches) "
     "(nccl-tests -G {replays} -n {calls})",
 }
+
+
+def torch_loop(dist, buf, n: int) -> list:
+    """n in-place all-reduces through torch.distributed (the sweep without NCCL direct: gloo, or no libnccl)."""
+    return [dist.all_reduce(buf) for _ in range(n)]
+
+
+def sweep_row(plan: tuple, m: dict, factor: float, cycles: int) -> dict:
+    size, count, iters, _loop, _line_up, wrong = plan
+    algbw = size / m["s"] / 1e9
+    return {
+        "size": size,
+        "count": count,
+        "type": "float",
+        "redop": "sum",
+        "root": -1,
+        "time_us": m["s"] * 1e6,
+        "algbw": algbw,
+        "busbw": algbw * factor,
+        "wrong": wrong,
+        "host_us": m["host_s"] * 1e6,
+        "host_max_us": m["host_max_s"] * 1e6,
+        "host_min_us": m["host_min_s"] * 1e6,
+        "host_ranks_us": [h * 1e6 for h in m["host_ranks_s"]],
+        "start_skew_us": m["skew_s"] * 1e6 if m["skew_s"] is not None else None,
+        "iters": iters,
+        "repeats": cycles,
+    }
+
+
+class Measure:
+    """The probe's timed runs, each as nccl-tests' BenchTime times one: line the ranks up, start the clock, queue
+    the launches back to back, wait for the stream, stop the clock; per call, the ranks' mean. Each run also keeps
+    the host's share (the clock when the last launch was queued) and, with every rank on one host (one clock), how
+    far apart the ranks started."""
+
+    def __init__(self, args, torch, dist, device, rank: int, world: int, direct, comm, stream, same_host: bool):
+        self.args, self.torch, self.dist, self.device = args, torch, dist, device
+        self.rank, self.world, self.same_host = rank, world, same_host
+        self.direct, self.comm, self.stream = direct, comm, stream
+        self.collective = direct is not None and args.line_up != "barrier"
+        self.line_up_method = "collective" if self.collective else "barrier"
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def wait(self) -> Callable[[], None]:
+        """What ends a timed run: the stream's work done (nccl-tests polls its stream); the device, without one."""
+        return self.stream.synchronize if self.stream is not None else self.sync
+
+    def barrier(self) -> None:
+        self.sync()
+        self.dist.barrier()
+        self.sync()
+
+    def line_up(self, call: tuple | None) -> Callable[[], None]:
+        """Before each timed run. collective: one all-reduce with these arguments on the timed communicator, waited
+        for (nccl-tests' BenchTime does the same before its clock): every rank leaves it within microseconds of the
+        others, the launch path warm. barrier: torch.distributed.barrier between device syncs."""
+        if not self.collective or call is None:
+            return self.barrier
+        fn, wait = self.direct.raw_all_reduce, self.wait()
+
+        def collective() -> None:
+            self.check_codes([fn(*call)])
+            wait()
+
+        return collective
+
+    def check_codes(self, codes: list) -> None:
+        failed = next((c for c in codes if isinstance(c, int) and c), 0)  # NCCL's codes; torch's calls give None
+        if failed and self.direct is not None:
+            self.direct.check(failed, "ncclAllReduce")
+
+    def timed(self, loop, iters: int, line_up) -> tuple[float, list[float], float | None]:
+        """One timed run, per call: (seconds, each rank's host seconds to queue it, the start skew between the
+        ranks). Host-bound, the slowest rank sets the pace."""
+        wait = self.wait()
+        line_up()
+        t0 = time.perf_counter()
+        codes = loop()
+        t1 = time.perf_counter()
+        wait()
+        t2 = time.perf_counter()
+        self.check_codes(codes)
+        torch, dist = self.torch, self.dist
+        mean = torch.tensor([(t2 - t0) / iters], dtype=torch.float64, device=self.device)
+        dist.all_reduce(mean)  # nccl-tests reports the ranks' average time
+        hosts = [torch.zeros(1, dtype=torch.float64, device=self.device) for _ in range(self.world)]
+        dist.all_gather(hosts, torch.tensor([(t1 - t0) / iters], dtype=torch.float64, device=self.device))
+        starts = torch.tensor([t0, -t0], dtype=torch.float64, device=self.device)
+        dist.all_reduce(starts, op=dist.ReduceOp.MAX)  # the last start, and minus the first one
+        last, first = starts.tolist()
+        return (
+            float(mean.item()) / self.world,
+            [float(h.item()) for h in hosts],
+            last + first if self.same_host else None,
+        )
+
+    def sweep(self, sizes: list[int], budget: int, factor: float) -> list[dict]:
+        """Every size checked and warmed once, then --repeats cycles over the whole sweep (nccl-tests -N): a slow
+        moment of the host lands in one cycle of every size, not in every cycle of one size."""
+        torch, dist, args, direct = self.torch, self.dist, self.args, self.direct
+        buf_all = torch.empty(max(sizes) // FLOAT_BYTES, dtype=torch.float32, device=self.device)
+        expected_sum = self.world * (self.world + 1) / 2
+        plans = []
+        for size in sizes:
+            PHASE["name"] = f"all-reduce {human(size)}"
+            count = size // FLOAT_BYTES
+            iters = max(2, min(args.iters, budget // size))
+            warm = max(1, min(args.warmup, iters // 2))
+            buf = buf_all[:count]
+            if direct is not None:
+                # as nccl-tests, each iteration at the next size-long slot of the buffer (slot 0 is buf)
+                steps, base, s = max(1, max(sizes) // size), buf_all.data_ptr(), self.stream.cuda_stream
+                slots = [base + size * (i % steps) for i in range(iters)]
+                calls = [direct.call_args(self.comm, p, p, count, s) for p in slots]
+                loop, warm_loop = (
+                    launch_loop(direct.raw_all_reduce, calls),
+                    launch_loop(direct.raw_all_reduce, calls[:warm]),
+                )
+                once = launch_loop(direct.raw_all_reduce, calls[:1])
+                line_up = self.line_up(calls[0])
+            else:
+                loop = functools.partial(torch_loop, dist, buf, iters)
+                warm_loop = functools.partial(torch_loop, dist, buf, warm)
+                once = functools.partial(torch_loop, dist, buf, 1)
+                line_up = self.barrier
+            # correctness: every rank contributes rank+1; the sum is n(n+1)/2 everywhere
+            buf.fill_(float(self.rank + 1))
+            self.check_codes(once())
+            self.sync()
+            w = torch.tensor([float((buf != expected_sum).sum().item())], dtype=torch.float64, device=self.device)
+            dist.all_reduce(w, op=dist.ReduceOp.MAX)  # any rank's errors
+            self.check_codes(warm_loop())
+            plans.append((size, count, iters, loop, line_up, int(w.item())))
+        samples: dict[int, list] = {size: [] for size in sizes}
+        rows: list[dict] = []
+        for cycle in range(max(1, args.repeats)):
+            for size, _count, iters, loop, line_up, _wrong in plans:
+                PHASE["name"] = f"all-reduce {human(size)}, cycle {cycle + 1}"
+                samples[size].append(self.timed(loop, iters, line_up))
+            rows = [sweep_row(plan, medians(samples[plan[0]]), factor, cycle + 1) for plan in plans]
+            PARTIAL["rows"] = rows
+        self.sync()
+        return rows
+
+    def latency(self, lat: dict) -> None:
+        """4 KiB, the size of a decode step's all-reduce: each path vLLM could take, one row each, into lat."""
+        torch, dist, args, direct = self.torch, self.dist, self.args, self.direct
+        small = torch.zeros(1024, dtype=torch.float32, device=self.device)
+        call = (
+            direct.call_args(self.comm, small.data_ptr(), small.data_ptr(), 1024, self.stream.cuda_stream)
+            if direct
+            else None
+        )
+        line_up = self.line_up(call)
+
+        def row(key: str, loop, iters: int, calls: int = 1) -> float:
+            loop()  # warm
+            m = medians([self.timed(loop, iters, line_up) for _ in range(max(1, args.repeats))])
+            mode, path = key.split(" ", 1)
+            lat["rows"].append(
+                {
+                    "id": key,
+                    "mode": mode,
+                    "path": path,
+                    "us": m["s"] * 1e6 / calls,
+                    "host_us": m["host_s"] * 1e6 / calls,
+                    "host_max_us": m["host_max_s"] * 1e6 / calls,
+                    "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays),
+                }
+            )
+            return m["s"] * 1e6 / calls
+
+        if direct is not None:
+            PHASE["name"] = "4 KiB eager latency (NCCL direct)"
+            fn, n = direct.raw_all_reduce, args.lat_iters
+            lat["eager_us"] = row("eager nccl-direct", launch_loop(fn, [call] * n), n)
+            lat["eager_method"] = "eager nccl-direct"
+            vllm_stream = self.stream.cuda_stream
+
+            def eager_vllm():
+                out = torch.empty_like(small)
+                direct.all_reduce(self.comm, small.data_ptr(), out.data_ptr(), small.numel(), vllm_stream)
+
+            row("eager nccl-vllm", lambda: [eager_vllm() for _ in range(n)], n)
+        PHASE["name"] = "4 KiB eager latency (torch.distributed)"
+        torch_us = row(
+            "eager torch.distributed", functools.partial(torch_loop, dist, small, args.lat_iters), args.lat_iters
+        )
+        if lat["eager_us"] is None:
+            lat["eager_us"], lat["eager_method"] = torch_us, "eager torch.distributed"
+        if direct is None:
+            lat["graph_error"] = (
+                f"not measured: NCCL could not be called directly ({PARTIAL['nccl_direct']['error']})"
+                if self.device.type == "cuda"
+                else "not applicable: CUDA graphs need the nccl backend on GPUs"
+            )
+            return
+        PHASE["name"] = "4 KiB CUDA graph latency (NCCL direct)"
+        graph = None
+        try:
+            graph = torch.cuda.CUDAGraph()
+            try:  # nccl-tests captures thread-locally: NCCL may allocate during capture
+                capture = torch.cuda.graph(graph, capture_error_mode="thread_local")
+            except TypeError:
+                capture = torch.cuda.graph(graph)
+            with capture:
+                s = torch.cuda.current_stream(self.device).cuda_stream
+                captured = direct.launcher(self.comm, small.data_ptr(), small.data_ptr(), small.numel(), s)
+                for _ in range(args.graph_calls):
+                    direct.check(captured(), "ncclAllReduce (capture)")
+            replays = args.graph_replays
+            lat["graph_us"] = row(
+                "graph nccl-direct", lambda: [graph.replay() for _ in range(replays)], replays, args.graph_calls
+            )
+            lat["graph_method"] = "graph nccl-direct"
+            lat["ratio"] = lat["graph_us"] / lat["eager_us"] if lat["eager_us"] else None
+        except Exception as exc:  # noqa: BLE001 - reported, the sweep result still stands
+            lat["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            # Free the graph and drain the device BEFORE any communicator goes: processes that captured
+            # NCCL calls did not exit otherwise.
+            PHASE["name"] = "teardown: CUDA graph"
+            if graph is not None:
+                try:
+                    graph.reset()
+                except Exception:  # noqa: BLE001 - teardown: a graph that failed to capture may not reset
+                    pass
+            self.sync()
+
+    def floor(self) -> float | None:
+        """Python's own cost per call of the timed loop (python_call_floor), the ranks' mean; None without NCCL
+        direct (the torch.distributed loop has no such floor to show)."""
+        if self.direct is None:
+            return None
+        vp = ctypes.c_void_p
+        args = (vp(0), vp(0), ctypes.c_size_t(1024), ctypes.c_int(7), ctypes.c_int(0), self.comm, vp(0))
+        local = python_call_floor(args)
+        t = self.torch.tensor([local if local is not None else -1.0], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)  # any rank without a figure: none
+        if t.item() < 0:
+            return None
+        t.fill_(local)  # every rank has one: the minimum was not negative
+        self.dist.all_reduce(t)
+        return float(t.item()) / self.world
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,7 +617,6 @@ def main(argv: list[str] | None = None) -> int:
             MASTER_PORT=os.environ.get("MASTER_PORT", "29599"),
         )
     rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     timer = watchdog(args.timeout, rank, args.json_path)
 
@@ -329,16 +643,6 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError:  # older torch: no device_id
         dist.init_process_group(backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    def mean_over_ranks(seconds: float) -> float:
-        """nccl-tests reports the ranks' average time."""
-        t = torch.tensor([seconds], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        return float(t.item()) / world
 
     nccl_version = None
     if backend == "nccl":
@@ -381,26 +685,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.method == "nccl-direct" and direct is None:
             print(f"allreduce_probe: --method nccl-direct: {direct_info['error']}", file=sys.stderr)
             return 2
-    sweep_method = "nccl-direct" if direct is not None else "torch.distributed"
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    measure = Measure(
+        args, torch, dist, device, rank, world, direct, comm, stream, same_host=len({r["host"] for r in ranks}) == 1
+    )
 
-    # The largest message every rank can afford: a fraction of free memory, the minimum over ranks.
-    free = None
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-    avail = mem_available_bytes()
-    if avail is not None:
-        free = min(free, avail) if free is not None else avail  # unified memory: the OS pool bounds the GPU too
-    cap = args.max_bytes
-    capped_by = None
-    if free is not None and int(free * args.mem_fraction) < cap:
-        cap, capped_by = int(free * args.mem_fraction), f"{args.mem_fraction:g} x free memory ({free / 2**30:.1f} GiB)"
-    cap_t = torch.tensor([cap], dtype=torch.float64, device=device)
-    dist.all_reduce(cap_t, op=dist.ReduceOp.MIN)
-    max_bytes = int(cap_t.item())
-    if max_bytes < cap:
-        capped_by = capped_by or "another rank's free memory"
-
+    max_bytes, capped_by = largest_message(args, torch, dist, device)
     sizes = []
     size = max(FLOAT_BYTES, args.min_bytes)
     while size <= max_bytes:
@@ -417,38 +707,10 @@ def main(argv: list[str] | None = None) -> int:
         max_bytes=max_bytes,
         capped_by=capped_by,
         simulated=backend != "nccl",
-        sweep_method=sweep_method,
+        sweep_method="nccl-direct" if direct is not None else "torch.distributed",
+        line_up=measure.line_up_method,
         nccl_direct=direct_info,
     )
-
-    def in_place(buf):
-        """One in-place all-reduce of buf, launched the sweep's way."""
-        if direct is not None:
-            return direct.launcher(comm, buf.data_ptr(), buf.data_ptr(), buf.numel(), stream.cuda_stream)
-        return lambda: dist.all_reduce(buf)
-
-    def per_call(launch, iters: int) -> float:
-        """Seconds per call: iters launches back to back, then wait for the device (nccl-tests' BenchTime).
-        The barrier is drained on the device first, so every rank starts its clock at about the same moment."""
-        sync()
-        dist.barrier()
-        sync()
-        t0 = time.perf_counter()
-        codes = [launch() for _ in range(iters)]
-        sync()
-        elapsed = time.perf_counter() - t0
-        failed = next((c for c in codes if c), 0)  # launchers that return NCCL's code; the others return None
-        if failed and direct is not None:
-            direct.check(failed, "ncclAllReduce")
-        return mean_over_ranks(elapsed / iters)
-
-    def median_per_call(launch, iters: int) -> float:
-        """The median of --repeats timed runs: one run of a few microsecond calls is at the mercy of the host."""
-        runs = sorted(per_call(launch, iters) for _ in range(max(1, args.repeats)))
-        return runs[len(runs) // 2]
-
-    on_stream = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-    rows = []
     lat = {
         "bytes": 4096,
         "eager_us": None,
@@ -461,124 +723,19 @@ def main(argv: list[str] | None = None) -> int:
         "graph_error": None,
         "rows": [],
     }
-    graph = None
-    with on_stream:
-        buf = launch = None
-        buf_all = torch.empty(max(sizes) // FLOAT_BYTES if sizes else 1, dtype=torch.float32, device=device)
-        expected_sum = world * (world + 1) / 2
-        for size in sizes:
-            PHASE["name"] = f"all-reduce {human(size)}"
-            count = size // FLOAT_BYTES
-            buf = buf_all[:count]
-            launch = in_place(buf)
-            # correctness: every rank contributes rank+1; the sum is n(n+1)/2 everywhere
-            buf.fill_(float(rank + 1))
-            launch()
-            sync()
-            wrong = int((buf != expected_sum).sum().item())
-            iters = max(2, min(args.iters, budget // size))
-            for _ in range(max(1, min(args.warmup, iters // 2))):
-                launch()
-            elapsed = median_per_call(launch, iters)
-            w = torch.tensor([float(wrong)], dtype=torch.float64, device=device)
-            dist.all_reduce(w, op=dist.ReduceOp.MAX)  # any rank's errors
-            algbw = size / elapsed / 1e9
-            rows.append(
-                {
-                    "size": size,
-                    "count": count,
-                    "type": "float",
-                    "redop": "sum",
-                    "root": -1,
-                    "time_us": elapsed * 1e6,
-                    "algbw": algbw,
-                    "busbw": algbw * factor,
-                    "wrong": int(w.item()),
-                    "iters": iters,
-                    "repeats": max(1, args.repeats),
-                }
-            )
-            PARTIAL["rows"] = rows
-        del buf_all, buf, launch
-
-        # 4 KiB, the size of a decode step's all-reduce: each path vLLM could take, one row each.
-        small = torch.zeros(1024, dtype=torch.float32, device=device)
-
-        def latency_row(key: str, launch, iters: int, calls: int | None = None) -> float:
-            for _ in range(20):
-                launch()
-            us = median_per_call(launch, iters) * 1e6 / (calls or 1)
-            mode, path = key.split(" ", 1)
-            lat["rows"].append(
-                {
-                    "id": key,
-                    "mode": mode,
-                    "path": path,
-                    "us": us,
-                    "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays),
-                }
-            )
-            return us
-
-        if direct is not None:
-            PHASE["name"] = "4 KiB eager latency (NCCL direct)"
-
-            lat["eager_us"] = latency_row("eager nccl-direct", in_place(small), args.lat_iters)
-            lat["eager_method"] = "eager nccl-direct"
-            vllm_stream = stream.cuda_stream  # type: ignore[union-attr]  # a CUDA device on this path: a stream
-
-            def eager_vllm():
-                out = torch.empty_like(small)
-                direct.all_reduce(comm, small.data_ptr(), out.data_ptr(), small.numel(), vllm_stream)
-
-            latency_row("eager nccl-vllm", eager_vllm, args.lat_iters)
-        PHASE["name"] = "4 KiB eager latency (torch.distributed)"
-        torch_us = latency_row("eager torch.distributed", lambda: dist.all_reduce(small), args.lat_iters)
-        if lat["eager_us"] is None:
-            lat["eager_us"], lat["eager_method"] = torch_us, "eager torch.distributed"
-
-        if direct is not None:
-            PHASE["name"] = "4 KiB CUDA graph latency (NCCL direct)"
-            try:
-                graph = torch.cuda.CUDAGraph()
-                try:  # nccl-tests captures thread-locally: NCCL may allocate during capture
-                    capture = torch.cuda.graph(graph, capture_error_mode="thread_local")
-                except TypeError:
-                    capture = torch.cuda.graph(graph)
-                with capture:
-                    s = torch.cuda.current_stream(device).cuda_stream
-                    captured = direct.launcher(comm, small.data_ptr(), small.data_ptr(), small.numel(), s)
-                    for _ in range(args.graph_calls):
-                        direct.check(captured(), "ncclAllReduce (capture)")
-                lat["graph_us"] = latency_row(
-                    "graph nccl-direct", graph.replay, args.graph_replays, calls=args.graph_calls
-                )
-                lat["graph_method"] = "graph nccl-direct"
-                lat["ratio"] = lat["graph_us"] / lat["eager_us"] if lat["eager_us"] else None
-            except Exception as exc:  # noqa: BLE001 - reported, the sweep result still stands
-                lat["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            finally:
-                # Free the graph and drain the device BEFORE any communicator goes: processes that captured
-                # NCCL calls did not exit otherwise.
-                PHASE["name"] = "teardown: CUDA graph"
-                if graph is not None:
-                    try:
-                        graph.reset()
-                    except Exception:  # noqa: BLE001 - teardown: a graph that failed to capture may not reset
-                        pass
-                    graph = None
-                sync()
-        elif backend == "nccl":
-            lat["graph_error"] = f"not measured: NCCL could not be called directly ({direct_info['error']})"
-        else:
-            lat["graph_error"] = "not applicable: CUDA graphs need the nccl backend on GPUs"
-        sync()
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        rows = measure.sweep(sizes, budget, factor) if sizes else []
+        measure.latency(lat)
+        PHASE["name"] = "python floor"
+        floor = measure.floor()
+        measure.sync()
 
     result = dict(
         PARTIAL,
         ok=True,
         rows=rows,
         lat4k=lat,
+        python_floor_us=floor * 1e6 if floor is not None else None,
         peak_busbw=max((r["busbw"] for r in rows), default=0.0),
         avg_busbw=sum(r["busbw"] for r in rows) / len(rows) if rows else 0.0,
         nccl_versions=sorted({str(r["nccl"]) for r in ranks}),
@@ -595,8 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     teardown = teardown_watchdog(max(5.0, min(TEARDOWN_TIMEOUT_S, left)), rank)
     t0 = time.monotonic()
     PHASE["name"] = "teardown: communicators"
-    small = None  # type: ignore[assignment]  # frees the tensor (the closures above share its cell, so `del` would leave them a dangling name)
-    sync()
+    measure.sync()
     if comm is not None:
         direct.destroy(comm)  # type: ignore[union-attr]  # a comm comes from direct
     dist.barrier()
@@ -605,6 +761,26 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(f"# teardown: clean in {time.monotonic() - t0:.2f} s", flush=True)
     return 0
+
+
+def largest_message(args, torch, dist, device) -> tuple[int, str | None]:
+    """The largest message every rank can afford: a fraction of free memory, the minimum over ranks."""
+    free = None
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+    avail = mem_available_bytes()
+    if avail is not None:
+        free = min(free, avail) if free is not None else avail  # unified memory: the OS pool bounds the GPU too
+    cap = args.max_bytes
+    capped_by = None
+    if free is not None and int(free * args.mem_fraction) < cap:
+        cap, capped_by = int(free * args.mem_fraction), f"{args.mem_fraction:g} x free memory ({free / 2**30:.1f} GiB)"
+    cap_t = torch.tensor([cap], dtype=torch.float64, device=device)
+    dist.all_reduce(cap_t, op=dist.ReduceOp.MIN)
+    max_bytes = int(cap_t.item())
+    if max_bytes < cap:
+        capped_by = capped_by or "another rank's free memory"
+    return max_bytes, capped_by
 
 
 def format_table(result: dict) -> str:
@@ -628,16 +804,29 @@ def format_table(result: dict) -> str:
             f"#  NCCL direct: {direct.get('library')} (NCCL {direct.get('version')})"
             + (f" [{direct['error']}]" if direct.get("error") else "")
         )
+    if result.get("line_up"):
+        lines.append(f"#  timed runs: {LINE_UP[result['line_up']]}")
+    floor = result.get("python_floor_us")
+    lines.append(
+        "#  host: what queueing one call cost the slowest rank's host (Python and NCCL's host work); a row whose"
+        " time is its host time is bound by the host"
+        + (
+            f"; python floor {floor:.2f} us per call (the same loop calling a C function that does nothing)"
+            if floor is not None
+            else ""
+        )
+    )
     lines += [
         "#",
         "#                                                        in-place",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     host",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)",
     ]
     for r in result["rows"]:
+        host = f" {r.get('host_max_us', r.get('host_us')):>8.2f}" if r.get("host_us") is not None else ""
         lines.append(
             f"{r['size']:>12} {r['count']:>13} {r['type']:>9} {r['redop']:>7} {r['root']:>7} "
-            f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}"
+            f"{r['time_us']:>8.2f} {r['algbw']:>7.2f} {r['busbw']:>7.2f} {r['wrong']:>6}{host}"
         )
     lines.append("# Out of bounds values : 0 OK")
     lines.append(f"# Avg bus bandwidth    : {result.get('avg_busbw', 0.0):.4f}")
@@ -646,7 +835,12 @@ def format_table(result: dict) -> str:
     if lat:
         lines.append("# 4 KiB all-reduce latency per call (mean of the ranks), one row per path:")
         for row in lat.get("rows", []):
-            lines.append(f"#  latency {row['id']:<24} {row['us']:>8.2f} us  {row['method']}")
+            host = (
+                f"host {row.get('host_max_us', row.get('host_us')):>6.2f} us  "
+                if row.get("host_us") is not None
+                else ""
+            )
+            lines.append(f"#  latency {row['id']:<24} {row['us']:>8.2f} us  {host}{row['method']}")
         eager = f"{lat['eager_us']:.1f} us" if lat.get("eager_us") is not None else "n/a"
         graph = f"{lat['graph_us']:.1f} us" if lat.get("graph_us") is not None else "n/a"
         ratio = f"{lat['ratio']:.2f}" if lat.get("ratio") is not None else "n/a"
