@@ -128,8 +128,15 @@ def value_sets() -> dict[str, list[str]]:
     from vllm.config.parallel import DistributedExecutorBackend
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
     from vllm.model_executor.model_loader import LoadFormats
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
 
     return {
+        # vllm/entrypoints/launchers/launcher.py validate_api_server_args: the registered parsers (eager and
+        # lazy), checked when the server starts; a --reasoning-parser-plugin / --tool-parser-plugin file can
+        # register more names before that
+        "--reasoning-parser": sorted(ReasoningParserManager.list_registered()),
+        "--tool-call-parser": sorted(ToolParserManager.list_registered()),
         # vllm/config/parallel.py: DistributedExecutorBackend Literal (an Executor subclass
         # is also accepted from Python, which is why argparse has no choices here)
         "--distributed-executor-backend": sorted(get_args(DistributedExecutorBackend)),
