@@ -29,7 +29,7 @@ import json
 import re
 import shlex
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
@@ -75,6 +75,7 @@ FIELDS = {
     "dtype": "vllm.dtype",
     "trust_remote_code": "vllm.trust_remote_code",
 }
+WHOLE_FIELDS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs")  # vLLM reads 1k / 1K suffixes there
 # Flags sparkdeploy writes itself for each topology and node (vllm_args.serve_args): taken out of the argv.
 SET_BY_SPARKDEPLOY = {
     "host": "sparkdeploy binds 0.0.0.0",
@@ -409,8 +410,7 @@ def _json_object(arg: Arg, source: str, problems: list[Problem]) -> dict[str, An
                 source,
                 "command",
                 f"{arg.written}: its value is not a JSON object (of at most {MAX_JSON_DEPTH} levels)",
-                f"write it as JSON, e.g. {arg.flag} '{{\"cudagraph_mode\": \"PIECEWISE\"}}', or as "
-                f"{arg.flag}.KEY VALUE",
+                f'write it as JSON, e.g. {arg.flag} \'{{"cudagraph_mode": "PIECEWISE"}}\', or as {arg.flag}.KEY VALUE',
             )
         )
         return None
@@ -523,10 +523,7 @@ def _image(recipe: EugrRecipe, source: str) -> tuple[str | None, list[str], list
     return image, notes, problems
 
 
-
-def split_sets(
-    raw: dict, set_values: list[tuple[str, Any]]
-) -> tuple[dict, dict, list[tuple[str, Any]], list[str]]:
+def split_sets(raw: dict, set_values: list[tuple[str, Any]]) -> tuple[dict, dict, list[tuple[str, Any]], list[str]]:
     """--set values for an eugr recipe: an eugr field (container, mods, ...) replaces it in the eugr data, a
     top-level key of the file set to null is removed (an unknown key included: `--set pull_image=null`), a
     placeholder name (or a defaults key) is a parameter, anything else (vllm.x, tensor_parallel) applies to the
@@ -560,9 +557,9 @@ def _mods_text(mods: list[str]) -> str:
 
 def _relative_file(value: str | None) -> bool:
     """A file name relative to the container's working folder (not an absolute path, URL or inline template)."""
-    return bool(value) and not value.startswith(("/", "~")) and "://" not in value and not any(  # type: ignore[union-attr]
-        c in value for c in "{}\n "  # type: ignore[operator]
-    )
+    if not value or value.startswith(("/", "~")) or "://" in value:
+        return False
+    return not any(c in value for c in "{}\n ")
 
 
 def _mod_args(
@@ -574,7 +571,7 @@ def _mod_args(
     where = _mods_text(gone) if gone else ""
     values = spec.get("value_sets", {})
     plugins = {a.flag: a for a in args if a.flag in PARSER_FLAGS.values()}
-    desc = f"image {image}'s vLLM"
+    desc = f"image {image} ({describe(load_definition(image))})"
     for i, a in enumerate(args):
         if a.flag in FILE_FLAGS and _relative_file(a.value):
             who = f"{where} puts it there" if gone else "no sparkdeploy image carries it"
@@ -596,14 +593,15 @@ def _mod_args(
             elif gone:
                 why = f"only {where} can have added it"
             else:
-                why = f"{desc} has no such parser"
+                why = "it registers no parser of that name"
             close = get_close_matches(a.value, [str(v) for v in values[a.flag]], n=3, cutoff=0.5)
             problems.append(
                 Problem(
                     source,
                     "command",
                     f"{a.written} {a.value}: not a parser of {desc} ({why})",
-                    f"use one of {desc}'s parsers" + (f" (close: {', '.join(close)})" if close else "")
+                    "use one of its parsers"
+                    + (f" (close: {', '.join(close)})" if close else "")
                     + f", or remove {a.written}",
                 )
             )
@@ -613,7 +611,7 @@ def _mod_args(
                 Problem(
                     source,
                     "command",
-                    f"{a.written} is not a flag of image {image} ({describe(load_definition(image))}): only {where} "
+                    f"{a.written} is not a flag of {desc}: only {where} "
                     "can have added it, and sparkdeploy runs no mods",
                     f"remove {a.written} from the command, or use an image whose vLLM has it",
                 )
@@ -628,9 +626,11 @@ def to_recipe_data(
     params: dict[str, Any] | None = None,
     dropped_mods: list[str] | tuple[str, ...] = (),
     check: Callable[[dict], list[Problem]] | None = None,
+    replaced: Collection[str] = (),
 ) -> Imported:
     """The sparkdeploy recipe data for an eugr recipe file (validated later, as any recipe's), or ConfigError with
-    every problem found (`check`: the recipe schema's problems of the data made, added when others are found)."""
+    every problem found (`check`: the recipe schema's problems of the data made, added when others are found;
+    `replaced`: recipe fields --set gives, e.g. vllm.load_format: the command's value for them is not checked)."""
     source = str(path)
     recipe, problems = _fields(raw, source)
     if recipe is None:
@@ -677,13 +677,20 @@ def to_recipe_data(
             spelling.setdefault(a.dest or a.flag, a.flag)
         elif a.dest == "model":
             model = a.value
+        elif a.dest == "max_model_len" and (a.value or "").strip().lower() in ("auto", "-1"):
+            notes.append(f"{a.written} {a.value}: vLLM's default, the model's own context length")
         elif a.dest in FIELDS:
             taken: Any = True if a.value is None else _number(a.value)
+            if a.dest in WHOLE_FIELDS and isinstance(taken, str):
+                try:
+                    taken = human_readable_int(taken)  # 32k, as vLLM reads these
+                except ValueError:
+                    pass
             if a.dest == "served_model_name":
                 taken = (a.value or "").split()[0] if (a.value or "").strip() else None
                 if taken is None:
                     problems.append(
-                        Problem(source, "command", f"{a.written}: an empty served name", f"give a name or drop it")
+                        Problem(source, "command", f"{a.written}: an empty served name", "give a name or drop it")
                     )
                     continue
             _set(data, FIELDS[a.dest], taken)
@@ -714,9 +721,7 @@ def to_recipe_data(
     for dest, value in objects.items():  # --speculative-config.x V and the like: one JSON value, in vLLM's spelling
         extra += [spelling[dest], json.dumps(value, separators=(",", ":"))]
     if len(positionals) > 1:
-        problems.append(
-            Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model")
-        )
+        problems.append(Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model"))
     model = model or recipe.model
     if not model:
         problems.append(Problem(source, "command", "names no model", "write `vllm serve ORG/MODEL ...`"))
@@ -747,7 +752,12 @@ def to_recipe_data(
             )
         )
     # The argv as the image's vLLM would get it, every flag and value checked against its CLI (what `up` checks).
-    plain = [w for i, a in enumerate(args) if i not in reported and not a.keys for w in a.words()]
+    plain = [
+        w
+        for i, a in enumerate(args)
+        if i not in reported and not a.keys and FIELDS.get(a.dest) not in replaced
+        for w in a.words()
+    ]
     try:
         check_args([model or "MODEL", *plain], load_definition(checked), source)
     except ConfigError as exc:

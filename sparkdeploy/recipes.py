@@ -409,7 +409,7 @@ def read_any(
             return exc.problems
         return []
 
-    imported = eugr.to_recipe_data(raw, path, params, dropped, check)
+    imported = eugr.to_recipe_data(raw, path, params, dropped, check, {key for key, _ in rest})
     return imported.data, rest, imported
 
 

@@ -19,7 +19,6 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
 
-
 # Parser flags whose names vLLM checks when the server starts (the dump's value_sets), and the plugin flag that
 # can register more names before that.
 PLUGIN_FLAGS = {"--reasoning-parser": "--reasoning-parser-plugin", "--tool-call-parser": "--tool-parser-plugin"}
