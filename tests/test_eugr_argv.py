@@ -21,6 +21,7 @@ import pytest
 
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Inventory
+from sparkdeploy.lint import synthetic_inventory
 from sparkdeploy.recipes import resolve
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
@@ -46,22 +47,7 @@ RUNNABLE = {
 
 
 def inventory(nodes: int) -> Inventory:
-    return Inventory.model_validate(
-        {
-            "cluster": {"name": "eugr"},
-            "nodes": [
-                {
-                    "name": f"spark{i + 1}",
-                    "role": "head" if i == 0 else "worker",
-                    "mgmt_ip": f"192.0.2.{i + 1}",
-                    "fabric_ip": f"198.51.100.{i + 1}/24",
-                    "fabric_ifaces": ["enp1s0f1np1"],
-                    "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
-                }
-                for i in range(nodes)
-            ],
-        }
-    )
+    return Inventory.model_validate(synthetic_inventory(nodes, "eugr"))
 
 
 def rendered(fixture: str) -> tuple[object, dict[str, list[str]]]:
