@@ -455,9 +455,20 @@ def memory_fix(stack: Stack, totals: dict[str, int | None], util: dict[str, floa
 
 def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
     """Each deployment's gpu_memory_utilization (auto ones computed), or ConfigError with every node that does
-    not fit: the engines there together, or one whose share is too small for it to start (weights + peak + one
-    max_model_len sequence of KV, the one budget's start_util). Each problem carries settings that fit, found by
-    re-running these checks on them (memory_fix), or says that none exist. totals: node name -> MiB."""
+    not fit (memory_problems). totals: node name -> MiB."""
+    util, found = memory_problems(stack, totals)
+    if found:
+        raise ConfigError([p for p, _fix in found])
+    return util
+
+
+def memory_problems(
+    stack: Stack, totals: dict[str, int | None]
+) -> tuple[dict[str, float], list[tuple[Problem, MemoryFix | None]]]:
+    """The shares (auto ones computed) and every node that does not fit: the engines there together, or one whose
+    share is too small for it to start (weights + peak + one max_model_len sequence of KV, the one budget's
+    start_util). Each problem carries settings that fit, found by re-running these checks on them (memory_fix),
+    with the fix it prints, or says that none exist."""
     fixed = {m.name: m.utilization() for m in stack.members}
     on_node: dict[str, list[Member]] = {}
     for m in stack.members:
@@ -476,7 +487,7 @@ def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
                 shares.append(left / sum(1 for o in on_node[n] if fixed[o.name] is None))
             auto[m.name] = _floor2(min(shares)) if shares else 0.5
     util = {m.name: cast(float, fixed[m.name]) if fixed[m.name] is not None else auto[m.name] for m in stack.members}
-    problems = []
+    problems: list[tuple[Problem, MemoryFix | None]] = []
     for n, ms in sorted(on_node.items()):
         total = totals.get(n)
         if not total or len(ms) < 1:
@@ -510,15 +521,15 @@ def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
                 f"{where}: the engines there need {sum(util[m.name] for m in ms):.2f} of it together ({listed}), "
                 f"at most {room:.2f} fits"
             )
-        problems.append(
-            Problem(stack.path, "deployments.memory", message, _fix_text(memory_fix(stack, totals, util, n)))
-        )
-    if problems:
-        raise ConfigError(problems)
-    return util
+        fix = memory_fix(stack, totals, util, n)
+        text = _fix_text(fix, alone=all(m.engine_nodes() == [n] for m in ms))
+        problems.append((Problem(stack.path, "deployments.memory", message, text), fix))
+    return util, problems
 
 
-def _fix_text(fix: MemoryFix | None) -> str:
+def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
+    """The fix as the problem prints it; `alone`: the node's engines run on it only, so `memory: auto` on each
+    splits it the same way as an equal share."""
     if fix is None:
         return (
             "no shares or placement of these deployments fits the nodes: serve fewer or smaller models, a shorter "
@@ -527,7 +538,9 @@ def _fix_text(fix: MemoryFix | None) -> str:
         )
     shares = {c.get("memory") for c in fix.changes.values()}
     if all(set(c) == {"memory"} for c in fix.changes.values()) and len(shares) == 1:
-        return f"e.g. memory: {shares.pop():g} on each of {', '.join(fix.changes)}"
+        return f"e.g. memory: {shares.pop():g} on each of {', '.join(fix.changes)}" + (
+            ", or memory: auto" if alone else ""
+        )
     return "e.g. " + fix.text()
 
 
