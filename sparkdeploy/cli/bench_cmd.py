@@ -383,7 +383,8 @@ def sweep_cmd(
     "--out",
     "out_dir",
     metavar="DIR",
-    help="Where report.md, report.json and the charts go (default: DIR when there is one; required with several).",
+    help="Where report.md, report.json, report.csv and the charts go (default: DIR when there is one; required "
+    "with several).",
 )
 @click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
 @json_option
@@ -424,7 +425,7 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
         click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}" + (f" — {LABEL}: {NOTE}" if g.simulated else ""))
         for _m, t in g.tables.items():
             if t.cells:
-                click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t)}")
+                click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t, g.simulated)}")
         if g.agreement:
             a = g.agreement["decode_and_ttft"]
             click.echo(
