@@ -533,8 +533,10 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             out += [f"| **Decode + TTFT** | **{dt['agree']}/{dt['cells']}** | **{pct}** |", ""]
             rows = [(m, r) for m, info in a["metrics"].items() for r in info["rows"]]
             out += [
-                f"| Metric | Concurrency | Measured winner{tag(sim)} | Reference winner | Seed 002 as published "
-                "| Agree |",
+                (
+                    f"| Metric | Concurrency | Measured winner{tag(sim)} | Reference winner | Seed 002 as published "
+                    "| Agree |"
+                ),
                 "|---|---|---|---|---|---|",
             ]
             for m, r in rows:
