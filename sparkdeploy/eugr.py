@@ -96,6 +96,7 @@ UNKNOWN_KEY_USE = {
     "pull_image": "sparkdeploy moves images itself (`sparkdeploy images push` or `images pull`)",
 }
 MAX_JSON_DEPTH = 32  # a nested config deeper than this is refused (the recipe loader's YAML depth cap)
+MAX_DESCRIPTION = 500  # recipes.Recipe's description bound
 
 
 class EugrRecipe(BaseModel):
@@ -762,9 +763,18 @@ def to_recipe_data(
         check_args([model or "MODEL", *plain], load_definition(checked), source)
     except ConfigError as exc:
         problems += exc.problems
-    description = " ".join((recipe.description or recipe.name).split())[:500]
+    description = " ".join((recipe.description or recipe.name).split())
+    if len(description) > MAX_DESCRIPTION:  # the recipe schema's bound: cut, and said so
+        notes.append(
+            f"description: {len(description)} characters on one line, cut to the recipe's {MAX_DESCRIPTION} "
+            f"(it ends at ...{description[MAX_DESCRIPTION - 30 : MAX_DESCRIPTION]})"
+        )
+        description = description[:MAX_DESCRIPTION]
+    name = _plain(path.stem)
+    if name != path.stem:
+        notes.append(f"name: the file name {path.stem!r} made a recipe name: {name}")
     out: dict[str, Any] = {
-        "name": _plain(path.stem),
+        "name": name,
         "description": description,
         "model": model,
         "image": image or checked,

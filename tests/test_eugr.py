@@ -413,3 +413,10 @@ def test_import_header_keeps_the_whole_serve_line(cli, tmp_path):
     assert "--distributed-executor-backend ray" in words
     assert "--compilation_config.pass_config.fuse_allreduce_rms" in words
     assert len(" ".join(head.splitlines())) > 400
+
+
+def test_a_long_description_is_cut_and_said_so(tmp_path):
+    f = eugr_file(tmp_path, f"description: {'word ' * 140}end\ncommand: vllm serve org/m\n")
+    r = resolve(f)
+    assert len(r.recipe.description) == 500
+    assert any("description: 703 characters on one line, cut to the recipe's 500" in w for w in r.warnings), r.warnings
