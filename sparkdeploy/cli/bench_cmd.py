@@ -444,7 +444,13 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), required=True, help="Concurrent requests.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--gen-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--recipe", "-r", metavar="NAME", help="Use this recipe's measured results and batch settings.")
+@click.option(
+    "--recipe",
+    "-r",
+    metavar="NAME",
+    help="Advise for this recipe, from its own figures: its measured results, else the seeds' (gpt-oss-120b), else "
+    "the calibrated simulator's prediction for its model (SIMULATED); none: it says how to measure them.",
+)
 @click.option(
     "--objective",
     type=click.Choice(["latency", "decode", "ttft", "prefill"]),
