@@ -46,7 +46,7 @@ sys.path[:0] = [str(SIM_DIR), str(LAUNCHER_DIR)]
 from vllm_sim.catalog import DATA_DIR, default_catalog  # noqa: E402
 from vllm_sim.config import from_namespace  # noqa: E402
 from vllm_sim.flags import parse_serve_args  # noqa: E402
-from vllm_sim.predict import predict, with_tp  # noqa: E402
+from vllm_sim.predict import DIRECT_SPACING_S, PROXY_SPACING_S, predict, with_tp  # noqa: E402
 from vllm_sim.tokenizer import CORPUS_FILE, TOKENIZER_DIR  # noqa: E402
 
 TARGETS = DATA_DIR / "calibration-targets.yaml"
@@ -66,8 +66,6 @@ FIT_HW = (
     "batch_window_ms",
 )
 FIT_MODEL = ("routing_exponent", "routing_knee_tokens")
-PROXY_SPACING_S = 0.004  # predictor: requests reach the engines this far apart behind the proxy
-DIRECT_SPACING_S = 0.001
 
 
 def load_targets() -> dict:

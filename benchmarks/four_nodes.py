@@ -83,12 +83,12 @@ def predict(opts) -> int:
     from vllm_sim.catalog import DATA_DIR
     from vllm_sim.config import from_namespace
     from vllm_sim.flags import parse_serve_args
+    from vllm_sim.predict import DIRECT_SPACING_S, PROXY_SPACING_S, with_tp
     from vllm_sim.predict import predict as run
-    from vllm_sim.predict import with_tp
 
     t = yaml.safe_load((DATA_DIR / "calibration-targets.yaml").read_text())
     cfg = from_namespace(parse_serve_args([t["model"], *t["serve_args"]]), env={})
-    direct, proxied = 0.001, 0.004  # request spacing as calibrate_sim.py: straight to vLLM / behind LiteLLM
+    direct, proxied = DIRECT_SPACING_S, PROXY_SPACING_S  # as the calibration: straight to vLLM / behind LiteLLM
     layouts = {  # variant: (points, engines, nodes per engine)
         "cluster": (run(with_tp(cfg, 4), LEVELS, spacing_s=direct), 1, 4),
         "replicas": (run(with_tp(cfg, 2), LEVELS, engines=2, runs=opts.runs, spacing_s=proxied), 2, 2),

@@ -11,6 +11,15 @@ and fails unless all three give the same reasoning, content and tool calls. It a
 SamplingParams for tool_choice required, a named tool and response_format, and checks they survive the
 msgspec JSON trip to the other ranks. Exit 0: all agree; 1: a difference (printed).
 
+gpt-oss speaks OpenAI's harmony format: vLLM's serving layer asks ParserManager for the parser with
+`is_harmony` when the model's config.json says model_type gpt_oss, and gets its HarmonyParser, which reads the
+output's token IDs with the harmony encoding (o200k_harmony, bundled with the openai_harmony package); the
+`openai_gptoss` reasoning and `openai` tool parsers alone only mark boundaries. So for those recipes the answer
+is tokenized with that encoding and the front end is built as the launcher builds it on a Spark (is_harmony from
+the model's model_type), exactly the path `vllm serve` takes.
+
+tests/test_vllm_parsers.py runs this where the CPU venv exists (tests/support/vllm_venv.py).
+
     VLLM_TARGET_DEVICE=cpu /tmp/vllm032/venv/bin/python scripts/check_vllm_parsers.py        # here
     docker run --rm -v "$PWD:/src" -w /src vllm-node python3 scripts/check_vllm_parsers.py   # on a Spark
 """
@@ -28,7 +37,11 @@ sys.path[:0] = [str(ROOT / "images" / "launcher"), str(ROOT / "images" / "vllm-s
 
 import yaml  # noqa: E402
 
-from sparklaunch.adapters.vllm_frontend import VllmChatFrontend, decode_sampling_params  # noqa: E402
+from sparklaunch.adapters.vllm_frontend import (  # noqa: E402
+    HARMONY_MODEL_TYPE,
+    VllmChatFrontend,
+    decode_sampling_params,
+)
 from sparklaunch.chat import ChatFeatures, plan_chat  # noqa: E402
 from vllm_sim.chat_frontend import SimChatFrontend  # noqa: E402
 from vllm_sim.formats import DSML_TAG  # noqa: E402
@@ -74,6 +87,27 @@ MARKUP_TOKENS = (
 NATIVE_REQUIRED = {"gemma4"}
 
 
+# config.json `model_type` of the shipped recipes' models where it decides the serving path (vLLM: is_harmony):
+# https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json and .../gpt-oss-20b/... say "gpt_oss".
+MODEL_TYPES = {"openai/gpt-oss-120b": HARMONY_MODEL_TYPE, "openai/gpt-oss-20b": HARMONY_MODEL_TYPE}
+
+
+class HarmonyTokenizer:
+    """gpt-oss's tokenizer as the harmony encoding vLLM's HarmonyParser reads IDs with (get_encoding()): the
+    special tokens (<|channel|>, <|message|>, <|call|>, ...) are single IDs, as in the model's own tokenizer."""
+
+    def __init__(self):
+        from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
+
+        self.encoding = get_encoding()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self.encoding.encode(text, allowed_special="all"))
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.encoding.decode(list(ids))
+
+
 # the end of a rendered prompt, where generation starts: a thinking template opens <think> there
 PROMPT = {
     "think": "user: weather?\nassistant: <think>",
@@ -82,6 +116,7 @@ PROMPT = {
     "hermes": "user: weather?\nassistant:",
     "llama3_json": "user: weather?\nassistant:",
     "gemma4": "user: weather?\nassistant:",  # the model opens its own <|channel> (vLLM's gemma4 parser)
+    "harmony": "<|start|>user<|message|>weather?<|end|><|start|>assistant",  # harmony's generation prompt
 }
 
 
@@ -116,13 +151,15 @@ def stream_pieces(tokenizer, ids: list[int]) -> list[str]:
     return out
 
 
-def recipe_parsers() -> list[tuple[str, str | None, str | None]]:
+def recipe_parsers() -> list[tuple[str, str | None, str | None, str]]:
+    """(recipe, tool parser, reasoning parser, model) of every shipped recipe that names a parser."""
     out = []
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
-        args = [str(a) for a in (yaml.safe_load(path.read_text()).get("vllm") or {}).get("extra_args") or []]
+        data = yaml.safe_load(path.read_text())
+        args = [str(a) for a in (data.get("vllm") or {}).get("extra_args") or []]
         after = {f: args[i + 1] for i, f in enumerate(args[:-1]) if f in ("--tool-call-parser", "--reasoning-parser")}
         if after:
-            out.append((path.stem, after.get("--tool-call-parser"), after.get("--reasoning-parser")))
+            out.append((path.stem, after.get("--tool-call-parser"), after.get("--reasoning-parser"), data["model"]))
     return out
 
 
@@ -152,11 +189,14 @@ def whole(parsed: dict) -> dict:
     return summary(parsed["reasoning"], parsed["content"], [c["function"] for c in parsed["tool_calls"]])
 
 
-def check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, SamplingParams) -> int:
+def check_recipe(recipe, tool_parser, reasoning_parser, model, tokenizer, sim_tok, SamplingParams) -> int:
     """The sim against vLLM for one recipe's parser pair: the number of differences."""
     failures = 0
     features = ChatFeatures(bool(tool_parser), tool_parser, reasoning_parser)
-    real = VllmChatFrontend(features, tokenizer, recipe)
+    harmony = MODEL_TYPES.get(model) == HARMONY_MODEL_TYPE
+    if harmony:
+        tokenizer = HarmonyTokenizer()
+    real = VllmChatFrontend(features, tokenizer, recipe, is_harmony=harmony)
     sim = SimChatFrontend(features, sim_tok)
     for choice in ("auto", "required"):
         body = {
@@ -169,10 +209,8 @@ def check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, Samp
         text, _ = script_text(sim.intent(plan), tool_parser)
         ids = tokenizer.encode(text, add_special_tokens=False)
         assert tokenizer.decode(ids) == text
-        prompt = tokenizer.encode(
-            PROMPT[tool_parser if not reasoning_parser or tool_parser == "gemma4" else "think"],
-            add_special_tokens=False,
-        )
+        start = "harmony" if harmony else (tool_parser if not reasoning_parser or tool_parser == "gemma4" else "think")
+        prompt = tokenizer.encode(PROMPT[start], add_special_tokens=False)
         want = whole(sim.parser(plan).complete(text, []))
         got_whole = whole(real.parser(plan, prompt).complete(text, ids))
         stream = real.parser(plan, prompt)  # one token a step, as the engine streams with --stream-interval 1
@@ -180,7 +218,8 @@ def check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, Samp
         got_stream = joined([stream.delta(pieces[n], [t], n == len(ids) - 1) for n, t in enumerate(ids)])
         ok = want == got_whole == got_stream
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {tool_parser}/{reasoning_parser} tool_choice={choice}")
+        path = "harmony " if harmony else ""
+        print(f"{'ok  ' if ok else 'FAIL'} {recipe:<30} {path}{tool_parser}/{reasoning_parser} tool_choice={choice}")
         if not ok:
             print(f"     sim:          {want}\n     vLLM whole:   {got_whole}\n     vLLM stream:  {got_stream}")
     for extra in (
@@ -211,9 +250,9 @@ def main() -> int:
     sim_tok = SimTokenizer()
     failures = 0
     print(f"vLLM {vllm.__version__}")
-    for recipe, tool_parser, reasoning_parser in recipe_parsers():
+    for recipe, tool_parser, reasoning_parser, model in recipe_parsers():
         try:
-            failures += check_recipe(recipe, tool_parser, reasoning_parser, tokenizer, sim_tok, SamplingParams)
+            failures += check_recipe(recipe, tool_parser, reasoning_parser, model, tokenizer, sim_tok, SamplingParams)
         except Exception as e:  # noqa: BLE001 - one recipe's crash in vLLM's parser is reported, the rest still run
             failures += 1
             print(f"FAIL {recipe:<30} {tool_parser}/{reasoning_parser}: {type(e).__name__}: {e}")

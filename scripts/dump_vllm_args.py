@@ -11,7 +11,13 @@ docs/vllm-version.md says exactly how to make one on a CPU-only machine):
     VLLM_TARGET_DEVICE=cpu /tmp/vllm032/venv/bin/python scripts/dump_vllm_args.py \
         --expect-version 0.32.0 --out images/vllm-node/vllm-args-0.32.0.json
 
-`--check` compares instead of writing (exit 1 on a difference).
+`--check` compares instead of writing (exit 1 on a difference). `--parse FILE` instead parses every argv of
+FILE (a JSON mapping of name -> the arguments after `vllm serve`) with that real parser, the dict options'
+JSON validated as vLLM validates it (--compilation-config into its CompilationConfig), and the parser names
+checked against its registries as the server does at start; one line per argv, exit 1 on any refusal
+(tests/test_eugr_argv.py runs it on what sparkdeploy renders for the eugr recipes):
+
+    VLLM_TARGET_DEVICE=cpu /tmp/vllm032/venv/bin/python scripts/dump_vllm_args.py --parse argv.json
 
 The output is deterministic (sorted keys, no timestamps, no object reprs): rerunning it
 against the same wheel gives a byte-identical file.
@@ -128,8 +134,15 @@ def value_sets() -> dict[str, list[str]]:
     from vllm.config.parallel import DistributedExecutorBackend
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
     from vllm.model_executor.model_loader import LoadFormats
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
 
     return {
+        # vllm/entrypoints/launchers/launcher.py validate_api_server_args: the registered parsers (eager and
+        # lazy), checked when the server starts; a --reasoning-parser-plugin / --tool-parser-plugin file can
+        # register more names before that
+        "--reasoning-parser": sorted(ReasoningParserManager.list_registered()),
+        "--tool-call-parser": sorted(ToolParserManager.list_registered()),
         # vllm/config/parallel.py: DistributedExecutorBackend Literal (an Executor subclass
         # is also accepted from Python, which is why argparse has no choices here)
         "--distributed-executor-backend": sorted(get_args(DistributedExecutorBackend)),
@@ -244,13 +257,54 @@ def build_document(expect_version: str | None) -> dict[str, Any]:
     }
 
 
+def parse_all(path: Path) -> int:
+    """Parse each argv of the JSON mapping at `path` with vLLM's own `vllm serve` parser: 0 when all parse."""
+    import contextlib
+    import io
+
+    force_cpu_platform()
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    registries = {
+        "reasoning_parser": ("reasoning_parser_plugin", ReasoningParserManager.list_registered()),
+        "tool_call_parser": ("tool_parser_plugin", ToolParserManager.list_registered()),
+    }
+    failures = 0
+    for name, args in json.loads(path.read_text()).items():
+        parser = build_parser()
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                ns = parser.parse_args(list(args))
+        except SystemExit:
+            failures += 1
+            lines = err.getvalue().strip().splitlines() or ["exit"]
+            print(f"FAIL {name}: {next((x for x in lines if 'error:' in x), lines[-1])}")
+            continue
+        bad = [
+            f"{dest} {getattr(ns, dest)!r} is not registered"
+            for dest, (plugin, known) in registries.items()
+            if getattr(ns, dest, None) and not getattr(ns, plugin, None) and getattr(ns, dest) not in known
+        ]
+        if bad:
+            failures += 1
+            print(f"FAIL {name}: {'; '.join(bad)}")
+            continue
+        print(f"ok   {name}")
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parse", type=Path, help="parse each argv of this JSON mapping (name -> argv) and report")
     ap.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     ap.add_argument("--expect-version", default=None, help="fail unless vllm.__version__ is this")
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing")
     ap.add_argument("--source-ref", help="for a fork: owner/repo@commit8, said in every lint message")
     args = ap.parse_args(argv)
+    if args.parse is not None:
+        return parse_all(args.parse)
 
     doc = build_document(args.expect_version)
     if args.source_ref:

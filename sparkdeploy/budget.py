@@ -129,12 +129,21 @@ class Budget:
         return max(0, room // per)
 
     @property
+    def start_util(self) -> float | None:
+        """The smallest gpu_memory_utilization (two decimals, rounded up) at which the weights, the peak and one
+        max_model_len sequence of KV fit inside util x total: the least share the engine starts with (None
+        without weights_gb)."""
+        if self.weights is None:
+            return None
+        want = self.weights + self.peak + (self.kv_per_seq or 0)
+        return math.ceil(want / self.total * 100) / 100
+
+    @property
     def suggestion(self) -> str:
         """The setting that would fit ('' when it fits as it is)."""
         if not self.starts:
-            assert self.weights is not None  # starts is False only with weights
-            want = self.weights + self.peak + (self.kv_per_seq or 0)
-            util = math.ceil(want / self.total * 100) / 100
+            util = self.start_util
+            assert util is not None  # starts is False only with weights
             usable = None if self.free is None else (self.free - self.os_reserve) / self.total
             if util <= MAX_UTILIZATION and (usable is None or util <= usable):
                 return f"raise vllm.gpu_memory_utilization to {util:.2f}"

@@ -4,15 +4,20 @@ An eugr recipe (https://github.com/eugr/spark-vllm-docker, recipes/README.md and
 with `recipe_version`, `name`, `container`, a `command` (`vllm serve MODEL --flag {placeholder} ...`),
 `defaults` for the placeholders, `env`, `mods`, `build_args`, `cluster_only`/`solo_only`. Here:
 
-1. the placeholders take `defaults`, then `--set NAME=VALUE` (as eugr's `--port`/`--tp`/... overrides do);
-2. the command must be one `vllm serve` call; its argv is read with the image's own vLLM flag list
-   (images/vllm_cli.image_spec), and each setting the recipe schema knows becomes that field (model, served name,
-   memory, context, KV dtype, compilation, TP/PP, executor backend); the rest stay as `vllm.extra_args`, which
-   `up`/`recipes lint` check against the image's CLI like any recipe's;
+1. the placeholders take `defaults`, then `--set NAME=VALUE` (as eugr's `--port`/`--tp`/... overrides do); a
+   `solo_only` recipe gets `tensor_parallel` 1 unless --set gives it, as eugr's run-recipe.py does in solo mode;
+2. the command must be one `vllm serve` call; its argv is read the way vLLM's own FlexibleArgumentParser reads
+   it (`--a_b` is `--a-b`, `-O3` is `--optimization-level 3`, `--x.y.z V` is `--x '{"y": {"z": V}}'` with V typed
+   as JSON, `--x.y+ A,B` a list) against the image's own vLLM flag list (images/vllm_cli.image_spec); each setting
+   the recipe schema knows becomes that field (model, served name, memory, context, KV dtype, compilation, TP/PP,
+   executor backend), the rest stay as `vllm.extra_args` in the image's spelling, dotted keys as one nested JSON;
 3. what sparkdeploy sets itself (`--host`, `--port`, `--distributed-executor-backend`, TP/PP sizes) and what
    has no place in a recipe is listed in `Imported.not_carried`, never dropped without a word;
 4. a mod, build_arg or container with no sparkdeploy equivalent is refused, one line naming it: a patch the
-   model needs would otherwise be lost silently.
+   model needs would otherwise be lost silently; so is what only a dropped mod provides (a parser, a flag, a file
+   in eugr's container workspace such as a reasoning-parser plugin or a chat template);
+5. every problem of a recipe is reported in one pass (unknown keys, placeholders, the command, the image, TP/PP
+   and served name, flags and values the image's vLLM refuses, the recipe fields), one line each with its fix.
 
 `recipes.load_recipe` calls `to_recipe_data` for any file with `recipe_version` (one place), so `run-recipe FILE`,
 `up -r FILE`, `recipes show FILE` and `recipes import FILE` all read eugr recipes the same way.
@@ -24,7 +29,9 @@ import json
 import re
 import shlex
 import string
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import definition_names, load_definition
-from sparkdeploy.images.vllm_cli import image_spec
+from sparkdeploy.images.vllm_cli import PLUGIN_FLAGS, check_args, describe, image_spec
 from sparkdeploy.schema import problems_from_validation
 
 SUPPORTED_VERSIONS = ("1",)
@@ -68,6 +75,7 @@ FIELDS = {
     "dtype": "vllm.dtype",
     "trust_remote_code": "vllm.trust_remote_code",
 }
+WHOLE_FIELDS = ("max_model_len", "max_num_batched_tokens", "max_num_seqs")  # vLLM reads 1k / 1K suffixes there
 # Flags sparkdeploy writes itself for each topology and node (vllm_args.serve_args): taken out of the argv.
 SET_BY_SPARKDEPLOY = {
     "host": "sparkdeploy binds 0.0.0.0",
@@ -78,6 +86,17 @@ SET_BY_SPARKDEPLOY = {
 }
 SHELL_OPERATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"}
 PLACEHOLDER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Flags whose value is a file the engine reads. A relative path is a file in eugr's container workspace, where
+# only its mods put files (mods/<name>/run.sh copies or downloads them there): no sparkdeploy image has it.
+FILE_FLAGS = ("--chat-template", "--reasoning-parser-plugin", "--tool-parser-plugin")
+PARSER_FLAGS = PLUGIN_FLAGS  # a parser flag and the plugin flag that can register more parser names
+# Keys that newer eugr recipes (and their forks) write, which this v1 reader does not know: what does the job here.
+UNKNOWN_KEY_USE = {
+    "benchmark": "sparkdeploy measures a recipe with `sparkdeploy bench sweep --recipe FILE`",
+    "pull_image": "sparkdeploy moves images itself (`sparkdeploy images push` or `images pull`)",
+}
+MAX_JSON_DEPTH = 32  # a nested config deeper than this is refused (the recipe loader's YAML depth cap)
+MAX_DESCRIPTION = 500  # recipes.Recipe's description bound
 
 
 class EugrRecipe(BaseModel):
@@ -122,6 +141,9 @@ class EugrRecipe(BaseModel):
         return v
 
 
+EUGR_FIELDS = frozenset(EugrRecipe.model_fields)
+
+
 @dataclass
 class Imported:
     """A sparkdeploy recipe (its data, before validation) made from an eugr recipe, and what did not carry."""
@@ -142,6 +164,29 @@ def parse(data: dict, source: str) -> EugrRecipe:
         return EugrRecipe.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation(exc, source, EugrRecipe)) from None
+
+
+def _fields(raw: dict, source: str) -> tuple[EugrRecipe | None, list[Problem]]:
+    """eugr's schema, every problem at once: each unknown key with the fix to remove it (or what does its job
+    here), then the known fields' problems. None when the known fields do not make a recipe."""
+    problems = []
+    for key in raw:
+        if str(key) in EUGR_FIELDS:
+            continue
+        use = UNKNOWN_KEY_USE.get(str(key))
+        problems.append(
+            Problem(
+                source,
+                str(key),
+                "unknown key: eugr's v1 format has no such field, and one this reader does not know may change "
+                "what runs",
+                f"remove it from the file, or run without it: --set {key}=null" + (f" ({use})" if use else ""),
+            )
+        )
+    try:
+        return EugrRecipe.model_validate({k: v for k, v in raw.items() if str(k) in EUGR_FIELDS}), problems
+    except ValidationError as exc:
+        return None, problems + problems_from_validation(exc, source, EugrRecipe)
 
 
 def placeholders(command: str, source: str) -> list[str]:
@@ -229,41 +274,170 @@ def serve_argv(command: str, source: str) -> list[str]:
     return argv[2:]
 
 
-def _flag_spec(image: str) -> dict[str, dict]:
-    return dict(image_spec(load_definition(image))["flags"])
+# -- the argv, read as vLLM's FlexibleArgumentParser reads it (vllm/utils/argparse_utils.py, 0.32.0) -------------
 
 
-def _pairs(argv: list[str], flags: dict[str, dict]) -> tuple[list[str], list[tuple[str, str | None, str]]]:
-    """argv -> (positionals, [(flag, value or None, dest)]); a flag this vLLM does not know keeps the next word
-    as its value unless that word is a flag (lint names the unknown flag afterwards)."""
+@dataclass
+class Arg:
+    """One option of the `vllm serve` argv: as written, and in the image's spelling."""
+
+    written: str  # the option as the command writes it (messages quote this)
+    flag: str  # the option string vLLM matches: underscores made dashes; a dotted option's base
+    value: str | None
+    dest: str  # argparse dest in the image's vLLM ('' when it has no such option)
+    keys: tuple[str, ...] = ()  # --flag.a.b VALUE: ("a", "b")
+    append: bool = False  # --flag.a+ A,B: a list
+
+    def words(self) -> list[str]:
+        """The option as argv words in the image's spelling (dotted ones are merged by the caller)."""
+        if self.value is None:
+            return [self.flag]
+        return [f"{self.flag}={self.value}"] if self.value.startswith("-") else [self.flag, self.value]
+
+
+def canonical(option: str) -> str:
+    """vLLM's spelling of a `--` option: underscores before the first '.' become dashes (`--max_model_len` is
+    `--max-model-len`, `--compilation_config.pass_config.x` is `--compilation-config.pass_config.x`)."""
+    if not option.startswith("--"):
+        return option
+    head, dot, rest = option[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + rest
+
+
+def read_args(argv: list[str], flags: dict[str, dict]) -> tuple[list[str], list[Arg]]:
+    """argv -> (positionals, options). A flag this vLLM does not know keeps the next word as its value unless that
+    word is a flag (it is refused by name afterwards)."""
     positionals: list[str] = []
-    out: list[tuple[str, str | None, str]] = []
+    out: list[Arg] = []
     i = 0
     while i < len(argv):
         token = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
         if not token.startswith("-") or token == "-":
             positionals.append(token)
             i += 1
             continue
-        flag, eq, inline = token.partition("=")
-        info = flags.get(flag)
-        if info is None and "." in flag and flags.get(flag.split(".", 1)[0]):  # --compilation-config.KEY VALUE
-            base = flag.split(".", 1)[0]
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-            out.append((flag, value, str(flags[base]["dest"]) + "." + flag.split(".", 1)[1]))
+        if token.startswith("-O") and token != "-O":  # -O3, -O=3: the optimization level
+            level = token[3:] if token[2:3] == "=" else token[2:]
+            out.append(Arg(token, "--optimization-level", level, _dest(flags, "--optimization-level")))
+            i += 1
+            continue
+        if token == "-O" and nxt in ("0", "1", "2", "3"):
+            out.append(Arg(token, "--optimization-level", nxt, _dest(flags, "--optimization-level")))
+            i += 2
+            continue
+        key, eq, inline = token.partition("=")
+        key = canonical(key)
+        base, dot, sub = key.partition(".")
+        if dot:  # --x.y.z VALUE (vLLM always takes the next word as its value)
+            append = sub.endswith("+")
+            keys = tuple(sub.removesuffix("+").split("."))
+            out.append(Arg(token, base, inline if eq else nxt, _dest(flags, base), keys, append))
             i += 1 if eq else 2
             continue
-        takes = info.get("takes_value", True) if info else not (i + 1 >= len(argv) or argv[i + 1].startswith("-"))
+        info = flags.get(key)
+        takes = info.get("takes_value", True) if info else not (nxt is None or nxt.startswith("-"))
         if eq:
-            out.append((flag, inline, str(info["dest"]) if info else ""))
+            out.append(Arg(token, key, inline, _dest(flags, key)))
             i += 1
-        elif takes and i + 1 < len(argv):
-            out.append((flag, argv[i + 1], str(info["dest"]) if info else ""))
+        elif takes and nxt is not None:
+            out.append(Arg(token, key, nxt, _dest(flags, key)))
             i += 2
         else:
-            out.append((flag, None, str(info["dest"]) if info else ""))
+            out.append(Arg(token, key, None, _dest(flags, key)))
             i += 1
     return positionals, out
+
+
+def _dest(flags: dict[str, dict], flag: str) -> str:
+    info = flags.get(flag)
+    return str(info["dest"]) if info else ""
+
+
+def typed(text: str) -> Any:
+    """A dotted option's value as vLLM types it: JSON (true, 2, 0.5, [..], {..}), else a human-readable whole
+    number (80g, 1K), else the string itself."""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    try:
+        return human_readable_int(text)
+    except ValueError:
+        return text
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's `1k` (10^3) and `1K` (2^10) suffixes (utils/argparse_utils.py human_readable_int)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+    if not m:
+        raise ValueError(text)
+    number, suffix = m.groups()
+    if suffix.islower():
+        return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
+    if "." in number:
+        raise ValueError(text)
+    return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+
+
+def _merge(original: dict[str, Any], update: dict[str, Any]) -> None:
+    """vLLM's recursive_dict_update: mappings merge, lists concatenate, anything else is replaced."""
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(original.get(k), dict):
+            _merge(original[k], v)
+        elif isinstance(v, list) and isinstance(original.get(k), list):
+            original[k] = original[k] + v
+        else:
+            original[k] = v
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _json_object(arg: Arg, source: str, problems: list[Problem]) -> dict[str, Any] | None:
+    """An option's JSON object value (`--compilation-config '{...}'`), or None with the problem recorded."""
+    try:
+        loaded = json.loads(arg.value or "")
+    except (json.JSONDecodeError, RecursionError):
+        loaded = None
+    if not isinstance(loaded, dict) or _depth(loaded) > MAX_JSON_DEPTH:
+        problems.append(
+            Problem(
+                source,
+                "command",
+                f"{arg.written}: its value is not a JSON object (of at most {MAX_JSON_DEPTH} levels)",
+                f'write it as JSON, e.g. {arg.flag} \'{{"cudagraph_mode": "PIECEWISE"}}\', or as {arg.flag}.KEY VALUE',
+            )
+        )
+        return None
+    return loaded
+
+
+def _whole(arg: Arg, field_name: str, source: str, problems: list[Problem]) -> int | None:
+    """TP or PP from the command: a positive whole number, else the problem names the option."""
+    text = (arg.value or "").strip()
+    if re.fullmatch(r"[0-9]{1,6}", text) and int(text) >= 1:
+        return int(text)
+    shown = "no value" if arg.value is None else repr(arg.value)
+    problems.append(
+        Problem(
+            source,
+            "command",
+            f"{arg.written} {shown}: not a positive whole number (0, negatives, fractions, NaN and words are refused)",
+            f"write {arg.written} 2 (1 or more), or pass --set {field_name}=2 when the command takes it from "
+            f"{{{field_name}}}",
+        )
+    )
+    return None
+
+
+def _flag_spec(image: str) -> dict:
+    return image_spec(load_definition(image))
 
 
 def _set(data: dict, dotted: str, value: Any) -> None:
@@ -285,20 +459,32 @@ def _number(value: str | None) -> Any:
     return value
 
 
-def _image(recipe: EugrRecipe, source: str) -> tuple[str, list[str]]:
-    """The sparkdeploy image for the recipe's container and build_args, and notes; refuses what has no
-    equivalent."""
+def _build_args(args: list[str]) -> list[tuple[str, str | None]]:
+    """eugr's build_args as (flag, its value): `-f Dockerfile.x` is one build arg, not two."""
+    out: list[tuple[str, str | None]] = []
+    for word in args:
+        if out and not word.startswith("-") and out[-1][1] is None:
+            out[-1] = (out[-1][0], word)
+        else:
+            out.append((word, None))
+    return out
+
+
+def _image(recipe: EugrRecipe, source: str) -> tuple[str | None, list[str], list[Problem]]:
+    """The sparkdeploy image for the recipe's container and build_args, notes, and one problem for each that has
+    no equivalent (the image is None when the container has none)."""
     notes: list[str] = []
     problems: list[Problem] = []
     # eugr's own tags map to ours; a sparkdeploy image definition's name (--set container=vllm-node) is taken as is.
     image = CONTAINERS.get(recipe.container) or (recipe.container if recipe.container in definition_names() else None)
-    for arg in recipe.build_args:
+    for arg, value in _build_args(recipe.build_args):
+        shown = arg if value is None else f"{arg} {value}"
         if arg not in BUILD_ARGS:
             problems.append(
                 Problem(
                     source,
                     "build_args",
-                    f"{arg} has no sparkdeploy equivalent (it changes how eugr builds {recipe.container})",
+                    f"{shown} has no sparkdeploy equivalent (it changes how eugr builds {recipe.container})",
                     "pick the sparkdeploy image that carries what it adds with --set container=IMAGE and drop it "
                     "with --set build_args=[]",
                 )
@@ -306,10 +492,10 @@ def _image(recipe: EugrRecipe, source: str) -> tuple[str, list[str]]:
             continue
         wanted = BUILD_ARGS[arg]
         if wanted:
-            notes.append(f"build_args {arg}: sparkdeploy image {wanted}")
+            notes.append(f"build_args {shown}: sparkdeploy image {wanted}")
             image = wanted
         else:
-            notes.append(f"build_args {arg}: how eugr builds its image; nothing changes at run time")
+            notes.append(f"build_args {shown}: how eugr builds its image; nothing changes at run time")
     if image is None:
         problems.append(
             Problem(
@@ -335,19 +521,14 @@ def _image(recipe: EugrRecipe, source: str) -> tuple[str, list[str]]:
                 "definition (images/<name>/patches)",
             )
         )
-    if problems:
-        raise ConfigError(problems)
-    assert image is not None
-    return image, notes
+    return image, notes, problems
 
 
-EUGR_FIELDS = frozenset(EugrRecipe.model_fields)
-
-
-def split_sets(raw: dict, set_values: list[tuple[str, Any]]) -> tuple[dict, dict, list[tuple[str, Any]]]:
+def split_sets(raw: dict, set_values: list[tuple[str, Any]]) -> tuple[dict, dict, list[tuple[str, Any]], list[str]]:
     """--set values for an eugr recipe: an eugr field (container, mods, ...) replaces it in the eugr data, a
+    top-level key of the file set to null is removed (an unknown key included: `--set pull_image=null`), a
     placeholder name (or a defaults key) is a parameter, anything else (vllm.x, tensor_parallel) applies to the
-    sparkdeploy recipe made from it, as for any recipe."""
+    sparkdeploy recipe made from it, as for any recipe. Also returns the mods the --set values dropped."""
     data = dict(raw)
     params: dict[str, Any] = {}
     rest: list[tuple[str, Any]] = []
@@ -360,66 +541,192 @@ def split_sets(raw: dict, set_values: list[tuple[str, Any]]) -> tuple[dict, dict
     for key, value in set_values:
         if key in names or key in (defaults or {}):
             params[key] = value
+        elif value is None and key in data and key not in ("recipe_version", "name", "command"):
+            data.pop(key)
         elif key in EUGR_FIELDS:
             data[key] = value
         else:
             rest.append((key, value))
-    return data, params, rest
+    before, after = raw.get("mods"), data.get("mods")
+    dropped = [str(m) for m in before or [] if m not in (after or [])] if isinstance(before, list) else []
+    return data, params, rest, dropped
 
 
-def to_recipe_data(raw: dict, path: Path, params: dict[str, Any] | None = None) -> Imported:
-    """The sparkdeploy recipe data for an eugr recipe file (validated later, as any recipe's)."""
+def _mods_text(mods: list[str]) -> str:
+    return ", ".join(mods) if len(mods) <= 1 else "one of " + ", ".join(mods)
+
+
+def _relative_file(value: str | None) -> bool:
+    """A file name relative to the container's working folder (not an absolute path, URL or inline template)."""
+    if not value or value.startswith(("/", "~")) or "://" in value:
+        return False
+    return not any(c in value for c in "{}\n ")
+
+
+def _mod_args(
+    args: list[Arg], gone: list[str], spec: dict, image: str, source: str, problems: list[Problem]
+) -> set[int]:
+    """What in the argv only a mod (gone: refused or dropped) or eugr's container workspace provides: a file, a
+    parser this vLLM lacks, an option it lacks. One problem each; returns the indexes reported."""
+    reported: set[int] = set()
+    where = _mods_text(gone) if gone else ""
+    values = spec.get("value_sets", {})
+    plugins = {a.flag: a for a in args if a.flag in PARSER_FLAGS.values()}
+    desc = f"image {image} ({describe(load_definition(image))})"
+    for i, a in enumerate(args):
+        if a.flag in FILE_FLAGS and _relative_file(a.value):
+            who = f"{where} puts it there" if gone else "no sparkdeploy image carries it"
+            problems.append(
+                Problem(
+                    source,
+                    "command",
+                    f"{a.written} {a.value}: a file in eugr's container workspace; {who}, and sparkdeploy runs no "
+                    "mods, so the engine would not find it",
+                    f"remove {a.written} from the command (and what needs it), or bake the file into an image "
+                    "definition (images/<name>/) and give its absolute path",
+                )
+            )
+            reported.add(i)
+        elif a.flag in PARSER_FLAGS and a.value is not None and a.flag in values and a.value not in values[a.flag]:
+            plugin = plugins.get(PARSER_FLAGS[a.flag])
+            if plugin is not None:
+                why = f"only the plugin file of {plugin.written} {plugin.value} registers it"
+            elif gone:
+                why = f"only {where} can have added it"
+            else:
+                why = "it registers no parser of that name"
+            close = get_close_matches(a.value, [str(v) for v in values[a.flag]], n=3, cutoff=0.5)
+            problems.append(
+                Problem(
+                    source,
+                    "command",
+                    f"{a.written} {a.value}: not a parser of {desc} ({why})",
+                    "use one of its parsers"
+                    + (f" (close: {', '.join(close)})" if close else "")
+                    + f", or remove {a.written}",
+                )
+            )
+            reported.add(i)
+        elif not a.dest and gone:
+            problems.append(
+                Problem(
+                    source,
+                    "command",
+                    f"{a.written} is not a flag of {desc}: only {where} "
+                    "can have added it, and sparkdeploy runs no mods",
+                    f"remove {a.written} from the command, or use an image whose vLLM has it",
+                )
+            )
+            reported.add(i)
+    return reported
+
+
+def to_recipe_data(
+    raw: dict,
+    path: Path,
+    params: dict[str, Any] | None = None,
+    dropped_mods: list[str] | tuple[str, ...] = (),
+    check: Callable[[dict], list[Problem]] | None = None,
+    replaced: Collection[str] = (),
+) -> Imported:
+    """The sparkdeploy recipe data for an eugr recipe file (validated later, as any recipe's), or ConfigError with
+    every problem found (`check`: the recipe schema's problems of the data made, added when others are found;
+    `replaced`: recipe fields --set gives, e.g. vllm.load_format: the command's value for them is not checked)."""
     source = str(path)
-    recipe = parse(raw, source)
-    command = substitute(recipe, params or {}, source)
-    argv = serve_argv(command, source)
-    image, notes = _image(recipe, source)
-    flags = _flag_spec(image)
-    positionals, pairs = _pairs(argv, flags)
+    recipe, problems = _fields(raw, source)
+    if recipe is None:
+        raise ConfigError(problems)
+    params = dict(params or {})
+    notes: list[str] = []
+    if recipe.solo_only and "tensor_parallel" not in params:  # eugr's run-recipe.py: TP 1 in solo unless --tp
+        if recipe.defaults.get("tensor_parallel") not in (None, 1):
+            notes.append(
+                f"tensor_parallel {recipe.defaults['tensor_parallel']}: solo_only, so 1 (as eugr's run-recipe does "
+                "in solo mode); --set tensor_parallel=N to ask for more"
+            )
+        params["tensor_parallel"] = 1
+    image, image_notes, image_problems = _image(recipe, source)
+    notes += image_notes
+    argv: list[str] = []
+    try:
+        argv = serve_argv(substitute(recipe, params, source), source)
+    except ConfigError as exc:
+        raise ConfigError(problems + exc.problems + image_problems) from None
+    problems += image_problems
+    checked = image or "vllm-node"  # the argv is still read and checked when the container has no equivalent
+    spec = _flag_spec(checked)
+    positionals, args = read_args(argv, dict(spec["flags"]))
+    gone = [m for m in recipe.mods if m not in MODS] + [m for m in dropped_mods if m not in recipe.mods]
+    reported = _mod_args(args, gone, spec, checked, source, problems)
 
-    model = positionals[0] if positionals else None
     data: dict[str, Any] = {}
     extra: list[str] = []
+    model = positionals[0] if positionals else None
     tp = pp = 1
     backend: str | None = None
-    comp: dict[str, Any] = {}
-    for flag, value, dest in pairs:
-        if dest == "model":
-            model = value
-        elif dest in FIELDS:
-            taken = True if value is None else _number(value)
-            if dest == "served_model_name" and isinstance(taken, str):
-                taken = taken.split()[0]
-            _set(data, FIELDS[dest], taken)
-        elif dest == "tensor_parallel_size":
-            tp = int(_number(value) or 1)
-        elif dest == "pipeline_parallel_size":
-            pp = int(_number(value) or 1)
-        elif dest == "distributed_executor_backend":
-            backend = value
-            notes.append(f"{flag} {value}: {SET_BY_SPARKDEPLOY[dest]}")
-        elif dest in SET_BY_SPARKDEPLOY:
-            notes.append(f"{flag} {value}: {SET_BY_SPARKDEPLOY[dest]}")
-        elif dest == "compilation_config" and value is not None:
-            try:
-                loaded = json.loads(value)
-            except json.JSONDecodeError:
-                loaded = None
-            if not isinstance(loaded, dict):
-                raise ConfigError(
-                    Problem(source, "command", f"{flag} {value!r} is not a JSON object", "write it as JSON")
-                )
-            comp.update(loaded)
-        elif dest.startswith("compilation_config."):
-            comp[dest.split(".", 1)[1]] = _number(value)
+    objects: dict[str, dict[str, Any]] = {}  # dest -> the JSON object of --x '{...}' / --x.y V
+    dotted: dict[str, dict[str, Any]] = {}
+    spelling: dict[str, str] = {}  # dest -> the option string it is written with
+    for i, a in enumerate(args):
+        if i in reported:
+            continue
+        if a.keys:
+            value: Any = (a.value or "").split(",") if a.append else typed(a.value or "")
+            for key in reversed(a.keys):
+                value = {key: value}
+            _merge(dotted.setdefault(a.dest or a.flag, {}), value)
+            spelling.setdefault(a.dest or a.flag, a.flag)
+        elif a.dest == "model":
+            model = a.value
+        elif a.dest == "max_model_len" and (a.value or "").strip().lower() in ("auto", "-1"):
+            notes.append(f"{a.written} {a.value}: vLLM's default, the model's own context length")
+        elif a.dest in FIELDS:
+            taken: Any = True if a.value is None else _number(a.value)
+            if a.dest in WHOLE_FIELDS and isinstance(taken, str):
+                try:
+                    taken = human_readable_int(taken)  # 32k, as vLLM reads these
+                except ValueError:
+                    pass
+            if a.dest == "served_model_name":
+                taken = (a.value or "").split()[0] if (a.value or "").strip() else None
+                if taken is None:
+                    problems.append(
+                        Problem(source, "command", f"{a.written}: an empty served name", "give a name or drop it")
+                    )
+                    continue
+            _set(data, FIELDS[a.dest], taken)
+        elif a.dest == "tensor_parallel_size":
+            tp = _whole(a, "tensor_parallel", source, problems) or tp
+        elif a.dest == "pipeline_parallel_size":
+            pp = _whole(a, "pipeline_parallel", source, problems) or pp
+        elif a.dest == "distributed_executor_backend":
+            backend = a.value
+            notes.append(f"{a.written} {a.value}: {SET_BY_SPARKDEPLOY[a.dest]}")
+        elif a.dest in SET_BY_SPARKDEPLOY:
+            notes.append(f"{a.written} {a.value}: {SET_BY_SPARKDEPLOY[a.dest]}")
+        elif a.dest == "compilation_config" and a.value is not None:
+            loaded = _json_object(a, source, problems)
+            if loaded is not None:
+                objects[a.dest] = loaded  # a repeated option: the last wins, as in argparse
+                spelling[a.dest] = a.flag
         else:
-            extra += [flag] if value is None else [flag, value]
+            extra += a.words()
+    for dest, value in dotted.items():
+        if dest in objects:  # vLLM appends the dotted keys' JSON after the argv: it replaces the written JSON
+            notes.append(
+                f"{spelling[dest]}: its JSON is replaced by the {spelling[dest]}.KEY options, as vLLM reads them "
+                "(it passes those last)"
+            )
+        objects[dest] = value
+    comp = objects.pop("compilation_config", None)
+    for dest, value in objects.items():  # --speculative-config.x V and the like: one JSON value, in vLLM's spelling
+        extra += [spelling[dest], json.dumps(value, separators=(",", ":"))]
     if len(positionals) > 1:
-        raise ConfigError(Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model"))
+        problems.append(Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model"))
     model = model or recipe.model
     if not model:
-        raise ConfigError(Problem(source, "command", "names no model", "write `vllm serve ORG/MODEL ...`"))
-    if recipe.model and recipe.model != model:
+        problems.append(Problem(source, "command", "names no model", "write `vllm serve ORG/MODEL ...`"))
+    elif recipe.model and recipe.model != model:
         notes.append(f"model {recipe.model} (for eugr's --setup download): the command serves {model}")
     if comp:
         mode = comp.pop("cudagraph_mode", None)
@@ -437,7 +744,7 @@ def to_recipe_data(raw: dict, path: Path, params: dict[str, Any] | None = None) 
     else:
         topologies, default = ["solo", "cluster", "2xsolo"], ("cluster" if tp * pp > 1 else "solo")
     if recipe.solo_only and tp * pp > 1:
-        raise ConfigError(
+        problems.append(
             Problem(
                 source,
                 "solo_only",
@@ -445,12 +752,32 @@ def to_recipe_data(raw: dict, path: Path, params: dict[str, Any] | None = None) 
                 "set tensor_parallel to 1, or drop solo_only",
             )
         )
-    description = " ".join((recipe.description or recipe.name).split())[:500]
+    # The argv as the image's vLLM would get it, every flag and value checked against its CLI (what `up` checks).
+    plain = [
+        w
+        for i, a in enumerate(args)
+        if i not in reported and not a.keys and FIELDS.get(a.dest) not in replaced
+        for w in a.words()
+    ]
+    try:
+        check_args([model or "MODEL", *plain], load_definition(checked), source)
+    except ConfigError as exc:
+        problems += exc.problems
+    description = " ".join((recipe.description or recipe.name).split())
+    if len(description) > MAX_DESCRIPTION:  # the recipe schema's bound: cut, and said so
+        notes.append(
+            f"description: {len(description)} characters on one line, cut to the recipe's {MAX_DESCRIPTION} "
+            f"(it ends at ...{description[MAX_DESCRIPTION - 30 : MAX_DESCRIPTION]})"
+        )
+        description = description[:MAX_DESCRIPTION]
+    name = _plain(path.stem)
+    if name != path.stem:
+        notes.append(f"name: the file name {path.stem!r} made a recipe name: {name}")
     out: dict[str, Any] = {
-        "name": _plain(path.stem),
+        "name": name,
         "description": description,
         "model": model,
-        "image": image,
+        "image": image or checked,
         "topologies": topologies,
         "default_topology": default,
         "fits_one_node": not recipe.cluster_only,
@@ -471,6 +798,10 @@ def to_recipe_data(raw: dict, path: Path, params: dict[str, Any] | None = None) 
     out.update(data)
     if recipe.env:
         out["env"] = {k: _text(v) for k, v in recipe.env.items()}
+    if problems:
+        if check is not None:
+            problems += [p for p in check(out) if p not in problems]
+        raise ConfigError(problems)
     return Imported(data=out, source=path, eugr_name=recipe.name, not_carried=notes, argv=argv)
 
 
@@ -482,11 +813,26 @@ def _plain(stem: str) -> str:
 # -- `sparkdeploy recipes import` ---------------------------------------------------------------------------
 
 
+HEADER_WIDTH = 116  # the serve line is wrapped at this width, never cut
+
+
+def _wrapped(words: list[str], width: int = HEADER_WIDTH) -> list[str]:
+    """Shell words as comment lines of the header, continued with backslashes: every word kept."""
+    lines: list[str] = []
+    line = "#  "
+    for word in words:
+        if len(line) + 1 + len(word) + 2 > width and line.strip("# "):
+            lines.append(line + " \\")
+            line = "#     "
+        line += " " + word
+    return lines + [line]
+
+
 def header(imported: Imported) -> str:
     lines = [
         f"# Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}",
         f"# ({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:",
-        f"#   vllm serve {shlex.join(imported.argv)}"[:400],
+        *_wrapped(["vllm", "serve", *(shlex.quote(a) for a in imported.argv)]),
     ]
     if imported.not_carried:
         lines.append("# Not carried over as written:")

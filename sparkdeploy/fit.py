@@ -1,8 +1,11 @@
 """`sparkdeploy recipes fit`: the memory budget (budget.py) of a recipe and topology, per node.
 
 Without an inventory: the recipe's own figures against DGX Sparks (budget.nominal), on the topology's node
-count (--nodes, default its minimum). With one: the rendered deployment's engine nodes, each node's live
-memory read over SSH through the fact layer (the facts `resources`: MemAvailable, nvidia-smi), in parallel.
+count (--nodes, default its minimum). The deployment is rendered for that many nodes by the same code `up` runs
+(topologies.build_deployment on a synthetic inventory, lint.synthetic_inventory), so `fit` refuses what `up` would
+refuse: a topology on fewer nodes than it needs, a TP the nodes cannot be split into, a layout the model's
+architecture does not allow. With an inventory: the rendered deployment's engine nodes, each node's live memory
+read over SSH through the fact layer (the facts `resources`: MemAvailable, nvidia-smi), in parallel.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import budget
+from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts, read_facts
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.recipes import ResolvedRecipe, resolve
+from sparkdeploy.inventory import Inventory, load_inventory
+from sparkdeploy.lint import synthetic_inventory
+from sparkdeploy.recipes import resolve
 from sparkdeploy.remote import NodeConnection, on_nodes
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import REGISTRY, build_deployment
@@ -43,15 +48,6 @@ class FitReport:
         }
 
 
-def nominal_engine_size(resolved: ResolvedRecipe, nodes: int) -> int:
-    """How many nodes one engine spans: cluster all of them; replicas --tp (default 2); solo, 2xsolo one."""
-    if resolved.topology == "cluster":
-        return nodes
-    if resolved.topology == "replicas":
-        return min(nodes, resolved.recipe.tensor_parallel or 2)
-    return 1
-
-
 def fit(
     name: str,
     topology: str | None = None,
@@ -65,9 +61,26 @@ def fit(
     report = FitReport(resolved.name, resolved.topology, live=inventory is not None)
     if inventory is None:
         count = nodes or REGISTRY[resolved.topology].min_nodes
-        size = nominal_engine_size(resolved, count)
-        engines = 1 if resolved.topology == "solo" else count
-        report.budgets = [budget.nominal(recipe, size, f"spark{i + 1}") for i in range(engines)]
+        nominal = Inventory.model_validate(synthetic_inventory(count, "fit"))
+        try:
+            dep = build_deployment(nominal, resolved, Secrets())  # refuses what `up` refuses on that many nodes
+        except ConfigError as exc:  # the synthetic inventory is --nodes: say so, with the fix that fits
+            raise ConfigError(
+                [
+                    Problem(
+                        f"--nodes {count}",
+                        "",
+                        p.message,
+                        f"pass --nodes {REGISTRY[resolved.topology].min_nodes} or more, or another --topology",
+                    )
+                    if p.file == nominal.source
+                    else p
+                    for p in exc.problems
+                ]
+            ) from None
+        report.budgets = [
+            budget.nominal(recipe, dep.engine_size(nd.node.name), nd.node.name) for nd in dep.nodes if nd.runs_engine
+        ]
         return report
     inv = load_inventory(inventory)
     dep = build_deployment(inv, resolved, Secrets())

@@ -8,27 +8,27 @@ from sparkdeploy.inventory import Inventory
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 
-LINT_INVENTORY = {
-    "cluster": {"name": "lint"},
-    "nodes": [
-        {
-            "name": "spark1",
-            "role": "head",
-            "mgmt_ip": "192.0.2.1",
-            "fabric_ip": "198.51.100.1/24",
-            "fabric_ifaces": ["enp1s0f1np1"],
-            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
-        },
-        {
-            "name": "spark2",
-            "role": "worker",
-            "mgmt_ip": "192.0.2.2",
-            "fabric_ip": "198.51.100.2/24",
-            "fabric_ifaces": ["enp1s0f1np1"],
-            "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
-        },
-    ],
-}
+
+def synthetic_inventory(nodes: int = 2, name: str = "lint") -> dict:
+    """An inventory of `nodes` DGX Sparks with documentation addresses (RFC 5737), never connected to: what
+    `recipes lint` renders against, and what `recipes fit` without an inventory asks `up`'s judges about."""
+    return {
+        "cluster": {"name": name},
+        "nodes": [
+            {
+                "name": f"spark{i + 1}",
+                "role": "head" if i == 0 else "worker",
+                "mgmt_ip": f"192.0.2.{i + 1}",
+                "fabric_ip": f"198.51.100.{i + 1}/24",
+                "fabric_ifaces": ["enp1s0f1np1"],
+                "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+            }
+            for i in range(nodes)
+        ],
+    }
+
+
+LINT_INVENTORY = synthetic_inventory(2)
 
 
 def combinations(recipe: recipes_mod.Recipe) -> list[tuple[str, str | None]]:

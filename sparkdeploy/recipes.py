@@ -400,8 +400,16 @@ def read_any(
     data = read_recipe_data(path)
     if not eugr.is_eugr(data):
         return data, list(set_values), None
-    raw, params, rest = eugr.split_sets(data, list(set_values))
-    imported = eugr.to_recipe_data(raw, path, params)
+    raw, params, rest, dropped = eugr.split_sets(data, list(set_values))
+
+    def check(made: dict) -> list[Problem]:  # the schema's problems, reported with the import's in one pass
+        try:
+            validate(made, str(path))
+        except ConfigError as exc:
+            return exc.problems
+        return []
+
+    imported = eugr.to_recipe_data(raw, path, params, dropped, check, {key for key, _ in rest})
     return imported.data, rest, imported
 
 

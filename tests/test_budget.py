@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 
 import pytest
 
 from sparkdeploy import budget, preflight
 from sparkdeploy.doctor import gpu
 from sparkdeploy.doctor.registry import CHECKS, PREFLIGHT
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.fit import fit
+from sparkdeploy.inventory import Inventory
+from sparkdeploy.lint import synthetic_inventory
 from sparkdeploy.recipes import resolve
+from sparkdeploy.secrets import Secrets
+from sparkdeploy.topologies import build_deployment
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
 
 GIB = 2**30
@@ -86,6 +92,32 @@ def test_fit_cli_bad_input_is_one_line_exit_2(cli):
     assert code == 2
     code, out, _ = cli("recipes", "fit", "glm-4.7-flash-int4", "-t", "solo")
     assert code == 0 and "ESTIMATE" in out
+
+
+@pytest.mark.parametrize(
+    "topology,nodes,sets,why",
+    [
+        ("cluster", 1, (), "--nodes 1: the cluster topology needs at least 2 nodes"),
+        ("2xsolo", 1, (), "--nodes 1: the 2xsolo topology needs at least 2 nodes"),
+        ("cluster", None, ("tensor_parallel=64",), "TP=64 does not split 2 nodes into whole groups"),
+        ("cluster", 4, ("tensor_parallel=3",), "TP=3 does not split 4 nodes into whole groups"),
+        ("cluster", 3, (), "openai/gpt-oss-120b cannot run TP=3 x PP=1: TP=3 does not divide its 64 attention heads"),
+    ],
+)
+def test_fit_refuses_what_up_refuses(cli, topology, nodes, sets, why):
+    """Issue 35 item 5: `recipes fit -t cluster --nodes 1` said it fits, and tensor_parallel=64 on two nodes was
+    ignored; `fit` now renders the deployment with `up`'s own code on that many nodes."""
+    with pytest.raises(ConfigError) as exc:
+        fit("openai-gpt-oss-120b", topology, tuple(f for f in sets), nodes=nodes)
+    assert why in str(exc.value), str(exc.value)
+    args = ["recipes", "fit", "openai-gpt-oss-120b", "-t", topology]
+    args += [a for s in sets for a in ("--set", s)] + (["--nodes", str(nodes)] if nodes else [])
+    code, out, err = cli(*args)
+    assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (out, err)
+    # `up`'s judge on an inventory of that many nodes refuses the same
+    inv = Inventory.model_validate(synthetic_inventory(nodes or 2))
+    with pytest.raises(ConfigError, match=re.escape(why.split(": ", 1)[-1])):
+        build_deployment(inv, resolve("openai-gpt-oss-120b", topology, None, sets), Secrets())
 
 
 # -- one check model ---------------------------------------------------------------------------------------------

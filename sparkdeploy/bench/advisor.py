@@ -1,7 +1,11 @@
 """Which topology to serve a recipe with, for a load of N concurrent requests of P prompt and G generated tokens.
 
-The numbers come from measured results when there are any for the recipe (at least two topologies), else from
-the reference tables shipped with sparkdeploy (the seeds' gpt-oss-120b measurements on two DGX Sparks).
+The figures are always the recipe's own model's, never another's under its name:
+- measured results of the recipe when there are any (at least two topologies, or the one `up` accepts);
+- else, for gpt-oss-120b (or no recipe), the reference tables shipped with sparkdeploy: the seeds' measurements
+  of that model on two DGX Sparks;
+- else the calibrated simulator's prediction for the recipe's model (bench/predicted.py), labelled SIMULATED;
+- else none: `advise` says so and how to measure them (`sparkdeploy bench sweep --recipe NAME`).
 
 Objective (explicit, `--objective`):
 - latency (default): the shortest request, i.e. the time one request of P prompt and G generated tokens takes
@@ -22,12 +26,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from sparkdeploy.backend_features import refused_flags, serving_backends
+from sparkdeploy.bench.predicted import SOURCE as PREDICTOR
+from sparkdeploy.bench.predicted import predict_recipe
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
-from sparkdeploy.simulated import LABEL, any_simulated
+from sparkdeploy.simulated import LABEL, any_simulated, tag
 from sparkdeploy.topologies import REGISTRY
 
 OBJECTIVES = {
@@ -38,6 +44,9 @@ OBJECTIVES = {
     "prefill": "highest total prefill throughput (t/s)",
 }
 DEFAULT_MAX_BATCHED_TOKENS = 32768  # vLLM's value in the reference recipe (and the seeds)
+# vLLM 0.32.0's own default for the API server on a device of >= 70 GiB (a GB10 has 119.7 GiB): what a recipe that
+# sets no max_num_batched_tokens runs with (vllm/engine/arg_utils.py, the `device_memory >= 70 * GiB_bytes` branch).
+VLLM_DEFAULT_MAX_BATCHED_TOKENS = 8192
 ENGINES = {"solo": 1, "cluster": 1}  # 2xsolo variants: 2 (on two nodes; results' metadata says how many)
 
 
@@ -109,6 +118,11 @@ class TopologyAdvice:
     def topology(self) -> str:
         return topology_of(self.best.variant)
 
+    @property
+    def simulated(self) -> bool:
+        """The figures come from a simulated engine (measured in the lab) or from the simulator's prediction."""
+        return self.source.get("simulated") is True
+
     def to_json(self) -> dict:
         b = self.best
         routing = routing_of(b.variant)
@@ -131,6 +145,8 @@ class TopologyAdvice:
                 "label": self.label(b.variant),
                 "backend": backend,
             },
+            "simulated": self.simulated,
+            "label": LABEL if self.simulated else None,
             "objective": self.objective,
             "objective_text": OBJECTIVES[self.objective],
             "concurrency": self.concurrency,
@@ -278,14 +294,13 @@ def topology_of(variant: str) -> str:
 
 
 def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tuple[int, str]:
+    """The recipe's max_num_batched_tokens (vLLM's default when it sets none), or the reference recipe's."""
     if recipe:
-        try:
-            r, _path, _ = load_recipe(recipe, recipes_dir)
-            value = getattr(r.vllm, "max_num_batched_tokens", None)
-            if value:
-                return int(value), f"recipe {recipe}"
-        except Exception:  # noqa: BLE001 - an unreadable recipe falls back to the reference value
-            pass
+        r, _path, _ = load_recipe(recipe, recipes_dir)  # advise refused an unreadable recipe before this
+        value = r.vllm.max_num_batched_tokens
+        if value:
+            return int(value), f"recipe {recipe}"
+        return VLLM_DEFAULT_MAX_BATCHED_TOKENS, f"vLLM's default: recipe {recipe} sets none"
     return DEFAULT_MAX_BATCHED_TOKENS, "the reference recipe"
 
 
@@ -328,32 +343,67 @@ def advise(
         raise ConfigError(Problem("--objective", objective, "unknown", f"use {', '.join(OBJECTIVES)}"))
     notes: list[str] = []
     measured, source_or_why = _measured(results_dirs, recipe, prompt_tokens, gen_tokens)
+    accepted, refused = accepted_topologies(recipe, recipes_dir, inventory)
+    ref = seed_reference()
+    model = load_recipe(recipe, recipes_dir)[0].model if recipe else None
     if measured is not None:
         results, source = measured, cast("dict[str, Any]", source_or_why)  # a dict when measured
-    else:
-        ref = seed_reference()
+    elif recipe is None or model == ref.model:  # the seeds measured this model
         results = ref.results
         source = {
             "kind": "reference",
             "recipe": ref.recipe,
+            "model": ref.model,
             "pp": ref.pp,
             "tg": ref.tg,
+            "simulated": False,
             "description": ref.describe(),
             "source": ref.source["files"],
             "why": source_or_why,
         }
-        notes.append(f"using the seeds' measurements of {ref.recipe}: {source_or_why}")
+        notes.append(f"using the seeds' measurements of {ref.model}: {source_or_why}")
         if recipe and recipe != ref.recipe:
             notes.append(
-                f"the seeds measured {ref.recipe} (a sparse MoE that fits one node), not {recipe}; run "
-                f"`sparkdeploy bench sweep --recipe {recipe}` for its own numbers"
+                f"the seeds measured {ref.model} as {ref.recipe} configures it; {recipe} serves the same model with "
+                f"its own settings: `sparkdeploy bench sweep --recipe {recipe}` measures it as it is"
             )
+    else:  # another model: the simulator's prediction for it, or no figures at all
+        nodes = len(load_inventory(inventory).nodes) if inventory else 2
+        wanted = sorted(accepted if accepted is not None else TOPOLOGIES)
+        pred = predict_recipe(recipe, wanted, concurrency, prompt_tokens, gen_tokens, recipes_dir, nodes)
+        if isinstance(pred, str) or not pred.results:
+            why = pred if isinstance(pred, str) else "; ".join(pred.notes) or "the simulator predicted nothing"
+            raise ConfigError(
+                Problem(
+                    "advise",
+                    recipe,
+                    f"no figures for {recipe} ({model}): no measurements ({source_or_why}), and no prediction: {why}",
+                    f"measure it: sparkdeploy bench sweep --recipe {recipe} (in the lab its figures are {LABEL})",
+                )
+            )
+        results = pred.results
+        source = {
+            "kind": "predicted",
+            "recipe": recipe,
+            "model": model,
+            "pp": prompt_tokens,
+            "tg": gen_tokens,
+            "simulated": True,
+            "description": f"{LABEL}: {PREDICTOR} for {model} as {recipe} configures it on {nodes} DGX Sparks "
+            "(calibrated on the seeds' gpt-oss-120b tables: a model's arithmetic, not measurements)",
+            "why": source_or_why,
+        }
+        notes.append(
+            f"no measurements of {recipe} ({source_or_why}): `sparkdeploy bench sweep --recipe {recipe}` makes them"
+        )
+        notes += pred.notes
     ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
-    if len(ests) < 2:
-        raise ConfigError(Problem("advise", "", "fewer than two topologies measured", "run a sweep first"))
-    accepted, refused = accepted_topologies(recipe, recipes_dir, inventory)
+    if not ests:
+        raise ConfigError(Problem("advise", "", "no topology measured", "run a sweep first"))
     if accepted is not None:
         measured_topologies = {topology_of(e.variant) for e in ests}
+        if source["kind"] == "predicted":  # only what `up` accepts was predicted: name what it refuses
+            measured_topologies |= {r.split(":")[0] for r in refused}
         ests = [e for e in ests if topology_of(e.variant) in accepted]
         left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
         if left_out:
@@ -392,7 +442,7 @@ def advise(
     advice.backend, note = serving_backend(recipe, recipes_dir)
     if note and advice.topology == "cluster":
         notes.append(note)
-    if ranking[0].level_note:
+    if ranking[0].level_note and source["kind"] != "predicted":  # predictions are made at the level asked
         notes.append(ranking[0].level_note)
     if (prompt_tokens, gen_tokens) != (source["pp"], source["tg"]):
         notes.append(
@@ -406,22 +456,43 @@ def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b * 100:+.0f}%" if b else "n/a"
 
 
+def _prompts(n: int) -> str:
+    """`all N prompts fit` in words that read right for one and two."""
+    return {1: "the one prompt fits", 2: "both prompts fit"}.get(n, f"all {n} prompts fit")
+
+
+def _names(labels: list[str]) -> tuple[str, str]:
+    """'A and B' and the verb's number: ('Shuffle', 'gives') / ('Least-busy and Shuffle', 'give')."""
+    return " and ".join(labels), ("gives" if len(labels) == 1 else "give")
+
+
+ALIKE = 0.05  # two rates within 5 % of each other are called alike, not a win
+
+
 def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> list[str]:
+    """Why the best topology wins at this load, one sentence per reason; each sentence's claim is read off the
+    figures it quotes (a comparison says which is higher only when it is, by more than ALIKE)."""
     best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
     second = ranking[1] if len(ranking) > 1 else None
     lb = a.label
+    kind = "predicted" if a.source.get("kind") == "predicted" else "measured"
     reasons = []
+    if a.gen_tokens > 1:
+        request = f"(TTFT {{ttft:.0f}} ms + {a.gen_tokens - 1} tokens at {{rate:.1f}} t/s each)"
+    else:
+        request = "(TTFT {ttft:.0f} ms: one token, no decode)"
     if second is None:  # the recipe leaves one topology: nothing to weigh it against
         reasons.append(
-            f"{lb(best.variant)} is the only measured topology `up` accepts for {recipe}. At c{n}: "
-            f"{best.request_s:.2f} s per request (TTFT {best.ttft_ms:.0f} ms, decode "
-            f"{best.decode_tps:.1f} t/s in total)."
+            f"{lb(best.variant)} is the only {kind} topology `up` accepts for {recipe}. At c{n}: "
+            f"{best.request_s:.2f} s per request "
+            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
+            + f", decode {best.decode_tps:.1f} t/s in total."
         )
     elif a.objective == "latency":
         reasons.append(
             f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
-            f"(TTFT {best.ttft_ms:.0f} ms + {a.gen_tokens - 1} tokens at {best.decode_tps / n:.1f} t/s each) vs "
-            f"{lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)})."
+            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
+            + f" vs {lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)})."
         )
     else:
         unit = {"decode": ("decode_tps", "t/s"), "ttft": ("ttft_ms", "ms"), "prefill": ("prefill_tps", "t/s")}
@@ -441,26 +512,30 @@ def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> l
         )
     est = {e.variant: e for e in ranking}
     mnbt, where = max_batched_tokens(recipe, recipes_dir)
+    if a.source.get("kind") == "reference" and mnbt != DEFAULT_MAX_BATCHED_TOKENS:
+        where += f"; the seeds measured with {DEFAULT_MAX_BATCHED_TOKENS}"
     k = max(mnbt // p, 1)
-    shared = sorted({e for e in a.engines.values() if e > 1})
+    single = [lb(v) for v in est if a.engines.get(v, 1) == 1]
+    shared = sorted({e for v, e in a.engines.items() if e > 1 and v in est})
     if n > k:
         parts = []
         for e in shared:
             per = math.ceil(n / e)
-            who = " and ".join(lb(v) for v, x in sorted(a.engines.items()) if x == e)
+            who, verb = _names([lb(v) for v, x in sorted(a.engines.items()) if x == e and v in est])
             parts.append(
-                f"{who} ({e} engines) gives each ~{per}"
+                f"{who} ({e} engines) {verb} each ~{per}"
                 + (", which fits one step" if per <= k else f" ({math.ceil(per / k)} steps)")
             )
+        one = f"one engine ({', '.join(single)}) needs" if single else "one engine would need"
         reasons.append(
             f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
-            f"engine step. c{n} is more than {k}: one engine (solo, cluster) needs {math.ceil(n / k)} "
+            f"engine step. c{n} is more than {k}: {one} {math.ceil(n / k)} "
             f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + "."
         )
     else:
         reasons.append(
             f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
-            f"engine step, so all {n} prompts fit one engine's step: no prefill queueing on any topology."
+            f"engine step, so {_prompts(n)} one engine's step: no prefill queueing on any topology."
         )
     if "cluster" in est and "replicas" in est:
         c, r = est["cluster"], est["replicas"]
@@ -474,23 +549,37 @@ def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> l
         )
     if "cluster" in est and "solo" in est:
         c, s = est["cluster"], est["solo"]
-        reasons.append(
-            f"TP=2: cluster splits the weights over both GPUs, so each reads half the weights per "
-            f"decoded token; decode on a Spark is bound by memory bandwidth (273 GB/s), hence "
-            f"{c.decode_tps:.0f} vs {s.decode_tps:.0f} t/s for solo at c{n} "
-            f"({_pct(c.decode_tps, s.decode_tps)}), paid for with an all-reduce per layer over CX7 "
-            "that weighs more as the batch grows."
-        )
-    shuffle = next((e for v, e in est.items() if v == "2xsolo-shuffle"), None)
+        width = f"TP={a.nodes}"
+        share = "half the weights" if a.nodes == 2 else f"1/{a.nodes} of the weights"
+        if c.decode_tps > s.decode_tps * (1 + ALIKE):
+            reasons.append(
+                f"{width}: cluster splits the weights over {a.nodes} GPUs, so each reads {share} per "
+                f"decoded token; decode on a Spark is bound by memory bandwidth (273 GB/s), hence "
+                f"{c.decode_tps:.0f} vs {s.decode_tps:.0f} t/s for solo at c{n} "
+                f"({_pct(c.decode_tps, s.decode_tps)}), paid for with an all-reduce per layer over CX7 "
+                "that weighs more as the batch grows."
+            )
+        else:
+            reasons.append(
+                f"{width}: cluster splits the weights over {a.nodes} GPUs, but at c{n} the all-reduce per layer over "
+                f"CX7 costs what reading {share} saves: {c.decode_tps:.0f} vs {s.decode_tps:.0f} "
+                f"t/s decode for solo ({_pct(c.decode_tps, s.decode_tps)})."
+            )
+    shuffle = est.get("2xsolo-shuffle")
     if "2xsolo-least-busy" in est:
         lbz = est["2xsolo-least-busy"]
-        cmp_ = (
-            f" ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for simple-shuffle here)" if shuffle else ""
-        )
-        reasons.append(
-            "least-busy routing starves a backend with identical engines: one drains, every new request "
-            f"rushes to it, the other idles{cmp_}; use simple-shuffle."
-        )
+        if shuffle is not None and lbz.decode_tps < shuffle.decode_tps * (1 - ALIKE):
+            reasons.append(
+                "least-busy routing starves a backend with identical engines: one drains, every new request "
+                f"rushes to it, the other idles ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for "
+                f"simple-shuffle at c{n}, {_pct(lbz.decode_tps, shuffle.decode_tps)}); use simple-shuffle."
+            )
+        elif shuffle is not None:
+            reasons.append(
+                f"routing: at c{n} least-busy and simple-shuffle decode alike ({lbz.decode_tps:.0f} vs "
+                f"{shuffle.decode_tps:.0f} t/s); least-busy's starvation of one of two identical engines shows under "
+                "load (the seeds measured -68% decode at 64 concurrent requests), so simple-shuffle is the default."
+            )
     if best.variant.startswith("2xsolo"):
         e = a.engines.get(best.variant, 2)
         reasons.append(
@@ -513,7 +602,7 @@ def render_text(a: TopologyAdvice) -> str:
         f"recommended: {rec['topology']}"
         + (f" ({rec['routing']})" if rec["routing"] else "")
         + f" for c{a.concurrency}, {a.prompt_tokens} prompt / {a.gen_tokens} generated tokens"
-        + f" [objective: {a.objective}]",
+        + f" [objective: {a.objective}]{tag(a.simulated)}",
         f"from: {a.source['description']}",
         "",
         "why:",
@@ -521,7 +610,7 @@ def render_text(a: TopologyAdvice) -> str:
     lines += [f"  - {r}" for r in a.reasons]
     lines += [
         "",
-        "estimates at this load:",
+        f"estimates at this load{tag(a.simulated)}:",
         f"  {'topology':<16} {'request s':>9} {'TTFT ms':>9} {'decode t/s':>10} {'prefill t/s':>11}",
     ]
     for e in a.ranking:

@@ -18,6 +18,7 @@ SEED_FILE = "seed_gpt_oss_120b.json"
 class Reference:
     name: str
     recipe: str
+    model: str
     pp: int
     tg: int
     concurrency: list[int]
@@ -67,6 +68,7 @@ def _build(data: dict) -> Reference:
     return Reference(
         name=data["name"],
         recipe=data["recipe"],
+        model=data["model"],
         pp=pp,
         tg=tg,
         concurrency=[int(c) for c in data["concurrency"]],
@@ -84,10 +86,14 @@ def seed_reference() -> Reference:
     return _build(json.loads(text))
 
 
-def reference_for(recipe: str | None, pp: int | None = None, tg: int | None = None) -> Reference | None:
-    """The shipped reference measured for that recipe (and pp/tg when given), or None."""
+def reference_for(
+    recipe: str | None, pp: int | None = None, tg: int | None = None, model: str | None = None
+) -> Reference | None:
+    """The shipped reference measured for that recipe, or for that model (the served model of the results it is
+    compared with: a sweep of another recipe of gpt-oss-120b compares with the seeds' tables of it), at that pp/tg
+    when given; else None."""
     ref = seed_reference()
-    if recipe is not None and recipe != ref.recipe:
+    if recipe is not None and recipe != ref.recipe and (model is None or model != ref.model):
         return None
     if (pp is not None and pp != ref.pp) or (tg is not None and tg != ref.tg):
         return None

@@ -1,6 +1,9 @@
 """Reports of stored results: tables by concurrency x topology (mean ± stdev, a Winner column with its margin in
 percent, seed 002's format), PNG line charts (matplotlib, Agg), a Markdown report with the tables and mermaid
-xychart-beta blocks, the same as JSON, and the agreement of the winners with the shipped reference tables.
+xychart-beta blocks, the same as JSON and as CSV, and the agreement of the winners with the shipped reference
+tables. Figures of a simulated engine say SIMULATED in every one of them (sparkdeploy/simulated.py's LABEL): the
+Markdown's headings, table headers, mermaid titles and image texts, the JSON's groups and tables, each CSV row,
+the PNG's title, watermark and metadata.
 
 Winner margin: the winner against the runner-up among the measured columns, in percent of the runner-up
 ((best - second) / second; negative for TTFT, where lower is better). Seed 002's own Winner column measured a
@@ -10,6 +13,8 @@ A margin smaller than the combined standard error of the two means is marked `~`
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -260,7 +265,8 @@ def group_results(results: list[BenchResult]) -> list[Group]:
     for recipe, pp, tg in keys:
         rs = [r for r in results if (r.recipe, r.pp, r.tg) == (recipe, pp, tg)]
         tables = {m: build_table(m, rs) for m in METRICS}
-        ref = reference_for(recipe, pp, tg)
+        models = {r.metadata.get("model") for r in rs}
+        ref = reference_for(recipe, pp, tg, models.pop() if len(models) == 1 else None)
         agreement = winner_agreement(tables, ref) if ref else None
         groups.append(Group(recipe, pp, tg, rs, tables, ref, agreement))
     return groups
@@ -322,7 +328,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     ax.set_xlim(ticks[0] / 1.3, ticks[-1] * 1.3)
     ax.set_xlabel("Concurrency")
     ax.set_ylabel(f"{table.metric.title} ({table.metric.unit})")
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title + tag(simulated), fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
@@ -392,8 +398,9 @@ def metric_heading(metric: MetricDef, pp: int, tg: int) -> str:
     return "Time to first token (ms, end to end) — lower is better"
 
 
-def markdown_table(table: Table) -> str:
-    head = ["Concurrency"] + [variant_label(v) for v in table.variants] + ["Winner"]
+def markdown_table(table: Table, simulated: bool = False) -> str:
+    """The table of one metric; a simulated engine's says so in its header row."""
+    head = ["Concurrency" + tag(simulated)] + [variant_label(v) for v in table.variants] + ["Winner"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in table.concurrency:
         w = table.winner(c)
@@ -412,7 +419,8 @@ def _nice_max(value: float) -> float:
     return 10 * mag
 
 
-def mermaid_chart(table: Table, title: str) -> str:
+def mermaid_chart(table: Table, title: str, simulated: bool = False) -> str:
+    title += tag(simulated)
     ymax = _nice_max(1.1 * max((s.mean for s in table.cells.values()), default=1))
     ylabel = f"{table.metric.title} ({table.metric.unit})"
     palette = ", ".join(COLORS.get(v, "#a855f7") for v in table.variants)
@@ -444,7 +452,8 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
     out = ["# Benchmark report", ""]
     for g in groups:
         s = g.summary()
-        out += [f"## {g.recipe} — pp{g.pp} / tg{g.tg}", ""]
+        sim = g.simulated
+        out += [f"## {g.recipe} — pp{g.pp} / tg{g.tg}{tag(sim)}", ""]
         if s["simulated"]:
             out += [
                 (
@@ -492,21 +501,28 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             if not table.cells:
                 continue
             heading = metric_heading(table.metric, g.pp, g.tg)
-            out += [f"### {heading}", "", markdown_table(table), "", mermaid_chart(table, heading.split(" — ")[0]), ""]
+            out += [
+                f"### {heading}{tag(sim)}",
+                "",
+                markdown_table(table, sim),
+                "",
+                mermaid_chart(table, heading.split(" — ")[0], sim),
+                "",
+            ]
             png = chart_files.get(g.slug, {}).get(m)
             if png:
-                out += [f"![{heading}]({png})", ""]
+                out += [f"![{heading}{tag(sim)}]({png})", ""]
         if g.agreement and g.reference is not None:  # an agreement comes with its reference (group_results)
             a = g.agreement
             out += [
-                "### Winners compared with the reference",
+                f"### Winners compared with the reference{tag(sim)}",
                 "",
                 (
                     f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
                     "measured here with the reference's winner among the same columns."
                 ),
                 "",
-                "| Metric | Cells agreeing | % |",
+                f"| Metric{tag(sim)} | Cells agreeing | % |",
                 "|---|---|---|",
             ]
             for m, info in a["metrics"].items():
@@ -517,7 +533,10 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             out += [f"| **Decode + TTFT** | **{dt['agree']}/{dt['cells']}** | **{pct}** |", ""]
             rows = [(m, r) for m, info in a["metrics"].items() for r in info["rows"]]
             out += [
-                "| Metric | Concurrency | Measured winner | Reference winner | Seed 002 as published | Agree |",
+                (
+                    f"| Metric | Concurrency | Measured winner{tag(sim)} | Reference winner | Seed 002 as published "
+                    "| Agree |"
+                ),
                 "|---|---|---|---|---|---|",
             ]
             for m, r in rows:
@@ -536,7 +555,12 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
 
 
 def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], skipped: list[str]) -> dict:
-    out: dict[str, Any] = {"groups": [], "skipped": skipped}
+    out: dict[str, Any] = {
+        "simulated": any(g.simulated for g in groups),
+        "note": SIMULATED_NOTE if any(g.simulated for g in groups) else None,
+        "groups": [],
+        "skipped": skipped,
+    }
     for g in groups:
         tables = {}
         for m, t in g.tables.items():
@@ -554,7 +578,8 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
                     }
                 )
             tables[m] = {
-                "title": t.metric.title,
+                "title": t.metric.title + tag(g.simulated),
+                "simulated": g.simulated,
                 "unit": t.metric.unit,
                 "higher_is_better": t.metric.higher_is_better,
                 "variants": t.variants,
@@ -563,6 +588,8 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
         summary = g.summary()
         out["groups"].append(
             {
+                "simulated": g.simulated,
+                "label": SIMULATED if g.simulated else None,
                 "recipe": g.recipe,
                 "pp": g.pp,
                 "tg": g.tg,
@@ -575,10 +602,30 @@ def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], ski
     return out
 
 
+CSV_FIELDS = ("recipe", "pp", "tg", "metric", "unit", "concurrency", "variant", "mean", "std", "runs", "simulated")
+
+
+def report_csv(groups: list[Group]) -> str:
+    """Every cell of every table, one row each (for a spreadsheet); a simulated engine's rows say SIMULATED in
+    their `simulated` column, so no row of it can be read as a hardware figure once the file is filtered."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for g in groups:
+        for m, t in g.tables.items():
+            for c in t.concurrency:
+                for v, st in t.row(c).items():
+                    writer.writerow(
+                        [g.recipe, g.pp, g.tg, m, t.metric.unit, c, v, st.mean, st.std, t.runs.get((v, c))]
+                        + [SIMULATED if g.simulated else ""]
+                    )
+    return buf.getvalue()
+
+
 def write_report(
     results: list[BenchResult], out_dir: Path, skipped: list[str] | None = None, charts: bool = True
 ) -> dict:
-    """Write report.md, report.json and the PNG charts into out_dir; return the report as JSON."""
+    """Write report.md, report.json, report.csv and the PNG charts into out_dir; return the report as JSON."""
     skipped = list(skipped or [])
     groups = group_results(results)
     out_dir = Path(out_dir)
@@ -603,9 +650,11 @@ def write_report(
     data = report_json(groups, chart_files, skipped)
     (out_dir / "report.md").write_text(render_markdown(groups, chart_files, skipped))
     write_json_atomic(out_dir / "report.json", data)
+    (out_dir / "report.csv").write_text(report_csv(groups))
     data["files"] = {
         "markdown": str(out_dir / "report.md"),
         "json": str(out_dir / "report.json"),
+        "csv": str(out_dir / "report.csv"),
         "charts": [str(out_dir / f) for g in chart_files.values() for f in g.values()],
     }
     return data

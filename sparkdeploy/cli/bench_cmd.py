@@ -383,7 +383,8 @@ def sweep_cmd(
     "--out",
     "out_dir",
     metavar="DIR",
-    help="Where report.md, report.json and the charts go (default: DIR when there is one; required with several).",
+    help="Where report.md, report.json, report.csv and the charts go (default: DIR when there is one; required "
+    "with several).",
 )
 @click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
 @json_option
@@ -424,7 +425,7 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
         click.echo(f"{g.recipe} pp{g.pp}/tg{g.tg}" + (f" — {LABEL}: {NOTE}" if g.simulated else ""))
         for _m, t in g.tables.items():
             if t.cells:
-                click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t)}")
+                click.echo(f"\n{t.metric.title} ({t.metric.unit}){tag(g.simulated)}\n{markdown_table(t, g.simulated)}")
         if g.agreement:
             a = g.agreement["decode_and_ttft"]
             click.echo(
@@ -443,7 +444,13 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 @click.option("--concurrency", "-c", type=click.IntRange(min=1), required=True, help="Concurrent requests.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--gen-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--recipe", "-r", metavar="NAME", help="Use this recipe's measured results and batch settings.")
+@click.option(
+    "--recipe",
+    "-r",
+    metavar="NAME",
+    help="Advise for this recipe, from its own figures: its measured results, else the seeds' (gpt-oss-120b), else "
+    "the calibrated simulator's prediction for its model (SIMULATED); none: it says how to measure them.",
+)
 @click.option(
     "--objective",
     type=click.Choice(["latency", "decode", "ttft", "prefill"]),

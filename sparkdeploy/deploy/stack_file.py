@@ -28,7 +28,7 @@ from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.recipes import ResolvedRecipe, resolve
 from sparkdeploy.running_stack import RESERVED, state_dir_of, sub_inventory
 from sparkdeploy.secrets import Secrets, load_secrets
-from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies import build_deployment, layout
 
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
@@ -321,9 +321,154 @@ def _conflicts(path: str, members: list[Member], head: str, gateway_port: int) -
     return problems
 
 
+MIN_SHARE = 0.05  # the least memory: a stack file accepts (StackDeployment._memory)
+
+
+@dataclass(frozen=True)
+class MemoryFix:
+    """Changes to the stack file's entries that make the memory budget fit, found by re-running the budget's own
+    checks on them: deployment -> {"memory": share} and/or {"nodes": [node]} (a solo engine moved)."""
+
+    changes: dict[str, dict[str, float | list[str]]]
+
+    def text(self) -> str:
+        def one(name: str, change: dict[str, float | list[str]]) -> str:
+            parts = [f"nodes: [{', '.join(v)}]" if isinstance(v, list) else f"{k}: {v:g}" for k, v in change.items()]
+            return f"{' and '.join(parts)} on {name}"
+
+        return "; ".join(one(name, change) for name, change in self.changes.items())
+
+
+def _engine_size(m: Member) -> int:
+    """Nodes one engine of the member spans (the weights' divisor): as its topology lays them out."""
+    if m.resolved.topology == "cluster":
+        return len(m.node_names)
+    if m.resolved.topology == "replicas":
+        return layout.plan(m.inventory, m.resolved, layout.DEFAULT_REPLICA_TP).tp
+    return 1
+
+
+def _need(m: Member, node: str, total_mb: float) -> float:
+    """The least share with which the member's engine starts on a node of total_mb (the one budget's
+    start_util; MIN_SHARE when the recipe has no weights_gb to tell)."""
+    b = memory_budget.estimate(m.resolved.recipe, _engine_size(m), node, int(total_mb * 2**20), None, "stack")
+    return max(MIN_SHARE, b.start_util or MIN_SHARE)
+
+
+def _engines_on(nodes: list[str], topology: str) -> list[str]:
+    return nodes[:1] if topology == "solo" else nodes
+
+
+def _layout_fits(
+    stack: Stack, totals: dict[str, int | None], nodes_of: dict[str, list[str]], util: dict[str, float]
+) -> bool:
+    """Every node holds its engines' shares together, and each engine starts with its share."""
+    on: dict[str, list[Member]] = {}
+    for m in stack.members:
+        for n in _engines_on(nodes_of[m.name], m.resolved.topology):
+            on.setdefault(n, []).append(m)
+    for n, ms in on.items():
+        total = totals.get(n)
+        if not total:
+            continue
+        if not fits([util[m.name] for m in ms], total)[0]:
+            return False
+        if any(util[m.name] + 1e-9 < _need(m, n, total) or util[m.name] > 0.95 for m in ms):
+            return False
+    return True
+
+
+def _shares_from_needs(
+    stack: Stack, totals: dict[str, int | None], nodes_of: dict[str, list[str]], util: dict[str, float], nodes: set[str]
+) -> dict[str, float] | None:
+    """Shares for the engines on `nodes`: each keeps its share where it starts with it and all fit, else gets its
+    need to start plus an equal part of what is left (the least over its nodes); None when the needs alone do not
+    fit a node."""
+    on: dict[str, list[Member]] = {}
+    for m in stack.members:
+        for n in _engines_on(nodes_of[m.name], m.resolved.topology):
+            on.setdefault(n, []).append(m)
+    moved = {m.name for n in nodes for m in on.get(n, [])}
+    need = {
+        m.name: max(
+            (_need(m, n, totals[n] or 0) for n in _engines_on(nodes_of[m.name], m.resolved.topology) if totals.get(n)),
+            default=MIN_SHARE,
+        )
+        for m in stack.members
+        if m.name in moved
+    }
+    kept = {**util, **{name: max(need[name], util[name]) for name in moved}}
+    if _layout_fits(stack, totals, nodes_of, kept):
+        return kept
+    out = dict(util)
+    extra: dict[str, float] = {}
+    for n in sorted({n for name in moved for n in _engines_on(nodes_of[name], stack.member(name).resolved.topology)}):
+        total = totals.get(n)
+        if not total:
+            continue
+        ms = on.get(n, [])
+        left = fits([], total)[1] - sum(need[m.name] if m.name in moved else util[m.name] for m in ms)
+        if left < -1e-9:
+            return None
+        share = left / max(1, sum(1 for m in ms if m.name in moved))
+        for m in ms:
+            if m.name in moved:
+                extra[m.name] = min(extra.get(m.name, share), share)
+    for name in moved:
+        out[name] = min(0.95, _floor2(need[name] + extra.get(name, 0.0)))
+    return out
+
+
+def memory_fix(stack: Stack, totals: dict[str, int | None], util: dict[str, float], node: str) -> MemoryFix | None:
+    """Settings that make `node` (and every other node) fit, checked by the same budget: an equal split, each
+    engine's need to start plus an equal part of the rest, or a solo engine moved to a node with room for it.
+    None when no such change exists (the engines do not fit the nodes together)."""
+    nodes_of = {m.name: list(m.node_names) for m in stack.members}
+    ms = [m for m in stack.members if node in _engines_on(nodes_of[m.name], m.resolved.topology)]
+    total = totals.get(node) or 0
+    even = _floor2(fits([], total)[1] / max(1, len(ms)))
+    candidate = {**util, **{m.name: even for m in ms}}
+    if even >= MIN_SHARE and _layout_fits(stack, totals, nodes_of, candidate):
+        return MemoryFix({m.name: {"memory": even} for m in ms})
+    shares = _shares_from_needs(stack, totals, nodes_of, util, {node})
+    if shares is not None and _layout_fits(stack, totals, nodes_of, shares):
+        return MemoryFix({m.name: {"memory": shares[m.name]} for m in ms})
+    ports = {m.name: m.port for m in stack.members}
+    solo = sorted((m for m in ms if m.resolved.topology == "solo"), key=lambda m: _need(m, node, total))
+    for m in solo:
+        for target in sorted(n for n in totals if n != node and totals.get(n)):
+            there = [o for o in stack.members if target in _engines_on(nodes_of[o.name], o.resolved.topology)]
+            if any(ports[o.name] == m.port for o in there):
+                continue
+            moved = {**nodes_of, m.name: [target]}
+            shares = _shares_from_needs(stack, totals, moved, util, {node, target})
+            if shares is not None and _layout_fits(stack, totals, moved, shares):
+                changed = [o.name for o in stack.members if shares[o.name] != util[o.name] or o.name == m.name]
+                return MemoryFix(
+                    {
+                        name: ({"nodes": [target]} if name == m.name else {}) | {"memory": shares[name]}
+                        for name in changed
+                    }
+                )
+    return None
+
+
 def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
     """Each deployment's gpu_memory_utilization (auto ones computed), or ConfigError with every node that does
-    not fit: each engine's share and settings that would. totals: node name -> memory total in MiB."""
+    not fit (memory_problems). totals: node name -> MiB."""
+    util, found = memory_problems(stack, totals)
+    if found:
+        raise ConfigError([p for p, _fix in found])
+    return util
+
+
+def memory_problems(
+    stack: Stack, totals: dict[str, int | None]
+) -> tuple[dict[str, float], list[tuple[Problem, MemoryFix | None]]]:
+    """The shares (auto ones computed) and every node that does not fit: the engines there together, or one whose
+    share is too small for it to start (weights + peak + one max_model_len sequence of KV, the one budget's
+    start_util). Each problem carries settings that fit, found by re-running these checks on them (memory_fix),
+    with the fix it prints, or says that none exist."""
     fixed = {m.name: m.utilization() for m in stack.members}
     on_node: dict[str, list[Member]] = {}
     for m in stack.members:
@@ -342,29 +487,61 @@ def budget(stack: Stack, totals: dict[str, int | None]) -> dict[str, float]:
                 shares.append(left / sum(1 for o in on_node[n] if fixed[o.name] is None))
             auto[m.name] = _floor2(min(shares)) if shares else 0.5
     util = {m.name: cast(float, fixed[m.name]) if fixed[m.name] is not None else auto[m.name] for m in stack.members}
-    problems = []
+    problems: list[tuple[Problem, MemoryFix | None]] = []
     for n, ms in sorted(on_node.items()):
         total = totals.get(n)
         if not total or len(ms) < 1:
             continue
         ok, room = fits([util[m.name] for m in ms], total)
-        if ok and all(util[m.name] >= 0.05 for m in ms):
+        need = {m.name: _need(m, n, total) for m in ms}
+        short = [m for m in ms if util[m.name] + 1e-9 < need[m.name]]
+        if ok and not short and all(util[m.name] >= MIN_SHARE for m in ms):
             continue
+        where = f"{n} ({total / GIB:.1f} GiB, {memory_budget.OS_RESERVE_BYTES / 2**30:g} GiB kept for the OS)"
         listed = ", ".join(f"{m.name} {util[m.name]:g} ({util[m.name] * total / GIB:.1f} GiB)" for m in ms)
-        even = _floor2(room / len(ms))
-        problems.append(
-            Problem(
-                stack.path,
-                "deployments.memory",
-                f"{n} ({total / GIB:.1f} GiB, {memory_budget.OS_RESERVE_BYTES / 2**30:g} GiB kept for the "
-                f"OS): the engines there need {sum(util[m.name] for m in ms):.2f} of it together ({listed}), "
-                f"at most {room:.2f} fits",
-                f"e.g. memory: {even:g} on each of {', '.join(m.name for m in ms)}, or memory: auto",
+        if sum(need.values()) > room + 1e-9 and len(ms) > 1:
+            needs = " + ".join(f"{need[m.name]:g}" for m in ms)
+            message = (
+                f"{where}: {', '.join(m.name for m in ms)} cannot share it: their engines need {needs} = "
+                f"{sum(need.values()):.2f} of it to start (weights + peak + one max_model_len sequence of KV each), "
+                f"at most {room:.2f} fits"
             )
+        elif short:
+            message = (
+                f"{where}: "
+                + "; ".join(
+                    f"{m.name}'s share {util[m.name]:g} is too small for its engine to start "
+                    f"(it needs {need[m.name]:g}: weights + peak + one max_model_len sequence of KV)"
+                    for m in short
+                )
+                + (f" (the shares there: {listed}, at most {room:.2f} fits)" if len(ms) > 1 else "")
+            )
+        else:
+            message = (
+                f"{where}: the engines there need {sum(util[m.name] for m in ms):.2f} of it together ({listed}), "
+                f"at most {room:.2f} fits"
+            )
+        fix = memory_fix(stack, totals, util, n)
+        text = _fix_text(fix, alone=all(m.engine_nodes() == [n] for m in ms))
+        problems.append((Problem(stack.path, "deployments.memory", message, text), fix))
+    return util, problems
+
+
+def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
+    """The fix as the problem prints it; `alone`: the node's engines run on it only, so `memory: auto` on each
+    splits it the same way as an equal share."""
+    if fix is None:
+        return (
+            "no shares or placement of these deployments fits the nodes: serve fewer or smaller models, a shorter "
+            "vllm.max_model_len, or a topology that splits the weights (sparkdeploy recipes fit NAME shows each "
+            "one's need)"
         )
-    if problems:
-        raise ConfigError(problems)
-    return util
+    shares = {c.get("memory") for c in fix.changes.values()}
+    if all(set(c) == {"memory"} for c in fix.changes.values()) and len(shares) == 1:
+        return f"e.g. memory: {shares.pop():g} on each of {', '.join(fix.changes)}" + (
+            ", or memory: auto" if alone else ""
+        )
+    return "e.g. " + fix.text()
 
 
 def build(stack: Stack, util: dict[str, float]) -> None:

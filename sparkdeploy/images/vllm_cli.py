@@ -19,6 +19,10 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
 
+# Parser flags whose names vLLM checks when the server starts (the dump's value_sets), and the plugin flag that
+# can register more names before that.
+PLUGIN_FLAGS = {"--reasoning-parser": "--reasoning-parser-plugin", "--tool-call-parser": "--tool-parser-plugin"}
+
 
 @cache
 def _read_spec(path: str) -> dict:
@@ -79,6 +83,8 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
     spec = whole["flags"]
     unproven = set(whole.get("unverified_flags", []))
     extra = set(image.extra_flags)
+    # a plugin file may register parser names the image's vLLM lacks: their names are not checked then
+    plugged = {f for f, plugin in PLUGIN_FLAGS.items() if any(a.split("=", 1)[0] == plugin for a in args)}
     problems = []
     i = 1  # args[0] is the model
     while i < len(args):
@@ -112,7 +118,7 @@ def check_args(args: list[str], image: ImageDefinition, recipe_file: str) -> Non
         value = inline if eq else (args[i + 1] if takes_value and i + 1 < len(args) else None)
         # Some values are checked by vLLM after argparse (load formats, quantizations, executor backends):
         # the dump records those sets too.
-        choices = info.get("choices") or whole.get("value_sets", {}).get(flag)
+        choices = info.get("choices") or (None if flag in plugged else whole.get("value_sets", {}).get(flag))
         if takes_value and choices and value is not None and value not in [str(c) for c in choices]:
             problems.append(
                 Problem(

@@ -7,14 +7,16 @@ request), TTFT favours 2xsolo shuffle by 1.5% (1005 vs 1020 ms)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from sparkdeploy.bench.advisor import advise, topology_of
+from sparkdeploy.bench.advisor import advise, render_text, topology_of
 from sparkdeploy.bench.reference import seed_reference
 from sparkdeploy.bench.store import save_result
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes import resolve
+from sparkdeploy.simulated import LABEL
 from tests.bench.conftest import make_results
 from tests.conftest import TWO_NODES
 
@@ -75,9 +77,9 @@ def test_measured_results_take_precedence(tmp_path):
     a = advise(64, recipe="openai-gpt-oss-120b-bench", results_dirs=[str(d)])
     assert a.source["kind"] == "measured" and a.source["simulated"] is True
     assert a.topology == "solo"
-    # results of another recipe do not count: back to the reference, saying why
+    # results of another recipe do not count: the simulator's prediction for its own model, saying why
     b = advise(64, recipe="qwen3-coder-30b-int4", results_dirs=[str(d)])
-    assert b.source["kind"] == "reference"
+    assert b.source["kind"] == "predicted" and b.source["simulated"] is True
     assert any(
         f"{d} holds no results of qwen3-coder-30b-int4 (it holds openai-gpt-oss-120b-bench)" in n for n in b.notes
     )
@@ -142,3 +144,98 @@ def test_advise_leaves_out_what_the_inventory_cannot_run(write_inventory):
     assert (
         a.to_json()["command"] == f"sparkdeploy up --recipe openai-gpt-oss-120b-bench --topology solo --inventory {inv}"
     )
+
+
+# -- issue 36 item 4: never one model's figures under another's name; sentences checked at every level ------------
+
+SEED_FIGURES = {round(st.mean, 1) for r in seed_reference().results for st in r.metrics.values() if st.mean is not None}
+
+
+@pytest.mark.parametrize("recipe", ["qwen3-coder-30b-int4", "glm-4.7-flash-int4"])
+def test_another_models_advice_is_its_own_simulated_prediction(cli, recipe):
+    """`advise -r qwen3-coder-30b-int4` printed gpt-oss-120b's seeds (c64: 19.25 s, 567.9 t/s) under its name. Now:
+    the calibrated simulator's prediction for its own model, SIMULATED in the text and the JSON."""
+    a = advise(64, recipe=recipe)
+    model = resolve(recipe).recipe.model
+    assert a.source["kind"] == "predicted" and a.simulated and a.source["model"] == model
+    assert model in a.source["description"] and a.source["description"].startswith(LABEL)
+    shown = {round(v, 1) for e in a.ranking for v in (e.decode_tps, e.ttft_ms, e.prefill_tps)}
+    assert not shown & SEED_FIGURES, shown & SEED_FIGURES  # none of the seeds' figures
+    assert all(e.request_s != pytest.approx(19.25, abs=0.01) for e in a.ranking)
+    assert any(f"sparkdeploy bench sweep --recipe {recipe}" in n for n in a.notes), a.notes
+    text = render_text(a)
+    assert text.splitlines()[0].endswith(f"[{LABEL}]") and f"estimates at this load [{LABEL}]:" in text
+    code, out, _err = cli("advise", "-c", "64", "-r", recipe, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["simulated"] is True and data["label"] == LABEL and data["source"]["model"] == model
+
+
+def test_two_other_models_get_different_figures():
+    qwen, glm = (advise(64, recipe=r) for r in ("qwen3-coder-30b-int4", "glm-4.7-flash-int4"))
+    assert [e.to_json() for e in qwen.ranking] != [e.to_json() for e in glm.ranking]
+
+
+def test_gpt_oss_recipes_keep_the_seeds_measurements_of_their_model():
+    a = advise(64, recipe="openai-gpt-oss-120b")
+    assert a.source["kind"] == "reference" and not a.simulated and a.source["model"] == "openai/gpt-oss-120b"
+    assert any("as openai-gpt-oss-120b-bench configures it" in n for n in a.notes), a.notes
+    assert LABEL not in render_text(a)
+
+
+def test_no_figures_says_so_and_how_to_make_them(cli, tmp_path):
+    (tmp_path / "mystery.yaml").write_text(
+        "name: mystery\ndescription: a model nobody measured\nmodel: org/mystery-7b\nimage: vllm-node\n"
+        "topologies: [solo, cluster, 2xsolo]\ndefault_topology: solo\n"
+    )
+    with pytest.raises(ConfigError) as exc:
+        advise(8, recipe="mystery", recipes_dir=str(tmp_path))
+    (p,) = exc.value.problems
+    assert "no figures for mystery (org/mystery-7b)" in p.message and "no profile of org/mystery-7b" in p.message
+    assert "sparkdeploy bench sweep --recipe mystery" in p.fix
+    code, out, err = cli("advise", "-c", "8", "-r", "mystery", "--recipes-dir", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (out, err)
+
+
+RATE = r"(\d+(?:\.\d+)?) vs (\d+(?:\.\d+)?) t/s"
+
+
+def sentence_faults(a) -> list[str]:
+    """What a reader would find garbled or contradicted by the figures it quotes."""
+    faults = []
+    n = a.concurrency
+    for r in a.reasons:
+        if re.search(r"\ball [012] prompts\b|\b0 tokens at\b|\b1 steps\b", r):
+            faults.append(f"wording at c{n}: {r}")
+        if re.search(r"\w+ and \w+ \(\d+ engines\) gives\b", r):
+            faults.append(f"agreement at c{n}: {r}")
+        levels = {int(x) for x in re.findall(r"\bc(\d+)\b", r)}
+        if levels - {n}:
+            faults.append(f"another level than c{n}: {r}")
+        if "starves" in r:
+            lo, hi = map(float, re.search(RATE, r).groups())
+            if not lo < hi * 0.95:
+                faults.append(f"starvation claimed at {lo} vs {hi} t/s: {r}")
+        if "hence" in r:
+            more, less = map(float, re.search(RATE, r).groups())
+            if not more > less:
+                faults.append(f"a win claimed at {more} vs {less} t/s: {r}")
+    return faults
+
+
+@pytest.mark.parametrize("gen_tokens", [1, 128])
+def test_every_sentence_reads_right_at_every_concurrency(gen_tokens):
+    """The c1 text said `(58 vs 58 t/s decode for simple-shuffle here); use simple-shuffle` and `all 1 prompts fit`.
+    Every sentence, at each measured level, each side of it and beyond the measured range, for each objective."""
+    faults = []
+    for n in (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 96, 128, 256, 1000):
+        for objective in ("latency", "decode", "ttft", "prefill"):
+            a = advise(n, gen_tokens=gen_tokens, recipe="openai-gpt-oss-120b-bench", objective=objective)
+            faults += sentence_faults(a)
+    assert not faults, faults[:10]
+
+
+def test_every_sentence_reads_right_for_a_predicted_recipe():
+    faults = []
+    for n in (1, 2, 3, 8, 9, 33, 64):
+        faults += sentence_faults(advise(n, recipe="qwen3-coder-30b-int4"))
+    assert not faults, faults

@@ -57,7 +57,7 @@ def test_report_files_hold_the_stored_numbers(stored_results, tmp_path, cli):
     )
     for metric, heading in HEADINGS.items():
         head, rows = parse_md_table(md, heading)
-        assert head == ["Concurrency", "Solo", "Cluster TP=2", "Shuffle", "Winner"]
+        assert head == ["Concurrency [SIMULATED]", "Solo", "Cluster TP=2", "Shuffle", "Winner"]  # lab results
         assert sorted(rows) == [1, 2, 4, 8, 16, 32, 64]
         for r in results:
             mean, std = num(rows[r.concurrency][variant_label(r.variant)])

@@ -120,11 +120,48 @@ def test_chart_says_simulated_on_the_picture_and_labels_every_plotted_level(simu
         (ax,) = fig.axes
         words = [t.get_text() for t in fig.texts + ax.texts]
         assert any(LABEL in w for w in words) is simulated, words
+        assert (LABEL in ax.get_title()) is simulated  # the chart's own title too
         assert [t.get_text() for t in ax.get_xticklabels()] == ["c1", "c2", "c4", "c8", "c16", "c32", "c64"]
         lo, hi = ax.get_xlim()
         assert lo < 1 and hi > 64  # no point sits past the labelled axis
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("simulated", [True, False])
+def test_every_format_of_the_report_says_simulated_beside_every_figure(tmp_path, cli, simulated):
+    """Issue 36 item 8: report.md said SIMULATED only in its top banner. Now every heading, table header, mermaid
+    title and image text of the Markdown, every group and table of the JSON, every row of the CSV and the PNG's
+    own title say it (and a real engine's say nothing of the kind)."""
+    import csv
+
+    from PIL import Image
+
+    results = _store(tmp_path / "results", simulated, max_c=8)
+    out = tmp_path / "report"
+    code, _out, err = cli("bench", "report", str(results), "--out", str(out))
+    assert code == 0, err
+    md = (out / "report.md").read_text().splitlines()
+    labelled = [
+        *(x for x in md if x.startswith(("## ", "### "))),
+        *(x for x in md if x.strip().startswith("title ")),  # mermaid chart titles
+        *(x for x in md if x.startswith(("| Concurrency", "| Metric"))),  # table headers
+        *(x for x in md if x.startswith("![")),  # the PNGs' texts
+    ]
+    assert len(labelled) >= 3 + 3 + 3 + 3 + 1, labelled
+    assert all((LABEL in x) is simulated for x in labelled if not x.startswith("# ")), labelled
+    data = json.loads((out / "report.json").read_text())
+    assert data["simulated"] is simulated
+    for g in data["groups"]:
+        assert g["simulated"] is simulated and (g["label"] == LABEL) is simulated
+        for t in g["tables"].values():
+            assert t["simulated"] is simulated and (LABEL in t["title"]) is simulated
+    rows = list(csv.DictReader((out / "report.csv").open()))
+    assert len(rows) == 3 * 4 * 3  # 3 metrics x 4 levels (c1..c8) x 3 columns
+    assert all(r["simulated"] == (LABEL if simulated else "") for r in rows)
+    for png in ("decode.png", "prefill.png", "ttft.png"):
+        with Image.open(out / png) as img:
+            assert (LABEL in img.text["Title"]) is simulated  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- bench and bench sweep

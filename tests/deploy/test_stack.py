@@ -173,6 +173,90 @@ def test_auto_splits_what_the_fixed_shares_leave(tmp_path, inventory_file):
     assert sf.fits([util["a"], util["b"]], TOTAL)[0]
 
 
+SPARK = 122570  # MiB, a DGX Spark's nvidia-smi total (budget.DGX_SPARK_TOTAL_BYTES)
+# Each a stack whose memory does not fit (issue 36 item 5: two engines at 0.45 on one node each got "raise
+# vllm.gpu_memory_utilization to 0.56", 1.12 together where the stack's own check allows 0.93).
+UNFIT = {
+    "cannot share a node, one moves": """
+        deployments:
+          - {name: chat, recipe: glm-4.7-flash, topology: solo, nodes: [spark1], memory: 0.45}
+          - {name: coder, recipe: qwen3-coder-30b, topology: solo, nodes: [spark1], memory: 0.45, port: 8001}
+        """,
+    "a share too small to start": """
+        deployments:
+          - {name: chat, recipe: glm-4.7-flash, topology: solo, nodes: [spark1], memory: 0.2}
+          - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.5, port: 8001}
+        """,
+    "beside a cluster engine": """
+        deployments:
+          - {name: chat, recipe: glm-4.7-flash, topology: solo, nodes: [spark1], memory: 0.45}
+          - {name: coder, recipe: qwen3-coder-30b, topology: cluster, memory: 0.45, port: 8001}
+        """,
+    "over the sum": """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.7}
+          - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.7, port: 8001}
+        """,
+    "recipe defaults on one node": """
+        deployments:
+          - {name: chat, recipe: glm-4.7-flash, topology: solo, nodes: [spark2]}
+          - {name: coder, recipe: qwen3-coder-30b, topology: solo, nodes: [spark2], port: 8001}
+          - {name: small, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.3, port: 8002}
+        """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNFIT))
+def test_every_proposed_memory_fix_fits_when_applied(tmp_path, inventory_file, case):
+    """The fix a memory problem prints is applied to the stack file as written and the same budget re-run: it fits
+    (shares, or a solo engine moved to a node with room for it, found by the budget's own checks)."""
+    s = loaded(tmp_path, inventory_file, UNFIT[case])
+    totals = {n.name: SPARK for n in s.inventory.nodes}
+    with pytest.raises(ConfigError) as exc:
+        sf.budget(s, totals)
+    _util, found = sf.memory_problems(s, totals)
+    assert [p for p, _ in found] == exc.value.problems and found
+    for p, fix in found:
+        assert fix is not None, p
+        shown = sorted(f"{k}: {v}" for c in fix.changes.values() for k, v in c.items() if k == "memory")
+        assert all(f"{v['memory']:g}" in p.fix for v in fix.changes.values()), (p.fix, fix, shown)
+        data = yaml.safe_load(textwrap.dedent(UNFIT[case]))
+        for entry in data["deployments"]:
+            entry.update(fix.changes.get(entry["name"], {}))
+        fixed = sf.load_stack(write(tmp_path, yaml.safe_dump(data)), str(inventory_file))
+        util = sf.budget(fixed, totals)  # fits now
+        for name, change in fix.changes.items():
+            assert util[name] == change["memory"], (name, util)
+
+
+def test_engines_that_cannot_share_a_node_are_told_so_and_where_one_fits(tmp_path, inventory_file):
+    s = loaded(tmp_path, inventory_file, UNFIT["cannot share a node, one moves"])
+    with pytest.raises(ConfigError) as exc:
+        sf.budget(s, {"spark1": SPARK, "spark2": SPARK})
+    (line,) = [str(p) for p in exc.value.problems]
+    assert "spark1 (119.7 GiB, 8 GiB kept for the OS): chat, coder cannot share it" in line, line
+    assert "their engines need 0.52 + 0.56 = 1.08 of it to start" in line and "at most 0.93 fits" in line
+    assert "fix: e.g. nodes: [spark2] and memory: 0.52 on chat; memory: 0.56 on coder" in line
+    assert "raise vllm.gpu_memory_utilization" not in line
+
+
+def test_no_fix_is_invented_when_none_fits(tmp_path, inventory_file):
+    s = loaded(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: chat, recipe: glm-4.7-flash, topology: solo, nodes: [spark1]}
+          - {name: coder, recipe: qwen3-coder-30b, topology: solo, nodes: [spark1], port: 8001}
+          - {name: big, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark2]}
+        """,
+    )
+    with pytest.raises(ConfigError) as exc:
+        sf.budget(s, {"spark1": SPARK, "spark2": SPARK})
+    (line,) = [str(p) for p in exc.value.problems]
+    assert "cannot share it" in line and "no shares or placement of these deployments fits the nodes" in line
+
+
 # -- names, labels, plans -----------------------------------------------------------------------------------
 
 
@@ -357,7 +441,7 @@ def test_one_guard_per_engine_node_watches_every_deployment_there(tmp_path, inve
             tmp_path,
             inventory_file,
             TWO.replace("memory: 0.5}", "memory: 0.3}")
-            + "  - {name: small, recipe: openai-gpt-oss-120b, topology: solo, nodes: [spark1], port: 8005, "
+            + "  - {name: small, recipe: openai-gpt-oss-20b, topology: solo, nodes: [spark1], port: 8005, "
             "memory: 0.3}\n",
         )
     )

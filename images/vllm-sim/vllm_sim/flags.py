@@ -87,6 +87,9 @@ TYPE_NAMES = {
 }
 
 
+PLUGINS = {"reasoning_parser": "reasoning_parser_plugin", "tool_call_parser": "tool_parser_plugin"}
+
+
 class VllmArgumentParser(argparse.ArgumentParser):
     """argparse with vLLM's error wording; `value_sets` are checked after parsing (vLLM checks them in
     its config classes, the sim reports them like parser errors so a bad recipe fails fast)."""
@@ -98,6 +101,8 @@ class VllmArgumentParser(argparse.ArgumentParser):
         for flag, allowed in self.value_sets.items():
             dest = flag.lstrip("-").replace("-", "_")
             value = getattr(ns, dest, None)
+            if getattr(ns, PLUGINS.get(dest, ""), None):  # a plugin file may register more parser names
+                continue
             if value is not None and value not in allowed:
                 self.error(
                     f"argument {flag}: invalid choice: {value!r} (choose from "

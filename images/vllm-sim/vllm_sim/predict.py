@@ -25,6 +25,11 @@ from .catalog import Catalog
 from .config import ServeConfig
 from .engine import SimEngine
 
+# The request spacing the calibration fitted with (benchmarks/calibrate_sim.py): straight to an engine, and
+# behind the LiteLLM proxy (which hands requests on one after another).
+DIRECT_SPACING_S = 0.001
+PROXY_SPACING_S = 0.004
+
 
 @dataclass(frozen=True)
 class Point:

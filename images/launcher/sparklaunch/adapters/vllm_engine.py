@@ -19,7 +19,7 @@ from typing import Any
 
 from ..chat import ChatFeatures
 from ..protocol import Delta, EngineStats, GenRequest, ServeOptions
-from .vllm_frontend import VllmChatFrontend, decode_sampling_params
+from .vllm_frontend import HARMONY_MODEL_TYPE, VllmChatFrontend, decode_sampling_params
 
 SAMPLING_FIELDS = (
     "temperature",
@@ -189,6 +189,9 @@ def build(
     adapter = VllmAdapter(engine, SamplingParams, engine.get_tokenizer(), opts, args.model, max_len)
     if rank == 0:  # tools, tool_choice, reasoning, response_format: vLLM's own parsers and request model
         adapter.chat_frontend = VllmChatFrontend(
-            ChatFeatures.from_namespace(args), adapter.tokenizer, opts.served_model_names[0]
+            ChatFeatures.from_namespace(args),
+            adapter.tokenizer,
+            opts.served_model_names[0],
+            is_harmony=engine.model_config.hf_config.model_type == HARMONY_MODEL_TYPE,
         )
     return adapter, opts

@@ -8,7 +8,10 @@ What `vllm serve` does for tools and reasoning, done with vLLM's own parts rathe
   (`to_sampling_params`: structured outputs for `response_format`, stop, logprobs) and sent to every rank
   as msgspec JSON (`GenRequest.intent["sampling_params"]`), so all ranks apply the same constraints;
 - the output: the parser class `vllm.parser.ParserManager.get_parser` composes from `--tool-call-parser`
-  and `--reasoning-parser`, one instance per request, `parse` for a whole answer, `parse_delta` per step.
+  and `--reasoning-parser`, one instance per request, `parse` for a whole answer, `parse_delta` per step. For a
+  model that speaks OpenAI's harmony format (gpt-oss: config.json `model_type` gpt_oss) that class is vLLM's
+  HarmonyParser, as its serving layer asks for it (`is_harmony`, entrypoints/openai/chat_completion/serving.py):
+  gpt-oss's own reasoning and tool parsers only mark boundaries and refuse to parse on their own.
 
 vLLM is imported lazily: this module is importable (and its shape testable) where vLLM is not. The whole
 path is checked against the installed vLLM by scripts/check_vllm_parsers.py (docs/serving-features.md).
@@ -62,8 +65,11 @@ class VllmOutputParser:
         return {"reasoning": reasoning, "content": content, "tool_calls": tool_calls}
 
 
+HARMONY_MODEL_TYPE = "gpt_oss"  # vLLM's serving layer: is_harmony = hf_config.model_type == "gpt_oss"
+
+
 class VllmChatFrontend:
-    def __init__(self, features: ChatFeatures, tokenizer: Any, model_name: str):
+    def __init__(self, features: ChatFeatures, tokenizer: Any, model_name: str, is_harmony: bool = False):
         from vllm.parser import ParserManager
 
         self.features, self.tokenizer, self.model_name = features, tokenizer, model_name
@@ -73,6 +79,7 @@ class VllmChatFrontend:
                 reasoning_parser_name=features.reasoning_parser,
                 enable_auto_tools=features.enable_auto_tool_choice,
                 model_name=model_name,
+                is_harmony=is_harmony,
                 tokenizer=tokenizer,
             )
         except (KeyError, TypeError) as e:  # an unknown parser name, or one the tokenizer cannot serve
