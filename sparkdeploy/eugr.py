@@ -77,7 +77,7 @@ SET_BY_SPARKDEPLOY = {
     "distributed_executor_backend": "the topology's backend sets it (cluster_backend)",
 }
 SHELL_OPERATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"}
-PLACEHOLDER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class EugrRecipe(BaseModel):
@@ -156,7 +156,7 @@ def placeholders(command: str, source: str) -> list[str]:
     for _, name, spec, conv in parsed:
         if name is None:
             continue
-        if not PLACEHOLDER_NAME.match(name) or spec or conv:
+        if not PLACEHOLDER_NAME.fullmatch(name) or spec or conv:
             raise ConfigError(
                 Problem(
                     source,

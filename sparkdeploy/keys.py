@@ -32,9 +32,9 @@ from sparkdeploy.remote import NodeConnection
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
 
 KEYS_FILE = "keys.json"
-KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 TOKEN_PREFIX = "sk-sd-"
-BUDGET = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)$")
+BUDGET = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)")
 SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 MAX_BUDGET = 10**15  # tokens: far beyond any use, small enough for sqlite's integers
 SPEND_DB = f"{SPEND_VOLUME[1]}/spend.sqlite"  # inside the gateway container (gateway_spend.DB)
@@ -42,7 +42,7 @@ SPEND_DB = f"{SPEND_VOLUME[1]}/spend.sqlite"  # inside the gateway container (ga
 
 def parse_budget(text: str) -> int:
     """--max-budget: a whole number of tokens, with an optional k / M / G (1000s): "50000", "50k", "1.5M"."""
-    m = BUDGET.match(text.strip())
+    m = BUDGET.fullmatch(text.strip())
     tokens = round(float(m.group(1)) * SCALE[m.group(2).lower()]) if m else 0
     if not m or not 1 <= tokens <= MAX_BUDGET:
         raise ConfigError(
@@ -132,7 +132,7 @@ def create(
 ) -> tuple[str, dict[str, Any]]:
     """A new key: (its token, shown once; what keys.json records of it). Exit 2 for a bad name, rpm or budget
     (before connecting), a name in use or a model no deployment of the stack serves (nothing written)."""
-    if not KEY_NAME.match(name):
+    if not KEY_NAME.fullmatch(name):
         raise ConfigError(Problem("keys create", name, "not a key name", "letters, digits, '_', '.', '@', '-'"))
     if rpm is not None and rpm < 1:
         raise ConfigError(Problem("keys create", "--rpm", f"{rpm} is not a rate", "a whole number >= 1"))

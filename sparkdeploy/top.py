@@ -29,7 +29,7 @@ SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
 PROXY_REQUESTS = "litellm_deployment_total_requests_total"
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -39,7 +39,7 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        m = _SAMPLE.match(line.strip())
+        m = _SAMPLE.fullmatch(line.strip())
         if not m:
             continue
         try:

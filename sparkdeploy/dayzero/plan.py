@@ -13,9 +13,9 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sparkdeploy import names
 from sparkdeploy.dayzero.discover import DiscoveredNode, Port
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.inventory import LABEL_NAME
 
 # Proposed when the link has no addresses: the first of these no node uses on any interface.
 FABRIC_SUBNETS = ("192.168.100.0/24", "192.168.101.0/24", "10.100.0.0/24", "10.101.0.0/24")
@@ -66,7 +66,7 @@ class InitPlan:
 def _names(facts: list[DiscoveredNode]) -> list[str]:
     """The hostnames when each is a valid, unique label; spark1, spark2, ... otherwise."""
     hostnames = [f.hostname for f in facts]
-    if all(h and LABEL_NAME.match(h) for h in hostnames) and len(set(hostnames)) == len(hostnames):
+    if all(h and names.error("node", h) is None for h in hostnames) and len(set(hostnames)) == len(hostnames):
         return hostnames
     return [f"spark{i + 1}" for i in range(len(facts))]
 

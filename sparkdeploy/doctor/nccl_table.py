@@ -12,7 +12,7 @@ ROW = re.compile(
 LAT = re.compile(
     r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)"
 )
-LAT_ROW = re.compile(r"^#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(.*)$")
+LAT_ROW = re.compile(r"#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(.*)")
 TEARDOWN = re.compile(r"^# teardown: clean in ([\d.]+) s", re.M)
 GROUPS = ("out-of-place", "in-place")
 
@@ -68,7 +68,7 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
             "us": float(m.group(3)),
             "method": m.group(4).strip(),
         }
-        for m in map(LAT_ROW.match, text.splitlines())
+        for m in map(LAT_ROW.fullmatch, text.splitlines())
         if m
     ]
     if lat_rows:

@@ -19,8 +19,8 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
 
 REQUIRED = ("kind", "ref", "checked", "how", "evidence")
-DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-ARG_LINE = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+ARG_LINE = re.compile(r"ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?")
 FROM_LINE = re.compile(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", re.I)
 URL = re.compile(r"https?://[^\s\"'\\);]+")
 
@@ -60,7 +60,7 @@ def problems(definition: ImageDefinition) -> list[str]:
         for key in REQUIRED:
             if not str(s.get(key) or "").strip():
                 out.append(f"{where}: sources[{i}] has no {key}: say what was checked, when and how")
-        if s.get("checked") and not DATE.match(str(s["checked"])):
+        if s.get("checked") and not DATE.fullmatch(str(s["checked"])):
             out.append(f"{where}: sources[{i}].checked {s['checked']!r} is not a date (YYYY-MM-DD)")
     refs = [str(s.get("ref", "")) for s in sources]
     covered = {a for s in sources for a in (s.get("args") or [])} | settings
@@ -108,7 +108,7 @@ def problems(definition: ImageDefinition) -> list[str]:
             )
     stages: set[str] = set()
     for line in _dockerfile_lines(definition):
-        m = ARG_LINE.match(line)
+        m = ARG_LINE.fullmatch(line)
         if m:
             name, default = m.group(1), (m.group(2) or "").strip().strip('"')
             if not default:
