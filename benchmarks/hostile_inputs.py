@@ -546,7 +546,6 @@ def new_cases() -> list[Case]:
         ("no host", ["--hosts", ","], {}, {}),
         ("fabric subnet not a CIDR", ["--hosts", "127.0.0.1", "--fabric-subnet", "not-a-cidr"], {}, {}),
         ("fabric subnet IPv6", ["--hosts", "127.0.0.1", "--fabric-subnet", "2001:db8::/64"], {}, {}),
-        ("fabric subnet with host bits", ["--hosts", "127.0.0.1", "--fabric-subnet", "192.168.100.5/24"], {}, {}),
         ("fabric subnet /31", ["--hosts", "127.0.0.1", "--fabric-subnet", "10.0.0.0/31"], {}, {}),
         ("fabric subnet loopback", ["--hosts", "127.0.0.1", "--fabric-subnet", "127.0.0.0/8"], {}, {}),
         ("password file /dev/zero", ["--hosts", "127.0.0.1", "--password-file", "{tmp}/pw"], {"pw": "DEVZERO"}, {}),
@@ -633,7 +632,8 @@ def new_cases() -> list[Case]:
         ("name with a newline", EUGR.replace("name: gpt-oss community", 'name: "a\\n== spark9 6.6.6.6 (head) =="'), ""),
     ]
     for name, text, owner in eugr_cases:
-        expect = (0,) if "forged" in name or "name with a newline" in name else (2,)
+        # A value holding a line break is inert (escaped in every comment and line): accepted on purpose.
+        expect = (0,) if "through a default" in name or "name with a newline" in name else (2,)
         out.append(
             Case(
                 f"recipes import: {name}",
@@ -685,9 +685,11 @@ def new_cases() -> list[Case]:
         out.append(Case(f"history: {name}", ["history"], expect=expect, files={HISTORY: text}, forbid=FORGED_LINES))
     out.append(Case("history: the file is /dev/zero", ["history"], files={HISTORY: "DEVZERO"}))
     out.append(Case("history: the file is a folder", ["history"], files={HISTORY: "DIR"}))
-    rollback = ["rollback", "1", "--dry-run"]
+    rollback = ["rollback", "2", "--dry-run"]  # record 2 is the hostile one
     for name, rec in [
         ("recipe ../ (write outside the state folder)", {"recipe": "../../../../../" + ESCAPED}),
+        ("recipe ../ on no node (nothing to check first)", {"recipe": "../../../../../" + ESCAPED, "nodes": []}),
+        ("recipe_hash ../ on no node", {"recipe_hash": "../../../../../../" + ESCAPED, "nodes": []}),
         ("recipe an absolute path", {"recipe": "/tmp/" + ESCAPED + "-abs"}),
         ("recipe_hash ../", {"recipe_hash": "../../../../../" + ESCAPED}),
         ("topology unknown", {"topology": "3xsolo"}),

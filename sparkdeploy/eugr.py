@@ -20,7 +20,6 @@ with `recipe_version`, `name`, `container`, a `command` (`vllm serve MODEL --fla
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import string
@@ -31,10 +30,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.vllm_cli import image_spec
+from sparkdeploy.paths import confined
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import JsonSyntaxError, parse_json
 
 SUPPORTED_VERSIONS = ("1",)
 MARKER = "recipe_version"  # a recipe file with this key is eugr's; sparkdeploy's own never has it
@@ -402,8 +403,8 @@ def to_recipe_data(raw: dict, path: Path, params: dict[str, Any] | None = None) 
             notes.append(f"{flag} {value}: {SET_BY_SPARKDEPLOY[dest]}")
         elif dest == "compilation_config" and value is not None:
             try:
-                loaded = json.loads(value)
-            except json.JSONDecodeError:
+                loaded = parse_json(value, source, "command", f"write {flag} as a JSON object")
+            except JsonSyntaxError:
                 loaded = None
             if not isinstance(loaded, dict):
                 raise ConfigError(
@@ -482,15 +483,24 @@ def _plain(stem: str) -> str:
 # -- `sparkdeploy recipes import` ---------------------------------------------------------------------------
 
 
+def comment(text: str) -> str:
+    """One YAML comment line: every line break and other control character in `text` escaped (\\n), so a value
+    from the community recipe (a default, the file name, a flag's value) can never end the comment and start a
+    line of live YAML."""
+    return f"# {escape_controls(text)}"
+
+
 def header(imported: Imported) -> str:
     lines = [
-        f"# Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}",
-        f"# ({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:",
-        f"#   vllm serve {shlex.join(imported.argv)}"[:400],
+        comment(f"Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}"),
+        comment(
+            f"({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:"
+        ),
+        comment(f"  vllm serve {shlex.join(imported.argv)}")[:400],
     ]
     if imported.not_carried:
-        lines.append("# Not carried over as written:")
-        lines += [f"#   - {note}" for note in imported.not_carried]
+        lines.append(comment("Not carried over as written:"))
+        lines += [comment(f"  - {note}") for note in imported.not_carried]
     return "\n".join(lines) + "\n"
 
 
@@ -504,7 +514,7 @@ def import_file(imported: Imported, out_dir: Path, dry_run: bool = False, overwr
     """Write the imported recipe (validated by the caller) as OUT_DIR/<name>.yaml, refusing to replace a file
     unless told, or only say what would be written."""
     source = str(imported.source)
-    target = out_dir / f"{imported.data['name']}.yaml"
+    target = confined(out_dir, f"{imported.data['name']}.yaml", "name")
     if not dry_run:
         if not out_dir.is_dir():
             raise ConfigError(Problem(str(out_dir), "--out", "is not a folder", "create it, or pass another --out"))

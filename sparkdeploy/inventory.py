@@ -21,7 +21,7 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.names import ClusterName, HcaName, InterfaceName, NodeName, UserName
 from sparkdeploy.schema import Whole, problems_from_validation
-from sparkdeploy.userfile import load_yaml_file
+from sparkdeploy.userfile import load_yaml_file, present_file_problems
 
 
 def _not_an_ip(value: str, field: str) -> ValueError:
@@ -461,4 +461,25 @@ def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
             problems += _cross_node_problems(data, str(path))
         raise ConfigError(problems) from None
     inventory.path = path.resolve()
+    problems = local_file_problems(inventory)
+    if problems:
+        raise ConfigError(problems)
     return inventory
+
+
+def local_file_problems(inventory: Inventory) -> list[Problem]:
+    """The files on this machine the inventory names for SSH (its known_hosts, each node's key), through the one
+    door before anything connects: a folder, /dev/zero or a non-UTF-8 file there is one line, not a hang."""
+    named = [("cluster.known_hosts", inventory.local_path(inventory.cluster.known_hosts), "known_hosts file")]
+    named += [
+        (f"nodes[{i}].ssh.key", inventory.local_path(n.ssh.key), "private key")
+        for i, n in enumerate(inventory.nodes)
+        if n.ssh.key
+    ]
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+    for field, path, what in named:
+        if path is not None and path not in seen:
+            seen.add(path)
+            problems += present_file_problems(path, what, inventory.source, field)
+    return problems

@@ -107,6 +107,7 @@ def problem(kind: str, value: object, file: str, field: str) -> Problem | None:
 NodeName = Annotated[str, AfterValidator(partial(check, "node"))]
 ClusterName = Annotated[str, AfterValidator(partial(check, "cluster"))]
 DeploymentName = Annotated[str, AfterValidator(partial(check, "deployment"))]
+KeyName = Annotated[str, AfterValidator(partial(check, "key"))]
 InterfaceName = Annotated[str, AfterValidator(partial(check, "interface"))]
 HcaName = Annotated[str, AfterValidator(partial(check, "hca"))]
 UserName = Annotated[str, AfterValidator(partial(check, "user"))]

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkdeploy import eugr, names, paths
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
@@ -466,7 +466,9 @@ def resolve(
         raise ConfigError(Problem("--backend", backend, "unknown backend", f"one of {', '.join(BACKENDS)}"))
     resolved = ResolvedRecipe(final, topo, chosen_backend if topo in MULTI_NODE_ENGINES else "", path, sources)
     if imported is not None:
-        resolved.warnings += [f"eugr recipe {imported.eugr_name!r}: {note}" for note in imported.not_carried]
+        resolved.warnings += [
+            escape_controls(f"eugr recipe {imported.eugr_name!r}: {note}") for note in imported.not_carried
+        ]
     if backend and topo not in MULTI_NODE_ENGINES:
         resolved.warnings.append(f"--backend {backend} applies to the cluster topology only; {topo} ignores it")
     if topo in ("2xsolo", "replicas") and final.litellm.routing_strategy == "least-busy":

@@ -103,6 +103,23 @@ def _read_all(fd: int, limit: int, shown: str, what: str, fix: str) -> bytes:
             raise ConfigError(Problem(shown, "", f"{what} is more than {limit} bytes", "is this the right file?"))
 
 
+def present_file_problems(path: Path | str, what: str, file: str, field: str) -> list[Problem]:
+    """A file named by a setting or an option that another program reads later (a private key for ssh, a
+    known_hosts file): it may not exist yet (it will be created), but if it does, it passes the door now, before
+    anything connects. One line per problem, the setting named."""
+    text = str(path)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return [Problem(file, field, "the path holds a newline or another control character", "write it on one line")]
+    p = Path(text).expanduser()
+    if not (p.exists() or p.is_symlink()):
+        return []
+    try:
+        read_text(p, what)
+    except ConfigError as exc:
+        return [Problem(file, field, f"{problem.file}: {problem.message}", problem.fix) for problem in exc.problems]
+    return []
+
+
 class _Refused(yaml.YAMLError):
     def __init__(self, message: str, mark=None):
         super().__init__(message)
@@ -183,7 +200,7 @@ def parse_json(text: str, source: str, where: str = "", fix: str = "fix the JSON
         raise ConfigError(Problem(source, where, str(exc), fix)) from None
     except json.JSONDecodeError as exc:
         at = where or f"line {exc.lineno} column {exc.colno}"
-        raise ConfigError(Problem(source, at, f"not valid JSON: {exc.msg}", fix)) from None
+        raise JsonSyntaxError(Problem(source, at, f"not valid JSON: {exc.msg}", fix)) from None
     except RecursionError:
         raise ConfigError(Problem(source, where, f"nested more than {MAX_DEPTH} levels deep", fix)) from None
     if _too_deep(value):
@@ -193,6 +210,11 @@ def parse_json(text: str, source: str, where: str = "", fix: str = "fix the JSON
 
 def load_json_file(path: Path | str, what: str, fix: str = "fix the JSON", *, limit: int = MAX_FILE_BYTES) -> Any:
     return parse_json(read_text(path, what, limit=limit), str(path), fix=fix)
+
+
+class JsonSyntaxError(ConfigError):
+    """Not JSON at all (a cut write, the wrong file), as opposed to JSON that is refused (duplicate keys, NaN,
+    too deep): a reader of an append-only file may skip such a line."""
 
 
 class _JsonRefused(ValueError):

@@ -83,8 +83,6 @@ class StackDeployment(BaseModel):
     @field_validator("memory")
     @classmethod
     def _memory(cls, v: float | str | None) -> float | str | None:
-        if isinstance(v, int):  # a whole number is no share of memory (1 is all of it)
-            v = float(v)
         if isinstance(v, float) and not 0.05 <= v <= 0.95:
             raise ValueError(f"{v:g} is not a gpu_memory_utilization | fix: a fraction from 0.05 to 0.95, or auto")
         return v
