@@ -658,9 +658,9 @@ def new_cases() -> list[Case]:
     out.append(
         Case(
             "recipes import: a file name that closes the comment",
-            ["recipes", "import", "{tmp}/a\nenv: {LD_PRELOAD: x}\n#.yaml", "--out", "{tmp}/out"],
+            ["recipes", "import", "{tmp}/a\nenv: {LD_PRELOAD: evil.so}\n#.yaml", "--out", "{tmp}/out"],
             expect=(0,),
-            files={"a\nenv: {LD_PRELOAD: x}\n#.yaml": EUGR, "out": "DIR"},
+            files={"a\nenv: {LD_PRELOAD: evil.so}\n#.yaml": EUGR, "out": "DIR"},
             after=imported_env,
         )
     )

@@ -23,7 +23,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
+from sparkdeploy.userfile import parse_json
 
 SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
@@ -280,14 +282,12 @@ done
 
 def node_targets(node, text: str) -> list[Target]:
     """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
-    import json
-
     running, *manifest_texts = text.split("@@sparkdeploy-manifest@@")
     ports = {}
     for manifest_text in manifest_texts:
         try:
-            manifest = json.loads(manifest_text) if manifest_text.strip() else {}
-        except ValueError:
+            manifest = parse_json(manifest_text, f"{node.name}: manifest.json") if manifest_text.strip() else {}
+        except ConfigError:  # a node's file, through the one door's JSON reader: unreadable is no targets
             manifest = {}
         listed = manifest.get("containers") or [] if isinstance(manifest, dict) else []
         ports.update({c.get("name"): c.get("health_port") for c in listed if isinstance(c, dict)})

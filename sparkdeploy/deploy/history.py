@@ -173,7 +173,7 @@ def record_deployment(
 ) -> dict[str, Any]:
     """After a successful `up`: append its record to the history and return it. stack: (stack file, deployment
     name) for a deployment of `up --stack` (recorded; `rollback` refuses it: the stack file says what runs)."""
-    text = dep.recipe.source.read_text()
+    text = read_text(dep.recipe.source, "recipe")
     nodes = [nd.node for nd in dep.nodes]
     facts = _node_facts(conns, nodes, dep.image_tag)
     ref = up_check.model_of(dep)

@@ -20,6 +20,7 @@ from pydantic import Field
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.userfile import load_json_file
 
 STATE_FOLDER = "registry-images"  # under the local state: <digest hex>.json per image, refs.json
 
@@ -114,9 +115,11 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _read_json(path: Path) -> Any:
+    if not path.exists():
+        return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return load_json_file(path, "registry image record")
+    except ConfigError:  # a local state file, through the one door: unreadable is unknown
         return None
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-import yaml
-
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.userfile import load_yaml_file, read_text
 
 REQUIRED = ("kind", "ref", "checked", "how", "evidence")
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -29,10 +28,10 @@ def load(definition: ImageDefinition) -> dict:
     path = definition.directory / "sources.yaml" if definition.directory else None
     if path is None or not path.is_file():
         return {}
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}", "fix the syntax")) from None
+    data = load_yaml_file(path, "sources file") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(Problem(str(path), "", "not a mapping", "write `sources:` with a list"))
+    return data
 
 
 def load_sources(definition: ImageDefinition) -> list[dict]:
@@ -43,7 +42,7 @@ def _dockerfile_lines(definition: ImageDefinition) -> list[str]:
     path = definition.directory / "Dockerfile" if definition.directory else None
     if path is None or not path.is_file():
         return []
-    text = re.sub(r"\\\n", " ", path.read_text())  # continuation lines joined, so one RUN is one line
+    text = re.sub(r"\\\n", " ", read_text(path, "Dockerfile"))  # continuation lines joined, so one RUN is one line
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
