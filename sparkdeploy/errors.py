@@ -22,6 +22,11 @@ def escape_controls(text: str) -> str:
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
+def has_controls(text: str) -> bool:
+    """Whether `text` holds a control character (what escape_controls escapes): a value that must be one line."""
+    return _CONTROL.search(text) is not None
+
+
 @dataclass(frozen=True)
 class Problem:
     file: str

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import fabric_mesh, paths
+from sparkdeploy import fabric_mesh, names, paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.names import ClusterName, HcaName, InterfaceName, NodeName, UserName
@@ -66,11 +66,7 @@ def _not_unicast(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 def _one_line(value: str | None) -> str | None:
     """Values pasted into rendered scripts, paths and messages: a newline or control character would break a
     script line or forge an output line."""
-    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(
-            "holds a newline or another control character | fix: write it on one line, with printable characters only"
-        )
-    return value
+    return None if value is None else names.one_line(value)
 
 
 class SSHSettings(BaseModel):

@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from sparkdeploy.errors import Problem, escape_controls
+from sparkdeploy.errors import Problem, escape_controls, has_controls
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def error(kind: str, value: object) -> tuple[str, str] | None:
     k = KINDS[kind]
     if not isinstance(value, str):
         return f"{k.what} is text, not {type(value).__name__}", k.fix
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if has_controls(value):
         return (
             f"{escape_controls(repr(value[:80]))} is not {k.what}: it holds a newline or another control character",
             "write it on one line, with printable characters only",
@@ -98,6 +98,15 @@ def check(kind: str, value: str) -> str:
     return value
 
 
+def one_line(value: str) -> str:
+    """Free text that lands in a file, a message or a terminal line (a path, a --set value): one line."""
+    if has_controls(value):
+        raise ValueError(
+            "holds a newline or another control character | fix: write it on one line, with printable characters only"
+        )
+    return value
+
+
 def problem(kind: str, value: object, file: str, field: str) -> Problem | None:
     """The one-line problem for a name given on the command line (None: it is a `kind` name)."""
     found = error(kind, value)
@@ -112,3 +121,4 @@ InterfaceName = Annotated[str, AfterValidator(partial(check, "interface"))]
 HcaName = Annotated[str, AfterValidator(partial(check, "hca"))]
 UserName = Annotated[str, AfterValidator(partial(check, "user"))]
 PlainName = Annotated[str, AfterValidator(partial(check, "plain"))]
+OneLine = Annotated[str, AfterValidator(one_line)]

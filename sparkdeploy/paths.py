@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, has_controls
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -93,7 +93,7 @@ def confined(folder: Path, name: str, what: str) -> Path:
         text not in ("", ".", "..")
         and "/" not in text
         and "\\" not in text
-        and not any(ord(c) < 32 or ord(c) == 127 for c in text)
+        and not has_controls(text)
         and len(text) <= 255
     )
     path = folder / text

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, has_controls
 
 MAX_FILE_BYTES = 1 << 20  # an inventory or recipe is a few KB
 MAX_DEPTH = 32
@@ -108,7 +108,7 @@ def present_file_problems(path: Path | str, what: str, file: str, field: str) ->
     known_hosts file): it may not exist yet (it will be created), but if it does, it passes the door now, before
     anything connects. One line per problem, the setting named."""
     text = str(path)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if has_controls(text):
         return [Problem(file, field, "the path holds a newline or another control character", "write it on one line")]
     p = Path(text).expanduser()
     if not (p.exists() or p.is_symlink()):

@@ -21,7 +21,7 @@ import paramiko
 from pydantic import ValidationError
 
 from sparkdeploy import paths
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.inventory import Inventory, parse_ip
 from sparkdeploy.remote import (
     connect_problem,
@@ -201,7 +201,7 @@ def read_password_file(path: str) -> str:
     except ConfigError as exc:
         raise ConfigError([dataclasses.replace(q, field="--password-file") for q in exc.problems]) from None
     password = text.rstrip("\n")
-    if not password or any(ord(c) < 32 or ord(c) == 127 for c in password):
+    if not password or has_controls(password):
         raise ConfigError(
             Problem(str(p), "--password-file", "is not one line of printable text", "write the password on one line")
         )

@@ -19,7 +19,7 @@ import paramiko
 
 from sparkdeploy.dayzero import sudo_needs
 from sparkdeploy.dayzero.session import key_file_problems
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.facts import FactArgs, NodeFacts, gather
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.lab.keys import ensure_keypair
@@ -126,7 +126,7 @@ def public_key(path: Path, dry_run: bool) -> str:
     pub = path.with_name(path.name + ".pub")
     if pub.exists():
         line = read_text(pub, "public key", "regenerate it: ssh-keygen -y -f PRIVATE > PRIVATE.pub").split("\n")[0]
-        if any(ord(c) < 32 or ord(c) == 127 for c in line.strip()):
+        if has_controls(line.strip()):
             raise ConfigError(Problem(str(pub), "", "is not one line of text", "regenerate it"))
         return line.strip()
     if path.is_file():

@@ -37,6 +37,7 @@ from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.models import up_check
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref
+from sparkdeploy.names import OneLine
 from sparkdeploy.recipes import MODEL_NAME, BackendName, TopologyName
 from sparkdeploy.remote import NodeConnection, on_nodes
 from sparkdeploy.schema import Whole, problems_from_validation
@@ -63,26 +64,26 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="allow")  # fields a newer sparkdeploy records are kept, unread
 
     id: Whole = Field(ge=1)
-    time: str = Field(max_length=64)
+    time: OneLine = Field(max_length=64)
     recipe: names.PlainName
     recipe_hash: str | None = Field(default=None, pattern=HEX64)
     recipe_text: str | None = Field(default=None, max_length=MAX_FILE_BYTES)
     sets: list[str] = Field(default_factory=list)
     topology: TopologyName
     backend: BackendName | None = None
-    image: str | None = Field(default=None, max_length=512)
-    image_tag: str | None = Field(default=None, max_length=512)
-    image_id: str | None = Field(default=None, max_length=128)
-    image_digest: str | None = Field(default=None, max_length=128)
-    vllm_version: str | None = Field(default=None, max_length=64)
+    image: OneLine | None = Field(default=None, max_length=512)
+    image_tag: OneLine | None = Field(default=None, max_length=512)
+    image_id: OneLine | None = Field(default=None, max_length=128)
+    image_digest: OneLine | None = Field(default=None, max_length=128)
+    vllm_version: OneLine | None = Field(default=None, max_length=64)
     model: str | None = None
     model_commit: str | None = Field(default=None, pattern=r"\A[0-9a-f]{40}\z")
     drivers: dict[names.NodeName, str | None] = Field(default_factory=dict)
     simulated: bool = False
     nodes: list[names.NodeName]
-    inventory: str | None = Field(default=None, max_length=4096)
+    inventory: OneLine | None = Field(default=None, max_length=4096)
     config_hashes: dict[str, str] = Field(default_factory=dict)
-    stack: str | None = Field(default=None, max_length=4096)
+    stack: OneLine | None = Field(default=None, max_length=4096)
     deployment: names.DeploymentName | None = None
 
     @field_validator("model")
@@ -90,13 +91,6 @@ class Record(BaseModel):
     def _model(cls, v: str | None) -> str | None:
         if v is not None and not MODEL_NAME.fullmatch(v):
             raise ValueError(f"{v[:80]!r} is not a model name | fix: restore the line as `up` wrote it")
-        return v
-
-    @field_validator("time", "image", "image_tag", "image_id", "image_digest", "vllm_version", "inventory", "stack")
-    @classmethod
-    def _one_line(cls, v: str | None) -> str | None:
-        if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("holds a newline or another control character | fix: restore the line as `up` wrote it")
         return v
 
 

@@ -17,13 +17,13 @@ from typing import Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkdeploy import budget as memory_budget
-from sparkdeploy import names
 from sparkdeploy.deployment import (
     Deployment,
     Listen,
 )
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
 from sparkdeploy.ports import Owner, PortMap
 from sparkdeploy.recipes import ResolvedRecipe, resolve
 from sparkdeploy.running_stack import RESERVED, state_dir_of, sub_inventory
@@ -33,7 +33,7 @@ from sparkdeploy.topologies import build_deployment
 from sparkdeploy.topologies.base import ENGINE_PORT
 from sparkdeploy.userfile import load_yaml_file
 
-NAME = names.KINDS["deployment"].pattern  # matched in full (names.py)
+NAME = KINDS["deployment"].pattern  # matched in full (names.py)
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
 GATEWAY_PORT = "gateway.port"  # the gateway's port setting (the port map names it)
 GIB = 1024
@@ -45,39 +45,22 @@ GIB = 1024
 class StackDeployment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: names.DeploymentName = Field(description="a label: in container names, labels and the state dir")
-    recipe: str = Field(max_length=256)
-    topology: str | None = Field(default=None, max_length=32)
-    backend: str | None = Field(default=None, max_length=32)
-    nodes: list[names.NodeName] | None = Field(
-        default=None, min_length=1, description="node names; default: every node"
-    )
+    name: DeploymentName = Field(description="a label: in container names, labels and the state dir")
+    recipe: OneLine = Field(max_length=256)
+    topology: OneLine | None = Field(default=None, max_length=32)
+    backend: OneLine | None = Field(default=None, max_length=32)
+    nodes: list[NodeName] | None = Field(default=None, min_length=1, description="node names; default: every node")
     port: Whole | None = Field(default=None, ge=1, le=65535, description="its engines' port; default vllm_port + index")
     memory: Number | Literal["auto"] | None = Field(
         default=None, description="gpu_memory_utilization of its engines, or auto (split what is free)"
     )
-    set: list[str] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
+    set: list[OneLine] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if v in RESERVED:
             raise ValueError(f"{v!r} is reserved | fix: a name other than {' or '.join(map(repr, RESERVED))}")
-        return v
-
-    @field_validator("recipe", "topology", "backend")
-    @classmethod
-    def _one_line(cls, v: str | None) -> str | None:
-        if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("holds a newline or another control character | fix: write it on one line")
-        return v
-
-    @field_validator("set")
-    @classmethod
-    def _sets(cls, v: list[str]) -> list[str]:
-        for item in v:
-            if any(ord(c) < 32 or ord(c) == 127 for c in item):
-                raise ValueError("a --set value holds a newline or another control character | fix: one line each")
         return v
 
     @field_validator("memory")
