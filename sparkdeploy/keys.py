@@ -182,7 +182,14 @@ class Gateway:
         )
         if not r.ok:
             return None
-        return {k: int(v.get("tokens", 0)) for k, v in json.loads(r.stdout or "{}").items()}
+        data = parse_json(r.stdout or "{}", f"{self.conn.node.name}: {SPEND_DB}")
+        if not isinstance(data, dict):
+            return None
+        return {
+            str(k): v["tokens"]
+            for k, v in data.items()
+            if isinstance(v, dict) and isinstance(v.get("tokens"), int) and not isinstance(v["tokens"], bool)
+        }
 
 
 def _open(inventory: str | None) -> tuple[Inventory, Session]:
