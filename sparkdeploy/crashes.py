@@ -10,14 +10,15 @@ Used by `status` (a column per container) and by doctor's `engine.crashes` (one-
 
 from __future__ import annotations
 
-import json
 import signal
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import parse_time
+from sparkdeploy.userfile import parse_json
 
 HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the last 256 in memory)
 READ_TIMEOUT_S = 20
@@ -155,8 +156,8 @@ def _json_lines(lines: list[str]) -> list[dict]:
     out = []
     for line in lines:
         try:
-            value = json.loads(line)
-        except ValueError:
+            value = parse_json(line, "crash record")
+        except ConfigError:  # a node's line, through the one door's JSON reader: a bad one is skipped
             continue
         if isinstance(value, dict):
             out.append(value)

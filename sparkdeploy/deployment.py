@@ -53,14 +53,28 @@ class FileSpec:
 
 
 @dataclass(frozen=True)
+class Listen:
+    """A port a container listens on (host network), what listens there and the setting that chose it: the
+    port map of a node (sparkdeploy/ports.py) is made of these."""
+
+    port: int
+    what: str  # "vLLM", "the Ray head", ...
+    setting: str  # "cluster.vllm_port", ...
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     name: str
     role: str  # solo | head | worker | proxy
     image: str
     run_script: str  # the file (in the state dir) holding its `docker run`
     config_hash: str
-    ports: tuple[int, ...] = ()
+    listens: tuple[Listen, ...] = ()
     health_port: int | None = None
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(listen.port for listen in self.listens)
 
     @property
     def health_path(self) -> str:

@@ -7,8 +7,24 @@ failed (exit 1).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from difflib import get_close_matches
+
+# C0 controls (newline, ESC, CR, ...), DEL and the C1 controls (0x9b is a CSI on some terminals).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """`text` as one terminal line: every control character written as an escape (\\n, \\x1b), so a value
+    from a file or a node can neither add a line to the output nor move the cursor or change colours."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def has_controls(text: str) -> bool:
+    """Whether `text` holds a control character (what escape_controls escapes): a value that must be one line."""
+    return _CONTROL.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -19,9 +35,10 @@ class Problem:
     fix: str = ""
 
     def __str__(self) -> str:
+        """One line: every part's control characters escaped (a value quoted in a message cannot forge a line)."""
         where = f"{self.file}: {self.field}" if self.field else self.file
         text = f"{where}: {self.message}"
-        return f"{text} (fix: {self.fix})" if self.fix else text
+        return escape_controls(f"{text} (fix: {self.fix})" if self.fix else text)
 
 
 class SparkdeployError(Exception):

@@ -38,10 +38,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.vllm_cli import PLUGIN_FLAGS, check_args, describe, image_spec
+from sparkdeploy.paths import confined
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import parse_json
 
 SUPPORTED_VERSIONS = ("1",)
 MARKER = "recipe_version"  # a recipe file with this key is eugr's; sparkdeploy's own never has it
@@ -85,7 +87,7 @@ SET_BY_SPARKDEPLOY = {
     "distributed_executor_backend": "the topology's backend sets it (cluster_backend)",
 }
 SHELL_OPERATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "$(", "`"}
-PLACEHOLDER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Flags whose value is a file the engine reads. A relative path is a file in eugr's container workspace, where
 # only its mods put files (mods/<name>/run.sh copies or downloads them there): no sparkdeploy image has it.
 FILE_FLAGS = ("--chat-template", "--reasoning-parser-plugin", "--tool-parser-plugin")
@@ -201,7 +203,7 @@ def placeholders(command: str, source: str) -> list[str]:
     for _, name, spec, conv in parsed:
         if name is None:
             continue
-        if not PLACEHOLDER_NAME.match(name) or spec or conv:
+        if not PLACEHOLDER_NAME.fullmatch(name) or spec or conv:
             raise ConfigError(
                 Problem(
                     source,
@@ -358,8 +360,8 @@ def typed(text: str) -> Any:
     """A dotted option's value as vLLM types it: JSON (true, 2, 0.5, [..], {..}), else a human-readable whole
     number (80g, 1K), else the string itself."""
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        return parse_json(text, "", "")  # the one JSON door (no NaN, no duplicate keys, depth capped)
+    except ConfigError:
         pass
     try:
         return human_readable_int(text)
@@ -401,9 +403,9 @@ def _depth(value: Any) -> int:
 
 def _json_object(arg: Arg, source: str, problems: list[Problem]) -> dict[str, Any] | None:
     """An option's JSON object value (`--compilation-config '{...}'`), or None with the problem recorded."""
-    try:
-        loaded = json.loads(arg.value or "")
-    except (json.JSONDecodeError, RecursionError):
+    try:  # the one JSON door: duplicate keys, NaN and deep nesting refused as in every file we read
+        loaded = parse_json(arg.value or "", source, "command")
+    except ConfigError:
         loaded = None
     if not isinstance(loaded, dict) or _depth(loaded) > MAX_JSON_DEPTH:
         problems.append(
@@ -828,15 +830,22 @@ def _wrapped(words: list[str], width: int = HEADER_WIDTH) -> list[str]:
     return lines + [line]
 
 
+def comment(text: str) -> str:
+    """One YAML comment line: every line break and other control character in `text` escaped (\\n), so a value
+    from the community recipe (a default, the file name, a flag's value) can never end the comment and start a
+    line of live YAML."""
+    return f"# {escape_controls(text)}"
+
+
 def header(imported: Imported) -> str:
     lines = [
         f"# Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}",
         f"# ({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:",
-        *_wrapped(["vllm", "serve", *(shlex.quote(a) for a in imported.argv)]),
+        *_wrapped(["vllm", "serve", *(escape_controls(shlex.quote(a)) for a in imported.argv)]),
     ]
     if imported.not_carried:
-        lines.append("# Not carried over as written:")
-        lines += [f"#   - {note}" for note in imported.not_carried]
+        lines.append(comment("Not carried over as written:"))
+        lines += [comment(f"  - {note}") for note in imported.not_carried]
     return "\n".join(lines) + "\n"
 
 
@@ -850,7 +859,7 @@ def import_file(imported: Imported, out_dir: Path, dry_run: bool = False, overwr
     """Write the imported recipe (validated by the caller) as OUT_DIR/<name>.yaml, refusing to replace a file
     unless told, or only say what would be written."""
     source = str(imported.source)
-    target = out_dir / f"{imported.data['name']}.yaml"
+    target = confined(out_dir, f"{imported.data['name']}.yaml", "name")
     if not dry_run:
         if not out_dir.is_dir():
             raise ConfigError(Problem(str(out_dir), "--out", "is not a folder", "create it, or pass another --out"))

@@ -16,16 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import fabric_mesh, paths
+from sparkdeploy import fabric_mesh, names, paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard_settings import GuardSettings
+from sparkdeploy.names import ClusterName, HcaName, InterfaceName, NodeName, UserName
 from sparkdeploy.schema import Whole, problems_from_validation
-from sparkdeploy.userfile import load_yaml_file
-
-IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
-LABEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-HCA_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+from sparkdeploy.userfile import load_yaml_file, present_file_problems
 
 
 def _not_an_ip(value: str, field: str) -> ValueError:
@@ -70,11 +66,7 @@ def _not_unicast(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 def _one_line(value: str | None) -> str | None:
     """Values pasted into rendered scripts, paths and messages: a newline or control character would break a
     script line or forge an output line."""
-    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(
-            "holds a newline or another control character | fix: write it on one line, with printable characters only"
-        )
-    return value
+    return None if value is None else names.one_line(value)
 
 
 class SSHSettings(BaseModel):
@@ -82,7 +74,7 @@ class SSHSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    user: str | None = None
+    user: UserName | None = None  # in ssh's login and the fixes we print (sudo chown USER:)
     port: Whole | None = Field(default=None, ge=1, le=65535)
     key: str | None = Field(default=None, max_length=1024)
 
@@ -91,17 +83,6 @@ class SSHSettings(BaseModel):
     def _key(cls, v: str | None) -> str | None:
         return _one_line(v)
 
-    @field_validator("user")
-    @classmethod
-    def _user(cls, v: str | None) -> str | None:
-        # It lands in ssh's login and in the fixes we print (sudo chown USER:), so only a POSIX user name.
-        if v is not None and not USER_NAME.match(v):
-            raise ValueError(
-                "is not a user name (letters, digits, '_', '.', '-'; at most 32; not starting with "
-                "'-') | fix: write the login name on the node"
-            )
-        return v
-
 
 class Link(BaseModel):
     """One cable of a direct mesh or ring (cluster.fabric: mesh | ring): this node's port and the node at the
@@ -109,39 +90,25 @@ class Link(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    port: str
-    peer: str
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: str) -> str:
-        if not IFNAME.match(v):
-            raise ValueError(f"{v!r} is not a Linux interface name | fix: use the name `ip link` shows")
-        return v
+    port: InterfaceName
+    peer: NodeName
 
 
 class Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: NodeName
     role: Literal["head", "worker"] = "worker"
     mgmt_ip: str
     fabric_ip: str
-    fabric_ifaces: list[str] = Field(min_length=1)
-    hcas: list[str] = Field(default_factory=list)
+    fabric_ifaces: list[InterfaceName] = Field(min_length=1)
+    hcas: list[HcaName] = Field(default_factory=list)
     gid_index: Whole | None = Field(default=None, ge=0, description="RoCEv2 GID index of fabric_ip (show_gids)")
     ssh: SSHSettings = Field(default_factory=SSHSettings)
     links: list[Link] = Field(default_factory=list)  # mesh/ring only: which port goes to which peer
     # mesh/ring only: the interface holding fabric_ip (the management one), for the socket settings of Ray,
     # gloo and NCCL's bootstrap; NCCL's bulk goes over the cables' RDMA devices (hcas).
-    socket_iface: str | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not LABEL_NAME.match(v):
-            raise ValueError("a node name is a label of letters, digits, '.', '_' and '-' | fix: rename the node")
-        return v
+    socket_iface: InterfaceName | None = None
 
     @field_validator("mgmt_ip")
     @classmethod
@@ -170,29 +137,6 @@ class Node(BaseModel):
             )
         return str(iface)
 
-    @field_validator("socket_iface")
-    @classmethod
-    def _socket_iface(cls, v: str | None) -> str | None:
-        if v is not None and not IFNAME.match(v):
-            raise ValueError(f"{v!r} is not a Linux interface name | fix: use the name `ip link` shows")
-        return v
-
-    @field_validator("fabric_ifaces")
-    @classmethod
-    def _ifaces(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if not IFNAME.match(name):
-                raise ValueError(f"{name!r} is not a Linux interface name | fix: use the name `ip link` shows")
-        return v
-
-    @field_validator("hcas")
-    @classmethod
-    def _hcas(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if not HCA_NAME.match(name):
-                raise ValueError(f"{name!r} is not an RDMA device name | fix: use a name `ibv_devices` shows")
-        return v
-
     @property
     def url_host(self) -> str:
         """mgmt_ip as it goes into a URL: an IPv6 address in brackets."""
@@ -210,7 +154,7 @@ class Node(BaseModel):
 class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "sparks"
+    name: ClusterName = "sparks"
     default_recipe: str | None = Field(default=None, max_length=128)
     vllm_port: Whole = Field(default=8000, ge=1, le=65535)
     proxy_port: Whole = Field(default=4000, ge=1, le=65535)
@@ -234,26 +178,17 @@ class ClusterSettings(BaseModel):
     mesh_subnet: str = fabric_mesh.DEFAULT_SUBNET
     guard: GuardSettings = Field(default_factory=GuardSettings)  # the memory guard's lines (sparkdeploy/guard)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not LABEL_NAME.match(v):
-            raise ValueError(
-                "a cluster name is a label of letters, digits, '.', '_' and '-' (at most 63) | fix: e.g. sparks"
-            )
-        return v
-
     @field_validator("state_dir")
     @classmethod
     def _state_dir(cls, v: str) -> str:
-        if v.startswith("/") or ".." in Path(v).parts or not re.match(r"^[A-Za-z0-9_./-]+$", v):
+        if v.startswith("/") or ".." in Path(v).parts or not re.fullmatch(r"[A-Za-z0-9_./-]+", v):
             raise ValueError("state_dir is a plain folder relative to the SSH user's home | fix: e.g. .sparkdeploy")
         return v
 
     @field_validator("hf_endpoint")
     @classmethod
     def _hf_endpoint(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/-]*)?$", v):
+        if v is not None and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/-]*)?", v):
             raise ValueError(
                 "hf_endpoint is an http(s) URL of a Hugging Face Hub mirror | fix: e.g. "
                 "http://10.0.0.5:8090, or remove it to use huggingface.co"
@@ -522,4 +457,25 @@ def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
             problems += _cross_node_problems(data, str(path))
         raise ConfigError(problems) from None
     inventory.path = path.resolve()
+    problems = local_file_problems(inventory)
+    if problems:
+        raise ConfigError(problems)
     return inventory
+
+
+def local_file_problems(inventory: Inventory) -> list[Problem]:
+    """The files on this machine the inventory names for SSH (its known_hosts, each node's key), through the one
+    door before anything connects: a folder, /dev/zero or a non-UTF-8 file there is one line, not a hang."""
+    named = [("cluster.known_hosts", inventory.local_path(inventory.cluster.known_hosts), "known_hosts file")]
+    named += [
+        (f"nodes[{i}].ssh.key", inventory.local_path(n.ssh.key), "private key")
+        for i, n in enumerate(inventory.nodes)
+        if n.ssh.key
+    ]
+    problems: list[Problem] = []
+    seen: set[Path] = set()
+    for field, path, what in named:
+        if path is not None and path not in seen:
+            seen.add(path)
+            problems += present_file_problems(path, what, inventory.source, field)
+    return problems

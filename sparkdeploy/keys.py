@@ -22,19 +22,24 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sparkdeploy import names
 from sparkdeploy.apply import Session, inventory_lock
 from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
 from sparkdeploy.inventory import Inventory, load_inventory
+from sparkdeploy.recipes import MODEL_NAME
 from sparkdeploy.remote import NodeConnection
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
+from sparkdeploy.schema import Number, Whole, problems_from_validation
+from sparkdeploy.userfile import parse_json
 
 KEYS_FILE = "keys.json"
-KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 TOKEN_PREFIX = "sk-sd-"
-BUDGET = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)$")
+BUDGET = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)")
 SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 MAX_BUDGET = 10**15  # tokens: far beyond any use, small enough for sqlite's integers
 SPEND_DB = f"{SPEND_VOLUME[1]}/spend.sqlite"  # inside the gateway container (gateway_spend.DB)
@@ -42,7 +47,7 @@ SPEND_DB = f"{SPEND_VOLUME[1]}/spend.sqlite"  # inside the gateway container (ga
 
 def parse_budget(text: str) -> int:
     """--max-budget: a whole number of tokens, with an optional k / M / G (1000s): "50000", "50k", "1.5M"."""
-    m = BUDGET.match(text.strip())
+    m = BUDGET.fullmatch(text.strip())
     tokens = round(float(m.group(1)) * SCALE[m.group(2).lower()]) if m else 0
     if not m or not 1 <= tokens <= MAX_BUDGET:
         raise ConfigError(
@@ -54,6 +59,69 @@ def parse_budget(text: str) -> int:
             )
         )
     return tokens
+
+
+RECREATE = "revoke the key and create it again (sparkdeploy keys revoke NAME; keys create NAME)"
+
+
+class KeyEntry(BaseModel):
+    """One key of keys.json as the head node hands it back (written by `keys create`; checked on read: the file
+    is on a node, and a hand-edited one must not crash `keys list` or reach the terminal raw)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: names.KeyName
+    sha256: str = Field(pattern=r"\A[0-9a-f]{64}\z")  # pydantic: Rust regex, \z the very end
+    models: list[str] = Field(default_factory=list)
+    rpm: Whole | None = Field(default=None, ge=1)
+    max_budget: Whole | Number | None = None
+    budget_unit: Literal["tokens"] | None = None
+    created: str = Field(default="", max_length=64)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if not MODEL_NAME.fullmatch(m):
+                raise ValueError(f"{escape_controls(repr(m[:80]))} is not a model name | fix: {RECREATE}")
+        return v
+
+    @field_validator("created")
+    @classmethod
+    def _created(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9T:.Z+-]*", v):
+            raise ValueError(f"{escape_controls(repr(v))} is not a time | fix: {RECREATE}")
+        return v
+
+
+class KeysFile(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    keys: list[KeyEntry] = Field(default_factory=list)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    models: list[str] = Field(default_factory=list)
+
+
+def parse_keys(text: str, source: str) -> list[dict[str, Any]]:
+    """keys.json from the head node, through the one door's JSON reader and the schema above."""
+    data = parse_json(text, source, fix="restore it, or revoke and create the keys again")
+    try:
+        return [k.model_dump() for k in KeysFile.model_validate(data).keys]
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, source, KeysFile)) from None
+
+
+def parse_manifest_models(text: str, source: str) -> list[str]:
+    """The models of the gateway's manifest.json (written by `up --stack`), read the same way."""
+    data = parse_json(text, source, fix="run `sparkdeploy up --stack FILE` again (it rewrites it)")
+    try:
+        return list(Manifest.model_validate(data).models)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, source, Manifest)) from None
 
 
 def check_new(name: str, models: list[str], served: list[str], existing: list[dict[str, Any]]) -> list[Problem]:
@@ -86,6 +154,9 @@ class Gateway:
             return None
         raise StepFailed(f"{self.conn.node.name}: cannot read {self.state_dir}/{name}: {r.stderr.strip()[-200:]}")
 
+    def _source(self, name: str) -> str:
+        return f"{self.conn.node.name}:{self.state_dir}/{name}"
+
     def models(self) -> list[str]:
         """The models the gateway serves (its manifest, written by `up --stack`)."""
         text = self._cat("manifest.json")
@@ -93,11 +164,11 @@ class Gateway:
             raise StepFailed(
                 f"no stack gateway on {self.conn.node.name} ({self.state_dir}): run `sparkdeploy up --stack FILE` first"
             )
-        return [str(m) for m in json.loads(text).get("models") or []]
+        return parse_manifest_models(text, self._source("manifest.json"))
 
     def keys(self) -> list[dict[str, Any]]:
         text = self._cat(KEYS_FILE)
-        return list(json.loads(text).get("keys") or []) if text else []
+        return parse_keys(text, self._source(KEYS_FILE)) if text else []
 
     def write(self, keys: list[dict[str, Any]]) -> None:
         self.conn.put(json.dumps({"keys": keys}, indent=1, sort_keys=True) + "\n", self.path, mode=0o600)
@@ -111,7 +182,14 @@ class Gateway:
         )
         if not r.ok:
             return None
-        return {k: int(v.get("tokens", 0)) for k, v in json.loads(r.stdout or "{}").items()}
+        data = parse_json(r.stdout or "{}", f"{self.conn.node.name}: {SPEND_DB}")
+        if not isinstance(data, dict):
+            return None
+        return {
+            str(k): v["tokens"]
+            for k, v in data.items()
+            if isinstance(v, dict) and isinstance(v.get("tokens"), int) and not isinstance(v["tokens"], bool)
+        }
 
 
 def _open(inventory: str | None) -> tuple[Inventory, Session]:
@@ -132,10 +210,16 @@ def create(
 ) -> tuple[str, dict[str, Any]]:
     """A new key: (its token, shown once; what keys.json records of it). Exit 2 for a bad name, rpm or budget
     (before connecting), a name in use or a model no deployment of the stack serves (nothing written)."""
-    if not KEY_NAME.match(name):
-        raise ConfigError(Problem("keys create", name, "not a key name", "letters, digits, '_', '.', '@', '-'"))
+    problems = [p for p in [names.problem("key", name, "keys create", "NAME")] if p]
+    problems += [
+        Problem("keys create", "--models", f"{escape_controls(repr(m))} is not a model name", "as /v1/models lists it")
+        for m in models or []
+        if not MODEL_NAME.fullmatch(m)
+    ]
     if rpm is not None and rpm < 1:
-        raise ConfigError(Problem("keys create", "--rpm", f"{rpm} is not a rate", "a whole number >= 1"))
+        problems.append(Problem("keys create", "--rpm", f"{rpm} is not a rate", "a whole number >= 1"))
+    if problems:
+        raise ConfigError(problems)
     budget = parse_budget(max_budget) if max_budget is not None else None
     inv, session = _open(inventory)
     with inventory_lock(inv), session:
@@ -169,6 +253,9 @@ def list_keys(inventory: str | None) -> list[dict[str, Any]]:
 
 
 def revoke(inventory: str | None, name: str) -> dict[str, Any]:
+    bad = names.problem("key", name, "keys revoke", "NAME")
+    if bad:
+        raise ConfigError(bad)
     inv, session = _open(inventory)
     with inventory_lock(inv), session:
         gw = Gateway(inv, session.conn(inv.head), state_dir_of(inv, GATEWAY))

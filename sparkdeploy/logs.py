@@ -27,7 +27,7 @@ from sparkdeploy.remote import NodeConnection
 READ_TIMEOUT_S = 60
 RETRY_S = 5.0  # follow: how often a lost node is tried again
 REORDER_S = 0.3  # follow: lines are held this long so the nodes' lines come out in time order
-_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$")
+_TS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z")
 
 # $1 the label filter (ours: io.sparkdeploy.managed=true; one stack deployment's: io.sparkdeploy.deployment=NAME),
 # $2 --since ('' for none), $3 --tail ('all' or N), $4 follow (1/0), $5... containers
@@ -69,13 +69,13 @@ class LogLine:
     @property
     def key(self) -> str:
         """A sort key in time order: the timestamp with its fraction padded to nanoseconds."""
-        m = _TS.match(self.time)
+        m = _TS.fullmatch(self.time)
         if not m:
             return ""
         return f"{m.group(1)}.{(m.group(2) or '').ljust(9, '0')}"
 
     def short_time(self) -> str:
-        m = _TS.match(self.time)
+        m = _TS.fullmatch(self.time)
         return f"{m.group(1)[11:]}.{(m.group(2) or '').ljust(3, '0')[:3]}" if m else "-"
 
 
@@ -85,7 +85,7 @@ def parse_line(node: str, raw: str) -> LogLine | None:
         return None
     container, _, rest = raw.partition(" ")
     stamp, _, text = rest.partition(" ")
-    if not _TS.match(stamp):  # not a docker line (an error of docker logs itself): keep it whole
+    if not _TS.fullmatch(stamp):  # not a docker line (an error of docker logs itself): keep it whole
         return LogLine(node, container, "", rest)
     return LogLine(node, container, stamp, text)
 

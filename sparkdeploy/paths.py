@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Problem, has_controls
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -83,3 +83,27 @@ def state_folder(*parts: str, path: Path | None = None) -> Path:
     except OSError as exc:
         raise state_unwritable(folder, exc) from None
     return folder
+
+
+def confined(folder: Path, name: str, what: str) -> Path:
+    """`folder`/`name` for a file name taken from a record or a file (a history record's recipe, an imported
+    recipe's name): one plain name that stays inside `folder`, else ConfigError before anything is written."""
+    text = str(name)
+    plain = (
+        text not in ("", ".", "..")
+        and "/" not in text
+        and "\\" not in text
+        and not has_controls(text)
+        and len(text) <= 255
+    )
+    path = folder / text
+    if not plain or path.resolve().parent != folder.resolve():
+        raise ConfigError(
+            Problem(
+                str(folder),
+                what,
+                f"{text[:80]!r} would leave the folder {folder} (a file name is one plain name)",
+                "restore the value as sparkdeploy wrote it",
+            )
+        )
+    return path

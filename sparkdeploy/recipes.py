@@ -15,8 +15,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import eugr, paths
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy import eugr, names, paths
+from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.images.reference import is_reference, reference_error
 from sparkdeploy.schema import Number, Whole, problems_from_validation
@@ -38,20 +38,18 @@ RoutingStrategy = Literal[
     "cost-based-routing",
 ]
 ROUTING_STRATEGIES: tuple[str, ...] = get_args(RoutingStrategy)
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # matched in full, as every name here
 # Values that belong in the secrets file, never in a recipe (recipes are shared and printed).
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY)$", re.IGNORECASE)
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|MASTER_KEY)\Z", re.IGNORECASE)
 LEAST_BUSY_WARNING = (
     "litellm.routing_strategy least-busy starves one of two identical backends: the seeds measured -68% decode "
     "(338 vs 568 t/s) and -59% prefill (4,982 vs 12,064 t/s) at c64 against simple-shuffle on two Sparks"
 )
 SPARK_MEMORY_GB = 128
-SET_KEY = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+SET_KEY = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 MAX_SET_PARTS = 8
-# Names: a recipe, image or env name is short and plain (it lands in file names, labels and shell lines).
-PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # A model id / served name: a Hugging Face repo id or a path-like name, printable, no spaces or control chars.
-MODEL_NAME = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._:/@+-]{0,255}$")
+MODEL_NAME = re.compile(r"[A-Za-z0-9/][A-Za-z0-9._:/@+-]{0,255}")
 # vLLM flags that carry a secret: they belong in the secrets file (HF_TOKEN), never on a command line.
 SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
 # Upper bounds of the recipe's numbers: far above any real value, so a typo (a 31-digit max_model_len) is refused
@@ -65,12 +63,8 @@ MAX_PROXY_SECONDS = 7 * 24 * 3600.0  # a LiteLLM timeout or cooldown
 
 
 def _plain(v: str) -> str:
-    if not PLAIN_NAME.match(v) or v in (".", ".."):
-        raise ValueError(
-            "must be a plain name (letters, digits, '.', '_', '-'; at most 128; no '/' or spaces; "
-            "not starting with '-') | fix: check the value"
-        )
-    return v
+    """A recipe or image name is short and plain: it lands in file names, labels and shell lines."""
+    return names.check("plain", v)
 
 
 class CompilationSettings(BaseModel):
@@ -211,7 +205,7 @@ class Recipe(BaseModel):
     def _model_name(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if not MODEL_NAME.match(v) or ".." in v.split("/"):
+        if not MODEL_NAME.fullmatch(v) or ".." in v.split("/"):
             raise ValueError(
                 "must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no "
                 "spaces, newlines or escapes; not starting with '-') | fix: check the value"
@@ -232,7 +226,7 @@ class Recipe(BaseModel):
             return v
         out = {}
         for key, value in v.items():
-            if not ENV_NAME.match(str(key)):
+            if not ENV_NAME.fullmatch(str(key)):
                 raise ValueError(f"{key!r} is not an environment variable name | fix: use letters, digits and _")
             if SECRET_NAME.search(str(key)):
                 raise ValueError(f"{key} looks like a secret | fix: put it in the inventory's secrets file")
@@ -329,7 +323,7 @@ def parse_set(pairs: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     out = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or not key or not SET_KEY.match(key) or len(key) > 200 or key.count(".") >= MAX_SET_PARTS:
+        if not sep or not key or not SET_KEY.fullmatch(key) or len(key) > 200 or key.count(".") >= MAX_SET_PARTS:
             raise ConfigError(
                 Problem(
                     "--set",
@@ -480,7 +474,9 @@ def resolve(
         raise ConfigError(Problem("--backend", backend, "unknown backend", f"one of {', '.join(BACKENDS)}"))
     resolved = ResolvedRecipe(final, topo, chosen_backend if topo in MULTI_NODE_ENGINES else "", path, sources)
     if imported is not None:
-        resolved.warnings += [f"eugr recipe {imported.eugr_name!r}: {note}" for note in imported.not_carried]
+        resolved.warnings += [
+            escape_controls(f"eugr recipe {imported.eugr_name!r}: {note}") for note in imported.not_carried
+        ]
     if backend and topo not in MULTI_NODE_ENGINES:
         resolved.warnings.append(f"--backend {backend} applies to the cluster topology only; {topo} ignores it")
     if topo in ("2xsolo", "replicas") and final.litellm.routing_strategy == "least-busy":

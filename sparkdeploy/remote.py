@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import paramiko
 
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.interrupts import STOPPING, in_threads  # STOPPING: a second stop signal, no new remote command
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.thread_imports import preload
+from sparkdeploy.userfile import read_text
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -420,16 +421,41 @@ class NodeConnection:
         return self.sftp().normalize(".")
 
 
-def _host_keys(path: Path | None) -> paramiko.HostKeys:
+def load_host_keys(path: Path | None) -> paramiko.HostKeys:
+    """A known_hosts file read through the one door (userfile.py: a regular UTF-8 file of at most 1 MiB, never
+    /dev/zero), its lines parsed as ssh(1) does; a missing file holds no key. ConfigError for a bad file or line."""
     keys = paramiko.HostKeys()
-    if path is not None and path.is_file():
+    if path is None or not (path.exists() or path.is_symlink()):
+        return keys
+    text = read_text(path, "known_hosts file", "fix or remove the file (sparkdeploy trust NODE records keys)")
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
         try:
-            keys.load(str(path))
-        except (OSError, paramiko.SSHException, UnicodeDecodeError, ValueError) as exc:
-            raise StepFailed(
-                f"{path}: cannot read the known_hosts file ({exc.__class__.__name__}); fix or remove the bad line"
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+        except paramiko.SSHException:  # a key of a type paramiko does not know: skipped, as paramiko does
+            continue
+        except (paramiko.hostkeys.InvalidHostKey, ValueError, IndexError, TypeError) as exc:
+            raise ConfigError(
+                Problem(
+                    str(path),
+                    f"line {number}",
+                    f"not a known_hosts line ({exc.__class__.__name__})",
+                    "fix or remove the bad line",
+                )
             ) from None
+        if entry is not None:
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
     return keys
+
+
+def _host_keys(path: Path | None) -> paramiko.HostKeys:
+    try:
+        return load_host_keys(path)
+    except ConfigError as exc:
+        raise StepFailed(str(exc)) from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -548,7 +574,7 @@ def record_host_key(path: Path, node: Node, key: paramiko.PKey) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     name = known_hosts_name(node.mgmt_ip, node.ssh.port or 22)
     line = f"{name} {key.get_name()} {key.get_base64()}\n"
-    existing = path.read_text() if path.is_file() else ""
+    existing = read_text(path, "known_hosts file") if path.exists() else ""
     if line in existing:
         return
     with open(path, "a") as fh:

@@ -22,7 +22,7 @@ import yaml
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def shell_quote(value: Any) -> str:
@@ -51,7 +51,7 @@ def shell_path(value: str) -> str:
 
 def env_line(value: Any, name: str) -> str:
     """`NAME=value` for a Docker --env-file: taken literally up to the end of the line, so no newline."""
-    if not ENV_NAME.match(str(name)):
+    if not ENV_NAME.fullmatch(str(name)):
         raise ValueError(f"{name!r} is not an environment variable name")
     text = "" if value is None else str(value)
     if "\n" in text or "\r" in text or "\0" in text:

@@ -22,14 +22,16 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
+from sparkdeploy.userfile import parse_json
 
 SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
 PROXY_REQUESTS = "litellm_deployment_total_requests_total"
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -39,7 +41,7 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        m = _SAMPLE.match(line.strip())
+        m = _SAMPLE.fullmatch(line.strip())
         if not m:
             continue
         try:
@@ -279,14 +281,12 @@ done
 
 def node_targets(node, text: str) -> list[Target]:
     """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
-    import json
-
     running, *manifest_texts = text.split("@@sparkdeploy-manifest@@")
     ports = {}
     for manifest_text in manifest_texts:
         try:
-            manifest = json.loads(manifest_text) if manifest_text.strip() else {}
-        except ValueError:
+            manifest = parse_json(manifest_text, f"{node.name}: manifest.json") if manifest_text.strip() else {}
+        except ConfigError:  # a node's file, through the one door's JSON reader: unreadable is no targets
             manifest = {}
         listed = manifest.get("containers") or [] if isinstance(manifest, dict) else []
         ports.update({c.get("name"): c.get("health_port") for c in listed if isinstance(c, dict)})

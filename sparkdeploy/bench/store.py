@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkdeploy.errors import ConfigError
+from sparkdeploy.userfile import load_json_file
+
 SCHEMA = "sparkdeploy-bench-result/1"
 
 
@@ -186,8 +189,11 @@ def save_result(result: BenchResult, out_dir: Path) -> Path:
     return path
 
 
+MAX_RESULT_BYTES = 64 << 20  # a result with every request's timings
+
+
 def read_result(path: Path) -> BenchResult:
-    return BenchResult.from_json(json.loads(Path(path).read_text()), Path(path))
+    return BenchResult.from_json(load_json_file(path, "benchmark result", limit=MAX_RESULT_BYTES), Path(path))
 
 
 def stored(
@@ -207,7 +213,7 @@ def stored(
         return None
     try:
         result = read_result(path)
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+    except (ValueError, KeyError, TypeError, ConfigError):
         return None
     if result.runs < min_runs or result.errors or not all(m in result.metrics for m in METRICS):
         return None
@@ -229,9 +235,9 @@ def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[BenchResult],
             continue
         for f in files:
             try:
-                data = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                skipped.append(f"{f}: unreadable ({exc.__class__.__name__})")
+                data = load_json_file(f, "benchmark result", limit=MAX_RESULT_BYTES)
+            except ConfigError as exc:
+                skipped.append(f"unreadable: {exc.problems[0]}")
                 continue
             if not isinstance(data, dict) or data.get("schema") != SCHEMA:
                 continue  # reports, llama-benchy's own files: not ours to read

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
-from sparkdeploy.errors import ConfigError
+from sparkdeploy.errors import ConfigError, escape_controls
 from sparkdeploy.userfile import redact
 
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
@@ -218,18 +218,30 @@ def emit_json(data: Any) -> None:
 
 
 def warn(message: str) -> None:
-    click.secho(f"warning: {message}", fg="yellow", err=True)
+    click.secho(f"warning: {escape_controls(message)}", fg="yellow", err=True)
+
+
+PROBLEMS_SHOWN = 20  # a flood of problems (300 clashing deployments) is cut to the first 20 and a count
 
 
 def report_error(exc: Exception) -> int:
-    """Print a user error without a traceback; return its exit code."""
+    """Print a user error without a traceback, one line per problem (the first PROBLEMS_SHOWN, then how many
+    more); return its exit code."""
     from sparkdeploy.errors import SparkdeployError
 
     if isinstance(exc, ConfigError):
-        for problem in exc.problems:
+        for problem in exc.problems[:PROBLEMS_SHOWN]:
             click.secho(f"error: {redact(str(problem))}", fg="red", err=True)
+        more = len(exc.problems) - PROBLEMS_SHOWN
+        if more > 0:
+            click.secho(
+                f"error: ... and {more} more problem(s) like these: fix the ones above, then run it again",
+                fg="red",
+                err=True,
+            )
     elif isinstance(exc, SparkdeployError):
-        click.secho(f"error: {redact(str(exc))}", fg="red", err=True)
+        text = "\n".join(escape_controls(line) for line in str(exc).split("\n"))
+        click.secho(f"error: {redact(text)}", fg="red", err=True)
     return getattr(exc, "exit_code", 1)
 
 

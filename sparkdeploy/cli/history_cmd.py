@@ -9,11 +9,19 @@ from __future__ import annotations
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, timeout_option
 from sparkdeploy.cli.up_cmd import Out
 from sparkdeploy.deploy import history as history_mod
 from sparkdeploy.deploy.up import deploy
+from sparkdeploy.errors import escape_controls
+
+
+def cell(value: object) -> Text:
+    """A value of a record as shown: never read as rich markup (`[/INST]` in a --set), control characters
+    escaped (a record cannot move the cursor or add a line)."""
+    return Text(escape_controls(str(value)))
 
 
 @click.command("history")
@@ -26,7 +34,7 @@ def history(as_json):
     if as_json:
         emit_json([{k: v for k, v in r.items() if k != "recipe_text"} for r in records])
         return
-    table = Table(title=f"deployments ({history_mod.history_file()})", title_justify="left")
+    table = Table(title=cell(f"deployments ({history_mod.history_file()})"), title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("time (UTC)", no_wrap=True)
     for col in ("recipe", "hash", "topology", "image", "model commit", "vLLM", "driver", "nodes"):
@@ -34,20 +42,21 @@ def history(as_json):
     for r in records:
         drivers = sorted({d for d in (r.get("drivers") or {}).values() if d})
         image = r.get("image_digest") or r.get("image_id") or ""
-        table.add_row(
+        row = (
             str(r["id"]),
             str(r.get("time", ""))[:16].replace("T", " "),
             (f"{r['deployment']} (stack): " if r.get("deployment") else "")
             + str(r.get("recipe", ""))
             + (f" --set {' '.join(r['sets'])}" if r.get("sets") else ""),
-            str(r.get("recipe_hash", ""))[:12],
+            str(r.get("recipe_hash") or "")[:12],
             "/".join(x for x in (r.get("topology"), r.get("backend")) if x),
-            f"{r.get('image_tag', '')} {str(image).removeprefix('sha256:')[:12]}".strip(),
+            f"{r.get('image_tag') or ''} {str(image).removeprefix('sha256:')[:12]}".strip(),
             str(r.get("model_commit") or "-")[:12],
             str(r.get("vllm_version") or "-"),
             (", ".join(drivers) or "-") + (" SIMULATED" if r.get("simulated") else ""),
             ", ".join(r.get("nodes") or []),
         )
+        table.add_row(*(cell(v) for v in row))
     Console(highlight=False, soft_wrap=False, width=max(120, Console().width)).print(table)
     if not records:
         click.echo("no deployment recorded yet: `sparkdeploy up` records each one that comes up healthy")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -16,6 +14,7 @@ from sparkdeploy.lab import lifecycle
 from sparkdeploy.lab import network as lab_network
 from sparkdeploy.lab import nodestatus as lab_status
 from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
+from sparkdeploy.userfile import load_json_file
 
 BARE_NAME = "bare"
 name_option = click.option(
@@ -149,7 +148,7 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
             )
     click.echo("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.phases.items()))
     if spec.bare:
-        notes = json.loads(Path(result.inventory).read_text())
+        notes = load_json_file(result.inventory, "bare lab notes")
         hosts = ", ".join(notes["hosts"])
         click.echo(f"bare nodes: {hosts} (user {notes['user']}; password in {notes['password_file']})")
         click.echo(

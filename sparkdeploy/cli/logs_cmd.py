@@ -10,13 +10,13 @@ import click
 
 from sparkdeploy.cli.common import inventory_option
 
-SINCE = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$|^\d{4}-\d\d-\d\d(T[0-9:.]+(Z|[+-]\d\d:\d\d)?)?$|^\d+$")
+SINCE = re.compile(r"(\d+(\.\d+)?(ns|us|ms|s|m|h))+|\d{4}-\d\d-\d\d(T[0-9:.]+(Z|[+-]\d\d:\d\d)?)?|\d+")
 # Prefix colours per (node, container), stable within a run.
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 
 
 def _since(ctx, param, value):
-    if value is not None and not SINCE.match(value):
+    if value is not None and not SINCE.fullmatch(value):
         raise click.BadParameter(
             f"{value!r}: a duration (10m, 1h30m, 45s), an RFC 3339 time (2026-11-23T09:00:00Z) or a Unix timestamp"
         )

@@ -20,7 +20,7 @@ from sparkdeploy.cli.common import (
     warn,
 )
 from sparkdeploy.doctor import graph_advice
-from sparkdeploy.errors import ConfigError
+from sparkdeploy.errors import ConfigError, escape_controls
 
 
 @click.group("recipes")
@@ -291,7 +291,7 @@ def import_cmd(file, out_dir, dry_run, force, sets, as_json):
     if result["not_carried"]:
         click.echo("not carried over as written:", err=dry_run)
         for note in result["not_carried"]:
-            click.echo(f"  - {note}", err=dry_run)
+            click.echo(f"  - {escape_controls(note)}", err=dry_run)
 
 
 __all__ = ["ConfigError", "recipes_group"]

@@ -16,13 +16,14 @@ from sparkdeploy.cli.common import inventory_option
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import load_inventory
 from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
+from sparkdeploy.userfile import read_text
 
 
 def _entries(path: Path) -> list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]]:
     out: list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]] = []
     if not path.is_file():
         return out
-    for raw in path.read_text().splitlines(keepends=True):
+    for raw in read_text(path, "known_hosts file").splitlines(keepends=True):
         entry = None
         text = raw.strip()
         if text and not text.startswith("#"):

@@ -29,8 +29,8 @@ TIMEOUT_S = 60
 GB10 = "GB10"
 
 # en[P<domain>]p<bus>s<slot>f<function>[np<port>]: the PCI domain is what differs between a port's two names.
-PORT_NAME = re.compile(r"^en(?:P(?P<domain>\d+))?(?P<key>p\d+s\d+f\d+)(?:np\d+)?$")
-HCA_NAME = re.compile(r"^roce(?:P(?P<domain>\d+))?(?P<key>p\d+s\d+f\d+)$")
+PORT_NAME = re.compile(r"en(?:P(?P<domain>\d+))?(?P<key>p\d+s\d+f\d+)(?:np\d+)?")
+HCA_NAME = re.compile(r"roce(?:P(?P<domain>\d+))?(?P<key>p\d+s\d+f\d+)")
 
 
 @dataclass
@@ -105,12 +105,12 @@ class DiscoveredNode:
 
 
 def _port_key(name: str) -> tuple[str, int] | None:
-    m = PORT_NAME.match(name)
+    m = PORT_NAME.fullmatch(name)
     return (m.group("key"), int(m.group("domain") or 0)) if m else None
 
 
 def _hca_order(hca: str) -> tuple[int, str]:
-    m = HCA_NAME.match(hca)
+    m = HCA_NAME.fullmatch(hca)
     return (int(m.group("domain") or 0) if m else 0, hca)
 
 

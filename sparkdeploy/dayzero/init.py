@@ -13,18 +13,20 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkdeploy import names
 from sparkdeploy.dayzero import discover, inventory_text
 from sparkdeploy.dayzero import plan as planner
 from sparkdeploy.dayzero.session import (
     Confirm,
     HostKey,
     default_known_hosts,
+    key_file_problems,
     parse_hosts,
     probe_inventory,
     trusted_keys,
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.remote import load_host_keys, on_nodes
 
 
 @dataclass
@@ -70,15 +72,40 @@ class InitResult:
         }
 
 
-def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
-    hosts = parse_hosts(opts.hosts)
+def check_options(opts: InitOptions) -> list[str]:
+    """Every argument checked before anything connects: the hosts (returned), the user, the key, the
+    known_hosts file, the fabric subnet and --out. ConfigError with one line per problem."""
+    problems: list[Problem] = []
+    hosts: list[str] = []
+    try:
+        hosts = parse_hosts(opts.hosts)
+    except ConfigError as exc:
+        problems += exc.problems
+    if opts.user is not None:
+        problems += [p for p in [names.problem("user", opts.user, "init", "--user")] if p]
+    if opts.key is not None:
+        problems += key_file_problems(opts.key, "init", "--key")
     known_hosts = opts.known_hosts or default_known_hosts()
+    try:
+        load_host_keys(known_hosts)
+    except ConfigError as exc:
+        problems += exc.problems
+    if opts.fabric_subnet is not None:
+        problems += planner.subnet_problems(opts.fabric_subnet, len(hosts) or 1)
     if opts.out.exists() and not opts.out.is_file():
-        raise ConfigError(Problem(str(opts.out), "--out", "is not a file", "name a file, e.g. inventory.yaml"))
-    if opts.out.is_file() and not opts.force and not opts.dry_run:
-        raise ConfigError(
+        problems.append(Problem(str(opts.out), "--out", "is not a file", "name a file, e.g. inventory.yaml"))
+    elif opts.out.is_file() and not opts.force and not opts.dry_run:
+        problems.append(
             Problem(str(opts.out), "--out", "exists", "pass --force to replace it (a backup is kept) or another --out")
         )
+    if problems:
+        raise ConfigError(problems)
+    return hosts
+
+
+def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
+    hosts = check_options(opts)
+    known_hosts = opts.known_hosts or default_known_hosts()
     # a key that does not exist yet (`setup ssh` creates it) is only written into the inventory
     login_key = opts.key if opts.key and Path(opts.key).expanduser().is_file() else None
     probe = probe_inventory(hosts, opts.user, login_key, known_hosts.resolve())

@@ -12,11 +12,14 @@ import re
 import time
 
 import yaml
+from pydantic import ValidationError
 
 from sparkdeploy.dayzero.discover import Port
 from sparkdeploy.dayzero.plan import FABRIC_MTU, InitPlan
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory
+from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import parse_yaml
 
 PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
@@ -78,6 +81,10 @@ def render(result: InitPlan, data: dict, hosts: list[str]) -> str:
 
 def check(text: str, data: dict) -> None:
     """The text loads back to the same data, and the data is a valid inventory."""
-    if yaml.safe_load(text) != data:
+    if parse_yaml(text, "the inventory init writes") != data:
         raise StepFailed("init: the inventory text does not load back to its data (a bug: please report it)")
-    Inventory.model_validate(data)
+    try:
+        Inventory.model_validate(data)
+    except ValidationError as exc:  # what the nodes said makes no valid inventory: one line each, no pydantic text
+        lines = "; ".join(str(p) for p in problems_from_validation(exc, "the inventory init writes", Inventory))
+        raise StepFailed(f"init: {lines}") from None

@@ -13,9 +13,9 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sparkdeploy import names
 from sparkdeploy.dayzero.discover import DiscoveredNode, Port
-from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.inventory import LABEL_NAME
+from sparkdeploy.errors import ConfigError, Problem, escape_controls
 
 # Proposed when the link has no addresses: the first of these no node uses on any interface.
 FABRIC_SUBNETS = ("192.168.100.0/24", "192.168.101.0/24", "10.100.0.0/24", "10.101.0.0/24")
@@ -66,7 +66,7 @@ class InitPlan:
 def _names(facts: list[DiscoveredNode]) -> list[str]:
     """The hostnames when each is a valid, unique label; spark1, spark2, ... otherwise."""
     hostnames = [f.hostname for f in facts]
-    if all(h and LABEL_NAME.match(h) for h in hostnames) and len(set(hostnames)) == len(hostnames):
+    if all(h and names.error("node", h) is None for h in hostnames) and len(set(hostnames)) == len(hostnames):
         return hostnames
     return [f"spark{i + 1}" for i in range(len(facts))]
 
@@ -175,6 +175,36 @@ def _used_networks(facts: list[DiscoveredNode], skip: set[str]) -> list[ipaddres
                 except ValueError:
                     continue
     return used
+
+
+def subnet_problems(subnet: str, nodes: int) -> list[Problem]:
+    """--fabric-subnet before anything connects: an IPv4 subnet (host bits are dropped) that is no loopback,
+    link-local, multicast or reserved range and holds an address for every node from .FIRST_HOST on."""
+    fix = "e.g. --fabric-subnet 192.168.100.0/24"
+    try:
+        net = ipaddress.ip_network(subnet.strip(), strict=False)
+    except ValueError:
+        return [Problem("init", "--fabric-subnet", f"{escape_controls(repr(subnet[:80]))} is not a subnet (CIDR)", fix)]
+    if net.version != 4:
+        return [Problem("init", "--fabric-subnet", f"{net} is IPv6: the fabric link takes an IPv4 subnet", fix)]
+    for what, bad in (
+        ("a loopback", net.is_loopback),
+        ("a link-local", net.is_link_local),
+        ("a multicast", net.is_multicast),
+        ("a reserved", net.is_reserved or net.network_address.is_unspecified),
+    ):
+        if bad:
+            return [Problem("init", "--fabric-subnet", f"{net} is {what} range, not a link's subnet", fix)]
+    if net.num_addresses - 2 < FIRST_HOST + nodes - 1:
+        return [
+            Problem(
+                "init",
+                "--fabric-subnet",
+                f"{net} holds no address for {nodes} node(s) from .{FIRST_HOST} on",
+                "use a /24, e.g. 192.168.100.0/24",
+            )
+        ]
+    return []
 
 
 def _fabric_addresses(drafts: list[NodeDraft], subnet: str | None) -> tuple[str, list[Finding]]:

@@ -9,6 +9,7 @@ remote.NodeConnection's, host-key checking on.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import tempfile
 from collections.abc import Callable, Iterator
@@ -17,11 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
+from pydantic import ValidationError
 
 from sparkdeploy import paths
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import Inventory, Node, SSHSettings, parse_ip
-from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, on_nodes, record_host_key, scan_host_key
+from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
+from sparkdeploy.inventory import Inventory, parse_ip
+from sparkdeploy.remote import (
+    connect_problem,
+    fingerprint,
+    known_hosts_name,
+    load_host_keys,
+    on_nodes,
+    record_host_key,
+    scan_host_key,
+)
+from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import present_file_problems, read_text
 
 # (host, key type, SHA256 fingerprint) -> trust it?
 Confirm = Callable[[str, str, str], bool]
@@ -35,7 +47,8 @@ def default_known_hosts() -> Path:
 
 def parse_hosts(text: str) -> list[str]:
     """--hosts IP[,IP...]: IP addresses (no names), each once. One line per bad entry."""
-    hosts, problems = [], []
+    hosts: list[str] = []
+    problems: list[Problem] = []
     for raw in [h.strip() for h in text.split(",")]:
         if not raw:
             continue
@@ -50,6 +63,17 @@ def parse_hosts(text: str) -> list[str]:
         hosts.append(ip)
     if not hosts and not problems:
         problems.append(Problem("init", "--hosts", "no address given", "e.g. --hosts 192.168.1.101,192.168.1.102"))
+    if len(hosts) > 1:  # the nodes reach each other at these addresses (as Inventory checks)
+        problems += [
+            Problem(
+                "init",
+                "--hosts",
+                f"{ip} is a loopback address: the other nodes cannot reach it",
+                "give each node's management address, as `ip -br addr` on the node shows it",
+            )
+            for ip in hosts
+            if ipaddress.ip_address(ip).is_loopback
+        ]
     if problems:
         raise ConfigError(problems)
     return hosts
@@ -61,19 +85,21 @@ def probe_inventory(
     """An inventory of the hosts as they are before `init`: only what connecting needs is real."""
     net = list(paths_hosts(len(hosts)))
     nodes = [
-        Node(
-            name=f"host{i + 1}",
-            role="head" if i == 0 else "worker",
-            mgmt_ip=h,
-            fabric_ip=net[i],
-            fabric_ifaces=["unknown"],
-            ssh=SSHSettings(user=user, port=port, key=key),
-        )
+        {
+            "name": f"host{i + 1}",
+            "role": "head" if i == 0 else "worker",
+            "mgmt_ip": h,
+            "fabric_ip": net[i],
+            "fabric_ifaces": ["unknown"],
+            "ssh": {"user": user, "port": port, "key": key},
+        }
         for i, h in enumerate(hosts)
     ]
-    return Inventory.model_validate(
-        {"cluster": {"known_hosts": str(known_hosts)}, "nodes": [n.model_dump() for n in nodes]}
-    )
+    data = {"cluster": {"known_hosts": str(known_hosts)}, "nodes": nodes}
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as exc:  # the options were checked first (init.check_options): one line each anyway
+        raise ConfigError(problems_from_validation(exc, "init", Inventory)) from None
 
 
 def paths_hosts(count: int) -> Iterator[str]:
@@ -97,10 +123,7 @@ class HostKey:
 
 
 def _pinned(path: Path, name: str) -> list[paramiko.PKey]:
-    keys = paramiko.HostKeys()
-    if path.is_file():
-        keys.load(str(path))
-    entry = keys.lookup(name)
+    entry = load_host_keys(path).lookup(name)
     return list(entry.values()) if entry else []
 
 
@@ -134,7 +157,7 @@ def trusted_keys(
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-init-") as tmp:
         use_path = Path(tmp) / "known_hosts" if dry_run else known_hosts
         if dry_run and known_hosts.is_file():
-            use_path.write_text(known_hosts.read_text())
+            use_path.write_text(read_text(known_hosts, "known_hosts file"))
         for node, item in zip(inv.nodes, scanned, strict=True):
             if isinstance(item, StepFailed):
                 failures.append(str(item))
@@ -166,16 +189,26 @@ def trusted_keys(
         yield Inventory.model_validate(data), keys, failures
 
 
+MAX_PASSWORD_BYTES = 4096
+
+
 def read_password_file(path: str) -> str:
-    """A password for day zero from a file only its owner can read (never from a command line)."""
+    """A password for day zero from a file only its owner can read (never from a command line), through the one
+    door: the mode is checked on the open file before a byte is read; a regular UTF-8 file of one line."""
     p = Path(path).expanduser()
     try:
-        mode = p.stat().st_mode & 0o077
-        text = p.read_text()
-    except OSError as exc:
+        text = read_text(p, "password file", "pass a file holding the password", limit=MAX_PASSWORD_BYTES, private=True)
+    except ConfigError as exc:
+        raise ConfigError([dataclasses.replace(q, field="--password-file") for q in exc.problems]) from None
+    password = text.rstrip("\n")
+    if not password or has_controls(password):
         raise ConfigError(
-            Problem(str(p), "--password-file", f"cannot read it: {exc.strerror}", "check the path")
-        ) from None
-    if mode:
-        raise ConfigError(Problem(str(p), "--password-file", "is readable by others", f"chmod 600 {p}"))
-    return text.rstrip("\n")
+            Problem(str(p), "--password-file", "is not one line of printable text", "write the password on one line")
+        )
+    return password
+
+
+def key_file_problems(path: str, command: str, option: str) -> list[Problem]:
+    """--key / --login-key: a private key that may not exist yet (`setup ssh` creates one); if it does, it passes
+    the one door now (never /dev/zero, a folder or a non-UTF-8 file handed to ssh later)."""
+    return present_file_problems(path, "private key", command, option)

@@ -18,11 +18,13 @@ from pathlib import Path
 import paramiko
 
 from sparkdeploy.dayzero import sudo_needs
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.dayzero.session import key_file_problems
+from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.facts import FactArgs, NodeFacts, gather
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.lab.keys import ensure_keypair
 from sparkdeploy.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
+from sparkdeploy.userfile import read_text
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"
 
@@ -122,8 +124,11 @@ def public_key(path: Path, dry_run: bool) -> str:
     """The public key line of `path` (.pub, else derived from the private key); created when neither exists
     (a dry run says so and creates nothing)."""
     pub = path.with_name(path.name + ".pub")
-    if pub.is_file():
-        return pub.read_text().split("\n")[0].strip()
+    if pub.exists():
+        line = read_text(pub, "public key", "regenerate it: ssh-keygen -y -f PRIVATE > PRIVATE.pub").split("\n")[0]
+        if has_controls(line.strip()):
+            raise ConfigError(Problem(str(pub), "", "is not one line of text", "regenerate it"))
+        return line.strip()
     if path.is_file():
         try:
             key = paramiko.PKey.from_path(path)
@@ -236,6 +241,12 @@ def setup_node(
 def setup_ssh(
     inv: Inventory, dry_run: bool, password: str | None, login_key: str | None, sudo: bool = False
 ) -> list[NodeSsh]:
+    if login_key is not None:  # checked before anything connects, like every argument
+        found = key_file_problems(login_key, "setup ssh", "--login-key")
+        if not found and not Path(login_key).expanduser().is_file():
+            found = [Problem("setup ssh", "--login-key", f"{login_key}: no such file", "a key the nodes accept")]
+        if found:
+            raise ConfigError(found)
     paths = key_paths(inv)
     pubs = {n.name: public_key(paths[n.name], dry_run) for n in inv.nodes}
     outcomes = on_nodes(inv.nodes, lambda n: setup_node(n, inv, pubs[n.name], dry_run, password, login_key, sudo))

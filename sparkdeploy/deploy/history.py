@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy import paths
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sparkdeploy import localfiles, names, paths
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
@@ -34,7 +37,11 @@ from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.models import up_check
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref
+from sparkdeploy.names import OneLine
+from sparkdeploy.recipes import MODEL_NAME, BackendName, TopologyName
 from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.schema import Whole, problems_from_validation
+from sparkdeploy.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 
 FOLDER = "history"
 FILE = "deployments.jsonl"
@@ -43,6 +50,51 @@ FACTS_SCRIPT = (
     'docker image inspect --format "{{.Id}}" "$1" 2>/dev/null || echo; '
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1"
 )
+
+
+# The history grows by one record (a few KB: the recipe's text) per `up`: 64 MiB is thousands of deployments.
+MAX_HISTORY_BYTES = 64 << 20
+HEX64 = r"\A[0-9a-f]{64}\z"  # pydantic patterns are Rust regexes: \z is the very end
+
+
+class Record(BaseModel):
+    """One line of the history as read back: the file is in the local state, but a hand-edited or foreign line
+    must not crash `history`, reach the terminal raw or steer `rollback` (a recipe name is a file name)."""
+
+    model_config = ConfigDict(extra="allow")  # fields a newer sparkdeploy records are kept, unread
+
+    id: Whole = Field(ge=1)
+    time: OneLine = Field(max_length=64)
+    recipe: names.PlainName
+    recipe_hash: str | None = Field(default=None, pattern=HEX64)
+    recipe_text: str | None = Field(default=None, max_length=MAX_FILE_BYTES)
+    sets: list[str] = Field(default_factory=list)
+    topology: TopologyName
+    backend: BackendName | None = None
+    image: OneLine | None = Field(default=None, max_length=512)
+    image_tag: OneLine | None = Field(default=None, max_length=512)
+    image_id: OneLine | None = Field(default=None, max_length=128)
+    image_digest: OneLine | None = Field(default=None, max_length=128)
+    vllm_version: OneLine | None = Field(default=None, max_length=64)
+    model: str | None = None
+    model_commit: str | None = Field(default=None, pattern=r"\A[0-9a-f]{40}\z")
+    drivers: dict[names.NodeName, str | None] = Field(default_factory=dict)
+    simulated: bool = False
+    nodes: list[names.NodeName]
+    inventory: OneLine | None = Field(default=None, max_length=4096)
+    config_hashes: dict[str, str] = Field(default_factory=dict)
+    stack: OneLine | None = Field(default=None, max_length=4096)
+    deployment: names.DeploymentName | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        if v is not None and not MODEL_NAME.fullmatch(v):
+            raise ValueError(f"{v[:80]!r} is not a model name | fix: restore the line as `up` wrote it")
+        return v
+
+
+ROLLBACK_NEEDS = ("recipe_hash", "recipe_text", "image", "image_tag")  # what `rollback` reads of a record
 
 
 def history_file() -> Path:
@@ -54,24 +106,36 @@ def recipe_hash(text: str, sets: Sequence[str]) -> str:
 
 
 def read_records() -> list[dict[str, Any]]:
-    """Every record, oldest first (a line that does not parse is skipped: a cut write)."""
+    """Every record, oldest first, through the one door (userfile.py) and the Record schema: a line that is not
+    JSON is skipped (a cut write); a line that is JSON but not a record (duplicate keys, too deep, a field of the
+    wrong type) is refused, naming its line."""
     path = history_file()
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return []
-    except OSError as exc:
-        raise ConfigError(
-            Problem(str(path), "", f"cannot read the history: {exc.strerror}", "check its mode")
-        ) from None
+    fix = f"restore the line as `up` wrote it, or move {path} away (the history starts again)"
+    text = read_text(path, "history", fix, limit=MAX_HISTORY_BYTES)
     out = []
-    for line in lines:
+    problems: list[Problem] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        where = f"{path}: line {number}"
         try:
-            data = json.loads(line)
-        except ValueError:
+            data = parse_json(line, str(path), f"line {number}", fix)
+        except JsonSyntaxError:
             continue
-        if isinstance(data, dict) and isinstance(data.get("id"), int):
-            out.append(data)
+        except ConfigError as exc:
+            problems += exc.problems
+            continue
+        if not isinstance(data, dict):
+            problems.append(Problem(where, "", "is not a record (a JSON object)", fix))
+            continue
+        try:
+            Record.model_validate(data)
+        except ValidationError as exc:
+            problems += problems_from_validation(exc, where, Record)
+            continue
+        out.append(data)
+    if problems:
+        raise ConfigError(problems)
     return out
 
 
@@ -103,7 +167,7 @@ def record_deployment(
 ) -> dict[str, Any]:
     """After a successful `up`: append its record to the history and return it. stack: (stack file, deployment
     name) for a deployment of `up --stack` (recorded; `rollback` refuses it: the stack file says what runs)."""
-    text = dep.recipe.source.read_text()
+    text = read_text(dep.recipe.source, "recipe")
     nodes = [nd.node for nd in dep.nodes]
     facts = _node_facts(conns, nodes, dep.image_tag)
     ref = up_check.model_of(dep)
@@ -235,12 +299,26 @@ def missing(rec: dict[str, Any], inventory: Inventory) -> list[Missing]:
     return out
 
 
+def recipe_target(rec: dict[str, Any]) -> tuple[Path, str]:
+    """Where the recorded recipe text goes back (folder, file name): under the local state, named after the
+    recipe; checked to stay in that folder before anything is written (paths.confined)."""
+    folder = paths.state_dir() / FOLDER / "recipes"
+    sub = paths.confined(folder, str(rec["recipe_hash"])[:16], "the record's recipe_hash")
+    name = f"{rec['recipe']}.yaml"
+    paths.confined(sub, name, "the record's recipe")
+    return sub, name
+
+
 def recipe_file(rec: dict[str, Any]) -> Path:
-    """The recorded recipe text, written back under the local state (the file name is the recipe's name)."""
-    folder = paths.state_folder(FOLDER, "recipes", rec["recipe_hash"][:16])
-    path = folder / f"{rec['recipe']}.yaml"
-    path.write_text(rec["recipe_text"])
-    return path
+    """The recorded recipe text, written back under the local state (never through a symlink: localfiles)."""
+    folder, name = recipe_target(rec)
+    paths.state_folder(path=folder)
+    fd = localfiles.open_folder(folder, private=True)
+    try:
+        localfiles.write_atomic(fd, name, str(rec["recipe_text"]), 0o600, folder / name)
+    finally:
+        os.close(fd)
+    return folder / name
 
 
 def rollback(
@@ -264,6 +342,17 @@ def rollback(
                 f"`sparkdeploy up --stack {shlex.quote(str(rec['stack']))}`",
             )
         )
+    lacking = [k for k in ROLLBACK_NEEDS if not rec.get(k)]
+    if lacking:
+        raise ConfigError(
+            Problem(
+                f"{history_file()}: deployment {rec['id']}",
+                ", ".join(lacking),
+                "missing: the record cannot bring the deployment back",
+                "roll back to another deployment (sparkdeploy history), or run `up` with the recipe",
+            )
+        )
+    recipe_target(rec)  # the record's names stay in the state folder: checked before anything connects or writes
     inventory_arg = inventory or rec.get("inventory")
     inv = load_inventory(inventory_arg)
     gone = missing(rec, inv)

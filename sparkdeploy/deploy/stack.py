@@ -490,7 +490,7 @@ def _state_dirs_on(session: Session, inv: Inventory, nodes: list[Node]) -> set[s
         r = session.conn(node).run(["bash", "-c", _STATE_DIRS, "sparkdeploy-down", inv.cluster.state_dir], check=False)
         for line in r.stdout.split():
             name = line.removeprefix(prefix)
-            if line.startswith(prefix) and (NAME.match(name) or name == GATEWAY):
+            if line.startswith(prefix) and (NAME.fullmatch(name) or name == GATEWAY):
                 out.add(name)
     return out
 

@@ -10,28 +10,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, cast
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkdeploy import budget as memory_budget
 from sparkdeploy.deployment import (
     Deployment,
+    Listen,
 )
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
+from sparkdeploy.ports import Owner, PortMap
 from sparkdeploy.recipes import ResolvedRecipe, resolve
 from sparkdeploy.running_stack import RESERVED, state_dir_of, sub_inventory
+from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.secrets import Secrets, load_secrets
 from sparkdeploy.topologies import build_deployment, layout
+from sparkdeploy.topologies.base import ENGINE_PORT
+from sparkdeploy.userfile import load_yaml_file
 
-NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
+NAME = KINDS["deployment"].pattern  # matched in full (names.py)
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
+GATEWAY_PORT = "gateway.port"  # the gateway's port setting (the port map names it)
 GIB = 1024
 
 
@@ -41,25 +45,22 @@ GIB = 1024
 class StackDeployment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="a label: in container names, labels and the state dir")
-    recipe: str = Field(max_length=256)
-    topology: str | None = None
-    backend: str | None = None
-    nodes: list[str] | None = Field(default=None, min_length=1, description="node names; default: every node")
-    port: int | None = Field(default=None, ge=1, le=65535, description="its engines' port; default vllm_port + index")
-    memory: float | Literal["auto"] | None = Field(
+    name: DeploymentName = Field(description="a label: in container names, labels and the state dir")
+    recipe: OneLine = Field(max_length=256)
+    topology: OneLine | None = Field(default=None, max_length=32)
+    backend: OneLine | None = Field(default=None, max_length=32)
+    nodes: list[NodeName] | None = Field(default=None, min_length=1, description="node names; default: every node")
+    port: Whole | None = Field(default=None, ge=1, le=65535, description="its engines' port; default vllm_port + index")
+    memory: Number | Literal["auto"] | None = Field(
         default=None, description="gpu_memory_utilization of its engines, or auto (split what is free)"
     )
-    set: list[str] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
+    set: list[OneLine] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME.match(v) or v in RESERVED:
-            raise ValueError(
-                f"{v!r} is not a deployment name (lowercase letters, digits and '-', at most 24; not "
-                f"{' or '.join(map(repr, RESERVED))}) | fix: e.g. coder"
-            )
+        if v in RESERVED:
+            raise ValueError(f"{v!r} is reserved | fix: a name other than {' or '.join(map(repr, RESERVED))}")
         return v
 
     @field_validator("memory")
@@ -88,8 +89,8 @@ def gateway_workers(setting: int | str, head_cpus: int | None) -> int:
 class GatewaySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    port: int | None = Field(default=None, ge=1, le=65535, description="default: the inventory's proxy_port")
-    num_workers: int | Literal["auto"] = Field(
+    port: Whole | None = Field(default=None, ge=1, le=65535, description="default: the inventory's proxy_port")
+    num_workers: Whole | Literal["auto"] = Field(
         default="auto", description=f"proxy processes; auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}"
     )
 
@@ -108,28 +109,15 @@ class StackFile(BaseModel):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
 
-def _pydantic_problems(source: str, exc: ValidationError) -> list[Problem]:
-    out = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"])
-        msg, _, fix = str(err["msg"]).removeprefix("Value error, ").partition(" | fix: ")
-        out.append(Problem(source, where, msg, fix or "see docs/stack.md"))
-    return out
-
-
 def load_file(path: str) -> StackFile:
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(Problem(path, "", f"cannot read: {exc.strerror}", "pass the path of a stack file")) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(path, "", f"not YAML: {str(exc).splitlines()[0]}", "fix the syntax")) from None
+    """The stack file through the one door (userfile.py) and its strict schema: one line per problem."""
+    raw = load_yaml_file(path, "stack file", "fix the syntax (see docs/stack.md)")
     if not isinstance(raw, dict):
         raise ConfigError(Problem(path, "", "not a mapping", "write `deployments:` with a list of deployments"))
     try:
         return StackFile.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_pydantic_problems(path, exc)) from None
+        raise ConfigError(problems_from_validation(exc, path, StackFile)) from None
 
 
 # -- memory ---------------------------------------------------------------------------------------------
@@ -258,36 +246,46 @@ def load_stack(path: str, inventory_path: str | None = None, recipes_dir: str | 
         sub = sub_inventory(inv, names, port, state_dir_of(inv, entry.name))
         members.append(Member(entry, sub, resolved, port))
     gateway_port = stack.gateway.port or inv.cluster.proxy_port
-    problems += _conflicts(path, members, inv.head.name, gateway_port)
+    ports, port_problems = _port_map(path, inv, members, gateway_port)
+    problems += port_problems + _conflicts(path, members, ports.clashing())
     if problems:
         raise ConfigError(problems)
     secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
     return Stack(path, inv, stack, members, secrets, gateway_port)
 
 
-def _ports_of(m: Member) -> set[int]:
-    ports = {m.port}
-    if m.resolved.topology in MULTI_NODE:
-        ports |= {m.inventory.cluster.master_port, m.inventory.cluster.ray_port}
-    return ports
+def _port_map(path: str, inv: Inventory, members: list[Member], gateway_port: int) -> tuple[PortMap, list[Problem]]:
+    """Every port the stack's containers would listen on, per node (ports.py: the deployments rendered as they
+    will run, and the gateway on the head): one line per port two of them want on one node."""
+    ports = PortMap()
+    ports.add(inv.head.name, Listen(gateway_port, "the gateway", GATEWAY_PORT))
+    problems: list[Problem] = []
+    index = {m.name: i for i, m in enumerate(members)}
+    for m in members:
+        try:
+            ports.add_deployment(build_deployment(m.inventory, m.resolved, Secrets(), stack_name=m.name), m.name)
+        except ConfigError as exc:
+            where = f"deployments[{index[m.name]}]"
+            problems += [dataclasses.replace(p, file=f"{path}: {where} ({p.file})") for p in exc.problems]
+
+    def setting(o: Owner) -> str:
+        if o.listen.setting == GATEWAY_PORT or not o.deployment:
+            return o.listen.setting
+        if o.listen.setting == ENGINE_PORT:
+            return f"deployments[{index[o.deployment]}].port"
+        return f"{o.listen.setting} of {inv.source}"
+
+    return ports, problems + ports.problems(path, setting)
 
 
-def _conflicts(path: str, members: list[Member], head: str, gateway_port: int) -> list[Problem]:
-    """Two deployments on one node with the same port, two serving the same model name, one on the gateway's
-    port, two multi-node engines on one node (their Ray / torchrun ports would collide)."""
+def _conflicts(path: str, members: list[Member], clashing: set[frozenset[str]]) -> list[Problem]:
+    """Two deployments serving the same model name (the gateway routes by it); two multi-node engines on one
+    node (Ray and torchrun use more ports there than the ones they listen on first), unless the port map
+    already refused the pair (`clashing`)."""
     problems = []
     index = {m.name: i for i, m in enumerate(members)}
     for i, a in enumerate(members):
         where = f"deployments[{index[a.name]}]"
-        if head in a.node_names and gateway_port in _ports_of(a):
-            problems.append(
-                Problem(
-                    path,
-                    f"{where}.port",
-                    f"{a.name}'s port {a.port} is the gateway's port on {head}",
-                    "give it another port: (or gateway.port)",
-                )
-            )
         for b in members[:i]:
             shared = sorted(set(a.node_names) & set(b.node_names))
             if a.model == b.model:
@@ -299,16 +297,8 @@ def _conflicts(path: str, members: list[Member], head: str, gateway_port: int) -
                         "serve each model once (or one deployment on more nodes)",
                     )
                 )
-            if shared and a.port == b.port:
-                problems.append(
-                    Problem(
-                        path,
-                        f"{where}.port",
-                        f"{b.name} and {a.name} both use port {a.port} on {', '.join(shared)}",
-                        f"set port: on {a.name} (e.g. {max(m.port for m in members) + 1})",
-                    )
-                )
-            if shared and a.resolved.topology in MULTI_NODE and b.resolved.topology in MULTI_NODE:
+            clash = frozenset((a.name, b.name)) in clashing
+            if shared and a.resolved.topology in MULTI_NODE and b.resolved.topology in MULTI_NODE and not clash:
                 problems.append(
                     Problem(
                         path,

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.deploy.stack_file import (
+    GATEWAY_PORT,
     Stack,
 )
 from sparkdeploy.deploy.up import simulated
@@ -22,6 +23,7 @@ from sparkdeploy.deployment import (
     ContainerSpec,
     Deployment,
     FileSpec,
+    Listen,
     NodeDeployment,
     config_hash,
     health_path,
@@ -146,7 +148,7 @@ def gateway_node(stack: Stack) -> NodeDeployment:
             image=image,
             run_script=run.name,
             config_hash=chash,
-            ports=(stack.gateway_port,),
+            listens=(Listen(stack.gateway_port, "the gateway", GATEWAY_PORT),),
             health_port=stack.gateway_port,
         )
     )

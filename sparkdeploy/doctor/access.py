@@ -49,7 +49,7 @@ def state_dir(run: DoctorRun, node: Node) -> Result:
     """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
     a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
     f = run.node_facts(node)
-    user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (inventory.USER_NAME)
+    user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (names.py: user)
     path = f"~/{run.inventory.cluster.state_dir}"  # type: ignore[union-attr]  # checks run only with an inventory
     expected = "the state dir and its entries are the SSH user's"
     if f.state_dir_foreign:

@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.inventory import Node
+from sparkdeploy.userfile import load_json_file
 
 from .session import DoctorRun, NodeSession
 
@@ -96,22 +97,23 @@ def _cache_path() -> Path:
 
 def _cached(image_id: str) -> dict | None:
     try:
-        return json.loads(_cache_path().read_text()).get(image_id)
-    except (OSError, ValueError, AttributeError):
+        return load_json_file(_cache_path(), "image versions cache").get(image_id)
+    except (ConfigError, AttributeError):
         return None
 
 
 def _remember(image_id: str, value: dict) -> None:
     """Versions per image ID on this machine: an ID is a content hash, the same ID is the same torch."""
     from sparkdeploy import paths
-    from sparkdeploy.errors import ConfigError
 
     path = _cache_path()
     try:
         paths.state_folder(path=path.parent)
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = load_json_file(path, "image versions cache")
+        except ConfigError:
+            data = {}
+        if not isinstance(data, dict):
             data = {}
         data[image_id] = value
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")

@@ -12,7 +12,7 @@ ROW = re.compile(
 LAT = re.compile(
     r"4 KiB all-reduce: eager ([\d.]+|n/a)(?: us)?, CUDA graph ([\d.]+|n/a)(?: us)?.*?graph/eager ([\d.]+|n/a)"
 )
-LAT_ROW = re.compile(r"^#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(?:host\s+([\d.]+) us\s+)?(.*)$")
+LAT_ROW = re.compile(r"#\s+latency\s+(eager|graph)\s+(\S+)\s+([\d.]+) us\s+(?:host\s+([\d.]+) us\s+)?(.*)")
 FLOOR = re.compile(r"python floor ([\d.]+) us per call")
 TEARDOWN = re.compile(r"^# teardown: clean in ([\d.]+) s", re.M)
 GROUPS = ("out-of-place", "in-place")
@@ -71,7 +71,7 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
             "host_us": float(m.group(4)) if m.group(4) else None,
             "method": m.group(5).strip(),
         }
-        for m in map(LAT_ROW.match, text.splitlines())
+        for m in map(LAT_ROW.fullmatch, text.splitlines())
         if m
     ]
     if lat_rows:

@@ -177,7 +177,7 @@ def _files(sec: Section) -> tuple[dict[str, FileFact], list[str]]:
     files: dict[str, FileFact] = {}
     other: list[str] = []
     for line in sec.out.splitlines():
-        m = re.match(r"^([0-7]{3,4}) (\w) (.+)$", line)
+        m = re.fullmatch(r"([0-7]{3,4}) (\w) (.+)", line)
         if m and m.group(2) == "f":
             files[m.group(3)] = FileFact(m.group(3), int(m.group(1), 8))
         elif m:
@@ -195,7 +195,7 @@ def _store_files(f: NodeFacts, v: tuple[dict[str, FileFact], list[str]]) -> None
 def _sha(sec: Section) -> dict[str, str]:
     out = {}
     for line in sec.out.splitlines():
-        m = re.match(r"^([0-9a-f]{64})  \./(.+)$", line)
+        m = re.fullmatch(r"([0-9a-f]{64})  \./(.+)", line)
         if m:
             out[m.group(2)] = m.group(1)
     return out

@@ -195,13 +195,13 @@ class NodeFacts:
 
 def safe_name(name: str) -> bool:
     """A plain file name in the state dir (what a manifest may list): never a path."""
-    return bool(re.match(r"^[A-Za-z0-9_.-]+$", name)) and name not in (".", "..")
+    return bool(re.fullmatch(r"[A-Za-z0-9_.-]+", name)) and name not in (".", "..")
 
 
 def parse_time(text: str) -> datetime | None:
     if not text or text.startswith("0001-01-01"):
         return None
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?$", text.strip())
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)?", text.strip())
     if not m:
         return None
     frac = (m.group(2) or "")[:7]  # Python takes at most microseconds

@@ -3,15 +3,16 @@ writes it once a second), read over the node's SSH connection, and one line that
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
+from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
 from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.userfile import parse_json
 
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)
 
@@ -32,8 +33,8 @@ def read_status(conn: NodeConnection, folder: str) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = parse_json(raw.decode("utf-8"), f"{folder}/{STATUS}")
+    except (ConfigError, UnicodeDecodeError):  # the node's file, read like every file handed to us (userfile.py)
         return {"state": "unreadable", "reason": f"{folder}/{STATUS} is not JSON"}
     if isinstance(data, dict) and time.time() - float(data.get("updated") or 0) > STALE_S:
         data["stale_s"] = round(time.time() - float(data.get("updated") or 0), 1)

@@ -250,7 +250,7 @@ def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) 
 
 # -- building on a node -------------------------------------------------------------------------------------
 
-STEP_LINE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+STEP_LINE = re.compile(r"Step (\d+)/(\d+) : (.*)")
 HEARTBEAT_S = 30.0
 
 
@@ -318,7 +318,7 @@ def build_on_node(
         state["partial"] = lines.pop()
         for raw in lines:
             text = raw.decode(errors="replace").strip()
-            match = STEP_LINE.match(text)
+            match = STEP_LINE.fullmatch(text)
             if match:
                 state.update(step=match.group(0), since=time.monotonic(), said=time.monotonic())
                 if step:

@@ -13,12 +13,12 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.schema import problems_from_validation
+from sparkdeploy.userfile import load_yaml_file
 
 TAG_REPO = "sparkdeploy"
 PACKAGE_PREFIX = "sparkdeploy/"  # an `include` starting with it is a folder of the package (images/guard)
@@ -127,10 +127,7 @@ def definition_names() -> list[str]:
 @cache
 def _load(directory: Path) -> ImageDefinition:
     manifest = directory / "manifest.yaml"
-    try:
-        data = yaml.safe_load(manifest.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(manifest), "", f"not valid YAML: {exc}", "fix the syntax")) from None
+    data = load_yaml_file(manifest, "image definition") or {}
     try:
         definition = ImageDefinition.model_validate(data)
     except ValidationError as exc:

@@ -20,6 +20,7 @@ from pydantic import Field
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.userfile import load_json_file
 
 STATE_FOLDER = "registry-images"  # under the local state: <digest hex>.json per image, refs.json
 
@@ -27,10 +28,10 @@ STATE_FOLDER = "registry-images"  # under the local state: <digest hex>.json per
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:]+\]|[A-Za-z0-9-]+)(?::[0-9]{1,5})?"
 REFERENCE = re.compile(
-    rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
 )
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def is_reference(text: str) -> bool:
@@ -76,7 +77,7 @@ class RegistryRef:
 
 def parse_reference(text: str, source: str = "recipe", fld: str = "image") -> RegistryRef:
     """`[host[:port]/]repo[:tag][@sha256:...]` -> its parts; anything else is one Problem (exit 2)."""
-    m = REFERENCE.match(text) if len(text) <= 512 else None
+    m = REFERENCE.fullmatch(text) if len(text) <= 512 else None
     if not m:
         raise ConfigError(
             Problem(
@@ -114,9 +115,11 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _read_json(path: Path) -> Any:
+    if not path.exists():
+        return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return load_json_file(path, "registry image record")
+    except ConfigError:  # a local state file, through the one door: unreadable is unknown
         return None
 
 
@@ -127,7 +130,7 @@ def known_digest(ref: RegistryRef) -> str | None:
     folder = paths.state_dir() / STATE_FOLDER
     refs = _read_json(folder / "refs.json") or {}
     value = refs.get(ref.text) if isinstance(refs, dict) else None
-    return value if isinstance(value, str) and DIGEST.match(value) else None
+    return value if isinstance(value, str) and DIGEST.fullmatch(value) else None
 
 
 def record(digest: str) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ SIMULATED_LABEL = "io.sparkdeploy.simulated"
 
 # An option line of argparse's help: two to six spaces, then "-x, --flag VALUE" or "--flag {a,b}" ...
 _OPTION_LINE = re.compile(r"^ {1,6}(-{1,2}[A-Za-z0-9].*?)(?: {2,}|$)")
-_OPTION = re.compile(r"^(-{1,2}[A-Za-z0-9][\w.+-]*)(?:[ =](.+))?$")
+_OPTION = re.compile(r"(-{1,2}[A-Za-z0-9][\w.+-]*)(?:[ =](.+))?")
 
 
 def parse_help(text: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def parse_help(text: str) -> dict[str, Any]:
         if not m:
             continue
         for part in m.group(1).split(", "):
-            om = _OPTION.match(part.strip())
+            om = _OPTION.fullmatch(part.strip())
             if not om:
                 continue
             flag, meta = om.group(1), (om.group(2) or "").strip()

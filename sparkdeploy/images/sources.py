@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 
-import yaml
-
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.userfile import load_yaml_file, read_text
 
 REQUIRED = ("kind", "ref", "checked", "how", "evidence")
-DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-ARG_LINE = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+ARG_LINE = re.compile(r"ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?")
 FROM_LINE = re.compile(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", re.I)
 URL = re.compile(r"https?://[^\s\"'\\);]+")
 
@@ -29,10 +28,10 @@ def load(definition: ImageDefinition) -> dict:
     path = definition.directory / "sources.yaml" if definition.directory else None
     if path is None or not path.is_file():
         return {}
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(Problem(str(path), "", f"not valid YAML: {exc}", "fix the syntax")) from None
+    data = load_yaml_file(path, "sources file") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(Problem(str(path), "", "not a mapping", "write `sources:` with a list"))
+    return data
 
 
 def load_sources(definition: ImageDefinition) -> list[dict]:
@@ -43,7 +42,7 @@ def _dockerfile_lines(definition: ImageDefinition) -> list[str]:
     path = definition.directory / "Dockerfile" if definition.directory else None
     if path is None or not path.is_file():
         return []
-    text = re.sub(r"\\\n", " ", path.read_text())  # continuation lines joined, so one RUN is one line
+    text = re.sub(r"\\\n", " ", read_text(path, "Dockerfile"))  # continuation lines joined, so one RUN is one line
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
@@ -60,7 +59,7 @@ def problems(definition: ImageDefinition) -> list[str]:
         for key in REQUIRED:
             if not str(s.get(key) or "").strip():
                 out.append(f"{where}: sources[{i}] has no {key}: say what was checked, when and how")
-        if s.get("checked") and not DATE.match(str(s["checked"])):
+        if s.get("checked") and not DATE.fullmatch(str(s["checked"])):
             out.append(f"{where}: sources[{i}].checked {s['checked']!r} is not a date (YYYY-MM-DD)")
     refs = [str(s.get("ref", "")) for s in sources]
     covered = {a for s in sources for a in (s.get("args") or [])} | settings
@@ -108,7 +107,7 @@ def problems(definition: ImageDefinition) -> list[str]:
             )
     stages: set[str] = set()
     for line in _dockerfile_lines(definition):
-        m = ARG_LINE.match(line)
+        m = ARG_LINE.fullmatch(line)
         if m:
             name, default = m.group(1), (m.group(2) or "").strip().strip('"')
             if not default:

@@ -10,14 +10,13 @@ with the same flag lists, so this module knows nothing of recipes.
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from pathlib import Path
 
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
+from sparkdeploy.userfile import load_json_file
 
 # Parser flags whose names vLLM checks when the server starts (the dump's value_sets), and the plugin flag that
 # can register more names before that.
@@ -26,7 +25,10 @@ PLUGIN_FLAGS = {"--reasoning-parser": "--reasoning-parser-plugin", "--tool-call-
 
 @cache
 def _read_spec(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+    data = load_json_file(path, "vLLM flag dump", limit=16 << 20)
+    if not isinstance(data, dict):
+        raise ConfigError(Problem(path, "", "not a JSON object", "dump it again (scripts/ in the image definition)"))
+    return data
 
 
 @cache

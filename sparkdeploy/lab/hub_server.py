@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 CHUNK = 1 << 20
-API_RE = re.compile(r"^/api/models/([^/]+)/([^/]+)(?:/(revision|tree)/([^/]+)(/.*)?)?$")
-RESOLVE_RE = re.compile(r"^/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)$")
+API_RE = re.compile(r"/api/models/([^/]+)/([^/]+)(?:/(revision|tree)/([^/]+)(/.*)?)?")
+RESOLVE_RE = re.compile(r"/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)")
 
 
 class Hub:
@@ -130,7 +130,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_lab/stats":
             with self.hub.lock:
                 return self._json(self.hub.stats, head)
-        m = API_RE.match(path)
+        m = API_RE.fullmatch(path)
         if m:
             org, name, kind, rev, _sub = m.groups()
             found = self._lookup(org, name, rev or "main", head)
@@ -155,7 +155,7 @@ class Handler(BaseHTTPRequestHandler):
                 },
                 head,
             )
-        m = RESOLVE_RE.match(path)
+        m = RESOLVE_RE.fullmatch(path)
         if m:
             org, name, rev, file_path = m.groups()
             found = self._lookup(org, name, rev, head)
@@ -179,7 +179,7 @@ class Handler(BaseHTTPRequestHandler):
             headers["X-Linked-Etag"] = f'"{entry["lfs"]["oid"]}"'
             headers["X-Linked-Size"] = str(size)
         start, end = 0, size - 1
-        rng = re.match(r"^bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
+        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         code = 200
         if rng:
             start = int(rng.group(1))

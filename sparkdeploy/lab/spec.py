@@ -36,7 +36,7 @@ HCAS = ("rocep1s0f1", "roceP2p1s0f1")
 ROCE_V2_GID_INDEX = 3  # show_gids: 0/1 link-local v1/v2, 2/3 the fabric IPv4 v1/v2
 BARE_TWIN_IFACE = "enP2p1s0f1np1"  # the same port's other name: a bare lab's even nodes show it (names differ)
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 
 # Developers running several checkouts on one engine keep their labs apart: SPARKDEPLOY_LAB_INSTANCE prefixes
 # every Docker object (and label) a lab makes, and SPARKDEPLOY_LAB_SUBNETS ("MGMT,FABRIC") moves the default
@@ -94,7 +94,7 @@ class LabSpec:
 
     def __post_init__(self) -> None:
         problems = []
-        if not NAME_RE.match(self.name):
+        if not NAME_RE.fullmatch(self.name):
             problems.append(
                 Problem(
                     "lab",

@@ -13,8 +13,8 @@ from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside import ship
 from sparkdeploy.remote import NodeConnection
 
-REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ModelRef:
 
 def model_ref(repo: str, revision: str | None, source: str = "--revision") -> ModelRef:
     problems = []
-    if not REPO_RE.match(repo) or ".." in repo:
+    if not REPO_RE.fullmatch(repo) or ".." in repo:
         problems.append(
             Problem(
                 "models",
@@ -38,7 +38,7 @@ def model_ref(repo: str, revision: str | None, source: str = "--revision") -> Mo
             )
         )
     rev = revision or "main"
-    if not REVISION_RE.match(rev) or ".." in rev:
+    if not REVISION_RE.fullmatch(rev) or ".." in rev:
         problems.append(Problem("models", source, f"{rev!r} is not a revision", "a branch, tag or commit hash"))
     if problems:
         raise ConfigError(problems)

@@ -34,7 +34,7 @@ from typing import Any
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+HEX64 = re.compile(r"[0-9a-f]{64}")
 SMALL_ENTRY = 16 * 1024 * 1024  # metadata we read into memory (json, manifest); larger entries stream
 SPOOL_CHUNK = 1024 * 1024
 GUARD_FOLDER = "-sparkdeploy-partial-archive-guard/"  # '-' sorts before every hex digit
@@ -328,7 +328,7 @@ class ArchiveFilter:
     def _classify(self, entry: _Entry) -> None:
         parts = entry.path.strip("/").split("/")
         top = parts[0]
-        if HEX64.match(top) and (len(parts) > 1 or entry.kind == b"5"):  # legacy layer folder
+        if HEX64.fullmatch(top) and (len(parts) > 1 or entry.kind == b"5"):  # legacy layer folder
             self._legacy = True
             if self._folder is None or self._folder.name != top:
                 self._flush_folder()
@@ -342,7 +342,7 @@ class ArchiveFilter:
                 entry.action = "collect"  # VERSION, json, the folder itself: small, held with the folder
             return
         self._flush_folder()
-        if len(parts) == 3 and parts[0] == "blobs" and HEX64.match(parts[2]) and entry.kind in (b"0", b"\0"):
+        if len(parts) == 3 and parts[0] == "blobs" and HEX64.fullmatch(parts[2]) and entry.kind in (b"0", b"\0"):
             digest = f"{parts[1]}:{parts[2]}"
             if digest in self.diff_ids:  # an OCI-layout layer blob, named by its diff ID
                 self._record(digest, digest in self.needed)
@@ -434,7 +434,7 @@ class ArchiveFilter:
                 elif entry.kind == b"L":
                     self._ext_records["path"] = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 return
-            if self._folder is not None and HEX64.match(entry.path.split("/", 1)[0]):
+            if self._folder is not None and HEX64.fullmatch(entry.path.split("/", 1)[0]):
                 if entry.path.endswith("/json"):
                     self._folder.parent = _parent_of(data)
                 self._folder.pieces.append(entry.raw + bytes(entry.collected))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkdeploy import ports
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
@@ -123,7 +124,7 @@ def build_deployment(
     if inventory.cluster.metrics if metrics is None else metrics:
         metrics_url = add_prometheus(ctx, nodes)
     guard_deploy.add_guard(ctx, nodes)  # the memory guard on every engine node (sparkdeploy/guard, #29)
-    return Deployment(
+    dep = Deployment(
         inventory=inventory,
         recipe=resolved,
         image=image,
@@ -136,3 +137,7 @@ def build_deployment(
         metrics_url=metrics_url,
         engine_groups=ctx.engine_groups,
     )
+    clashes = ports.deployment_problems(dep, inventory.source)  # one port map per node, before anything starts
+    if clashes:
+        raise ConfigError(clashes)
+    return dep

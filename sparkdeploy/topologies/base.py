@@ -15,6 +15,7 @@ from sparkdeploy.deployment import (
     MANAGED_LABEL,
     ContainerSpec,
     FileSpec,
+    Listen,
     NodeDeployment,
     config_hash,
     health_path,
@@ -28,6 +29,11 @@ from sparkdeploy.secrets import Secrets, digest_key, keyed_digest
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 SERVING_CONTAINER = "sparkdeploy-vllm"
 PROXY_CONTAINER = "sparkdeploy-litellm"
+ENGINE_PORT = "cluster.vllm_port"  # the engines' HTTP port (a stack deployment's `port`)
+
+
+def engine_listen(port: int) -> Listen:
+    return Listen(port, "vLLM", ENGINE_PORT)
 
 
 @dataclass
@@ -116,7 +122,7 @@ class Context:
             entry_name="vllm.entry.sh",
             image_tag=self.run_image.tag,
             gpus=True,
-            ports=(port,),
+            ports=(engine_listen(port),),
             health_port=port,
             args=args,
             headless=False,
@@ -136,13 +142,14 @@ class Context:
         name: str,
         entry: str,
         image: str,
-        port: int,
+        listen: Listen,
         health_port: int | None,
         files: tuple[FileSpec, ...],
         **entry_vars: Any,
     ) -> None:
         """A container beside the engines (the LiteLLM proxy, Prometheus): image definition `image`, no GPU, one
-        port; its entry script entry-<entry>.sh.j2 (<entry>.entry.sh on the node) gets `port` and entry_vars."""
+        port (`listen`); its entry script entry-<entry>.sh.j2 (<entry>.entry.sh on the node) gets `port` and
+        entry_vars."""
         self.container(
             nd,
             role=role,
@@ -151,10 +158,10 @@ class Context:
             entry_name=f"{entry}.entry.sh",
             image_tag=load_definition(image).tag,
             gpus=False,
-            ports=(port,),
+            ports=(listen,),
             health_port=health_port,
             extra_files=files,
-            port=port,
+            port=listen.port,
             **entry_vars,
         )
 
@@ -168,7 +175,7 @@ class Context:
         entry_name: str,
         image_tag: str,
         gpus: bool,
-        ports: tuple[int, ...],
+        ports: tuple[Listen, ...],
         health_port: int | None,
         restart: str = "unless-stopped",
         extra_files: tuple[FileSpec, ...] = (),
@@ -226,7 +233,7 @@ class Context:
                 image=image_tag,
                 run_script=run_name,
                 config_hash=chash,
-                ports=ports,
+                listens=ports,
                 health_port=health_port,
             )
         )

@@ -14,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.backend_features import check_backend_flags
-from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.inventory import Node
 from sparkdeploy.topologies import layout
-from sparkdeploy.topologies.base import SERVING_CONTAINER, Context
+from sparkdeploy.topologies.base import SERVING_CONTAINER, Context, engine_listen
 from sparkdeploy.vllm_args import Distributed, serve_args
 
+MASTER = "cluster.master_port"
 RAY_JOIN_TIMEOUT_S = 600
 RAY_JOIN_ATTEMPTS = 120
 
@@ -44,7 +45,7 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
                     nd,
                     entry_template="entry-ray-head.sh.j2",
                     entry_name="ray-head.entry.sh",
-                    ports=(port, ctx.cluster.ray_port),
+                    ports=(engine_listen(port), Listen(ctx.cluster.ray_port, "the Ray head", "cluster.ray_port")),
                     health_port=port,
                     args=args,
                     ray_port=ctx.cluster.ray_port,
@@ -74,7 +75,9 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
                 nd,
                 entry_template="entry-torchrun.sh.j2",
                 entry_name="torchrun.entry.sh",
-                ports=(port, ctx.cluster.master_port) if rank == 0 else (),
+                ports=(engine_listen(port), Listen(ctx.cluster.master_port, "torchrun's rendezvous", MASTER))
+                if rank == 0
+                else (),
                 health_port=port if rank == 0 else None,
                 args=args,
                 rank=rank,
@@ -101,7 +104,9 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
                 nd,
                 entry_template="entry-vllm.sh.j2",
                 entry_name="vllm.entry.sh",
-                ports=(port, ctx.cluster.master_port) if rank == 0 else (),
+                ports=(engine_listen(port), Listen(ctx.cluster.master_port, "vLLM's multi-node master", MASTER))
+                if rank == 0
+                else (),
                 health_port=port if rank == 0 else None,
                 args=args,
                 headless=rank > 0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.deployment import FileSpec, NodeDeployment
+from sparkdeploy.deployment import FileSpec, Listen, NodeDeployment
 from sparkdeploy.topologies.base import Context
 
 PROMETHEUS_CONTAINER = "sparkdeploy-prometheus"
@@ -70,7 +70,7 @@ def add_prometheus(ctx: Context, nodes: list[NodeDeployment]) -> str:
         name=PROMETHEUS_CONTAINER,
         entry="prometheus",
         image=PROMETHEUS_IMAGE,
-        port=port,
+        listen=Listen(port, "Prometheus", "cluster.metrics_port"),
         health_port=None,
         files=tuple(extra),
         retention=RETENTION,

@@ -8,7 +8,7 @@ network: 2xsolo does not need the fabric link at all.
 
 from __future__ import annotations
 
-from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
 from sparkdeploy.vllm_args import serve_args
@@ -57,7 +57,7 @@ def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[st
         name=PROXY_CONTAINER,
         entry="litellm",
         image=PROXY_IMAGE,
-        port=proxy_port,
+        listen=Listen(proxy_port, "the LiteLLM proxy", "cluster.proxy_port"),
         health_port=proxy_port,
         files=(config_file,),
         num_workers=ctx.recipe.litellm.num_workers,

@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
+from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.inventory import Inventory
@@ -77,7 +77,7 @@ def make_deployment(topology: str = "solo", value: str = "1", worker_value: str 
             FileSpec("vllm.entry.sh", f"exec vllm serve --x {v}\n", 0o755),
             FileSpec("vllm.run.sh", "docker run ...\n", 0o755),
         ]
-        ports = (8000,) if role != "worker" else ()
+        ports = (Listen(8000, "vLLM", "cluster.vllm_port"),) if role != "worker" else ()
         containers = [
             ContainerSpec(
                 "sparkdeploy-vllm", role, IMAGE, "vllm.run.sh", _hash(topology, v), ports, 8000 if ports else None
@@ -87,7 +87,13 @@ def make_deployment(topology: str = "solo", value: str = "1", worker_value: str 
             files += [FileSpec("litellm-config.yaml", "model_list: []\n"), FileSpec("litellm.run.sh", "run\n", 0o755)]
             containers.append(
                 ContainerSpec(
-                    "sparkdeploy-litellm", "proxy", PROXY_IMAGE, "litellm.run.sh", _hash("proxy"), (4000,), 4000
+                    "sparkdeploy-litellm",
+                    "proxy",
+                    PROXY_IMAGE,
+                    "litellm.run.sh",
+                    _hash("proxy"),
+                    (Listen(4000, "the LiteLLM proxy", "cluster.proxy_port"),),
+                    4000,
                 )
             )
         nodes.append(NodeDeployment(node=node, state_dir=".sparkdeploy", files=files, containers=containers))

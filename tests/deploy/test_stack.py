@@ -58,7 +58,9 @@ def test_same_port_on_one_node_is_refused(tmp_path, inventory_file):
           - {name: b, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], port: 8100}
         """,
     )
-    assert len(lines) == 1 and "deployments[1].port" in lines[0] and "both use port 8100 on spark1" in lines[0]
+    assert len(lines) == 1 and "deployments[1].port" in lines[0], lines
+    assert "port 8100 on spark1: a's vLLM (deployments[0].port) and b's vLLM (deployments[1].port)" in lines[0]
+    assert "e.g. 8101" in lines[0]
 
 
 def test_same_port_on_other_nodes_is_fine(tmp_path, inventory_file):
@@ -105,7 +107,7 @@ def test_schema_problems_name_the_field(tmp_path, inventory_file):
         """,
     )
     text = "\n".join(lines)
-    assert "deployments.0.name" in text and "deployments.0.memory" in text and "deployments.0.colour" in text
+    assert "deployments[0].name" in text and "deployments[0].memory" in text and "deployments[0].colour" in text
 
 
 def test_gateway_port_is_refused_on_the_head(tmp_path, inventory_file):
@@ -117,7 +119,7 @@ def test_gateway_port_is_refused_on_the_head(tmp_path, inventory_file):
           - {name: a, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], port: 4000}
         """,
     )
-    assert len(lines) == 1 and "is the gateway's port on spark1" in lines[0]
+    assert len(lines) == 1 and "port 4000 on spark1: the gateway (gateway.port) and a's vLLM" in lines[0], lines
 
 
 def test_cli_refuses_a_bad_stack_with_exit_2_before_connecting(cli, tmp_path, inventory_file):
