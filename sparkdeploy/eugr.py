@@ -43,7 +43,7 @@ from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.vllm_cli import PLUGIN_FLAGS, check_args, describe, image_spec
 from sparkdeploy.paths import confined
 from sparkdeploy.schema import problems_from_validation
-from sparkdeploy.userfile import parse_json
+from sparkdeploy.userfile import JsonSyntaxError, parse_json
 
 SUPPORTED_VERSIONS = ("1",)
 MARKER = "recipe_version"  # a recipe file with this key is eugr's; sparkdeploy's own never has it
@@ -404,9 +404,12 @@ def _depth(value: Any) -> int:
 def _json_object(arg: Arg, source: str, problems: list[Problem]) -> dict[str, Any] | None:
     """An option's JSON object value (`--compilation-config '{...}'`), or None with the problem recorded."""
     try:  # the one JSON door: duplicate keys, NaN and deep nesting refused as in every file we read
-        loaded = parse_json(arg.value or "", source, "command")
-    except ConfigError:
+        loaded = parse_json(arg.value or "", source, "command", f"write {arg.written}'s value as plain JSON")
+    except JsonSyntaxError:
         loaded = None
+    except ConfigError as exc:  # JSON, but refused (too deep, a duplicate key, NaN): that reason, one line
+        problems += exc.problems
+        return None
     if not isinstance(loaded, dict) or _depth(loaded) > MAX_JSON_DEPTH:
         problems.append(
             Problem(
@@ -839,8 +842,10 @@ def comment(text: str) -> str:
 
 def header(imported: Imported) -> str:
     lines = [
-        f"# Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}",
-        f"# ({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:",
+        comment(f"Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}"),
+        comment(
+            f"({imported.eugr_name!r}, eugr/spark-vllm-docker format). Its `vllm serve` command after substitution:"
+        ),
         *_wrapped(["vllm", "serve", *(escape_controls(shlex.quote(a)) for a in imported.argv)]),
     ]
     if imported.not_carried:
