@@ -25,13 +25,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy.apply import Session, inventory_lock
+from sparkdeploy.deploy import gateway_routes
 from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.inventory import Inventory, load_inventory
+from sparkdeploy.plan import KEYS_FILE
 from sparkdeploy.remote import NodeConnection
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
 
-KEYS_FILE = "keys.json"
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 TOKEN_PREFIX = "sk-sd-"
 BUDGET = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)$")
@@ -87,13 +89,16 @@ class Gateway:
         raise StepFailed(f"{self.conn.node.name}: cannot read {self.state_dir}/{name}: {r.stderr.strip()[-200:]}")
 
     def models(self) -> list[str]:
-        """The models the gateway serves (its manifest, written by `up --stack`)."""
-        text = self._cat("manifest.json")
-        if text is None:
+        """The models of the stack's deployments (the gateway's routes.json, read through the facts: a deployment
+        that `down` removed is not one; one taken out for a while still is)."""
+        facts = gather(self.conn, ("routes",), FactArgs(state_dir=self.state_dir))
+        routes = gateway_routes.parse(facts.routes)
+        if routes is None:
             raise StepFailed(
-                f"no stack gateway on {self.conn.node.name} ({self.state_dir}): run `sparkdeploy up --stack FILE` first"
+                f"no stack gateway routes on {self.conn.node.name} (~/{self.state_dir}/{gateway_routes.ROUTES_FILE}): "
+                "run `sparkdeploy up --stack FILE` first"
             )
-        return [str(m) for m in json.loads(text).get("models") or []]
+        return routes.models()
 
     def keys(self) -> list[dict[str, Any]]:
         text = self._cat(KEYS_FILE)
