@@ -62,7 +62,8 @@ ROUTES = os.path.join(HERE, "routes.json")
 KEYS = os.path.join(HERE, "keys.json")
 CHECK_S = 0.2  # how often the files are stat'ed: a revoked key is refused within this (the goal: 1 s)
 INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "/messages")  # a body names a model
-FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")
+FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")  # curl -d's default, for one
+FORM = "the request body is a form: send JSON (Content-Type: application/json) with model and messages"
 BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body (ClientErrors puts it there)
 
 # uvicorn's access log writes one line per request from the event loop (about 3 % of the proxy's CPU under
@@ -153,18 +154,15 @@ def _inference(path: str) -> bool:
 
 
 class ClientErrors:
-    """ASGI: a POST to an inference route whose body is not a JSON object naming a model gets 400 here, logged
-    as one WARNING line; any other request, and a good body (kept in the scope for the hook), go on unchanged."""
+    """ASGI: a POST to an inference route whose body is not a JSON object naming a model (a form, not JSON, a
+    JSON list, no model) gets 400 here, logged as one WARNING line; any other request, and a good body (kept in
+    the scope for the hook), go on unchanged."""
 
     def __init__(self, app: Any):
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not _inference(scope.get("path", "")):
-            await self.app(scope, receive, send)
-            return
-        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
-        if ctype in FORMS:  # LiteLLM reads forms itself
             await self.app(scope, receive, send)
             return
         chunks, more = [], True
@@ -175,12 +173,14 @@ class ClientErrors:
             chunks.append(message.get("body", b""))
             more = bool(message.get("more_body"))
         raw = b"".join(chunks)
-        body, problem = _body_problem(raw)
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+        body, problem = (None, FORM) if ctype in FORMS else _body_problem(raw)
         if problem:
             client = (scope.get("client") or ("?",))[0]
-            verbose_proxy_logger.warning(*_say(f"POST {scope.get('path')}", client, 400, problem))
+            msg, args = _say(f"POST {scope.get('path')}", client, 400, problem)
+            verbose_proxy_logger.warning(msg, *args)
             error = {"message": problem, "type": "invalid_request_error", "param": "body", "code": "400"}
-            data = json.dumps({"error": error}).encode()
+            data = json.dumps({"error": error}, separators=(",", ":")).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
             await send({"type": "http.response.start", "status": 400, "headers": headers})
             await send({"type": "http.response.body", "body": data})
@@ -301,16 +301,11 @@ def _token(request: Any, api_key: str | None) -> str:
     return token
 
 
-async def _model(request: Any) -> str | None:
+def _model(request: Any) -> str | None:
     """The model a POST to an inference route asks for (ClientErrors checked and parsed its body)."""
     if request.method != "POST" or not _inference(request.url.path):
         return None
-    body = request.scope.get(BODY)
-    if body is None:  # a form, or ClientErrors not in front (it always is once this file is loaded)
-        try:
-            body = await request.json()
-        except ValueError:
-            return None
+    body = request.scope.get(BODY)  # ClientErrors, in front of every request once this file is loaded
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None
 
@@ -330,18 +325,32 @@ def _check_model(request: Any, model: str | None, allowed: list[str], name: str 
 
 
 async def user_api_key_auth(request: Any, api_key: str | None) -> UserAPIKeyAuth:
+    try:
+        return await _authorize(request, api_key)
+    except ProxyException:  # a Refusal, or LiteLLM's own
+        raise
+    except Exception as exc:  # a bug here: a 500 that says so (LiteLLM would try its database with any other)
+        raise ProxyException(
+            message=f"the gateway's auth hook failed: {exc.__class__.__name__}: {exc}",
+            type="internal_server_error",
+            param=None,
+            code=500,
+        ) from exc
+
+
+async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
     keys = _refresh()
     token = _token(request, api_key)
     master = os.environ.get("LITELLM_MASTER_KEY", "")
     if master and hmac.compare_digest(token.encode(), master.encode()):
-        _check_model(request, await _model(request), [], None)
+        _check_model(request, _model(request), [], None)
         return _answer("master", lambda: UserAPIKeyAuth(api_key=token, user_role=LitellmUserRoles.PROXY_ADMIN))
     digest = hashlib.sha256(token.encode()).hexdigest()
     entry = keys.get(digest)
     if entry is None:
         raise Refusal("unknown or revoked key", 401, request)
     models = list(entry.get("models") or [])
-    _check_model(request, await _model(request), models, entry["name"])
+    _check_model(request, _model(request), models, entry["name"])
     # keys made before budgets were enforced recorded a number without a unit: not taken for tokens
     budget = entry.get("max_budget") if entry.get("budget_unit") == "tokens" else None
     if budget:

@@ -2,11 +2,14 @@
 both answer; a third deployment added while the first two serve, then removed again, with requests to the first
 two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`.
 Keys: a model limit, an rpm, a budget of tokens (refused once spent, still after a restart), kept over a gateway
-restart, refused within a second of `keys revoke`; `down`
-leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
+restart, refused within a second of `keys revoke`; `down` leaves nothing. `down --deployment` of one of three:
+the gateway stops routing it before its engine stops (404, never a 500), keys refuse it, `down`'s last line says
+what is left and why; a client's mistakes are 4xx with one line each in the gateway's log, no traceback. The
+engines are vllm-sim (SIMULATED: no GPU math)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -39,7 +42,7 @@ def inv(lab) -> str:
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
     yield path
-    sd("down", "-i", path)
+    sd("down", "--keys", "-i", path)
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +293,130 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
         r = sd("down", "-i", inv, "--deployment", name)
         assert r.returncode == 0, failure(r)
         assert guards_per_node(inv) == {"spark1": 1, "spark2": 1 if name == "coder" else 0}
+
+
+def ask(host: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(host, 4000, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def test_down_of_one_deployment_of_three_unroutes_it_first_and_clients_mistakes_are_4xx(lab, inv, client, tmp_path):
+    started = lab.docker_exec(lab.nodes[0], "date", "-u", "+%Y-%m-%dT%H:%M:%SZ").stdout.strip()
+    assert up(inv, tmp_path / "stack.yaml", TWO + THIRD)["ok"]
+    assert ids(client) == set(MODELS.values())
+    r = sd("doctor", "-i", inv, "--only", "access.state_dir")  # the stack's folders, not "not made yet"
+    assert r.returncode == 0 and "~/.sparkdeploy-gateway" in r.stdout and "not made yet" not in r.stdout, failure(r)
+
+    # requests to the model that goes, all through its removal: answered, or 404 once the gateway forgot it
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def big() -> None:
+        while not stop.is_set():
+            try:
+                client.chat.completions.create(
+                    model=MODELS["big"], messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                seen.append("answered")
+            except openai.NotFoundError:
+                seen.append("404")
+            except Exception as exc:  # noqa: BLE001 - any other outcome is a failure, shown
+                seen.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
+
+    thread = threading.Thread(target=big, daemon=True)
+    with Traffic(client, [MODELS["chat"], MODELS["coder"]]) as others:
+        thread.start()
+        r = sd("down", "-i", inv, "--deployment", "big")
+        time.sleep(1.0)
+        stop.set()
+        thread.join(timeout=90)
+    assert r.returncode == 0, failure(r)
+    assert others.failed == [] and min(others.ok.values()) > 0, (others.ok, others.failed[:5])
+    assert set(seen) <= {"answered", "404"} and seen[-1] == "404", seen[-5:]  # never a 500 nor a dead engine
+    last = r.stdout.strip().splitlines()[-1]
+    assert "Left on spark1: chat, gateway, guard still run (only big was asked to go" in last, last
+    assert "Left on spark2: coder, guard still run" in last and "Nothing of sparkdeploy's" not in last, last
+
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+    with pytest.raises(openai.NotFoundError, match="not served by this gateway"):
+        client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
+    refused = sd("keys", "create", "erin", "--models", MODELS["big"], "-i", inv)
+    assert refused.returncode == 2 and f"no deployment serves {MODELS['big']}" in refused.stderr, failure(refused)
+
+    # a client's mistakes: each a 4xx with one message
+    host, key = lab.nodes[0].mgmt_ip, client.api_key
+    json_type = {"Content-Type": "application/json"}
+    chat = json.dumps({"model": MODELS["chat"], "messages": [{"role": "user", "content": "hi"}]}).encode()
+    cases = {
+        "no header": ("GET", "/v1/models", {}, None, 401, "no API key"),
+        "malformed header": ("GET", "/v1/models", {"Authorization": f"Basic {key}"}, None, 401, "not `Bearer KEY`"),
+        "no key after Bearer": ("GET", "/v1/models", {"Authorization": "Bearer "}, None, 401, "no key after"),
+        "unknown key": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": "Bearer sk-nope", **json_type},
+            chat,
+            401,
+            "unknown or revoked key",
+        ),
+        "unknown model": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            chat.replace(MODELS["chat"].encode(), b"no-such-model"),
+            404,
+            "not served by this gateway",
+        ),
+        "not JSON": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b"hello",
+            400,
+            "not JSON",
+        ),
+        "a JSON list": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b"[1]",
+            400,
+            "JSON list",
+        ),
+        "no model": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b'{"messages": []}',
+            400,
+            "names no model",
+        ),
+    }
+    for what, (method, path, headers, body, code, words) in cases.items():
+        status, answer = ask(host, method, path, headers, body)
+        message = answer.get("error", {}).get("message", "")
+        assert (status, words in message) == (code, True), (what, status, answer)
+        assert key not in json.dumps(answer), what  # the key is never echoed
+    logs = lab.docker_exec(lab.nodes[0], "docker", "logs", "--since", started, "sparkdeploy-gateway-litellm")
+    text = logs.stdout + logs.stderr
+    errors = [line for line in text.splitlines() if ":ERROR:" in line or line.startswith("ERROR:")]
+    assert "Traceback" not in text and "prisma" not in text and errors == [], (errors, text[-3000:])
+    refusals = [line for line in text.splitlines() if "gateway refused" in line]
+    assert len(refusals) >= len(cases) and all(":WARNING:" in line for line in refusals), refusals
+    assert key not in text
+
+    # `down` keeps the gateway's keys on purpose and says how to remove them; `down --keys` does
+    assert sd("keys", "create", "frank", "-i", inv).returncode == 0
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    last = r.stdout.strip().splitlines()[-1]
+    assert "~/.sparkdeploy-gateway keeps the gateway's keys and spend counts" in last, last
+    assert "`sparkdeploy down --keys` removes them" in last and "Nothing of sparkdeploy's is left on spark2." in last
+    r = sd("down", "-i", inv, "--keys")
+    assert r.returncode == 0, failure(r)
+    assert r.stdout.strip().splitlines()[-1].endswith("Nothing of sparkdeploy's is left on spark1, spark2."), r.stdout
