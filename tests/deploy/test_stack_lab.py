@@ -420,3 +420,49 @@ def test_down_of_one_deployment_of_three_unroutes_it_first_and_clients_mistakes_
     r = sd("down", "-i", inv, "--keys")
     assert r.returncode == 0, failure(r)
     assert r.stdout.strip().splitlines()[-1].endswith("Nothing of sparkdeploy's is left on spark1, spark2."), r.stdout
+
+
+def test_up_routes_only_answering_engines_and_takes_a_replaced_one_out_first(lab, inv, client, tmp_path):
+    """An unchanged deployment whose engine does not answer /health is not routed (503 saying why; `up` exits 1),
+    and routed again by the next `up` once it answers; a deployment whose engine `up` replaces is out of the
+    routes meanwhile (503), never a dead engine's 500."""
+    stack = tmp_path / "stack.yaml"
+    assert up(inv, stack, TWO)["ok"]
+    paused = lab.docker_exec(lab.nodes[1], "docker", "pause", "sparkdeploy-coder-vllm")
+    assert paused.returncode == 0, paused.stderr
+    try:
+        r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    finally:
+        lab.docker_exec(lab.nodes[1], "docker", "unpause", "sparkdeploy-coder-vllm")
+    assert r.returncode == 1 and "do not answer, so the gateway does not route them (coder-0)" in r.stderr, failure(r)
+    assert list(json.loads(r.stdout)["routes"]["out"]) == ["coder-0"]
+    assert ids(client) == {MODELS["chat"]}
+    with pytest.raises(openai.APIStatusError, match="not available now") as refused:
+        client.chat.completions.create(model=MODELS["coder"], messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 503 and "does not answer" in str(refused.value)
+    assert up(inv, stack, TWO)["routes"] == {"served": sorted([MODELS["chat"], MODELS["coder"]]), "out": {}}
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def coder() -> None:
+        while not stop.is_set():
+            try:
+                client.chat.completions.create(
+                    model=MODELS["coder"], messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                seen.append("answered")
+            except openai.APIStatusError as exc:
+                seen.append("503" if exc.status_code == 503 else f"{exc.status_code}: {str(exc)[:200]}")
+            except Exception as exc:  # noqa: BLE001 - any other outcome is a failure, shown
+                seen.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
+
+    thread = threading.Thread(target=coder, daemon=True)
+    thread.start()
+    changed = up(inv, stack, TWO.replace("memory: 0.3}", "memory: 0.35}"))  # coder's engine is replaced
+    stop.set()
+    thread.join(timeout=90)
+    assert {u["deployment"]: u["changes"] > 0 for u in changed["units"]}["coder"]
+    assert set(seen) <= {"answered", "503"} and "503" in seen and seen[-1] == "answered", seen
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
