@@ -1,18 +1,30 @@
 """`sparkdeploy init`: read every new node and write the inventory. The CLI (cli/init_cmd.py) only prints.
 
-Order: the addresses checked -> host keys (shown, pinned once confirmed) -> one facts command per node, in
-parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) -> the
-commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it, not
-over an existing file unless --force, which keeps a backup).
+Order: the addresses checked -> host keys (shown; a confirmed one serves this run) -> one facts command per
+node, in parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) ->
+the commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it),
+and only then the confirmed host keys pinned.
+
+Run again over an inventory it wrote (the file's own comments ask for it once the link has addresses), `init`
+merges: the owner's edits are kept, the nodes' new readings replace the old (plan.merge), and the diff is shown;
+--force replaces the file instead (the diff says what goes). Hosts that are a bare lab of this machine (`lab up
+--bare`'s notes list them, and their GPUs say SIMULATED) get the lab's own settings in the inventory: its
+SIMULATED engine, its model hub, its secrets file, its fabric subnet, so the README's next commands serve.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from sparkdeploy import paths
 from sparkdeploy.dayzero import discover, inventory_text
 from sparkdeploy.dayzero import plan as planner
 from sparkdeploy.dayzero.session import (
@@ -20,6 +32,7 @@ from sparkdeploy.dayzero.session import (
     HostKey,
     default_known_hosts,
     parse_hosts,
+    pin,
     probe_inventory,
     trusted_keys,
 )
@@ -50,6 +63,10 @@ class InitResult:
     text: str = ""
     written: str = ""  # the path written ("" with --dry-run or a problem)
     backup: str = ""
+    lab: dict[str, Any] | None = None  # the bare lab these hosts are (its notes), whose settings were added
+    merged: bool = False  # the file existed: merged with the owner's (False with --force: replaced)
+    changes: list[str] = field(default_factory=list)  # what the merge replaced or dropped
+    diff: str = ""  # the existing file -> the new one
 
     @property
     def ok(self) -> bool:
@@ -67,6 +84,10 @@ class InitResult:
             "inventory": self.text,
             "written": self.written,
             "backup": self.backup,
+            "lab": self.lab["name"] if self.lab else None,
+            "merged": self.merged,
+            "changes": self.changes,
+            "diff": self.diff,
         }
 
 
@@ -75,15 +96,12 @@ def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
     known_hosts = opts.known_hosts or default_known_hosts()
     if opts.out.exists() and not opts.out.is_file():
         raise ConfigError(Problem(str(opts.out), "--out", "is not a file", "name a file, e.g. inventory.yaml"))
-    if opts.out.is_file() and not opts.force and not opts.dry_run:
-        raise ConfigError(
-            Problem(str(opts.out), "--out", "exists", "pass --force to replace it (a backup is kept) or another --out")
-        )
+    old = _existing(opts.out) if opts.out.is_file() and not opts.force else None
     # a key that does not exist yet (`setup ssh` creates it) is only written into the inventory
     login_key = opts.key if opts.key and Path(opts.key).expanduser().is_file() else None
     probe = probe_inventory(hosts, opts.user, login_key, known_hosts.resolve())
-    result = InitResult(hosts)
-    with trusted_keys(probe, known_hosts, confirm, opts.dry_run) as (inv, keys, failures):
+    result = InitResult(hosts, lab=lab_notes(hosts))
+    with trusted_keys(probe, known_hosts, confirm) as (inv, keys, failures):
         result.keys, result.failures = keys, failures
         fps = {k.host: k.fingerprint for k in keys if k.status in ("pinned", "accepted")}
         usable = [n for n in inv.nodes if n.mgmt_ip in fps]
@@ -98,14 +116,34 @@ def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
     if result.failures:
         return result
     result.facts.sort(key=lambda f: hosts.index(f.host))
-    result.plan = planner.plan(result.facts, opts.fabric_subnet)
+    if result.lab is not None and not all(f.simulated for f in result.facts):
+        result.lab = None  # the lab's addresses, but real nodes answer: not the lab
+    lab_subnet = result.lab.get("fabric_subnet") if result.lab else None
+    result.plan = planner.plan(result.facts, opts.fabric_subnet or lab_subnet)
     if result.plan.errors:
         return result
     key = str(Path(opts.key).expanduser().resolve()) if opts.key else None
     data = planner.inventory_data(result.plan, opts.user, key, str(known_hosts.resolve()))
-    result.text = inventory_text.render(result.plan, data, hosts)
+    if result.lab is not None:
+        data["cluster"].update(result.lab.get("lab_cluster") or {})
+    if old is not None:
+        data, result.changes = planner.merge(old, data)
+        result.merged = True
+    result.text = inventory_text.render(result.plan, data, hosts, result.lab["name"] if result.lab else None)
+    if opts.out.is_file():
+        before = opts.out.read_text(encoding="utf-8", errors="replace")
+        lines = difflib.unified_diff(
+            before.splitlines(), result.text.splitlines(), str(opts.out), f"{opts.out} (new)", lineterm=""
+        )
+        result.diff = "\n".join(lines)
+        result.changes += [
+            f"your comment on line {i} is not kept: {line.strip()}"
+            for i, line in enumerate(before.splitlines(), 1)
+            if line.lstrip().startswith("#") and not inventory_text.ours(line) and line not in result.text.splitlines()
+        ]
     if not opts.dry_run:
         _write(opts.out, result)
+        pin(known_hosts, probe, result.keys)  # only now: a host init refused gets nothing pinned
     return result
 
 
@@ -119,3 +157,31 @@ def _write(path: Path, result: InitResult) -> None:
     tmp.write_text(result.text)
     os.replace(tmp, path)
     result.written = str(path)
+
+
+def lab_notes(hosts: list[str]) -> dict[str, Any] | None:
+    """The bare lab of this machine whose nodes these hosts are (`lab up --bare` wrote its notes), or None."""
+    for path in paths.bare_lab_notes():
+        try:
+            notes = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(notes, dict) and set(hosts) <= set(notes.get("hosts") or []):
+            return {**notes, "name": path.parent.name.removeprefix("lab-")}
+    return None
+
+
+def _existing(path: Path) -> dict:
+    """The inventory `init` will merge into (the owner's), or one line saying why it cannot."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        data, problem = None, f"cannot be read as YAML to merge into ({why})"
+    else:
+        problem = "is not an inventory to merge into (no nodes: list)"
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list):
+        return data
+    raise ConfigError(
+        Problem(str(path), "--out", problem, "fix it, pass --force to replace it (a backup is kept), or another --out")
+    )

@@ -13,8 +13,8 @@ from sparkdeploy.deploy import down, gateway_routes
 from sparkdeploy.deploy.gateway_routes import Gateway, Routes, group
 from sparkdeploy.facts import FileFact, NodeFacts, StateDirFact, parse
 from sparkdeploy.inventory import Node
-from tests.conftest import TWO_NODES
 from sparkdeploy.plan import GATEWAY_KEPT, StepKind, plan_removal
+from tests.conftest import TWO_NODES
 
 SAMPLES = Path(__file__).resolve().parents[1] / "facts" / "samples"
 HOOK = Path(gateway_routes.__file__).resolve().parents[1] / "gateway_hook.py"
