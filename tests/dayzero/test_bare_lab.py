@@ -132,8 +132,8 @@ def test_setup_network_doctor_run_recipe_and_a_first_answer(bare_lab, day_zero):
     assert {n["state"] for n in json.loads(again.stdout)["nodes"]} == {"unchanged"}, failure(again)
 
     # a file the owner wrote for the port: refused with its diff; --replace takes over; --restore puts it back
-    owner = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      mtu: 1500\n"
-    _exec(c1, f"printf '{owner}' > /etc/netplan/50-owner.yaml && chmod 600 /etc/netplan/50-owner.yaml")
+    theirs = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      mtu: 1500\n"
+    _exec(c1, f"printf '{theirs}' > /etc/netplan/50-owner.yaml && chmod 600 /etc/netplan/50-owner.yaml")
     refused = owner.sd("setup", "network", "-i", inv)
     assert refused.returncode == 1 and "50-owner.yaml configures the fabric" in refused.stdout, failure(refused)
     assert "-      mtu: 1500" in refused.stdout and "+      mtu: 9000" in refused.stdout
@@ -201,7 +201,8 @@ def test_a_host_given_by_its_fabric_address_is_refused_and_nothing_is_pinned(bar
     assert not kh.exists() and not (owner.dir / "refused.yaml").exists()
 
 
-def test_a_change_that_cuts_management_is_undone_by_the_node(bare_lab, day_zero):
+def test_a_change_that_cuts_management_is_undone_by_the_node(bare_lab, day_zero, monkeypatch):
+    monkeypatch.setenv("HOME", str(day_zero["owner"].home))  # the owner's key (~/.ssh/id_ed25519), in-process
     inv = load_inventory(day_zero["owner"].inventory)
     node = inv.nodes[1]
     prepared: Prepared = _prepare(inv, node)
