@@ -90,6 +90,9 @@ def render(result: InitPlan, data: dict, hosts: list[str], lab: str | None = Non
         out += ["  # " + line for line in node_comments(result, i)]
         block = yaml.safe_dump([node], sort_keys=False).rstrip()
         out += ["  " + line for line in block.splitlines()]
+    rest = {k: v for k, v in data.items() if k not in ("cluster", "nodes")}  # the owner's other keys (a merge)
+    if rest:
+        out.append(yaml.safe_dump(rest, sort_keys=False).rstrip())
     text = "\n".join(out) + "\n"
     check(text, data)
     return text
