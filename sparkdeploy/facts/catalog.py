@@ -454,8 +454,8 @@ done""",
 u=$(id -u)
 for d in "$sd" "$sd"-*; do
   [ -d "$d" ] && [ ! -L "$d" ] || continue
-  printf '%s\t%s\t%s' "$d" "$(stat -c %a "$d")" "$(find "$d" -maxdepth 1 ! -user "$u" -print -quit 2>/dev/null)"
-  find "$d" -mindepth 1 -maxdepth 1 -printf '\t%f' 2>/dev/null
+  printf '%s\t%s\t%s' "$d" "$(stat -c %a "$d")" "$(find "$HOME/$d" -maxdepth 1 ! -user "$u" -print -quit 2>/dev/null)"
+  find "$HOME/$d" -mindepth 1 -maxdepth 1 -printf '\t%f' 2>/dev/null
   printf '\n'
 done""",
             _state_dirs,
