@@ -18,7 +18,7 @@ from sparkdeploy.deployment import DEPLOYMENT_LABEL
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import Inventory, load_inventory
-from sparkdeploy.plan import GATEWAY_KEPT, Plan, plan_down
+from sparkdeploy.plan import GATEWAY_KEPT, KEYS_FILE, Plan, plan_down
 from sparkdeploy.running_stack import GATEWAY, RESERVED
 from sparkdeploy.secrets import load_secrets
 
@@ -176,7 +176,7 @@ def _left_on(f: NodeFacts, state_dir: str, deployment: str | None) -> list[str]:
         if owner is None or owner in running:
             continue  # not ours, or the folder of what still runs
         unit = owner
-        kept = [e for e in d.entries if unit == GATEWAY and e in GATEWAY_KEPT]
+        kept = [e for e in d.entries if unit == GATEWAY and e in GATEWAY_KEPT and KEYS_FILE in d.entries]
         other = [e for e in d.entries if e not in kept]
         if kept:
             said.append(

@@ -73,6 +73,8 @@ from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import (
     CHANGED,
     GATEWAY_KEPT,
+    KEYS_FILE,
+    SPEND_FOLDER,
     Plan,
     StepKind,
     _restart_together,
@@ -510,14 +512,15 @@ def down_plans(
         sd = state_dir_of(inv, name)
         read = gather_facts(session, nodes, state_dir=sd)
         facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
-        also = GATEWAY_KEPT if keys and name == GATEWAY else None
         mine = {n: only(f, name) for n, f in facts.items()}
         plans.append(
             (
                 name,
                 Plan(
                     [
-                        plan_removal(node, mine[node.name], sd, f"not part of deployment {name}", also)
+                        plan_removal(
+                            node, mine[node.name], sd, f"not part of deployment {name}", _also(name, facts, node, keys)
+                        )
                         for node in nodes
                         if node.name in mine
                         and (mine[node.name].containers or mine[node.name].state_dir_mode is not None)
@@ -541,6 +544,18 @@ def down_plans(
     return plans
 
 
+def _also(name: str, facts: dict[str, NodeFacts], node: Node, keys: bool) -> dict[str, str] | None:
+    """What else of the gateway's state dir goes: its keys and spend with --keys; the spend counts when there is
+    no keys.json (they count no key); nothing else."""
+    if name != GATEWAY:
+        return None
+    if keys:
+        return GATEWAY_KEPT
+    if KEYS_FILE not in facts[node.name].files:
+        return {SPEND_FOLDER: "the spend counts of no key (there is no keys.json)"}
+    return None
+
+
 def routes_before_down(
     session: Session, inv: Inventory, good: dict[str, NodeFacts], deployment: str | None
 ) -> tuple[Gateway, Routes, Plan] | None:
@@ -560,8 +575,8 @@ def routes_before_down(
 
 
 def _state_dirs_on(inv: Inventory, good: dict[str, NodeFacts], keys: bool) -> set[str]:
-    """The stack units whose state dirs are on the nodes (`<state_dir>-NAME` holding a manifest of ours; with
-    `keys`, the gateway's too when only its keys are left), from the `state_dirs` fact."""
+    """The stack units whose state dirs are on the nodes (`<state_dir>-NAME` holding a manifest of ours; the
+    gateway's too when only its spend counts are left, or with `keys` its keys), from the `state_dirs` fact."""
     prefix = inv.cluster.state_dir + "-"
     out: set[str] = set()
     for f in good.values():
@@ -569,7 +584,7 @@ def _state_dirs_on(inv: Inventory, good: dict[str, NodeFacts], keys: bool) -> se
             name = d.name.removeprefix(prefix)
             if not d.name.startswith(prefix) or not (NAME.match(name) or name in RESERVED):
                 continue
-            if d.has_manifest or (keys and name == GATEWAY and set(d.entries) & set(GATEWAY_KEPT)):
+            if d.has_manifest or (name == GATEWAY and (keys or KEYS_FILE not in d.entries) and d.entries):
                 out.add(name)
     return out
 

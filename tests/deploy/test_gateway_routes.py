@@ -149,3 +149,28 @@ def test_down_keys_with_another_deployment_is_refused_before_connecting(cli, inv
     assert code == 2, (out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "--keys" in lines[0] and "down --deployment gateway --keys" in lines[0]
+
+
+def test_a_gateway_folder_with_spend_counts_of_no_key_goes_with_down():
+    """`up --stack` makes spend/ whether or not a key was ever made: without keys.json it counts no key, so `down`
+    removes it (and the folder) instead of calling it kept keys."""
+    from sparkdeploy.deploy import stack
+    from sparkdeploy.inventory import Inventory
+
+    inv = Inventory.model_validate(TWO_NODES)
+    f = NodeFacts("spark1", home="/home/spark", state_dir_mode=0o700, other_entries=["spend"])
+    f.state_dirs = {".sparkdeploy-gateway": StateDirFact(".sparkdeploy-gateway", 0o700, "", ["spend"])}
+    assert stack._state_dirs_on(inv, {"spark1": f}, keys=False) == {"gateway"}
+    also = stack._also("gateway", {"spark1": f}, inv.nodes[0], keys=False)
+    steps = plan_removal(inv.nodes[0], f, ".sparkdeploy-gateway", "ours", also).steps
+    assert [(s.kind, s.target, s.change) for s in steps] == [
+        (StepKind.REMOVE_FOLDER, "spend", True),
+        (StepKind.RMDIR, "/home/spark/.sparkdeploy-gateway", True),
+    ]
+    assert down.what_is_left({"spark1": f}, ".sparkdeploy", None).startswith(
+        "Left on spark1: ~/.sparkdeploy-gateway stays"
+    )
+    f.files = {"keys.json": FileFact("keys.json", 0o600)}
+    f.state_dirs[".sparkdeploy-gateway"].entries = ["keys.json", "spend"]
+    assert stack._state_dirs_on(inv, {"spark1": f}, keys=False) == set()  # kept: its keys
+    assert stack._also("gateway", {"spark1": f}, inv.nodes[0], keys=False) is None
