@@ -77,6 +77,7 @@ _keys: dict[str, dict[str, Any]] = {}
 _auth: dict[str, UserAPIKeyAuth] = {}  # sha256 -> the answer for that key, built once per keys.json version
 _served: set[str] = set()  # the models routed now (routes.json's model_list)
 _unavailable: dict[str, str] = {}  # a model of the stack routed nowhere now -> why
+_left: set[str] = set()  # models routed before and not now (this worker's last reloads)
 
 
 # -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
@@ -107,17 +108,28 @@ def _say(where: str, client: Any, code: Any, message: str) -> tuple[str, tuple[A
 
 class _Refusals(logging.Filter):
     """LiteLLM logs an auth failure at ERROR (a 5xx with its traceback): a Refusal is the client's matter, so its
-    record becomes one WARNING line (LiteLLM's record carries the exception and the client's address)."""
+    record becomes one WARNING line (LiteLLM's record carries the exception and the client's address). So does
+    its record of a request whose model left the routes while it was in flight (ClientErrors answers it)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         refusal = next((a for a in args if isinstance(a, Refusal)), None)
         if refusal is not None:
             client = args[1] if len(args) > 1 and isinstance(args[1], str) else "?"
-            record.msg, record.args = _say(refusal.where, client, refusal.code, refusal.message)
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.exc_info, record.exc_text, record.stack_info = None, None, None
+            _quiet(record, *_say(refusal.where, client, refusal.code, refusal.message))
+        elif record.levelno >= logging.ERROR and _left:
+            text = record.getMessage()
+            gone = next((m for m in sorted(_left) if f"model={m}" in text or f"Model Group={m}" in text), None)
+            if gone is not None and ("Invalid model name" in text or "no healthy deployments" in text):
+                why = "a request for %s was in flight when it left the routes: answered 503 or 404, not 400"
+                _quiet(record, "gateway: " + why, (gone,))
         return True
+
+
+def _quiet(record: logging.LogRecord, msg: str, args: tuple[Any, ...]) -> None:
+    record.msg, record.args = msg, args
+    record.levelno, record.levelname = logging.WARNING, "WARNING"
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
 
 
 if not any(isinstance(f, _Refusals) for f in verbose_proxy_logger.filters):
@@ -176,16 +188,10 @@ class ClientErrors:
         ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
         body, problem = (None, FORM) if ctype in FORMS else _body_problem(raw)
         if problem:
-            client = (scope.get("client") or ("?",))[0]
-            msg, args = _say(f"POST {scope.get('path')}", client, 400, problem)
-            verbose_proxy_logger.warning(msg, *args)
-            error = {"message": problem, "type": "invalid_request_error", "param": "body", "code": "400"}
-            data = json.dumps({"error": error}, separators=(",", ":")).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-            await send({"type": "http.response.start", "status": 400, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
+            await _answer_error(scope, send, 400, problem)
             return
         scope[BODY] = body
+        model = str(body["model"]) if isinstance(body, dict) else ""  # _body_problem: an object naming a model
         sent = False
 
         async def replay() -> dict[str, Any]:
@@ -195,7 +201,43 @@ class ClientErrors:
                 return {"type": "http.request", "body": raw, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        held = False
+
+        async def answer(message: dict[str, Any]) -> None:
+            """A request admitted while its model was routed, whose model left the routes before LiteLLM's
+            router picked an engine (another request of this worker reloaded routes.json meanwhile): LiteLLM's
+            400 ("Invalid model name", "no healthy deployments") becomes what a new request gets, 503 or 404."""
+            nonlocal held
+            if message["type"] == "http.response.start" and message.get("status") == 400:
+                held = model not in _served
+            if not held:
+                await send(message)
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                code, text = _not_routed(model, [])
+                await _answer_error(scope, send, code, text)
+
+        await self.app(scope, replay, answer)
+
+
+async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: str) -> None:
+    """The answer to a refused request, in OpenAI's error shape, and its one WARNING line."""
+    client = (scope.get("client") or ("?",))[0]
+    msg, args = _say(f"{scope.get('method')} {scope.get('path')}", client, code, message)
+    verbose_proxy_logger.warning(msg, *args)
+    param = "body" if code == 400 else "model"
+    error = {"message": message, "type": _TYPES.get(code, "invalid_request_error"), "param": param, "code": str(code)}
+    data = json.dumps({"error": error}, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _not_routed(model: str, allowed: list[str]) -> tuple[int, str]:
+    """A model the gateway does not route now: 503 while its deployment is out (why), else 404."""
+    if model in _unavailable:
+        return 503, f"model {model} is not available now: {_unavailable[model]}"
+    served = sorted(m for m in _served if not allowed or m in allowed)
+    return 404, f"model {model} is not served by this gateway (served: {', '.join(served) or 'none'})"
 
 
 def _install(app: Any) -> None:
@@ -244,8 +286,10 @@ def _reload_models() -> None:
     if router is not None:
         router.set_model_list(models)
     proxy_server.llm_model_list = models
-    _served = {m["model_name"] for m in models}
-    _unavailable = dict(data.get("unavailable") or {})
+    served = {m["model_name"] for m in models}
+    _left.difference_update(served)
+    _left.update(_served - served)
+    _served, _unavailable = served, dict(data.get("unavailable") or {})
 
 
 def _reload_keys() -> None:
@@ -314,12 +358,8 @@ def _check_model(request: Any, model: str | None, allowed: list[str], name: str 
     if model is None:
         return
     if model not in _served:
-        if model in _unavailable:
-            raise Refusal(f"model {model} is not available now: {_unavailable[model]}", 503, request)
-        served = sorted(m for m in _served if not allowed or m in allowed)
-        raise Refusal(
-            f"model {model} is not served by this gateway (served: {', '.join(served) or 'none'})", 404, request
-        )
+        code, text = _not_routed(model, allowed)
+        raise Refusal(text, code, request)
     if allowed and model not in allowed:
         raise Refusal(f"key {name} may not use model {model} (allowed: {', '.join(allowed)})", 403, request)
 
