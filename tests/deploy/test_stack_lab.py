@@ -13,6 +13,7 @@ import http.client
 import json
 import threading
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -466,3 +467,16 @@ def test_up_routes_only_answering_engines_and_takes_a_replaced_one_out_first(lab
     assert {u["deployment"]: u["changes"] > 0 for u in changed["units"]}["coder"]
     assert set(seen) <= {"answered", "503"} and "503" in seen and seen[-1] == "answered", seen
     assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+
+
+def test_a_request_in_flight_when_its_model_leaves_is_answered_like_a_new_one(lab, inv, tmp_path):
+    assert up(inv, tmp_path / "stack.yaml", TWO)["ok"]
+    script = (Path(__file__).parent / "gateway_in_flight.py").read_text()
+    r = lab.docker_exec(lab.nodes[0], "docker", "exec", "sparkdeploy-gateway-litellm", "python3", "-c", script)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [
+        [404, "model gone is not served by this gateway (served: here)"],
+        [503, "model out is not available now: deployment x is out of the gateway: why"],
+        [400, "Invalid model name passed in model=x"],  # a model still routed: LiteLLM's own answer stands
+    ]
+    assert "gateway refused POST /v1/chat/completions from 1.2.3.4: HTTP 404" in r.stdout + r.stderr
