@@ -79,7 +79,6 @@ def remove(
             apply_plan(session, one, interrupt, say=out.progress if one.changes else None)
             if interrupt.set:
                 clean_temp_files(session, [n for n in inv.nodes if n.name in good])
-                break
         result["steps"] = [s.as_dict() for s in plan.steps]
         if not dry_run:
             for title, one in plans:
