@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 NAME = "bench-bare"
 
@@ -67,8 +65,6 @@ def main() -> int:
             str(tmp / "id"),
             "--known-hosts",
             str(tmp / "known_hosts"),
-            "--fabric-subnet",
-            notes["fabric_subnet"],
             "--out",
             str(out),
             "--yes",
@@ -78,10 +74,7 @@ def main() -> int:
         mark("setup ssh")
         sd("setup", "network", "-i", str(out))
         mark("setup network")
-        data = yaml.safe_load(out.read_text())
-        data["cluster"].update(notes["lab_cluster"])
-        lab_inv = tmp / "inventory-lab.yaml"
-        lab_inv.write_text(yaml.safe_dump(data, sort_keys=False))
+        lab_inv = out  # init found these hosts in the bare lab's notes: the lab's settings are in it
         sd("run-recipe", "openai-gpt-oss-120b", "--inventory", str(lab_inv))
         mark("run-recipe (push, serve)")
         chat = subprocess.run(

@@ -27,7 +27,19 @@ from sparkdeploy import interrupts, paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX, NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.plan import CHANGED, FAILED, OK, OUR_FOLDERS, PENDING, SKIPPED, NodePlan, Plan, Step, StepKind
+from sparkdeploy.plan import (
+    CHANGED,
+    FAILED,
+    GATEWAY_KEPT,
+    OK,
+    OUR_FOLDERS,
+    PENDING,
+    SKIPPED,
+    NodePlan,
+    Plan,
+    Step,
+    StepKind,
+)
 from sparkdeploy.remote import NodeConnection, on_nodes
 
 START_TIMEOUT_S = 300  # `docker run --detach` returns once the container started
@@ -381,7 +393,7 @@ def _chmod(conn: NodeConnection, step: Step, state_dir: str) -> str:
 
 
 def _remove_folder(conn: NodeConnection, step: Step, state_dir: str) -> str:
-    if step.target not in OUR_FOLDERS:  # the subfolders of the state dir that are ours (plan.OUR_FOLDERS)
+    if step.target not in OUR_FOLDERS and step.target not in GATEWAY_KEPT:  # ours (plan.OUR_FOLDERS, GATEWAY_KEPT)
         raise StepFailed(f"refusing to remove {step.target}: not a folder sparkdeploy writes")
     conn.run(["rm", "-rf", "--", f"{state_dir}/{step.target}"])
     return "removed"

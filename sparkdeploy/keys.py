@@ -28,16 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy import names
 from sparkdeploy.apply import Session, inventory_lock
+from sparkdeploy.deploy import gateway_routes
 from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
+from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.inventory import Inventory, load_inventory
+from sparkdeploy.plan import KEYS_FILE
 from sparkdeploy.recipes import MODEL_NAME
 from sparkdeploy.remote import NodeConnection
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import parse_json
 
-KEYS_FILE = "keys.json"
 TOKEN_PREFIX = "sk-sd-"
 BUDGET = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)")
 SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
@@ -158,13 +160,16 @@ class Gateway:
         return f"{self.conn.node.name}:{self.state_dir}/{name}"
 
     def models(self) -> list[str]:
-        """The models the gateway serves (its manifest, written by `up --stack`)."""
-        text = self._cat("manifest.json")
-        if text is None:
+        """The models of the stack's deployments (the gateway's routes.json, read through the facts: a deployment
+        that `down` removed is not one; one taken out for a while still is)."""
+        facts = gather(self.conn, ("routes",), FactArgs(state_dir=self.state_dir))
+        routes = gateway_routes.parse(facts.routes)
+        if routes is None:
             raise StepFailed(
-                f"no stack gateway on {self.conn.node.name} ({self.state_dir}): run `sparkdeploy up --stack FILE` first"
+                f"no stack gateway routes on {self.conn.node.name} (~/{self.state_dir}/{gateway_routes.ROUTES_FILE}): "
+                "run `sparkdeploy up --stack FILE` first"
             )
-        return parse_manifest_models(text, self._source("manifest.json"))
+        return routes.models()
 
     def keys(self) -> list[dict[str, Any]]:
         text = self._cat(KEYS_FILE)

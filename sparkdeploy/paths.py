@@ -58,6 +58,14 @@ def lab_dir() -> Path:
     return state_dir() / "lab"
 
 
+BARE_NOTES = "bare.json"  # a bare lab's notes in its folder (lab/bare.py writes them, `init` reads them)
+
+
+def bare_lab_notes() -> list[Path]:
+    """The notes of every bare lab of this machine (`sparkdeploy lab up --bare`)."""
+    return sorted(state_dir().glob(f"lab*/{BARE_NOTES}"))
+
+
 def state_unwritable(path: Path, exc: OSError) -> ConfigError:
     """The one line for a local state folder this process cannot create or write (never a traceback)."""
     where = "SPARKDEPLOY_STATE" if os.environ.get("SPARKDEPLOY_STATE") else "the default state folder"

@@ -50,6 +50,12 @@ class StepKind(StrEnum):
 # removes it with the rest. The one subfolder of the state dir that is ours; any other stays.
 DOCTOR_FOLDER = "doctor"
 OUR_FOLDERS = {DOCTOR_FOLDER: "doctor --nccl's probe files", GUARD_FOLDER: "the memory guard's black box and status"}
+# What the stack gateway keeps in its state dir beside `up`'s files: `sparkdeploy keys`' store and the tokens each
+# key spent (the gateway's writable volume). Kept by `down` on purpose (a later `up --stack` serves the same keys);
+# `down --keys` removes them (plan_removal's `also`).
+KEYS_FILE = "keys.json"
+SPEND_FOLDER = "spend"
+GATEWAY_KEPT = {KEYS_FILE: "the gateway's keys", SPEND_FOLDER: "the tokens each gateway key spent"}
 
 
 @dataclass(kw_only=True)  # built with keywords: eight of its fields would be easy to swap by position
@@ -198,8 +204,16 @@ def short_id(image_id: str | None) -> str:
     return image_id.removeprefix("sha256:")[:12]
 
 
-def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not part of this deployment") -> NodePlan:
-    """Everything of ours goes: containers by label, files listed in the manifest, temp files, the manifest."""
+def plan_removal(
+    node: Node,
+    facts: NodeFacts,
+    state_dir: str,
+    why: str = "not part of this deployment",
+    also: dict[str, str] | None = None,
+) -> NodePlan:
+    """Everything of ours goes: containers by label, files listed in the manifest, temp files, the manifest.
+    also: more names of the state dir to remove (files or folders) with why (`down --keys`: GATEWAY_KEPT)."""
+    also = also or {}
     sd = state_dir_path(facts, state_dir)
     plan = NodePlan(node=node, state_dir=sd)
     for c in facts.containers:
@@ -212,13 +226,16 @@ def plan_removal(node: Node, facts: NodeFacts, state_dir: str, why: str = "not p
             plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason="listed in the manifest")
     if MANIFEST in facts.files:
         plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=MANIFEST, change=True, reason="ours")
-    for folder, what in OUR_FOLDERS.items():
+    for name, what in also.items():
+        if name in facts.files:
+            plan.add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason=what)
+    for folder, what in {**OUR_FOLDERS, **also}.items():
         if folder in facts.other_entries:
             plan.add(phase=1, kind=StepKind.REMOVE_FOLDER, target=folder, change=True, reason=what)
     if facts.state_dir_mode is not None:
-        ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST}
+        ours = set(facts.manifest_files) | set(facts.temp_files) | {MANIFEST} | set(also)
         others = [n for n in facts.files if n not in ours] + [
-            n + "/" for n in facts.other_entries if n not in OUR_FOLDERS
+            n + "/" for n in facts.other_entries if n not in OUR_FOLDERS and n not in also
         ]
         if others:  # never remove what we did not write
             kept = f"kept: holds what `up` did not write ({', '.join(sorted(others)[:3])})"

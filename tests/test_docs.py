@@ -54,3 +54,12 @@ def test_readme_examples_are_the_shipped_files():
     assert {path for path, _ in blocks} >= {"recipes/openai-gpt-oss-120b.yaml", "inventory.yaml"}, blocks
     for path, body in blocks:
         assert body == (REPO / path).read_text(), f"README's example of {path} differs from the file"
+
+
+def test_the_readmes_day_zero_commands_are_what_the_bare_lab_prints():
+    """`sparkdeploy lab up --bare` prints the README's five day-zero commands for its nodes
+    (tests/dayzero/test_bare_lab.py runs them, as the README writes them, on the bare lab)."""
+    from sparkdeploy.lab.bare import dayzero_commands
+    from tests.support.readme import README_HOSTS, dayzero_commands_in_readme
+
+    assert dayzero_commands_in_readme() == dayzero_commands(README_HOSTS)

@@ -64,8 +64,7 @@ def one_line_errors(code: int, err: str, *needles: str) -> list[str]:
 # Reading or parsing a file is the door's job. What remains elsewhere, each with the reason it is not a user's or
 # a node's file (package data, text this process rendered, bytes only hashed, a tool's output we just wrote).
 ALLOWED = {
-    ("sparkdeploy/gateway_hook.py", "yaml.safe_load("): "runs in the gateway container on the config `up` wrote",
-    ("sparkdeploy/gateway_hook.py", "json.load("): "runs in the gateway container on keys.json (its own hook)",
+    ("sparkdeploy/gateway_hook.py", "json.load("): "the gateway container: keys.json, routes.json",
     ("sparkdeploy/doctor/gpu.py", ".read_text("): "package data (doctor/data)",
     ("sparkdeploy/doctor/gpu.py", "yaml.safe_load("): "package data (doctor/data)",
     ("sparkdeploy/doctor/nccl_probe.py", ".read_bytes("): "the probe's own source, shipped to the node",

@@ -127,7 +127,7 @@ def test_the_gateway_counts_spend_on_its_own_volume_with_the_hooks_tracker(tmp_p
     path.write_text(textwrap.dedent(TWO))
     s = sf.load_stack(str(path), str(inventory_file))
     sf.build(s, sf.budget(s, {n.name: 128 * 1024 for n in s.inventory.nodes}))
-    config = su.gateway_config(s)
+    config = su.gateway_config()
     (callback,) = config["litellm_settings"]["callbacks"]
     module, _, name = callback.partition(".")
     # the callback and the auth hook LiteLLM loads exist in the hook file shipped beside the config

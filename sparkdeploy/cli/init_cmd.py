@@ -65,9 +65,21 @@ def _print(result: InitResult, dry_run: bool) -> None:
             click.echo(f"{f.host}: {f.hostname or '?'}, {gpu}, CX7: {ports or 'none'}{sim}")
         for finding in result.plan.findings:
             click.echo(f"{finding.severity.upper()} {finding.line()}")
-    if result.text and dry_run:
+    if result.lab is not None and result.text:
+        click.echo(
+            f"these hosts are the sparkdeploy lab `{result.lab['name']}` (SIMULATED): the inventory gets its settings "
+            f"({', '.join(f'{k}: {v}' for k, v in (result.lab.get('lab_cluster') or {}).items())}, fabric subnet "
+            f"{result.plan.subnet if result.plan else '?'})"
+        )
+    if result.text and dry_run and not result.diff:
         click.echo("--- the inventory (dry run: nothing written) ---")
         click.echo(result.text, nl=False)
+    if result.diff:
+        how = "merged with yours: your edits kept" if result.merged else "replaced (--force): lines marked - go"
+        click.echo(f"--- the inventory {'would be ' if dry_run else ''}{how} ---")
+        click.echo(result.diff)
+        for line in result.changes:
+            click.echo(f"  {line}")
     if result.written:
         click.echo(f"wrote {result.written}" + (f" (the old one kept as {result.backup})" if result.backup else ""))
         click.echo("next: sparkdeploy setup ssh; sparkdeploy setup network")
@@ -90,7 +102,12 @@ def _print(result: InitResult, dry_run: bool) -> None:
 @click.option(
     "--fabric-subnet", metavar="CIDR", help="Propose fabric addresses from this subnet (default: a free one)."
 )
-@click.option("--force", is_flag=True, help="Replace an existing --out file (the old one is kept as .bak).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing --out file instead of merging into it (the diff shows what goes; the old one is "
+    "kept as .bak). Without it, init merges: your edits stay, the nodes' new readings replace the old ones.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Trust the host keys shown without asking (you checked them).")
 @click.option("--dry-run", is_flag=True, help="Read the nodes and print the inventory; write nothing, pin no key.")
 @password_options

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, json_option
 from sparkdeploy.images.build import docker_client
+from sparkdeploy.lab import bare as bare_lab
 from sparkdeploy.lab import lifecycle
 from sparkdeploy.lab import network as lab_network
 from sparkdeploy.lab import nodestatus as lab_status
@@ -151,9 +152,13 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
         notes = load_json_file(result.inventory, "bare lab notes")
         hosts = ", ".join(notes["hosts"])
         click.echo(f"bare nodes: {hosts} (user {notes['user']}; password in {notes['password_file']})")
+        click.echo("next, the README's day-zero commands, in a folder of your own (the password they ask for is in")
+        click.echo(f"{notes['password_file']}; `--password-file PATH` instead of `--ask-password` in a script):")
+        for command in bare_lab.dayzero_commands(notes["hosts"], notes["user"]):
+            click.echo(f"  {command}")
         click.echo(
-            f"next: sparkdeploy init --hosts {','.join(notes['hosts'])} --user {notes['user']} "
-            f"--password-file {notes['password_file']} --fabric-subnet {notes['fabric_subnet']}"
+            "`init` finds these hosts in this lab's notes and writes the lab's settings into the inventory "
+            f"(the SIMULATED engine, its model hub and secrets, fabric subnet {notes['fabric_subnet']})."
         )
         click.echo("GPU, RDMA and link speed on these nodes are SIMULATED; so is systemd-networkd (netplan's backend).")
         return

@@ -197,16 +197,23 @@ deployment_option = click.option(
 @inventory_option
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
 @deployment_option
+@click.option(
+    "--keys",
+    is_flag=True,
+    help="Also remove the stack gateway's keys and their spend counts (kept otherwise, so that a later "
+    "`up --stack` serves the same keys).",
+)
 @json_option
-def down(inventory, dry_run, deployment, as_json):
+def down(inventory, dry_run, deployment, keys, as_json):
     """Remove what sparkdeploy created on every node: containers (by label) and files (the manifest's list).
 
     A node that cannot be reached is reported (exit 1); the others are cleaned. In a stack, --deployment NAME
-    removes one deployment only; to take one out of a running stack, delete it from the stack file and run
-    `up --stack` again: the gateway forgets it before its engines go."""
+    removes one deployment only, after the gateway stopped routing to it (its model is then a 404); `down`
+    removes the gateway first. The last line says what is left on each node and why, read from the nodes after
+    the removal. The gateway's keys and spend counts stay unless --keys."""
     result: dict[str, Any] = {}
     try:
-        remove(inventory, dry_run, Out(as_json), result, deployment)
+        remove(inventory, dry_run, Out(as_json), result, deployment, keys)
     finally:
         if as_json and result:
             emit_json(result)

@@ -1,19 +1,27 @@
 """`sparkdeploy init`: read every new node and write the inventory. The CLI (cli/init_cmd.py) only prints.
 
-Order: the addresses checked -> host keys (shown, pinned once confirmed) -> one facts command per node, in
-parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) -> the
-commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it, not
-over an existing file unless --force, which keeps a backup).
+Order: the addresses checked -> host keys (shown; a confirmed one serves this run) -> one facts command per
+node, in parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) ->
+the commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it),
+and only then the confirmed host keys pinned.
+
+Run again over an inventory it wrote (the file's own comments ask for it once the link has addresses), `init`
+merges: the owner's edits are kept, the nodes' new readings replace the old (plan.merge), and the diff is shown;
+--force replaces the file instead (the diff says what goes). Hosts that are a bare lab of this machine (`lab up
+--bare`'s notes list them, and their GPUs say SIMULATED) get the lab's own settings in the inventory: its
+SIMULATED engine, its model hub, its secrets file, its fabric subnet, so the README's next commands serve.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sparkdeploy import names
+from sparkdeploy import names, paths
 from sparkdeploy.dayzero import discover, inventory_text
 from sparkdeploy.dayzero import plan as planner
 from sparkdeploy.dayzero.session import (
@@ -22,11 +30,13 @@ from sparkdeploy.dayzero.session import (
     default_known_hosts,
     key_file_problems,
     parse_hosts,
+    pin,
     probe_inventory,
     trusted_keys,
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.remote import load_host_keys, on_nodes
+from sparkdeploy.userfile import load_json_file, load_yaml_file, read_text
 
 
 @dataclass
@@ -52,6 +62,10 @@ class InitResult:
     text: str = ""
     written: str = ""  # the path written ("" with --dry-run or a problem)
     backup: str = ""
+    lab: dict[str, Any] | None = None  # the bare lab these hosts are (its notes), whose settings were added
+    merged: bool = False  # the file existed: merged with the owner's (False with --force: replaced)
+    changes: list[str] = field(default_factory=list)  # what the merge replaced or dropped
+    diff: str = ""  # the existing file -> the new one
 
     @property
     def ok(self) -> bool:
@@ -69,6 +83,10 @@ class InitResult:
             "inventory": self.text,
             "written": self.written,
             "backup": self.backup,
+            "lab": self.lab["name"] if self.lab else None,
+            "merged": self.merged,
+            "changes": self.changes,
+            "diff": self.diff,
         }
 
 
@@ -94,10 +112,6 @@ def check_options(opts: InitOptions) -> list[str]:
         problems += planner.subnet_problems(opts.fabric_subnet, len(hosts) or 1)
     if opts.out.exists() and not opts.out.is_file():
         problems.append(Problem(str(opts.out), "--out", "is not a file", "name a file, e.g. inventory.yaml"))
-    elif opts.out.is_file() and not opts.force and not opts.dry_run:
-        problems.append(
-            Problem(str(opts.out), "--out", "exists", "pass --force to replace it (a backup is kept) or another --out")
-        )
     if problems:
         raise ConfigError(problems)
     return hosts
@@ -106,11 +120,12 @@ def check_options(opts: InitOptions) -> list[str]:
 def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
     hosts = check_options(opts)
     known_hosts = opts.known_hosts or default_known_hosts()
+    old = _existing(opts.out) if opts.out.is_file() and not opts.force else None
     # a key that does not exist yet (`setup ssh` creates it) is only written into the inventory
     login_key = opts.key if opts.key and Path(opts.key).expanduser().is_file() else None
     probe = probe_inventory(hosts, opts.user, login_key, known_hosts.resolve())
-    result = InitResult(hosts)
-    with trusted_keys(probe, known_hosts, confirm, opts.dry_run) as (inv, keys, failures):
+    result = InitResult(hosts, lab=lab_notes(hosts))
+    with trusted_keys(probe, known_hosts, confirm) as (inv, keys, failures):
         result.keys, result.failures = keys, failures
         fps = {k.host: k.fingerprint for k in keys if k.status in ("pinned", "accepted")}
         usable = [n for n in inv.nodes if n.mgmt_ip in fps]
@@ -125,14 +140,37 @@ def run_init(opts: InitOptions, confirm: Confirm) -> InitResult:
     if result.failures:
         return result
     result.facts.sort(key=lambda f: hosts.index(f.host))
-    result.plan = planner.plan(result.facts, opts.fabric_subnet)
+    if result.lab is not None and not all(f.simulated for f in result.facts):
+        result.lab = None  # the lab's addresses, but real nodes answer: not the lab
+    lab_subnet = result.lab.get("fabric_subnet") if result.lab else None
+    result.plan = planner.plan(result.facts, opts.fabric_subnet or lab_subnet)
     if result.plan.errors:
         return result
     key = str(Path(opts.key).expanduser().resolve()) if opts.key else None
     data = planner.inventory_data(result.plan, opts.user, key, str(known_hosts.resolve()))
-    result.text = inventory_text.render(result.plan, data, hosts)
+    if result.lab is not None:
+        data["cluster"].update(result.lab.get("lab_cluster") or {})
+    if old is not None:
+        data, result.changes = planner.merge(old, data)
+        result.merged = True
+    result.text = inventory_text.render(result.plan, data, hosts, result.lab["name"] if result.lab else None)
+    try:  # the diff against what is there (--force replaces even a file that cannot be read: no diff then)
+        before = read_text(opts.out, "inventory") if opts.out.is_file() else None
+    except ConfigError:
+        before = None
+    if before is not None:
+        lines = difflib.unified_diff(
+            before.splitlines(), result.text.splitlines(), str(opts.out), f"{opts.out} (new)", lineterm=""
+        )
+        result.diff = "\n".join(lines)
+        result.changes += [
+            f"your comment on line {i} is not kept: {line.strip()}"
+            for i, line in enumerate(before.splitlines(), 1)
+            if line.lstrip().startswith("#") and not inventory_text.ours(line) and line not in result.text.splitlines()
+        ]
     if not opts.dry_run:
         _write(opts.out, result)
+        pin(known_hosts, probe, result.keys)  # only now: a host init refused gets nothing pinned
     return result
 
 
@@ -146,3 +184,25 @@ def _write(path: Path, result: InitResult) -> None:
     tmp.write_text(result.text)
     os.replace(tmp, path)
     result.written = str(path)
+
+
+def lab_notes(hosts: list[str]) -> dict[str, Any] | None:
+    """The bare lab of this machine whose nodes these hosts are (`lab up --bare` wrote its notes), or None."""
+    for path in paths.bare_lab_notes():
+        try:
+            notes = load_json_file(path, "bare lab notes")
+        except ConfigError:  # another lab's notes, half written or not ours: not this lab
+            continue
+        if isinstance(notes, dict) and set(hosts) <= set(notes.get("hosts") or []):
+            return {**notes, "name": path.parent.name.removeprefix("lab-")}
+    return None
+
+
+def _existing(path: Path) -> dict:
+    """The inventory `init` will merge into (the owner's), read through the one door, or one line saying why it
+    cannot."""
+    fix = "fix it, pass --force to replace it (a backup is kept), or another --out"
+    data = load_yaml_file(path, "inventory to merge into", fix)
+    if isinstance(data, dict) and isinstance(data.get("nodes"), list):
+        return data
+    raise ConfigError(Problem(str(path), "--out", "is not an inventory to merge into (no nodes: list)", fix))

@@ -22,6 +22,11 @@ from sparkdeploy.schema import problems_from_validation
 from sparkdeploy.userfile import parse_yaml
 
 PRINTABLE = re.compile(r"[^\x20-\x7e]")
+# The comment lines `render` writes (a re-run regenerates them; any other comment is the owner's).
+OURS = re.compile(
+    r"^(# (Written by `sparkdeploy init |on every command|The first node is the head|These nodes are the sparkdeploy"
+    r" lab|SIMULATED engine, hf_endpoint|The GPUs, RDMA devices|Fabric: )|  # [^ ].*: hostname |  #   )"
+)
 
 
 def _clean(text: str, limit: int = 80) -> str:
@@ -34,6 +39,11 @@ def _port_words(p: Port) -> str:
     mtu = f" MTU {p.mtu}" if p.mtu else ""
     addrs = f" {', '.join(p.addresses)}" if p.addresses else " no address"
     return _clean(f"{'/'.join(p.names)} ({', '.join(p.hcas) or 'no RDMA device'}) {state}{speed}{mtu}{addrs}", 160)
+
+
+def ours(line: str) -> bool:
+    """Whether a comment line of an inventory is one `render` writes."""
+    return bool(OURS.match(line))
 
 
 def node_comments(result: InitPlan, index: int) -> list[str]:
@@ -53,16 +63,25 @@ def node_comments(result: InitPlan, index: int) -> list[str]:
     if d.ports and any((p.mtu or 0) < FABRIC_MTU for p in d.ports):
         lines.append(f"  MTU below {FABRIC_MTU} on the fabric port: `sparkdeploy setup network` sets {FABRIC_MTU}")
     if d.ports and d.ports[0].gid_index is None:
-        lines.append("  gid_index unknown until the port has its address: run `sparkdeploy init` again after setup")
+        lines.append(
+            "  gid_index unknown until the port has its address: run `sparkdeploy init` again after setup network "
+            "(it keeps your edits)"
+        )
     return lines
 
 
-def render(result: InitPlan, data: dict, hosts: list[str]) -> str:
+def render(result: InitPlan, data: dict, hosts: list[str], lab: str | None = None) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = [
         f"# Written by `sparkdeploy init --hosts {','.join(hosts)}` on {when}. Edit freely: sparkdeploy checks it",
-        "# on every command. The first node is the head (it runs the API proxy and rank 0).",
+        "# on every command, and `init` run again keeps your edits (it shows the diff).",
+        "# The first node is the head (it runs the API proxy and rank 0).",
     ]
+    if lab:
+        out.append(
+            f"# These nodes are the sparkdeploy lab `{_clean(lab)}`: its settings are in cluster (image_override: the"
+        )
+        out.append("# SIMULATED engine, hf_endpoint: its model hub, secrets_file: its secrets).")
     if any(d.facts.simulated for d in result.drafts):
         out.append("# The GPUs, RDMA devices and link speeds below are SIMULATED (the sparkdeploy lab's stand-ins).")
     if result.subnet:
@@ -74,6 +93,9 @@ def render(result: InitPlan, data: dict, hosts: list[str]) -> str:
         out += ["  # " + line for line in node_comments(result, i)]
         block = yaml.safe_dump([node], sort_keys=False).rstrip()
         out += ["  " + line for line in block.splitlines()]
+    rest = {k: v for k, v in data.items() if k not in ("cluster", "nodes")}  # the owner's other keys (a merge)
+    if rest:
+        out.append(yaml.safe_dump(rest, sort_keys=False).rstrip())
     text = "\n".join(out) + "\n"
     check(text, data)
     return text

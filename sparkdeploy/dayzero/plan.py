@@ -308,3 +308,36 @@ def inventory_data(result: InitPlan, user: str | None, key: str | None, known_ho
         node["ssh"] = ssh
         nodes.append(node)
     return {"cluster": {"name": "sparks", "known_hosts": known_hosts}, "nodes": nodes}
+
+
+# What `init` reads from a node: on a re-run, the new reading replaces the file's (everything else is the owner's).
+DISCOVERED = ("fabric_ifaces", "hcas", "gid_index")
+
+
+def merge(old: dict, new: dict) -> tuple[dict, list[str]]:
+    """The inventory `init` proposes (`new`) merged into the one the owner has (`old`): the owner's values win
+    (cluster settings, names, addresses, ssh, other keys), the nodes' new readings (DISCOVERED) replace the old,
+    the order and roles follow --hosts (the first is the head), what only `new` has is added. Returns the merged
+    data and one line per value the merge drops or replaces."""
+    changes: list[str] = []
+    cluster = {**new.get("cluster", {}), **(old.get("cluster") or {})}
+    olds = {str(n.get("mgmt_ip")): n for n in old.get("nodes") or [] if isinstance(n, dict)}
+    nodes = []
+    for n in new["nodes"]:
+        o = olds.pop(str(n["mgmt_ip"]), None)
+        if o is None:
+            nodes.append(n)
+            continue
+        m = {**n, **o, "role": n["role"]}
+        if o.get("role") not in (None, n["role"]):
+            changes.append(f"{m.get('name')}.role: {o.get('role')} -> {n['role']} (the first of --hosts is the head)")
+        for key in DISCOVERED:
+            if key in n and o.get(key) != n[key]:
+                changes.append(f"{m.get('name')}.{key}: {o.get(key)!r} -> {n[key]!r} (read from the node now)")
+                m[key] = n[key]
+        if isinstance(o.get("ssh"), dict):
+            m["ssh"] = {**(n.get("ssh") or {}), **o["ssh"]}
+        nodes.append(m)
+    for ip, o in olds.items():
+        changes.append(f"node {o.get('name', ip)} ({ip}) is dropped: not in --hosts")
+    return {**old, "cluster": cluster, "nodes": nodes}, changes

@@ -2,9 +2,11 @@
 
 Each host's key is read during the key exchange (remote.scan_host_key: nothing authenticates yet) and compared
 with sparkdeploy's known_hosts. Already pinned and equal: nothing to ask. Pinned and different: refused (the
-line to remove is named). Unknown: its SHA256 fingerprint goes to `confirm`, and only a yes pins it; a dry run
-keeps the accepted keys in a temporary file that is gone when the run ends. The connections themselves are
-remote.NodeConnection's, host-key checking on.
+line to remove is named). Unknown: its SHA256 fingerprint goes to `confirm`; a yes lets this run connect with it
+(from a temporary copy of known_hosts, gone when the run ends) and `pin` records it in known_hosts, which `init`
+calls only once it writes the inventory: a host it refuses (an address of a machine given twice, a problem that
+stops it, a dry run) gets nothing pinned. The connections themselves are remote.NodeConnection's, host-key
+checking on.
 """
 
 from __future__ import annotations
@@ -145,18 +147,27 @@ def scan_keys(inv: Inventory) -> list[HostKey | StepFailed]:
     return out
 
 
+def pin(known_hosts: Path, inv: Inventory, keys: list[HostKey]) -> None:
+    """Record the keys accepted in this run in known_hosts (those already pinned are there)."""
+    by_ip = {n.mgmt_ip: n for n in inv.nodes}
+    for k in keys:
+        if k.status == "accepted":
+            record_host_key(known_hosts, by_ip[k.host], k.key)
+
+
 @contextmanager
 def trusted_keys(
-    inv: Inventory, known_hosts: Path, confirm: Confirm, dry_run: bool
+    inv: Inventory, known_hosts: Path, confirm: Confirm
 ) -> Iterator[tuple[Inventory, list[HostKey], list[str]]]:
-    """Ask about each unknown key; yield the inventory to connect with (its known_hosts holds exactly the keys
-    pinned or accepted), the keys, and one line per host that cannot be used (no SSH, changed, refused)."""
+    """Ask about each unknown key; yield the inventory to connect with (its known_hosts, a temporary copy, holds
+    exactly the keys pinned or accepted), the keys (`pin` records the accepted ones), and one line per host that
+    cannot be used (no SSH, changed, refused). Nothing is written to known_hosts here."""
     scanned = scan_keys(inv)
     keys: list[HostKey] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sparkdeploy-init-") as tmp:
-        use_path = Path(tmp) / "known_hosts" if dry_run else known_hosts
-        if dry_run and known_hosts.is_file():
+        use_path = Path(tmp) / "known_hosts"  # pinned into known_hosts only once init writes the inventory
+        if known_hosts.is_file():
             use_path.write_text(read_text(known_hosts, "known_hosts file"))
         for node, item in zip(inv.nodes, scanned, strict=True):
             if isinstance(item, StepFailed):
@@ -182,7 +193,6 @@ def trusted_keys(
                 failures.append(f"{node.mgmt_ip}: host key {item.fingerprint} not trusted: nothing was recorded")
             keys.append(item)
         if not use_path.exists():  # nothing pinned: connect with an empty file, create none for the user
-            use_path = Path(tmp) / "known_hosts"
             use_path.touch()
         data = inv.model_dump()
         data["cluster"]["known_hosts"] = str(use_path)

@@ -22,22 +22,25 @@ model check, the fabric gate, apply, health gate, the per-node lines after a fai
 of them is written twice. Order of `up --stack`: every deployment that starts something passes preflight and
 (cluster / replicas) the fabric gate before anything changes; then the guards (ONE per engine node, their own
 unit `guard`: each stops every engine of its node at the hard line), the deployments that are new or changed
-(each: apply, health gate), the gateway's config (the new models appear), and last the deployments no longer in
-the file are removed (after the gateway forgot them). Each changed deployment is recorded in `history`.
+(each: taken out of the gateway's routes first when it replaces engines the gateway routes, apply, health gate),
+the gateway's files with its routes (the new models appear, a replaced one is routed again), and last the
+deployments no longer in the file are removed (after the gateway forgot them). An unchanged deployment whose
+engine does not answer /health is left out of the routes and named (exit 1). Each changed deployment is recorded
+in `history`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from sparkdeploy import health, preflight
+from sparkdeploy import preflight
 from sparkdeploy.apply import Interrupt, Session, gather_facts, inventory_lock, node_locks
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, gateway_routes, history
+from sparkdeploy.deploy.gateway_routes import Gateway, Routes
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
 from sparkdeploy.deploy.stack_file import (
     NAME,
@@ -53,6 +56,7 @@ from sparkdeploy.deploy.stack_units import (
     gateway_node,
     guard_about,
     guard_nodes,
+    stack_routes,
 )
 from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
 from sparkdeploy.deployment import (
@@ -66,7 +70,18 @@ from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFaile
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.images import push
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.plan import CHANGED, Plan, StepKind, _restart_together, describe, plan_node, plan_removal
+from sparkdeploy.plan import (
+    CHANGED,
+    GATEWAY_KEPT,
+    KEYS_FILE,
+    SPEND_FOLDER,
+    Plan,
+    StepKind,
+    _restart_together,
+    describe,
+    plan_node,
+    plan_removal,
+)
 from sparkdeploy.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, state_dir_of
 from sparkdeploy.secrets import refuse_missing
 
@@ -125,20 +140,31 @@ def plan_unit(
     return plan
 
 
-def plan_stack(stack: Stack, facts: dict[str, dict[str, NodeFacts]], gone: Sequence[str]) -> list[Unit]:
+def plan_stack(
+    stack: Stack, facts: dict[str, dict[str, NodeFacts]], gone: Sequence[str], routes: Routes | None = None
+) -> list[Unit]:
     """facts: state dir -> node -> facts. Units in the order they apply: the guards first (engines start
-    watched), the deployments, the gateway, the deployments that go."""
+    watched), the deployments, the gateway (with `routes`: default every engine of the stack), the deployments
+    that go."""
     inv = stack.inventory
     guards = guard_nodes(stack)
     sd = state_dir_of(inv, GUARD)
     units = [Unit(GUARD, "guard", plan_unit(inv, GUARD, facts[sd], guards, guard_about(stack)))]
     for m in stack.members:
         units.append(Unit(m.name, "deployment", _plan_member(stack, m, facts), m))
-    gw = gateway_node(stack)
-    units.append(Unit(GATEWAY, "gateway", plan_unit(inv, GATEWAY, facts[gw.state_dir], [gw], gateway_about(stack))))
+    units.append(Unit(GATEWAY, "gateway", _plan_gateway(stack, facts, routes)))
     for name in gone:
         units.append(Unit(name, "remove", plan_unit(inv, name, facts[state_dir_of(inv, name)], [], {})))
     return units
+
+
+def _plan_gateway(stack: Stack, facts: dict[str, dict[str, NodeFacts]], routes: Routes | None) -> Plan:
+    gw = gateway_node(stack, routes)
+    return plan_unit(stack.inventory, GATEWAY, facts[gw.state_dir], [gw], gateway_about(stack))
+
+
+def starts(u: Unit) -> bool:
+    return any(s.kind == StepKind.START_CONTAINER and s.change for s in u.plan.steps)
 
 
 # -- up ---------------------------------------------------------------------------------------------------
@@ -159,31 +185,6 @@ def _read(
     if bad:
         raise StepFailed("; ".join(f"{n}: UNREACHABLE, nothing changed: {e}" for n, e in bad.items()))
     return cast("dict[str, NodeFacts]", facts)
-
-
-def _gateway_check(stack: Stack, deadline: float) -> tuple[bool, str]:
-    """The gateway lists every model of the stack (its /v1/models, with the master key)."""
-    key = stack.secrets.get("LITELLM_MASTER_KEY")
-    want = {m.model for m in stack.members}
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            code, body = health.http_request(
-                f"{stack.endpoint}/models",
-                deadline=min(deadline, time.monotonic() + 5),
-                headers={"Authorization": f"Bearer {key}"} if key else None,
-            )
-            if code == 200:
-                have = {d.get("id") for d in json.loads(body).get("data", [])}
-                if have == want:
-                    return True, f"/v1/models lists {', '.join(sorted(want))}"
-                last = f"/v1/models lists {', '.join(sorted(str(h) for h in have))}"
-            else:
-                last = f"HTTP {code}"
-        except health.HTTP_ERRORS as exc:  # not up yet: asked again until the deadline
-            last = f"{exc.__class__.__name__}: {exc}"
-        time.sleep(0.5)
-    return False, last
 
 
 def up(
@@ -263,23 +264,38 @@ def _up(
     units = plan_stack(stack, facts, gone)
     result["units"] = [u.as_dict() for u in units]
     _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
+    # the engines of unchanged deployments that do not answer /health stay out of the routes
+    gw_sd = state_dir_of(inv, GATEWAY)
+    routes = stack_routes(stack, gateway_routes.unhealthy(stack_routes(stack), [u.name for u in _unchanged(units)]))
+    gateway = next(u for u in units if u.kind == "gateway")
+    if routes.out:
+        gateway.plan = _plan_gateway(stack, facts, routes)
     result["units"] = [u.as_dict() for u in units]  # a pushed image re-planned its deployment
+    result["routes"] = {"served": routes.served(), "out": routes.out}
     if dry_run:
         for u in units:
             out.line(f"== {u.kind} {u.name}: {u.changes} change(s) ==", "bold")
             out.dry_run(u.plan)
         result["ok"] = True
         return
+    gw = Gateway(stack.head, gw_sd, facts[gw_sd][stack.head.name])
+    rerouted = False
     for u in units:
         if interrupt.set:
             raise KeyboardInterrupt
         if u.kind == "remove":
             continue
+        if u.kind == "gateway" and rerouted:  # its routes.json was written mid-way: planned again from the node
+            facts[gw_sd] = _read(session, inv, gw_sd, dep=[gateway_node(stack)])
+            u.plan = _plan_gateway(stack, facts, routes)
         if u.member is None:  # the guards, the gateway
             _apply(session, u, out, stack, interrupt)
             continue
         dep = u.member.deployment
         assert dep is not None
+        if starts(u) and _take_out(session, gw, u.name, stack, out, interrupt):
+            rerouted = True
+            gw = Gateway(stack.head, gw_sd, _read(session, inv, gw_sd)[stack.head.name])  # as the node has it now
         seen: dict[str, Any] = {"facts": u.facts, "fabric_gate": True, "plan": u.plan}
         mine: dict[str, Any] = {}
         try:
@@ -292,7 +308,10 @@ def _up(
         finally:
             if "health" in mine:
                 result.setdefault("health", {})[u.name] = mine["health"]
-    ok, detail = _gateway_check(stack, time.monotonic() + timeout)
+    key = stack.secrets.get("LITELLM_MASTER_KEY")
+    if any(s.status == CHANGED for s in gateway.plan.steps):
+        time.sleep(gateway_routes.SETTLE_S)  # every gateway worker routes by the new routes.json
+    ok, detail = gateway_routes.wait_served(stack.endpoint, key, routes.served(), time.monotonic() + timeout)
     result.setdefault("health", {})[GATEWAY] = {"ok": ok, "detail": detail}
     if not ok:
         raise StepFailed(f"gateway: {detail}")
@@ -308,8 +327,37 @@ def _up(
             result.setdefault("history_ids", {})[u.name] = rec["id"]
     result["units"] = [u.as_dict() for u in units]
     result["changed"] = sum(1 for u in units for s in u.plan.steps if s.status == CHANGED)
+    if routes.out:
+        for engine, why in sorted(routes.out.items()):
+            out.line(f"{engine}: not routed by the gateway: {why}", "red")
+        raise StepFailed(
+            f"{len(routes.out)} engine(s) of unchanged deployments do not answer, so the gateway does not route them "
+            f"({', '.join(sorted(routes.out))}); it routes {', '.join(routes.served()) or 'no model'}. See "
+            "`sparkdeploy logs --deployment NAME`; `up --stack` routes them again once they answer"
+        )
     result["ok"] = True
     out.line(f"{result['changed']} change(s); gateway {stack.endpoint}: {detail}", "green")
+
+
+def _unchanged(units: list[Unit]) -> list[Unit]:
+    """The deployments this `up` starts nothing of (their engines are asked /health before the gateway routes
+    them); the others pass the health gate or `up` stops."""
+    return [u for u in units if u.kind == "deployment" and not starts(u)]
+
+
+def _take_out(
+    session: Session, gw: Gateway, name: str, stack: Stack, out: Reporter, interrupt: Interrupt | None
+) -> bool:
+    """Before deployment `name`'s engines are replaced: out of the gateway's routes, if it routes them (a client
+    gets 503 saying so, not a dead engine's 500). True when routes.json was written."""
+    routes = gw.routes
+    if routes is None or name not in routes.groups or not routes.routed(name):
+        return False
+    new = routes.taken_out(name, "its engines are being replaced by `up --stack`")
+    plan = gateway_routes.plan_write(gw, new, f"take {name} out while its engines are replaced")
+    out.progress(f"gateway: {name} out of the routes while its engines are replaced")
+    gateway_routes.apply_write(session, gw, plan, new, stack.secrets.get("LITELLM_MASTER_KEY"), interrupt)
+    return True
 
 
 def _check(
@@ -447,22 +495,39 @@ def check_deployment(facts: dict[str, NodeFacts | Exception], deployment: str | 
 
 
 def down_plans(
-    session: Session, inv: Inventory, good: dict[str, NodeFacts], deployment: str | None
+    session: Session, inv: Inventory, good: dict[str, NodeFacts], deployment: str | None, keys: bool = False
 ) -> list[tuple[str, Plan]]:
-    """`down`'s removal plans for the stack deployments on the reachable nodes (or only `deployment`), the
-    gateway last; each removes its own containers and its state dir's files."""
+    """`down`'s removal plans for the stack deployments on the reachable nodes (or only `deployment`), in order:
+    the gateway first (nothing is routed to an engine that stops; with `keys`, its keys and spend go too), then
+    each deployment (its own containers and its state dir's files), the guards of nodes left without an engine.
+    `good`: the nodes' facts read with the "down" set (their folders: a stack's whose containers are gone)."""
     check_deployment(cast("dict[str, NodeFacts | Exception]", good), deployment)
     nodes = [n for n in inv.nodes if n.name in good]
     names = {deployment} if deployment else deployments_on(cast("dict[str, NodeFacts | Exception]", good))
     if deployment is None:  # also state dirs whose containers are gone (a single `up` replaced the stack)
-        names |= _state_dirs_on(session, inv, nodes)
-    ordered = sorted(names - {GATEWAY}) + ([GATEWAY] if GATEWAY in names else [])
+        names |= _state_dirs_on(inv, good, keys)
+    ordered = ([GATEWAY] if GATEWAY in names else []) + sorted(names - {GATEWAY})
     plans = []
     for name in ordered:
         sd = state_dir_of(inv, name)
         read = gather_facts(session, nodes, state_dir=sd)
         facts = {n: f for n, f in read.items() if isinstance(f, NodeFacts)}
-        plans.append((name, plan_unit(inv, name, facts, [], {})))
+        mine = {n: only(f, name) for n, f in facts.items()}
+        plans.append(
+            (
+                name,
+                Plan(
+                    [
+                        plan_removal(
+                            node, mine[node.name], sd, f"not part of deployment {name}", _also(name, facts, node, keys)
+                        )
+                        for node in nodes
+                        if node.name in mine
+                        and (mine[node.name].containers or mine[node.name].state_dir_mode is not None)
+                    ]
+                ),
+            )
+        )
     if deployment is not None and deployment not in RESERVED:  # its nodes' guard goes where no engine is left
         left = {
             n
@@ -479,18 +544,47 @@ def down_plans(
     return plans
 
 
-# The names of the stack state dirs on a node (`<state_dir>-NAME` holding a manifest of ours). Read-only.
-_STATE_DIRS = r"""for d in "$HOME/$1"-*/; do [ -f "$d/manifest.json" ] && basename "$d"; done; exit 0"""
+def _also(name: str, facts: dict[str, NodeFacts], node: Node, keys: bool) -> dict[str, str] | None:
+    """What else of the gateway's state dir goes: its keys and spend with --keys; the spend counts when there is
+    no keys.json (they count no key); nothing else."""
+    if name != GATEWAY:
+        return None
+    if keys:
+        return GATEWAY_KEPT
+    if KEYS_FILE not in facts[node.name].files:
+        return {SPEND_FOLDER: "the spend counts of no key (there is no keys.json)"}
+    return None
 
 
-def _state_dirs_on(session: Session, inv: Inventory, nodes: list[Node]) -> set[str]:
-    prefix = inv.cluster.state_dir.rsplit("/", 1)[-1] + "-"
+def routes_before_down(
+    session: Session, inv: Inventory, good: dict[str, NodeFacts], deployment: str | None
+) -> tuple[Gateway, Routes, Plan] | None:
+    """`down --deployment NAME` of a deployment the running gateway routes: the routes.json write that takes it
+    out first (the gateway forgets it before its engines stop). None when there is nothing to forget (`down` of
+    everything removes the gateway first)."""
+    if deployment is None or deployment in RESERVED or inv.head.name not in good:
+        return None
+    if not any(c.labels.get(DEPLOYMENT_LABEL) == GATEWAY for c in good[inv.head.name].containers):
+        return None
+    gw = gateway_routes.read_gateway(session, inv)
+    routes = gw.routes
+    if routes is None or deployment not in routes.groups:
+        return None
+    new = routes.without([deployment])
+    return gw, new, gateway_routes.plan_write(gw, new, f"stop routing {deployment} before its engines stop")
+
+
+def _state_dirs_on(inv: Inventory, good: dict[str, NodeFacts], keys: bool) -> set[str]:
+    """The stack units whose state dirs are on the nodes (`<state_dir>-NAME` holding a manifest of ours; the
+    gateway's too when only its spend counts are left, or with `keys` its keys), from the `state_dirs` fact."""
+    prefix = inv.cluster.state_dir + "-"
     out: set[str] = set()
-    for node in nodes:
-        r = session.conn(node).run(["bash", "-c", _STATE_DIRS, "sparkdeploy-down", inv.cluster.state_dir], check=False)
-        for line in r.stdout.split():
-            name = line.removeprefix(prefix)
-            if line.startswith(prefix) and (NAME.fullmatch(name) or name == GATEWAY):
+    for f in good.values():
+        for d in f.state_dirs.values():
+            name = d.name.removeprefix(prefix)
+            if not d.name.startswith(prefix) or not (NAME.fullmatch(name) or name in RESERVED):
+                continue
+            if d.has_manifest or (name == GATEWAY and (keys or KEYS_FILE not in d.entries) and d.entries):
                 out.add(name)
     return out
 

@@ -1,7 +1,7 @@
 """A stack's own units beside its deployments (deploy/stack.py plans and applies them): the gateway (the LiteLLM
-proxy on the head node routing by model name to every deployment, with the auth hook and the spend store
-shipped beside its config) and the memory guards (ONE per node where any deployment runs an engine). Pure:
-rendered from a loaded, built Stack.
+proxy on the head node routing by model name to every deployment, with the auth hook, the spend store and its
+routes (deploy/gateway_routes.py) shipped beside its config) and the memory guards (ONE per node where any
+deployment runs an engine). Pure: rendered from a loaded, built Stack.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sparkdeploy import __version__, healthcheck
+from sparkdeploy.deploy.gateway_routes import ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.stack_file import (
     GATEWAY_PORT,
     Stack,
@@ -29,6 +30,7 @@ from sparkdeploy.deployment import (
     health_path,
 )
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.plan import SPEND_FOLDER
 from sparkdeploy.recipes import LiteLLMSettings
 from sparkdeploy.render import render
 from sparkdeploy.running_stack import GATEWAY, GUARD, state_dir_of
@@ -40,33 +42,27 @@ from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 GATEWAY_CONTAINER = f"sparkdeploy-{GATEWAY}-litellm"
 HOOK_SOURCE = Path(__file__).resolve().parent.parent / "gateway_hook.py"
 SPEND_SOURCE = HOOK_SOURCE.with_name("gateway_spend.py")  # the hook's token counts (keys --max-budget)
-SPEND_VOLUME = ("spend", "/sparkdeploy-spend")  # the gateway's writable state: spend.sqlite (gateway_spend.DB)
+SPEND_VOLUME = (SPEND_FOLDER, "/sparkdeploy-spend")  # the gateway's writable state: spend.sqlite (gateway_spend.DB)
 
 
 # -- the gateway ------------------------------------------------------------------------------------------
 
 
-def gateway_models(stack: Stack) -> list[dict[str, Any]]:
-    """LiteLLM's model_list: one entry per engine; a deployment's engines share its model name (one group)."""
-    out = []
+def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
+    """The stack's routes: each deployment one group of its engines (a 2xsolo's or replicas' several), `out` the
+    deployments or engines left out (deploy/gateway_routes.py)."""
+    groups = {}
     for m in stack.members:
         dep = m.deployment
         assert dep is not None  # built before the gateway
-        urls = dep.backends or [dep.endpoint]
-        for i, url in enumerate(urls):
-            out.append(
-                {
-                    "model_name": m.model,
-                    "litellm_params": {"model": f"hosted_vllm/{m.model}", "api_base": url, "api_key": "EMPTY"},
-                    "model_info": {"id": f"{m.name}-{i}"},
-                }
-            )
-    return out
+        groups[m.name] = group(m.name, m.model, dep.backends or [dep.endpoint])
+    return Routes(groups, dict(out or {}))
 
 
-def gateway_config(stack: Stack) -> dict[str, Any]:
+def gateway_config() -> dict[str, Any]:
+    """The gateway's settings; its model list is routes.json's, which the hook loads (an empty one here)."""
     return {
-        "model_list": gateway_models(stack),
+        "model_list": [],
         "router_settings": LiteLLMSettings().router_settings(),
         # the hook's token counter only: no Prometheus callback (`up --stack` has no --metrics, and it cost about
         # 10 % of the proxy's CPU per answer, py-spy); LiteLLM's own `/metrics` is not scraped by anything here
@@ -79,9 +75,10 @@ def gateway_config(stack: Stack) -> dict[str, Any]:
     }
 
 
-def gateway_node(stack: Stack) -> NodeDeployment:
-    """The gateway's files and container on the head node. Its config hash leaves out the model list: a
-    deployment added or removed rewrites litellm-config.yaml, which the running proxy reloads."""
+def gateway_node(stack: Stack, routes: Routes | None = None) -> NodeDeployment:
+    """The gateway's files and container on the head node (routes: the stack's, every engine routed, unless
+    given). Its config hash leaves out the routes: a deployment added, removed or taken out rewrites routes.json,
+    which the running proxy reloads."""
     inv = stack.inventory
     head = stack.head
     name = GATEWAY_CONTAINER
@@ -93,7 +90,7 @@ def gateway_node(stack: Stack) -> NodeDeployment:
         "litellm-config.yaml",
         render(
             "litellm-config.yaml.j2",
-            config=gateway_config(stack),
+            config=gateway_config(),
             recipe_name=GATEWAY,
             topology="stack",
             routing_strategy=LiteLLMSettings().routing_strategy,
@@ -140,7 +137,8 @@ def gateway_node(stack: Stack) -> NodeDeployment:
         DEPLOYMENT_LABEL: GATEWAY,
     }
     run = FileSpec("litellm.run.sh", render("container-run.sh.j2", labels=labels, **run_vars), mode=0o755)
-    nd.files = [*files, config, run]
+    routes_file = FileSpec(ROUTES_FILE, (routes if routes is not None else stack_routes(stack)).text())
+    nd.files = [*files, config, routes_file, run]
     nd.containers.append(
         ContainerSpec(
             name=name,
@@ -162,9 +160,9 @@ def gateway_about(stack: Stack) -> dict[str, Any]:
         "backend": None,
         "model": None,
         "endpoint": stack.endpoint,
-        "backends": [e["litellm_params"]["api_base"] for e in gateway_models(stack)],
+        "backends": [e.api_base for g in stack_routes(stack).groups.values() for e in g.engines],
         "deployment": GATEWAY,
-        "models": sorted({m.model for m in stack.members}),
+        "models": stack_routes(stack).models(),
         "workers": stack.gateway_workers,
     }
 

@@ -46,17 +46,27 @@ def docker_without_sudo(run: DoctorRun, node: Node) -> Result:
 
 
 def state_dir(run: DoctorRun, node: Node) -> Result:
-    """A path in the state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
-    a missing bind-mount source as root, so a container restarted after its folder was removed leaves one."""
+    """A path in a state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
+    a missing bind-mount source as root, so a container restarted after its folder was removed leaves one. Every
+    folder of ours is looked at: the state dir and a stack's `<state_dir>-NAME` (the `state_dirs` fact)."""
     f = run.node_facts(node)
     user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (names.py: user)
-    path = f"~/{run.inventory.cluster.state_dir}"  # type: ignore[union-attr]  # checks run only with an inventory
-    expected = "the state dir and its entries are the SSH user's"
-    if f.state_dir_foreign:
+    base = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # checks run only with an inventory
+    expected = "the state dirs and their entries are the SSH user's"
+    folders = sorted(f.state_dirs.values(), key=lambda d: d.name)
+    foreign = [(d.name, d.foreign) for d in folders if d.foreign]
+    if not foreign and f.state_dir_foreign:
+        foreign = [(base, f.state_dir_foreign)]
+    if foreign:
+        name, path = foreign[0]
         return fail(
-            f"{f.state_dir_foreign} is not owned by the SSH user {user} (often root: Docker creates a missing "
-            f"bind-mount folder as root); sparkdeploy cannot replace files there",
+            f"{path} is not owned by the SSH user {user} (often root: Docker creates a missing bind-mount folder "
+            f"as root); sparkdeploy cannot replace files there",
             expected,
-            f"on {node.name}: sudo chown -R {user}: {path}",
+            f"on {node.name}: sudo chown -R {user}: ~/{name}",
         )
-    return ok(f"{path} is {user}'s" if f.state_dir_mode is not None else f"{path} not made yet", expected)
+    if not folders:
+        return ok(f"~/{base} not made yet", expected)
+    stack = [d.name for d in folders if d.name != base]
+    listed = ", ".join(f"~/{d.name}" for d in folders)
+    return ok(f"{listed} {'are' if len(folders) > 1 else 'is'} {user}'s" + (" (a stack's)" if stack else ""), expected)

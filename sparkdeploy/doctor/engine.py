@@ -73,7 +73,18 @@ def disk(run: DoctorRun, node: Node) -> list[Result]:
         expected = f">= {warn_gib:.0f} GiB free ({why})"
         measured = f"{where}: {gib(free)} free" + (f" on {usage.mount}" if usage else "")
         if free < fail_gib * 2**30:
-            why_fix = fix if where == "docker" else "free disk space on the node"
+            mount = usage.mount if usage else where
+            why_fix = (
+                fix
+                if where == "docker"
+                else f"free {fail_gib - free / 2**30:.0f} GiB on {mount} of {f.node}"
+                + (
+                    " (`sparkdeploy models list` shows what the cache holds), or set cluster.hf_cache to a folder on "
+                    "a larger disk"
+                    if where == "hf_cache"
+                    else ""
+                )
+            )
             out.append(fail(measured + f", needs {fail_gib:.0f} GiB ({why})", expected, why_fix))
         elif free < warn_gib * 2**30:
             out.append(warn(measured, expected, fix))

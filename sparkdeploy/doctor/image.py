@@ -183,7 +183,8 @@ def _missing_fix(ref: str, node: Node) -> str:
     user = node.ssh.user or "USER"
     return (
         f"sparkdeploy images push {image_definition_name(ref)} --to {node.name} (only missing layers "
-        f"travel; `sparkdeploy up` does it too); by hand: docker save {ref} | ssh {user}@{node.mgmt_ip} docker load"
+        f"travel; `sparkdeploy up` pushes it itself when no other check fails); by hand: docker save {ref} | "
+        f"ssh {user}@{node.mgmt_ip} docker load"
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from sparkdeploy.deployment import MANAGED_LABEL
 
 from .base import Fact
-from .node import ContainerFact, DiskUsage, FileFact, GpuFact, NetworkFact, NodeFacts, RdmaFact
+from .node import ContainerFact, DiskUsage, FileFact, GpuFact, NetworkFact, NodeFacts, RdmaFact, StateDirFact
 from .parsers import (
     Section,
     parse_ethtool_speed,
@@ -220,6 +220,22 @@ def _manifest(sec: Section) -> tuple[dict[str, Any] | None, str]:
 
 def _store_manifest(f: NodeFacts, v: tuple[dict[str, Any] | None, str]) -> None:
     f.manifest, f.manifest_error = v
+
+
+def _store_routes(f: NodeFacts, v: tuple[dict[str, Any] | None, str]) -> None:
+    f.routes, f.routes_error = v
+
+
+def _state_dirs(sec: Section) -> dict[str, StateDirFact]:
+    """`NAME<TAB>MODE<TAB>FOREIGN<TAB>ENTRY...` per folder (FOREIGN: a path the SSH user does not own, or empty)."""
+    out: dict[str, StateDirFact] = {}
+    for line in sec.out.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[0]:
+            continue
+        mode = int(parts[1], 8) if re.fullmatch(r"[0-7]{3,4}", parts[1]) else None
+        out[parts[0]] = StateDirFact(parts[0], mode, parts[2], sorted(p for p in parts[3:] if p))
+    return out
 
 
 # -- memory, GPU, disk -----------------------------------------------------------------------------------------
@@ -428,6 +444,23 @@ done""",
             _store_sha,
         ),
         Fact("manifest", r"""[ -f "$dir/manifest.json" ] && cat "$dir/manifest.json" """, _manifest, _store_manifest),
+        # the stack gateway's routes (read with the gateway's state dir; absent anywhere else)
+        Fact("routes", r"""[ -f "$dir/routes.json" ] && cat "$dir/routes.json" """, _manifest, _store_routes),
+        # every folder of ours in the home: the state dir and a stack's `<state_dir>-NAME` (what `down` leaves,
+        # what doctor looks at): its mode, a path in it the SSH user does not own, its entries
+        Fact(
+            "state_dirs",
+            r"""cd "$HOME" 2>/dev/null || exit 0
+u=$(id -u)
+for d in "$sd" "$sd"-*; do
+  [ -d "$d" ] && [ ! -L "$d" ] || continue
+  printf '%s\t%s\t%s' "$d" "$(stat -c %a "$d")" "$(find "$HOME/$d" -maxdepth 1 ! -user "$u" -print -quit 2>/dev/null)"
+  find "$HOME/$d" -mindepth 1 -maxdepth 1 -printf '\t%f' 2>/dev/null
+  printf '\n'
+done""",
+            _state_dirs,
+            _set("state_dirs"),
+        ),
         Fact(
             "listen",
             r"""cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'""",
@@ -518,9 +551,26 @@ done""",
 }
 
 # What each reader asks for (one round trip per node each time).
-STATE = ("home", "docker", "names", "inspect", "images", "statedir", "foreign", "files", "sha", "manifest", "listen")
+STATE = (
+    "home",
+    "docker",
+    "names",
+    "inspect",
+    "images",
+    "statedir",
+    "foreign",
+    "files",
+    "sha",
+    "manifest",
+    "routes",
+    "listen",
+)
 RESOURCES = ("home", "resources", "meminfo", "cpus", "gpu", "model", "disk")
-DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma")
+DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma", "state_dirs")
+# `down`: the state, and every folder of ours (a stack's whose containers are gone); after the removal, what is
+# left of sparkdeploy's (its last line): the containers and the folders
+DOWN = (*STATE, "state_dirs")
+LEFTOVERS = ("home", "docker", "inspect", "state_dirs")
 # `init` and `setup network` on a node (FactArgs(fabric_ifaces=(EVERY_PORT,))); `setup ssh`'s checks
 DAYZERO = ("home", "machine_id", "hostname", "gpu", "network", "max_mtu", "rdma_netdevs", "rdma")
 ACCESS = ("home", "user", "sudo")

@@ -109,6 +109,20 @@ class FileFact:
 
 
 @dataclass
+class StateDirFact:
+    """A folder of sparkdeploy's kind in the SSH user's home: the state dir or a stack's `<state_dir>-NAME`."""
+
+    name: str  # relative to the home, e.g. .sparkdeploy-gateway
+    mode: int | None
+    foreign: str = ""  # the folder or an entry of it the SSH user does not own ("" when all are the user's)
+    entries: list[str] = field(default_factory=list)  # its files and folders, by name
+
+    @property
+    def has_manifest(self) -> bool:
+        return MANIFEST in self.entries
+
+
+@dataclass
 class NodeFacts:
     node: str
     home: str = ""
@@ -125,6 +139,9 @@ class NodeFacts:
     other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
     manifest: dict[str, Any] | None = None
     manifest_error: str = ""
+    routes: dict[str, Any] | None = None  # the stack gateway's routes.json (its state dir's; deploy/gateway_routes.py)
+    routes_error: str = ""
+    state_dirs: dict[str, StateDirFact] = field(default_factory=dict)  # `<state_dir>` and `<state_dir>-*` by name
     mem_total_mb: int | None = None
     mem_available_mb: int | None = None
     cpus: int | None = None  # nproc

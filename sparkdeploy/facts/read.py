@@ -8,7 +8,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.remote import NodeConnection
 
 from .base import FactArgs, script
-from .catalog import ACCESS, DAYZERO, DOCTOR, FACTS, RESOURCES, STATE
+from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, LEFTOVERS, RESOURCES, STATE
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
 
@@ -20,6 +20,8 @@ SETS = {
     "doctor": DOCTOR,
     "dayzero": DAYZERO,
     "access": ACCESS,
+    "down": DOWN,
+    "leftovers": LEFTOVERS,
 }
 
 
@@ -64,7 +66,7 @@ def read_facts(
     model: str = "",
     what: str = "state",
 ) -> NodeFacts:
-    """Read the node's state in one SSH command (read-only). what: state | resources | all | doctor."""
+    """Read the node's state in one SSH command (read-only). what: a set of SETS (state, resources, all, ...)."""
     args = FactArgs(
         state_dir=state_dir,
         hf_cache=hf_cache,

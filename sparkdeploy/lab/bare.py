@@ -15,11 +15,12 @@ import os
 import secrets
 from pathlib import Path
 
+from sparkdeploy import paths
 from sparkdeploy.lab.spec import LabSpec
 
 PASSWORD_FILE = "node-password"  # in the lab folder, 0600
 PASSWORD_IN_NODE = "etc/sparkdeploy-lab/spark-password"  # relative to /, read and removed by lab-bare-init
-NOTES_FILE = "bare.json"
+NOTES_FILE = paths.BARE_NOTES
 USER = "spark"
 
 
@@ -42,6 +43,18 @@ def password(spec: LabSpec) -> str:
     return value
 
 
+def dayzero_commands(hosts: list[str], user: str = USER) -> list[str]:
+    """The README's five day-zero commands ("From two new Sparks") for these nodes: what `lab up --bare` prints
+    (tests/test_docs.py checks that the README says the same)."""
+    return [
+        f"sparkdeploy init --hosts {','.join(hosts)} --user {user} --ask-password",
+        "sparkdeploy setup ssh --ask-password --grant-sudo",
+        "sparkdeploy setup network",
+        "sparkdeploy doctor",
+        "run-recipe openai-gpt-oss-120b",
+    ]
+
+
 def write_notes(spec: LabSpec, hub_endpoint: str) -> Path:
     """What a test or a person needs to start day zero on the bare lab (no secret in it: the password's path)."""
     path = spec.directory / NOTES_FILE
@@ -52,7 +65,8 @@ def write_notes(spec: LabSpec, hub_endpoint: str) -> Path:
         "fabric_subnet": spec.fabric_subnet,
         "fabric_ifaces": {n.name: spec.fabric_iface_for(n.name) for n in spec.node_specs()},
         "simulated": ["gpu", "rdma", "link-speed", "networkd"],
-        # what the lab adds to the inventory `init` writes: the SIMULATED engine, its model hub, its secrets
+        # what `init` adds to the inventory it writes for these hosts: the SIMULATED engine, its model hub, its
+        # secrets (dayzero/init.py reads these notes; the fabric subnet above is its default there)
         "lab_cluster": {
             "image_override": "vllm-sim",
             "hf_endpoint": hub_endpoint,

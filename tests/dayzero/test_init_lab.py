@@ -54,8 +54,11 @@ def test_init_shows_each_key_pins_only_what_was_confirmed_and_writes_a_working_i
     status = sd("status", "--inventory", str(out), "--json")
     assert status.returncode in (0, 1) and "unknown SSH host key" not in status.stderr, failure(status)
 
-    again = _init(lab, tmp_path, "--out", str(out))  # keys pinned now: no question; the file exists: refused
-    assert again.returncode == 2 and "pass --force" in again.stderr, failure(again)
+    again = _init(lab, tmp_path, "--out", str(out), "--json")  # keys pinned now: no question; merged into the file
+    assert again.returncode == 0, failure(again)
+    merged = yaml.safe_load(again.stdout)
+    assert merged["merged"] and merged["changes"] == [] and merged["backup"].endswith(".bak"), merged
+    assert load_inventory(out).nodes == inv.nodes  # nothing of the nodes changed: only the header's date
     forced = _init(lab, tmp_path, "--out", str(out), "--force", "--json")
     assert forced.returncode == 0, failure(forced)
     report = yaml.safe_load(forced.stdout)

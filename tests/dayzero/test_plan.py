@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -9,7 +11,8 @@ from sparkdeploy.cli.common import run_cli
 from sparkdeploy.cli.main import cli
 from sparkdeploy.dayzero import inventory_text
 from sparkdeploy.dayzero.discover import from_facts
-from sparkdeploy.dayzero.plan import inventory_data, plan
+from sparkdeploy.dayzero.init import lab_notes
+from sparkdeploy.dayzero.plan import inventory_data, merge, plan
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import parse
 from sparkdeploy.inventory import Inventory
@@ -125,3 +128,54 @@ def test_bad_hosts_one_line_each_exit_2(tmp_path, capsys):
     assert len(lines) == 3, lines
     assert "mDNS" in lines[0] and "10.0.0.1 is given twice" in lines[1] and "multicast" in lines[2]
     assert not (tmp_path / "i").exists()
+
+
+def test_init_again_merges_the_new_readings_into_the_owners_inventory():
+    """The owner's values win (cluster settings, names, addresses, ssh, other keys); what init reads from a node
+    (interfaces, RDMA devices, the GID index) replaces the old; --hosts orders the nodes and names the head; a node
+    no longer in --hosts is dropped and said."""
+    result = plan(
+        [node("192.168.1.101", fabric_addr="10.9.0.1/24", mtu=9000), node("192.168.1.102", fabric_addr="10.9.0.2/24")]
+    )
+    new = inventory_data(result, "spark", None, "/tmp/kh")
+    old = {
+        "cluster": {"name": "home", "default_recipe": "glm-4.7-flash", "known_hosts": "/mine/kh"},
+        "nodes": [
+            {**new["nodes"][0], "name": "left", "fabric_ip": "10.9.0.5/24", "hcas": ["old"], "ssh": {"port": 2222}},
+            {**new["nodes"][1], "role": "head"},
+            {"name": "gone", "role": "worker", "mgmt_ip": "192.168.1.103", "fabric_ip": "10.9.0.6/24"},
+        ],
+        "groups": [["left", "spark-102"]],
+    }
+    for n in old["nodes"][:2]:
+        n.pop("gid_index", None)
+    merged, changes = merge(old, new)
+    assert merged["cluster"] == {"name": "home", "known_hosts": "/mine/kh", "default_recipe": "glm-4.7-flash"}
+    assert merged["groups"] == old["groups"]
+    a, b = merged["nodes"]
+    assert (a["name"], a["fabric_ip"], a["role"], b["role"]) == ("left", "10.9.0.5/24", "head", "worker")
+    assert a["hcas"] == new["nodes"][0]["hcas"] and a["gid_index"] == new["nodes"][0]["gid_index"]
+    assert a["ssh"] == {"port": 2222, "user": "spark"}
+    assert "left.hcas: ['old'] -> " in changes[0] and "(read from the node now)" in changes[0]
+    assert any(c.startswith("spark-102.role: head -> worker") for c in changes)
+    assert changes[-1] == "node gone (192.168.1.103) is dropped: not in --hosts"
+    text = inventory_text.render(result, merged, ["192.168.1.101", "192.168.1.102"], "bare")
+    assert "These nodes are the sparkdeploy lab `bare`" in text
+    Inventory.model_validate(yaml.safe_load(text))
+
+
+def test_the_comments_init_writes_are_told_from_the_owners():
+    text = inventory_text.render(plan(pair()), inventory_data(plan(pair()), "spark", None, "/kh"), ["a", "b"], "bare")
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert comments and all(inventory_text.ours(line) for line in comments)
+    assert not inventory_text.ours("# my own note") and not inventory_text.ours("  # spark1 is the one by the door")
+
+
+def test_hosts_of_a_bare_lab_are_found_in_its_notes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARKDEPLOY_STATE", str(tmp_path))
+    (tmp_path / "lab-bare").mkdir()
+    notes = {"hosts": ["172.30.100.11", "172.30.100.12"], "fabric_subnet": "172.30.101.0/24", "lab_cluster": {}}
+    (tmp_path / "lab-bare" / "bare.json").write_text(json.dumps(notes))
+    assert lab_notes(["172.30.100.11", "172.30.100.12"])["name"] == "bare"
+    assert lab_notes(["172.30.100.12"])["fabric_subnet"] == "172.30.101.0/24"
+    assert lab_notes(["172.30.100.11", "192.168.1.102"]) is None

@@ -279,7 +279,9 @@ def test_each_deployment_has_its_own_names_labels_port_and_state_dir(tmp_path, i
     assert coder.nodes[0].state_dir == ".sparkdeploy-coder"
     gw = su.gateway_node(s)
     config = yaml.safe_load(gw.file("litellm-config.yaml").content)
-    assert {e["model_name"] for e in config["model_list"]} == {"glm-4.7-flash", "qwen3-coder-30b"}
+    assert config["model_list"] == []  # the routes are routes.json's, which the hook loads
+    routes = json.loads(gw.file("routes.json").content)
+    assert {e["model_name"] for e in routes["model_list"]} == {"glm-4.7-flash", "qwen3-coder-30b"}
     assert config["general_settings"]["custom_auth"] == "gateway_hook.user_api_key_auth"
     assert gw.node.name == "spark1" and gw.containers[0].name == "sparkdeploy-gateway-litellm"
 
@@ -308,7 +310,7 @@ def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_pro
     )
     dep = s.members[0].deployment
     assert {c.role for nd in dep.nodes for c in nd.containers} == {"backend"}
-    entries = su.gateway_models(s)
+    entries = su.stack_routes(s).model_list()
     assert [e["model_name"] for e in entries] == ["glm-4.7-flash", "glm-4.7-flash"]
     assert [e["litellm_params"]["api_base"] for e in entries] == dep.backends
 
@@ -406,7 +408,7 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
     assert [u.kind for u in units] == ["guard", "deployment", "gateway", "remove"]
     assert by["chat"].changes == 0
     gw_changes = [(s.kind, s.target) for s in by["gateway"].plan.steps if s.change]
-    assert (StepKind.WRITE, "litellm-config.yaml") in gw_changes
+    assert gw_changes == [(StepKind.WRITE, "routes.json"), (StepKind.MANIFEST, "manifest.json")], gw_changes
     assert not any(k == StepKind.START_CONTAINER for k, _ in gw_changes)  # reloaded by the hook, not restarted
     removed = [s.target for s in by["coder"].plan.steps if s.kind == StepKind.REMOVE_CONTAINER]
     assert removed == ["sparkdeploy-coder-vllm"]

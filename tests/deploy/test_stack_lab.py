@@ -2,14 +2,18 @@
 both answer; a third deployment added while the first two serve, then removed again, with requests to the first
 two running the whole time (counted: none may fail); a second `up` changes nothing; `status --deployment`.
 Keys: a model limit, an rpm, a budget of tokens (refused once spent, still after a restart), kept over a gateway
-restart, refused within a second of `keys revoke`; `down`
-leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
+restart, refused within a second of `keys revoke`; `down` leaves nothing. `down --deployment` of one of three:
+the gateway stops routing it before its engine stops (404, never a 500), keys refuse it, `down`'s last line says
+what is left and why; a client's mistakes are 4xx with one line each in the gateway's log, no traceback. The
+engines are vllm-sim (SIMULATED: no GPU math)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -39,7 +43,7 @@ def inv(lab) -> str:
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
     yield path
-    sd("down", "-i", path)
+    sd("down", "--keys", "-i", path)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +148,7 @@ def test_stack_two_recipes_then_a_third_added_and_removed_without_failed_request
     assert removed.failed == [] and min(removed.ok.values()) > 0, (removed.ok, removed.failed[:5])
     assert {u["deployment"]: u["action"] for u in shrunk["units"]}["big"] == "remove"
     assert ids(client) == {MODELS["chat"], MODELS["coder"]}
-    with pytest.raises(openai.BadRequestError, match="Invalid model name"):  # the gateway forgot it
+    with pytest.raises(openai.NotFoundError, match="not served by this gateway"):  # the gateway forgot it
         client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
     print(f"requests during the add: {added.ok}; during the removal: {removed.ok}; failed: 0")
 
@@ -290,3 +294,189 @@ def test_a_stacks_cluster_deployment_passes_the_fabric_gate_and_history_lists_th
         r = sd("down", "-i", inv, "--deployment", name)
         assert r.returncode == 0, failure(r)
         assert guards_per_node(inv) == {"spark1": 1, "spark2": 1 if name == "coder" else 0}
+
+
+def ask(host: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(host, 4000, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def test_down_of_one_deployment_of_three_unroutes_it_first_and_clients_mistakes_are_4xx(lab, inv, client, tmp_path):
+    started = lab.docker_exec(lab.nodes[0], "date", "-u", "+%Y-%m-%dT%H:%M:%SZ").stdout.strip()
+    assert up(inv, tmp_path / "stack.yaml", TWO + THIRD)["ok"]
+    assert ids(client) == set(MODELS.values())
+    r = sd("doctor", "-i", inv, "--only", "access.state_dir")  # the stack's folders, not "not made yet"
+    assert r.returncode == 0 and "~/.sparkdeploy-gateway" in r.stdout and "not made yet" not in r.stdout, failure(r)
+
+    # requests to the model that goes, all through its removal: answered, or 404 once the gateway forgot it
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def big() -> None:
+        while not stop.is_set():
+            try:
+                client.chat.completions.create(
+                    model=MODELS["big"], messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                seen.append("answered")
+            except openai.NotFoundError:
+                seen.append("404")
+            except Exception as exc:  # noqa: BLE001 - any other outcome is a failure, shown
+                seen.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
+
+    thread = threading.Thread(target=big, daemon=True)
+    with Traffic(client, [MODELS["chat"], MODELS["coder"]]) as others:
+        thread.start()
+        r = sd("down", "-i", inv, "--deployment", "big")
+        time.sleep(1.0)
+        stop.set()
+        thread.join(timeout=90)
+    assert r.returncode == 0, failure(r)
+    assert others.failed == [] and min(others.ok.values()) > 0, (others.ok, others.failed[:5])
+    assert set(seen) <= {"answered", "404"} and seen[-1] == "404", seen[-5:]  # never a 500 nor a dead engine
+    last = r.stdout.strip().splitlines()[-1]
+    assert "Left on spark1: chat, gateway, guard still run (only big was asked to go" in last, last
+    assert "Left on spark2: coder, guard still run" in last and "Nothing of sparkdeploy's" not in last, last
+
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+    with pytest.raises(openai.NotFoundError, match="not served by this gateway"):
+        client.chat.completions.create(model=MODELS["big"], messages=[{"role": "user", "content": "hi"}])
+    refused = sd("keys", "create", "erin", "--models", MODELS["big"], "-i", inv)
+    assert refused.returncode == 2 and f"no deployment serves {MODELS['big']}" in refused.stderr, failure(refused)
+
+    # a client's mistakes: each a 4xx with one message
+    host, key = lab.nodes[0].mgmt_ip, client.api_key
+    json_type = {"Content-Type": "application/json"}
+    chat = json.dumps({"model": MODELS["chat"], "messages": [{"role": "user", "content": "hi"}]}).encode()
+    cases = {
+        "no header": ("GET", "/v1/models", {}, None, 401, "no API key"),
+        "malformed header": ("GET", "/v1/models", {"Authorization": f"Basic {key}"}, None, 401, "not `Bearer KEY`"),
+        "no key after Bearer": ("GET", "/v1/models", {"Authorization": "Bearer "}, None, 401, "no key after"),
+        "unknown key": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": "Bearer sk-nope", **json_type},
+            chat,
+            401,
+            "unknown or revoked key",
+        ),
+        "unknown model": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            chat.replace(MODELS["chat"].encode(), b"no-such-model"),
+            404,
+            "not served by this gateway",
+        ),
+        "not JSON": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b"hello",
+            400,
+            "not JSON",
+        ),
+        "a JSON list": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b"[1]",
+            400,
+            "JSON list",
+        ),
+        "no model": (
+            "POST",
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {key}", **json_type},
+            b'{"messages": []}',
+            400,
+            "names no model",
+        ),
+    }
+    for what, (method, path, headers, body, code, words) in cases.items():
+        status, answer = ask(host, method, path, headers, body)
+        message = answer.get("error", {}).get("message", "")
+        assert (status, words in message) == (code, True), (what, status, answer)
+        assert key not in json.dumps(answer), what  # the key is never echoed
+    logs = lab.docker_exec(lab.nodes[0], "docker", "logs", "--since", started, "sparkdeploy-gateway-litellm")
+    text = logs.stdout + logs.stderr
+    errors = [line for line in text.splitlines() if ":ERROR:" in line or line.startswith("ERROR:")]
+    assert "Traceback" not in text and "prisma" not in text and errors == [], (errors, text[-3000:])
+    refusals = [line for line in text.splitlines() if "gateway refused" in line]
+    assert len(refusals) >= len(cases) and all(":WARNING:" in line for line in refusals), refusals
+    assert key not in text
+
+    # `down` keeps the gateway's keys on purpose and says how to remove them; `down --keys` does
+    assert sd("keys", "create", "frank", "-i", inv).returncode == 0
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    last = r.stdout.strip().splitlines()[-1]
+    assert "~/.sparkdeploy-gateway keeps the gateway's keys and spend counts" in last, last
+    assert "`sparkdeploy down --keys` removes them" in last and "Nothing of sparkdeploy's is left on spark2." in last
+    r = sd("down", "-i", inv, "--keys")
+    assert r.returncode == 0, failure(r)
+    assert r.stdout.strip().splitlines()[-1].endswith("Nothing of sparkdeploy's is left on spark1, spark2."), r.stdout
+
+
+def test_up_routes_only_answering_engines_and_takes_a_replaced_one_out_first(lab, inv, client, tmp_path):
+    """An unchanged deployment whose engine does not answer /health is not routed (503 saying why; `up` exits 1),
+    and routed again by the next `up` once it answers; a deployment whose engine `up` replaces is out of the
+    routes meanwhile (503), never a dead engine's 500."""
+    stack = tmp_path / "stack.yaml"
+    assert up(inv, stack, TWO)["ok"]
+    paused = lab.docker_exec(lab.nodes[1], "docker", "pause", "sparkdeploy-coder-vllm")
+    assert paused.returncode == 0, paused.stderr
+    try:
+        r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    finally:
+        lab.docker_exec(lab.nodes[1], "docker", "unpause", "sparkdeploy-coder-vllm")
+    assert r.returncode == 1 and "do not answer, so the gateway does not route them (coder-0)" in r.stderr, failure(r)
+    assert list(json.loads(r.stdout)["routes"]["out"]) == ["coder-0"]
+    assert ids(client) == {MODELS["chat"]}
+    with pytest.raises(openai.APIStatusError, match="not available now") as refused:
+        client.chat.completions.create(model=MODELS["coder"], messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 503 and "does not answer" in str(refused.value)
+    assert up(inv, stack, TWO)["routes"] == {"served": sorted([MODELS["chat"], MODELS["coder"]]), "out": {}}
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def coder() -> None:
+        while not stop.is_set():
+            try:
+                client.chat.completions.create(
+                    model=MODELS["coder"], messages=[{"role": "user", "content": "hi"}], max_tokens=2
+                )
+                seen.append("answered")
+            except openai.APIStatusError as exc:
+                seen.append("503" if exc.status_code == 503 else f"{exc.status_code}: {str(exc)[:200]}")
+            except Exception as exc:  # noqa: BLE001 - any other outcome is a failure, shown
+                seen.append(f"{exc.__class__.__name__}: {str(exc)[:200]}")
+
+    thread = threading.Thread(target=coder, daemon=True)
+    thread.start()
+    changed = up(inv, stack, TWO.replace("memory: 0.3}", "memory: 0.35}"))  # coder's engine is replaced
+    stop.set()
+    thread.join(timeout=90)
+    assert {u["deployment"]: u["changes"] > 0 for u in changed["units"]}["coder"]
+    assert set(seen) <= {"answered", "503"} and "503" in seen and seen[-1] == "answered", seen
+    assert ids(client) == {MODELS["chat"], MODELS["coder"]}
+
+
+def test_a_request_in_flight_when_its_model_leaves_is_answered_like_a_new_one(lab, inv, tmp_path):
+    assert up(inv, tmp_path / "stack.yaml", TWO)["ok"]
+    script = (Path(__file__).parent / "gateway_in_flight.py").read_text()
+    r = lab.docker_exec(lab.nodes[0], "docker", "exec", "sparkdeploy-gateway-litellm", "python3", "-c", script)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [
+        [404, "model gone is not served by this gateway (served: here)"],
+        [503, "model out is not available now: deployment x is out of the gateway: why"],
+        [400, "Invalid model name passed in model=x"],  # a model still routed: LiteLLM's own answer stands
+    ]
+    assert "gateway refused POST /v1/chat/completions from 1.2.3.4: HTTP 404" in r.stdout + r.stderr

@@ -406,3 +406,30 @@ def test_gid_index_per_twin(write_inventory):
     run = make_run(write_inventory, {"spark2": {"roce": facts("198.51.101.2")}}, data=data)
     res = roce.gid(run, node(run, "spark2"))
     assert res.status == "fail" and "gid_index: 3" in res.fix
+
+
+def test_the_state_dir_check_looks_at_every_folder_of_a_stack():
+    """doctor on a stack names the stack's folders (not "~/.sparkdeploy not made yet"), and a root-owned entry in
+    one of them with the chown of that folder (the folders as the `state_dirs` fact reads them)."""
+    from types import SimpleNamespace
+
+    from sparkdeploy.doctor import access
+    from sparkdeploy.facts import NodeFacts, StateDirFact
+    from sparkdeploy.inventory import Inventory
+    from tests.conftest import TWO_NODES
+
+    inv = Inventory.model_validate(TWO_NODES)
+    f = NodeFacts("spark1", home="/home/spark")
+    run = SimpleNamespace(inventory=inv, node_facts=lambda node: f)
+    assert access.state_dir(run, inv.nodes[0]).measured == "~/.sparkdeploy not made yet"
+    f.state_dirs = {
+        d: StateDirFact(d, 0o700, "", ["manifest.json"])
+        for d in (".sparkdeploy-chat", ".sparkdeploy-gateway", ".sparkdeploy-guard")
+    }
+    ok = access.state_dir(run, inv.nodes[0])
+    assert ok.status == "pass", ok
+    assert ok.measured == "~/.sparkdeploy-chat, ~/.sparkdeploy-gateway, ~/.sparkdeploy-guard are spark's (a stack's)"
+    f.state_dirs[".sparkdeploy-gateway"].foreign = "/home/spark/.sparkdeploy-gateway/spend"
+    bad = access.state_dir(run, inv.nodes[0])
+    assert bad.status == "fail" and bad.measured.startswith("/home/spark/.sparkdeploy-gateway/spend is not owned")
+    assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy-gateway"

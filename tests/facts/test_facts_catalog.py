@@ -1,7 +1,12 @@
 """Each fact's parser fed real output: tests/facts/samples/lab-node-doctor.txt is the `doctor` set read from a
 lab node (Debian, a real Docker engine, real /proc and ip; nvidia-smi, ibv_devinfo and ethtool are the lab's
 SIMULATED stand-ins), captured over SSH with `facts.command("doctor", ...)` asking for the lab's vllm-sim image
-and one that is not there. And the script run here, for real, where nvidia-smi is missing."""
+and one that is not there; its `routes` and `state_dirs` sections were captured later the same way from another
+lab node with nothing deployed. The stack samples were read from the lab's head node with a stack running
+(chat on spark1, coder on spark2, the gateway with a key, the guards): lab-stack-down.txt is the `down` set with
+the inventory's state dir (every folder of ours), lab-stack-gateway.txt the gateway's state dir (its routes;
+secrets.env's sha256 line taken out), lab-after-down-keys-kept.txt the `leftovers` set after `down` (the
+gateway's keys kept). And the script run here, for real, where nvidia-smi is missing."""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import subprocess
 from pathlib import Path
 
 from sparkdeploy import facts as facts_mod
+from sparkdeploy.deploy import gateway_routes
 from sparkdeploy.facts import FACTS, FactArgs, parse, parse_sections
-from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, RESOURCES, STATE
+from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, LEFTOVERS, RESOURCES, STATE
 
-SAMPLE = (Path(__file__).parent / "samples" / "lab-node-doctor.txt").read_text()
+SAMPLES = Path(__file__).parent / "samples"
+SAMPLE = (SAMPLES / "lab-node-doctor.txt").read_text()
 SIM = "sparkdeploy/vllm-sim:3cba9f084bdb"
 
 
@@ -20,7 +27,7 @@ def test_every_fact_is_in_the_sample_and_the_doctor_set():
     sections = parse_sections(SAMPLE)
     assert set(DOCTOR) == set(sections)
     assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS)  # day zero's: tests/facts/test_dayzero_facts.py
-    assert set(STATE) | set(RESOURCES) <= set(DOCTOR)
+    assert set(STATE) | set(RESOURCES) | set(DOWN) | set(LEFTOVERS) <= set(DOCTOR)
 
 
 def test_lab_node_parsed():
@@ -36,6 +43,7 @@ def test_lab_node_parsed():
     }
     assert f.image_errors == {}  # "no such image" is absence, not an error
     assert f.state_dir_mode is None and f.files == {} and f.manifest is None  # nothing deployed yet
+    assert f.routes is None and f.routes_error == "" and f.state_dirs == {}
     assert f.listening == {22, 0x9E45}  # sshd (v4 and v6) and Docker's embedded DNS on 127.0.0.11
     assert (f.mem_total_mb, f.mem_available_mb) == (24684084 // 1024, 21769632 // 1024)
     assert f.cpus == 2
@@ -89,3 +97,35 @@ def test_the_script_runs_here_for_real(tmp_path):
     assert f.gpu is not None and f.gpu.rc == 127 and f.gpu.gpus == []
     assert f.rdma is not None and f.rdma.rc == 127 and f.rdma.devices == {}
     assert f.kernel == subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_stacks_folders_containers_and_routes_parsed():
+    f = parse("spark1", (SAMPLES / "lab-stack-down.txt").read_text())
+    assert set(parse_sections((SAMPLES / "lab-stack-down.txt").read_text())) == set(DOWN)
+    assert sorted(f.state_dirs) == [".sparkdeploy-chat", ".sparkdeploy-gateway", ".sparkdeploy-guard"]
+    gw = f.state_dirs[".sparkdeploy-gateway"]
+    assert gw.mode == 0o700 and gw.foreign == "" and gw.has_manifest
+    assert {"keys.json", "routes.json", "spend", "litellm-config.yaml"} <= set(gw.entries)
+    assert f.state_dirs[".sparkdeploy-guard"].entries == ["guard", "guard.entry.sh", "guard.run.sh", "manifest.json"]
+    assert [c.name for c in f.containers] == [
+        "sparkdeploy-chat-vllm",
+        "sparkdeploy-gateway-litellm",
+        "sparkdeploy-guard",
+    ]
+
+    g = parse("spark1", (SAMPLES / "lab-stack-gateway.txt").read_text())
+    assert g.routes is not None and g.files["routes.json"].sha256
+    routes = gateway_routes.parse(g.routes)
+    assert routes is not None and routes.out == {}
+    assert routes.models() == routes.served() == ["openai/gpt-oss-120b", "qwen3-coder-30b"]
+    assert [e.api_base for e in routes.groups["chat"].engines] == ["http://172.30.120.11:8000/v1"]
+    assert routes.groups["coder"].engines[0].health_url == "http://172.30.120.12:8001/health"
+    assert routes.as_json() == g.routes  # what the node holds is what Routes writes
+
+
+def test_what_down_leaves_is_read_back():
+    f = parse("spark1", (SAMPLES / "lab-after-down-keys-kept.txt").read_text())
+    assert set(parse_sections((SAMPLES / "lab-after-down-keys-kept.txt").read_text())) == set(LEFTOVERS)
+    assert f.containers == [] and list(f.state_dirs) == [".sparkdeploy-gateway"]
+    assert f.state_dirs[".sparkdeploy-gateway"].entries == ["keys.json", "spend"]
+    assert not f.state_dirs[".sparkdeploy-gateway"].has_manifest
