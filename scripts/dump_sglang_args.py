@@ -20,7 +20,7 @@ The pinned release (x86-64 is the only cp311 wheel on PyPI; the Python files are
     sha256 00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937
 
 The smallest install that builds the parser on a CPU-only machine (a throwaway venv outside the repo;
-about 1.1 GB on disk, 0.75 GB of it torch; found by iterating on ImportError, two minutes on the dev box):
+1.4 GB on disk, 0.75 GB of it torch, 65 packages; found by iterating on ImportError; 230 s on the loaded dev box):
 
     python3.11 -m venv /work/venvs/sglang
     /work/venvs/sglang/bin/pip download --no-deps sglang==0.5.23 -d /work/venvs/dl
