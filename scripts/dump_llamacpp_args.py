@@ -9,9 +9,11 @@ data comes from the binary itself:
 - `llama-server --help`: every option, printed by common_arg::to_string() as `NAMES [VALUE_HINT [HINT2]]` padded
   to column 40, then the help text, whose last line is `(env: LLAMA_ARG_...)` when the option has a variable;
   sections `----- common params -----`, `sampling params`, `speculative params`, `example-specific params`;
-- `llama-server --completion-bash`: the positive names of every option (common_params_print_completion), which
-  must equal the names parsed from the help (a parser self-check: a wrapped or mis-split line fails the dump);
-- `llama-server --version`: `version: N (COMMIT)`, the build number that names the fixture (`bN`).
+- `llama-server --completion-bash`: the positive names of every option (common_params_print_completion): each must
+  be parsed from the help (a self-check: a wrapped or mis-split line fails the dump), and an option's other names
+  are its negative forms (common_arg's args_neg: --no-x, -nkvo, -nr), which take no value;
+- `llama-server --version`: `version: V (build N, commit C)` (common/build-info.cpp.in); the build number names
+  the fixture (`bN`, llama.cpp's release tag).
 
 Every option is registered whatever the backend (GPU-only ones such as -ngl only warn at run time on a CPU
 build: common/arg.cpp), so the CPU build of images/llamacpp-cpu gives the GB10 build's flags too. The JSON
@@ -19,7 +21,7 @@ holds no help text (defaults such as thread counts can differ per build); the ra
 
     python3 scripts/dump_llamacpp_args.py --image sparkdeploy/llamacpp-cpu:TAG --expect-version b11434 \
         --out-dir tests/fixtures                  # writes llama-server-b11434-args.json and -help.txt
-    python3 scripts/dump_llamacpp_args.py --image sparkdeploy/llamacpp:TAG --check --out-dir tests/fixtures
+    python3 scripts/dump_llamacpp_args.py --image sparkdeploy/llamacpp:TAG --gpus --check --out-dir tests/fixtures
     python3 scripts/dump_llamacpp_args.py --help-file H --completion-file C --version-file V ...   # no Docker
 
 `--check` compares the flags with the fixture instead of writing (exit 1 with the differences). Deterministic:
@@ -39,12 +41,8 @@ from typing import Any
 HELP_COLUMN = 40  # common_arg::to_string: n_leading_spaces
 SECTION = re.compile(r"^----- (.+) -----$")
 ENV = re.compile(r"\(env: ([A-Z0-9_]+)\)")
-VERSION = re.compile(r"version: (\d+) \(([^)]*)\)")
+VERSION = re.compile(r"version: (\S+) \(build (\d+), commit ([^)]*)\)")
 OPTS = re.compile(r'^\s*opts="([^"]*)"', re.M)
-
-
-def is_negative(name: str) -> bool:
-    return name.startswith(("--no-", "-no-"))
 
 
 def split_head(line: str) -> tuple[str, str]:
@@ -55,13 +53,34 @@ def split_head(line: str) -> tuple[str, str]:
 
 
 def choices_of(hint: str) -> list[str] | None:
-    """`{none,layer,row}` and `[on|off|auto]` list their values; other hints (N, FNAME, ...) do not."""
-    m = re.fullmatch(r"\{([^{}]+)\}|\[([^\[\]]+)\]", hint)
+    """`{none,layer,row}`, `[on|off|auto]` and `<0|1>` list their values; other hints (N, FNAME, ...) do not."""
+    m = re.fullmatch(r"\{([^{}]+)\}|\[([^\[\]]+)\]|<([^<>]*\|[^<>]*)>", hint)
     if not m:
         return None
-    body = m.group(1) or m.group(2)
-    values = re.split(r"[,|]", body)
+    values = [v.strip() for v in re.split(r"[,|]", m.group(1) or m.group(2) or m.group(3))]
     return values if all(re.fullmatch(r"[A-Za-z0-9_.+-]+", v) for v in values) else None
+
+
+def names_and_hint(head: str) -> tuple[list[str], str]:
+    """`-m,    --model FNAME` -> (["-m", "--model"], "FNAME"): names are joined by commas, the value hint follows
+    the last one after a space and may itself hold commas and spaces (`<tensor name pattern>=<buffer type>,...`)."""
+    names: list[str] = []
+    rest = head
+    while m := re.match(r"(-[^\s,]+)(,\s*)?", rest):
+        names.append(m.group(1))
+        rest = rest[m.end() :]
+        if not m.group(2):
+            break
+    return names, rest.strip()
+
+
+def value_count(hint: str) -> int:
+    """How many argv elements an option reads: 0 without a hint, 2 for `START END` (common_arg's value_hint_2, as
+    --control-vector-layer-range), else 1 (a hint with spaces, such as `<tensor name pattern>=...`, is one value)."""
+    if not hint:
+        return 0
+    parts = hint.split(" ")
+    return len(parts) if len(parts) > 1 and all(re.fullmatch(r"[A-Z][A-Z0-9_]*", p) for p in parts) else 1
 
 
 def parse_help(text: str) -> list[dict[str, Any]]:
@@ -76,11 +95,8 @@ def parse_help(text: str) -> list[dict[str, Any]]:
             continue
         if raw.startswith("-"):
             head, first_help = split_head(raw)
-            tokens = [t for t in re.split(r",\s*|\s+", head) if t]
-            names = []
-            while tokens and tokens[0].startswith("-") and len(tokens[0]) > 1:
-                names.append(tokens.pop(0))
-            current = {"names": names, "hints": tokens, "help": [first_help] if first_help else [], "section": section}
+            names, hint = names_and_hint(head)
+            current = {"names": names, "hint": hint, "help": [first_help] if first_help else [], "section": section}
             options.append(current)
         elif current is not None and raw.startswith(" " * HELP_COLUMN):
             current["help"].append(raw.strip())
@@ -92,15 +108,17 @@ def parse_help(text: str) -> list[dict[str, Any]]:
     return options
 
 
-def flags_of(options: list[dict[str, Any]]) -> dict[str, Any]:
+def flags_of(options: list[dict[str, Any]], positives: set[str]) -> dict[str, Any]:
+    """Per option string: aliases, value, env, section. `positives` are the names --completion-bash lists (each
+    option's `args`); an option's other names are its `args_neg` (--no-x, -nkvo, -nr), which take no value."""
     flags: dict[str, Any] = {}
     for opt in options:
-        names, hints = opt["names"], opt["hints"]
-        takes_value = bool(hints)
-        # --x / --no-x pairs live on one option (common_arg's args_neg) and only for options without a value
-        negatives = {n for n in names if is_negative(n)} if not takes_value else set()
-        if negatives == set(names):
-            negatives = set()  # an option whose every name is --no-...: it is the positive form itself
+        names, hint = opt["names"], opt["hint"]
+        values = value_count(hint)
+        takes_value = values > 0
+        negatives = {n for n in names if n not in positives}
+        if negatives and (takes_value or negatives == set(names)):
+            raise SystemExit(f"{', '.join(sorted(negatives))}: not in --completion-bash: the --help parse is wrong")
         for name in names:
             if name in flags:
                 raise SystemExit(f"option {name} appears twice in --help: the parser is wrong")
@@ -108,9 +126,9 @@ def flags_of(options: list[dict[str, Any]]) -> dict[str, Any]:
             entry: dict[str, Any] = {
                 "aliases": sorted(n for n in side if n != name),
                 "takes_value": takes_value,
-                "value_hint": " ".join(hints) or None,
-                "values": len(hints),
-                "choices": choices_of(hints[0]) if len(hints) == 1 else None,
+                "value_hint": hint or None,
+                "values": values,
+                "choices": choices_of(hint) if values == 1 else None,
                 "env": opt["env"],
                 "section": opt["section"],
             }
@@ -128,23 +146,16 @@ def completion_names(text: str) -> list[str]:
     return m.group(1).split()
 
 
-def self_check(flags: dict[str, Any], completion: list[str]) -> list[str]:
-    """The names --completion-bash lists (every option's positive names) against those parsed from --help."""
-    positives = {n for n, f in flags.items() if "negates" not in f}
-    problems = [f"{n}: in --completion-bash, not parsed from --help" for n in sorted(set(completion) - positives)]
-    problems += [f"{n}: parsed from --help, not in --completion-bash" for n in sorted(positives - set(completion))]
-    return problems
-
-
 def build_document(help_text: str, completion_text: str, version_text: str, source: str) -> dict[str, Any]:
     m = VERSION.search(version_text)
     if not m:
-        raise SystemExit(f"no `version: N (COMMIT)` in --version output: {version_text.strip()[:200]!r}")
+        raise SystemExit(f"no `version: V (build N, commit C)` in --version output: {version_text.strip()[:200]!r}")
     options = parse_help(help_text)
-    flags = flags_of(options)
-    problems = self_check(flags, completion_names(completion_text))
-    if problems:
-        raise SystemExit("the --help parse disagrees with --completion-bash:\n  " + "\n  ".join(problems))
+    positives = completion_names(completion_text)
+    flags = flags_of(options, set(positives))
+    missing = sorted(set(positives) - set(flags))
+    if missing:  # a parser self-check: a wrapped or mis-split head loses names
+        raise SystemExit(f"in --completion-bash but not parsed from --help: {', '.join(missing)}")
     sections: list[str] = []
     for opt in options:
         if opt["section"] not in sections:
@@ -152,12 +163,13 @@ def build_document(help_text: str, completion_text: str, version_text: str, sour
     return {
         "engine": "llama.cpp",
         "binary": "llama-server",
-        "llamacpp_version": f"b{m.group(1)}",
-        "build_commit": m.group(2),
+        "llamacpp_version": f"b{m.group(2)}",
+        "library_version": m.group(1),
+        "build_commit": m.group(3),
         "source": source,
         "parsing": {
-            "names": "an option's names are aliases (-m, --model); --x and --no-x on one option are opposites "
-            "(negates / negated_by), never aliases",
+            "names": "an option's names are aliases (-m, --model); its negative forms (--no-x, -nkvo) are "
+            "opposites (negates / negated_by), never aliases",
             "values": "takes_value options read the next argv element (llama.cpp has no --flag=value form); "
             "values > 1 means that many elements",
             "underscores": "a --long_name is read as --long-name (common_params_parse_ex replaces _ by -)",
@@ -168,9 +180,10 @@ def build_document(help_text: str, completion_text: str, version_text: str, sour
     }
 
 
-def run_image(image: str) -> tuple[str, str, str]:
+def run_image(image: str, gpus: bool = False) -> tuple[str, str, str]:
     def out(*args: str) -> str:
-        r = subprocess.run(["docker", "run", "--rm", image, "llama-server", *args], capture_output=True, text=True)
+        argv = ["docker", "run", "--rm", *(["--gpus", "all"] if gpus else []), image, "llama-server", *args]
+        r = subprocess.run(argv, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(
                 f"llama-server {' '.join(args)} in {image} exited {r.returncode}: {r.stderr.strip()[-500:]}"
@@ -183,6 +196,7 @@ def run_image(image: str) -> tuple[str, str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", help="a Docker image with llama-server on PATH (docker run --rm IMAGE llama-server ...)")
+    ap.add_argument("--gpus", action="store_true", help="docker run --gpus all (a CUDA build needs libcuda to start)")
     ap.add_argument("--help-file", type=Path, help="saved `llama-server --help` output (instead of --image)")
     ap.add_argument("--completion-file", type=Path, help="saved `llama-server --completion-bash` output")
     ap.add_argument("--version-file", type=Path, help="saved `llama-server --version` output (stdout and stderr)")
@@ -194,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.image:
-        help_text, completion_text, version_text = run_image(args.image)
-        source = f"`llama-server --help`, `--completion-bash` and `--version` run in image {args.image}"
+        help_text, completion_text, version_text = run_image(args.image, args.gpus)
+        repo = args.image.rsplit(":", 1)[0] if ":" in args.image.rsplit("/", 1)[-1] else args.image
+        source = f"`llama-server --help`, `--completion-bash` and `--version` run in an image {repo}"
     elif args.help_file and args.completion_file and args.version_file:
         help_text, completion_text = args.help_file.read_text(), args.completion_file.read_text()
         version_text = args.version_file.read_text()

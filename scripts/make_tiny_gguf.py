@@ -56,9 +56,7 @@ Answer a call as <tool_call>{"name": NAME, "arguments": ARGUMENTS}</tool_call>.
 {{ message.content }}
 {%- endif %}
 {%- for call in message.tool_calls or [] %}
-<tool_call>
-{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
-</tool_call>
+<tool_call>{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}</tool_call>
 {%- endfor %}<|im_end|>
 {% elif message.role == 'tool' -%}
 <|im_start|>user
@@ -191,6 +189,7 @@ def write(
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_unk_token_id(tokens.index("<unk>"))
     writer.add_add_bos_token(False)
+    writer.add_add_space_prefix(False)  # else "<|im_start|>assistant" becomes "<|im_start|> assistant": grammars fail
     writer.add_chat_template(CHAT_TEMPLATE)
     for tensor_name, data in tensors(shape, len(tokens), types, seed):
         writer.add_tensor(tensor_name, data)

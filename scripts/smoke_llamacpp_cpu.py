@@ -5,14 +5,17 @@ Writes the tiny model (scripts/make_tiny_gguf.py: one file, and the same model s
 `llama-server` from the image with the flags sparkdeploy will render (`-m`, `-c`, `--parallel`, `--jinja`,
 `--metrics`, `-ngl`, `--flash-attn`, `--alias`, `--host`, `--port`), and checks what a deployment relies on:
 GET /health (503 while loading, then 200), GET /v1/models, POST /v1/chat/completions (plain, streamed, with a
-tool and tool_choice auto and required), GET /metrics (the `llamacpp:*` names), then the split model from its
-first file. Prints one line per check and a JSON report (`--json FILE`); exit 1 if a check fails.
+tool: tool_choice auto, required, and required steered into a call with logit_bias), GET /metrics (the
+`llamacpp:*` names), /props, /slots; tools without --jinja and /metrics without --metrics (refused); the split
+model from its first file (and refused from its second); llama.cpp's RPC mode (ggml-rpc-server in a second
+container, `llama-server --rpc`). Prints one line per check and a JSON report (`--json FILE`); exit 1 if a
+check fails.
 
     python3 scripts/fetch_image_downloads.py llamacpp-cpu
     python3 -m sparkdeploy.images.build llamacpp-cpu          # prints the tag
     python3 scripts/smoke_llamacpp_cpu.py --image sparkdeploy/llamacpp-cpu:TAG [--json report.json]
 
-Containers are named sparkdeploy-smoke-llamacpp-<pid>-<n> and removed at the end (also on failure).
+Containers and the network are named sparkdeploy-smoke-llamacpp-<pid>-<n>, removed at the end (also on failure).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ TOOL = {
         "description": "The weather in a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}},
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
             "required": ["city"],
         },
     },
@@ -56,6 +59,7 @@ class Smoke:
         self.image = image
         self.results: list[dict[str, Any]] = []
         self.containers: list[str] = []
+        self.networks: list[str] = []
 
     def check(self, name: str, ok: bool, detail: Any) -> bool:
         self.results.append({"check": name, "ok": ok, "detail": detail})
@@ -63,23 +67,42 @@ class Smoke:
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {text}", flush=True)
         return ok
 
-    def start(self, model_dir: Path, model_file: str, alias: str) -> tuple[str, int]:
-        name = f"sparkdeploy-smoke-llamacpp-{os.getpid()}-{len(self.containers)}"
-        argv = [
-            "docker", "run", "-d", "--name", name, "-p", "127.0.0.1::8080",
-            "-v", f"{model_dir}:/models:ro", self.image,
-            "llama-server", "-m", f"/models/{model_file}", "--alias", alias,
-            "-c", "1024", "--parallel", "2", "-ngl", "999", "--flash-attn", "auto",
-            "--jinja", "--metrics", "--host", "0.0.0.0", "--port", "8080", "-t", "1",
-        ]  # fmt: skip
+    def name(self) -> str:
+        return f"sparkdeploy-smoke-llamacpp-{os.getpid()}-{len(self.containers) + len(self.networks)}"
+
+    def start(
+        self, model_dir: Path, args: list[str], network: str | None = None, publish: bool = True
+    ) -> tuple[str, int]:
+        """`llama-server ARGS --host 0.0.0.0 --port 8080` in a container; its port on 127.0.0.1 (0 if not published)."""
+        name = self.name()
+        argv = ["docker", "run", "-d", "--name", name, "-v", f"{model_dir}:/models:ro"]
+        argv += ["-p", "127.0.0.1::8080"] if publish else []
+        argv += ["--network", network] if network else []
+        argv += [self.image, "llama-server", *args, "--host", "0.0.0.0", "--port", "8080", "-t", "1"]
         subprocess.run(argv, check=True, capture_output=True, text=True)
         self.containers.append(name)
+        if not publish:
+            return name, 0
         port = subprocess.run(["docker", "port", name, "8080/tcp"], check=True, capture_output=True, text=True)
         return name, int(port.stdout.strip().splitlines()[0].rsplit(":", 1)[1])
+
+    def run_once(self, model_dir: Path, argv: list[str]) -> tuple[int, str]:
+        """A command in a throwaway container: (exit code, stdout and stderr)."""
+        full = ["docker", "run", "--rm", "-v", f"{model_dir}:/models:ro", self.image, *argv]
+        r = subprocess.run(full, capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stdout + r.stderr
+
+    def network(self) -> str:
+        name = self.name()
+        subprocess.run(["docker", "network", "create", name], check=True, capture_output=True, text=True)
+        self.networks.append(name)
+        return name
 
     def cleanup(self) -> None:
         for name in self.containers:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        for name in self.networks:
+            subprocess.run(["docker", "network", "rm", name], capture_output=True)
 
     def logs(self, name: str) -> str:
         r = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
@@ -98,7 +121,7 @@ def http(port: int, path: str, body: dict | None = None, timeout: float = 120) -
         return e.code, e.read().decode()
 
 
-def wait_healthy(smoke: Smoke, name: str, port: int, limit: float = 120) -> tuple[bool, list[int], float]:
+def wait_healthy(port: int, limit: float = 120) -> tuple[bool, list[int], float]:
     seen: list[int] = []
     start = time.monotonic()
     while time.monotonic() - start < limit:
@@ -114,18 +137,22 @@ def wait_healthy(smoke: Smoke, name: str, port: int, limit: float = 120) -> tupl
     return False, seen, time.monotonic() - start
 
 
-def run(smoke: Smoke, workdir: Path) -> None:
-    single = tiny.write(workdir / "single" / "tiny-llama.gguf")
-    split = tiny.write(workdir / "split" / "tiny-llama.gguf", split_max_tensors=8)
-    smoke.check("model files", True, {f.name: f.stat().st_size for f in single + split})
+def first_message(text: str) -> tuple[dict, dict]:
+    reply = json.loads(text)
+    choice = (reply.get("choices") or [{}])[0]
+    return reply, {"finish_reason": choice.get("finish_reason"), "message": choice.get("message", {})}
 
-    name, port = smoke.start(workdir / "single", single[0].name, "tiny-llama")
-    ok, seen, took = wait_healthy(smoke, name, port)
-    if not smoke.check("GET /health", ok, f"codes seen {seen}, 200 after {took:.1f} s"):
+
+def serve_and_chat(smoke: Smoke, workdir: Path, single: Path) -> None:
+    served = ["-m", f"/models/{single.name}", "--alias", "tiny-llama", "-c", "1024", "--parallel", "2"]
+    served += ["-ngl", "999", "--flash-attn", "auto", "--jinja", "--metrics"]
+    name, port = smoke.start(single.parent, served)
+    ok, seen, took = wait_healthy(port)
+    if not smoke.check("GET /health", ok, f"codes seen {seen} (0: not listening yet), 200 after {took:.1f} s"):
         print(smoke.logs(name)[-3000:])
         return
     code, text = http(port, "/health")
-    smoke.check("GET /health body", code == 200, text.strip())
+    smoke.check("GET /health body", code == 200 and json.loads(text) == {"status": "ok"}, text.strip())
     code, text = http(port, "/v1/models")
     models = json.loads(text) if code == 200 else {}
     ids = [m.get("id") for m in models.get("data", [])]
@@ -133,56 +160,118 @@ def run(smoke: Smoke, workdir: Path) -> None:
 
     chat = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 12}
     code, text = http(port, "/v1/chat/completions", chat)
-    reply = json.loads(text) if code == 200 else {"error": text}
-    content = (reply.get("choices") or [{}])[0].get("message", {}).get("content")
+    reply, first = first_message(text) if code == 200 else ({}, {})
+    content = first.get("message", {}).get("content")
     smoke.check("POST /v1/chat/completions", code == 200 and isinstance(content, str) and content != "", reply)
 
     code, text = http(port, "/v1/chat/completions", dict(chat, stream=True))
     events = [line for line in text.splitlines() if line.startswith("data: ")]
     smoke.check(
-        "POST /v1/chat/completions stream", code == 200 and events[-1:] == ["data: [DONE]"], events[:2] + events[-2:]
+        "POST /v1/chat/completions stream", code == 200 and events[-1:] == ["data: [DONE]"], events[:1] + events[-2:]
     )
 
-    for choice in ("auto", "required"):
-        body = dict(chat, tools=[TOOL], tool_choice=choice, max_tokens=48)
+    # Tools (--jinja): llama.cpp builds a grammar and a parser from the model's chat template. The random weights
+    # never choose the call markup by themselves (tool_choice=required lets text come first): logit_bias steers
+    # them into one call (<tool_call> first, the end of turn as soon as the grammar allows it); the enum leaves
+    # the grammar no free text inside the call; what comes back is llama.cpp's own parse of it.
+    tokens, _, _ = tiny.vocabulary()
+    bias = {tokens.index("<tool_call>"): 100, tokens.index("</tool_call>"): 50, tokens.index("<|im_end|>"): 200}
+    tool = dict(chat, tools=[TOOL], max_tokens=80)
+    for label, body in (
+        ("auto", dict(tool, tool_choice="auto")),
+        ("required", dict(tool, tool_choice="required")),
+        ("required, steered with logit_bias", dict(
+            tool, tool_choice="required", parallel_tool_calls=False, logit_bias={str(k): v for k, v in bias.items()}
+        )),
+    ):  # fmt: skip
         code, text = http(port, "/v1/chat/completions", body)
-        reply = json.loads(text) if code == 200 else {"error": text}
-        message = (reply.get("choices") or [{}])[0].get("message", {})
-        calls = message.get("tool_calls") or []
-        detail = {"http": code, "finish_reason": (reply.get("choices") or [{}])[0].get("finish_reason"),
-                  "message": message, "error": reply.get("error")}  # fmt: skip
-        if choice == "required":
-            good = code == 200 and bool(calls) and calls[0].get("function", {}).get("name") == "get_weather"
+        if code != 200:
+            smoke.check(f"chat with a tool, tool_choice={label}", False, {"http": code, "body": text})
+            continue
+        _, first = first_message(text)
+        calls = first["message"].get("tool_calls") or []
+        if label.startswith("required, steered"):
+            call = calls[0]["function"] if calls else {}
+            good = first["finish_reason"] == "tool_calls" and call.get("name") == "get_weather"
+            good = good and json.loads(call.get("arguments") or "{}").get("city") in ("Paris", "Rome")
         else:
-            good = code == 200  # auto: the model may answer in words or call the tool
-        smoke.check(f"chat with a tool, tool_choice={choice}", good, detail)
+            good = bool(first["message"].get("content"))  # words: no refusal, no call
+        smoke.check(f"chat with a tool, tool_choice={label}", good, first)
 
     code, text = http(port, "/metrics")
     names = sorted({line.split()[0].split("{")[0] for line in text.splitlines() if line.startswith("llamacpp:")})
-    smoke.check("GET /metrics", code == 200 and bool(names), names)
+    smoke.check("GET /metrics", code == 200 and "llamacpp:prompt_tokens_total" in names, names)
     smoke.results.append({"metrics_text": text})
-
     code, text = http(port, "/props")
     props = json.loads(text) if code == 200 else {}
     smoke.check(
         "GET /props",
         code == 200,
-        {k: props.get(k) for k in ("total_slots", "model_path", "build_info") if k in props}
-        | {"n_ctx": props.get("default_generation_settings", {}).get("n_ctx")},
+        {k: props.get(k) for k in ("total_slots", "model_path", "build_info")}
+        | {"n_ctx per slot": props.get("default_generation_settings", {}).get("n_ctx")},
     )
     code, text = http(port, "/slots")
-    smoke.check("GET /slots", code in (200, 501), f"HTTP {code}")
+    smoke.check("GET /slots", code == 200, f"HTTP {code}, {len(json.loads(text)) if code == 200 else 0} slots")
+    code, _ = http(port, "/")
+    smoke.check("GET / (no web UI in this build)", code == 404, f"HTTP {code}")
 
-    name2, port2 = smoke.start(workdir / "split", split[0].name, "tiny-llama-split")
-    ok, seen, took = wait_healthy(smoke, name2, port2)
-    if smoke.check("split GGUF: GET /health", ok, f"-m {split[0].name}: codes {seen}, 200 after {took:.1f} s"):
-        code, text = http(port2, "/v1/chat/completions", dict(chat, model="tiny-llama-split"))
-        smoke.check("split GGUF: chat", code == 200, json.loads(text) if code == 200 else text)
-        log = smoke.logs(name2)
-        loaded = [line.strip() for line in log.splitlines() if "split" in line.lower()][:6]
-        smoke.check("split GGUF: log", bool(loaded), loaded)
-    else:
-        print(smoke.logs(name2)[-3000:])
+    _, port2 = smoke.start(single.parent, ["-m", f"/models/{single.name}", "--no-jinja"])
+    ok, _, _ = wait_healthy(port2)
+    code, text = http(port2, "/v1/chat/completions", dict(chat, tools=[TOOL]))
+    smoke.check("tools without --jinja", ok and code == 500 and "requires --jinja" in text, f"HTTP {code} {text}")
+    code, text = http(port2, "/metrics")
+    smoke.check("/metrics without --metrics", code == 501, f"HTTP {code} {text}")
+
+
+def split_model(smoke: Smoke, split: list[Path]) -> None:
+    folder = split[0].parent
+    name, port = smoke.start(folder, ["-m", f"/models/{split[0].name}", "--alias", "tiny-llama-split"])
+    ok, seen, took = wait_healthy(port)
+    if not smoke.check("split GGUF, -m the first file: GET /health", ok, f"codes {seen}, 200 after {took:.1f} s"):
+        print(smoke.logs(name)[-3000:])
+        return
+    code, text = http(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6})
+    smoke.check("split GGUF: chat", code == 200, first_message(text)[1] if code == 200 else text)
+    code, out = smoke.run_once(folder, ["llama-server", "-m", f"/models/{split[1].name}", "-c", "256", "-t", "1"])
+    said = [line.strip() for line in out.splitlines() if "first split" in line][:1]
+    smoke.check("split GGUF, -m the second file: refused", code != 0 and bool(said), said)
+
+
+def rpc(smoke: Smoke, single: Path) -> None:
+    """llama.cpp's multi-node mode on CPU: ggml-rpc-server in one container, llama-server --rpc in another."""
+    net = smoke.network()
+    worker = smoke.name()
+    subprocess.run(
+        ["docker", "run", "-d", "--name", worker, "--network", net, smoke.image,
+         "ggml-rpc-server", "-H", "0.0.0.0", "-p", "50052", "-t", "1"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    smoke.containers.append(worker)
+    args = ["-m", f"/models/{single.name}", "--rpc", f"{worker}:50052", "-ngl", "999", "-c", "512", "--verbose"]
+    head, port = smoke.start(single.parent, args, network=net)
+    ok, seen, took = wait_healthy(port)
+    if not smoke.check("RPC: llama-server --rpc WORKER:50052 healthy", ok, f"codes {seen}, 200 after {took:.1f} s"):
+        print(smoke.logs(head)[-3000:])
+        return
+    code, _ = http(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6})
+    log = smoke.logs(head)
+    placed = [line.split(" I ", 1)[-1].strip() for line in log.splitlines() if "offloaded" in line or "RPC0[" in line]
+    smoke.check(
+        "RPC: layers on the worker, chat answers", code == 200 and any("offloaded 3/3" in p for p in placed), placed
+    )
+    wlog = smoke.logs(worker)
+    smoke.check(
+        "RPC: the worker served", "Accepted client connection" in wlog, [x for x in wlog.splitlines() if x.strip()][-8:]
+    )
+
+
+def run(smoke: Smoke, workdir: Path) -> None:
+    single = tiny.write(workdir / "single" / "tiny-llama.gguf")
+    split = tiny.write(workdir / "split" / "tiny-llama.gguf", split_max_tensors=8)
+    smoke.check("model files", True, {f.name: f.stat().st_size for f in single + split})
+    serve_and_chat(smoke, workdir, single[0])
+    split_model(smoke, split)
+    rpc(smoke, single[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
@@ -52,7 +53,8 @@ def test_the_gb10_image_and_the_lab_image_pin_one_source():
     assert gpu["build_args"]["CUDA_ARCHITECTURES"] == "121a-real"
     assert "GGML_CUDA=ON" in (ROOT / "images" / "llamacpp" / "Dockerfile").read_text()
     # the lab build: amd64 on debian-base, offline
-    assert cpu["platform"] == "linux/amd64" and cpu["base"] == "debian-base" and "build_needs" not in cpu
+    assert cpu["platform"] == "linux/amd64" and cpu["base"] == "debian-base"
+    assert "arch" not in cpu["build_needs"] and not cpu["build_needs"].get("internet")  # here, and from the context
     assert cpu["simulated"] is False and gpu["simulated"] is False
 
 
@@ -153,3 +155,96 @@ def test_tiny_gguf_cli_refuses_a_bad_width(capsys, tmp_path):
     assert tiny.main(["--out", str(tmp_path / "x.gguf"), "--width", "30"]) == 2
     assert "--width must be a multiple of 4" in capsys.readouterr().err
     assert not (tmp_path / "x.gguf").exists()
+
+
+# -- the flag fixture: the parse of the real `llama-server --help` ---------------------------------------------
+
+HELP = FIXTURES / f"llama-server-{VERSION}-help.txt"
+ARGS = FIXTURES / f"llama-server-{VERSION}-args.json"
+
+
+def _completion(positives) -> str:
+    """`llama-server --completion-bash`'s line that lists every option's positive names."""
+    return '_llama_completions() {\n    opts="' + " ".join(positives) + ' "\n'
+
+
+def test_the_fixture_is_the_parse_of_the_committed_help():
+    doc = json.loads(ARGS.read_text())
+    assert doc["llamacpp_version"] == VERSION and doc["binary"] == "llama-server"
+    positives = {name for name, flag in doc["flags"].items() if "negates" not in flag}
+    again = dump.build_document(
+        HELP.read_text(), _completion(sorted(positives)), "version: 0.6.0-dev (build 11434, commit x)\n", "test"
+    )
+    assert again["flags"] == doc["flags"]
+    assert again["sections"] == ["common params", "sampling params", "speculative params", "example-specific params"]
+
+
+def test_the_fixture_has_what_the_engine_renders():
+    flags = json.loads(ARGS.read_text())["flags"]
+    for name, aliases in {
+        "-m": ["--model"],
+        "-ngl": ["--gpu-layers", "--n-gpu-layers"],
+        "-c": ["--ctx-size"],
+        "-np": ["--parallel"],
+        "-fa": ["--flash-attn"],
+        "-a": ["--alias"],
+    }.items():
+        assert flags[name]["aliases"] == aliases and flags[name]["takes_value"], name
+    assert flags["-fa"]["choices"] == ["on", "off", "auto"]
+    assert flags["--jinja"]["takes_value"] is False and flags["--jinja"]["negated_by"] == ["--no-jinja"]
+    assert flags["--no-jinja"]["negates"] == ["--jinja"] and flags["--no-jinja"]["aliases"] == []
+    assert flags["--metrics"]["takes_value"] is False and flags["--metrics"]["env"] == "LLAMA_ARG_ENDPOINT_METRICS"
+    for name in ("--host", "--port", "--rpc", "--api-key-file", "--chat-template-file", "-hf"):
+        assert flags[name]["takes_value"], name
+    # a short negative form (common_arg's args_neg) is an opposite, not an alias
+    assert flags["-nkvo"]["negates"] == ["--kv-offload", "-kvo"] and flags["-nkvo"]["aliases"] == ["--no-kv-offload"]
+    assert flags["--control-vector-layer-range"]["values"] == 2  # START END: two argv elements
+
+
+@pytest.mark.parametrize(
+    ("line", "names", "hint", "values", "choices"),
+    [
+        ("-m,    --model FNAME", ["-m", "--model"], "FNAME", 1, None),
+        ("-h,    --help, --usage", ["-h", "--help", "--usage"], "", 0, None),
+        ("-sm,   --split-mode {none,layer,row,tensor}", ["-sm", "--split-mode"], "{none,layer,row,tensor}", 1,
+         ["none", "layer", "row", "tensor"]),
+        ("-ot,   --override-tensor <tensor name pattern>=<buffer type>,...", ["-ot", "--override-tensor"],
+         "<tensor name pattern>=<buffer type>,...", 1, None),
+        ("--control-vector-layer-range START END", ["--control-vector-layer-range"], "START END", 2, None),
+        ("--cpu-strict <0|1>", ["--cpu-strict"], "<0|1>", 1, ["0", "1"]),
+        ("--poll <0...100>", ["--poll"], "<0...100>", 1, None),
+    ],
+)  # fmt: skip
+def test_option_heads_are_split_into_names_and_value(line, names, hint, values, choices):
+    assert dump.names_and_hint(line) == (names, hint)
+    assert dump.value_count(hint) == values
+    assert (dump.choices_of(hint) if values == 1 else None) == choices
+
+
+def test_check_mode_reports_a_flag_the_build_lacks(tmp_path, capsys):
+    doc = json.loads(ARGS.read_text())
+    positives = sorted(name for name, flag in doc["flags"].items() if "negates" not in flag)
+    (tmp_path / "c.sh").write_text(_completion(positives))
+    (tmp_path / "v.txt").write_text("version: 0.6.0-dev (build 11434, commit x)\nbuilt with GNU 12.2.0\n")
+    (tmp_path / "h.txt").write_text(HELP.read_text())
+    files = ["--help-file", str(tmp_path / "h.txt"), "--completion-file", str(tmp_path / "c.sh")]
+    files += ["--version-file", str(tmp_path / "v.txt"), "--out-dir", str(FIXTURES), "--check"]
+    assert dump.main(files) == 0
+    assert f"matches this build ({len(doc['flags'])} option strings)" in capsys.readouterr().out
+
+    # a build without --metrics (its help line gone, and from the completion list)
+    lines = HELP.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("--metrics "))
+    end = next(i for i in range(at + 1, len(lines)) if not lines[i].startswith(" "))
+    (tmp_path / "h.txt").write_text("".join(lines[:at] + lines[end:]))
+    (tmp_path / "c.sh").write_text(_completion([p for p in positives if p != "--metrics"]))
+    assert dump.main(files) == 1
+    assert "--metrics: only in the fixture" in capsys.readouterr().err
+
+
+def test_a_help_line_the_parser_misreads_fails_the_dump():
+    doc = json.loads(ARGS.read_text())
+    positives = sorted(name for name, flag in doc["flags"].items() if "negates" not in flag)
+    broken = HELP.read_text().replace("-m,    --model FNAME", "         --model FNAME")  # a mangled head
+    with pytest.raises(SystemExit, match="in --completion-bash but not parsed from --help: --model, -m"):
+        dump.build_document(broken, _completion(positives), "version: x (build 11434, commit y)", "test")
