@@ -11,7 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 DATA_DIRS = ("recipes", "templates", "images")
-SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "wheels", "*.egg-info")
+SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "wheels", "downloads", "*.egg-info")
 
 
 class BuildWithData(build_py):
