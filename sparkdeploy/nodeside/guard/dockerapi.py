@@ -59,3 +59,7 @@ class Docker:
         """SIGTERM (the image's stop signal), SIGKILL after grace_s: Docker's own stop, which returns once the
         container has stopped."""
         self.call("POST", f"/containers/{cid}/stop?t={int(grace_s)}", timeout=grace_s + 30)
+
+    def start(self, cid):
+        """Start a stopped container (the watcher's group restart)."""
+        self.call("POST", f"/containers/{cid}/start", timeout=60)
