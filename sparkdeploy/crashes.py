@@ -281,7 +281,8 @@ def summary(c: ContainerHistory, now: datetime) -> str:
     if c.last_exit is not None:
         parts.append(f"{c.last_exit.reason} {ago(c.last_exit.at, now)}")
     if c.health == "unhealthy":
-        parts.append(f"health failing since {ago(c.failing_since, now)}")
+        since = c.failing_since.strftime("%H:%M:%S UTC, ") if c.failing_since is not None else ""
+        parts.append(f"health failing since {since}{ago(c.failing_since, now)}")
     if c.error:
         parts.append(c.error)
     return "; ".join(parts) or "-"
