@@ -45,20 +45,40 @@ SPEND_VOLUME = ("spend", "/sparkdeploy-spend")  # the gateway's writable state: 
 
 
 def gateway_models(stack: Stack) -> list[dict[str, Any]]:
-    """LiteLLM's model_list: one entry per engine; a deployment's engines share its model name (one group)."""
+    """LiteLLM's model_list: one entry per engine; a deployment's engines share its model name (one group).
+    Each engine's `model_info` also names its group and the URL of its rank 0's watcher (nodeside/guard/watch.py):
+    the gateway's hook stops routing to an engine its watcher is restarting (gateway_hook.py)."""
     out = []
     for m in stack.members:
         dep = m.deployment
         assert dep is not None  # built before the gateway
         urls = dep.backends or [dep.endpoint]
+        watched = _watchers(stack, dep, m.name)
         for i, url in enumerate(urls):
+            info: dict[str, Any] = {"id": f"{m.name}-{i}"}
+            if url in watched:
+                info["group"], info["watch"] = watched[url]
             out.append(
                 {
                     "model_name": m.model,
                     "litellm_params": {"model": f"hosted_vllm/{m.model}", "api_base": url, "api_key": "EMPTY"},
-                    "model_info": {"id": f"{m.name}-{i}"},
+                    "model_info": info,
                 }
             )
+    return out
+
+
+def _watchers(stack: Stack, dep: Deployment, name: str) -> dict[str, tuple[str, str]]:
+    """Each engine's base URL -> (its group, its rank 0's watcher URL), where the stack's guards watch."""
+    watch = stack.inventory.cluster.guard.watch
+    if not (stack.inventory.cluster.guard.enabled and watch.enabled):
+        return {}
+    out = {}
+    for nd in dep.nodes:
+        for c in nd.containers:
+            if c.is_engine and c.health_port:  # rank 0 (or a solo engine): it serves the group's HTTP
+                url = f"http://{nd.node.url_host}:{c.health_port}/v1"
+                out[url] = (f"{name}:{nd.node.name}", f"http://{nd.node.fabric_address}:{watch.port}/watch")
     return out
 
 

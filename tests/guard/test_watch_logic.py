@@ -68,6 +68,10 @@ class FakeDocker:
         self.calls.append("start")
         self.c["State"].update(Status="running", Running=True, StartedAt=_iso(self.clock.now))
 
+    def unpause(self, cid):
+        self.calls.append("unpause")
+        self.c["State"]["Paused"] = False
+
     def no_restart(self, cid):
         self.calls.append("no-restart")
         self.c["HostConfig"]["RestartPolicy"]["Name"] = "no"

@@ -63,3 +63,7 @@ class Docker:
     def start(self, cid):
         """Start a stopped container (the watcher's group restart)."""
         self.call("POST", f"/containers/{cid}/start", timeout=60)
+
+    def unpause(self, cid):
+        """A paused container takes no signal: it is unpaused before it is stopped."""
+        self.call("POST", f"/containers/{cid}/unpause")

@@ -367,6 +367,8 @@ class Watcher:
     def stop(self, cid, no_restart=False):
         if no_restart:
             self.docker.no_restart(cid)
+        if (self.docker.inspect(cid).get("State") or {}).get("Paused"):  # frozen: no signal reaches it
+            self.docker.unpause(cid)
         self.docker.stop(cid, self.cfg["grace_s"])
 
     # -- ranks > 0: follow rank 0's decisions -----------------------------------------------------------------------
