@@ -27,7 +27,7 @@ from sparkdeploy.deployment import (
     health_path,
 )
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.recipes import LiteLLMSettings
+from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS, LiteLLMSettings
 from sparkdeploy.render import render
 from sparkdeploy.running_stack import GATEWAY, GUARD, state_dir_of
 from sparkdeploy.secrets import digest_key, keyed_digest
@@ -55,7 +55,7 @@ def gateway_models(stack: Stack) -> list[dict[str, Any]]:
         urls = dep.backends or [dep.endpoint]
         watched = _watchers(stack, dep, m.name)
         for i, url in enumerate(urls):
-            info: dict[str, Any] = {"id": f"{m.name}-{i}"}
+            info: dict[str, Any] = {"id": f"{m.name}-{i}", "allowed_fails": FAILOVER_ALLOWED_FAILS}
             if url in watched:
                 info["group"], info["watch"] = watched[url]
             out.append(

@@ -315,7 +315,8 @@ def test_a_wedged_engine_is_reported_health_failing_since(day2):
             time.sleep(2)
         assert c["health_failing_since"], c
         table = sd("status", "-i", day2)
-        assert re.search(r"^spark2 sparkdeploy-vllm: .*health failing since \d\d:\d\d:\d\d UTC, \S+ ago", table.stdout, re.M), table.stdout
+        since = r"^spark2 sparkdeploy-vllm: .*health failing since \d\d:\d\d:\d\d UTC, \S+ ago"
+        assert re.search(since, table.stdout, re.M), table.stdout
         r = sd("doctor", "-i", day2, "-r", RECIPE, "-t", "2xsolo", "--only", "engine.crashes", "--json")
         assert r.returncode == 1, _fail(r)
         rows = [x for x in json.loads(r.stdout)["results"] if x["node"] == "spark2" and x["status"] == "fail"]
