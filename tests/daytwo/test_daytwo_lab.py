@@ -38,7 +38,12 @@ MODEL = "openai/gpt-oss-120b"
 @pytest.fixture(scope="module")
 def day2(lab):
     path = str(lab.spec.inventory_path)
-    r = sd("up", "-i", path, "-r", RECIPE, "-t", "2xsolo", "--metrics", "--timeout", "240")
+    # The watcher off: these tests read how containers died and Docker's health marks, which the watcher would
+    # cut short by restarting a wedged engine (its own tests: tests/guard/test_watch_lab.py).
+    r = sd(
+        "up", "-i", path, "-r", RECIPE, "-t", "2xsolo", "--metrics", "--timeout", "240",
+        "--set", "guard.watch.enabled=false",
+    )  # fmt: skip
     assert r.returncode == 0, _fail(r)
     assert "metrics: Prometheus at http://" in r.stdout
     yield path

@@ -59,8 +59,12 @@ class FakeDocker:
     def inspect(self, cid):
         return self.c
 
+    on_stop = None  # called as the stop begins (what the other watchers can read then)
+
     def stop(self, cid, grace_s):
         self.calls.append("stop")
+        if self.on_stop is not None:
+            self.on_stop()
         if self.c["State"]["Running"]:
             self.c["State"].update(Status="exited", Running=False, FinishedAt=_iso(self.clock.now))
 
@@ -104,9 +108,10 @@ class Pair:
         self.clock = Clock()
         self.engine = Engine()
         ports = [_free_port(), _free_port()]
+        self.addresses = [f"spark1@127.0.0.1:{ports[0]}", f"spark2@127.0.0.1:{ports[1]}"]
         labels = {
             watch.GROUP: GROUP,
-            watch.WATCHERS: f"spark1@127.0.0.1:{ports[0]} spark2@127.0.0.1:{ports[1]}",
+            watch.WATCHERS: " ".join(self.addresses),
         }
         self.docker = [
             FakeDocker(self.clock, "a" * 64, 0, {**labels, watch.HEALTH_PORT: str(self.engine.server_address[1])}),
@@ -168,8 +173,12 @@ def test_a_rank_that_died_alone_restarts_the_whole_group_head_first(pair):
     pair.look(seconds=10, times=10)
     pair.docker[1].crash_and_restart(pair.clock.now + 0.5)  # the worker's rank died; Docker brought it back alone
     pair.engine.ok = False  # rank 0's engine is dead with it
+    seen = []  # what the worker's watcher reads on rank 0's /watch while rank 0 stops its own rank
+    pair.docker[0].on_stop = lambda: seen.append(pair.w[1].peer(pair.addresses[0]))
     pair.look()  # rank 0 reads the worker's watcher as it answered at its last look: one look later it knows
     g = pair.look()
+    # the decision was published before rank 0's own (slow) stop began: the worker stops in parallel
+    assert seen and seen[0]["groups"][GROUP]["decision"]["phase"] == "stop", seen
     assert g["state"] == "restarting" and "rank 1 (spark2) exited at" in g["decision"]["reason"]
     assert pair.docker[0].calls == ["stop"]  # rank 0 stopped first ...
     assert pair.docker[1].calls == ["stop"]  # ... the worker followed (same look: it reads rank 0's decision)

@@ -323,6 +323,7 @@ class Watcher:
         cfg, d = self.cfg, g["decision"]
         cid = info["Id"]
         if d["phase"] == "stop":
+            self.publish(gid, g)  # the other ranks' watchers stop theirs meanwhile, not after this one's stop
             self.stop(cid, no_restart=d["action"] == "stop")
             d.update(phase="stopping", stopping_at=now)
         if d["phase"] == "stopping":
@@ -363,6 +364,12 @@ class Watcher:
                 g.update(state="failing", reason=why, last_error=why)
             else:
                 g.update(state="restarting", reason=f"waiting for health ({detail})")
+
+    def publish(self, gid, g):
+        """This group's entry of /watch now, ahead of the look's end (a decision the other ranks must see)."""
+        with self.lock:
+            entry = dict(self.view.get("groups", {}).get(gid) or {}, **self.summary(gid, g))
+            self.view = dict(self.view, groups=dict(self.view.get("groups", {}), **{gid: entry}))
 
     def stop(self, cid, no_restart=False):
         if no_restart:
@@ -418,6 +425,10 @@ class Watcher:
             "restart_count": len(restarts),
             "last_error": g.get("last_error"),
             "gave_up": g.get("gave_up"),
-            "decision": {k: d.get(k) for k in ("gen", "action", "phase", "reason", "at")} if d else None,
+            "decision": {
+                k: d.get(k) for k in ("gen", "action", "phase", "reason", "at", "stopping_at", "start_at", "done_at")
+            }
+            if d
+            else None,
             "detail": t.get("detail"),
         }
