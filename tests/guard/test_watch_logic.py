@@ -262,6 +262,9 @@ def test_a_new_container_from_up_starts_a_new_record(pair):
     pair.engine.ok = True
     g = pair.look(times=2)
     assert g["state"] == "ok" and g["gave_up"] is None
+    pair.engine.ok = False  # the new containers get a budget of their own: a restart, not giving up at once
+    g = pair.look(times=12)
+    assert g["state"] == "restarting" and g["restart_count"] == 3, g  # the old restarts stay listed
 
 
 def test_the_record_survives_the_watchers_restart(pair, tmp_path):

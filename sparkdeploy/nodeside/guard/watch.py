@@ -228,10 +228,10 @@ class Watcher:
     def lead(self, gid, g, info, me, watchers, health_port, now):
         cfg = self.cfg
         t = self.live.setdefault(gid, {"healthy_once": False, "started": None})
-        if g.get("container") != info["Id"]:  # a new container: `up` made it, a new record
+        if g.get("container") != info["Id"]:  # a new container: `up` made it, a new record (the restarts stay listed)
             for key in ("gave_up", "failing_since", "decision", "state", "reason"):
                 g.pop(key, None)
-            g["container"] = info["Id"]
+            g["container"], g["since"] = info["Id"], now
             t.update(healthy_once=False, started=None)
         if t["started"] != me["started"]:  # (re)started: by Docker's restart policy, by `up` or by us
             t.update(healthy_once=False, started=me["started"])
@@ -268,7 +268,8 @@ class Watcher:
         if why is None:
             g.update(state="ok" if ok else ("starting" if not t["healthy_once"] else "failing"), reason=detail)
             return
-        recent = [r for r in g.get("restarts") or [] if now - r["at"] <= cfg["window_s"]]
+        since = max(now - cfg["window_s"], g.get("since") or 0)  # the budget: this window, these containers
+        recent = [r for r in g.get("restarts") or [] if r["at"] >= since]
         if len(recent) >= cfg["max_restarts"]:
             g["gave_up"] = {"at": now, "reason": why, "restarts": len(recent)}
             g.update(state="gave-up", reason=why, last_error=why)
