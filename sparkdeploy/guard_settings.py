@@ -26,7 +26,8 @@ class WatchSettings(BaseModel):
     start_s: Number = Field(default=1800, ge=5, le=86400)
     max_restarts: Whole = Field(default=3, ge=1, le=100)  # restarts within window_s, then it gives up
     window_s: Number = Field(default=3600, ge=10, le=7 * 86400)
-    backoff_s: Number = Field(default=30, ge=0, le=86400)  # before the 2nd restart of a window; doubles after
+    # After a restart that did not bring the group back, before the next; doubles for each one in a row.
+    backoff_s: Number = Field(default=30, ge=0, le=86400)
     stop_wait_s: Number = Field(default=60, ge=1, le=3600)  # rank 0 waits this long for the others to stop
 
 

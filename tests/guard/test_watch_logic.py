@@ -276,3 +276,17 @@ def test_the_record_survives_the_watchers_restart(pair, tmp_path):
     saved = again.saved["groups"][GROUP]
     assert saved["generation"] == g["decision"]["gen"] and saved["restarts"] == g["restarts"]
     assert again.saved["instance"] == pair.w[0].saved["instance"]
+
+
+def test_a_restart_that_served_again_sets_no_backoff_for_the_next_death(pair):
+    """Backoff is for restarts that do not bring the group back; a group that served again restarts at once when
+    it fails later (each restart still counts against max_restarts in the window)."""
+    pair.look()
+    pair.engine.ok = False
+    pair.look(times=12)  # 11 s of failures: the first restart
+    pair.engine.ok = True
+    g = pair.look(times=3)
+    assert g["state"] == "ok" and g["restarts"][-1]["ok"]
+    pair.engine.ok = False
+    g = pair.look(times=12)  # backoff_s is 20: a wait here would say "backoff"
+    assert g["state"] == "restarting" and g["restart_count"] == 2, g

@@ -50,7 +50,7 @@ DEFAULTS = {
     "start_s": 1800.0,  # an engine not healthy this long after its (re)start: a failure (a big model loads ~20 min)
     "max_restarts": 3,  # restarts in window_s before giving up
     "window_s": 3600.0,
-    "backoff_s": 30.0,  # wait before the 2nd restart of a window; doubles for each further one
+    "backoff_s": 30.0,  # wait after a restart that did not bring the group back; doubles for each further one
     "stop_wait_s": 60.0,  # how long rank 0 waits for the other ranks to stop theirs
     "grace_s": 10,  # docker stop: SIGTERM, then SIGKILL after this
 }
@@ -277,8 +277,13 @@ class Watcher:
             self.decide(gid, g, "stop", f"gave up after {len(recent)} restart(s): {why}", now)
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
-        if recent:
-            wait = cfg["backoff_s"] * 2 ** (len(recent) - 1)
+        failed = 0  # restarts in a row that did not bring it back: each doubles the wait before the next
+        for r in reversed(recent):
+            if r.get("ok"):
+                break
+            failed += 1
+        if failed:
+            wait = cfg["backoff_s"] * 2 ** (failed - 1)
             if now < recent[-1]["at"] + wait:
                 g.update(state="backoff", reason=f"{why}; next restart at {clock(recent[-1]['at'] + wait)}")
                 return
