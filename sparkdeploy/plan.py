@@ -196,10 +196,16 @@ def _container_reason(spec: ContainerSpec, facts: NodeFacts) -> str | None:
         return f"image {short_id(have.image_id)} -> {short_id(want_id)}"
     if not have.running:
         return f"{have.status or 'not running'} (exit {have.exit_code})"
-    if have.health == "unhealthy":  # running but no longer answering: `up` converges to serving, not only to running
+    if failing(have):  # running but no longer serving: `up` converges to serving, not only to running
         why = facts.engine_errors.get(spec.name) or have.health_output
         return f"{UNHEALTHY} since {clock(have.failing_since)}" + (f": {why}" if why else "")
     return None
+
+
+def failing(c: ContainerFact) -> bool:
+    """Docker marks it unhealthy (3 failed probes, ~15 s), or it served and its last probe got HTTP 503: an engine
+    says 503 on /health when it is dead (vLLM's engine core, the launcher's RankFailure), not when it is slow."""
+    return c.health == "unhealthy" or (c.health == "healthy" and c.health_output.startswith("HTTP Error 503"))
 
 
 UNHEALTHY = "unhealthy"

@@ -110,3 +110,19 @@ def test_an_unhealthy_solo_engine_restarts_alone_with_why():
     changed = [s for s in plan.steps if s.change]
     assert [(s.node, s.target) for s in changed] == [("spark2", "sparkdeploy-vllm")]
     assert changed[0].reason == "unhealthy since 09:05:00 UTC: timed out"
+
+
+def test_an_engine_that_served_and_answers_503_restarts_before_docker_marks_it_unhealthy():
+    """The Ray case a few seconds after the rank died: Docker still says `healthy` (3 failures flip it), but the
+    last probe got 503, which an engine answers only when it is dead: `up` restarts the group at once."""
+    dep = make_deployment("cluster")
+    facts = {n.name: converged_facts(dep, n.name) for n in dep.inventory.nodes}
+    head = facts["spark1"].container("sparkdeploy-vllm")
+    assert head is not None
+    head.health, head.health_output = "healthy", "HTTP Error 503: Service Unavailable"
+    head.failing_since = datetime(2026, 1, 1, 9, 5, tzinfo=UTC)
+    starts = _starts(plan_deployment(dep, facts))
+    assert starts["spark1"].change and starts["spark2"].change
+    assert starts["spark1"].reason.startswith("restart group: spark1's head unhealthy since 09:05:00 UTC")
+    head.health_output = "timed out"  # one slow answer is no death: left alone until Docker counts 3
+    assert not any(s.change for s in _starts(plan_deployment(dep, facts)).values())
