@@ -13,9 +13,10 @@
    - start phase: from rank 0 started to its /health answering (the others follow within a second);
    - healthy: rank 0's /health answers again (the watcher's record);
    - answered: the first chat completion through the endpoint.
-   Baseline: the same with the watcher off, `sparkdeploy up` run by hand as soon as the endpoint stopped
-   answering (before issue 43 nothing restarted the group: `up` found no difference and waited out its health
-   gate). The ratio printed is the watcher's median time to an answer over the by-hand one's.
+   Each kill comes once Docker's own health check says rank 0 is healthy (it served a while). Baseline: the same
+   with the watcher off, `sparkdeploy up` run by hand 12 s after the endpoint stopped answering (before issue 43
+   nothing restarted the group: `up` found no difference and waited out its health gate). The ratio printed is
+   the watcher's median time to an answer over the by-hand one's.
 2. The watcher's cost: the guard container's process (utime + stime, VmRSS) over --seconds on each node of a
    serving cluster, with the watcher on and off (goal, as the guard's: < 1% of a core, < 50 MB).
 
@@ -44,6 +45,7 @@ RECIPE, MODEL = "openai-gpt-oss-120b", "openai/gpt-oss-120b"
 CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]
 RANK = {"torchrun": "u /opt/sparkdeploy/launcher/serve_torchrun.py", "ray": "ray::SimRank"}
 GOAL_CPU_PCT, GOAL_RSS_MB = 1.0, 50.0
+HEAD = ""  # the lab node container of the head
 
 
 def sd(*args: str) -> subprocess.CompletedProcess:
@@ -84,6 +86,13 @@ def until(pred, limit: float = 300.0) -> float:
     return time.time()
 
 
+def docker_healthy(lab_node: str) -> bool:
+    """Docker's own health check of rank 0 says healthy: it has served for a while (a rank dies on an engine
+    that served, not one second after its first answer: before its first passing probe Docker counts nothing)."""
+    cmd = ["docker", "exec", lab_node, "docker", "inspect", "--format", "{{.State.Health.Status}}", "sparkdeploy-vllm"]
+    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip() == "healthy"
+
+
 def kill_rank(lab_node: str, backend: str) -> float:
     cmd = ["docker", "exec", lab_node, "docker", "exec", "sparkdeploy-vllm", "pkill", "-9", "-f", RANK[backend]]
     subprocess.run(cmd, check=True, capture_output=True)
@@ -100,7 +109,7 @@ def decision(inventory: str) -> dict:
 
 def run_watched(inventory: str, worker: str, backend: str) -> dict[str, float]:
     endpoint = up(inventory, backend, True, ARGS.unhealthy_s)
-    until(lambda: answers(endpoint))
+    until(lambda: answers(endpoint) and docker_healthy(HEAD))
     before = decision(inventory).get("gen")
     t0 = kill_rank(worker, backend)
     noticed = until(lambda: not answers(endpoint))
@@ -119,7 +128,7 @@ def run_watched(inventory: str, worker: str, backend: str) -> dict[str, float]:
 
 def run_by_hand(inventory: str, worker: str, backend: str) -> dict[str, float]:
     endpoint = up(inventory, backend, False, ARGS.unhealthy_s)
-    until(lambda: answers(endpoint))
+    until(lambda: answers(endpoint) and docker_healthy(HEAD))
     t0 = kill_rank(worker, backend)
     noticed = until(lambda: not answers(endpoint))
     time.sleep(12)  # Docker's health check marks rank 0 unhealthy after 3 failed probes, 5 s apart: `up` sees it
@@ -151,7 +160,9 @@ def median(rows: list[dict[str, float]], key: str) -> float:
 
 def main() -> None:
     inventory = str(load_inventory(ARGS.inventory).path)
+    global HEAD
     lab_worker = LabSpec().container_name(load_inventory(inventory).workers[0].name)  # the lab node's container
+    HEAD = LabSpec().container_name(load_inventory(inventory).head.name)
     print(f"lab: {inventory}; engine SIMULATED (vllm-sim); watcher unhealthy_s {ARGS.unhealthy_s:g}; runs {ARGS.runs}")
     for backend in ARGS.backends.split(","):
         watched = [run_watched(inventory, lab_worker, backend) for _ in range(ARGS.runs)]

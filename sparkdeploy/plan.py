@@ -23,6 +23,7 @@ restarts whole ("restart group: rank 1 (spark2) exited at HH:MM:SS UTC while the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
+from sparkdeploy.facts.catalog import ENGINE_DEAD
 from sparkdeploy.guard_settings import GUARD_FOLDER
 from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside.guard import groups
@@ -196,16 +198,21 @@ def _container_reason(spec: ContainerSpec, facts: NodeFacts) -> str | None:
         return f"image {short_id(have.image_id)} -> {short_id(want_id)}"
     if not have.running:
         return f"{have.status or 'not running'} (exit {have.exit_code})"
-    if failing(have):  # running but no longer serving: `up` converges to serving, not only to running
-        why = facts.engine_errors.get(spec.name) or have.health_output
+    why = facts.engine_errors.get(spec.name) or have.health_output
+    if failing(have, facts.engine_errors.get(spec.name, "")):  # running, not serving: converge to serving
         return f"{UNHEALTHY} since {clock(have.failing_since)}" + (f": {why}" if why else "")
     return None
 
 
-def failing(c: ContainerFact) -> bool:
-    """Docker marks it unhealthy (3 failed probes, ~15 s), or it served and its last probe got HTTP 503: an engine
-    says 503 on /health when it is dead (vLLM's engine core, the launcher's RankFailure), not when it is slow."""
-    return c.health == "unhealthy" or (c.health == "healthy" and c.health_output.startswith("HTTP Error 503"))
+def failing(c: ContainerFact, engine_error: str = "") -> bool:
+    """Docker marks it unhealthy (3 failed probes, ~15 s); or its last probe got HTTP 503 (an engine answers 503 on
+    /health when it is dead, not when it is slow) and it served before (Docker says healthy), or its log says the
+    engine died (Docker still says `starting` when it died before Docker's first passing probe)."""
+    if c.health == "unhealthy":
+        return True
+    if not c.health_output.startswith("HTTP Error 503"):
+        return False
+    return c.health == "healthy" or (c.health == "starting" and re.search(ENGINE_DEAD, engine_error) is not None)
 
 
 UNHEALTHY = "unhealthy"

@@ -28,11 +28,10 @@ from .parsers import (
 )
 
 # What an engine's log says when it died (vLLM's EngineDeadError and engine core errors, the launcher's and
-# vllm-sim's "engine dead: RankFailure", Ray's dead actors, NCCL errors); grep -E, no single quote.
-ENGINE_DEATH = (
-    r"engine dead|EngineDeadError|EngineCoreError|RankFailure|RayActorError|ActorDiedError|NCCL error|"
-    r"Traceback|Error:"
-)
+# vllm-sim's "engine dead: RankFailure", Ray's dead actors, NCCL errors); grep -E, no single quote. ENGINE_DEAD:
+# the words that say it for certain (plan.failing trusts them for an engine Docker still calls `starting`).
+ENGINE_DEAD = r"engine dead|EngineDeadError|EngineCoreError|RankFailure|RayActorError|ActorDiedError"
+ENGINE_DEATH = ENGINE_DEAD + r"|NCCL error|Traceback|Error:"
 GPU_FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
 
 # Only the fields we read: never Config.Env (it holds the values of --env-file secrets.env).
@@ -435,9 +434,9 @@ FACTS: dict[str, Fact] = {
             _set("containers"),
         ),
         Fact(
-            "engine_errors",  # only unhealthy containers (rare): why the engine died, from its last log lines
+            "engine_errors",  # only unhealthy or starting containers: why the engine died, from its last log lines
             r"""for __c in $(docker ps --filter label=io.sparkdeploy.managed=true --filter health=unhealthy \
-  --format '{{.Names}}' 2>/dev/null); do
+  --filter health=starting --format '{{.Names}}' 2>/dev/null); do
   __l=$(docker logs --tail 200 "$__c" 2>&1 | grep -aoE '("""
             + ENGINE_DEATH
             + r""").*' | tail -n 1)

@@ -126,3 +126,10 @@ def test_an_engine_that_served_and_answers_503_restarts_before_docker_marks_it_u
     assert starts["spark1"].reason.startswith("restart group: spark1's head unhealthy since 09:05:00 UTC")
     head.health_output = "timed out"  # one slow answer is no death: left alone until Docker counts 3
     assert not any(s.change for s in _starts(plan_deployment(dep, facts)).values())
+    # dead before Docker's first passing probe: Docker says `starting` (for its 30-minute start period); the
+    # engine's own words in its log say it died (a 503 while ranks still join is no death)
+    head.health, head.health_output = "starting", "HTTP Error 503: Service Unavailable"
+    assert not any(s.change for s in _starts(plan_deployment(dep, facts)).values())
+    facts["spark1"].engine_errors = {"sparkdeploy-vllm": "engine dead: RankFailure: a Ray worker rank failed"}
+    starts = _starts(plan_deployment(dep, facts))
+    assert starts["spark1"].change and "engine dead: RankFailure" in starts["spark1"].reason
