@@ -200,7 +200,8 @@ def _container_reason(spec: ContainerSpec, facts: NodeFacts) -> str | None:
         return f"{have.status or 'not running'} (exit {have.exit_code})"
     why = facts.engine_errors.get(spec.name) or have.health_output
     if failing(have, facts.engine_errors.get(spec.name, "")):  # running, not serving: converge to serving
-        return f"{UNHEALTHY} since {clock(have.failing_since)}" + (f": {why}" if why else "")
+        since = f" since {clock(have.failing_since)}" if have.failing_since else ""  # None: Docker counts no streak
+        return f"{UNHEALTHY}{since}" + (f": {why}" if why else "")
     return None
 
 
