@@ -189,6 +189,8 @@ def test_no_request_fails_while_an_engine_of_two_stops_answering_and_is_restarte
     is); a 2xsolo proxy cools it down at its first failure (recipes.FAILOVER_ALLOWED_FAILS). Either way the
     requests go to the other engine: none fails."""
     if kind == "stack":
+        r = sd("down", "-i", inv)  # a stack never replaces a single deployment (the earlier tests' cluster)
+        assert r.returncode == 0, failure(r)
         target = _fast_inventory(lab, tmp_path)
         stack = tmp_path / "stack.yaml"
         stack.write_text("deployments:\n  - {name: pair, recipe: glm-4.7-flash-int4, topology: 2xsolo, memory: 0.25}\n")
