@@ -163,6 +163,21 @@ def test_setup_network_and_lab_down_refuse_with_a_cluster_serving(lab, inv):
     assert "--stop-deployments" in r.stderr and "Nothing was changed" in r.stderr
     after = lab.docker_exec(lab.nodes[0], "ls", "-a", "/etc/netplan", "/var/lib/sparkdeploy", check=False).stdout
     assert after == before
+    # --restore, on nodes that have a netplan of sparkdeploy's to put back (its record made here as root: the
+    # default lab has no netplan to apply; tests/dayzero/test_bare_lab.py does it for real on the bare lab)
+    record = "/var/lib/sparkdeploy/netguard/original.json"
+    content = json.dumps({"files": {}, "links": {}})
+    for node in lab.nodes:
+        make = f"mkdir -p -m 0700 {record.rsplit('/', 1)[0]} && printf '%s' '{content}' > {record}"
+        lab.docker_exec(node, "sh", "-c", make)
+    try:
+        r = sd("setup", "network", "-i", inv, "--restore")
+        assert r.returncode == 1, failure(r)
+        assert "setup network --restore would break openai-gpt-oss-120b / cluster / torchrun" in r.stderr, failure(r)
+        assert lab.docker_exec(lab.nodes[0], "test", "-f", record, check=False).returncode == 0  # not restored
+    finally:
+        for node in lab.nodes:
+            lab.docker_exec(node, "rm", "-f", record, check=False)
     r = sd("lab", "down", "--name", lab.spec.name)  # the shared lab itself: refused, or the session loses it
     assert r.returncode == 1 and "lab down would break openai-gpt-oss-120b / cluster" in r.stderr, failure(r)
     assert status(inv)["healthy"]
