@@ -487,15 +487,17 @@ def apply_plan(
     mask: Callable[[str], str] = lambda s: s,
     say: Callable[[str], None] | None = None,
 ) -> None:
-    """Run phase 1 on every node, then (if every node succeeded) phase 2. Step statuses are set in place."""
-    for phase in (1, 2):
-        todo = [n for n in plan.nodes if n.phase(phase)]
+    """Run phase 1 on every node, then (if every node succeeded) phase 2. Step statuses are set in place.
+    Phase 2 starts the nodes whose steps (re)start a multi-node engine's rank 0 (role head) first, then the others:
+    a group restarts head first, its workers joining it (a Ray head, a torchrun or vLLM master)."""
+    for phase, todo in ((1, _with_steps(plan, 1)), *((2, wave) for wave in _phase2_waves(plan))):
         if phase == 2 and (plan.failed() or (interrupt is not None and interrupt.set)):
-            why = "interrupted" if not plan.failed() else f"{plan.failed()[0].node} failed in phase 1"
+            why = "interrupted" if not plan.failed() else f"{plan.failed()[0].node} failed before it"
             for n in todo:
                 for s in n.phase(2):
-                    s.status, s.detail = (OK, "") if not s.change else (SKIPPED, why)
-            break
+                    if s.status == PENDING:
+                        s.status, s.detail = (OK, "") if not s.change else (SKIPPED, why)
+            continue
         by_node = {n.node.name: n for n in todo}
         outcomes = on_nodes(
             [n.node for n in todo],  # on_nodes returns before the loop moves on
@@ -506,6 +508,26 @@ def apply_plan(
                 for s in by_node[o.node.name].phase(phase):
                     if s.status == PENDING:
                         s.status, s.detail = FAILED, mask(str(o.error))
+
+
+def _with_steps(plan: Plan, phase: int) -> list[NodePlan]:
+    return [n for n in plan.nodes if n.phase(phase)]
+
+
+def _phase2_waves(plan: Plan) -> list[list[NodePlan]]:
+    """Phase 2's nodes in the order they run: first those (re)starting a head rank, then the rest (each wave's
+    nodes in parallel); one wave when no head starts."""
+    todo = _with_steps(plan, 2)
+    heads = [
+        n
+        for n in todo
+        if any(
+            s.change and s.kind == StepKind.START_CONTAINER and s.container and s.container.role == "head"
+            for s in n.steps
+        )
+    ]
+    rest = [n for n in todo if n not in heads]
+    return [w for w in (heads, rest) if w] if heads else [todo]
 
 
 def clean_temp_files(session: Session, nodes: list[Node]) -> None:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sparkdeploy import healthcheck
 from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.facts import parse_time
+from sparkdeploy.facts import health_probes, parse_time
 from sparkdeploy.userfile import parse_json
 
 HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the last 256 in memory)
@@ -202,15 +203,12 @@ def _exits_from_events(events: list[dict]) -> dict[str, list[Exit]]:
 
 
 def _failing_since(health: dict | None) -> datetime | None:
-    """The start of the unbroken run of failed probes at the end of Docker's health log (last 5 probes)."""
-    if not isinstance(health, dict) or not health.get("FailingStreak"):
+    """The first failed probe of the current streak (healthcheck.failing_since: the health log keeps only the
+    last 5 probes, so their start alone would move forward at every look)."""
+    if not isinstance(health, dict):
         return None
-    since = None
-    for probe in reversed(health.get("Log") or []):
-        if probe.get("ExitCode") == 0:
-            break
-        since = parse_time(str(probe.get("Start") or "")) or since
-    return since
+    log = [p for p in health.get("Log") or [] if isinstance(p, dict)]
+    return healthcheck.failing_since(health_probes(log), _int(health.get("FailingStreak")) or 0)
 
 
 def parse(text: str) -> NodeHistory:
@@ -284,7 +282,8 @@ def summary(c: ContainerHistory, now: datetime) -> str:
     if c.last_exit is not None:
         parts.append(f"{c.last_exit.reason} {ago(c.last_exit.at, now)}")
     if c.health == "unhealthy":
-        parts.append(f"health failing since {ago(c.failing_since, now)}")
+        since = c.failing_since.strftime("%H:%M:%S UTC, ") if c.failing_since is not None else ""
+        parts.append(f"health failing since {since}{ago(c.failing_since, now)}")
     if c.error:
         parts.append(c.error)
     return "; ".join(parts) or "-"

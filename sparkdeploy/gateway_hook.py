@@ -26,9 +26,16 @@ On every authenticated request (every /v1 route, /v1/models included):
    gets 429; once it has spent its max budget (tokens, prompt + completion, counted by `spend_tracker` below
    into gateway_spend's sqlite file, shared by every worker and kept over a restart) it gets 429 "budget
    exceeded".
+4. The engines a restart takes away (issue 43): each engine's `model_info` names its group and its rank 0's watcher
+   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second and
+   the next request's hook leaves out of the router's list every engine whose watcher says it does not serve
+   (restarting, failing, waiting to restart, given up, held), as long as another engine of the same model
+   stays; it is back in the list once its watcher says `ok`. A watcher that does not answer changes nothing
+   (LiteLLM's own retries and cooldowns remain).
 
 Every refusal is a client's matter: logged once, at WARNING, as one line (`gateway refused POST /v1/... from IP:
 HTTP 401 ...`), never with a traceback (`_Refusals` rewrites LiteLLM's ERROR record of a `Refusal`).
+
 
 `spend_tracker` is a LiteLLM callback (`litellm_settings.callbacks: [gateway_hook.spend_tracker]`): after each
 successful answer to a key of keys.json it adds the answer's usage.total_tokens to that key's count.
@@ -45,6 +52,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 from typing import Any
 
 from litellm._logging import verbose_proxy_logger
@@ -70,8 +78,15 @@ BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body 
 # load, measured with py-spy): errors still reach the container log, LiteLLM's own logger is untouched.
 logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
+WATCH_S = 1.0  # how often each engine's watcher is asked
+NOT_SERVING = ("restarting", "failing", "backoff", "gave-up", "held")
+
 _lock = threading.Lock()
 _stamps: dict[str, tuple[int, int, int] | None] = {}
+_models: list[dict[str, Any]] = []  # routes.json's model_list
+_withdrawn: frozenset[str] = frozenset()  # model_info ids whose watcher says they do not serve
+_applied: frozenset[str] | None = None  # what the router's list leaves out now (None: not set by us yet)
+_poller: threading.Thread | None = None
 _checked = 0.0
 _keys: dict[str, dict[str, Any]] = {}
 _auth: dict[str, UserAPIKeyAuth] = {}  # sha256 -> the answer for that key, built once per keys.json version
@@ -273,23 +288,78 @@ def _changed(path: str) -> bool:
 
 
 def _reload_models() -> None:
-    global _served, _unavailable
-    if not _changed(ROUTES):
+    global _models, _applied, _served, _unavailable
+    if _changed(ROUTES):
+        try:
+            with open(ROUTES, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            data = {}
+        _models = data.get("model_list") or []
+        served = {m["model_name"] for m in _models}
+        _left.difference_update(served)
+        _left.update(_served - served)
+        _served, _unavailable = served, dict(data.get("unavailable") or {})
+        _applied = None
+    if _applied == _withdrawn:
         return
-    try:
-        with open(ROUTES, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        data = {}
-    models = data.get("model_list") or []
+    routable = _routable(_models, _withdrawn)
     router = proxy_server.llm_router
     if router is not None:
-        router.set_model_list(models)
-    proxy_server.llm_model_list = models
-    served = {m["model_name"] for m in models}
-    _left.difference_update(served)
-    _left.update(_served - served)
-    _served, _unavailable = served, dict(data.get("unavailable") or {})
+        router.set_model_list(routable)
+    proxy_server.llm_model_list = routable
+    _applied = _withdrawn
+
+
+def _routable(models: list[dict[str, Any]], withdrawn: frozenset[str]) -> list[dict[str, Any]]:
+    """The model list without the withdrawn engines, except the last engine of a model (it stays listed: LiteLLM's
+    retries and cooldowns then answer for it)."""
+    out = []
+    for m in models:
+        mid = (m.get("model_info") or {}).get("id")
+        others = [
+            x
+            for x in models
+            if x.get("model_name") == m.get("model_name") and (x.get("model_info") or {}).get("id") not in withdrawn
+        ]
+        if mid not in withdrawn or not others:
+            out.append(m)
+    return out
+
+
+def _watch_states() -> frozenset[str]:
+    """The ids of the engines whose watcher says they do not serve (a watcher that does not answer: none)."""
+    down = set()
+    for m in list(_models):
+        info = m.get("model_info") or {}
+        url, group = info.get("watch"), info.get("group")
+        if not url or not group:
+            continue
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as resp:
+                state = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group) or {}).get("state")
+        except (OSError, ValueError):
+            continue
+        if state in NOT_SERVING:
+            down.add(str(info.get("id")))
+    return frozenset(down)
+
+
+def _poll() -> None:
+    global _withdrawn
+    while True:
+        found = _watch_states()
+        if found != _withdrawn:
+            logging.getLogger("gateway_hook").warning("engines not serving (their watcher says): %s", sorted(found))
+            _withdrawn = found
+        time.sleep(WATCH_S)
+
+
+def _start_poller() -> None:
+    global _poller
+    if _poller is None:
+        _poller = threading.Thread(target=_poll, name="gateway-watch", daemon=True)
+        _poller.start()
 
 
 def _reload_keys() -> None:
@@ -315,6 +385,7 @@ def _refresh() -> dict[str, dict[str, Any]]:
             _checked = now
             _reload_models()
             _reload_keys()
+            _start_poller()
         return _keys
 
 

@@ -13,20 +13,29 @@ A node of the inventory that the deployment does not use gets only removals (wha
 Files are compared by sha256, containers by their config-hash label and image ID: the config hash covers
 everything the container is made of, so changing one recipe value restarts only what depends on it. The
 ranks of a cluster are one engine: when one rank restarts, every rank restarts.
+
+`up` converges to serving, not only to running: a container whose Docker health check fails is restarted
+("unhealthy since HH:MM:SS UTC: engine dead: RankFailure ..."), and a group that lost a rank while it served
+restarts whole ("restart group: rank 1 (spark2) exited at HH:MM:SS UTC while the group served"), its head first
+(apply.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
+from sparkdeploy.facts.catalog import ENGINE_DEAD
 from sparkdeploy.guard_settings import GUARD_FOLDER
 from sparkdeploy.inventory import Node
+from sparkdeploy.nodeside.guard import groups
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
 STATE_DIR_MODE = 0o700
@@ -195,7 +204,31 @@ def _container_reason(spec: ContainerSpec, facts: NodeFacts) -> str | None:
         return f"image {short_id(have.image_id)} -> {short_id(want_id)}"
     if not have.running:
         return f"{have.status or 'not running'} (exit {have.exit_code})"
+    why = facts.engine_errors.get(spec.name) or have.health_output
+    if failing(have, facts.engine_errors.get(spec.name, "")):  # running, not serving: converge to serving
+        since = f" since {clock(have.failing_since)}" if have.failing_since else ""  # None: Docker counts no streak
+        return f"{UNHEALTHY}{since}" + (f": {why}" if why else "")
     return None
+
+
+def failing(c: ContainerFact, engine_error: str = "") -> bool:
+    """Docker marks it unhealthy (3 failed probes, ~15 s); or its last probe got HTTP 503 (an engine answers 503 on
+    /health when it is dead, not when it is slow) and it served before (Docker says healthy), or its log says the
+    engine died (Docker still says `starting` when it died before Docker's first passing probe)."""
+    if c.health == "unhealthy":
+        return True
+    if not c.health_output.startswith("HTTP Error 503"):
+        return False
+    return c.health == "healthy" or (c.health == "starting" and re.search(ENGINE_DEAD, engine_error) is not None)
+
+
+UNHEALTHY = "unhealthy"
+RESTART_GROUP = "restart group"
+
+
+def clock(when: datetime | None) -> str:
+    """A time in a plan's reason: HH:MM:SS UTC (the nodes' clocks, as Docker reports them)."""
+    return when.astimezone(UTC).strftime("%H:%M:%S UTC") if when is not None else "?"
 
 
 def short_id(image_id: str | None) -> str:
@@ -346,29 +379,66 @@ def plan_deployment(dep: Deployment, facts: dict[str, NodeFacts]) -> Plan:
             plans.append(plan_removal(node, f, dep.inventory.cluster.state_dir))
     plan = Plan(plans)
     for group in dep.groups:
-        _restart_together(plan, set(group))
+        _restart_together(plan, group, facts)
     return plan
 
 
-def _restart_together(plan: Plan, group: set[str]) -> None:
-    """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa). The
-    proxy on a rank's node is no rank: it restarts only for its own changes."""
-    starts = [
-        s
-        for s in plan.steps
-        if s.kind == StepKind.START_CONTAINER and s.node in group and not (s.container and s.container.role == "proxy")
-    ]
+def _restart_together(plan: Plan, group: Sequence[str], facts: dict[str, NodeFacts] | None = None) -> None:
+    """The ranks of one engine restart together: a new rank 0 cannot rejoin old ranks (and vice versa). Only the
+    engine's containers: the proxy, the guard and Prometheus on a rank's node restart only for their own changes.
+    group: its nodes in rank order; with the nodes' facts, a group that lost a rank while it served (a rank's last
+    exit after another's current start: nodeside/guard/groups.py, the rule the node-side watcher applies) or
+    whose engine stopped answering its health check restarts whole: `restart group: WHY`."""
+    order = {name: i for i, name in enumerate(group)}
+    starts = sorted(
+        (
+            s
+            for s in plan.steps
+            if s.kind == StepKind.START_CONTAINER and s.node in order and s.container and s.container.is_engine
+        ),
+        key=lambda s: order[s.node],
+    )
+    lost = _lost_rank(starts, order, facts) if facts is not None else None
+    if lost is not None:
+        for s in starts:
+            s.reason = f"{RESTART_GROUP}: {lost}" + (f" (and: {s.reason})" if s.change else "")
+            s.change = True
+        return
     changed = [s for s in starts if s.change]
     if not changed:
         return
     first = changed[0]
+    role = first.container.role if first.container else "rank"
+    if first.reason.startswith(UNHEALTHY):
+        why = f"{RESTART_GROUP}: {first.node}'s {role} {first.reason}"
+        for s in starts:
+            s.reason = why + (f" (and: {s.reason})" if s.change and s is not first else "")
+            s.change = True
+        return
     for s in starts:
         if not s.change:
             s.change = True
-            s.reason = (
-                f"restarts with {first.node}'s {first.container.role if first.container else 'rank'} "
-                f"(one engine across nodes)"
-            )
+            s.reason = f"restarts with {first.node}'s {role} (one engine across nodes)"
+
+
+def _lost_rank(starts: list[Step], order: dict[str, int], facts: dict[str, NodeFacts]) -> str | None:
+    """`rank N (NODE) exited at HH:MM:SS UTC while the group served (R restarts since)`, or None."""
+    ranks, seen = [], {}
+    for s in starts:
+        f = facts.get(s.node)
+        have = f.container(s.target) if f is not None else None
+        if have is None:
+            continue
+        label = f"rank {order[s.node]} ({s.node})"
+        seen[label] = have
+        ranks.append((label, groups.docker_time(have.started_at), groups.docker_time(have.finished_at), have.running))
+    hit = groups.lost_rank(ranks)
+    if hit is None:
+        return None
+    label, at = hit
+    have = seen[label]
+    after = f"{have.restarts} restart(s) since" if have.running and have.restarts else f"now {have.status}"
+    return f"{label} exited at {clock(datetime.fromtimestamp(at, UTC))} while the group served ({after})"
 
 
 def plan_down(inventory_nodes: list[Node], facts: dict[str, NodeFacts], state_dir: str) -> Plan:

@@ -458,6 +458,19 @@ def _host_keys(path: Path | None) -> paramiko.HostKeys:
         raise StepFailed(str(exc)) from None
 
 
+def pinned_fingerprints(inventory: Inventory) -> dict[str, str | None]:
+    """node -> the fingerprint of its pinned host key (the inventory's known_hosts, else ~/.ssh/known_hosts; the
+    first key type by name where several are pinned), read on this machine without connecting; None: not pinned."""
+    path = inventory.local_path(inventory.cluster.known_hosts)
+    files = [_host_keys(path), _host_keys(Path(os.path.expanduser(SYSTEM_KNOWN_HOSTS)))]
+    out: dict[str, str | None] = {}
+    for node in inventory.nodes:
+        name = known_hosts_name(node.mgmt_ip, node.ssh.port or 22)
+        entry = next((e for e in (f.lookup(name) for f in files) if e is not None), None)
+        out[node.name] = fingerprint(entry[sorted(entry.keys())[0]]) if entry is not None and entry.keys() else None
+    return out
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.is_file() and b.is_file() and os.path.samefile(a, b)

@@ -47,6 +47,18 @@ SECRET_HF = "hf_SECRETtokenVALUE123"
 SECRET_KEY = "sk-SECRETmasterKEY456"
 
 
+def pytest_configure(config):
+    """The suite's own history folder (sparkdeploy.deploy.history): every `up` a test runs, in-process or as a
+    subprocess (which inherits the environment), records there, never in the developer's or CI's state."""
+    import os
+    import tempfile
+
+    from sparkdeploy.deploy.history import HISTORY_ENV
+
+    if not os.environ.get(HISTORY_ENV):
+        os.environ[HISTORY_ENV] = tempfile.mkdtemp(prefix="sparkdeploy-test-history-")
+
+
 def pytest_collection_finish(session):
     """Every test module is imported now: stop at once if any module came from outside the venv or the repo."""
     from tests.support.environment import problems

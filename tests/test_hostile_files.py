@@ -128,6 +128,12 @@ def test_stack_file_dev_zero_is_refused_before_reading(tmp_path, inventory_file)
     assert "not a regular file" in str(exc.value)
 
 
+@pytest.fixture(autouse=True)
+def _history_in_the_state(monkeypatch):
+    """These tests put the history under their own SPARKDEPLOY_STATE: not the suite's folder (tests/conftest.py)."""
+    monkeypatch.delenv(history.HISTORY_ENV, raising=False)
+
+
 def _history(state: Path, content: str | bytes) -> Path:
     path = state / "history" / "deployments.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

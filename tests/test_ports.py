@@ -77,7 +77,7 @@ def test_distinct_ports_render_and_the_map_lists_every_listener(write_inventory)
     ports = PortMap()
     ports.add_deployment(dep)
     on_head = {p: [o.listen.what for o in owners] for p, owners in ports.owners["spark1"].items()}
-    assert on_head == {8000: ["vLLM"], 6379: ["the Ray head"], 9090: ["Prometheus"]}
+    assert on_head == {8000: ["vLLM"], 6379: ["the Ray head"], 9090: ["Prometheus"], 7390: ["the guard's watcher"]}
     assert ports.problems("inventory.yaml") == []
 
 

@@ -51,6 +51,14 @@ recipes_dir_option = click.option(
     help="A folder of your own recipes, searched before the shipped ones (also SPARKDEPLOY_RECIPES).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+# Commands that would break what serves refuse, naming it, unless told (sparkdeploy/deploy/serving.py).
+stop_deployments_option = click.option(
+    "--stop-deployments",
+    "stop_deployments",
+    is_flag=True,
+    help="Stop the deployments this would break, cleanly, first (restart policy no, then docker stop); "
+    "`sparkdeploy up` starts them again. Without it, such a run is refused and changes nothing.",
+)
 set_option = click.option(
     "--set",
     "sets",

@@ -25,19 +25,27 @@ def cell(value: object) -> Text:
 
 
 @click.command("history")
+@inventory_option
 @json_option
-def history(as_json):
+def history(inventory, as_json):
     """List the deployments `up` recorded, newest first: recipe and its hash, topology, image (and digest),
-    model commit, vLLM version, node driver, nodes, time. Kept in the local state
-    ($SPARKDEPLOY_STATE/history/deployments.jsonl); `sparkdeploy rollback ID` brings one back."""
+    model commit, vLLM version, node driver, nodes, cluster, time. Kept in the local state
+    ($SPARKDEPLOY_STATE/history/deployments.jsonl); `sparkdeploy rollback ID` brings one back.
+
+    With --inventory (or SPARKDEPLOY_INVENTORY), only that cluster's: a cluster is its nodes' pinned host keys
+    (or, without them, its name and the nodes' addresses), so another path to the same inventory lists the same."""
+    from sparkdeploy.inventory import load_inventory  # only with -i
+
     records = list(reversed(history_mod.read_records()))
+    if inventory:
+        records = history_mod.of_cluster(records, history_mod.cluster_identity(load_inventory(inventory)))
     if as_json:
         emit_json([{k: v for k, v in r.items() if k != "recipe_text"} for r in records])
         return
     table = Table(title=cell(f"deployments ({history_mod.history_file()})"), title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("time (UTC)", no_wrap=True)
-    for col in ("recipe", "hash", "topology", "image", "model commit", "vLLM", "driver", "nodes"):
+    for col in ("recipe", "hash", "topology", "image", "model commit", "vLLM", "driver", "nodes", "cluster"):
         table.add_column(col, overflow="fold")
     for r in records:
         drivers = sorted({d for d in (r.get("drivers") or {}).values() if d})
@@ -55,6 +63,7 @@ def history(as_json):
             str(r.get("vllm_version") or "-"),
             (", ".join(drivers) or "-") + (" SIMULATED" if r.get("simulated") else ""),
             ", ".join(r.get("nodes") or []),
+            str(r.get("cluster_name") or "-"),
         )
         table.add_row(*(cell(v) for v in row))
     Console(highlight=False, soft_wrap=False, width=max(120, Console().width)).print(table)
@@ -69,7 +78,8 @@ def history(as_json):
 @timeout_option
 @json_option
 def rollback(record_id, dry_run, inventory, timeout, as_json):
-    """Bring deployment ID back (default: the one before the newest; see `sparkdeploy history`).
+    """Bring deployment ID back (default: the one before the newest of the inventory's cluster; see
+    `sparkdeploy history -i INVENTORY`). A deployment made on another cluster is refused (exit 2).
 
     Its image (by image ID) and model (by commit) must still be on its nodes: anything missing is named with
     the command that restores it, and nothing changes (exit 1). Then `up` runs again with the recorded recipe

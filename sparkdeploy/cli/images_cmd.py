@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option, stop_deployments_option
 from sparkdeploy.errors import StepFailed
 
 
@@ -63,13 +63,16 @@ def images():
     help="Print the plan (base, sources, duration, disk, hosts, what comes next); build nothing.",
 )
 @inventory_option
-def build_cmd(name, on_node, local, force, dry_run, inventory):
+@stop_deployments_option
+def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments):
     """Build image definition NAME here (default) or on a node (--on NODE).
 
     On a node, the node's architecture, free disk and an answer from every host the build fetches from are
     checked first (each on its own line; any failure stops it, exit 1). Each build step is reported as it
     starts, with the latest output line every 30 s; the node's engine keeps every finished step, so running
-    the same command again after a failure resumes where it stopped.
+    the same command again after a failure resumes where it stopped. A build on a node that serves a deployment
+    (its CPU and memory shared with the engines: the memory guard may stop them) is refused, naming it, unless
+    --stop-deployments.
     """
     from sparkdeploy.images.definitions import load_definition
 
@@ -109,6 +112,9 @@ def build_cmd(name, on_node, local, force, dry_run, inventory):
     failed = [c for c in checks if not c.ok]
     if failed:
         raise StepFailed(f"{node.name}: not building {name}: " + "; ".join(f"{c.what}: {c.detail}" for c in failed))
+    from sparkdeploy.deploy import serving  # what serves on the node: refused or stopped first (issue 43)
+
+    serving.guard(inv, f"images build {name} --on {node.name}", [node.name], stop_deployments, err.print)
     base = definition.base_definition()
     if base is not None:
         err.print(f"[dim]{node.name}: making sure its base {base.name} is there[/dim]")

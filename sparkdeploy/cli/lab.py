@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sparkdeploy.cli.common import emit_json, json_option
+from sparkdeploy.cli.common import emit_json, json_option, stop_deployments_option
 from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import bare as bare_lab
 from sparkdeploy.lab import lifecycle
@@ -71,6 +71,22 @@ def lab():
     """A virtual cluster of DGX Sparks in Docker: real sshd, Docker and jumbo-frame networks; GPU SIMULATED."""
 
 
+def _serving_guard(spec, doing: str, stop_deployments: bool):
+    """before_replace for lifecycle.up, and the check before `lab down`: the lab's deployments on those nodes
+    refused or stopped (deploy/serving.py), read over SSH with the lab's inventory; no inventory (a bare lab, or
+    none made yet): nothing of ours can run there."""
+
+    def check(node_names: list[str]) -> None:
+        if not node_names or not spec.inventory_path.is_file():
+            return
+        from sparkdeploy.deploy import serving  # the fact layer and sessions: only when a node would go
+        from sparkdeploy.inventory import load_inventory
+
+        serving.guard(load_inventory(str(spec.inventory_path)), doing, node_names, stop_deployments, click.echo)
+
+    return check
+
+
 @lab.command("up")
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 20), help="How many nodes.")
 @click.option("--rebuild", is_flag=True, help="Rebuild the lab images from scratch and recreate the nodes.")
@@ -106,8 +122,9 @@ def lab():
     "link up without addresses at MTU 1500, interface names differing per node, netplan.io; no inventory "
     "(run `sparkdeploy init`), no preloaded images.",
 )
+@stop_deployments_option
 @json_option
-def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, bare, as_json):
+def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, bare, stop_deployments, as_json):
     """Create or repair the lab (idempotent) and write its inventory.
 
     \b
@@ -120,7 +137,9 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
     if bare and name == DEFAULT_NAME:
         name = BARE_NAME
     spec = _spec(name, nodes, subnet, fabric_subnet, "" if (no_preload or bare) else images, seed, bare)
-    result = lifecycle.up(spec, rebuild=rebuild)
+    result = lifecycle.up(
+        spec, rebuild=rebuild, before_replace=_serving_guard(spec, "lab up (replacing the node)", stop_deployments)
+    )
     if as_json:
         emit_json(
             {
@@ -176,10 +195,16 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
     help="Every lab on this engine (label io.sparkdeploy.lab=1); with SPARKDEPLOY_LAB_INSTANCE set, only its labs.",
 )
 @click.option("--purge", is_flag=True, help="Also delete the lab's keys and secrets on this machine.")
+@stop_deployments_option
 @json_option
-def down_cmd(name, all_labs, purge, as_json):
-    """Remove the lab's containers, networks and volumes, and nothing else."""
-    removed = lifecycle.down(_spec(name), all_labs=all_labs, purge=purge)
+def down_cmd(name, all_labs, purge, stop_deployments, as_json):
+    """Remove the lab's containers, networks and volumes, and nothing else.
+
+    A deployment that serves on the lab (its inventory's; with --all, the named lab's only) is named and refused,
+    unless --stop-deployments (it is stopped cleanly first)."""
+    spec = _spec(name)
+    _serving_guard(spec, "lab down", stop_deployments)([n.name for n in spec.node_specs()])
+    removed = lifecycle.down(spec, all_labs=all_labs, purge=purge)
     if as_json:
         emit_json(removed)
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+from sparkdeploy.cli.common import emit_json, inventory_option, json_option, stop_deployments_option
 from sparkdeploy.cli.init_cmd import password_options, read_password
 from sparkdeploy.dayzero.network_setup import ROLLBACK_S, problems, restore_network, setup_network
 from sparkdeploy.dayzero.ssh_setup import setup_ssh
@@ -79,8 +79,9 @@ def ssh(inventory, login_key, grant_sudo, dry_run, ask_password, password_file, 
     show_default=True,
     help="Seconds after which a node undoes a change this command could not confirm over a new connection.",
 )
+@stop_deployments_option
 @json_option
-def network(inventory, dry_run, replace, restore, rollback_after, as_json):
+def network(inventory, dry_run, replace, restore, rollback_after, stop_deployments, as_json):
     """Configure the ConnectX-7 fabric on every node (netplan, MTU 9000), safely, then verify it.
 
     \b
@@ -92,12 +93,30 @@ def network(inventory, dry_run, replace, restore, rollback_after, as_json):
     Each node starts its own rollback timer before applying and undoes the change unless this command
     confirms it from a NEW SSH connection (a change that cuts the management network undoes itself).
     Then: don't-fragment pings at the MTU between every pair, RDMA devices up, the RoCE v2 GID index.
+    A deployment whose ranks talk over the fabric of a node it would change is named and refused, unless
+    --stop-deployments (it is stopped cleanly first; `sparkdeploy up` starts it again).
     """
+    from sparkdeploy.deploy import serving  # the fact layer and sessions: only once the options parsed
+    from sparkdeploy.deploy.serving import FLAG
+
     inv = load_inventory(inventory)
+    doing = "setup network --restore" if restore else "setup network"
+
+    def before_change(nodes: list[str]) -> None:
+        if dry_run:
+            for r in serving.find(serving.read(inv), nodes, fabric_only=True):
+                click.echo(
+                    f"{doing} would break {r.name} (its ranks talk over the fabric): refused without {FLAG}", err=True
+                )
+            return
+        serving.guard(inv, doing, nodes, stop_deployments, click.echo, fabric_only=True)
+
     if restore:
-        results = restore_network(inv, dry_run)
+        results = restore_network(inv, dry_run, before_change)
     else:
-        results = setup_network(inv, dry_run=dry_run, replace=replace, rollback_s=rollback_after)
+        results = setup_network(
+            inv, dry_run=dry_run, replace=replace, rollback_s=rollback_after, before_change=before_change
+        )
     found = problems(results)
     if as_json:
         emit_json({"ok": not found, "dry_run": dry_run, "nodes": [r.to_json() for r in results]})

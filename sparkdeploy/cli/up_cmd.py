@@ -23,6 +23,7 @@ from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.guard.state import line as guard_line
+from sparkdeploy.guard.state import watch_line
 from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
@@ -303,6 +304,14 @@ def status(inventory, deployment, as_json):
             if "guard" in n:
                 state = (n["guard"] or {}).get("state")
                 out.line(f"{n['name']} {guard_line(n['guard'])}", {"held": "red", "soft": "yellow"}.get(state or ""))
+        shown = set()
+        for n in nodes:  # each engine group as its watcher sees it: restarts by the watcher and why, or giving up
+            for c in n["containers"]:
+                if c.get("watch") and c["group"] not in shown:
+                    shown.add(c["group"])
+                    w = c["watch"]
+                    style = {"gave-up": "red", "held": "red", "failing": "yellow", "restarting": "yellow"}
+                    out.line(f"{w['node']} {watch_line(c['group'], w)}", style.get(w.get("state"), None))
         for n in nodes:
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkdeploy.dayzero import netplan
@@ -238,8 +239,14 @@ def problems(results: list[NodeNet]) -> list[str]:
 
 
 def setup_network(
-    inv: Inventory, dry_run: bool = False, replace: bool = False, rollback_s: int = ROLLBACK_S
+    inv: Inventory,
+    dry_run: bool = False,
+    replace: bool = False,
+    rollback_s: int = ROLLBACK_S,
+    before_change: Callable[[list[str]], None] = lambda nodes: None,
 ) -> list[NodeNet]:
+    """before_change: called with the nodes whose netplan this run changes (or would, --dry-run), before any
+    change: it may refuse (raise), e.g. when a deployment serves over their fabric (deploy/serving.py)."""
     prepared_out = on_nodes(inv.nodes, lambda n: _prepare(inv, n))
     failures = [f"{o.node.name}: {o.error}" for o in prepared_out if not o.ok]
     if failures:
@@ -270,7 +277,10 @@ def setup_network(
             p.result.state = "dry-run"
         else:
             todo.append(p)
-    if dry_run or any(r.state == "refused" for r in results.values()):
+    if any(r.state == "refused" for r in results.values()):
+        return list(results.values())
+    before_change([p.node.name for p in todo] + [r.node for r in results.values() if r.state == "dry-run"])
+    if dry_run:
         return list(results.values())
     for o in on_nodes(
         [p.node for p in todo],
@@ -283,7 +293,13 @@ def setup_network(
     return list(results.values())
 
 
-def restore_network(inv: Inventory, dry_run: bool = False) -> list[NodeNet]:
+def restore_network(
+    inv: Inventory, dry_run: bool = False, before_change: Callable[[list[str]], None] = lambda nodes: None
+) -> list[NodeNet]:
+    """before_change: as setup_network's, with the nodes that have something to restore."""
+    if not dry_run:
+        before_change([r.node for r in restore_network(inv, dry_run=True) if r.state == "dry-run"])
+
     def one(node: Node) -> NodeNet:
         r = NodeNet(node.name)
         with NodeConnection(node, inv) as conn:
@@ -298,4 +314,6 @@ def restore_network(inv: Inventory, dry_run: bool = False) -> list[NodeNet]:
     out = []
     for o in on_nodes(inv.nodes, one):
         out.append(o.value if o.ok else NodeNet(o.node.name, state="failed", detail=str(o.error)))
+    if dry_run:
+        before_change([r.node for r in out if r.state == "dry-run"])
     return out

@@ -37,6 +37,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
+from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
 
 ROUTES_FILE = "routes.json"
@@ -50,6 +51,22 @@ HEALTH_TIMEOUT_S = 5.0  # an unchanged engine's /health, asked by `up --stack`
 class Engine:
     id: str  # `<deployment>-<i>`: LiteLLM's model_info.id
     api_base: str  # http://HOST:PORT/v1
+    # Its rank 0's watcher (nodeside/guard/watch.py) and the group it reports the engine under: the hook leaves the
+    # engine out while that watcher restarts it (issue 43). None where no watcher runs.
+    watch: str | None = None
+    watch_group: str | None = None
+
+    def model_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"id": self.id, "allowed_fails": FAILOVER_ALLOWED_FAILS}
+        if self.watch and self.watch_group:
+            info["group"], info["watch"] = self.watch_group, self.watch
+        return info
+
+    def as_json(self) -> dict[str, Any]:
+        out = {"id": self.id, "api_base": self.api_base}
+        if self.watch and self.watch_group:
+            out["watch"], out["group"] = self.watch, self.watch_group
+        return out
 
     @property
     def health_url(self) -> str:
@@ -80,7 +97,7 @@ class Routes:
             {
                 "model_name": g.model,
                 "litellm_params": {"model": f"hosted_vllm/{g.model}", "api_base": e.api_base, "api_key": "EMPTY"},
-                "model_info": {"id": e.id},
+                "model_info": e.model_info(),
             }
             for name, g in sorted(self.groups.items())
             for e in self.routed(name)
@@ -108,7 +125,7 @@ class Routes:
     def as_json(self) -> dict[str, Any]:
         return {
             "groups": {
-                name: {"model": g.model, "engines": [{"id": e.id, "api_base": e.api_base} for e in g.engines]}
+                name: {"model": g.model, "engines": [e.as_json() for e in g.engines]}
                 for name, g in sorted(self.groups.items())
             },
             "out": dict(sorted(self.out.items())),
@@ -141,8 +158,19 @@ def engine_id(deployment: str, index: int) -> str:
     return f"{deployment}-{index}"
 
 
-def group(deployment: str, model: str, urls: Iterable[str]) -> Group:
-    return Group(model, tuple(Engine(engine_id(deployment, i), url) for i, url in enumerate(urls)))
+def group(
+    deployment: str, model: str, urls: Iterable[str], watchers: dict[str, tuple[str, str]] | None = None
+) -> Group:
+    """A deployment's engines; `watchers`: an engine's URL -> (its watcher's group, its watcher's URL)."""
+    engines = []
+    for i, url in enumerate(urls):
+        watch_group, watch = (watchers or {}).get(url, (None, None))
+        engines.append(Engine(engine_id(deployment, i), url, watch, watch_group))
+    return Group(model, tuple(engines))
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) and value else None
 
 
 def parse(data: dict[str, Any] | None) -> Routes | None:
@@ -153,7 +181,9 @@ def parse(data: dict[str, Any] | None) -> Routes | None:
     for name, g in data["groups"].items():
         if isinstance(g, dict) and isinstance(g.get("model"), str) and isinstance(g.get("engines"), list):
             engines = tuple(
-                Engine(str(e["id"]), str(e["api_base"])) for e in g["engines"] if isinstance(e, dict) and "id" in e
+                Engine(str(e["id"]), str(e["api_base"]), _text(e.get("watch")), _text(e.get("group")))
+                for e in g["engines"]
+                if isinstance(e, dict) and "id" in e
             )
             groups[str(name)] = Group(g["model"], engines)
     out = data.get("out") if isinstance(data.get("out"), dict) else {}

@@ -8,6 +8,12 @@ pulled by sparkdeploy), the vLLM version the image carries, each node's NVIDIA d
 each container's config hash and the time. The file is JSON lines (`history/deployments.jsonl` in the local
 state, sparkdeploy.paths.state_folder), one object per line, written by the serializer and appended whole.
 
+Records are per cluster: each holds the cluster's identity (`cluster`: the nodes' pinned host keys, read from
+the known_hosts files on this machine, or where a node has none pinned the inventory's cluster name and its
+nodes' management addresses) and the inventory's absolute path. `history -i INV` lists that cluster's;
+`rollback` takes the one before the newest of the inventory's cluster and refuses, in one line, a record made
+on another cluster.
+
 `rollback [ID]` (the deployment before the newest one by default) first checks that the record's image (by image
 ID) and model (by commit) are still on its nodes; then it re-runs the deploy library with the recorded recipe
 text, `--set` values, topology and backend. Anything missing is named with the command that restores it, and
@@ -39,7 +45,7 @@ from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref
 from sparkdeploy.names import OneLine
 from sparkdeploy.recipes import MODEL_NAME, BackendName, TopologyName
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.remote import NodeConnection, on_nodes, pinned_fingerprints
 from sparkdeploy.schema import Whole, problems_from_validation
 from sparkdeploy.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 
@@ -50,6 +56,30 @@ FACTS_SCRIPT = (
     'docker image inspect --format "{{.Id}}" "$1" 2>/dev/null || echo; '
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1"
 )
+
+
+def cluster_identity(inventory: Inventory) -> str:
+    """What makes the cluster that cluster: its nodes' pinned host keys (a copy of the inventory, another path to
+    it or a renamed cluster is the same cluster; a reinstalled node is a new one); where a node has no key pinned,
+    the inventory's cluster name and the nodes' management addresses (Inventory.cluster_id)."""
+    prints = pinned_fingerprints(inventory)
+    if prints and all(prints.values()):
+        digest = hashlib.sha256(json.dumps(sorted(str(p) for p in prints.values())).encode()).hexdigest()[:16]
+        return f"hostkeys-{digest}"
+    return f"name-{inventory.cluster_id}"
+
+
+def of_cluster(records: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
+    """The records made on `cluster` (records from before clusters were recorded have none: never listed)."""
+    return [r for r in records if r.get("cluster") == cluster]
+
+
+HISTORY_ENV = "SPARKDEPLOY_HISTORY"  # another folder for the history (the test suite keeps its own)
+
+
+def history_folder() -> Path:
+    env = os.environ.get(HISTORY_ENV)
+    return Path(env).expanduser() if env else paths.state_dir() / FOLDER
 
 
 # The history grows by one record (a few KB: the recipe's text) per `up`: 64 MiB is thousands of deployments.
@@ -85,6 +115,7 @@ class Record(BaseModel):
     config_hashes: dict[str, str] = Field(default_factory=dict)
     stack: OneLine | None = Field(default=None, max_length=4096)
     deployment: names.DeploymentName | None = None
+    cluster: OneLine | None = Field(default=None, max_length=256)  # cluster_identity()
 
     @field_validator("model")
     @classmethod
@@ -98,7 +129,7 @@ ROLLBACK_NEEDS = ("recipe_hash", "recipe_text", "image", "image_tag")  # what `r
 
 
 def history_file() -> Path:
-    return paths.state_dir() / FOLDER / FILE
+    return history_folder() / FILE
 
 
 def recipe_hash(text: str, sets: Sequence[str]) -> str:
@@ -140,7 +171,7 @@ def read_records() -> list[dict[str, Any]]:
 
 
 def _append(data: dict[str, Any]) -> None:
-    folder = paths.state_folder(FOLDER)
+    folder = paths.state_folder(path=history_folder())
     with open(folder / FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(data, sort_keys=True) + "\n")
 
@@ -198,7 +229,10 @@ def record_deployment(
         "drivers": {n: f["driver"] or None for n, f in facts.items()},
         "simulated": simulated,  # a lab stand-in ran: its driver is the simulated nvidia-smi's
         "nodes": [n.name for n in nodes],
-        "inventory": inventory_arg or (str(dep.inventory.path) if dep.inventory.path else None),
+        # absolute: `rollback` finds it from any directory (`inventory_arg` only for an inventory made in memory)
+        "inventory": str(dep.inventory.path) if dep.inventory.path else inventory_arg,
+        "cluster": cluster_identity(dep.inventory),
+        "cluster_name": dep.inventory.cluster.name,
         "config_hashes": {f"{nd.node.name}/{c.name}": c.config_hash for nd in dep.nodes for c in nd.containers},
     }
     if stack is not None:
@@ -207,21 +241,45 @@ def record_deployment(
     return data
 
 
-def find(record_id: str | None) -> dict[str, Any]:
-    """The record named by ID; with no ID, the one before the newest (what `rollback` undoes to)."""
+def find(record_id: str | None, cluster: str | None = None) -> dict[str, Any]:
+    """The record named by ID; with no ID, the one before the newest of `cluster` (None: of the newest record's
+    cluster): what `rollback` undoes to."""
     records = read_records()
     if record_id is None:
-        if len(records) < 2:
+        if cluster is None and records:
+            cluster = records[-1].get("cluster")
+        mine = of_cluster(records, cluster) if cluster is not None else records
+        if len(mine) < 2:
             raise StepFailed(
-                f"nothing to roll back to: the history holds {len(records)} deployment(s) (see sparkdeploy history)"
+                f"nothing to roll back to: the history holds {len(mine)} deployment(s) of this cluster "
+                "(see sparkdeploy history -i INVENTORY)"
             )
-        return records[-2]
+        return mine[-2]
     for r in records:
         if str(r["id"]) == record_id.strip():
             return r
     known = ", ".join(str(r["id"]) for r in records[-10:]) or "none yet"
     raise ConfigError(
         Problem(str(history_file()), "ID", f"no deployment {record_id!r} in the history", f"one of {known}")
+    )
+
+
+def refuse_other_cluster(rec: dict[str, Any], inventory: Inventory) -> None:
+    """A record made on another cluster than the inventory's: one line (exit 2), naming both."""
+    cluster = rec.get("cluster")
+    if cluster is None or cluster == cluster_identity(inventory):
+        return
+    where = rec.get("inventory") or "another inventory"
+    raise ConfigError(
+        Problem(
+            inventory.source,
+            "--inventory",
+            f"deployment {rec['id']} ran on another cluster ({rec.get('cluster_name') or '?'}, {where}) than "
+            f"this inventory's ({inventory.cluster.name})",
+            f"pass the inventory it ran with: --inventory {shlex.quote(str(where))}"
+            if rec.get("inventory")
+            else "pick a deployment of this cluster: sparkdeploy history -i INVENTORY",
+        )
     )
 
 
@@ -302,7 +360,7 @@ def missing(rec: dict[str, Any], inventory: Inventory) -> list[Missing]:
 def recipe_target(rec: dict[str, Any]) -> tuple[Path, str]:
     """Where the recorded recipe text goes back (folder, file name): under the local state, named after the
     recipe; checked to stay in that folder before anything is written (paths.confined)."""
-    folder = paths.state_dir() / FOLDER / "recipes"
+    folder = history_folder() / "recipes"
     sub = paths.confined(folder, str(rec["recipe_hash"])[:16], "the record's recipe_hash")
     name = f"{rec['recipe']}.yaml"
     paths.confined(sub, name, "the record's recipe")
@@ -330,7 +388,9 @@ def rollback(
     **deploy_options: Any,
 ) -> dict[str, Any]:
     """Bring deployment `record_id` back. `deploy` is deploy.up.deploy (passed in: up imports this module)."""
-    rec = find(record_id)
+    # The cluster: the inventory given (or found: SPARKDEPLOY_INVENTORY, ./inventory.yaml), else the record's.
+    here = load_inventory(inventory) if inventory or Path("inventory.yaml").is_file() else None
+    rec = find(record_id, cluster_identity(here) if here is not None and record_id is None else None)
     if rec.get("stack"):
         raise ConfigError(
             Problem(
@@ -353,8 +413,9 @@ def rollback(
             )
         )
     recipe_target(rec)  # the record's names stay in the state folder: checked before anything connects or writes
-    inventory_arg = inventory or rec.get("inventory")
-    inv = load_inventory(inventory_arg)
+    inventory_arg = str(here.path) if here is not None and here.path else rec.get("inventory")
+    inv = here if here is not None else load_inventory(inventory_arg)
+    refuse_other_cluster(rec, inv)
     gone = missing(rec, inv)
     if gone:
         raise StepFailed(

@@ -136,7 +136,7 @@ def plan_unit(
             plans.append(plan_removal(node, f, state_dir_of(inv, name), f"not part of deployment {name}"))
     plan = Plan(plans)
     for group in groups:
-        _restart_together(plan, set(group))
+        _restart_together(plan, group, {n: only(f, name) for n, f in facts.items()})
     return plan
 
 

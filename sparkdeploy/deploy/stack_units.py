@@ -55,8 +55,22 @@ def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
     for m in stack.members:
         dep = m.deployment
         assert dep is not None  # built before the gateway
-        groups[m.name] = group(m.name, m.model, dep.backends or [dep.endpoint])
+        groups[m.name] = group(m.name, m.model, dep.backends or [dep.endpoint], _watchers(stack, dep, m.name))
     return Routes(groups, dict(out or {}))
+
+
+def _watchers(stack: Stack, dep: Deployment, name: str) -> dict[str, tuple[str, str]]:
+    """Each engine's base URL -> (its group, its rank 0's watcher URL), where the stack's guards watch."""
+    watch = stack.inventory.cluster.guard.watch
+    if not (stack.inventory.cluster.guard.enabled and watch.enabled):
+        return {}
+    out = {}
+    for nd in dep.nodes:
+        for c in nd.containers:
+            if c.is_engine and c.health_port:  # rank 0 (or a solo engine): it serves the group's HTTP
+                url = f"http://{nd.node.url_host}:{c.health_port}/v1"
+                out[url] = (f"{name}:{nd.node.name}", f"http://{nd.node.fabric_address}:{watch.port}/watch")
+    return out
 
 
 def gateway_config() -> dict[str, Any]:

@@ -4,12 +4,13 @@ last exit, and the deployment the nodes' manifests describe."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sparkdeploy import crashes, health
 from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.deploy import stack
-from sparkdeploy.deployment import DEPLOYMENT_LABEL
+from sparkdeploy.deployment import DEPLOYMENT_LABEL, GROUP_LABEL
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard import state as guard_state
 from sparkdeploy.inventory import Inventory, Node, load_inventory
@@ -27,8 +28,12 @@ def cluster_status(inventory: str | None = None, deployment: str | None = None) 
         histories = _histories(session, inv, facts)
         if deployment is not None:
             facts = {n: stack.only(f, deployment) if isinstance(f, NodeFacts) else f for n, f in facts.items()}
-        nodes = [node_status(n, facts[n.name], histories.get(n.name), ports.get(n.name)) for n in inv.nodes]
-        guard_state.attach(session, inv, facts, nodes)  # each guard's state (sparkdeploy/guard, #29)
+        guards = guard_state.read_all(session, inv, facts)  # each guard's state (sparkdeploy/guard, #29)
+        watched = guard_state.watched_groups(guards)  # each group as its watcher sees it (#43)
+        nodes = [node_status(n, facts[n.name], histories.get(n.name), ports.get(n.name), watched) for n in inv.nodes]
+        for entry in nodes:
+            if entry["name"] in guards:
+                entry["guard"] = guards[entry["name"]]
     deployments = [n["deployment"] for n in nodes if n.get("deployment")]
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
     dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)
@@ -63,9 +68,11 @@ def node_status(
     f: NodeFacts | Exception,
     history: crashes.NodeHistory | None = None,
     stack_ports: dict[str, tuple[Any, Any]] | None = None,
+    watched: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """history: the node's crashes.NodeHistory (restarts, last exit, health), when it could be read.
-    stack_ports: container name -> (health port, role) of a stack's containers (their own manifests)."""
+    stack_ports: container name -> (health port, role) of a stack's containers (their own manifests).
+    watched: group -> its watcher's view (guard/state.watched_groups): restarts, and the exact first failure."""
     entry: dict[str, Any] = {"name": node.name, "mgmt_ip": node.mgmt_ip, "role": node.role}
     if not isinstance(f, NodeFacts):
         entry.update(reachable=False, error=str(f), containers=[], files=[])
@@ -84,6 +91,8 @@ def node_status(
             path = "/health/liveliness" if (role or c.role) == "proxy" else "/health"
             probe = _probe(f"http://{node.url_host}:{port}{path}")
         uptime = c.uptime_s()
+        group = c.labels.get(GROUP_LABEL)
+        watch = (watched or {}).get(group or "")
         containers.append(
             {
                 "name": c.name,
@@ -101,7 +110,9 @@ def node_status(
                 "image_id": c.image_id,
                 "config_hash": c.config_hash,
                 "health": probe,
-                **_crash_fields(history, c.name),
+                "group": group,  # the engine group its watcher restarts as a whole (None: not an engine)
+                "watch": watch,  # that group as its rank 0's watcher sees it (None: no watcher)
+                **_crash_fields(history, c.name, watch),
             }
         )
     entry.update(
@@ -117,10 +128,14 @@ def node_status(
     return entry
 
 
-def _crash_fields(history: crashes.NodeHistory | None, name: str) -> dict[str, Any]:
+def _crash_fields(
+    history: crashes.NodeHistory | None, name: str, watch: dict[str, Any] | None = None
+) -> dict[str, Any]:
     h = history.containers.get(name) if history is not None else None
     if h is None or history is None:
         return {"last_exit": None, "crashes": "-"}
+    if watch and watch.get("failing_since") and h.health == "unhealthy":  # the watcher saw the first failure itself
+        h.failing_since = datetime.fromtimestamp(float(watch["failing_since"]), UTC)
     return {**h.as_dict(), "restarts": h.restarts, "crashes": crashes.summary(h, history.now)}
 
 

@@ -11,10 +11,21 @@ import json
 import re
 from typing import Any
 
+from sparkdeploy import healthcheck
 from sparkdeploy.deployment import MANAGED_LABEL
 
 from .base import Fact
-from .node import ContainerFact, DiskUsage, FileFact, GpuFact, NetworkFact, NodeFacts, RdmaFact, StateDirFact
+from .node import (
+    ContainerFact,
+    DiskUsage,
+    FileFact,
+    GpuFact,
+    NetworkFact,
+    NodeFacts,
+    RdmaFact,
+    StateDirFact,
+    health_probes,
+)
 from .parsers import (
     Section,
     parse_ethtool_speed,
@@ -26,6 +37,11 @@ from .parsers import (
     parse_show_gids,
 )
 
+# What an engine's log says when it died (vLLM's EngineDeadError and engine core errors, the launcher's and
+# vllm-sim's "engine dead: RankFailure", Ray's dead actors, NCCL errors); grep -E, no single quote. ENGINE_DEAD:
+# the words that say it for certain (plan.failing trusts them for an engine Docker still calls `starting`).
+ENGINE_DEAD = r"engine dead|EngineDeadError|EngineCoreError|RankFailure|RayActorError|ActorDiedError"
+ENGINE_DEATH = ENGINE_DEAD + r"|NCCL error|Traceback|Error:"
 GPU_FIELDS = ["index", "name", "driver_version", "memory.total", "memory.used", "memory.free", "temperature.gpu"]
 
 # Only the fields we read: never Config.Env (it holds the values of --env-file secrets.env).
@@ -34,8 +50,10 @@ _INSPECT = (
     '"labels":{{json .Config.Labels}},"status":{{json .State.Status}},"running":{{json .State.Running}},'
     '"restarting":{{json .State.Restarting}},"exit_code":{{json .State.ExitCode}},'
     '"started":{{json .State.StartedAt}},"finished":{{json .State.FinishedAt}},'
-    '"restarts":{{json .RestartCount}}}'
+    '"restarts":{{json .RestartCount}},"state":{{json .State}}}'
 )
+# `.State.Health` named in the template fails on engines where State is a map and the container has no health
+# check ("map has no entry for key"), so the whole State is read and its Health taken here (as crashes.py does).
 
 
 def _int(text: str) -> int | None:
@@ -129,9 +147,37 @@ def _containers(sec: Section) -> list[ContainerFact]:
                 started_at=d.get("started") or "",
                 finished_at=d.get("finished") or "",
                 restarts=int(d.get("restarts") or 0),
+                **_health(d.get("state")),
             )
         )
     return sorted(out, key=lambda c: c.name)
+
+
+def _health(state: Any) -> dict[str, Any]:
+    """Docker's health check of a container (State.Health): its status, and since when it fails
+    (healthcheck.failing_since: from the failing streak, so it stays put from one read to the next)."""
+    health = state.get("Health") if isinstance(state, dict) else None
+    if not isinstance(health, dict) or not health.get("Status"):
+        return {}
+    log = [p for p in health.get("Log") or [] if isinstance(p, dict)]
+    last = log[-1] if log else {}
+    streak = _int(str(health.get("FailingStreak") or 0)) or 0
+    return {
+        "health": str(health["Status"]),
+        "failing_since": healthcheck.failing_since(health_probes(log), streak),
+        "health_output": " ".join(str(last.get("Output") or "").split())[:200] if last.get("ExitCode") else "",
+    }
+
+
+def _engine_errors(sec: Section) -> dict[str, str]:
+    """`NAME<TAB>TEXT`: the last line of an unhealthy container's log that says why its engine died, from the
+    words that say it (ENGINE_DEATH) on."""
+    out = {}
+    for line in sec.out.splitlines():
+        name, tab, text = line.partition("\t")
+        if tab and name.strip() and text.strip():
+            out[name.strip()] = "".join(c if c.isprintable() else " " for c in text.strip())[:240]
+    return out
 
 
 def _images(sec: Section) -> tuple[dict[str, str | None], dict[str, str]]:
@@ -414,6 +460,18 @@ FACTS: dict[str, Fact] = {
             _set("containers"),
         ),
         Fact(
+            "engine_errors",  # only unhealthy or starting containers: why the engine died, from its last log lines
+            r"""for __c in $(docker ps --filter label=io.sparkdeploy.managed=true --filter health=unhealthy \
+  --filter health=starting --format '{{.Names}}' 2>/dev/null); do
+  __l=$(docker logs --tail 200 "$__c" 2>&1 | grep -aoE '("""
+            + ENGINE_DEATH
+            + r""").*' | tail -n 1)
+  [ -n "$__l" ] && printf '%s\t%s\n' "$__c" "$__l"
+done; true""",  # __c, __l: not `n` (bash's dynamic scope: the `sec` wrapper's own local)
+            _engine_errors,
+            _set("engine_errors"),
+        ),
+        Fact(
             "images",
             r"""for ref in "$@"; do
   if id=$(docker image inspect --format '{{.Id}}' "$ref" 2>&1); then printf '%s %s\n' "$ref" "${id:--}"
@@ -556,6 +614,7 @@ STATE = (
     "docker",
     "names",
     "inspect",
+    "engine_errors",
     "images",
     "statedir",
     "foreign",

@@ -74,6 +74,9 @@ class ContainerFact:
     started_at: str = ""
     finished_at: str = ""
     restarts: int = 0
+    health: str = ""  # Docker's health check: starting | healthy | unhealthy ("": the container has none)
+    failing_since: datetime | None = None  # unhealthy: the first failed probe of the streak (healthcheck.py)
+    health_output: str = ""  # the last failed probe's output
 
     def label(self, key: str) -> str:
         return self.labels.get(f"{LABEL_PREFIX}.{key}", "")
@@ -150,6 +153,7 @@ class NodeFacts:
     model_cached: bool = False
     disk_free_mb: dict[str, int] = field(default_factory=dict)  # home | hf_cache | docker -> free MiB
     listening: set[int] = field(default_factory=set)
+    engine_errors: dict[str, str] = field(default_factory=dict)  # unhealthy container -> why its engine died (log)
     resources: bool = False  # memory, disk and model cache were read (only where something starts)
     # read by doctor (and where asked): the engine's root, the SSH user, the GPU, kernel, network, RDMA
     docker_root: str = ""
@@ -233,3 +237,13 @@ def parse_time(text: str) -> datetime | None:
 def hub_folder(model: str) -> str:
     """The Hugging Face cache folder of a model id: openai/gpt-oss-120b -> models--openai--gpt-oss-120b."""
     return "models--" + model.replace("/", "--")
+
+
+def health_probes(log: list[Any]) -> list[tuple[datetime, bool]]:
+    """Docker's health log (State.Health.Log) as (start, passed), oldest first (healthcheck.failing_since)."""
+    out = []
+    for p in log:
+        start = parse_time(str(p.get("Start") or "")) if isinstance(p, dict) else None
+        if start is not None:
+            out.append((start, p.get("ExitCode") == 0))
+    return out

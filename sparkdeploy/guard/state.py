@@ -61,15 +61,17 @@ def line(g: dict[str, Any] | None) -> str:
         parts.append(f"NOT REPORTING for {g['stale_s']:.0f} s")
     if state != "held" and g.get("last_stop"):
         parts.append(f"last stop: {g['last_stop']['reason']}")
+    if "watch" in g and g["watch"] is None:
+        parts.append("watcher off (cluster.guard.watch.enabled: false): a group that stops serving waits for `up`")
+    elif (g.get("watch") or {}).get("error"):
+        parts.append(f"watcher: {g['watch']['error']}")
     if g.get("previous_end"):
         parts.append(f"previous record ended: {g['previous_end']['kind']} (see `sparkdeploy postmortem`)")
     return "; ".join(parts)
 
 
-def attach(
-    session: Any, inv: Inventory, facts: dict[str, NodeFacts | Exception], entries: list[dict[str, Any]]
-) -> None:
-    """Add `guard` (its status.json, or None) to each `status` node entry whose node runs a guard container."""
+def read_all(session: Any, inv: Inventory, facts: dict[str, NodeFacts | Exception]) -> dict[str, Any]:
+    """node -> its guard's status.json (None: none written yet), for each node that runs a guard container."""
     nodes: list[Node] = [
         n
         for n in inv.nodes
@@ -83,9 +85,64 @@ def attach(
         )
         if o.ok
     }
+    return {name: found.get(name) for name in homes}
+
+
+def attach(
+    session: Any, inv: Inventory, facts: dict[str, NodeFacts | Exception], entries: list[dict[str, Any]]
+) -> None:
+    """Add `guard` (its status.json, or None) to each `status` node entry whose node runs a guard container."""
+    found = read_all(session, inv, facts)
     for entry in entries:
-        if entry["name"] in homes:
-            entry["guard"] = found.get(entry["name"])
+        if entry["name"] in found:
+            entry["guard"] = found[entry["name"]]
+
+
+# -- the watcher (nodeside/guard/watch.py), which runs in the guard's container ------------------------------------
+
+
+def watched_groups(guards: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """group -> what its rank 0's watcher says (state, failing_since, restarts, gave_up, last_error), from the
+    guards' status.json (node -> status or None)."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, g in guards.items():
+        for name, entry in (((g or {}).get("watch") or {}).get("groups") or {}).items():
+            if isinstance(entry, dict) and entry.get("rank") == 0:
+                out[name] = dict(entry, node=node)
+    return out
+
+
+def clock(t: Any) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(float(t))) if t else "?"
+
+
+def watch_line(group: str, w: dict[str, Any]) -> str:
+    """One line for `status`: the group's state as its watcher sees it, its restarts and their reasons."""
+    state = str(w.get("state") or "?")
+    parts = [f"watch {group}: {state.upper() if state not in ('ok', 'starting') else state}"]
+    if state == "gave-up" and w.get("gave_up"):
+        gave = w["gave_up"]
+        parts = [
+            f"watch {group}: GAVE UP at {clock(gave.get('at'))} after {gave.get('restarts')} restart(s); every rank "
+            "stopped (memory freed, restart policy no) until `sparkdeploy up`; last error: "
+            + str(w.get("last_error") or gave.get("reason"))
+        ]
+    elif w.get("reason") and state not in ("ok",):
+        parts.append(str(w["reason"]))
+    if state != "gave-up" and w.get("failing_since"):
+        parts.append(f"failing since {clock(w['failing_since'])}")
+    count = int(w.get("restart_count") or 0)
+    if count:
+        last = (w.get("restarts") or [{}])[-1]
+        outcome = (
+            f"serving again in {last['took_s']} s"
+            if last.get("ok")
+            else ("did not come back" if last.get("ok") is False else "in progress")
+        )
+        parts.append(
+            f"{count} restart(s) by the watcher, last at {clock(last.get('at'))}: {last.get('reason')} ({outcome})"
+        )
+    return "; ".join(parts)
 
 
 def read_nodes(inv: Inventory, conns: dict[str, NodeConnection]) -> dict[str, dict[str, Any] | None]:

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,14 +169,32 @@ def _phase_timer(start: float):
     return mark
 
 
-def up(spec: LabSpec | None = None, rebuild: bool = False) -> UpResult:
-    """Bring the lab up (idempotent). Returns what it found and did."""
+def up(
+    spec: LabSpec | None = None,
+    rebuild: bool = False,
+    before_replace: Callable[[list[str]], None] = lambda nodes: None,
+) -> UpResult:
+    """Bring the lab up (idempotent). Returns what it found and did. before_replace: called with the nodes whose
+    container this run removes (--rebuild, fewer --nodes, a node whose image, keys or networks changed) before
+    any is removed; it may refuse (raise), e.g. when a deployment serves there (deploy/serving.py)."""
     spec = spec or LabSpec()
     with _lab_lock(spec):
-        return _up(spec, rebuild)
+        return _up(spec, rebuild, before_replace)
 
 
-def _up(spec: LabSpec, rebuild: bool) -> UpResult:
+def _doomed(client, spec: LabSpec, rebuild: bool, plans: dict[str, nodes.LabContainerSpec]) -> list[str]:
+    """The nodes whose running container this run removes."""
+    out = []
+    for container in nodes.list_containers(client, spec):
+        name = nodes.node_name(container)
+        if container.status == "running" and (
+            rebuild or name not in plans or not nodes.is_current(container, spec, plans[name])
+        ):
+            out.append(name)
+    return sorted(out)
+
+
+def _up(spec: LabSpec, rebuild: bool, before_replace: Callable[[list[str]], None] = lambda nodes: None) -> UpResult:
     from sparkdeploy.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
 
     t0 = time.monotonic()
@@ -189,6 +208,7 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     host_keys = {n.name: keys.host_key(spec.directory, n.name) for n in spec.node_specs()}
 
     if rebuild:
+        before_replace(_doomed(client, spec, True, {}))
         for container in nodes.list_containers(client, spec):
             container.remove(force=True)
     image_tag = _lab_images(client, rebuild, spec.node_image)
@@ -199,21 +219,21 @@ def _up(spec: LabSpec, rebuild: bool) -> UpResult:
     nets = network.ensure_networks(client, spec, say=_say)
     mgmt_id, fabric_id = nets["mgmt"].id, nets["fabric"].id
     assert mgmt_id and fabric_id, "a network docker listed or created has its ID"
+    plans = {
+        node.name: nodes.LabContainerSpec(
+            node, image_id, image_tag, mgmt_id, fabric_id, host_keys[node.name], client_key
+        )
+        for node in spec.node_specs()
+    }
+    doomed = _doomed(client, spec, False, plans)
+    if doomed:
+        before_replace(doomed)
     _remove_extra_nodes(client, spec)
 
     result = UpResult(spec, str(spec.inventory_path), [], phases=phases)
     containers = {}
     for node in spec.node_specs():
-        plan = nodes.LabContainerSpec(
-            node,
-            image_id,
-            image_tag,
-            mgmt_id,
-            fabric_id,
-            host_keys[node.name],
-            client_key,
-        )
-        containers[node.name] = _ensure_node(client, spec, plan, result)
+        containers[node.name] = _ensure_node(client, spec, plans[node.name], result)
     phases["networks and containers"] = mark()
     with _step(f"waiting for sshd and dockerd on {', '.join(containers)}"):
         for node in spec.node_specs():

@@ -11,8 +11,12 @@ from typing import Any
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.deployment import (
     DEPLOYMENT_LABEL,
+    GROUP_LABEL,
+    HEALTH_PORT_LABEL,
     LABEL_PREFIX,
     MANAGED_LABEL,
+    RANK_LABEL,
+    WATCHERS_LABEL,
     ContainerSpec,
     FileSpec,
     Listen,
@@ -20,6 +24,7 @@ from sparkdeploy.deployment import (
     config_hash,
     health_path,
 )
+from sparkdeploy.guard_settings import GuardSettings, effective
 from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
@@ -34,6 +39,14 @@ ENGINE_PORT = "cluster.vllm_port"  # the engines' HTTP port (a stack deployment'
 
 def engine_listen(port: int) -> Listen:
     return Listen(port, "vLLM", ENGINE_PORT)
+
+
+@dataclass(frozen=True)
+class EngineGroup:
+    """One engine's ranks (one node for solo and 2xsolo): what its containers' group labels say."""
+
+    name: str
+    ranks: tuple[Node, ...]
 
 
 @dataclass
@@ -94,6 +107,26 @@ class Context:
         )
         return env
 
+    @property
+    def guard_settings(self) -> GuardSettings:
+        """The guard (and watcher) settings of this deployment's nodes: a stack's guards use the inventory's only."""
+        return self.cluster.guard if self.deployment else effective(self.cluster.guard, self.recipe.guard)
+
+    def engine_group(self, ranks: list[Node]) -> EngineGroup:
+        """The group of one engine over `ranks` (rank 0 first), named after the deployment and its rank 0's node."""
+        return EngineGroup(f"{self.deployment or self.recipe.name}:{ranks[0].name}", tuple(ranks))
+
+    def group_labels(self, group: EngineGroup, node: Node, health_port: int | None) -> dict[str, str]:
+        port = self.guard_settings.watch.port
+        labels = {
+            GROUP_LABEL: group.name,
+            RANK_LABEL: str([n.name for n in group.ranks].index(node.name)),
+            WATCHERS_LABEL: " ".join(f"{n.name}@{n.fabric_address}:{port}" for n in group.ranks),
+        }
+        if health_port:
+            labels[HEALTH_PORT_LABEL] = str(health_port)
+        return labels
+
     def digest(self, f: FileSpec) -> str:
         """A file's part of a config hash; a secret file's is keyed (see secrets.digest_key): never guessable."""
         if not f.secret:
@@ -126,6 +159,7 @@ class Context:
             health_port=port,
             args=args,
             headless=False,
+            group=self.engine_group([nd.node]),
         )
 
     def rendered(self, name: str, template: str, **variables: Any) -> FileSpec:
@@ -181,6 +215,7 @@ class Context:
         extra_files: tuple[FileSpec, ...] = (),
         model_cache: bool = True,
         run_options: dict[str, Any] | None = None,
+        group: EngineGroup | None = None,
         **entry_vars: Any,
     ) -> None:
         """Add one container to `nd`: its entry script, any extra files, and the run script that starts it.
@@ -208,8 +243,11 @@ class Context:
             healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None,
             **(run_options or {}),
         )
+        grouped = self.group_labels(group, nd.node, health_port) if group is not None else {}
         # The hash covers everything the container is made of, so any change restarts exactly this container.
         settings = sorted((k, str(v)) for k, v in run_vars.items() if k != "node")
+        if grouped:  # the group labels: a container gets its labels when it is made, so they are part of it
+            settings.append(("group", repr(sorted(grouped.items()))))
         chash = config_hash(__version__, image_tag, repr(settings), *(f.name + ":" + self.digest(f) for f in depends))
         labels = {
             MANAGED_LABEL: "true",
@@ -221,6 +259,7 @@ class Context:
         }
         if self.deployment:
             labels[DEPLOYMENT_LABEL] = self.deployment
+        labels.update(grouped)
         run_name = f"{name.removeprefix('sparkdeploy-')}.run.sh"
         run = FileSpec(run_name, render("container-run.sh.j2", labels=labels, **run_vars), mode=0o755)
         for f in (entry, *extra_files, run):

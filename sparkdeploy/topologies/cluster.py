@@ -32,11 +32,18 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
     nnodes = len(ranks)
     port = ctx.cluster.vllm_port
     backend = ctx.resolved.backend
+    group = ctx.engine_group(ranks)  # the unit the node-side watcher restarts (nodeside/guard/watch.py)
     out = []
     for rank, node in enumerate(ranks):
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node, head))
         role = "head" if rank == 0 else "worker"
-        common: dict[str, Any] = {"role": role, "name": SERVING_CONTAINER, "image_tag": ctx.run_image.tag, "gpus": True}
+        common: dict[str, Any] = {
+            "role": role,
+            "name": SERVING_CONTAINER,
+            "image_tag": ctx.run_image.tag,
+            "gpus": True,
+            "group": group,
+        }
         if backend == "ray":
             if rank == 0:
                 args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "ray"))

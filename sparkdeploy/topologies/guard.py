@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy import budget
-from sparkdeploy.deployment import NodeDeployment
+from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.guard_settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.inventory import Node
 from sparkdeploy.topologies.base import Context
 
 GUARD_CONTAINER = "sparkdeploy-guard"
@@ -35,10 +36,11 @@ HARD_FRACTION = SOFT_FRACTION / 2
 GIB = 1 << 30
 
 
-def guard_config(node: str, settings: GuardSettings, simulated_gpu: bool) -> dict[str, Any]:
-    """What the guard on `node` runs with (nodeside/guard/run.py reads it)."""
+def guard_config(node: Node, settings: GuardSettings, simulated_gpu: bool) -> dict[str, Any]:
+    """What the guard on `node` runs with (nodeside/guard/run.py reads it; `watch`: nodeside/guard/watch.py)."""
+    w = settings.watch
     return {
-        "node": node,
+        "node": node.name,
         "state": "/guard",
         "soft_bytes": int(settings.soft_available_gib * GIB) if settings.soft_available_gib else None,
         "hard_bytes": int(settings.hard_available_gib * GIB) if settings.hard_available_gib else None,
@@ -49,7 +51,24 @@ def guard_config(node: str, settings: GuardSettings, simulated_gpu: bool) -> dic
         "grace_s": settings.grace_s,
         "sync_s": settings.sync_s,
         "simulated_gpu": simulated_gpu,
+        "watch": {
+            "enabled": w.enabled,
+            "listen": node.fabric_address,  # the group's own network: every rank's watcher reaches the others there
+            "port": w.port,
+            "unhealthy_s": w.unhealthy_s,
+            "start_s": w.start_s,
+            "max_restarts": w.max_restarts,
+            "window_s": w.window_s,
+            "backoff_s": w.backoff_s,
+            "stop_wait_s": w.stop_wait_s,
+            "grace_s": settings.grace_s,
+        },
     }
+
+
+def watcher_address(node: Node, settings: GuardSettings) -> str:
+    """IP:PORT where the watcher of `node` answers its peers (the engine containers' group labels name it)."""
+    return f"{node.fabric_address}:{settings.watch.port}"
 
 
 def check_settings(settings: GuardSettings, source: str) -> None:
@@ -92,7 +111,7 @@ def _add(
     for nd in nodes:
         if not every and not nd.runs_engine:
             continue
-        config = guard_config(nd.node.name, settings, simulated_gpu)
+        config = guard_config(nd.node, settings, simulated_gpu)
         ctx.container(
             nd,
             role=GUARD_ROLE,
@@ -102,7 +121,9 @@ def _add(
             image_tag=tag,
             gpus=not simulated_gpu,  # nvidia-smi's telemetry (the runtime's utility capability)
             model_cache=False,
-            ports=(),
+            ports=(Listen(settings.watch.port, "the guard's watcher", "cluster.guard.watch.port"),)
+            if settings.watch.enabled
+            else (),
             health_port=None,
             run_options={
                 "env_files": False,  # neither the engines' environment nor the secrets

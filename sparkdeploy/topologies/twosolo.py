@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
+from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
 from sparkdeploy.vllm_args import serve_args
 
@@ -23,7 +24,7 @@ def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
             {
                 "model_name": name,
                 "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": url, "api_key": "EMPTY"},
-                "model_info": {"id": node_name},
+                "model_info": {"id": node_name, "allowed_fails": FAILOVER_ALLOWED_FAILS},
             }
             for node_name, url in backends
         ],

@@ -18,14 +18,14 @@ def _ns(minutes_ago: float) -> int:
     return int((NOW.timestamp() - minutes_ago * 60) * 1e9)
 
 
-def node_output(containers: list[dict], events: list[dict]) -> str:
+def node_output(containers: list[dict], events: list[dict], now: str = "2026-11-23T10:00:00Z") -> str:
     lines = [
         f"{S} inspect",
         *[json.dumps(c) for c in containers],
         f"{S} events",
         *[json.dumps(e) for e in events],
         f"{S} now",
-        "2026-11-23T10:00:00Z",
+        now,
     ]
     return "\n".join(lines) + "\n"
 
@@ -131,8 +131,21 @@ def test_health_failing_since():
     h = crashes.parse(node_output([container(health=health)], []))
     c = h.containers["sparkdeploy-vllm"]
     assert c.health == "unhealthy" and crashes.ago(c.failing_since, h.now) == "5m ago"
-    assert "health failing since 5m ago" in crashes.summary(c, h.now)
+    assert "health failing since 09:55:00 UTC, 5m ago" in crashes.summary(c, h.now)
     assert diagnose(h, "spark1", "x")[0].status == FAIL
+
+
+def test_health_failing_since_is_the_first_failure_also_once_the_log_dropped_it():
+    """Docker keeps the last 5 probes: a streak of 40 goes back 35 probe spacings from the oldest it holds, so
+    every later read gives the same time (issue 43: it moved forward at every look)."""
+    log = [{"Start": f"2026-11-23T09:59:{s:02d}Z", "ExitCode": 1, "Output": "503"} for s in (30, 35, 40, 45, 50)]
+    for streak, now in ((40, "10:00:00"), (41, "10:00:05")):
+        last = {"Start": "2026-11-23T09:59:55Z", "ExitCode": 1, "Output": "503"}
+        probes = log if streak == 40 else [*log[1:], last]
+        health = {"Status": "unhealthy", "FailingStreak": streak, "Log": probes}
+        h = crashes.parse(node_output([container(health=health)], [], now=f"2026-11-23T{now}Z"))
+        c = h.containers["sparkdeploy-vllm"]
+        assert c.failing_since is not None and c.failing_since.strftime("%H:%M:%S") == "09:56:35", streak
 
 
 def test_healthy_history_passes():

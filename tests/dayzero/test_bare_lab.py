@@ -162,6 +162,16 @@ def test_setup_network_doctor_run_recipe_and_a_first_answer(bare_lab, day_zero):
     )
     assert chat.returncode == 0 and chat.stdout.strip(), failure(chat)
     print(f"dayzero: bare lab to first answer in {time.monotonic() - day_zero['t0']:.1f} s (init onwards)")
+    # the cluster serves over this fabric: --restore (there is something to restore) names it and refuses
+    t0 = time.monotonic()
+    refused = owner.sd("setup", "network", "-i", inv, "--restore")
+    assert refused.returncode == 1, failure(refused)
+    line = "setup network --restore would break openai-gpt-oss-120b / cluster"
+    assert line in refused.stderr and "--stop-deployments" in refused.stderr, failure(refused)
+    assert _exec(c1, "ls /etc/netplan").split() == [netplan.PATH.rsplit("/", 1)[1]]  # nothing restored
+    status = json.loads(owner.sd("status", "-i", inv, "--json").stdout)
+    assert status["healthy"], status  # still serving
+    print(f"dayzero: setup network --restore refused with a cluster serving in {time.monotonic() - t0:.1f} s")
     down = owner.sd("down", "--inventory", inv)
     assert down.returncode == 0, failure(down)
 

@@ -313,6 +313,13 @@ def test_a_2xsolo_deployment_is_one_model_group_of_its_engines_and_starts_no_pro
     entries = su.stack_routes(s).model_list()
     assert [e["model_name"] for e in entries] == ["glm-4.7-flash", "glm-4.7-flash"]
     assert [e["litellm_params"]["api_base"] for e in entries] == dep.backends
+    # each engine names its group and its watcher (the gateway's hook stops routing to one that does not serve),
+    # and cools down at its first failure so a retry goes to the other (issue 43)
+    fabric = {n.name: n.fabric_address for n in s.inventory.nodes}
+    assert [e["model_info"]["group"] for e in entries] == ["big:spark1", "big:spark2"]
+    want = [f"http://{fabric[n]}:7390/watch" for n in ("spark1", "spark2")]
+    assert [e["model_info"]["watch"] for e in entries] == want
+    assert {e["model_info"]["allowed_fails"] for e in entries} == {0}
 
 
 def apply_to(units: list[st.Unit], facts: dict[str, dict[str, NodeFacts]], containers: dict[str, list]) -> None:

@@ -25,7 +25,8 @@ SIM = "sparkdeploy/vllm-sim:3cba9f084bdb"
 
 def test_every_fact_is_in_the_sample_and_the_doctor_set():
     sections = parse_sections(SAMPLE)
-    assert set(DOCTOR) == set(sections)
+    # engine_errors (issue 43) has its real sample in lab-cluster-*-rank-dead.txt: tests/facts/test_rank_dead_facts.py
+    assert set(DOCTOR) - {"engine_errors"} == set(sections)
     assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS)  # day zero's: tests/facts/test_dayzero_facts.py
     assert set(STATE) | set(RESOURCES) | set(DOWN) | set(LEFTOVERS) <= set(DOCTOR)
 

@@ -59,3 +59,11 @@ class Docker:
         """SIGTERM (the image's stop signal), SIGKILL after grace_s: Docker's own stop, which returns once the
         container has stopped."""
         self.call("POST", f"/containers/{cid}/stop?t={int(grace_s)}", timeout=grace_s + 30)
+
+    def start(self, cid):
+        """Start a stopped container (the watcher's group restart)."""
+        self.call("POST", f"/containers/{cid}/start", timeout=60)
+
+    def unpause(self, cid):
+        """A paused container takes no signal: it is unpaused before it is stopped."""
+        self.call("POST", f"/containers/{cid}/unpause")

@@ -18,6 +18,7 @@ Docker engine was killed). `postmortem` shows the minutes before the last one.
 import itertools
 import json
 import os
+import threading
 import time
 
 SLOT = 1024
@@ -69,16 +70,18 @@ class Ring:
         self.seq = existing[-1]["seq"] + 1 if existing else 0
         self.synced_at = 0.0
         self.syncs = 0
+        self.lock = threading.Lock()
 
     def write(self, record, sync=False):
-        record = dict(record, seq=self.seq)
-        os.pwrite(self.fd, _fit(record), (self.seq % self.slots) * SLOT)
-        self.seq += 1
-        now = time.monotonic()
-        if sync or now - self.synced_at >= self.sync_s:
-            os.fdatasync(self.fd)
-            self.synced_at = now
-            self.syncs += 1
+        with self.lock:  # the guard's loop and its watcher's thread both record
+            record = dict(record, seq=self.seq)
+            os.pwrite(self.fd, _fit(record), (self.seq % self.slots) * SLOT)
+            self.seq += 1
+            now = time.monotonic()
+            if sync or now - self.synced_at >= self.sync_s:
+                os.fdatasync(self.fd)
+                self.synced_at = now
+                self.syncs += 1
 
     def close(self):
         os.fdatasync(self.fd)

@@ -11,6 +11,10 @@ where from) and PSI. Lines, in bytes of available memory:
   reason, until an engine runs again (`sparkdeploy up` after the pressure ended starts it: the plan sees it
   stopped and converges).
 Once a second it writes a sample to the black box (ring.py) and status.json (atomically: a temp file renamed).
+
+Beside it, in its own thread, the watcher (watch.py; `watch.enabled` in the config): it restarts a group of engine
+containers that stopped serving, and gives up after too many restarts. It never starts an engine this guard
+stopped (restart policy `no`, state `held`).
 """
 
 import json
@@ -25,6 +29,7 @@ import time
 from . import memory
 from .dockerapi import Docker, DockerError
 from .ring import GAP_S, Ring
+from .watch import Watcher
 
 MANAGED = "io.sparkdeploy.managed=true"
 ROLE_LABEL = "io.sparkdeploy.role"
@@ -127,6 +132,30 @@ class Guard:
         self.gpu = None
         self.error = None
         self.previous_end = self._previous_end()
+        watch = cfg.get("watch") or {}
+        self.watcher = None
+        self.stopping = threading.Event()
+        if watch.get("enabled"):
+            self.watcher = Watcher(watch, self.docker, cfg.get("node"), self.folder, lambda: self.state, self.said)
+
+    def said(self, msg):
+        """A line of the watcher's: the container's log (`sparkdeploy logs`) and an event in the black box."""
+        print(f"guard: {msg}", flush=True)
+        self.event("watch", msg)
+
+    def start_watcher(self):
+        """The watcher's loop in its own thread (a group restart waits on Docker; the memory loop never does), and
+        its endpoint for the other nodes' watchers (a port taken: said, and the watcher runs without it)."""
+        if self.watcher is None:
+            return
+        watch = self.cfg["watch"]
+        try:
+            self.watcher.serve(watch.get("listen") or "0.0.0.0", watch.get("port", 7390))
+        except OSError as exc:
+            self.watcher.error = f"cannot answer on {watch.get('listen')}:{watch.get('port')}: {exc.strerror}"
+            print(f"guard: watch: {self.watcher.error}", flush=True)
+        threading.Thread(target=self.watcher.run, args=(self.stopping,), name="watch", daemon=True).start()
+        print(f"guard: watch: restarting groups that stop serving ({watch})", flush=True)
 
     def _previous_end(self):
         """How the record before this start ended, when it broke off (reboot, power-off, the guard killed)."""
@@ -214,6 +243,7 @@ class Guard:
             "previous_end": self.previous_end,
             "error": self.error,
             "pid": os.getpid(),
+            "watch": None if self.watcher is None else self.watcher.status(),
         }
         tmp = os.path.join(self.folder, STATUS + ".tmp")
         with open(tmp, "w") as f:
@@ -253,6 +283,7 @@ class Guard:
             print(f"guard: {msg}", flush=True)
         if self.previous_end:
             print(f"guard: the previous record ended: {self.previous_end['kind']}", flush=True)
+        self.start_watcher()
         start = time.monotonic()
         next_record = next_gpu = next_restarts = 0.0
         prev_psi = memory.read_psi(cfg.get("proc", "/proc"))
@@ -325,5 +356,6 @@ def main(argv):
     except KeyboardInterrupt:
         return 0
     finally:
+        guard.stopping.set()
         guard.event("exit", "guard stopped")
         guard.ring.close()

@@ -1,0 +1,440 @@
+"""The watcher: the memory guard's sibling in the same process (its own thread), one per node. It keeps the node's
+engines serving without a command: an engine that stops answering its health check, or a multi-node engine that
+lost a rank, is restarted as a whole group, with backoff; after `max_restarts` restarts in `window_s` it gives
+up, stops the group (its memory freed, restart policy `no`) and says so with the last error.
+
+Groups (one engine: a cluster's ranks, a replica of `replicas`, a solo or 2xsolo engine alone) are read from the
+labels `up` puts on each engine container (sparkdeploy/topologies/base.py): the group's name, the container's
+rank, its health port (rank 0), and every rank's watcher address (`IP:PORT` on the fabric, in rank order).
+
+Coordination across nodes, one decider per group: the watcher on rank 0's node decides, the others follow. Every
+watcher answers GET /watch on its node's fabric address (read-only JSON: each group's ranks as its Docker engine
+sees them, and the decisions of the groups it heads). Rank 0's watcher reads the other ranks' containers from
+their watchers (a rank that exited after another rank's current run began: groups.lost_rank) and probes its
+engine's /health itself. To restart, it publishes a decision (a generation number, `restart`, phase `stop`),
+stops its own rank, waits until every other rank's watcher says it stopped its rank for that generation (or
+`stop_wait_s`), starts its rank, publishes phase `start`; the others then start theirs (a Ray head or a torchrun
+or vLLM master first, its workers joining it). Success is /health answering 200 again within `start_s`. Giving up
+is the decision `stop`: every rank stops with restart policy `no`. Nothing here accepts a command from the
+network: a watcher only reads its peers' JSON and acts on its own node's Docker engine.
+
+Hands off: a rank the memory guard stopped (restart policy `no`, or this node's guard holding) is never started
+again here (`sparkdeploy up` does that once the pressure is gone); the rest of its group is stopped instead, so it
+does not hold memory serving nothing. A new container (made by `up`) starts the group's record afresh.
+"""
+
+import http.server
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from .dockerapi import DockerError
+from .groups import docker_time, lost_rank
+
+GROUP = "io.sparkdeploy.group"
+RANK = "io.sparkdeploy.rank"
+WATCHERS = "io.sparkdeploy.group-watchers"  # NODE@IP:PORT of each rank's watcher, rank order, space separated
+HEALTH_PORT = "io.sparkdeploy.health-port"
+FILE = "watch.json"
+PEER_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 2.0
+HISTORY = 20  # restarts kept per group
+
+DEFAULTS = {
+    "enabled": True,
+    "every_s": 1.0,  # one look a second
+    "unhealthy_s": 30.0,  # a serving engine failing its health check this long: restart the group
+    "start_s": 1800.0,  # an engine not healthy this long after its (re)start: a failure (a big model loads ~20 min)
+    "max_restarts": 3,  # restarts in window_s before giving up
+    "window_s": 3600.0,
+    "backoff_s": 30.0,  # wait after a restart that did not bring the group back; doubles for each further one
+    "stop_wait_s": 60.0,  # how long rank 0 waits for the other ranks to stop theirs
+    "grace_s": 10,  # docker stop: SIGTERM, then SIGKILL after this
+}
+
+
+def clock(t):
+    return time.strftime("%H:%M:%S UTC", time.gmtime(t)) if t else "?"
+
+
+def http_json(url, timeout):
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read(1 << 20))
+
+
+def probe(port, timeout=PROBE_TIMEOUT_S):
+    """(ok, detail) of GET /health on this node (the watcher runs on the host's network)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{int(port)}/health", timeout=timeout) as resp:
+            return resp.status == 200, f"HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return False, f"{exc.__class__.__name__}: {str(getattr(exc, 'reason', exc))[:120]}"
+
+
+def rank_state(info):
+    """What a rank's container is, as its peers need it (from `docker inspect`)."""
+    state = info.get("State") or {}
+    policy = ((info.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""
+    return {
+        "id": info.get("Id", "")[:12],
+        "status": state.get("Status", ""),
+        "running": bool(state.get("Running")),
+        "started": docker_time(state.get("StartedAt")),
+        "finished": docker_time(state.get("FinishedAt")),
+        "exit_code": state.get("ExitCode"),
+        "restarts": info.get("RestartCount", 0),
+        "policy": policy,
+    }
+
+
+def node_of(watchers, i):
+    """Rank i's node name (from NODE@IP:PORT)."""
+    return watchers[i].partition("@")[0] if i < len(watchers) else f"rank {i}"
+
+
+def held(rank):
+    """Stopped on purpose (the memory guard, or a watcher that gave up): restart policy `no`, not running."""
+    return rank is not None and rank.get("policy") == "no" and not rank.get("running")
+
+
+def held_while_serving(ranks):
+    """The first rank stopped on purpose after another rank's current run began (that one still running), or
+    None. A stopped container older than the others' runs is a view from before `up` made them: not counted."""
+    for i, r in enumerate(ranks):
+        if not held(r) or r.get("finished") is None:
+            continue
+        for other in ranks:
+            if other is not r and other and other.get("running") and (other.get("started") or 0) < r["finished"]:
+                return i
+    return None
+
+
+class Watcher:
+    def __init__(self, cfg, docker, node, folder, guard_state=lambda: "ok", say=print):
+        self.cfg = dict(DEFAULTS, **{k: v for k, v in (cfg or {}).items() if v is not None})
+        self.docker, self.node, self.folder = docker, node, folder
+        self.guard_state, self.say = guard_state, say
+        self.path = os.path.join(folder, FILE)
+        self.saved = self._load()
+        self.saved.setdefault("instance", os.urandom(6).hex())  # this record's identity (a new one after `down`)
+        self.saved.setdefault("groups", {})
+        self.live = {}  # group -> what is not worth saving (this run's probes)
+        self.view = {"node": node, "instance": self.saved["instance"], "groups": {}}
+        self.lock = threading.Lock()
+        self.error = None
+        self.server = None
+
+    # -- state on disk ---------------------------------------------------------------------------------------
+    def _load(self):
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.saved, f, sort_keys=True)
+        os.replace(tmp, self.path)
+
+    # -- the peers' endpoint ----------------------------------------------------------------------------------
+    def serve(self, address, port):
+        watcher = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.split("?")[0] != "/watch":
+                    self.send_error(404)
+                    return
+                with watcher.lock:
+                    body = json.dumps(watcher.view, sort_keys=True).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((address, int(port)), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="watch-http", daemon=True).start()
+
+    def peer(self, watcher):
+        """A peer watcher's view (watcher: NODE@IP:PORT), or None (not answering: its node or guard is down)."""
+        try:
+            data = http_json(f"http://{watcher.rpartition('@')[2]}/watch", PEER_TIMEOUT_S)
+            return data if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def run(self, stop_event):
+        while not stop_event.is_set():
+            t0 = time.monotonic()
+            try:
+                self.tick(time.time())
+                self.error = None
+            except (DockerError, OSError, ValueError, KeyError, TypeError) as exc:  # reported, tried again next look
+                self.error = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+            stop_event.wait(max(0.05, self.cfg["every_s"] - (time.monotonic() - t0)))
+
+    def engines(self):
+        """group -> (rank, inspect) of this node's engine containers that belong to a group."""
+        out = {}
+        for c in self.docker.containers(f"{GROUP}", all_=True):
+            labels = c.get("Labels") or {}
+            if labels.get("io.sparkdeploy.managed") != "true" or not labels.get(GROUP):
+                continue
+            out[labels[GROUP]] = (int(labels.get(RANK) or 0), self.docker.inspect(c["Id"]))
+        return out
+
+    def tick(self, now):
+        groups = {}
+        saved = self.saved["groups"]
+        for gid, (rank, info) in sorted(self.engines().items()):
+            labels = (info.get("Config") or {}).get("Labels") or {}
+            watchers = (labels.get(WATCHERS) or "").split()  # NODE@IP:PORT
+            g = saved.setdefault(gid, {})
+            me = rank_state(info)
+            if rank == 0:
+                self.lead(gid, g, info, me, watchers, labels.get(HEALTH_PORT), now)
+                entry = self.summary(gid, g)
+            else:
+                acted = g.get("acted")
+                self.follow(gid, g, info, me, watchers)
+                entry = {"acted": g.get("acted"), "head": watchers[0] if watchers else None}
+                entry.update(state=g.get("state"), reason=g.get("reason", ""))
+                if g.get("acted") != acted:  # it acted: its container as it is now
+                    me = rank_state(self.docker.inspect(info["Id"]))
+            entry.update(rank=rank, container=me, stopped_gen=g.get("stopped_gen"))
+            groups[gid] = entry
+        for gid in [k for k in saved if k not in groups]:
+            saved.pop(gid)  # its containers are gone (`down`)
+            self.live.pop(gid, None)
+        with self.lock:
+            self.view = {"node": self.node, "instance": self.saved["instance"], "groups": groups}
+        self._save()
+
+    # -- rank 0: decide ------------------------------------------------------------------------------------------
+    def lead(self, gid, g, info, me, watchers, health_port, now):
+        cfg = self.cfg
+        t = self.live.setdefault(gid, {"healthy_once": False, "started": None})
+        if g.get("container") != info["Id"]:  # a new container: `up` made it, a new record (the restarts stay listed)
+            for key in ("gave_up", "failing_since", "decision", "state", "reason"):
+                g.pop(key, None)
+            g["container"], g["since"] = info["Id"], now
+            t.update(healthy_once=False, started=None)
+        if t["started"] != me["started"]:  # (re)started: by Docker's restart policy, by `up` or by us
+            t.update(healthy_once=False, started=me["started"])
+        peers = {i: self.peer(w) for i, w in enumerate(watchers) if i > 0}
+        ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
+        decision = g.get("decision")
+        if decision and decision.get("phase") != "done":
+            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            return
+        ok, detail = probe(health_port) if (me["running"] and health_port) else (False, me["status"] or "not running")
+        t["detail"] = detail
+        if ok:
+            t.update(healthy_once=True, last_ok=now)
+            g["failing_since"] = None
+        elif t["healthy_once"] and not g.get("failing_since"):
+            g["failing_since"] = now  # the first failed probe of an engine that served (`status`: failing since)
+        if g.get("gave_up"):
+            g["state"] = "gave-up"
+            return
+        if decision and decision.get("action") == "stop":  # stopped on purpose already: keep saying why
+            g["state"] = "held"
+            return
+        stopped = held_while_serving(ranks)
+        if stopped is not None:  # a rank stopped on purpose while the others served: stop them, free their memory
+            who = f"rank {stopped} ({node_of(watchers, stopped)}) was stopped on purpose (restart policy no)"
+            g.update(state="held", reason=who)
+            self.decide(gid, g, "stop", f"{who}: the rest of the group stopped, its memory freed", now)
+            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            return
+        if self.guard_state() == "held":  # this node's engines were stopped by its memory guard: hands off
+            g.update(state="held", reason="this node's memory guard holds its engines")
+            return
+        why = self.failure(gid, g, t, me, ranks, watchers, ok, detail, now)
+        if why is None:
+            g.update(state="ok" if ok else ("starting" if not t["healthy_once"] else "failing"), reason=detail)
+            return
+        since = max(now - cfg["window_s"], g.get("since") or 0)  # the budget: this window, these containers
+        recent = [r for r in g.get("restarts") or [] if r["at"] >= since]
+        if len(recent) >= cfg["max_restarts"]:
+            g["gave_up"] = {"at": now, "reason": why, "restarts": len(recent)}
+            g.update(state="gave-up", reason=why, last_error=why)
+            self.say(f"watch: {gid}: giving up after {len(recent)} restart(s) in {cfg['window_s']:g} s: {why}")
+            self.decide(gid, g, "stop", f"gave up after {len(recent)} restart(s): {why}", now)
+            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            return
+        failed = 0  # restarts in a row that did not bring it back: each doubles the wait before the next
+        for r in reversed(recent):
+            if r.get("ok"):
+                break
+            failed += 1
+        if failed:
+            wait = cfg["backoff_s"] * 2 ** (failed - 1)
+            if now < recent[-1]["at"] + wait:
+                g.update(state="backoff", reason=f"{why}; next restart at {clock(recent[-1]['at'] + wait)}")
+                return
+        self.say(f"watch: {gid}: restarting the group: {why}")
+        g.setdefault("restarts", []).append({"at": now, "reason": why})
+        g["restarts"] = g["restarts"][-HISTORY:]
+        g["last_error"] = why
+        self.decide(gid, g, "restart", why, now)
+        self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+
+    def lost(self, ranks, watchers):
+        """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
+        labelled = [
+            (f"rank {i} ({node_of(watchers, i)})", r["started"], r["finished"], r["running"])
+            for i, r in enumerate(ranks)
+            if r
+        ]
+        hit = lost_rank(labelled)
+        return f"{hit[0]} exited at {clock(hit[1])} while the group served" if hit else None
+
+    def failure(self, gid, g, t, me, ranks, watchers, ok, detail, now):
+        """Why the group must restart now, or None."""
+        cfg = self.cfg
+        lost = self.lost(ranks, watchers)
+        if lost is not None:
+            return lost
+        if ok:
+            return None
+        since = g.get("failing_since")
+        if t["healthy_once"] and since and now - since >= cfg["unhealthy_s"]:
+            return f"engine not answering its health check since {clock(since)} ({now - since:.0f} s): {detail}"
+        if not t["healthy_once"] and me["started"] and now - me["started"] >= cfg["start_s"]:
+            return f"engine not healthy {cfg['start_s']:g} s after its start: {detail}"
+        return None
+
+    def decide(self, gid, g, action, reason, now):
+        gen = int(g.get("generation") or 0) + 1
+        g["generation"] = gen
+        g["decision"] = {"gen": gen, "action": action, "phase": "stop", "reason": reason, "at": now}
+
+    def drive(self, gid, g, t, info, watchers, peers, ranks, health_port, now):
+        """Carry the current decision one step further (stop -> start -> done), never waiting long here."""
+        cfg, d = self.cfg, g["decision"]
+        cid = info["Id"]
+        if d["phase"] == "stop":
+            self.publish(gid, g)  # the other ranks' watchers stop theirs meanwhile, not after this one's stop
+            self.stop(cid, no_restart=d["action"] == "stop")
+            d.update(phase="stopping", stopping_at=now)
+        if d["phase"] == "stopping":
+            if d["action"] == "stop":
+                d.update(phase="done", done_at=now)
+                g["state"] = g.get("state") if g.get("state") in ("held", "gave-up") else "gave-up"
+                return
+            waiting = [
+                node_of(watchers, i)
+                for i, v in peers.items()
+                if v is None or ((v.get("groups") or {}).get(gid, {}).get("stopped_gen") or 0) < d["gen"]
+            ]
+            if waiting and now - d["stopping_at"] < cfg["stop_wait_s"]:
+                g.update(state="restarting", reason=f"waiting for {', '.join(waiting)} to stop their rank")
+                return
+            if self.guard_state() == "held":  # the memory guard stopped this node's engines meanwhile: hands off
+                d.update(phase="done", done_at=now)
+                g.update(state="held", reason="this node's memory guard holds its engines")
+                return
+            self.docker.start(cid)
+            t.update(healthy_once=False, started=None)
+            d.update(phase="start", start_at=now, unstopped=waiting)
+            g.update(state="restarting", reason="starting rank 0, then the others")
+            return
+        if d["phase"] == "start":
+            ok, detail = probe(health_port) if health_port else (False, "no health port")
+            rec = (g.get("restarts") or [{}])[-1]
+            if ok:
+                rec.update(ok=True, took_s=round(now - d["at"], 1))
+                d.update(phase="done", done_at=now)
+                g.update(state="ok", reason="", failing_since=None)
+                t.update(healthy_once=True, last_ok=now)
+                self.say(f"watch: {gid}: serving again {now - d['at']:.1f} s after the decision")
+            elif now - d["start_at"] >= cfg["start_s"] or self.lost(ranks, watchers):
+                why = self.lost(ranks, watchers) or f"not healthy {cfg['start_s']:g} s after the restart: {detail}"
+                rec.update(ok=False, took_s=round(now - d["at"], 1), error=why)
+                d.update(phase="done", done_at=now)
+                g.update(state="failing", reason=why, last_error=why)
+            else:
+                g.update(state="restarting", reason=f"waiting for health ({detail})")
+
+    def publish(self, gid, g):
+        """This group's entry of /watch now, ahead of the look's end (a decision the other ranks must see)."""
+        with self.lock:
+            entry = dict(self.view.get("groups", {}).get(gid) or {}, **self.summary(gid, g))
+            self.view = dict(self.view, groups=dict(self.view.get("groups", {}), **{gid: entry}))
+
+    def stop(self, cid, no_restart=False):
+        if no_restart:
+            self.docker.no_restart(cid)
+        if (self.docker.inspect(cid).get("State") or {}).get("Paused"):  # frozen: no signal reaches it
+            self.docker.unpause(cid)
+        self.docker.stop(cid, self.cfg["grace_s"])
+
+    # -- ranks > 0: follow rank 0's decisions -----------------------------------------------------------------------
+    def follow(self, gid, g, info, me, watchers):
+        head = self.peer(watchers[0]) if watchers else None
+        if head is None:
+            g.update(state="no word from rank 0", reason=f"{watchers[0]} does not answer" if watchers else "no watcher")
+            return
+        d = ((head.get("groups") or {}).get(gid) or {}).get("decision")
+        if g.get("instance") != head.get("instance"):  # rank 0's record is new (first contact, or after `down`)
+            g["instance"] = head.get("instance")
+            g["acted"] = (d["gen"] if d.get("phase") == "done" else d["gen"] - 1) if d else 0
+        g["state"] = "following"
+        if not d or d["gen"] <= (g.get("acted") or 0):
+            return
+        cid = info["Id"]
+        if d["action"] == "stop":
+            self.stop(cid, no_restart=True)
+            g.update(acted=d["gen"], stopped_gen=d["gen"], reason=d["reason"])
+            self.say(f"watch: {gid}: stopped this rank: {d['reason']}")
+            return
+        if g.get("stopped_gen") != d["gen"]:
+            if me["running"] or me["status"] == "restarting":
+                self.stop(cid)
+            g["stopped_gen"] = d["gen"]
+        if d["phase"] in ("start", "done"):
+            self.docker.start(cid)
+            g.update(acted=d["gen"], reason=f"restarted with the group: {d['reason']}")
+            self.say(f"watch: {gid}: restarted this rank with the group")
+
+    # -- what status shows ----------------------------------------------------------------------------------------
+    def status(self):
+        """For the guard's status.json: every group of this node, and the watcher's own error."""
+        with self.lock:
+            return {"groups": self.view.get("groups", {}), "error": self.error, "settings": self.cfg}
+
+    def summary(self, gid, g):
+        t = self.live.get(gid, {})
+        restarts = g.get("restarts") or []
+        d = g.get("decision") or {}
+        return {
+            "state": g.get("state", "starting"),
+            "reason": g.get("reason", ""),
+            "serving": g.get("state") == "ok",
+            "failing_since": g.get("failing_since"),
+            "restarts": restarts[-5:],
+            "restart_count": len(restarts),
+            "last_error": g.get("last_error"),
+            "gave_up": g.get("gave_up"),
+            "decision": {
+                k: d.get(k) for k in ("gen", "action", "phase", "reason", "at", "stopping_at", "start_at", "done_at")
+            }
+            if d
+            else None,
+            "detail": t.get("detail"),
+        }
