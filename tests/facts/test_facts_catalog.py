@@ -118,9 +118,13 @@ def test_a_stacks_folders_containers_and_routes_parsed():
     assert g.routes is not None and g.files["routes.json"].sha256
     routes = gateway_routes.parse(g.routes)
     assert routes is not None and routes.out == {}
-    assert routes.models() == routes.served() == ["openai/gpt-oss-120b", "qwen3-coder-30b"]
-    assert [e.api_base for e in routes.groups["chat"].engines] == ["http://172.30.120.11:8000/v1"]
-    assert routes.groups["coder"].engines[0].health_url == "http://172.30.120.12:8001/health"
+    assert routes.models() == routes.served() == ["openai/gpt-oss-120b", "qwen3-coder-30b-bf16"]
+    assert [e.api_base for e in routes.groups["chat"].engines] == ["http://172.30.77.11:8000/v1"]
+    # each engine names its rank 0's watcher and the group it reports (the gateway leaves it out while restarting)
+    assert [(e.watch, e.watch_group) for e in routes.groups["coder"].engines] == [
+        ("http://172.30.78.12:7390/watch", "coder:spark2")
+    ]
+    assert routes.groups["coder"].engines[0].health_url == "http://172.30.77.12:8001/health"
     assert routes.as_json() == g.routes  # what the node holds is what Routes writes
 
 
