@@ -83,7 +83,8 @@ def test_every_check_passes_on_the_healthy_lab(lab, cli, sim_image):
         for node in ("spark1", "spark2") if check.scope == "node" else (None,):
             row = r[(check.id, node)]
             if (check.id, node) == ("network.ports", "spark2"):
-                assert row["status"] == "skip"  # cluster/torchrun: the worker opens no port
+                # cluster/torchrun: the worker's engine opens no port; its guard's watcher does (issue 43)
+                assert row["status"] == "pass" and "7390" in row["measured"], row
                 continue
             if check.id == "engine.disk" and row["status"] == "warn":
                 continue  # the lab's Docker root is this machine's disk: its free space is not the lab's to fix
