@@ -35,7 +35,7 @@ def main() -> int:
     from sparkdeploy.lab import LabSpec, hub
     from sparkdeploy.models.ops import ModelRef, folder
     from sparkdeploy.models.pull import Puller
-    from sparkdeploy.remote import NodeConnection, on_nodes
+    from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
     spec = LabSpec()
     from sparkdeploy.lab import hub_repo

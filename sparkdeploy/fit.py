@@ -20,7 +20,7 @@ from sparkdeploy.facts import NodeFacts, read_facts
 from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.lint import synthetic_inventory
 from sparkdeploy.recipes import resolve
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import REGISTRY, build_deployment
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from sparkdeploy.deployment import Deployment
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.runtime.remote import on_nodes
 
 if TYPE_CHECKING:
     from sparkdeploy.inventory import Node
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
 POLL_S = 1.0
 REQUEST_TIMEOUT_S = 30.0

@@ -27,7 +27,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkdeploy import names
-from sparkdeploy.apply import Session, inventory_lock
 from sparkdeploy.deploy import gateway_routes
 from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
@@ -35,8 +34,10 @@ from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.plan import KEYS_FILE
 from sparkdeploy.recipes import MODEL_NAME
-from sparkdeploy.remote import NodeConnection
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
+from sparkdeploy.runtime.locks import inventory_lock
+from sparkdeploy.runtime.remote import NodeConnection
+from sparkdeploy.runtime.session import Session
 from sparkdeploy.schema import Number, Whole, problems_from_validation
 from sparkdeploy.userfile import parse_json
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from sparkdeploy.deployment import DEPLOYMENT_LABEL, MANAGED_LABEL
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection
 
 READ_TIMEOUT_S = 60
 RETRY_S = 5.0  # follow: how often a lost node is tried again

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.interrupts import in_threads
+from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
 from sparkdeploy.userfile import parse_json
 
@@ -308,7 +308,7 @@ def read_targets(inventory, conns: dict, deployment: str | None = None) -> tuple
     """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error).
     deployment: only that deployment of a stack."""
     from sparkdeploy.logs import label_filter
-    from sparkdeploy.remote import on_nodes
+    from sparkdeploy.runtime.remote import on_nodes
 
     def one(node):
         r = conns[node.name].run(

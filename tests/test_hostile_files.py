@@ -218,7 +218,7 @@ def test_gateway_keys_file_from_the_node_is_checked():
 def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_inventory):
     from sparkdeploy.dayzero.session import read_password_file
     from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import load_host_keys
+    from sparkdeploy.runtime.remote import load_host_keys
 
     pw = tmp_path / "pw"
     pw.write_bytes(b"\xff\xfe\n")

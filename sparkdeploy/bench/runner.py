@@ -255,7 +255,7 @@ class _ProgressTail:
 
 # How llama-benchy is stopped, and how long each signal may take: after its timeout, SIGINT first (it saves partial
 # results and exits); when the run itself was stopped (Ctrl-C, SIGTERM), nothing of it is kept, and the run must
-# end within a second (sparkdeploy/interrupts.py): SIGTERM, then SIGKILL.
+# end within a second (sparkdeploy/runtime/interrupts.py): SIGTERM, then SIGKILL.
 STOP_LADDER = ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 STOP_LADDER_STOPPED = ((signal.SIGTERM, 0.3), (signal.SIGKILL, 5.0))
 

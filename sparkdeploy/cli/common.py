@@ -255,8 +255,8 @@ def report_error(exc: Exception) -> int:
 
 def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
     """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback.
-    SIGINT and SIGTERM stop any command the same way (sparkdeploy/interrupts.py): exit 130 or 143."""
-    from sparkdeploy import interrupts
+    SIGINT and SIGTERM stop any command the same way (sparkdeploy/runtime/interrupts.py): exit 130 or 143."""
+    from sparkdeploy.runtime import interrupts
 
     with interrupts.handling():
         code = _run(command, argv)
@@ -268,8 +268,8 @@ def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
 
 
 def _run(command: click.Command, argv: list[str] | None) -> int:
-    from sparkdeploy import interrupts
     from sparkdeploy.errors import SparkdeployError
+    from sparkdeploy.runtime import interrupts
 
     try:
         # Without standalone mode click returns a command's exit code (ctx.exit / Exit) instead of raising.

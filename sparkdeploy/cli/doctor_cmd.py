@@ -109,9 +109,9 @@ def _lock_for_nccl(inventory, nccl: bool):
     that does not load is reported by doctor itself (exit 2), so no lock is needed then."""
     from contextlib import nullcontext
 
-    from sparkdeploy.apply import cluster_lock
     from sparkdeploy.errors import ConfigError
     from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.runtime.locks import cluster_lock
 
     if not nccl:
         return nullcontext()

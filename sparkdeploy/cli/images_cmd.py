@@ -101,7 +101,7 @@ def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments)
     from sparkdeploy.images.build_plan import node_checks
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
     node = select_nodes(inv, [on_node])[0]
@@ -188,7 +188,7 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
         else:
             click.echo("\n".join(lines))
         return
-    from sparkdeploy.apply import cluster_lock
+    from sparkdeploy.runtime.locks import cluster_lock
 
     err = Console(stderr=True, highlight=False)
     with cluster_lock(inv):  # a pull changes the nodes: one run at a time per cluster
@@ -276,11 +276,11 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
     target loads it and forwards it as it arrives, so the source sends each byte once); this machine only
     starts it and reads progress lines. Each node's image ID must then equal the source's before the tag moves.
     """
-    from sparkdeploy.apply import cluster_lock
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
     from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.runtime.locks import cluster_lock
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects

@@ -105,10 +105,10 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
     (--follow stops within a second, however a node's stream stalls).
     """
     from sparkdeploy import logs as node_logs
-    from sparkdeploy.apply import Session
     from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import on_nodes
+    from sparkdeploy.runtime.remote import on_nodes
+    from sparkdeploy.runtime.session import Session
     from sparkdeploy.secrets import load_secrets
 
     inv = load_inventory(inventory)
@@ -121,7 +121,7 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
         conns = [session.conn(n) for n in chosen]
         if follow:
             stop = threading.Event()
-            try:  # until Ctrl-C or SIGTERM (sparkdeploy/interrupts.py): exit 130 or 143
+            try:  # until Ctrl-C or SIGTERM (sparkdeploy/runtime/interrupts.py): exit 130 or 143
                 node_logs.follow(
                     conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted, label
                 )

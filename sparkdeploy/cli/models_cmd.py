@@ -79,7 +79,7 @@ def _ensure_image(dep, node, say) -> None:
     """The engine image must be on the download node (it runs huggingface_hub): push it when missing."""
     from sparkdeploy.images.push import push_image
     from sparkdeploy.preflight import image_definition_name
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     with NodeConnection(node, dep.inventory) as conn:
         if conn.run(["docker", "image", "inspect", dep.image_tag], check=False).ok:
@@ -122,7 +122,7 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
       sparkdeploy models pull lab/tiny-model --inventory lab  # the lab hub's small model
     """
     from sparkdeploy.models.pull import Puller
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     ref, dep, inv = resolve_target(target, revision, inventory, recipes_dir)
     source = inv.node(on_node) if on_node else inv.head
@@ -178,7 +178,7 @@ def list_cmd(verify, inventory, as_json):
     from sparkdeploy.inventory import load_inventory
     from sparkdeploy.models.listing import node_models
     from sparkdeploy.models.ops import describe_bad
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
     conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}

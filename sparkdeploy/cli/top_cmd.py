@@ -140,7 +140,7 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     from sparkdeploy import top as monitor_mod
     from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
     from sparkdeploy.secrets import load_secrets
 
     inv = load_inventory(inventory)
@@ -177,7 +177,7 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
         return
 
     # Until Ctrl-C or SIGTERM: the stop raises wherever the loop waits (a scrape, the sleep) and exits 130 or 143
-    # (sparkdeploy/interrupts.py); the live display gives the terminal back on its way out.
+    # (sparkdeploy/runtime/interrupts.py); the live display gives the terminal back on its way out.
     if as_json:  # one JSON object per line, every interval, for scripts that keep watching
         import json
 

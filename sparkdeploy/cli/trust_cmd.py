@@ -15,7 +15,7 @@ import paramiko
 from sparkdeploy.cli.common import inventory_option
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.inventory import load_inventory
-from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
+from sparkdeploy.runtime.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
 from sparkdeploy.userfile import read_text
 
 

@@ -35,7 +35,7 @@ from sparkdeploy.dayzero.session import (
     trusted_keys,
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.remote import load_host_keys, on_nodes
+from sparkdeploy.runtime.remote import load_host_keys, on_nodes
 from sparkdeploy.userfile import load_json_file, load_yaml_file, read_text
 
 

@@ -26,7 +26,7 @@ from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import ship
-from sparkdeploy.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes
 
 ROLLBACK_S = 45  # the node undoes an unconfirmed change after this long
 RECONNECT_TIMEOUT_S = 5

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from sparkdeploy import paths
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.inventory import Inventory, parse_ip
-from sparkdeploy.remote import (
+from sparkdeploy.runtime.remote import (
     connect_problem,
     fingerprint,
     known_hosts_name,

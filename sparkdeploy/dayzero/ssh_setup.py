@@ -23,7 +23,7 @@ from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.facts import FactArgs, NodeFacts, gather
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.lab.keys import ensure_keypair
-from sparkdeploy.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
+from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
 from sparkdeploy.userfile import read_text
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sparkdeploy.apply import Session, add_resources
 from sparkdeploy.checks import FAIL, SKIP, WARN, Result
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deployment import Deployment
@@ -31,10 +30,11 @@ from sparkdeploy.doctor import nccl_probe
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, add_resources
 from sparkdeploy.inventory import Node
 from sparkdeploy.plan import Plan, StepKind
 from sparkdeploy.preflight import PreflightRun
+from sparkdeploy.runtime.session import Session
 
 GATED = ("cluster", "replicas")  # topologies whose engines all-reduce over the fabric
 CHECKS = ("image.same_id", "image.torch_nccl", "gpu.same_driver")  # doctor's, in this order, before the probe

@@ -31,14 +31,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import health
-from sparkdeploy.apply import Interrupt, Session, apply_plan, gather_facts
+from sparkdeploy.apply import apply_plan
 from sparkdeploy.deployment import DEPLOYMENT_LABEL, FileSpec
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
 from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
+from sparkdeploy.runtime.interrupts import Interrupt
+from sparkdeploy.runtime.session import Session
 
 ROUTES_FILE = "routes.json"
 # How stale one gateway worker's view of routes.json may be: it looks at the file at most every CHECK_S (0.2 s,

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy import localfiles, names, paths
+from sparkdeploy import names, paths
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
@@ -45,7 +45,8 @@ from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref
 from sparkdeploy.names import OneLine
 from sparkdeploy.recipes import MODEL_NAME, BackendName, TopologyName
-from sparkdeploy.remote import NodeConnection, on_nodes, pinned_fingerprints
+from sparkdeploy.runtime import localfiles
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes, pinned_fingerprints
 from sparkdeploy.schema import Whole, problems_from_validation
 from sparkdeploy.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from sparkdeploy import preflight
-from sparkdeploy.apply import Interrupt, Session, gather_facts, inventory_lock, node_locks
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, gateway_routes, history
 from sparkdeploy.deploy.gateway_routes import Gateway, Routes
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
@@ -67,7 +66,7 @@ from sparkdeploy.deployment import (
     NodeDeployment,
 )
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.images import push
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import (
@@ -83,6 +82,9 @@ from sparkdeploy.plan import (
     plan_removal,
 )
 from sparkdeploy.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, state_dir_of
+from sparkdeploy.runtime.interrupts import Interrupt
+from sparkdeploy.runtime.locks import inventory_lock, node_locks
+from sparkdeploy.runtime.session import Session
 from sparkdeploy.secrets import refuse_missing
 
 # -- planning ---------------------------------------------------------------------------------------------

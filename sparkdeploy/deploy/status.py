@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from sparkdeploy import crashes, health
-from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.deploy import stack
 from sparkdeploy.deployment import DEPLOYMENT_LABEL, GROUP_LABEL
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard import state as guard_state
 from sparkdeploy.inventory import Inventory, Node, load_inventory
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.runtime.remote import on_nodes
+from sparkdeploy.runtime.session import Session
 
 
 def cluster_status(inventory: str | None = None, deployment: str | None = None) -> dict[str, Any]:

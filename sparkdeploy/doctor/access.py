@@ -2,7 +2,7 @@
 SSH user's. All three are preflight checks of `up` too (doctor/registry.py).
 
 `access.ssh` is the connection itself (doctor: runner.connect, one per node, host keys checked by
-sparkdeploy.remote: an unknown key is refused with its fingerprint, a changed key is a hard failure; up's
+sparkdeploy.runtime.remote: an unknown key is refused with its fingerprint, a changed key is a hard failure; up's
 preflight: whether the node's facts could be read).
 """
 

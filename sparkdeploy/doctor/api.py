@@ -8,7 +8,7 @@ from sparkdeploy.facts import read_facts
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.inventory import Node, load_inventory
 from sparkdeploy.recipes import resolve
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.secrets import load_secrets
 from sparkdeploy.topologies import build_deployment
 

@@ -19,8 +19,8 @@ from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.inventory import Node
-from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
-from sparkdeploy.thread_imports import preload
+from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
+from sparkdeploy.runtime.thread_imports import preload
 
 from .session import DoctorRun, NodeSession, Options
 

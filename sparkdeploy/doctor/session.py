@@ -1,6 +1,6 @@
 """One doctor run: the inventory, the rendered deployment, and one SSH session per node.
 
-Every node gets ONE SSH connection (sparkdeploy.remote.NodeConnection: host keys checked, unknown keys
+Every node gets ONE SSH connection (sparkdeploy.runtime.remote.NodeConnection: host keys checked, unknown keys
 refused). Checks share it: paramiko multiplexes channels, so checks of one node run in parallel over it.
 The node's facts (sparkdeploy.facts: every fact doctor reads, the deploy pipeline's included) are read once
 per node in one command and memoized (`DoctorRun.node_facts`); the first check that asks runs it, the others
@@ -23,7 +23,7 @@ from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
 from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
 from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import CommandResult, NodeConnection
+from sparkdeploy.runtime.remote import CommandResult, NodeConnection
 from sparkdeploy.secrets import Secrets
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.

@@ -1,7 +1,8 @@
 """The one fact layer: what a node has now, declared once per fact and read in one SSH round trip.
 
 base.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
-node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts.
+node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts (one node),
+gather_facts (every node of a run, in parallel).
 plan, preflight, status, top, doctor and dayzero (init, setup ssh, setup network) all read NodeFacts from here.
 """
 
@@ -26,7 +27,7 @@ from .node import (
     safe_name,
 )
 from .parsers import parse_sections
-from .read import FACTS_TIMEOUT_S, SETS, command, gather, parse, read_facts
+from .read import FACTS_TIMEOUT_S, SETS, add_resources, command, gather, gather_facts, parse, read_facts
 
 __all__ = [
     "EVERY_PORT",
@@ -45,8 +46,10 @@ __all__ = [
     "NodeFacts",
     "RdmaFact",
     "StateDirFact",
+    "add_resources",
     "command",
     "gather",
+    "gather_facts",
     "health_probes",
     "hub_folder",
     "parse",

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sparkdeploy.apply import Session, gather_facts
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard.state import guard_folder
 from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.nodeside.guard.ring import FILE, crash_points, read_records, window
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.session import Session
 
 DEFAULT_MINUTES = 5
 

@@ -11,7 +11,7 @@ from sparkdeploy.facts import NodeFacts
 from sparkdeploy.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.userfile import parse_json
 
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)

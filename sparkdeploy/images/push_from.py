@@ -52,8 +52,8 @@ from sparkdeploy.nodeside import ship
 from sparkdeploy.nodeside.layers import estimate_bytes
 from sparkdeploy.nodeside.relay import PROGRESS, RESULT
 from sparkdeploy.nodeside.ship import encode
-from sparkdeploy.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
-from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
+from sparkdeploy.runtime.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
+from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
 
 COMPRESSIONS = ("auto", "zstd", "gzip", "none")
 DECOMPRESSORS = {"zstd": ["zstd", "-d", "-q", "-c"], "gzip": ["gzip", "-d", "-c"], "none": ["cat"]}

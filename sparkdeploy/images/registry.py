@@ -28,7 +28,7 @@ from sparkdeploy.images import push_from
 from sparkdeploy.images.inventory_images import read_node_images
 from sparkdeploy.images.reference import RegistryRef, known_digest, parse_reference, record, save
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 CLI_TIMEOUT_S = 300  # `vllm serve --help=all` imports torch: tens of seconds on a Spark
 PULL_TIMEOUT_S = 3 * 3600  # an NGC vLLM image is 10-20 GB

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sparkdeploy.inventory import Node
 from sparkdeploy.models import ops
 from sparkdeploy.models.ops import ModelRef
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 
 @dataclass

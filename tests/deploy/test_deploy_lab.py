@@ -23,8 +23,9 @@ import pytest
 import requests
 import yaml
 
-from sparkdeploy.apply import Session, gather_facts
+from sparkdeploy.facts import gather_facts
 from sparkdeploy.inventory import load_inventory
+from sparkdeploy.runtime.session import Session
 from sparkdeploy.secrets import parse_env_file
 from tests.sim.chat_suite import expected_shape, run_suite
 from tests.support.cli_process import failure

@@ -13,10 +13,10 @@ import pytest
 
 from sparkdeploy import facts as facts_mod
 from sparkdeploy import health, preflight
-from sparkdeploy.apply import inventory_lock
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import FileFact
 from sparkdeploy.plan import manifest_text, plan_deployment, plan_down
+from sparkdeploy.runtime.locks import inventory_lock
 from tests.deploy.deploy_helpers import (
     IMAGE,
     IMAGE_ID,
@@ -520,7 +520,7 @@ class FakeConn:
             raise StepFailed(f"{self.node.name}: `{text}` exited 1: no space left on device {SECRET_HF}")
 
     def run(self, argv, check=True, timeout=None, stdin=None):
-        from sparkdeploy.remote import CommandResult
+        from sparkdeploy.runtime.remote import CommandResult
 
         text = " ".join(argv)
         self.calls.append(("run", text))
@@ -533,7 +533,7 @@ class FakeConn:
 
 
 def _session(dep, **per_node):
-    from sparkdeploy.apply import Session
+    from sparkdeploy.runtime.session import Session
 
     return Session(dep.inventory, {n.name: per_node.get(n.name) or FakeConn(n) for n in dep.inventory.nodes})
 
@@ -579,8 +579,9 @@ def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
 
 
 def test_apply_interrupted_skips_the_rest():
-    from sparkdeploy.apply import Interrupt, apply_plan
+    from sparkdeploy.apply import apply_plan
     from sparkdeploy.plan import SKIPPED
+    from sparkdeploy.runtime.interrupts import Interrupt
 
     dep = make_deployment("solo")
     plan = plan_deployment(dep, _facts(dep, empty_facts))

@@ -13,13 +13,13 @@ import json
 import paramiko
 import pytest
 
-from sparkdeploy import remote
 from sparkdeploy.apply import HANDLERS, run_step
 from sparkdeploy.deployment import ContainerSpec
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.inventory import Inventory
 from sparkdeploy.plan import Step, StepKind
-from sparkdeploy.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
+from sparkdeploy.runtime import remote
+from sparkdeploy.runtime.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
 from sparkdeploy.secrets import MASK, Secrets
 from tests.conftest import TWO_NODES
 

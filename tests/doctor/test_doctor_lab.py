@@ -394,7 +394,7 @@ def test_doctor_checks_the_recipe_that_is_deployed_and_says_which(lab, cli, sim_
 def test_unknown_and_changed_host_keys_are_refused(lab, cli, derived_inventory, tmp_path):
     import paramiko
 
-    from sparkdeploy.remote import fingerprint
+    from sparkdeploy.runtime.remote import fingerprint
 
     empty = tmp_path / "known_hosts_empty"
     empty.write_text("")

@@ -32,7 +32,7 @@ class FakeConn:
         self.commands = []
 
     def run(self, argv, check=False, timeout=None, stdin=None):
-        from sparkdeploy.remote import CommandResult
+        from sparkdeploy.runtime.remote import CommandResult
 
         command = argv if isinstance(argv, str) else " ".join(argv)
         self.commands.append(command)
@@ -346,7 +346,7 @@ def test_clock_skew_over_a_second_fails(write_inventory):
             self.offset = offset
 
         def run(self, argv, check=False, timeout=None, stdin=None):
-            from sparkdeploy.remote import CommandResult
+            from sparkdeploy.runtime.remote import CommandResult
 
             return CommandResult(self.node.name, "date", 0, f"{time.time() + self.offset:.6f}\n", "")
 

@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from sparkdeploy.apply import Session, gather_facts
+from sparkdeploy.facts import gather_facts
 from sparkdeploy.inventory import load_inventory
+from sparkdeploy.runtime.session import Session
 from sparkdeploy.secrets import parse_env_file
 from tests.support.cli_process import failure, sd
 

@@ -3,7 +3,7 @@
 `handling()` (cli/common.run_cli wraps every command in it) installs one handler for both signals:
 - The first signal raises KeyboardInterrupt in the main thread, wherever it waits (a connect, a wait for the
   nodes' threads, a sleep, a socket read), so `with` blocks and `finally` clauses run: a live display gives the
-  terminal back, locks are released. Inside `graceful()` (apply.Interrupt: `up` and `down` while steps change
+  terminal back, locks are released. Inside `graceful()` (`Interrupt` below: `up` and `down` while steps change
   nodes) the first signal only calls the run's `notify`, so the steps under way finish; the second raises.
   `immediate()` marks a part of such a run with nothing under way to finish (the health gate): there the first
   signal raises too.
@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -162,3 +162,38 @@ def in_threads(items: list[T], fn: Callable[[T], R], max_workers: int | None = N
         raise
     pool.shutdown(wait=True)
     return [f.result() for f in futures]
+
+
+class Interrupt:
+    """First stop signal (Ctrl-C, SIGTERM): set `event` (steps under way finish, the rest are skipped, temp files
+    are cleaned). Second: KeyboardInterrupt at once. `immediate()`: a part with nothing under way to finish, where
+    the first signal raises at once (`handling` above: the one handler of every command)."""
+
+    def __init__(self, say: Callable[[str], None] | None = None):
+        self.event = threading.Event()
+        self._section: AbstractContextManager[None] | None = None
+        self._say = say or (lambda m: print(m, file=sys.stderr, flush=True))
+
+    def _notify(self, signum: int) -> None:
+        self.event.set()
+        self._say(
+            f"interrupted ({name(signum)}): finishing the commands under way, then cleaning up "
+            f"({name(signum)} again to stop at once)"
+        )
+
+    def __enter__(self) -> Interrupt:
+        self._section = graceful(self._notify)
+        self._section.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        section, self._section = self._section, None
+        if section is not None:
+            section.__exit__(None, None, None)
+
+    def immediate(self) -> AbstractContextManager[None]:
+        return immediate()
+
+    @property
+    def set(self) -> bool:
+        return self.event.is_set()

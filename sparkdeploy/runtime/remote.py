@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import paramiko
 
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.interrupts import STOPPING, in_threads  # STOPPING: a second stop signal, no new remote command
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.thread_imports import preload
+from sparkdeploy.runtime.interrupts import STOPPING, in_threads  # STOPPING: a second stop signal, no new remote command
+from sparkdeploy.runtime.thread_imports import preload
 from sparkdeploy.userfile import read_text
 
 if TYPE_CHECKING:
@@ -563,7 +563,7 @@ def on_nodes(nodes: list[Node], fn: Callable[[Node], T], max_workers: int | None
 
     preload()  # nothing is first imported on a node's thread (CPython 3.11 compile race: see thread_imports)
     # A stop (Ctrl-C, SIGTERM) ends the wait at once; the threads, which start nothing new after a second one
-    # (STOPPING), are abandoned (sparkdeploy/interrupts.py).
+    # (STOPPING), are abandoned (sparkdeploy/runtime/interrupts.py).
     in_threads(outcomes, call, max_workers)
     return outcomes
 

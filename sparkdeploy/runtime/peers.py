@@ -29,10 +29,10 @@ import itertools
 import shlex
 
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.interrupts import in_threads
 from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import NodeConnection, fingerprint
-from sparkdeploy.thread_imports import preload
+from sparkdeploy.runtime.interrupts import in_threads
+from sparkdeploy.runtime.remote import NodeConnection, fingerprint
+from sparkdeploy.runtime.thread_imports import preload
 
 PEER_KEY = "~/.ssh/sparkdeploy_peer"  # ssh expands ~ in -i and UserKnownHostsFile itself
 PEER_KNOWN_HOSTS = "~/.ssh/known_hosts_sparkdeploy"
