@@ -37,8 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkdeploy import budget
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.fit import fit
-from sparkdeploy.inventory import load_inventory
 from sparkdeploy.runtime.session import Session
 from sparkdeploy.topologies.base import SERVING_CONTAINER
 

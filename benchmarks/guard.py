@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.lab import LabSpec
 from sparkdeploy.runtime.session import Session
 

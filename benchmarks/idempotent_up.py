@@ -44,8 +44,8 @@ def sd(*args: str) -> subprocess.CompletedProcess:
 
 
 def containers(inventory: str) -> dict:
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.facts import gather_facts
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.session import Session
 
     inv = load_inventory(inventory)

@@ -112,9 +112,9 @@ def main() -> int:
 
     import docker
 
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.build import ensure_image
     from sparkdeploy.images.push import push_image
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.peers import ensure_peer_trust
 
     inv = load_inventory(args.inventory)

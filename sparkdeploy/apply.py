@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import TEMP_SUFFIX
-from sparkdeploy.inventory import Node
 from sparkdeploy.plan import (
     CHANGED,
     FAILED,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from sparkdeploy.config.inventory import Inventory, load_inventory
+from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import load_secrets
 from sparkdeploy.topologies import build_deployment
 
 

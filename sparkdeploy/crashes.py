@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkdeploy import healthcheck
-from sparkdeploy.deployment import LABEL_PREFIX, MANAGED_LABEL
+from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import health_probes, parse_time
-from sparkdeploy.userfile import parse_json
+from sparkdeploy.labels import LABEL_PREFIX, MANAGED_LABEL
 
 HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the last 256 in memory)
 READ_TIMEOUT_S = 20

@@ -38,12 +38,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sparkdeploy.config.schema import problems_from_validation
+from sparkdeploy.config.userfile import JsonSyntaxError, parse_json
 from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.vllm_cli import PLUGIN_FLAGS, check_args, describe, image_spec
 from sparkdeploy.paths import confined
-from sparkdeploy.schema import problems_from_validation
-from sparkdeploy.userfile import JsonSyntaxError, parse_json
 
 SUPPORTED_VERSIONS = ("1",)
 MARKER = "recipe_version"  # a recipe file with this key is eugr's; sparkdeploy's own never has it

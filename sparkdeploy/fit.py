@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import budget
+from sparkdeploy.config.inventory import Inventory, load_inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts, read_facts
-from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.lint import synthetic_inventory
 from sparkdeploy.recipes import resolve
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import REGISTRY, build_deployment
 
 

@@ -27,7 +27,7 @@ from sparkdeploy.deployment import Deployment
 from sparkdeploy.runtime.remote import on_nodes
 
 if TYPE_CHECKING:
-    from sparkdeploy.inventory import Node
+    from sparkdeploy.config.inventory import Node
     from sparkdeploy.runtime.remote import NodeConnection
 
 POLL_S = 1.0

@@ -27,19 +27,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkdeploy import names
+from sparkdeploy.config.inventory import Inventory, load_inventory
+from sparkdeploy.config.schema import Number, Whole, problems_from_validation
+from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.deploy import gateway_routes
 from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
 from sparkdeploy.facts import FactArgs, gather
-from sparkdeploy.inventory import Inventory, load_inventory
 from sparkdeploy.plan import KEYS_FILE
 from sparkdeploy.recipes import MODEL_NAME
 from sparkdeploy.running_stack import GATEWAY, state_dir_of
 from sparkdeploy.runtime.locks import inventory_lock
 from sparkdeploy.runtime.remote import NodeConnection
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.schema import Number, Whole, problems_from_validation
-from sparkdeploy.userfile import parse_json
 
 TOKEN_PREFIX = "sk-sd-"
 BUDGET = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sparkdeploy import recipes as recipes_mod
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, MANAGED_LABEL
+from sparkdeploy.labels import DEPLOYMENT_LABEL, MANAGED_LABEL
 from sparkdeploy.runtime.remote import NodeConnection
 
 READ_TIMEOUT_S = 60

@@ -30,11 +30,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from sparkdeploy.config.guard_settings import GUARD_FOLDER
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
 from sparkdeploy.facts.catalog import ENGINE_DEAD
-from sparkdeploy.guard_settings import GUARD_FOLDER
-from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside.guard import groups
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"

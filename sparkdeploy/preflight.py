@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkdeploy.checks import SKIP, Check, Result, fail, ok
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.registry import PREFLIGHT
 from sparkdeploy.errors import SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.plan import StepKind, plan_node
 
 __all__ = ["PREFLIGHT", "PreflightRun", "Result", "failures", "image_definition_name", "run"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, Deployment
+from sparkdeploy.config.guard_settings import STACK_UNIT
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import STACK_UNIT
-from sparkdeploy.inventory import Inventory
+from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)

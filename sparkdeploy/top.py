@@ -22,10 +22,10 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
-from sparkdeploy.userfile import parse_json
 
 SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")

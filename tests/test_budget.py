@@ -10,15 +10,15 @@ import re
 import pytest
 
 from sparkdeploy import budget, preflight
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.doctor import gpu
 from sparkdeploy.doctor.registry import CHECKS, PREFLIGHT
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.fit import fit
-from sparkdeploy.inventory import Inventory
 from sparkdeploy.lint import synthetic_inventory
 from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
 

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.deploy import history
 from sparkdeploy.deploy.stack_file import load_stack
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.userfile import read_text
 from tests.conftest import REPO, TWO_NODES
 
 # The names added by this issue are imported in the tests that use them, so that each test also runs (and
@@ -78,7 +78,7 @@ ALLOWED = {
     ("sparkdeploy/dayzero/ssh_setup.py", "PKey.from_path("): "the key passed the door at inventory load",
 }
 PATTERNS = ("yaml.safe_load(", "yaml.load(", ".read_text(", ".read_bytes(", "json.load(", "PKey.from_path(")
-SKIP = ("sparkdeploy/userfile.py", "sparkdeploy/nodeside/", "sparkdeploy/lab/")  # the door; node side; the lab
+SKIP = ("sparkdeploy/config/userfile.py", "sparkdeploy/nodeside/", "sparkdeploy/lab/")  # the door; node side; the lab
 
 
 def test_every_user_file_goes_through_the_one_door():
@@ -93,7 +93,7 @@ def test_every_user_file_goes_through_the_one_door():
         for pattern in PATTERNS:
             if pattern in text:
                 found.add((rel, pattern))
-    assert found - set(ALLOWED) == set(), "read these through sparkdeploy/userfile.py"
+    assert found - set(ALLOWED) == set(), "read these through sparkdeploy/config/userfile.py"
     assert set(ALLOWED) - found == set(), "drop the stale entries from ALLOWED"
 
 
@@ -186,7 +186,7 @@ def test_a_history_file_that_is_dev_zero_is_one_line(cli, tmp_path, monkeypatch)
 
 
 def test_json_of_a_file_or_a_node_refuses_duplicates_nan_and_depth():
-    from sparkdeploy.userfile import parse_json
+    from sparkdeploy.config.userfile import parse_json
 
     for text, needle in [
         ('{"keys": [], "keys": [{"name": "evil"}]}', "duplicate key 'keys'"),
@@ -216,8 +216,8 @@ def test_gateway_keys_file_from_the_node_is_checked():
 
 
 def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_inventory):
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.dayzero.session import read_password_file
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.remote import load_host_keys
 
     pw = tmp_path / "pw"

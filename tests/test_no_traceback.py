@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import load_inventory
 from sparkdeploy.runtime.locks import cluster_lock
 from tests.support.cli_process import failure, sd
 

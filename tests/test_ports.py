@@ -12,10 +12,10 @@ import json
 import pytest
 import yaml
 
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.deploy.stack_file import load_stack
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import TWO_NODES
 
@@ -69,7 +69,7 @@ def test_one_deployment_s_ports_collide_on_a_node(cli, write_inventory, args, cl
 
 
 def test_distinct_ports_render_and_the_map_lists_every_listener(write_inventory):
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.ports import PortMap
 
     inv = load_inventory(_inventory(write_inventory, metrics=True))

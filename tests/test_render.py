@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from sparkdeploy import lint
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import resolve
 from sparkdeploy.render import render, shell_join, shell_path, shell_quote
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory
 from sparkdeploy.runtime.locks import cluster_lock, lock_path
 from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, _RejectUnknown
 from tests.conftest import REPO, TWO_NODES
@@ -98,7 +98,7 @@ def test_cluster_lock_is_keyed_by_the_nodes_not_the_file(tmp_path, monkeypatch):
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from sparkdeploy.runtime.locks import cluster_lock
-        from sparkdeploy.inventory import Inventory
+        from sparkdeploy.config.inventory import Inventory
         import json
         inv = Inventory.model_validate(json.loads({json.dumps(json.dumps(TWO_NODES))}))
         with cluster_lock(inv):
@@ -131,7 +131,7 @@ def test_second_ctrl_c_stops_at_once_and_starts_no_new_remote_command(tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from sparkdeploy.runtime.interrupts import Interrupt
         from sparkdeploy.cli.common import run_cli
-        from sparkdeploy.inventory import Inventory
+        from sparkdeploy.config.inventory import Inventory
         from sparkdeploy.runtime.remote import NodeConnection, on_nodes
         import click, json
         inv = Inventory.model_validate(json.loads({json.dumps(json.dumps(TWO_NODES))}))

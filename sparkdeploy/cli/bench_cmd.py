@@ -314,8 +314,8 @@ def sweep_cmd(
         parse_topologies,
         run_sweep,
     )
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.context import recipe_name_for
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.recipes import load_recipe
 
     specs = parse_topologies(topologies)

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
+from sparkdeploy.config.userfile import redact
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.errors import ConfigError, escape_controls
-from sparkdeploy.userfile import redact
 
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}

@@ -109,8 +109,8 @@ def _lock_for_nccl(inventory, nccl: bool):
     that does not load is reported by doctor itself (exit 2), so no lock is needed then."""
     from contextlib import nullcontext
 
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.errors import ConfigError
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.locks import cluster_lock
 
     if not nccl:

@@ -105,11 +105,11 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
     (--follow stops within a second, however a node's stream stalls).
     """
     from sparkdeploy import logs as node_logs
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.errors import NothingDeployed, StepFailed
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.remote import on_nodes
     from sparkdeploy.runtime.session import Session
-    from sparkdeploy.secrets import load_secrets
 
     inv = load_inventory(inventory)
     chosen = [inv.node(n) for n in nodes] if nodes else list(inv.nodes)

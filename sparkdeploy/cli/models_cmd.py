@@ -175,7 +175,7 @@ def list_cmd(verify, inventory, as_json):
     """Per node: the models and revisions present, their size, and whether complete and verified.
 
     Exit 1 when a node cannot be read or holds a model that does not verify."""
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.models.listing import node_models
     from sparkdeploy.models.ops import describe_bad
     from sparkdeploy.runtime.remote import NodeConnection

@@ -138,10 +138,10 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     143 SIGTERM (the live view stops within a second, wherever it waits).
     """
     from sparkdeploy import top as monitor_mod
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.errors import NothingDeployed, StepFailed
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.runtime.remote import NodeConnection
-    from sparkdeploy.secrets import load_secrets
 
     inv = load_inventory(inventory)
     secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy import names, paths
+from sparkdeploy.config.userfile import load_json_file, load_yaml_file, read_text
 from sparkdeploy.dayzero import discover, inventory_text
 from sparkdeploy.dayzero import plan as planner
 from sparkdeploy.dayzero.session import (
@@ -36,7 +37,6 @@ from sparkdeploy.dayzero.session import (
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.runtime.remote import load_host_keys, on_nodes
-from sparkdeploy.userfile import load_json_file, load_yaml_file, read_text
 
 
 @dataclass

@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.discover import DiscoveredNode, read_node
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import ship
 from sparkdeploy.runtime.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes
 

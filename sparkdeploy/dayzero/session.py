@@ -23,8 +23,10 @@ import paramiko
 from pydantic import ValidationError
 
 from sparkdeploy import paths
+from sparkdeploy.config.inventory import Inventory, parse_ip
+from sparkdeploy.config.schema import problems_from_validation
+from sparkdeploy.config.userfile import present_file_problems, read_text
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
-from sparkdeploy.inventory import Inventory, parse_ip
 from sparkdeploy.runtime.remote import (
     connect_problem,
     fingerprint,
@@ -34,8 +36,6 @@ from sparkdeploy.runtime.remote import (
     record_host_key,
     scan_host_key,
 )
-from sparkdeploy.schema import problems_from_validation
-from sparkdeploy.userfile import present_file_problems, read_text
 
 # (host, key type, SHA256 fingerprint) -> trust it?
 Confirm = Callable[[str, str, str], bool]

@@ -11,19 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.apply import apply_plan, clean_temp_files
+from sparkdeploy.config.inventory import Inventory, load_inventory
+from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.deploy import gateway_routes, stack
 from sparkdeploy.deploy.report import Reporter, plan_summary
 from sparkdeploy.deploy.stack_file import NAME
-from sparkdeploy.deployment import DEPLOYMENT_LABEL
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
-from sparkdeploy.inventory import Inventory, load_inventory
+from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.plan import GATEWAY_KEPT, KEYS_FILE, Plan, plan_down
 from sparkdeploy.running_stack import GATEWAY, RESERVED
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.secrets import load_secrets
 
 KEEP_KEYS = "`sparkdeploy down --keys` removes them"
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sparkdeploy.checks import FAIL, SKIP, WARN, Result
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deploy.report import Reporter
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.doctor import nccl_probe
@@ -31,7 +32,6 @@ from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources
-from sparkdeploy.inventory import Node
 from sparkdeploy.plan import Plan, StepKind
 from sparkdeploy.preflight import PreflightRun
 from sparkdeploy.runtime.session import Session

@@ -32,10 +32,11 @@ from typing import Any
 
 from sparkdeploy import health
 from sparkdeploy.apply import apply_plan
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, FileSpec
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.deployment import FileSpec
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
-from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
 from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.running_stack import GATEWAY, state_dir_of

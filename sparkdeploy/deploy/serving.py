@@ -21,10 +21,10 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, NOT_ENGINES, WATCHERS_LABEL
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import ContainerFact, NodeFacts, gather_facts
-from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.labels import DEPLOYMENT_LABEL, NOT_ENGINES, WATCHERS_LABEL
 from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.runtime.session import Session
 

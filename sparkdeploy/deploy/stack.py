@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from sparkdeploy import preflight
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import refuse_missing
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, gateway_routes, history
 from sparkdeploy.deploy.gateway_routes import Gateway, Routes
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
@@ -58,17 +60,11 @@ from sparkdeploy.deploy.stack_units import (
     stack_routes,
 )
 from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
-from sparkdeploy.deployment import (
-    DEPLOYMENT_LABEL,
-    NOT_ENGINES,
-    ROLE_LABEL,
-    Deployment,
-    NodeDeployment,
-)
+from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.images import push
-from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.labels import DEPLOYMENT_LABEL, NOT_ENGINES, ROLE_LABEL
 from sparkdeploy.plan import (
     CHANGED,
     GATEWAY_KEPT,
@@ -85,7 +81,6 @@ from sparkdeploy.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, 
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.secrets import refuse_missing
 
 # -- planning ---------------------------------------------------------------------------------------------
 

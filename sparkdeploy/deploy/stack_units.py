@@ -11,30 +11,20 @@ from pathlib import Path
 from typing import Any, cast
 
 from sparkdeploy import __version__, healthcheck
+from sparkdeploy.config.secrets import digest_key, keyed_digest
 from sparkdeploy.deploy.gateway_routes import ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.stack_file import (
     GATEWAY_PORT,
     Stack,
 )
 from sparkdeploy.deploy.up import simulated
-from sparkdeploy.deployment import (
-    DEPLOYMENT_LABEL,
-    LABEL_PREFIX,
-    MANAGED_LABEL,
-    ContainerSpec,
-    Deployment,
-    FileSpec,
-    Listen,
-    NodeDeployment,
-    config_hash,
-    health_path,
-)
+from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment, config_hash, health_path
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.labels import DEPLOYMENT_LABEL, LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.plan import SPEND_FOLDER
 from sparkdeploy.recipes import LiteLLMSettings
 from sparkdeploy.render import render
 from sparkdeploy.running_stack import GATEWAY, GUARD, state_dir_of
-from sparkdeploy.secrets import digest_key, keyed_digest
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE

@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from sparkdeploy import crashes, health
+from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.deploy import stack
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, GROUP_LABEL
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard import state as guard_state
-from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.labels import DEPLOYMENT_LABEL, GROUP_LABEL
 from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.runtime.session import Session
 

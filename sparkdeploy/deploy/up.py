@@ -12,6 +12,8 @@ from typing import Any, cast
 
 from sparkdeploy import health, preflight
 from sparkdeploy.apply import apply_plan, clean_temp_files
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import refuse_missing
 from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history, registry_image
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
@@ -22,14 +24,12 @@ from sparkdeploy.guard.lines import check_lines as check_guard_lines
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import up_check
 from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, Plan, StepKind, plan_deployment
 from sparkdeploy.runtime.holds import hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import NodeLockHeld, inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.secrets import refuse_missing
 
 
 def simulated(dep: Deployment) -> bool:

@@ -9,7 +9,7 @@ preflight: whether the node's facts could be read).
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
 
 from .session import DoctorRun
 

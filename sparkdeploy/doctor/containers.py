@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparkdeploy import crashes
 from sparkdeploy.checks import Result, fail, ok, skip, warn
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
 
 from .session import DoctorRun
 

@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 
 from sparkdeploy.checks import FAIL, Result, fail, ok, skip
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deployment import health_path
 from sparkdeploy.facts import ContainerFact
-from sparkdeploy.inventory import Node
 
 from . import engine
 from .session import DoctorRun

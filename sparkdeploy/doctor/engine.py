@@ -4,9 +4,9 @@ container holds one of our names. `disk` and `names` are preflight checks of `up
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
-from sparkdeploy.inventory import Node
 
 from .session import DoctorRun
 

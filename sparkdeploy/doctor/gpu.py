@@ -16,9 +16,9 @@ import yaml
 
 from sparkdeploy import budget
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import GpuFact
 from sparkdeploy.facts.parsers import number, version_tuple
-from sparkdeploy.inventory import Node
 
 from .session import DoctorRun
 

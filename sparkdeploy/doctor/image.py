@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
-from sparkdeploy.inventory import Node
-from sparkdeploy.userfile import load_json_file
 
 from .session import DoctorRun, NodeSession
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Node
 from sparkdeploy.plan import DOCTOR_FOLDER
 
 from . import graph_advice

@@ -7,10 +7,10 @@ import ipaddress
 import time
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NetworkFact
 from sparkdeploy.facts.parsers import Link, parse_ping
-from sparkdeploy.inventory import Node
 
 from .session import DoctorRun, NodeSession
 

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 
 from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
-from sparkdeploy.inventory import Node
 from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
 from sparkdeploy.runtime.thread_imports import preload
 

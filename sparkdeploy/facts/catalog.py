@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from sparkdeploy import healthcheck
-from sparkdeploy.deployment import MANAGED_LABEL
+from sparkdeploy.labels import MANAGED_LABEL
 
 from .base import Fact
 from .node import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sparkdeploy.deployment import LABEL_PREFIX
+from sparkdeploy.labels import LABEL_PREFIX
 
 from .parsers import GidEntry, Link, RdmaDevice
 

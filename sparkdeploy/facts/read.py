@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Node
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session
 

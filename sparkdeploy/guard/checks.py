@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from sparkdeploy.checks import Result, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.guard.postmortem import DEFAULT_MINUTES, evidence, node_postmortem
 from sparkdeploy.guard.state import guard_folder, line, read_status
-from sparkdeploy.inventory import Node
 
 RECENT_S = 7 * 24 * 3600  # a crash older than a week is history, not a finding
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkdeploy.config.guard_settings import effective
 from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import effective
 from sparkdeploy.topologies.guard import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
 
 

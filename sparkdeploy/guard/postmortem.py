@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard.state import guard_folder
-from sparkdeploy.inventory import Inventory, Node, load_inventory
 from sparkdeploy.nodeside.guard.ring import FILE, crash_points, read_records, window
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import GUARD_FOLDER, STACK_UNIT
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
-from sparkdeploy.userfile import parse_json
 
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)
 

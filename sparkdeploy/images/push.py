@@ -38,6 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
@@ -45,7 +46,6 @@ from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
 from sparkdeploy.images.streams import NodeStream, group_plans
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
 from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers

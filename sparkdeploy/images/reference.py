@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import Field
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.userfile import load_json_file
 
 STATE_FOLDER = "registry-images"  # under the local state: <digest hex>.json per image, refs.json
 

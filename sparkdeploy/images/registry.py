@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images import push_from
 from sparkdeploy.images.inventory_images import read_node_images
 from sparkdeploy.images.reference import RegistryRef, known_digest, parse_reference, record, save
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 CLI_TIMEOUT_S = 300  # `vllm serve --help=all` imports torch: tens of seconds on a Spark

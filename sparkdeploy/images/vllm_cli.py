@@ -13,10 +13,10 @@ from __future__ import annotations
 from functools import cache
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.userfile import load_json_file
 
 # Parser flags whose names vLLM checks when the server starts (the dump's value_sets), and the plugin flag that
 # can register more names before that.

@@ -195,7 +195,7 @@ def _doomed(client, spec: LabSpec, rebuild: bool, plans: dict[str, nodes.LabCont
 
 
 def _up(spec: LabSpec, rebuild: bool, before_replace: Callable[[list[str]], None] = lambda nodes: None) -> UpResult:
-    from sparkdeploy.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
+    from sparkdeploy.config.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
 
     t0 = time.monotonic()
     client = docker_client()

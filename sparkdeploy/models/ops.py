@@ -8,8 +8,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside import ship
 from sparkdeploy.runtime.remote import NodeConnection
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import cast
 
 from sparkdeploy import paths
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.runtime import interrupts
 from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.runtime.session import Session

@@ -28,8 +28,8 @@ import hashlib
 import itertools
 import shlex
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.runtime.remote import NodeConnection, fingerprint
 from sparkdeploy.runtime.thread_imports import preload

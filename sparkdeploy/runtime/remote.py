@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import paramiko
 
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.runtime.interrupts import STOPPING, in_threads  # STOPPING: a second stop signal, no new remote command
 from sparkdeploy.runtime.thread_imports import preload
-from sparkdeploy.userfile import read_text
 
 if TYPE_CHECKING:
     from fabric import Connection

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.runtime.remote import NodeConnection
 
 

@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import __version__, healthcheck
-from sparkdeploy.deployment import (
+from sparkdeploy.config.guard_settings import GuardSettings, effective
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import Secrets, digest_key, keyed_digest
+from sparkdeploy.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
+from sparkdeploy.images.definitions import ImageDefinition, load_definition
+from sparkdeploy.labels import (
     DEPLOYMENT_LABEL,
     GROUP_LABEL,
     HEALTH_PORT_LABEL,
@@ -17,19 +22,9 @@ from sparkdeploy.deployment import (
     MANAGED_LABEL,
     RANK_LABEL,
     WATCHERS_LABEL,
-    ContainerSpec,
-    FileSpec,
-    Listen,
-    NodeDeployment,
-    config_hash,
-    health_path,
 )
-from sparkdeploy.guard_settings import GuardSettings, effective
-from sparkdeploy.images.definitions import ImageDefinition, load_definition
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.recipes import ResolvedRecipe
 from sparkdeploy.render import render
-from sparkdeploy.secrets import Secrets, digest_key, keyed_digest
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 SERVING_CONTAINER = "sparkdeploy-vllm"

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.backend_features import check_backend_flags
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
-from sparkdeploy.inventory import Node
 from sparkdeploy.topologies import layout
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context, engine_listen
 from sparkdeploy.vllm_args import Distributed, serve_args

@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy import budget
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, GuardSettings, effective
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard_settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.inventory import Node
 from sparkdeploy.topologies.base import Context
 
 GUARD_CONTAINER = "sparkdeploy-guard"

@@ -6,7 +6,7 @@ import subprocess
 
 from sparkdeploy import logs
 from sparkdeploy.cli.logs_cmd import Printer
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.config.secrets import Secrets
 
 SPARK1 = """@@sparkdeploy-logs@@ sparkdeploy-litellm
 @@sparkdeploy-logs@@ sparkdeploy-vllm

@@ -7,10 +7,10 @@ import copy
 
 import yaml
 
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.dryrun import as_text, describe
-from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
 from sparkdeploy.topologies import build_deployment
 from sparkdeploy.topologies.metrics_stack import KEY_FILE, PROMETHEUS_CONTAINER
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES

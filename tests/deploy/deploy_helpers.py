@@ -7,12 +7,12 @@ import hashlib
 import json
 from pathlib import Path
 
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.inventory import Inventory
 from sparkdeploy.recipes import Recipe, ResolvedRecipe
-from sparkdeploy.secrets import Secrets
 
 SECRET_HF = "hf_UNITtestSECRETvalue789"
 SECRET_KEY = "sk-UNITtestMASTERkey012"

@@ -23,10 +23,10 @@ import pytest
 import requests
 import yaml
 
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import parse_env_file
 from sparkdeploy.facts import gather_facts
-from sparkdeploy.inventory import load_inventory
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.secrets import parse_env_file
 from tests.sim.chat_suite import expected_shape, run_suite
 from tests.support.cli_process import failure
 from tests.support.cli_process import sd as run_cli_process

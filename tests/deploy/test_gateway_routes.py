@@ -9,10 +9,10 @@ import ast
 import json
 from pathlib import Path
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.deploy import down, gateway_routes
 from sparkdeploy.deploy.gateway_routes import Gateway, Routes, group
 from sparkdeploy.facts import FileFact, NodeFacts, StateDirFact, parse
-from sparkdeploy.inventory import Node
 from sparkdeploy.plan import GATEWAY_KEPT, StepKind, plan_removal
 from tests.conftest import TWO_NODES
 
@@ -154,8 +154,8 @@ def test_down_keys_with_another_deployment_is_refused_before_connecting(cli, inv
 def test_a_gateway_folder_with_spend_counts_of_no_key_goes_with_down():
     """`up --stack` makes spend/ whether or not a key was ever made: without keys.json it counts no key, so `down`
     removes it (and the folder) instead of calling it kept keys."""
+    from sparkdeploy.config.inventory import Inventory
     from sparkdeploy.deploy import stack
-    from sparkdeploy.inventory import Inventory
 
     inv = Inventory.model_validate(TWO_NODES)
     f = NodeFacts("spark1", home="/home/spark", state_dir_mode=0o700, other_entries=["spend"])

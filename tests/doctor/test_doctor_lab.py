@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.lab.nodes import ssh_banner
 from sparkdeploy.lab.spec import FABRIC_IFACE
 

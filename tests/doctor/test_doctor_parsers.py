@@ -352,8 +352,8 @@ def test_verdicts_and_advice():
 
 
 def test_nccl_verdict_rows():
+    from sparkdeploy.config.inventory import Node
     from sparkdeploy.doctor.nccl_probe import verdict
-    from sparkdeploy.inventory import Node
 
     nodes = [
         Node(

@@ -413,9 +413,9 @@ def test_the_state_dir_check_looks_at_every_folder_of_a_stack():
     one of them with the chown of that folder (the folders as the `state_dirs` fact reads them)."""
     from types import SimpleNamespace
 
+    from sparkdeploy.config.inventory import Inventory
     from sparkdeploy.doctor import access
     from sparkdeploy.facts import NodeFacts, StateDirFact
-    from sparkdeploy.inventory import Inventory
     from tests.conftest import TWO_NODES
 
     inv = Inventory.model_validate(TWO_NODES)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkdeploy.config.secrets import parse_env_file
 from sparkdeploy.runtime.holds import HOLD_ENV, HOLD_UNTIL_ENV
 from sparkdeploy.runtime.locks import NODE_LOCK_DIR
-from sparkdeploy.secrets import parse_env_file
 from tests.support.cli_process import cli_argv, spawn_cli
 
 pytestmark = pytest.mark.lab

@@ -110,14 +110,14 @@ def _save_cli(ref_text: str, spec: dict, simulated: bool = True) -> None:
 
 
 def _lint_inventory():
-    from sparkdeploy.inventory import Inventory
+    from sparkdeploy.config.inventory import Inventory
     from sparkdeploy.lint import LINT_INVENTORY
 
     return Inventory.model_validate(LINT_INVENTORY)
 
 
 def _render(path: Path, sets=()):
-    from sparkdeploy.secrets import Secrets
+    from sparkdeploy.config.secrets import Secrets
     from sparkdeploy.topologies import build_deployment
 
     resolved = recipes.resolve(str(path), sets=list(sets))
@@ -148,7 +148,7 @@ def test_a_registry_image_runs_as_it_is_in_the_lab(tmp_path, state, sim_help):
     _save_cli(ref, parse_help(sim_help), simulated=True)
     inv = _lint_inventory()
     inv.cluster.image_override = "vllm-sim"
-    from sparkdeploy.secrets import Secrets
+    from sparkdeploy.config.secrets import Secrets
     from sparkdeploy.topologies import build_deployment
 
     dep = build_deployment(inv, recipes.resolve(str(_recipe(tmp_path, ref))), Secrets({}, source="t"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.runtime.peers import (
     authorized_line,
     known_hosts_host,

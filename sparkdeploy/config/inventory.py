@@ -16,12 +16,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import fabric_mesh, names, paths
+from sparkdeploy import names, paths
+from sparkdeploy.config import fabric_mesh
+from sparkdeploy.config.guard_settings import GuardSettings
+from sparkdeploy.config.schema import Whole, problems_from_validation
+from sparkdeploy.config.userfile import load_yaml_file, present_file_problems
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard_settings import GuardSettings
 from sparkdeploy.names import ClusterName, HcaName, InterfaceName, NodeName, UserName
-from sparkdeploy.schema import Whole, problems_from_validation
-from sparkdeploy.userfile import load_yaml_file, present_file_problems
 
 
 def _not_an_ip(value: str, field: str) -> ValueError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparkdeploy.schema import Number, Whole
+from sparkdeploy.config.schema import Number, Whole
 
 # The guard's folder in the state dir: its black box and status.json (written by its container, removed by `down`).
 GUARD_FOLDER = "guard"

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.userfile import read_text
 
 KNOWN = ("HF_TOKEN", "LITELLM_MASTER_KEY")
 MASK = "********"

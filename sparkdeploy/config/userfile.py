@@ -10,7 +10,7 @@ files, the local history, and the JSON a node returns (the gateway's keys and ma
   nesting stops at MAX_DEPTH (a 5000-deep list would be a RecursionError) and no string exceeds MAX_SCALAR;
 - JSON the same: duplicate keys refused (json keeps the last), NaN/Infinity refused, nesting at most MAX_DEPTH;
 - an error never quotes the file's text (a secrets file given by mistake would be echoed): only line and column.
-The types of what was read are the schemas' business (sparkdeploy/schema.py: strict, no bool for a number).
+The types of what was read are the schemas' business (sparkdeploy/config/schema.py: strict, no bool for a number).
 tests/test_hostile_files.py fails if another module of the package reads a user's file or parses YAML itself.
 """
 
