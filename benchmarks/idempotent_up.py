@@ -62,10 +62,10 @@ def containers(inventory: str) -> dict:
 def phases(inventory: str, args: list[str]) -> dict[str, float]:
     """One idempotent run in-process, timed by phase (after imports)."""
     from sparkdeploy import health, preflight
-    from sparkdeploy.context import load_deployment
     from sparkdeploy.facts import gather_facts
     from sparkdeploy.plan import plan_deployment
     from sparkdeploy.runtime.session import Session
+    from sparkdeploy.topologies.context import load_deployment
 
     topology = args[args.index("-t") + 1]
     backend = args[args.index("-b") + 1] if "-b" in args else None

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.runtime.remote import on_nodes
+from sparkdeploy.topologies.deployment import Deployment
 
 if TYPE_CHECKING:
     from sparkdeploy.config.inventory import Node

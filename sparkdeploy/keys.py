@@ -35,11 +35,11 @@ from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
 from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.plan import KEYS_FILE
-from sparkdeploy.recipes import MODEL_NAME
-from sparkdeploy.running_stack import GATEWAY, state_dir_of
+from sparkdeploy.recipes.recipe import MODEL_NAME
 from sparkdeploy.runtime.locks import inventory_lock
 from sparkdeploy.runtime.remote import NodeConnection
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.running_stack import GATEWAY, state_dir_of
 
 TOKEN_PREFIX = "sk-sd-"
 BUDGET = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG]?)")

@@ -32,10 +32,10 @@ from typing import Any
 
 from sparkdeploy.config.guard_settings import GUARD_FOLDER
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
 from sparkdeploy.facts.catalog import ENGINE_DEAD
 from sparkdeploy.nodeside.guard import groups
+from sparkdeploy.topologies.deployment import ContainerSpec, Deployment, FileSpec, NodeDeployment
 
 OK, CHANGED, FAILED, SKIPPED, PENDING = "ok", "changed", "failed", "skipped", "pending"
 STATE_DIR_MODE = 0o700

@@ -4,7 +4,7 @@ The checks are doctor's own (doctor/registry.py PREFLIGHT: the entries with a `p
 functions and formulas, run here over the facts `up` already read (one round trip per node) instead of a
 doctor session: reachable over SSH, Docker usable by the SSH user, the state dir ours, no foreign container
 holding one of our names, the images present with one image ID on every node, the ports free or ours, the
-memory budget (sparkdeploy/budget.py) and disk. Any failure aborts the whole run; a missing image carries
+memory budget (sparkdeploy/recipes/budget.py) and disk. Any failure aborts the whole run; a missing image carries
 `missing_image`, which `up` pushes before checking again.
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from sparkdeploy.checks import SKIP, Check, Result, fail, ok
 from sparkdeploy.config.inventory import Inventory, Node
-from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.registry import PREFLIGHT
 from sparkdeploy.errors import SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.plan import StepKind, plan_node
+from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
 
 __all__ = ["PREFLIGHT", "PreflightRun", "Result", "failures", "image_definition_name", "run"]
 

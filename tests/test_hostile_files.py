@@ -248,7 +248,7 @@ def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_
 
 
 def test_a_1500_deep_compilation_config_is_one_line(tmp_path):
-    from sparkdeploy.recipes import resolve
+    from sparkdeploy.recipes.recipe import resolve
 
     text = (REPO / "tests" / "fixtures" / "eugr" / "openai-gpt-oss-120b.yaml").read_text()
     text = text.replace("container: vllm-thor-mxfp4", "container: vllm-node-mxfp4")

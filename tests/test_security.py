@@ -23,7 +23,7 @@ from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets, load_secrets
 from sparkdeploy.config.userfile import parse_yaml
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import REPO, SECRET_HF, SECRET_KEY, TWO_NODES
 

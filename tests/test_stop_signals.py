@@ -167,7 +167,7 @@ UP_GATE = textwrap.dedent("""
     from sparkdeploy.runtime.locks import inventory_lock, node_locks
     from sparkdeploy.runtime.session import Session
     from sparkdeploy.cli.common import run_cli
-    from sparkdeploy.context import load_deployment
+    from sparkdeploy.topologies.context import load_deployment
     from sparkdeploy.deploy.report import Reporter
     from sparkdeploy.deploy.up import failure_lines, health_phase
     from sparkdeploy.errors import StepFailed

@@ -25,7 +25,7 @@ from sparkdeploy.bench.report import figures_line
 from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import BenchResult, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
-from sparkdeploy.recipes import TOPOLOGIES
+from sparkdeploy.recipes.recipe import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
 ROUTINGS = (

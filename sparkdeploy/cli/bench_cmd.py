@@ -315,8 +315,8 @@ def sweep_cmd(
         run_sweep,
     )
     from sparkdeploy.config.inventory import load_inventory
-    from sparkdeploy.context import recipe_name_for
-    from sparkdeploy.recipes import load_recipe
+    from sparkdeploy.recipes.recipe import load_recipe
+    from sparkdeploy.topologies.context import recipe_name_for
 
     specs = parse_topologies(topologies)
     levels = parse_levels(concurrency)

@@ -160,7 +160,7 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
     from sparkdeploy.images import registry
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.reference import is_reference
-    from sparkdeploy.recipes import load_recipe
+    from sparkdeploy.recipes.recipe import load_recipe
 
     ref = image
     if not is_reference(image):

@@ -53,9 +53,9 @@ class RichProgress:
 
 def resolve_target(arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None):
     """RECIPE|MODEL -> (ModelRef, engine image tag, inventory, secrets)."""
-    from sparkdeploy.context import load_deployment
     from sparkdeploy.models.ops import model_ref
-    from sparkdeploy.recipes import recipe_files
+    from sparkdeploy.recipes.recipe import recipe_files
+    from sparkdeploy.topologies.context import load_deployment
 
     if arg in recipe_files(recipes_dir):
         dep = load_deployment(inventory, arg, recipes_dir=recipes_dir)

@@ -20,7 +20,7 @@ from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero.discover import DiscoveredNode
 from sparkdeploy.dayzero.plan import FABRIC_MTU
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.render import render
+from sparkdeploy.topologies.render import render
 
 TEMPLATE = "netplan-fabric.yaml.j2"
 PATH = "/etc/netplan/40-sparkdeploy-fabric.yaml"

@@ -20,10 +20,10 @@ from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.plan import GATEWAY_KEPT, KEYS_FILE, Plan, plan_down
-from sparkdeploy.running_stack import GATEWAY, RESERVED
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.running_stack import GATEWAY, RESERVED
 
 KEEP_KEYS = "`sparkdeploy down --keys` removes them"
 

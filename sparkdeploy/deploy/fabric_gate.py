@@ -26,7 +26,6 @@ from typing import Any, cast
 from sparkdeploy.checks import FAIL, SKIP, WARN, Result
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.deploy.report import Reporter
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.doctor import nccl_probe
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
@@ -35,6 +34,7 @@ from sparkdeploy.facts import NodeFacts, add_resources
 from sparkdeploy.plan import Plan, StepKind
 from sparkdeploy.preflight import PreflightRun
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.deployment import Deployment
 
 GATED = ("cluster", "replicas")  # topologies whose engines all-reduce over the fabric
 CHECKS = ("image.same_id", "image.torch_nccl", "gpu.same_driver")  # doctor's, in this order, before the probe

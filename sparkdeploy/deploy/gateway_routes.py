@@ -33,15 +33,15 @@ from typing import Any
 from sparkdeploy import health
 from sparkdeploy.apply import apply_plan
 from sparkdeploy.config.inventory import Inventory, Node
-from sparkdeploy.deployment import FileSpec
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
-from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
-from sparkdeploy.running_stack import GATEWAY, state_dir_of
+from sparkdeploy.recipes.recipe import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.deployment import FileSpec
+from sparkdeploy.topologies.running_stack import GATEWAY, state_dir_of
 
 ROUTES_FILE = "routes.json"
 # How stale one gateway worker's view of routes.json may be: it looks at the file at most every CHECK_S (0.2 s,

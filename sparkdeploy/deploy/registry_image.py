@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.reference import RegistryImage
 from sparkdeploy.images.registry import dry_run_lines, pull_and_spread
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def for_deployment(

@@ -60,7 +60,6 @@ from sparkdeploy.deploy.stack_units import (
     stack_routes,
 )
 from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
-from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.images import push
@@ -77,10 +76,11 @@ from sparkdeploy.plan import (
     plan_node,
     plan_removal,
 )
-from sparkdeploy.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, state_dir_of
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
+from sparkdeploy.topologies.running_stack import GATEWAY, GUARD, RESERVED, deployments_on, state_dir_of
 
 # -- planning ---------------------------------------------------------------------------------------------
 

@@ -16,22 +16,19 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy import budget as memory_budget
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.secrets import Secrets, load_secrets
 from sparkdeploy.config.userfile import load_yaml_file
-from sparkdeploy.deployment import (
-    Deployment,
-    Listen,
-)
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
-from sparkdeploy.ports import Owner, PortMap
-from sparkdeploy.recipes import ResolvedRecipe, resolve
-from sparkdeploy.running_stack import RESERVED, state_dir_of, sub_inventory
+from sparkdeploy.recipes import budget as memory_budget
+from sparkdeploy.recipes.recipe import ResolvedRecipe, resolve
 from sparkdeploy.topologies import build_deployment, layout
 from sparkdeploy.topologies.base import ENGINE_PORT
+from sparkdeploy.topologies.deployment import Deployment, Listen
+from sparkdeploy.topologies.ports import Owner, PortMap
+from sparkdeploy.topologies.running_stack import RESERVED, state_dir_of, sub_inventory
 
 NAME = KINDS["deployment"].pattern  # matched in full (names.py)
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node

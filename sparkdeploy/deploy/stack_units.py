@@ -18,15 +18,23 @@ from sparkdeploy.deploy.stack_file import (
     Stack,
 )
 from sparkdeploy.deploy.up import simulated
-from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment, config_hash, health_path
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.labels import DEPLOYMENT_LABEL, LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.plan import SPEND_FOLDER
-from sparkdeploy.recipes import LiteLLMSettings
-from sparkdeploy.render import render
-from sparkdeploy.running_stack import GATEWAY, GUARD, state_dir_of
+from sparkdeploy.recipes.recipe import LiteLLMSettings
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import (
+    ContainerSpec,
+    Deployment,
+    FileSpec,
+    Listen,
+    NodeDeployment,
+    config_hash,
+    health_path,
+)
+from sparkdeploy.topologies.render import render
+from sparkdeploy.topologies.running_stack import GATEWAY, GUARD, state_dir_of
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
 GATEWAY_CONTAINER = f"sparkdeploy-{GATEWAY}-litellm"

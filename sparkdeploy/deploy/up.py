@@ -14,10 +14,8 @@ from sparkdeploy import health, preflight
 from sparkdeploy.apply import apply_plan, clean_temp_files
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import refuse_missing
-from sparkdeploy.context import load_deployment
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history, registry_image
 from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources, gather_facts
 from sparkdeploy.guard.lines import check_lines as check_guard_lines
@@ -30,6 +28,8 @@ from sparkdeploy.runtime.holds import hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import NodeLockHeld, inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def simulated(dep: Deployment) -> bool:

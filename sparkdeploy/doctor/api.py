@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from sparkdeploy import running_stack as stack
 from sparkdeploy.config.inventory import Node, load_inventory
 from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import read_facts
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies import running_stack as stack
 
 from .registry import CHECKS
 from .runner import Report, execute, select

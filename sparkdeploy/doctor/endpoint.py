@@ -16,8 +16,8 @@ import urllib.request
 
 from sparkdeploy.checks import FAIL, Result, fail, ok, skip
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.deployment import health_path
 from sparkdeploy.facts import ContainerFact
+from sparkdeploy.topologies.deployment import health_path
 
 from . import engine
 from .session import DoctorRun

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
 from sparkdeploy.runtime.thread_imports import preload
+from sparkdeploy.topologies.deployment import Deployment
 
 from .session import DoctorRun, NodeSession, Options
 

@@ -19,12 +19,12 @@ from typing import Any
 from sparkdeploy.checks import Result
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
 from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
 from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
 from sparkdeploy.runtime.remote import CommandResult, NodeConnection
+from sparkdeploy.topologies.deployment import Deployment
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = (

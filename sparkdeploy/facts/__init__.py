@@ -8,7 +8,6 @@ plan, preflight, status, top, doctor and dayzero (init, setup ssh, setup network
 
 from __future__ import annotations
 
-from .base import EVERY_PORT, Fact, FactArgs
 from .catalog import FACTS
 from .node import (
     MANIFEST,
@@ -28,6 +27,7 @@ from .node import (
 )
 from .parsers import parse_sections
 from .read import FACTS_TIMEOUT_S, SETS, add_resources, command, gather, gather_facts, parse, read_facts
+from .script import EVERY_PORT, Fact, FactArgs
 
 __all__ = [
     "EVERY_PORT",

@@ -11,10 +11,10 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session
 
-from .base import FactArgs, script
 from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, LEFTOVERS, RESOURCES, STATE
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
+from .script import FactArgs, script
 
 FACTS_TIMEOUT_S = 60
 SETS = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparkdeploy.config.guard_settings import effective
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
+from sparkdeploy.topologies.deployment import Deployment
 from sparkdeploy.topologies.guard import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
 
 

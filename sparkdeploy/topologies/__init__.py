@@ -10,18 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkdeploy import ports
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.deployment import Deployment, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
-from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
-from sparkdeploy.topologies import cluster, replicas, solo, twosolo
+from sparkdeploy.recipes.recipe import BACKENDS, TOPOLOGIES, ResolvedRecipe
+from sparkdeploy.topologies import cluster, ports, replicas, solo, twosolo
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
 from sparkdeploy.topologies.metrics_stack import add_prometheus
 
 

@@ -12,7 +12,6 @@ from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.guard_settings import GuardSettings, effective
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets, digest_key, keyed_digest
-from sparkdeploy.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
 from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.labels import (
     DEPLOYMENT_LABEL,
@@ -23,8 +22,9 @@ from sparkdeploy.labels import (
     RANK_LABEL,
     WATCHERS_LABEL,
 )
-from sparkdeploy.recipes import ResolvedRecipe
-from sparkdeploy.render import render
+from sparkdeploy.recipes.recipe import ResolvedRecipe
+from sparkdeploy.topologies.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
+from sparkdeploy.topologies.render import render
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 SERVING_CONTAINER = "sparkdeploy-vllm"

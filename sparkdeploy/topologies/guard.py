@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy import budget
 from sparkdeploy.config.guard_settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.recipes import budget
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 
 GUARD_CONTAINER = "sparkdeploy-guard"
 GUARD_IMAGE = "guard"

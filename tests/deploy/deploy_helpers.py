@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.recipes import Recipe, ResolvedRecipe
+from sparkdeploy.recipes.recipe import Recipe, ResolvedRecipe
+from sparkdeploy.topologies.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
 
 SECRET_HF = "hf_UNITtestSECRETvalue789"
 SECRET_KEY = "sk-UNITtestMASTERkey012"

@@ -355,7 +355,7 @@ def test_preflight_ports_foreign_vs_ours():
 
 
 def test_preflight_memory():
-    """One budget for preflight and doctor (sparkdeploy/budget.py): vLLM reserves gpu_memory_utilization x total
+    """One budget for preflight and doctor (sparkdeploy/recipes/budget.py): vLLM reserves gpu_memory_utilization x total
     at start, so a node needs util x total + the 8 GiB OS reserve free, whatever its share of the weights."""
     dep = make_deployment("2xsolo")
     facts = _facts(dep, empty_facts)

@@ -10,7 +10,6 @@ import textwrap
 import pytest
 import yaml
 
-from sparkdeploy import running_stack
 from sparkdeploy.deploy import stack as st
 from sparkdeploy.deploy import stack_file as sf
 from sparkdeploy.deploy import stack_units as su
@@ -18,6 +17,7 @@ from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
 from sparkdeploy.plan import StepKind
+from sparkdeploy.topologies import running_stack
 
 GIB = 1024
 TOTAL = 128 * GIB  # MiB, a DGX Spark

@@ -16,11 +16,11 @@ import pytest
 from sparkdeploy.apply import HANDLERS, run_step
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import MASK, Secrets
-from sparkdeploy.deployment import ContainerSpec
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.plan import Step, StepKind
 from sparkdeploy.runtime import remote
 from sparkdeploy.runtime.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
+from sparkdeploy.topologies.deployment import ContainerSpec
 from tests.conftest import TWO_NODES
 
 SECRET = "hf_STEPSandERRORSsecret42"

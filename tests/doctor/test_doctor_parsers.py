@@ -160,11 +160,11 @@ def test_sections_protocol_round_trip():
 
 
 def test_facts_run_in_parallel_keep_their_order_and_args():
-    """The one facts script (sparkdeploy.facts.base): each fact's command in its own subshell, outputs in the
+    """The one facts script (sparkdeploy.facts.script): each fact's command in its own subshell, outputs in the
     order asked, stdout/stderr/exit code per fact, the image references as "$@"."""
     import subprocess
 
-    from sparkdeploy.facts.base import Fact, FactArgs, script
+    from sparkdeploy.facts.script import Fact, FactArgs, script
 
     def keep(f, v):
         pass

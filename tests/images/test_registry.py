@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkdeploy import recipes
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images import reference
 from sparkdeploy.images.reference import RegistryImage, parse_reference, registry_image
 from sparkdeploy.images.registry import parse_help
+from sparkdeploy.recipes import recipe as recipes
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -111,7 +111,7 @@ def _save_cli(ref_text: str, spec: dict, simulated: bool = True) -> None:
 
 def _lint_inventory():
     from sparkdeploy.config.inventory import Inventory
-    from sparkdeploy.lint import LINT_INVENTORY
+    from sparkdeploy.topologies.lint import LINT_INVENTORY
 
     return Inventory.model_validate(LINT_INVENTORY)
 
@@ -159,7 +159,7 @@ def test_a_registry_image_runs_as_it_is_in_the_lab(tmp_path, state, sim_help):
 
 def test_images_pull_dry_run_and_bad_input(cli, tmp_path, state):
     inv = tmp_path / "inventory.yaml"
-    from sparkdeploy.lint import LINT_INVENTORY
+    from sparkdeploy.topologies.lint import LINT_INVENTORY
 
     inv.write_text(yaml.safe_dump(LINT_INVENTORY))
     code, out, err = cli("images", "pull", NGC, "--on", "spark2", "--dry-run", "-i", str(inv))

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from sparkdeploy.config.inventory import load_inventory
-from sparkdeploy.context import load_deployment
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.topologies.context import load_deployment
 from tests.conftest import TWO_NODES
 
 RECIPE = "openai-gpt-oss-120b"  # architecture: 64 heads, 8 KV heads, 36 layers

@@ -18,7 +18,7 @@ import requests
 
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.recipes import load_recipe, recipe_files, resolve
+from sparkdeploy.recipes.recipe import load_recipe, recipe_files, resolve
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES
 from tests.sim.conftest import Proc, free_port, sim_env, wait_http

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sparkdeploy.config.inventory import Inventory, load_inventory
 from sparkdeploy.config.secrets import load_secrets
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def recipe_name_for(inventory: Inventory, recipe: str | None) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy import eugr, recipes
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.vllm_cli import check_args
+from sparkdeploy.recipes import eugr
+from sparkdeploy.recipes import recipe as recipes
 
 
 def import_recipe(

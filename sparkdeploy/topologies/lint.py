@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes import recipe as recipes_mod
 from sparkdeploy.topologies import build_deployment
 
 

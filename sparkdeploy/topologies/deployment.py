@@ -15,7 +15,7 @@ from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import MASK, Secrets
 from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.labels import NOT_ENGINES
-from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class FileSpec:
 @dataclass(frozen=True)
 class Listen:
     """A port a container listens on (host network), what listens there and the setting that chose it: the
-    port map of a node (sparkdeploy/ports.py) is made of these."""
+    port map of a node (sparkdeploy/topologies/ports.py) is made of these."""
 
     port: int
     what: str  # "vLLM", "the Ray head", ...

@@ -9,12 +9,12 @@ from typing import Any
 from sparkdeploy.config.guard_settings import STACK_UNIT
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 GATEWAY = "gateway"  # the gateway's deployment name (reserved)
 GUARD = STACK_UNIT  # the guards' deployment name (reserved): one memory guard per engine node

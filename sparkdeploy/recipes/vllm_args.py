@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkdeploy.recipes import Recipe
+from sparkdeploy.recipes.recipe import Recipe
 
 if TYPE_CHECKING:  # annotations only: the facts package pulls in SSH (paramiko), which a dry run from a wheel lacks
     from sparkdeploy.facts import NodeFacts

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkdeploy.deployment import Deployment, Listen
 from sparkdeploy.errors import Problem
+from sparkdeploy.topologies.deployment import Deployment, Listen
 
 FIRST_FREE = 1024  # a proposed port is never a privileged one
 LAST_PORT = 65535

@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdeploy import budget
 from sparkdeploy.config.inventory import Inventory, load_inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts, read_facts
-from sparkdeploy.lint import synthetic_inventory
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes import budget
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.topologies import REGISTRY, build_deployment
+from sparkdeploy.topologies.lint import synthetic_inventory
 
 
 @dataclass

@@ -15,12 +15,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparkdeploy import eugr, names, paths
+from sparkdeploy import names, paths
 from sparkdeploy.config.guard_settings import GuardSettings
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, parse_yaml_value
 from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.images.reference import is_reference, reference_error
+from sparkdeploy.recipes import eugr
 
 # Each set of names is one Literal (what the schema and mypy check) and the tuple of its values (for messages).
 TopologyName = Literal["solo", "cluster", "2xsolo", "replicas"]

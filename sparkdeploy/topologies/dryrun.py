@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.deployment import Deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def describe(dep: Deployment) -> dict:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes import recipe as recipes_mod
 
 PARSER_FLAGS = {"tool_call_parser": "--tool-call-parser", "reasoning_parser": "--reasoning-parser"}
 
