@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.config.secrets import load_secrets
-from sparkdeploy.deploy.stack_file import GATEWAY_WORKERS_MAX
+from sparkdeploy.deploy.stack.file import GATEWAY_WORKERS_MAX
 from sparkdeploy.runtime.session import Session
 
 CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]

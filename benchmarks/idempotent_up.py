@@ -61,9 +61,9 @@ def containers(inventory: str) -> dict:
 
 def phases(inventory: str, args: list[str]) -> dict[str, float]:
     """One idempotent run in-process, timed by phase (after imports)."""
-    from sparkdeploy import health, preflight
+    from sparkdeploy.deploy import health, preflight
+    from sparkdeploy.deploy.plan import plan_deployment
     from sparkdeploy.facts import gather_facts
-    from sparkdeploy.plan import plan_deployment
     from sparkdeploy.runtime.session import Session
     from sparkdeploy.topologies.context import load_deployment
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 LABEL_PREFIX = "io.sparkdeploy"
 MANAGED_LABEL = f"{LABEL_PREFIX}.managed"
-DEPLOYMENT_LABEL = f"{LABEL_PREFIX}.deployment"  # only on a stack's containers (deploy/stack.py): its name
+DEPLOYMENT_LABEL = f"{LABEL_PREFIX}.deployment"  # only on a stack's containers (deploy/stack/converge.py): its name
 ROLE_LABEL = f"{LABEL_PREFIX}.role"  # the container's role (ContainerSpec.role)
 # An engine container's group (one engine, over one node or several: the unit the node-side watcher restarts,
 # nodeside/guard/watch.py, which keeps a copy of these names: tests/guard checks they agree): its name, its rank,

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from sparkdeploy import preflight
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.deploy import preflight
 from sparkdeploy.doctor import gpu
 from sparkdeploy.doctor.registry import CHECKS, PREFLIGHT
 from sparkdeploy.errors import ConfigError

@@ -21,7 +21,7 @@ import yaml
 from sparkdeploy import paths
 from sparkdeploy.config.userfile import read_text
 from sparkdeploy.deploy import history
-from sparkdeploy.deploy.stack_file import load_stack
+from sparkdeploy.deploy.stack.file import load_stack
 from sparkdeploy.errors import ConfigError, Problem
 from tests.conftest import REPO, TWO_NODES
 
@@ -64,11 +64,10 @@ def one_line_errors(code: int, err: str, *needles: str) -> list[str]:
 # Reading or parsing a file is the door's job. What remains elsewhere, each with the reason it is not a user's or
 # a node's file (package data, text this process rendered, bytes only hashed, a tool's output we just wrote).
 ALLOWED = {
-    ("sparkdeploy/gateway_hook.py", "json.load("): "the gateway container: keys.json, routes.json",
     ("sparkdeploy/doctor/gpu.py", ".read_text("): "package data (doctor/data)",
     ("sparkdeploy/doctor/gpu.py", "yaml.safe_load("): "package data (doctor/data)",
     ("sparkdeploy/doctor/nccl_probe.py", ".read_bytes("): "the probe's own source, shipped to the node",
-    ("sparkdeploy/deploy/stack_units.py", ".read_text("): "the gateway hook's own source (package)",
+    ("sparkdeploy/deploy/stack/units.py", ".read_text("): "the gateway hook's own source (package)",
     ("sparkdeploy/images/build.py", ".read_text("): "an image definition's lock and its build stamp, compared",
     ("sparkdeploy/images/definitions.py", ".read_bytes("): "an image definition's files, only hashed",
     ("sparkdeploy/images/sources.py", ".read_bytes("): "an image definition's files, only hashed",
@@ -200,7 +199,7 @@ def test_json_of_a_file_or_a_node_refuses_duplicates_nan_and_depth():
 
 
 def test_gateway_keys_file_from_the_node_is_checked():
-    from sparkdeploy.keys import parse_keys
+    from sparkdeploy.deploy.stack.keys import parse_keys
 
     good = {"name": "alice", "sha256": "a" * 64, "models": [], "rpm": None, "created": "2026-11-27T10:00:00Z"}
     assert parse_keys(json.dumps({"keys": [good]}), "spark1:keys.json")[0]["name"] == "alice"

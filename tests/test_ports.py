@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sparkdeploy.config.secrets import Secrets
-from sparkdeploy.deploy.stack_file import load_stack
+from sparkdeploy.deploy.stack.file import load_stack
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment

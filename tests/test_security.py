@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkdeploy import health
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets, load_secrets
 from sparkdeploy.config.userfile import parse_yaml
+from sparkdeploy.deploy import health
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment

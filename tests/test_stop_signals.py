@@ -168,10 +168,10 @@ UP_GATE = textwrap.dedent("""
     from sparkdeploy.runtime.session import Session
     from sparkdeploy.cli.common import run_cli
     from sparkdeploy.topologies.context import load_deployment
-    from sparkdeploy.deploy.report import Reporter
+    from sparkdeploy.deploy.progress import Reporter
     from sparkdeploy.deploy.up import failure_lines, health_phase
     from sparkdeploy.errors import StepFailed
-    from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind
+    from sparkdeploy.deploy.plan import CHANGED, NodePlan, Plan, StepKind
 
     @click.command()
     def gate():

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from sparkdeploy.bench.runner import Endpoint
 from sparkdeploy.deploy.down import remove
-from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed

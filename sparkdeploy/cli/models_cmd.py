@@ -77,8 +77,8 @@ def resolve_target(arg: str, revision: str | None, inventory: str | None, recipe
 
 def _ensure_image(dep, node, say) -> None:
     """The engine image must be on the download node (it runs huggingface_hub): push it when missing."""
+    from sparkdeploy.deploy.preflight import image_definition_name
     from sparkdeploy.images.push import push_image
-    from sparkdeploy.preflight import image_definition_name
     from sparkdeploy.runtime.remote import NodeConnection
 
     with NodeConnection(node, dep.inventory) as conn:

@@ -9,7 +9,7 @@ from sparkdeploy.config.schema import Number, Whole
 
 # The guard's folder in the state dir: its black box and status.json (written by its container, removed by `down`).
 GUARD_FOLDER = "guard"
-# A stack's guards are their own unit of this name (deploy/stack.py), in the state dir `<state_dir>-guard`.
+# A stack's guards are their own unit of this name (deploy/stack/converge.py), in the state dir `<state_dir>-guard`.
 STACK_UNIT = "guard"
 
 

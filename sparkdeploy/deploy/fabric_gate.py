@@ -25,14 +25,14 @@ from typing import Any, cast
 
 from sparkdeploy.checks import FAIL, SKIP, WARN, Result
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.plan import Plan, StepKind
+from sparkdeploy.deploy.preflight import PreflightRun
+from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.doctor import nccl_probe
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources
-from sparkdeploy.plan import Plan, StepKind
-from sparkdeploy.preflight import PreflightRun
 from sparkdeploy.runtime.session import Session
 from sparkdeploy.topologies.deployment import Deployment
 

@@ -7,9 +7,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sparkdeploy import crashes, health
+from sparkdeploy import crashes
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
-from sparkdeploy.deploy import stack
+from sparkdeploy.deploy import health
+from sparkdeploy.deploy.stack import converge as stack
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard import state as guard_state
 from sparkdeploy.labels import DEPLOYMENT_LABEL, GROUP_LABEL

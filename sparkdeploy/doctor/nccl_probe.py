@@ -26,9 +26,8 @@ from typing import Any
 from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.plan import DOCTOR_FOLDER
 
-from . import graph_advice
+from . import DOCTOR_FOLDER, graph_advice
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
 from .session import DoctorRun
 

@@ -4,7 +4,7 @@ Adding a check is one function in its group's module plus one line here. Ids are
 selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order of the report.
 
 The checks with `preflight=NAME` are deploy-critical: `up` runs exactly these (PREFLIGHT) over the facts it
-read, before anything changes, and shows them under NAME (sparkdeploy/preflight.py). One function per check
+read, before anything changes, and shows them under NAME (sparkdeploy/deploy/preflight.py). One function per check
 for both: a formula cannot differ between doctor and `up`.
 """
 
@@ -179,5 +179,5 @@ CHECKS: list[Check] = [
 ]
 
 BY_ID = {c.id: c for c in CHECKS}
-PREFLIGHT = [c for c in CHECKS if c.preflight]  # what `up` runs before any change (sparkdeploy/preflight.py)
+PREFLIGHT = [c for c in CHECKS if c.preflight]  # what `up` runs before any change (sparkdeploy/deploy/preflight.py)
 assert len(BY_ID) == len(CHECKS), "check ids must be unique"

@@ -58,7 +58,7 @@ def build_deployment(
 ) -> Deployment:
     """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
     metrics: add Prometheus on the head node (None: the inventory's cluster.metrics).
-    stack_name: the deployment's name in a stack (deploy/stack.py): in its container names and labels."""
+    stack_name: the deployment's name in a stack (deploy/stack/converge.py): in its container names and labels."""
     ref = resolved.recipe.image
     image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image

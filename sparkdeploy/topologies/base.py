@@ -54,7 +54,7 @@ class Context:
     solo_node: Node | None = None
     warnings: list[str] = field(default_factory=list)
     engine_groups: list[list[str]] = field(default_factory=list)  # node names of each multi-node engine
-    # A deployment of a stack (deploy/stack.py): its name goes into container names and labels so several
+    # A deployment of a stack (deploy/stack/converge.py): its name goes into container names and labels so several
     # coexist, and the stack's one gateway replaces the topology's own proxy. "": the single deployment.
     deployment: str = ""
     _key: bytes | None = field(default=None, repr=False)

@@ -97,7 +97,7 @@ def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
 def stack_guards(ctx: Context, nodes: list[NodeDeployment], simulated_gpu: bool) -> None:
     """A stack's guards: one per node in `nodes` (those where any deployment of the stack runs an engine), with the
     inventory's `cluster.guard` lines (a recipe's own `guard:` applies to a single deployment only). ctx: the
-    stack's guard unit (deployment `guard`, deploy/stack_units.py)."""
+    stack's guard unit (deployment `guard`, deploy/stack/units.py)."""
     _add(ctx, nodes, ctx.cluster.guard, simulated_gpu, every=True)
 
 

@@ -1,4 +1,4 @@
-"""What a running stack (`up --stack`, deploy/stack.py) leaves on the nodes, read by whoever looks at it
+"""What a running stack (`up --stack`, deploy/stack/converge.py) leaves on the nodes, read by whoever looks at it
 (deploy/, doctor/): its reserved unit names, each deployment's label and state dir, and a deployment rendered
 again from the manifest `up --stack` wrote. Below deploy/ and doctor/, so neither imports the other for it."""
 

@@ -128,7 +128,7 @@ def empty_facts(node: str) -> NodeFacts:
 
 def converged_facts(dep: Deployment, node: str) -> NodeFacts:
     """Facts of a node where `dep` was applied completely (what a second `up` reads)."""
-    from sparkdeploy.plan import manifest_text
+    from sparkdeploy.deploy.plan import manifest_text
 
     f = empty_facts(node)
     nd = next((n for n in dep.nodes if n.node.name == node), None)

@@ -12,10 +12,10 @@ import paramiko
 import pytest
 
 from sparkdeploy import facts as facts_mod
-from sparkdeploy import health, preflight
+from sparkdeploy.deploy import health, preflight
+from sparkdeploy.deploy.plan import manifest_text, plan_deployment, plan_down
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import FileFact
-from sparkdeploy.plan import manifest_text, plan_deployment, plan_down
 from sparkdeploy.runtime.locks import inventory_lock
 from tests.deploy.deploy_helpers import (
     IMAGE,
@@ -539,7 +539,7 @@ def _session(dep, **per_node):
 
 
 def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
-    from sparkdeploy.apply import apply_plan
+    from sparkdeploy.deploy.apply import apply_plan
 
     dep = make_deployment("cluster")
     plan = plan_deployment(dep, _facts(dep, empty_facts))
@@ -562,8 +562,8 @@ def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
 
 
 def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
-    from sparkdeploy.apply import apply_plan
-    from sparkdeploy.plan import FAILED, SKIPPED
+    from sparkdeploy.deploy.apply import apply_plan
+    from sparkdeploy.deploy.plan import FAILED, SKIPPED
 
     dep = make_deployment("cluster")
     plan = plan_deployment(dep, _facts(dep, empty_facts))
@@ -579,8 +579,8 @@ def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
 
 
 def test_apply_interrupted_skips_the_rest():
-    from sparkdeploy.apply import apply_plan
-    from sparkdeploy.plan import SKIPPED
+    from sparkdeploy.deploy.apply import apply_plan
+    from sparkdeploy.deploy.plan import SKIPPED
     from sparkdeploy.runtime.interrupts import Interrupt
 
     dep = make_deployment("solo")

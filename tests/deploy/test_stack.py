@@ -10,13 +10,13 @@ import textwrap
 import pytest
 import yaml
 
-from sparkdeploy.deploy import stack as st
-from sparkdeploy.deploy import stack_file as sf
-from sparkdeploy.deploy import stack_units as su
+from sparkdeploy.deploy.plan import StepKind
+from sparkdeploy.deploy.stack import converge as st
+from sparkdeploy.deploy.stack import file as sf
+from sparkdeploy.deploy.stack import units as su
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
-from sparkdeploy.plan import StepKind
 from sparkdeploy.topologies import running_stack
 
 GIB = 1024

@@ -13,11 +13,11 @@ import json
 import paramiko
 import pytest
 
-from sparkdeploy.apply import HANDLERS, run_step
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import MASK, Secrets
+from sparkdeploy.deploy.apply import HANDLERS, run_step
+from sparkdeploy.deploy.plan import Step, StepKind
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.plan import Step, StepKind
 from sparkdeploy.runtime import remote
 from sparkdeploy.runtime.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
 from sparkdeploy.topologies.deployment import ContainerSpec

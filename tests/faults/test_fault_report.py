@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from sparkdeploy.deploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
 from sparkdeploy.deploy.up import _node_lines
-from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
 from sparkdeploy.runtime.holds import HOLD_ENV, HOLD_UNTIL_ENV, hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from tests.deploy.deploy_helpers import empty_facts, make_deployment

@@ -8,9 +8,9 @@ import copy
 import pytest
 
 from sparkdeploy.config.guard_settings import GUARD_FOLDER
+from sparkdeploy.deploy.plan import plan_removal
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.guard.lines import check_lines
-from sparkdeploy.plan import plan_removal
 from sparkdeploy.topologies.guard import GUARD_CONTAINER
 from tests.conftest import TWO_NODES
 from tests.deploy.deploy_helpers import empty_facts

@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import TEMP_SUFFIX
-from sparkdeploy.plan import (
+from sparkdeploy.deploy.plan import (
     CHANGED,
     FAILED,
     GATEWAY_KEPT,
@@ -28,6 +26,8 @@ from sparkdeploy.plan import (
     Step,
     StepKind,
 )
+from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts import TEMP_SUFFIX
 from sparkdeploy.runtime.holds import hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes

@@ -32,6 +32,7 @@ from typing import Any
 
 from sparkdeploy.config.guard_settings import GUARD_FOLDER
 from sparkdeploy.config.inventory import Node
+from sparkdeploy.doctor import DOCTOR_FOLDER
 from sparkdeploy.facts import MANIFEST, ContainerFact, NodeFacts, safe_name
 from sparkdeploy.facts.catalog import ENGINE_DEAD
 from sparkdeploy.nodeside.guard import groups
@@ -57,7 +58,6 @@ class StepKind(StrEnum):
 
 # The folder `doctor --nccl` writes in the state dir (its probe, node.env, result.json): sparkdeploy's, so `down`
 # removes it with the rest. The one subfolder of the state dir that is ours; any other stays.
-DOCTOR_FOLDER = "doctor"
 OUR_FOLDERS = {DOCTOR_FOLDER: "doctor --nccl's probe files", GUARD_FOLDER: "the memory guard's black box and status"}
 # What the stack gateway keeps in its state dir beside `up`'s files: `sparkdeploy keys`' store and the tokens each
 # key spent (the gateway's writable volume). Kept by `down` on purpose (a later `up --stack` serves the same keys);
@@ -150,7 +150,7 @@ def state_dir_path(facts: NodeFacts, state_dir: str) -> str:
 
 
 def describe(dep: Deployment) -> dict[str, Any]:
-    """The deployment a manifest records (a stack's gateway passes its own: deploy/stack.py)."""
+    """The deployment a manifest records (a stack's gateway passes its own: deploy/stack/converge.py)."""
     return {
         "recipe": dep.recipe.name,
         "topology": dep.topology,

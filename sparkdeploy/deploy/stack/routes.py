@@ -4,12 +4,12 @@ ONE file holds them: `routes.json` in the gateway's state dir on the head node (
 holds only the gateway's settings). Its `groups` are the stack's deployments (each a model and its engines, one
 LiteLLM model group), `out` the groups or single engines taken out and why; `model_list` (LiteLLM's entries of
 every engine routed now) and `unavailable` (a model of the stack with no engine routed now: why) are derived from
-those two by `Routes` below and are what the gateway's hook reads (sparkdeploy/gateway_hook.py). The hook reloads
-the file when it changes, so a write re-routes without restarting the proxy: SETTLE_S after the write, no worker
-routes by the old file.
+those two by `Routes` below and are what the gateway's hook reads (sparkdeploy/nodeside/gateway/gateway_hook.py).
+The hook reloads the file when it changes, so a write re-routes without restarting the proxy: SETTLE_S after the
+write, no worker routes by the old file.
 
 Who writes it, always through `plan_write` (a one-step plan on the head node: shown by --dry-run, in --json):
-- `up --stack` renders it with the gateway's other files (deploy/stack_units.py) from the stack's deployments,
+- `up --stack` renders it with the gateway's other files (deploy/stack/units.py) from the stack's deployments,
   leaving out the engines of unchanged deployments that do not answer /health; before it replaces the engines of
   a deployment the gateway routes, it takes that deployment out (the gateway's write puts it back once they pass
   the health gate; one that fails stays out, named in `unavailable`).
@@ -30,13 +30,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdeploy import health
-from sparkdeploy.apply import apply_plan
 from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.deploy import health
+from sparkdeploy.deploy.apply import apply_plan
+from sparkdeploy.deploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.labels import DEPLOYMENT_LABEL
-from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind, state_dir_path
 from sparkdeploy.recipes.recipe import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.session import Session

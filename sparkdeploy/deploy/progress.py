@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkdeploy.checks import Result
-from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
+from sparkdeploy.deploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan
 
 
 class Reporter:

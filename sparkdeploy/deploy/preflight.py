@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from sparkdeploy.checks import SKIP, Check, Result, fail, ok
 from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.deploy.plan import StepKind, plan_node
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.registry import PREFLIGHT
 from sparkdeploy.errors import SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.plan import StepKind, plan_node
 from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
 
 __all__ = ["PREFLIGHT", "PreflightRun", "Result", "failures", "image_definition_name", "run"]

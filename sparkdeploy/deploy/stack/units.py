@@ -1,26 +1,23 @@
-"""A stack's own units beside its deployments (deploy/stack.py plans and applies them): the gateway (the LiteLLM
-proxy on the head node routing by model name to every deployment, with the auth hook, the spend store and its
-routes (deploy/gateway_routes.py) shipped beside its config) and the memory guards (ONE per node where any
+"""A stack's own units beside its deployments (deploy/stack/converge.py plans and applies them): the gateway (the
+LiteLLM proxy on the head node routing by model name to every deployment, with the auth hook, the spend store and its
+routes (deploy/stack/routes.py) shipped beside its config) and the memory guards (ONE per node where any
 deployment runs an engine). Pure: rendered from a loaded, built Stack.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, cast
 
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.secrets import digest_key, keyed_digest
-from sparkdeploy.deploy.gateway_routes import ROUTES_FILE, Routes, group
-from sparkdeploy.deploy.stack_file import (
-    GATEWAY_PORT,
-    Stack,
-)
+from sparkdeploy.deploy.plan import SPEND_FOLDER
+from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack
+from sparkdeploy.deploy.stack.routes import ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.up import simulated
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.labels import DEPLOYMENT_LABEL, LABEL_PREFIX, MANAGED_LABEL
-from sparkdeploy.plan import SPEND_FOLDER
+from sparkdeploy.paths import PACKAGE_DIR
 from sparkdeploy.recipes.recipe import LiteLLMSettings
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
@@ -38,7 +35,7 @@ from sparkdeploy.topologies.running_stack import GATEWAY, GUARD, state_dir_of
 from sparkdeploy.topologies.twosolo import PROXY_IMAGE
 
 GATEWAY_CONTAINER = f"sparkdeploy-{GATEWAY}-litellm"
-HOOK_SOURCE = Path(__file__).resolve().parent.parent / "gateway_hook.py"
+HOOK_SOURCE = PACKAGE_DIR / "nodeside" / "gateway" / "gateway_hook.py"  # what runs in the gateway container
 SPEND_SOURCE = HOOK_SOURCE.with_name("gateway_spend.py")  # the hook's token counts (keys --max-budget)
 SPEND_VOLUME = (SPEND_FOLDER, "/sparkdeploy-spend")  # the gateway's writable state: spend.sqlite (gateway_spend.DB)
 
@@ -48,7 +45,7 @@ SPEND_VOLUME = (SPEND_FOLDER, "/sparkdeploy-spend")  # the gateway's writable st
 
 def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
     """The stack's routes: each deployment one group of its engines (a 2xsolo's or replicas' several), `out` the
-    deployments or engines left out (deploy/gateway_routes.py)."""
+    deployments or engines left out (deploy/stack/routes.py)."""
     groups = {}
     for m in stack.members:
         dep = m.deployment
@@ -81,7 +78,8 @@ def gateway_config() -> dict[str, Any]:
         "litellm_settings": {"callbacks": ["gateway_hook.spend_tracker"]},
         "general_settings": {
             "master_key": "os.environ/LITELLM_MASTER_KEY",
-            # keys and model-list reload: sparkdeploy/gateway_hook.py, beside this file in the state dir
+            # keys and model-list reload: sparkdeploy/nodeside/gateway/gateway_hook.py, beside this file in the
+            # state dir
             "custom_auth": "gateway_hook.user_api_key_auth",
         },
     }

@@ -1,5 +1,5 @@
 """The stack gateway's auth hook: LiteLLM's documented `general_settings.custom_auth`, run by the LiteLLM proxy
-inside the gateway container (copied into the gateway's state dir by deploy/stack_units.py; sparkdeploy never
+inside the gateway container (copied into the gateway's state dir by deploy/stack/units.py; sparkdeploy never
 imports it). Standard library and LiteLLM only (what the proxy image has), plus gateway_spend.py shipped beside
 it. It never reaches LiteLLM's database code (prisma is not installed: any other exception out of this hook would
 make LiteLLM try it, and answer 500).
@@ -10,7 +10,7 @@ whose body is not a JSON object naming a model is answered 400 with one sentence
 list with a 500).
 
 On every authenticated request (every /v1 route, /v1/models included):
-1. The routes: when routes.json (in the mounted state dir, deploy/gateway_routes.py) changed since this worker
+1. The routes: when routes.json (in the mounted state dir, deploy/stack/routes.py) changed since this worker
    last read it, its `model_list` replaces the router's (`Router.set_model_list`, LiteLLM's hot-reload path).
    `up --stack` and `down` rewrite the file to add, remove or take out a deployment: the proxy is not
    restarted, so requests to the other deployments never drop. LiteLLM 1.100.5 reloads its YAML only with a

@@ -8,14 +8,14 @@ containers and files: changing or removing one leaves the others' containers unt
 changes nothing. 2xsolo and replicas start no proxy of their own: the stack's one gateway (the LiteLLM proxy on
 the head node, deployment `gateway`) routes by model name to every engine, several engines of one deployment
 being one model group. The gateway reloads its model list from its config file when `up` rewrites it
-(sparkdeploy/gateway_hook.py), so adding or removing a deployment restarts no proxy.
+(sparkdeploy/nodeside/gateway/gateway_hook.py), so adding or removing a deployment restarts no proxy.
 
 Memory (unified memory: vLLM reserves gpu_memory_utilization x total at start): engines sharing a node must fit
 together (`fits`); `memory: auto` splits what the fixed shares leave on each node. `up` refuses before anything
 changes, with each engine's share and settings that would fit.
 
-The stack file's model, validation and memory budget are deploy/stack_file.py; the gateway and guard units,
-deploy/stack_units.py; this module plans and converges them.
+The stack file's model, validation and memory budget are deploy/stack/file.py; the gateway and guard units,
+deploy/stack/units.py; this module plans and converges them.
 
 Each deployment goes through the single `up`'s phases (deploy/up.py: preflight with the image push and the
 model check, the fabric gate, apply, health gate, the per-node lines after a failure, the history record); none
@@ -37,34 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from sparkdeploy import preflight
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import refuse_missing
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, gateway_routes, history
-from sparkdeploy.deploy.gateway_routes import Gateway, Routes
-from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
-from sparkdeploy.deploy.stack_file import (
-    NAME,
-    Member,
-    Stack,
-    budget,
-    build,
-    fits,
-    load_stack,
-)
-from sparkdeploy.deploy.stack_units import (
-    gateway_about,
-    gateway_node,
-    guard_about,
-    guard_nodes,
-    stack_routes,
-)
-from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
-from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
-from sparkdeploy.facts import NodeFacts, gather_facts
-from sparkdeploy.images import push
-from sparkdeploy.labels import DEPLOYMENT_LABEL, NOT_ENGINES, ROLE_LABEL
-from sparkdeploy.plan import (
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history, preflight
+from sparkdeploy.deploy.plan import (
     CHANGED,
     GATEWAY_KEPT,
     KEYS_FILE,
@@ -76,6 +52,16 @@ from sparkdeploy.plan import (
     plan_node,
     plan_removal,
 )
+from sparkdeploy.deploy.progress import Reporter, mask_data, plan_summary
+from sparkdeploy.deploy.stack import routes as gateway_routes
+from sparkdeploy.deploy.stack.file import NAME, Member, Stack, budget, build, fits, load_stack
+from sparkdeploy.deploy.stack.routes import Gateway, Routes
+from sparkdeploy.deploy.stack.units import gateway_about, gateway_node, guard_about, guard_nodes, stack_routes
+from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
+from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
+from sparkdeploy.facts import NodeFacts, gather_facts
+from sparkdeploy.images import push
+from sparkdeploy.labels import DEPLOYMENT_LABEL, NOT_ENGINES, ROLE_LABEL
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session

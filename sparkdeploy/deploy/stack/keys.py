@@ -2,8 +2,8 @@
 
 LiteLLM's own virtual keys need its database client (prisma), whose CLI installs a Node runtime and npm
 packages at its first run (litellm_proxy_extras/prisma_toolchain.py): nothing these machines can fetch hashed
-from PyPI. So the keys are a file read by the gateway's auth hook (sparkdeploy/gateway_hook.py, LiteLLM's
-documented `custom_auth`): `keys.json` in the gateway's state dir on the head node, mode 0600, holding per key
+from PyPI. So the keys are a file read by the gateway's auth hook (sparkdeploy/nodeside/gateway/gateway_hook.py,
+LiteLLM's documented `custom_auth`): `keys.json` in the gateway's state dir on the head node, mode 0600, holding per key
 its name, the sha256 of its token, its models, rpm and max budget, never the token. The token (sk-sd-…) is
 shown once, at create. The hook re-reads the file when it changes: a revoked key is refused from the next
 request; the file is not `up`'s (never in its manifest), so keys survive a gateway restart, `up` and `down`.
@@ -30,11 +30,11 @@ from sparkdeploy import names
 from sparkdeploy.config.inventory import Inventory, load_inventory
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import parse_json
-from sparkdeploy.deploy import gateway_routes
-from sparkdeploy.deploy.stack_units import GATEWAY_CONTAINER, SPEND_VOLUME
+from sparkdeploy.deploy.plan import KEYS_FILE
+from sparkdeploy.deploy.stack import routes as gateway_routes
+from sparkdeploy.deploy.stack.units import GATEWAY_CONTAINER, SPEND_VOLUME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
 from sparkdeploy.facts import FactArgs, gather
-from sparkdeploy.plan import KEYS_FILE
 from sparkdeploy.recipes.recipe import MODEL_NAME
 from sparkdeploy.runtime.locks import inventory_lock
 from sparkdeploy.runtime.remote import NodeConnection
@@ -183,7 +183,16 @@ class Gateway:
         """Tokens spent per key sha256, read by the gateway's own python (the sqlite file is the container's,
         owned by root); None when the gateway does not run."""
         r = self.conn.run(
-            ["docker", "exec", GATEWAY_CONTAINER, "python3", "-S", "-I", "/sparkdeploy/gateway_spend.py", SPEND_DB],
+            [
+                "docker",
+                "exec",
+                GATEWAY_CONTAINER,
+                "python3",
+                "-S",
+                "-I",
+                "/sparkdeploy/nodeside/gateway/gateway_spend.py",
+                SPEND_DB,
+            ],
             check=False,
         )
         if not r.ok:

@@ -1,5 +1,5 @@
-"""The stack file of `sparkdeploy up --stack` (deploy/stack.py): its model, its validation against the inventory
-and the recipes (every problem at once, one line each), and the memory each deployment's engines get.
+"""The stack file of `sparkdeploy up --stack` (deploy/stack/converge.py): its model, its validation against the
+inventory and the recipes (every problem at once, one line each), and the memory each deployment's engines get.
 
 Memory (unified memory: vLLM reserves gpu_memory_utilization x total at start): engines sharing a node must fit
 together (`fits`); `memory: auto` splits what the fixed shares leave on each node. `budget` refuses before
