@@ -71,9 +71,9 @@ ALLOWED = {
     ("sparkdeploy/images/build.py", ".read_text("): "an image definition's lock and its build stamp, compared",
     ("sparkdeploy/images/definitions.py", ".read_bytes("): "an image definition's files, only hashed",
     ("sparkdeploy/images/sources.py", ".read_bytes("): "an image definition's files, only hashed",
-    ("sparkdeploy/bench/reference.py", ".read_text("): "package data (bench/data)",
-    ("sparkdeploy/bench/runner.py", ".read_bytes("): "the benchmark corpus: bytes hashed and copied, never parsed",
-    ("sparkdeploy/bench/runner.py", ".read_text("): "llama-benchy's log and result, written by the run itself",
+    ("sparkdeploy/bench/seeds.py", ".read_text("): "package data (bench/data)",
+    ("sparkdeploy/bench/benchy.py", ".read_bytes("): "the benchmark corpus: bytes hashed and copied, never parsed",
+    ("sparkdeploy/bench/benchy.py", ".read_text("): "llama-benchy's log and result, written by the run itself",
     ("sparkdeploy/dayzero/ssh_setup.py", "PKey.from_path("): "the key passed the door at inventory load",
 }
 PATTERNS = ("yaml.safe_load(", "yaml.load(", ".read_text(", ".read_bytes(", "json.load(", "PKey.from_path(")
@@ -216,7 +216,7 @@ def test_gateway_keys_file_from_the_node_is_checked():
 
 def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_inventory):
     from sparkdeploy.config.inventory import load_inventory
-    from sparkdeploy.dayzero.session import read_password_file
+    from sparkdeploy.dayzero.login import read_password_file
     from sparkdeploy.runtime.remote import load_host_keys
 
     pw = tmp_path / "pw"

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from sparkdeploy.bench.predicted import SOURCE as PREDICTOR
 from sparkdeploy.bench.predicted import predict_recipe
-from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.seeds import seed_reference
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError, Problem

@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sparkdeploy.bench.runner import Endpoint
+from sparkdeploy.bench.benchy import Endpoint
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.status import cluster_status

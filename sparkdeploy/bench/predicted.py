@@ -22,7 +22,7 @@ from sparkdeploy import paths
 from sparkdeploy.bench.store import BenchResult, Stat
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import is_reference
+from sparkdeploy.images.image_ref import is_reference
 from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.simulated import LABEL

@@ -68,8 +68,8 @@ def doctor(
 
     from sparkdeploy.doctor.api import CHECKS
     from sparkdeploy.doctor.api import doctor as run_doctor
-    from sparkdeploy.doctor.report import as_dict, render
-    from sparkdeploy.doctor.session import Options
+    from sparkdeploy.doctor.doctor_run import Options
+    from sparkdeploy.doctor.table import as_dict, render
 
     if list_checks:
         if as_json:

@@ -157,9 +157,9 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
     """
     from sparkdeploy.cli.common import warn
     from sparkdeploy.config.inventory import load_inventory
-    from sparkdeploy.images import registry
+    from sparkdeploy.images import registry_pull as registry
+    from sparkdeploy.images.image_ref import is_reference
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.images.reference import is_reference
     from sparkdeploy.recipes.recipe import load_recipe
 
     ref = image

@@ -237,7 +237,7 @@ def registry_cmd(name, tag, as_json):
     `image:` or `sparkdeploy images pull REF --inventory lab`. Needs the lab up."""
     from sparkdeploy.images.build import docker_client
     from sparkdeploy.images.definitions import load_definition
-    from sparkdeploy.lab import registry
+    from sparkdeploy.lab import registry_server as registry
 
     spec = _spec(name)
     client = docker_client()

@@ -137,9 +137,9 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage, 130 Ctrl-C,
     143 SIGTERM (the live view stops within a second, wherever it waits).
     """
-    from sparkdeploy import top as monitor_mod
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.config.secrets import load_secrets
+    from sparkdeploy.daytwo import top as monitor_mod
     from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.runtime.remote import NodeConnection
 

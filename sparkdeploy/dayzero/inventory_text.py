@@ -18,7 +18,7 @@ from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.schema import problems_from_validation
 from sparkdeploy.config.userfile import parse_yaml
 from sparkdeploy.dayzero.discover import Port
-from sparkdeploy.dayzero.plan import FABRIC_MTU, InitPlan
+from sparkdeploy.dayzero.proposal import FABRIC_MTU, InitPlan
 from sparkdeploy.errors import StepFailed
 
 PRINTABLE = re.compile(r"[^\x20-\x7e]")

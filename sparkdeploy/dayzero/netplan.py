@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sparkdeploy.config.fabric_mesh import LAYOUTS
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero.discover import DiscoveredNode
-from sparkdeploy.dayzero.plan import FABRIC_MTU
+from sparkdeploy.dayzero.proposal import FABRIC_MTU
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.topologies.render import render
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.discover import DiscoveredNode, read_node
-from sparkdeploy.dayzero.plan import FABRIC_MTU
+from sparkdeploy.dayzero.proposal import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.nodeside import ship
 from sparkdeploy.runtime.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes

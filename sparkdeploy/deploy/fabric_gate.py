@@ -29,8 +29,8 @@ from sparkdeploy.deploy.plan import Plan, StepKind
 from sparkdeploy.deploy.preflight import PreflightRun
 from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.doctor import nccl_probe
+from sparkdeploy.doctor.doctor_run import NodeSession, Options, _Memo
 from sparkdeploy.doctor.registry import BY_ID
-from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources
 from sparkdeploy.runtime.session import Session

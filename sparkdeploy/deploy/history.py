@@ -40,7 +40,7 @@ from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage, is_reference
+from sparkdeploy.images.image_ref import RegistryImage, is_reference
 from sparkdeploy.models import up_check
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref

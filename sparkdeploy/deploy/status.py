@@ -7,8 +7,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sparkdeploy import crashes
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
+from sparkdeploy.daytwo import crashes
 from sparkdeploy.deploy import health
 from sparkdeploy.deploy.stack import converge as stack
 from sparkdeploy.facts import NodeFacts, gather_facts

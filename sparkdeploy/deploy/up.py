@@ -21,7 +21,7 @@ from sparkdeploy.facts import NodeFacts, add_resources, gather_facts
 from sparkdeploy.guard.lines import check_lines as check_guard_lines
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage
+from sparkdeploy.images.image_ref import RegistryImage
 from sparkdeploy.models import up_check
 from sparkdeploy.runtime.holds import hold_point
 from sparkdeploy.runtime.interrupts import Interrupt

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.config.inventory import Node
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 __all__ = ["docker_without_sudo", "ssh", "state_dir"]
 

@@ -12,9 +12,9 @@ from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.topologies import build_deployment
 from sparkdeploy.topologies import running_stack as stack
 
+from .doctor_run import DoctorRun, Options
 from .registry import CHECKS
 from .runner import Report, execute, select
-from .session import DoctorRun, Options
 
 
 def prepare(inventory_path: str | None, options: Options, recipes_dir: str | None = None) -> DoctorRun:

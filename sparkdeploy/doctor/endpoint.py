@@ -20,7 +20,7 @@ from sparkdeploy.facts import ContainerFact
 from sparkdeploy.topologies.deployment import health_path
 
 from . import engine
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 HTTP_TIMEOUT_S = 10
 COMPLETION_TIMEOUT_S = 60

@@ -8,7 +8,7 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 MIN_VERSION = (20, 10)
 # Docker's root fails below MIN_FREE_DISK_GIB (nothing can start) and warns below DISK_WARN_GIB: one vLLM GPU image

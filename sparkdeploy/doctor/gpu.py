@@ -20,7 +20,7 @@ from sparkdeploy.facts import GpuFact
 from sparkdeploy.facts.parsers import number, version_tuple
 from sparkdeploy.recipes import budget
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 EXPECTED_NAME = "GB10"
 TEMP_WARN_C = 85

@@ -18,7 +18,7 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
 
-from .session import DoctorRun, NodeSession
+from .doctor_run import DoctorRun, NodeSession
 
 VERSIONS_PY = r"""
 import json

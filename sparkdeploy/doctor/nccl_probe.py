@@ -28,8 +28,8 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
 
 from . import DOCTOR_FOLDER, graph_advice
+from .doctor_run import DoctorRun
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
-from .session import DoctorRun
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
 EXPECTED_BUSBW_GBS = 23.0  # two Sparks, one CX7 port, both RoCE twins in NCCL_IB_HCA, MTU 9000

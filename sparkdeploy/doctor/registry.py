@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from sparkdeploy.checks import Check
 
-from ..guard import checks as guard_checks
-from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
+from . import access, containers, endpoint, engine, gpu, image, nccl_probe, roce
+from . import guard_crash as guard
+from . import inventory_checks as inventory
+from . import network_checks as network
 
 CHECKS: list[Check] = [
     Check(
@@ -75,9 +77,7 @@ CHECKS: list[Check] = [
         containers.recent_crashes,
         timeout_s=30,
     ),
-    Check(
-        "guard.crash", "no crash or power-off in the memory guard's black box", guard_checks.past_crash, timeout_s=30
-    ),
+    Check("guard.crash", "no crash or power-off in the memory guard's black box", guard.past_crash, timeout_s=30),
     Check("gpu.present", "nvidia-smi present and lists a GB10", gpu.present, timeout_s=20),
     Check(
         "gpu.driver",

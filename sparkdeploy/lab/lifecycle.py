@@ -27,7 +27,8 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client, ensure_image
 from sparkdeploy.images.definitions import LABEL
 from sparkdeploy.images.push_progress import RichPushProgress
-from sparkdeploy.lab import bare, engine_images, hub, keys, network, nodes, seed
+from sparkdeploy.lab import bare, engine_images, hub, network, nodes, seed
+from sparkdeploy.lab import ssh_keys as keys
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec

@@ -20,7 +20,7 @@ from sparkdeploy.config.guard_settings import GuardSettings
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, parse_yaml_value
 from sparkdeploy.errors import ConfigError, Problem, escape_controls
-from sparkdeploy.images.reference import is_reference, reference_error
+from sparkdeploy.images.image_ref import is_reference, reference_error
 from sparkdeploy.recipes import eugr
 
 # Each set of names is one Literal (what the schema and mypy check) and the tuple of its values (for messages).
@@ -196,7 +196,7 @@ class Recipe(BaseModel):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        """An image definition's name (images/<name>/), or a registry reference (images/reference.py)."""
+        """An image definition's name (images/<name>/), or a registry reference (images/image_ref.py)."""
         if is_reference(v):
             error = reference_error(v)
             if error:

@@ -14,7 +14,7 @@ from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
+from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
 from sparkdeploy.recipes.recipe import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.topologies import cluster, ports, replicas, solo, twosolo

@@ -1,4 +1,4 @@
-"""sparkdeploy.top: the Prometheus text parser, histogram_quantile, and the monitor's rates and shares."""
+"""sparkdeploy.daytwo.top: the Prometheus text parser, histogram_quantile, and the monitor's rates and shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sparkdeploy import top
+from sparkdeploy.daytwo import top
 
 TEXT = """# HELP vllm:num_requests_running x
 # TYPE vllm:num_requests_running gauge

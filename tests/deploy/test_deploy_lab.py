@@ -339,7 +339,7 @@ def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
 
 
 def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
-    from sparkdeploy.lab import keys
+    from sparkdeploy.lab import ssh_keys as keys
 
     data = yaml.safe_load(Path(inv).read_text())
     lab_dir = Path(inv).parent

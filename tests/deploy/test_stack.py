@@ -427,8 +427,8 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
 
 def test_top_and_logs_see_a_stacks_deployments():
     """top reads every state dir's manifest (the stack's beside the single one); --deployment is a label filter."""
-    from sparkdeploy import logs, top
     from sparkdeploy.config.inventory import Node
+    from sparkdeploy.daytwo import logs, top
 
     node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["e0"])
     text = (

@@ -52,7 +52,7 @@ def show(report) -> str:
 def sim_image(lab):
     """The lab's stand-in engine image, once the recipe renders with it (image definitions land separately)."""
     from sparkdeploy.doctor.api import prepare
-    from sparkdeploy.doctor.session import Options
+    from sparkdeploy.doctor.doctor_run import Options
     from sparkdeploy.images.definitions import load_definition
 
     sim = load_definition("vllm-sim")

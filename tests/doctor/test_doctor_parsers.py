@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from sparkdeploy.doctor.doctor_run import SCRIPT_PRELUDE
 from sparkdeploy.doctor.nccl_probe import busbw_verdict, nccl_transport, parse_nccl_table
 from sparkdeploy.doctor.nccl_table import median_at
-from sparkdeploy.doctor.session import SCRIPT_PRELUDE
 from sparkdeploy.facts.parsers import (
     number,
     parse_df,

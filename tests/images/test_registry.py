@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.images import reference
-from sparkdeploy.images.reference import RegistryImage, parse_reference, registry_image
-from sparkdeploy.images.registry import parse_help
+from sparkdeploy.images import image_ref as reference
+from sparkdeploy.images.image_ref import RegistryImage, parse_reference, registry_image
+from sparkdeploy.images.registry_pull import parse_help
 from sparkdeploy.recipes import recipe as recipes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +188,7 @@ def test_images_pull_dry_run_and_bad_input(cli, tmp_path, state):
 )
 def test_a_failed_pull_is_one_line_naming_the_node_and_the_fix(output, expected):
     """Docker's own error lines (as `docker pull` prints them) -> the one line `images pull` and `up` report."""
-    from sparkdeploy.images.registry import _pull_failure
+    from sparkdeploy.images.registry_pull import _pull_failure
 
     message = str(_pull_failure("spark1", parse_reference(NGC), output))
     assert expected in message and "\n" not in message

@@ -307,7 +307,7 @@ def node_targets(node, text: str) -> list[Target]:
 def read_targets(inventory, conns: dict, deployment: str | None = None) -> tuple[list[Target], dict[str, Exception]]:
     """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error).
     deployment: only that deployment of a stack."""
-    from sparkdeploy.logs import label_filter
+    from sparkdeploy.daytwo.logs import label_filter
     from sparkdeploy.runtime.remote import on_nodes
 
     def one(node):

@@ -12,7 +12,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NetworkFact
 from sparkdeploy.facts.parsers import Link, parse_ping
 
-from .session import DoctorRun, NodeSession
+from .doctor_run import DoctorRun, NodeSession
 
 EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark
 RECOMMENDED_MTU = 9000

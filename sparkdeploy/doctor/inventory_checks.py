@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparkdeploy.checks import FAIL, Result, fail, ok, skip
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 
 def valid(run: DoctorRun) -> list[Result]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkdeploy.checks import Result, ok, skip, warn
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.guard.postmortem import DEFAULT_MINUTES, evidence, node_postmortem
+from sparkdeploy.daytwo.postmortem import DEFAULT_MINUTES, evidence, node_postmortem
 from sparkdeploy.guard.state import guard_folder, line, read_status
 
 RECENT_S = 7 * 24 * 3600  # a crash older than a week is history, not a finding

@@ -11,7 +11,7 @@ sparkdeploy did not build such an image, so the CLI its vLLM accepts is read fro
 the node (no network), parsed into the flag list `images/vllm_cli.check_args` uses for our own images, and kept in
 the local state by image digest, so `recipes lint`, `--set` checks and `up` check its flags like ours.
 
-The lab proves this against a real registry of its own (sparkdeploy/lab/registry.py: Debian's docker-registry).
+The lab proves this against a real registry of its own (sparkdeploy/lab/registry_server.py: Debian's docker-registry).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images import push_from
+from sparkdeploy.images.image_ref import RegistryRef, known_digest, parse_reference, record, save
 from sparkdeploy.images.inventory_images import read_node_images
-from sparkdeploy.images.reference import RegistryRef, known_digest, parse_reference, record, save
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 CLI_TIMEOUT_S = 300  # `vllm serve --help=all` imports torch: tens of seconds on a Spark

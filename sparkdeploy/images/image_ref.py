@@ -3,7 +3,7 @@
 Light (no connection, nothing heavy imported): the recipe validator parses with it on every load, and the
 deploy pipeline reads here what the local state keeps about a registry image (its digest, image ID, vLLM
 version and the CLI read from it: `RegistryImage`). Pulling, the digest check and the node-to-node spread are
-sparkdeploy/images/registry.py.
+sparkdeploy/images/registry_pull.py.
 """
 
 from __future__ import annotations
