@@ -1,5 +1,5 @@
 """`cluster.guard` in the inventory: the guard's lines and timings. Every field has a default; the lines default to
-fractions of the node's memory derived from the memory budget (see deploy.py)."""
+fractions of the node's memory derived from the memory budget (see topologies/guard.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class GuardSettings(BaseModel):
 
     enabled: bool = True  # a guard container on every engine node
     # Available memory (GiB) below which the guard drops the page cache and warns / stops the node's engines.
-    # Unset: the defaults of deploy.py, fractions of the node's memory.
+    # Unset: the defaults of topologies/guard.py, fractions of the node's memory.
     soft_available_gib: Number | None = Field(default=None, gt=0, le=4096)
     hard_available_gib: Number | None = Field(default=None, gt=0, le=4096)
     # PSI memory `full` avg10 (percent of the last 10 s every task stalled on memory) that also counts as the

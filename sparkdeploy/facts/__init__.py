@@ -1,6 +1,6 @@
 """The one fact layer: what a node has now, declared once per fact and read in one SSH round trip.
 
-base.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
+script.py what a fact is and the one script; catalog.py every fact (FACTS) and the sets readers ask for;
 node.py the typed result (NodeFacts); parsers.py the tools' output parsers; read.py gather/read_facts (one node),
 gather_facts (every node of a run, in parallel).
 plan, preflight, status, top, doctor and dayzero (init, setup ssh, setup network) all read NodeFacts from here.

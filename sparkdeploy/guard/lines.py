@@ -1,5 +1,5 @@
 """A guard line at or above a node's memory, refused by `up` once it has read the nodes (deploy/up.py's hook).
-Apart from deploy.py, which the dry run imports: this one needs the nodes' facts (and so SSH)."""
+Apart from topologies/guard.py, which the dry run imports: this one needs the nodes' facts (and so SSH)."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def _check_names(client, spec: LabSpec) -> None:
 
 
 def _adopt_keys(client, spec: LabSpec) -> None:
-    """The keys of an existing lab win over this state folder's (see keys.py): adopt them, don't replace."""
+    """The keys of an existing lab win over this state folder's (see ssh_keys.py): adopt them, don't replace."""
     have_client = False
     for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
         found = nodes.read_keys(container)

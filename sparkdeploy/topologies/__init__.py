@@ -2,7 +2,14 @@
 
 Adding one is one module with a `build(ctx) -> (nodes, endpoint, backend URLs)` function, registered in REGISTRY
 below as a Topology with the fewest nodes it needs and the backends it launches with (and its name added to
-recipes.TOPOLOGIES, which the recipe schema validates against). The CLI's --topology and --backend read REGISTRY.
+recipe.TOPOLOGIES, which the recipe schema validates against). The CLI's --topology and --backend read REGISTRY.
+
+Beside the topologies (solo, cluster, twosolo, replicas; layout.py the node layouts, base.py their Context,
+guard.py and metrics_stack.py what joins them), what a deployment is and what looks at one: deployment.py (the
+Deployment, pure data), context.py (load_deployment: inventory + recipe -> Deployment, before anything connects),
+render.py (the Jinja environment of the node files), ports.py (one port map per node), dryrun.py (the dry run's
+text), running_stack.py (a running stack's deployments, rebuilt from their manifests), lint.py (`recipes lint`)
+and fit.py (`recipes fit`: the memory budget of a recipe on each topology's nodes).
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ REGISTRY: dict[str, Topology] = {
         Topology("replicas", replicas.build, min_nodes=2, backends=BACKENDS),
     )
 }
-# The recipe schema names the same topologies (recipes.py cannot import this package: it is imported here).
+# The recipe schema names the same topologies (recipes/recipe.py cannot import this package: it is imported here).
 assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 

@@ -3,7 +3,7 @@
 
 Shipped beside gateway_hook.py into the gateway's state dir and run inside the gateway container (standard
 library only; sparkdeploy never imports it). The unit is tokens, prompt + completion, as each answer's `usage`
-counts them: self-hosted models have no price, and LiteLLM's USD budgets need its database (see keys.py).
+counts them: self-hosted models have no price, and LiteLLM's USD budgets need its database (see deploy/stack/keys.py).
 
 One sqlite file in WAL mode on the gateway's writable state volume (`spend/` in its state dir on the head
 node): it survives a gateway restart, and every proxy worker (a process each) adds to and reads the same
