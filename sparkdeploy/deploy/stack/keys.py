@@ -183,16 +183,7 @@ class Gateway:
         """Tokens spent per key sha256, read by the gateway's own python (the sqlite file is the container's,
         owned by root); None when the gateway does not run."""
         r = self.conn.run(
-            [
-                "docker",
-                "exec",
-                GATEWAY_CONTAINER,
-                "python3",
-                "-S",
-                "-I",
-                "/sparkdeploy/nodeside/gateway/gateway_spend.py",
-                SPEND_DB,
-            ],
+            ["docker", "exec", GATEWAY_CONTAINER, "python3", "-S", "-I", "/sparkdeploy/gateway_spend.py", SPEND_DB],
             check=False,
         )
         if not r.ok:
