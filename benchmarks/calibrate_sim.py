@@ -297,7 +297,7 @@ class Topology:
 def book_url() -> str:
     """llama-benchy fetches --book-url with requests (no file://) unless its cache has the URL's md5: reuse
     the bench feature's cache seeding so the corpus file is read offline."""
-    from sparkdeploy.bench.runner import corpus_book_url
+    from sparkdeploy.bench.benchy import corpus_book_url
 
     return corpus_book_url(CORPUS_FILE)
 

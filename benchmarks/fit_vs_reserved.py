@@ -8,7 +8,7 @@ its models.yaml profile) and reports it as vLLM does: the log lines "Available K
 "GPU KV cache size: N tokens", and /metrics `vllm:cache_config_info` (num_gpu_blocks, block_size) plus the
 sim-only `vllm_sim:memory_plan_bytes`. For each engine node of a deployment this prints:
 
-- the budget's estimate (sparkdeploy/budget.py, through `recipes fit -i`, from the node's live facts):
+- the budget's estimate (sparkdeploy/recipes/budget.py, through `recipes fit -i`, from the node's live facts):
   weights share, peak, util x total, KV room (= util x total - weights - peak), KV per token, tokens;
 - what the engine reports it reserved: util x total, weights, peak, available KV memory, GPU KV cache tokens
   (from its start-up log; KV memory = blocks x block size x bytes per token);
@@ -36,11 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy import budget
-from sparkdeploy.apply import Session
-from sparkdeploy.fit import fit
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.recipes import budget
+from sparkdeploy.runtime.session import Session
 from sparkdeploy.topologies.base import SERVING_CONTAINER
+from sparkdeploy.topologies.fit import fit
 
 CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]
 GIB = 1 << 30

@@ -41,10 +41,10 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy.apply import Session
-from sparkdeploy.deploy.stack_file import GATEWAY_WORKERS_MAX
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.secrets import load_secrets
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import load_secrets
+from sparkdeploy.deploy.stack.file import GATEWAY_WORKERS_MAX
+from sparkdeploy.runtime.session import Session
 
 CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]
 TWO = """deployments:

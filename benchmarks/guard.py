@@ -27,9 +27,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy.apply import Session
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.lab import LabSpec
+from sparkdeploy.runtime.session import Session
 
 GOAL_STOP_S, GOAL_CPU_PCT, GOAL_RSS_MB = 1.0, 1.0, 50.0
 RECIPE = "openai-gpt-oss-120b"

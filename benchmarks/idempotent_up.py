@@ -44,8 +44,9 @@ def sd(*args: str) -> subprocess.CompletedProcess:
 
 
 def containers(inventory: str) -> dict:
-    from sparkdeploy.apply import Session, gather_facts
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.facts import gather_facts
+    from sparkdeploy.runtime.session import Session
 
     inv = load_inventory(inventory)
     with Session.open(inv) as session:
@@ -60,10 +61,11 @@ def containers(inventory: str) -> dict:
 
 def phases(inventory: str, args: list[str]) -> dict[str, float]:
     """One idempotent run in-process, timed by phase (after imports)."""
-    from sparkdeploy import health, preflight
-    from sparkdeploy.apply import Session, gather_facts
-    from sparkdeploy.context import load_deployment
-    from sparkdeploy.plan import plan_deployment
+    from sparkdeploy.deploy import health, preflight
+    from sparkdeploy.deploy.plan import plan_deployment
+    from sparkdeploy.facts import gather_facts
+    from sparkdeploy.runtime.session import Session
+    from sparkdeploy.topologies.context import load_deployment
 
     topology = args[args.index("-t") + 1]
     backend = args[args.index("-b") + 1] if "-b" in args else None

@@ -219,8 +219,8 @@ def main() -> int:
 
     import docker
 
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.build import ensure_image
-    from sparkdeploy.inventory import load_inventory
 
     inventory = load_inventory(args.inventory)
     client = docker.from_env(timeout=1200)

@@ -31,11 +31,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from sparkdeploy.context import load_deployment
     from sparkdeploy.lab import LabSpec, hub
     from sparkdeploy.models.ops import ModelRef, folder
     from sparkdeploy.models.pull import Puller
-    from sparkdeploy.remote import NodeConnection, on_nodes
+    from sparkdeploy.runtime.remote import NodeConnection, on_nodes
+    from sparkdeploy.topologies.context import load_deployment
 
     spec = LabSpec()
     from sparkdeploy.lab import hub_repo

@@ -69,8 +69,8 @@ def eugr(inventory, source, targets, ref: str) -> float:
     """docker save | ssh TARGET docker load, on the source node, one target after the other."""
     import shlex
 
-    from sparkdeploy.peers import peer_ssh_argv
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.peers import peer_ssh_argv
+    from sparkdeploy.runtime.remote import NodeConnection
 
     started = time.monotonic()
     with NodeConnection(source, inventory) as conn:
@@ -112,10 +112,10 @@ def main() -> int:
 
     import docker
 
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.build import ensure_image
     from sparkdeploy.images.push import push_image
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.peers import ensure_peer_trust
+    from sparkdeploy.runtime.peers import ensure_peer_trust
 
     inv = load_inventory(args.inventory)
     source, others = inv.nodes[0], inv.nodes[1:]

@@ -37,9 +37,9 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparkdeploy.apply import Session
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.lab import LabSpec
+from sparkdeploy.runtime.session import Session
 
 RECIPE, MODEL = "openai-gpt-oss-120b", "openai/gpt-oss-120b"
 CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]

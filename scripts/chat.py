@@ -32,8 +32,8 @@ def main() -> int:
     endpoint, model = status["endpoint"], status["model"]
     headers = {"Content-Type": "application/json"}
     if status.get("topology") == "2xsolo":
-        from sparkdeploy.inventory import load_inventory
-        from sparkdeploy.secrets import load_secrets
+        from sparkdeploy.config.inventory import load_inventory
+        from sparkdeploy.config.secrets import load_secrets
 
         inv = load_inventory(args.inventory)
         key = load_secrets(inv.local_path(inv.cluster.secrets_file)).get("LITELLM_MASTER_KEY")

@@ -3,7 +3,7 @@
 A check has an id (`group.name`), a one-line title, a scope (one row per node, or one row for the cluster)
 and a timeout. It returns a `Result`: pass / warn / fail / skip, what it measured, what it expected and,
 unless it passed, a one-line fix. A check with a `preflight` name is deploy-critical: `up` runs it over the
-facts it read before changing anything (sparkdeploy/preflight.py), the same function doctor runs.
+facts it read before changing anything (sparkdeploy/deploy/preflight.py), the same function doctor runs.
 """
 
 from __future__ import annotations

@@ -45,5 +45,5 @@ def headers_say_simulated(headers: Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 def metrics_say_simulated(metrics: Mapping[str, list[tuple[dict, float]]]) -> bool:
-    """Parsed Prometheus samples (sparkdeploy.top.parse_metrics) hold the simulator's gauge at 1."""
+    """Parsed Prometheus samples (sparkdeploy.daytwo.top.parse_metrics) hold the simulator's gauge at 1."""
     return any(value >= 1 for _, value in metrics.get(METRIC, []))

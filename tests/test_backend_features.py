@@ -3,8 +3,8 @@ flag and the backend, with the fix; the flags the torchrun launcher honours (too
 
 from __future__ import annotations
 
-from sparkdeploy import lint
-from sparkdeploy.backend_features import FRONTEND_FLAGS, refused_flags, serving_backends
+from sparkdeploy.recipes.backend_features import FRONTEND_FLAGS, refused_flags, serving_backends
+from sparkdeploy.topologies import lint
 from tests.conftest import REPO
 
 CHAT_TEMPLATE = (

@@ -1,4 +1,4 @@
-"""The one memory budget (sparkdeploy/budget.py) and the one check model (preflight = a subset of doctor's
+"""The one memory budget (sparkdeploy/recipes/budget.py) and the one check model (preflight = a subset of doctor's
 registry). Pure logic: figures worked out by hand in the comments, never read back from the code."""
 
 from __future__ import annotations
@@ -9,17 +9,18 @@ import re
 
 import pytest
 
-from sparkdeploy import budget, preflight
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.deploy import preflight
 from sparkdeploy.doctor import gpu
 from sparkdeploy.doctor.registry import CHECKS, PREFLIGHT
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.fit import fit
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.lint import synthetic_inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.recipes import budget
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.fit import fit
+from sparkdeploy.topologies.lint import synthetic_inventory
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
 
 GIB = 2**30

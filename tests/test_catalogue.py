@@ -6,8 +6,8 @@ import json
 
 import yaml
 
-from sparkdeploy import catalogue
-from sparkdeploy.recipes import recipe_files
+from sparkdeploy.recipes import catalogue
+from sparkdeploy.recipes.recipe import recipe_files
 from tests.conftest import REPO
 
 

@@ -147,7 +147,7 @@ def test_run_recipe_takes_exactly_ups_options():
 
     ups = options(up)
     assert ups.pop("recipe")["opts"] == ["--recipe", "-r"]
-    assert ups.pop("stack")["opts"] == ["--stack"]  # up only: several deployments (deploy/stack.py)
+    assert ups.pop("stack")["opts"] == ["--stack"]  # up only: several deployments (deploy/stack/converge.py)
     assert options(run_recipe) == ups
     assert list(options(run_recipe)) == list(ups)  # the same order in --help
     assert [p.name for p in run_recipe.params if isinstance(p, click.Argument)] == ["recipe"]

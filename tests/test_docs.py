@@ -18,7 +18,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 def repo_paths(text: str) -> list[str]:
     """Backticked words that are paths from the repository root: `images/vllm-check/check_image.py`,
-    `sparkdeploy/top.py:scrape`. Not patterns (`images/<name>/`, `*.yaml`) nor ranges (`run1..5/`)."""
+    `sparkdeploy/daytwo/top.py:scrape`. Not patterns (`images/<name>/`, `*.yaml`) nor ranges (`run1..5/`)."""
     out = []
     for word in BACKTICKED.findall(text):
         if "/" not in word or word.split("/", 1)[0] not in TOP or re.search(r"[<>*{}$|\[\]]|\.\.", word):
@@ -29,10 +29,10 @@ def repo_paths(text: str) -> list[str]:
 
 def test_repo_paths_finds_paths_and_skips_patterns():
     text = (
-        "see `images/vllm-check/check_image.py`, `sparkdeploy/top.py:scrape`, `images/<name>/manifest.yaml`, "
+        "see `images/vllm-check/check_image.py`, `sparkdeploy/daytwo/top.py:scrape`, `images/<name>/manifest.yaml`, "
         "`docs/figures/run1..5/`, `~/.cache/x`, `vllm serve`, `nodes/spark1.yaml`"
     )
-    assert repo_paths(text) == ["images/vllm-check/check_image.py", "sparkdeploy/top.py"]
+    assert repo_paths(text) == ["images/vllm-check/check_image.py", "sparkdeploy/daytwo/top.py"]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))

@@ -25,10 +25,10 @@ import empty_machine as em  # noqa: E402
 
 
 def test_the_marks_are_the_ones_sparkdeploy_sets():
-    from sparkdeploy.deployment import MANAGED_LABEL
     from sparkdeploy.images.definitions import LABEL, load_definition
     from sparkdeploy.images.push import INCOMING_REPO
     from sparkdeploy.lab.spec import LAB_LABEL, LabSpec
+    from sparkdeploy.labels import MANAGED_LABEL
     from tests.images.conftest import TEST_REPO
 
     assert (em.LAB_LABEL, em.MANAGED_LABEL, em.IMAGE_LABEL) == (LAB_LABEL, MANAGED_LABEL, LABEL)

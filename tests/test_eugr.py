@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy import eugr
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes import eugr
+from sparkdeploy.recipes.recipe import resolve
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "eugr"

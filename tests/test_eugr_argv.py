@@ -19,12 +19,12 @@ import sys
 
 import pytest
 
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.lint import synthetic_inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.lint import synthetic_inventory
 from tests.conftest import REPO
 from tests.support.vllm_venv import run_with_vllm
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.dryrun import as_text, describe
+from sparkdeploy.topologies.dryrun import as_text, describe
 from tests.test_render import all_deployments, deployment
 
 GOLDEN = Path(__file__).parent / "golden"

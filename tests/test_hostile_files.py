@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.deploy import history
-from sparkdeploy.deploy.stack_file import load_stack
+from sparkdeploy.deploy.stack.file import load_stack
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.userfile import read_text
 from tests.conftest import REPO, TWO_NODES
 
 # The names added by this issue are imported in the tests that use them, so that each test also runs (and
@@ -64,21 +64,20 @@ def one_line_errors(code: int, err: str, *needles: str) -> list[str]:
 # Reading or parsing a file is the door's job. What remains elsewhere, each with the reason it is not a user's or
 # a node's file (package data, text this process rendered, bytes only hashed, a tool's output we just wrote).
 ALLOWED = {
-    ("sparkdeploy/gateway_hook.py", "json.load("): "the gateway container: keys.json, routes.json",
     ("sparkdeploy/doctor/gpu.py", ".read_text("): "package data (doctor/data)",
     ("sparkdeploy/doctor/gpu.py", "yaml.safe_load("): "package data (doctor/data)",
     ("sparkdeploy/doctor/nccl_probe.py", ".read_bytes("): "the probe's own source, shipped to the node",
-    ("sparkdeploy/deploy/stack_units.py", ".read_text("): "the gateway hook's own source (package)",
+    ("sparkdeploy/deploy/stack/units.py", ".read_text("): "the gateway hook's own source (package)",
     ("sparkdeploy/images/build.py", ".read_text("): "an image definition's lock and its build stamp, compared",
     ("sparkdeploy/images/definitions.py", ".read_bytes("): "an image definition's files, only hashed",
     ("sparkdeploy/images/sources.py", ".read_bytes("): "an image definition's files, only hashed",
-    ("sparkdeploy/bench/reference.py", ".read_text("): "package data (bench/data)",
-    ("sparkdeploy/bench/runner.py", ".read_bytes("): "the benchmark corpus: bytes hashed and copied, never parsed",
-    ("sparkdeploy/bench/runner.py", ".read_text("): "llama-benchy's log and result, written by the run itself",
+    ("sparkdeploy/bench/seeds.py", ".read_text("): "package data (bench/data)",
+    ("sparkdeploy/bench/benchy.py", ".read_bytes("): "the benchmark corpus: bytes hashed and copied, never parsed",
+    ("sparkdeploy/bench/benchy.py", ".read_text("): "llama-benchy's log and result, written by the run itself",
     ("sparkdeploy/dayzero/ssh_setup.py", "PKey.from_path("): "the key passed the door at inventory load",
 }
 PATTERNS = ("yaml.safe_load(", "yaml.load(", ".read_text(", ".read_bytes(", "json.load(", "PKey.from_path(")
-SKIP = ("sparkdeploy/userfile.py", "sparkdeploy/nodeside/", "sparkdeploy/lab/")  # the door; node side; the lab
+SKIP = ("sparkdeploy/config/userfile.py", "sparkdeploy/nodeside/", "sparkdeploy/lab/")  # the door; node side; the lab
 
 
 def test_every_user_file_goes_through_the_one_door():
@@ -93,7 +92,7 @@ def test_every_user_file_goes_through_the_one_door():
         for pattern in PATTERNS:
             if pattern in text:
                 found.add((rel, pattern))
-    assert found - set(ALLOWED) == set(), "read these through sparkdeploy/userfile.py"
+    assert found - set(ALLOWED) == set(), "read these through sparkdeploy/config/userfile.py"
     assert set(ALLOWED) - found == set(), "drop the stale entries from ALLOWED"
 
 
@@ -186,7 +185,7 @@ def test_a_history_file_that_is_dev_zero_is_one_line(cli, tmp_path, monkeypatch)
 
 
 def test_json_of_a_file_or_a_node_refuses_duplicates_nan_and_depth():
-    from sparkdeploy.userfile import parse_json
+    from sparkdeploy.config.userfile import parse_json
 
     for text, needle in [
         ('{"keys": [], "keys": [{"name": "evil"}]}', "duplicate key 'keys'"),
@@ -200,7 +199,7 @@ def test_json_of_a_file_or_a_node_refuses_duplicates_nan_and_depth():
 
 
 def test_gateway_keys_file_from_the_node_is_checked():
-    from sparkdeploy.keys import parse_keys
+    from sparkdeploy.deploy.stack.keys import parse_keys
 
     good = {"name": "alice", "sha256": "a" * 64, "models": [], "rpm": None, "created": "2026-11-27T10:00:00Z"}
     assert parse_keys(json.dumps({"keys": [good]}), "spark1:keys.json")[0]["name"] == "alice"
@@ -216,9 +215,9 @@ def test_gateway_keys_file_from_the_node_is_checked():
 
 
 def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_inventory):
-    from sparkdeploy.dayzero.session import read_password_file
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import load_host_keys
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.dayzero.login import read_password_file
+    from sparkdeploy.runtime.remote import load_host_keys
 
     pw = tmp_path / "pw"
     pw.write_bytes(b"\xff\xfe\n")
@@ -248,7 +247,7 @@ def test_password_known_hosts_and_key_files_go_through_the_door(tmp_path, write_
 
 
 def test_a_1500_deep_compilation_config_is_one_line(tmp_path):
-    from sparkdeploy.recipes import resolve
+    from sparkdeploy.recipes.recipe import resolve
 
     text = (REPO / "tests" / "fixtures" / "eugr" / "openai-gpt-oss-120b.yaml").read_text()
     text = text.replace("container: vllm-thor-mxfp4", "container: vllm-node-mxfp4")

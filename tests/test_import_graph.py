@@ -21,7 +21,7 @@ PACKAGES = [
 
 
 # Runs inside an image, not here: the gateway's auth hook is mounted into the LiteLLM proxy and imports litellm.
-IN_IMAGES = {"sparkdeploy.gateway_hook"}
+IN_IMAGES = {"sparkdeploy.nodeside.gateway.gateway_hook"}
 
 
 def _modules(root: Path, package: str) -> dict[str, Path]:
@@ -95,7 +95,7 @@ def test_no_import_circles():
         modules = _modules(root, package)
         for name, path in modules.items():
             graph[name] = _top_imports(path, name, set(modules))
-    assert len(graph) > 100 and graph["sparkdeploy.apply"], "the walk found the packages and their imports"
+    assert len(graph) > 100 and graph["sparkdeploy.deploy.apply"], "the walk found the packages and their imports"
     circles = list(_cycles(graph))
     assert circles == [], circles
 
@@ -118,3 +118,45 @@ def test_every_module_imports_first_on_its_own():
     run = subprocess.run([sys.executable, "-c", program, *names], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == ""
+
+
+def _all_imports(path: Path, name: str) -> set[str]:
+    """Every module `name` imports, anywhere in it (function-local and TYPE_CHECKING imports too), as absolute
+    names, with `from pkg import x` counted as both pkg and pkg.x."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found |= {base, *(f"{base}.{a.name}" for a in node.names)}
+    return found
+
+
+def test_the_folders_are_stages_no_folder_imports_one_that_imports_it_back():
+    """Issue 37: `ls sparkdeploy/` reads the flow. A room is a module at the package root or a top-level folder taken
+    whole; no circle between rooms, counting every import (a folder importing a folder that imports it back is a
+    circle, even when no two modules of theirs are), so the rooms stack: each stands above all it imports. The root
+    keeps at most 15 modules, and no two modules share a name (docs/CONVENTIONS.md, Layout)."""
+    package = REPO / "sparkdeploy"
+    rooms = {p.stem for p in package.glob("*.py") if p.name != "__init__.py"}
+    rooms |= {d.name for d in package.iterdir() if (d / "__init__.py").is_file() and d.name != "data"}
+    graph: dict[str, set[str]] = {room: set() for room in rooms}
+    for name, path in _modules(REPO, "sparkdeploy").items():
+        here = name.split(".")[1] if "." in name else None
+        if here not in rooms:
+            continue
+        for imported in _all_imports(path, name):
+            parts = imported.split(".")
+            if parts[0] == "sparkdeploy" and len(parts) > 1 and parts[1] in rooms and parts[1] != here:
+                graph[here].add(parts[1])
+    assert {"deploy", "facts", "runtime", "config"} <= rooms and graph["deploy"], "the walk found the rooms"
+    assert _cycles(graph) == []
+    assert len(list(package.glob("*.py"))) <= 15, sorted(p.name for p in package.glob("*.py"))
+    modules = [p for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "data"]  # data: build copies
+    names = [p.name for p in modules if p.name not in ("__init__.py", "__main__.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import load_inventory
 from tests.conftest import REPO, TWO_NODES
 
 

@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from sparkdeploy import gateway_spend, keys
-from sparkdeploy.deploy import stack_file as sf
-from sparkdeploy.deploy import stack_units as su
+from sparkdeploy.deploy.stack import file as sf
+from sparkdeploy.deploy.stack import keys
+from sparkdeploy.deploy.stack import units as su
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.nodeside.gateway import gateway_spend
 
 TWO = """
 deployments:

@@ -16,9 +16,9 @@ import threading
 
 import pytest
 
-from sparkdeploy.apply import cluster_lock
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.runtime.locks import cluster_lock
 from tests.support.cli_process import failure, sd
 
 NOT_SSH = b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n"

@@ -1,4 +1,4 @@
-"""Issue 35 item 4: one port map per node (sparkdeploy/ports.py), from the containers as rendered.
+"""Issue 35 item 4: one port map per node (sparkdeploy/topologies/ports.py), from the containers as rendered.
 
 Before, `vllm_port: 6379` (= ray_port) rendered a cluster that started Ray and vLLM on 6379, and a stack put a
 solo engine on the port a cluster deployment's Ray head uses on the same node: both passed. Now every collision
@@ -12,10 +12,10 @@ import json
 import pytest
 import yaml
 
-from sparkdeploy.deploy.stack_file import load_stack
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.deploy.stack.file import load_stack
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import TWO_NODES
 
@@ -69,8 +69,8 @@ def test_one_deployment_s_ports_collide_on_a_node(cli, write_inventory, args, cl
 
 
 def test_distinct_ports_render_and_the_map_lists_every_listener(write_inventory):
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.ports import PortMap
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.topologies.ports import PortMap
 
     inv = load_inventory(_inventory(write_inventory, metrics=True))
     dep = build_deployment(inv, resolve("openai-gpt-oss-120b", "cluster", "ray"), Secrets())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sparkdeploy import recipes
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes import recipe as recipes
 
 SHIPPED = [
     "openai-gpt-oss-120b",

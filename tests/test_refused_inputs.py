@@ -10,7 +10,7 @@ import copy
 
 import pytest
 
-from sparkdeploy.recipes import MAX_NUM_SEQS, MAX_TOKENS
+from sparkdeploy.recipes.recipe import MAX_NUM_SEQS, MAX_TOKENS
 from tests.conftest import REPO, TWO_NODES
 
 RECIPE = "openai-gpt-oss-120b"

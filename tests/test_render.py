@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkdeploy import lint
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.render import render, shell_join, shell_path, shell_quote
-from sparkdeploy.secrets import Secrets
-from sparkdeploy.topologies import build_deployment
+from sparkdeploy.recipes.recipe import resolve
+from sparkdeploy.topologies import build_deployment, lint
+from sparkdeploy.topologies.render import render, shell_join, shell_path, shell_quote
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES
 
 HOSTILE = [
@@ -162,7 +161,7 @@ def test_hostile_recipe_values_are_inert_when_scripts_run(tmp_path, value, monke
 
 def all_deployments():
     out = []
-    for name, _ in sorted(__import__("sparkdeploy.recipes", fromlist=["x"]).recipe_files().items()):
+    for name, _ in sorted(__import__("sparkdeploy.recipes.recipe", fromlist=["x"]).recipe_files().items()):
         recipe = resolve(name).recipe
         for topo, backend in lint.combinations(recipe):
             out.append((name, topo, backend))

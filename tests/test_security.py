@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkdeploy import health
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets, load_secrets
+from sparkdeploy.config.userfile import parse_yaml
+from sparkdeploy.deploy import health
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets, load_secrets
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
-from sparkdeploy.userfile import parse_yaml
 from tests.conftest import REPO, SECRET_HF, SECRET_KEY, TWO_NODES
 
 RECIPE = REPO / "recipes" / "openai-gpt-oss-120b.yaml"

@@ -18,10 +18,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from sparkdeploy.apply import cluster_lock, lock_path
+from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.remote import HostKeyError, NodeConnection, _RejectUnknown
+from sparkdeploy.runtime.locks import cluster_lock, lock_path
+from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, _RejectUnknown
 from tests.conftest import REPO, TWO_NODES
 from tests.support.processes import spawn
 
@@ -97,8 +97,8 @@ def test_cluster_lock_is_keyed_by_the_nodes_not_the_file(tmp_path, monkeypatch):
             textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from sparkdeploy.apply import cluster_lock
-        from sparkdeploy.inventory import Inventory
+        from sparkdeploy.runtime.locks import cluster_lock
+        from sparkdeploy.config.inventory import Inventory
         import json
         inv = Inventory.model_validate(json.loads({json.dumps(json.dumps(TWO_NODES))}))
         with cluster_lock(inv):
@@ -129,10 +129,10 @@ def test_second_ctrl_c_stops_at_once_and_starts_no_new_remote_command(tmp_path):
     script = textwrap.dedent(f"""
         import sys, time, threading
         sys.path.insert(0, {str(REPO)!r})
-        from sparkdeploy.apply import Interrupt
+        from sparkdeploy.runtime.interrupts import Interrupt
         from sparkdeploy.cli.common import run_cli
-        from sparkdeploy.inventory import Inventory
-        from sparkdeploy.remote import NodeConnection, on_nodes
+        from sparkdeploy.config.inventory import Inventory
+        from sparkdeploy.runtime.remote import NodeConnection, on_nodes
         import click, json
         inv = Inventory.model_validate(json.loads({json.dumps(json.dumps(TWO_NODES))}))
 
@@ -165,7 +165,7 @@ def test_second_ctrl_c_stops_at_once_and_starts_no_new_remote_command(tmp_path):
 
 
 def test_after_a_second_ctrl_c_no_remote_command_starts(tmp_path):
-    from sparkdeploy import remote
+    from sparkdeploy.runtime import remote
 
     inv = _inventory(tmp_path)
     remote.STOPPING.set()

@@ -4,8 +4,8 @@ Each test runs the real CLI in a subprocess against a real SSH server on 127.0.0
 (tests/support/stall_ssh.py: paramiko's server side on a real socket, not a mock of the SSH layer), waits until
 the command is blocked in that read (or in a connect, or in a scrape of an endpoint that never answers), sends
 the signal and times the exit: 130 for SIGINT, 143 for SIGTERM, within STOP_S. Before the one stop mechanism
-(sparkdeploy/interrupts.py) a stalled SSH read held the exit until the command's own timeout (the pool thread was
-joined at exit), SIGTERM killed the process with the cursor hidden, and `top` and `logs -f` exited 0.
+(sparkdeploy/runtime/interrupts.py) a stalled SSH read held the exit until the command's own timeout (the pool thread
+was joined at exit), SIGTERM killed the process with the cursor hidden, and `top` and `logs -f` exited 0.
 """
 
 from __future__ import annotations
@@ -163,13 +163,15 @@ def test_bench_stalled_reading_the_deployment_stops_at_once(sig, tmp_path, env):
 UP_GATE = textwrap.dedent("""
     import sys
     import click
-    from sparkdeploy.apply import Interrupt, Session, inventory_lock, node_locks
+    from sparkdeploy.runtime.interrupts import Interrupt
+    from sparkdeploy.runtime.locks import inventory_lock, node_locks
+    from sparkdeploy.runtime.session import Session
     from sparkdeploy.cli.common import run_cli
-    from sparkdeploy.context import load_deployment
-    from sparkdeploy.deploy.report import Reporter
+    from sparkdeploy.topologies.context import load_deployment
+    from sparkdeploy.deploy.progress import Reporter
     from sparkdeploy.deploy.up import failure_lines, health_phase
     from sparkdeploy.errors import StepFailed
-    from sparkdeploy.plan import CHANGED, NodePlan, Plan, StepKind
+    from sparkdeploy.deploy.plan import CHANGED, NodePlan, Plan, StepKind
 
     @click.command()
     def gate():
@@ -215,8 +217,8 @@ def _deliver(sig: int) -> None:
 
 
 def test_the_handler_keeps_an_inherited_ignore_raises_and_restores_what_was_there():
-    """In this process (pure logic of sparkdeploy/interrupts.py, real signals)."""
-    from sparkdeploy import interrupts
+    """In this process (pure logic of sparkdeploy/runtime/interrupts.py, real signals)."""
+    from sparkdeploy.runtime import interrupts
 
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `cmd &` starts a job
     old_term = signal.getsignal(signal.SIGTERM)
@@ -233,7 +235,7 @@ def test_the_handler_keeps_an_inherited_ignore_raises_and_restores_what_was_ther
 
 
 def test_graceful_notifies_first_raises_second_and_immediate_raises_at_once():
-    from sparkdeploy import interrupts
+    from sparkdeploy.runtime import interrupts
 
     seen: list[int] = []
     with interrupts.handling(), interrupts.graceful(seen.append):

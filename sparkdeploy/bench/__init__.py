@@ -1,2 +1,2 @@
-"""Benchmarks of a served recipe: llama-benchy runs (runner), stored results (store), reports (report),
-topology sweeps (sweep), the seeds' reference tables (reference) and the topology advisor (advisor)."""
+"""Benchmarks of a served recipe: llama-benchy runs (benchy; _benchy_main its child), stored results (store),
+reports (report), topology sweeps (sweep), the seeds' reference tables (seeds) and the topology advisor (advisor)."""

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from sparkdeploy.backend_features import refused_flags, serving_backends
 from sparkdeploy.bench.predicted import SOURCE as PREDICTOR
 from sparkdeploy.bench.predicted import predict_recipe
-from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.seeds import seed_reference
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.recipes import TOPOLOGIES, load_recipe, resolve
+from sparkdeploy.recipes.backend_features import refused_flags, serving_backends
+from sparkdeploy.recipes.recipe import TOPOLOGIES, load_recipe, resolve
 from sparkdeploy.simulated import LABEL, any_simulated, tag
 from sparkdeploy.topologies import REGISTRY
 

@@ -12,16 +12,16 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sparkdeploy.bench.runner import Endpoint
-from sparkdeploy.context import load_deployment
+from sparkdeploy.bench.benchy import Endpoint
 from sparkdeploy.deploy.down import remove
-from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed
 from sparkdeploy.images import build
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.simulated import headers_say_simulated
+from sparkdeploy.topologies.context import load_deployment
 
 
 def status_json(inventory: str | None) -> dict[str, Any]:

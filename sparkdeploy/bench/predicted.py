@@ -22,10 +22,10 @@ from sparkdeploy import paths
 from sparkdeploy.bench.store import BenchResult, Stat
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import is_reference
-from sparkdeploy.recipes import resolve
+from sparkdeploy.images.image_ref import is_reference
+from sparkdeploy.recipes.recipe import resolve
+from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.simulated import LABEL
-from sparkdeploy.vllm_args import serve_args
 
 MAX_LEVEL = 256  # the highest concurrency predicted (a larger one is answered with this level, and said so)
 RUNS = 20  # draws of the proxy's simple-shuffle for the topologies behind it

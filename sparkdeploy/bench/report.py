@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkdeploy.bench.reference import Reference, reference_for
+from sparkdeploy.bench.seeds import Reference, reference_for
 from sparkdeploy.bench.store import (
     METRICS,
     BenchResult,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.userfile import load_json_file
 
 SCHEMA = "sparkdeploy-bench-result/1"
 

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.benchy import BenchSettings, Endpoint
 from sparkdeploy.bench.report import figures_line
-from sparkdeploy.bench.runner import BenchSettings, Endpoint
+from sparkdeploy.bench.seeds import seed_reference
 from sparkdeploy.bench.store import BenchResult, routing_of, stored, variant_label, variant_of
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
-from sparkdeploy.recipes import TOPOLOGIES
+from sparkdeploy.recipes.recipe import TOPOLOGIES
 from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
 ROUTINGS = (

@@ -30,7 +30,7 @@ LEVELS = "1,2,4,8,16,32,64"
 
 
 def _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout):
-    from sparkdeploy.bench.runner import BenchSettings, find_corpus, find_tokenizer, installed_llama_benchy
+    from sparkdeploy.bench.benchy import BenchSettings, find_corpus, find_tokenizer, installed_llama_benchy
 
     if pp < 1 or tg < 1 or runs < 1:
         raise ConfigError(Problem("bench", "", "--pp, --tg and --runs must be >= 1", ""))
@@ -179,9 +179,9 @@ def bench(
                 f"`{ctx.invoked_subcommand}`, not before it"
             )
         return
+    from sparkdeploy.bench.benchy import run_cell
     from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint, engine_version, url_endpoint
     from sparkdeploy.bench.report import figures_line
-    from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.sweep import parse_levels
     from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
@@ -303,8 +303,8 @@ def sweep_cmd(
     """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
     Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
     from sparkdeploy.bench import report as report_mod
+    from sparkdeploy.bench.benchy import run_cell
     from sparkdeploy.bench.deploy_link import Deployer, endpoint_of, expected_image
-    from sparkdeploy.bench.runner import run_cell
     from sparkdeploy.bench.store import load_results
     from sparkdeploy.bench.sweep import (
         PlainReporter,
@@ -314,9 +314,9 @@ def sweep_cmd(
         parse_topologies,
         run_sweep,
     )
-    from sparkdeploy.context import recipe_name_for
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.recipes import load_recipe
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.recipes.recipe import load_recipe
+    from sparkdeploy.topologies.context import recipe_name_for
 
     specs = parse_topologies(topologies)
     levels = parse_levels(concurrency)

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
+from sparkdeploy.config.userfile import redact
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S
 from sparkdeploy.errors import ConfigError, escape_controls
-from sparkdeploy.userfile import redact
 
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -255,8 +255,8 @@ def report_error(exc: Exception) -> int:
 
 def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
     """Run a click command with sparkdeploy's error contract: user errors are one line each, no traceback.
-    SIGINT and SIGTERM stop any command the same way (sparkdeploy/interrupts.py): exit 130 or 143."""
-    from sparkdeploy import interrupts
+    SIGINT and SIGTERM stop any command the same way (sparkdeploy/runtime/interrupts.py): exit 130 or 143."""
+    from sparkdeploy.runtime import interrupts
 
     with interrupts.handling():
         code = _run(command, argv)
@@ -268,8 +268,8 @@ def run_cli(command: click.Command, argv: list[str] | None = None) -> int:
 
 
 def _run(command: click.Command, argv: list[str] | None) -> int:
-    from sparkdeploy import interrupts
     from sparkdeploy.errors import SparkdeployError
+    from sparkdeploy.runtime import interrupts
 
     try:
         # Without standalone mode click returns a command's exit code (ctx.exit / Exit) instead of raising.

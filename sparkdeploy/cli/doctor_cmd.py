@@ -68,8 +68,8 @@ def doctor(
 
     from sparkdeploy.doctor.api import CHECKS
     from sparkdeploy.doctor.api import doctor as run_doctor
-    from sparkdeploy.doctor.report import as_dict, render
-    from sparkdeploy.doctor.session import Options
+    from sparkdeploy.doctor.doctor_run import Options
+    from sparkdeploy.doctor.table import as_dict, render
 
     if list_checks:
         if as_json:
@@ -109,9 +109,9 @@ def _lock_for_nccl(inventory, nccl: bool):
     that does not load is reported by doctor itself (exit 2), so no lock is needed then."""
     from contextlib import nullcontext
 
-    from sparkdeploy.apply import cluster_lock
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.errors import ConfigError
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.runtime.locks import cluster_lock
 
     if not nccl:
         return nullcontext()

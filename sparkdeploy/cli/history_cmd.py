@@ -34,7 +34,7 @@ def history(inventory, as_json):
 
     With --inventory (or SPARKDEPLOY_INVENTORY), only that cluster's: a cluster is its nodes' pinned host keys
     (or, without them, its name and the nodes' addresses), so another path to the same inventory lists the same."""
-    from sparkdeploy.inventory import load_inventory  # only with -i
+    from sparkdeploy.config.inventory import load_inventory  # only with -i
 
     records = list(reversed(history_mod.read_records()))
     if inventory:

@@ -84,8 +84,8 @@ def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments)
         from sparkdeploy.images.build_plan import build_plan
 
         if on_node:
+            from sparkdeploy.config.inventory import load_inventory
             from sparkdeploy.images.inventory_images import select_nodes
-            from sparkdeploy.inventory import load_inventory
 
             select_nodes(load_inventory(inventory), [on_node])  # a bad node name fails here too
         click.echo("\n".join(build_plan(name, on_node or "this machine").lines()))
@@ -97,11 +97,11 @@ def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments)
             tag = ensure_image(name, progress=lambda line: err.print(f"[dim]{line}[/dim]"), force=force)
         click.echo(tag)
         return
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.build import build_on_node
     from sparkdeploy.images.build_plan import node_checks
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
     node = select_nodes(inv, [on_node])[0]
@@ -156,11 +156,11 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
       sparkdeploy images pull 172.30.77.6:5000/lab/vllm-sim:v1 --inventory lab   # the lab's own registry
     """
     from sparkdeploy.cli.common import warn
-    from sparkdeploy.images import registry
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.images import registry_pull as registry
+    from sparkdeploy.images.image_ref import is_reference
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.images.reference import is_reference
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.recipes import load_recipe
+    from sparkdeploy.recipes.recipe import load_recipe
 
     ref = image
     if not is_reference(image):
@@ -188,7 +188,7 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
         else:
             click.echo("\n".join(lines))
         return
-    from sparkdeploy.apply import cluster_lock
+    from sparkdeploy.runtime.locks import cluster_lock
 
     err = Console(stderr=True, highlight=False)
     with cluster_lock(inv):  # a pull changes the nodes: one run at a time per cluster
@@ -276,11 +276,11 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
     target loads it and forwards it as it arrives, so the source sends each byte once); this machine only
     starts it and reads progress lines. Each node's image ID must then equal the source's before the tag moves.
     """
-    from sparkdeploy.apply import cluster_lock
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.inventory_images import select_nodes
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.runtime.locks import cluster_lock
 
     inv = load_inventory(inventory)
     nodes = select_nodes(inv, list(to_nodes))  # a bad node name fails before anything connects
@@ -419,8 +419,8 @@ def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> N
 @click.pass_context
 def list_cmd(ctx, inventory, as_json):
     """Per node the images we manage, their IDs, and whether the nodes agree on each tag."""
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.inventory_images import list_images
-    from sparkdeploy.inventory import load_inventory
 
     inv = load_inventory(inventory)
     outcomes, rows = list_images(inv)

@@ -9,7 +9,7 @@ import click
 
 from sparkdeploy.cli.common import emit_json, json_option
 from sparkdeploy.dayzero.init import InitOptions, InitResult, run_init
-from sparkdeploy.dayzero.session import read_password_file
+from sparkdeploy.dayzero.login import read_password_file
 from sparkdeploy.errors import StepFailed
 
 

@@ -1,4 +1,5 @@
-"""`sparkdeploy keys create | list | revoke`: per-user keys of a stack's gateway (the library: sparkdeploy/keys.py)."""
+"""`sparkdeploy keys create | list | revoke`: per-user keys of a stack's gateway (the library:
+sparkdeploy/deploy/stack/keys.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sparkdeploy import keys as lib
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
+from sparkdeploy.deploy.stack import keys as lib
 
 
 @click.group("keys")

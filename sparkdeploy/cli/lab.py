@@ -9,13 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, json_option, stop_deployments_option
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import bare as bare_lab
 from sparkdeploy.lab import lifecycle
 from sparkdeploy.lab import network as lab_network
 from sparkdeploy.lab import nodestatus as lab_status
 from sparkdeploy.lab.spec import DEFAULT_FABRIC_SUBNET, DEFAULT_IMAGES, DEFAULT_MGMT_SUBNET, DEFAULT_NAME, LabSpec
-from sparkdeploy.userfile import load_json_file
 
 BARE_NAME = "bare"
 name_option = click.option(
@@ -79,8 +79,8 @@ def _serving_guard(spec, doing: str, stop_deployments: bool):
     def check(node_names: list[str]) -> None:
         if not node_names or not spec.inventory_path.is_file():
             return
+        from sparkdeploy.config.inventory import load_inventory
         from sparkdeploy.deploy import serving  # the fact layer and sessions: only when a node would go
-        from sparkdeploy.inventory import load_inventory
 
         serving.guard(load_inventory(str(spec.inventory_path)), doing, node_names, stop_deployments, click.echo)
 
@@ -237,7 +237,7 @@ def registry_cmd(name, tag, as_json):
     `image:` or `sparkdeploy images pull REF --inventory lab`. Needs the lab up."""
     from sparkdeploy.images.build import docker_client
     from sparkdeploy.images.definitions import load_definition
-    from sparkdeploy.lab import registry
+    from sparkdeploy.lab import registry_server as registry
 
     spec = _spec(name)
     client = docker_client()

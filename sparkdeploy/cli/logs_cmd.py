@@ -41,7 +41,7 @@ class Printer:
         return click.style(text, fg=style)
 
     def line(self, line) -> None:
-        from sparkdeploy.logs import Notice
+        from sparkdeploy.daytwo.logs import Notice
 
         with self._lock:
             if isinstance(line, Notice):
@@ -104,12 +104,12 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
     Exit codes: 0 ok, 1 a node could not be read (the others are shown), 2 bad usage, 130 Ctrl-C, 143 SIGTERM
     (--follow stops within a second, however a node's stream stalls).
     """
-    from sparkdeploy import logs as node_logs
-    from sparkdeploy.apply import Session
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.config.secrets import load_secrets
+    from sparkdeploy.daytwo import logs as node_logs
     from sparkdeploy.errors import NothingDeployed, StepFailed
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import on_nodes
-    from sparkdeploy.secrets import load_secrets
+    from sparkdeploy.runtime.remote import on_nodes
+    from sparkdeploy.runtime.session import Session
 
     inv = load_inventory(inventory)
     chosen = [inv.node(n) for n in nodes] if nodes else list(inv.nodes)
@@ -121,7 +121,7 @@ def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployme
         conns = [session.conn(n) for n in chosen]
         if follow:
             stop = threading.Event()
-            try:  # until Ctrl-C or SIGTERM (sparkdeploy/interrupts.py): exit 130 or 143
+            try:  # until Ctrl-C or SIGTERM (sparkdeploy/runtime/interrupts.py): exit 130 or 143
                 node_logs.follow(
                     conns, printer.line, stop, since, 10 if tail is None and not since else tail, wanted, label
                 )

@@ -53,9 +53,9 @@ class RichProgress:
 
 def resolve_target(arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None):
     """RECIPE|MODEL -> (ModelRef, engine image tag, inventory, secrets)."""
-    from sparkdeploy.context import load_deployment
     from sparkdeploy.models.ops import model_ref
-    from sparkdeploy.recipes import recipe_files
+    from sparkdeploy.recipes.recipe import recipe_files
+    from sparkdeploy.topologies.context import load_deployment
 
     if arg in recipe_files(recipes_dir):
         dep = load_deployment(inventory, arg, recipes_dir=recipes_dir)
@@ -77,9 +77,9 @@ def resolve_target(arg: str, revision: str | None, inventory: str | None, recipe
 
 def _ensure_image(dep, node, say) -> None:
     """The engine image must be on the download node (it runs huggingface_hub): push it when missing."""
+    from sparkdeploy.deploy.preflight import image_definition_name
     from sparkdeploy.images.push import push_image
-    from sparkdeploy.preflight import image_definition_name
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     with NodeConnection(node, dep.inventory) as conn:
         if conn.run(["docker", "image", "inspect", dep.image_tag], check=False).ok:
@@ -122,7 +122,7 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
       sparkdeploy models pull lab/tiny-model --inventory lab  # the lab hub's small model
     """
     from sparkdeploy.models.pull import Puller
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     ref, dep, inv = resolve_target(target, revision, inventory, recipes_dir)
     source = inv.node(on_node) if on_node else inv.head
@@ -175,10 +175,10 @@ def list_cmd(verify, inventory, as_json):
     """Per node: the models and revisions present, their size, and whether complete and verified.
 
     Exit 1 when a node cannot be read or holds a model that does not verify."""
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.models.listing import node_models
     from sparkdeploy.models.ops import describe_bad
-    from sparkdeploy.remote import NodeConnection
+    from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
     conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
-from sparkdeploy.guard.postmortem import DEFAULT_MINUTES, evidence, postmortem
+from sparkdeploy.daytwo.postmortem import DEFAULT_MINUTES, evidence, postmortem
 
 
 def _clock(t: float) -> str:

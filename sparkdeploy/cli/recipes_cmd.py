@@ -7,9 +7,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkdeploy import budget, catalogue, recipe_import
-from sparkdeploy import fit as fit_mod
-from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.cli.common import (
     backend_option,
     emit_json,
@@ -21,6 +18,10 @@ from sparkdeploy.cli.common import (
 )
 from sparkdeploy.doctor import graph_advice
 from sparkdeploy.errors import ConfigError, escape_controls
+from sparkdeploy.recipes import budget, catalogue
+from sparkdeploy.recipes import importing as recipe_import
+from sparkdeploy.recipes import recipe as recipes_mod
+from sparkdeploy.topologies import fit as fit_mod
 
 
 @click.group("recipes")
@@ -232,7 +233,7 @@ def _print_fit(report: fit_mod.FitReport) -> None:
 def lint_cmd(recipes_dir, as_json):
     """Render every recipe for every topology (and every backend of cluster) against the example inventory
     shape; exit 1 if any combination fails."""
-    from sparkdeploy.lint import lint_all
+    from sparkdeploy.topologies.lint import lint_all
 
     results = lint_all(recipes_dir)
     failed = [r for r in results if not r["ok"]]

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from sparkdeploy.cli.common import deployment_options, emit_json, json_option, warn
-from sparkdeploy.context import load_deployment
-from sparkdeploy.localfiles import open_folder, open_subfolder, write_atomic
+from sparkdeploy.runtime.localfiles import open_folder, open_subfolder, write_atomic
+from sparkdeploy.topologies.context import load_deployment
 
 
 @click.command("render")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import click
 
 from sparkdeploy.cli.common import CONTEXT_SETTINGS, UpArgs, emit_json, run_cli, up_options
-from sparkdeploy.context import load_deployment
-from sparkdeploy.dryrun import as_text, describe
+from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.dryrun import as_text, describe
 
 DRY_RUN_HELP = (
     "Print, per node and in order, every file and command; connect to nothing, change nothing "

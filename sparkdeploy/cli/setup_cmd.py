@@ -6,10 +6,10 @@ import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, stop_deployments_option
 from sparkdeploy.cli.init_cmd import password_options, read_password
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.dayzero.network_setup import ROLLBACK_S, problems, restore_network, setup_network
 from sparkdeploy.dayzero.ssh_setup import setup_ssh
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import load_inventory
 
 
 @click.group("setup")

@@ -137,11 +137,11 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     Exit codes: 0 ok, 1 nothing of sparkdeploy's runs or a node is unreachable, 2 bad usage, 130 Ctrl-C,
     143 SIGTERM (the live view stops within a second, wherever it waits).
     """
-    from sparkdeploy import top as monitor_mod
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.config.secrets import load_secrets
+    from sparkdeploy.daytwo import top as monitor_mod
     from sparkdeploy.errors import NothingDeployed, StepFailed
-    from sparkdeploy.inventory import load_inventory
-    from sparkdeploy.remote import NodeConnection
-    from sparkdeploy.secrets import load_secrets
+    from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
     secrets = load_secrets(inv.local_path(inv.cluster.secrets_file))
@@ -177,7 +177,7 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
         return
 
     # Until Ctrl-C or SIGTERM: the stop raises wherever the loop waits (a scrape, the sleep) and exits 130 or 143
-    # (sparkdeploy/interrupts.py); the live display gives the terminal back on its way out.
+    # (sparkdeploy/runtime/interrupts.py); the live display gives the terminal back on its way out.
     if as_json:  # one JSON object per line, every interval, for scripts that keep watching
         import json
 

@@ -13,10 +13,10 @@ import click
 import paramiko
 
 from sparkdeploy.cli.common import inventory_option
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
-from sparkdeploy.userfile import read_text
+from sparkdeploy.runtime.remote import connect_problem, fingerprint, known_hosts_name, record_host_key, scan_host_key
 
 
 def _entries(path: Path) -> list[tuple[str, paramiko.hostkeys.HostKeyEntry | None]]:

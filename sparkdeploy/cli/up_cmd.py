@@ -17,14 +17,14 @@ from rich.text import Text
 from sparkdeploy.checks import Result
 from sparkdeploy.cli.common import UpArgs, emit_json, inventory_option, json_option, up_options
 from sparkdeploy.deploy.down import remove
-from sparkdeploy.deploy.report import Reporter
-from sparkdeploy.deploy.stack import up as stack_up
+from sparkdeploy.deploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
+from sparkdeploy.deploy.progress import Reporter
+from sparkdeploy.deploy.stack.converge import up as stack_up
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.guard.state import line as guard_line
 from sparkdeploy.guard.state import watch_line
-from sparkdeploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
 

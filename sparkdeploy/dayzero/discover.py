@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass, field
 
 from sparkdeploy import facts as node_facts
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.facts.parsers import rocev2_gid_index
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection
 
 TIMEOUT_S = 60
 GB10 = "GB10"

@@ -1,7 +1,7 @@
 """`sparkdeploy init`: read every new node and write the inventory. The CLI (cli/init_cmd.py) only prints.
 
 Order: the addresses checked -> host keys (shown; a confirmed one serves this run) -> one facts command per
-node, in parallel (discover.read_node: facts/ set DAYZERO) -> the plan (plan.py: addresses, names, problems) ->
+node, in parallel (discover.read_node: facts/ set DAYZERO) -> the proposal (proposal.py: addresses, names, problems) ->
 the commented inventory, loaded back and validated -> written (not with --dry-run, not when a problem stops it),
 and only then the confirmed host keys pinned.
 
@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy import names, paths
+from sparkdeploy.config.userfile import load_json_file, load_yaml_file, read_text
 from sparkdeploy.dayzero import discover, inventory_text
-from sparkdeploy.dayzero import plan as planner
-from sparkdeploy.dayzero.session import (
+from sparkdeploy.dayzero import proposal as planner
+from sparkdeploy.dayzero.login import (
     Confirm,
     HostKey,
     default_known_hosts,
@@ -35,8 +36,7 @@ from sparkdeploy.dayzero.session import (
     trusted_keys,
 )
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.remote import load_host_keys, on_nodes
-from sparkdeploy.userfile import load_json_file, load_yaml_file, read_text
+from sparkdeploy.runtime.remote import load_host_keys, on_nodes
 
 
 @dataclass

@@ -14,12 +14,12 @@ import time
 import yaml
 from pydantic import ValidationError
 
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.schema import problems_from_validation
+from sparkdeploy.config.userfile import parse_yaml
 from sparkdeploy.dayzero.discover import Port
-from sparkdeploy.dayzero.plan import FABRIC_MTU, InitPlan
+from sparkdeploy.dayzero.proposal import FABRIC_MTU, InitPlan
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.schema import problems_from_validation
-from sparkdeploy.userfile import parse_yaml
 
 PRINTABLE = re.compile(r"[^\x20-\x7e]")
 # The comment lines `render` writes (a re-run regenerates them; any other comment is the owner's).

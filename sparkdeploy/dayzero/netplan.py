@@ -15,12 +15,12 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from sparkdeploy.config.fabric_mesh import LAYOUTS
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero.discover import DiscoveredNode
-from sparkdeploy.dayzero.plan import FABRIC_MTU
+from sparkdeploy.dayzero.proposal import FABRIC_MTU
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.fabric_mesh import LAYOUTS
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.render import render
+from sparkdeploy.topologies.render import render
 
 TEMPLATE = "netplan-fabric.yaml.j2"
 PATH = "/etc/netplan/40-sparkdeploy-fabric.yaml"

@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.discover import DiscoveredNode, read_node
-from sparkdeploy.dayzero.plan import FABRIC_MTU
+from sparkdeploy.dayzero.proposal import FABRIC_MTU
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import ship
-from sparkdeploy.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import CommandTimeout, ConnectionLost, NodeConnection, on_nodes
 
 ROLLBACK_S = 45  # the node undoes an unconfirmed change after this long
 RECONNECT_TIMEOUT_S = 5

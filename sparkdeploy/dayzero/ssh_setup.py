@@ -17,14 +17,14 @@ from pathlib import Path
 
 import paramiko
 
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.userfile import read_text
 from sparkdeploy.dayzero import sudo_needs
-from sparkdeploy.dayzero.session import key_file_problems
+from sparkdeploy.dayzero.login import key_file_problems
 from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
 from sparkdeploy.facts import FactArgs, NodeFacts, gather
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.lab.keys import ensure_keypair
-from sparkdeploy.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
-from sparkdeploy.userfile import read_text
+from sparkdeploy.lab.ssh_keys import ensure_keypair
+from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, NodeUnreachable, on_nodes
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"
 

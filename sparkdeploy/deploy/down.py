@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.apply import Interrupt, Session, apply_plan, clean_temp_files, gather_facts, inventory_lock, node_locks
-from sparkdeploy.deploy import gateway_routes, stack
-from sparkdeploy.deploy.report import Reporter, plan_summary
-from sparkdeploy.deploy.stack_file import NAME
-from sparkdeploy.deployment import DEPLOYMENT_LABEL
+from sparkdeploy.config.inventory import Inventory, load_inventory
+from sparkdeploy.config.secrets import load_secrets
+from sparkdeploy.deploy.apply import apply_plan, clean_temp_files
+from sparkdeploy.deploy.plan import GATEWAY_KEPT, KEYS_FILE, Plan, plan_down
+from sparkdeploy.deploy.progress import Reporter, plan_summary
+from sparkdeploy.deploy.stack import converge as stack
+from sparkdeploy.deploy.stack import routes as gateway_routes
+from sparkdeploy.deploy.stack.file import NAME
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.facts import NodeFacts
-from sparkdeploy.inventory import Inventory, load_inventory
-from sparkdeploy.plan import GATEWAY_KEPT, KEYS_FILE, Plan, plan_down
-from sparkdeploy.running_stack import GATEWAY, RESERVED
-from sparkdeploy.secrets import load_secrets
+from sparkdeploy.facts import NodeFacts, gather_facts
+from sparkdeploy.labels import DEPLOYMENT_LABEL
+from sparkdeploy.runtime.interrupts import Interrupt
+from sparkdeploy.runtime.locks import inventory_lock, node_locks
+from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.running_stack import GATEWAY, RESERVED
 
 KEEP_KEYS = "`sparkdeploy down --keys` removes them"
 
@@ -35,7 +39,7 @@ def remove(
 ) -> dict[str, Any]:
     """Plan and apply the removal on every reachable node; return the result (the `down --json` contract).
     Raises StepFailed (exit 1) when a node could not be cleaned; `result`, when given, holds what was done.
-    deployment: only this deployment of a stack (deploy/stack.py); default: everything of ours.
+    deployment: only this deployment of a stack (deploy/stack/converge.py); default: everything of ours.
     keys: the stack gateway's keys and spend counts go too (kept otherwise)."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else {}

@@ -23,18 +23,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sparkdeploy.apply import Session, add_resources
 from sparkdeploy.checks import FAIL, SKIP, WARN, Result
-from sparkdeploy.deploy.report import Reporter
-from sparkdeploy.deployment import Deployment
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.deploy.plan import Plan, StepKind
+from sparkdeploy.deploy.preflight import PreflightRun
+from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.doctor import nccl_probe
+from sparkdeploy.doctor.doctor_run import NodeSession, Options, _Memo
 from sparkdeploy.doctor.registry import BY_ID
-from sparkdeploy.doctor.session import NodeSession, Options, _Memo
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import NodeFacts
-from sparkdeploy.inventory import Node
-from sparkdeploy.plan import Plan, StepKind
-from sparkdeploy.preflight import PreflightRun
+from sparkdeploy.facts import NodeFacts, add_resources
+from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.deployment import Deployment
 
 GATED = ("cluster", "replicas")  # topologies whose engines all-reduce over the fabric
 CHECKS = ("image.same_id", "image.torch_nccl", "gpu.same_driver")  # doctor's, in this order, before the probe

@@ -34,20 +34,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sparkdeploy import localfiles, names, paths
-from sparkdeploy.deployment import Deployment
+from sparkdeploy import names, paths
+from sparkdeploy.config.inventory import Inventory, Node, load_inventory
+from sparkdeploy.config.schema import Whole, problems_from_validation
+from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage, is_reference
-from sparkdeploy.inventory import Inventory, Node, load_inventory
+from sparkdeploy.images.image_ref import RegistryImage, is_reference
 from sparkdeploy.models import up_check
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref
 from sparkdeploy.names import OneLine
-from sparkdeploy.recipes import MODEL_NAME, BackendName, TopologyName
-from sparkdeploy.remote import NodeConnection, on_nodes, pinned_fingerprints
-from sparkdeploy.schema import Whole, problems_from_validation
-from sparkdeploy.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
+from sparkdeploy.recipes.recipe import MODEL_NAME, BackendName, TopologyName
+from sparkdeploy.runtime import localfiles
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes, pinned_fingerprints
+from sparkdeploy.topologies.deployment import Deployment
 
 FOLDER = "history"
 FILE = "deployments.jsonl"

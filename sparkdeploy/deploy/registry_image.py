@@ -1,15 +1,15 @@
 """`up` with a registry image (deploy/up.py): every node of the deployment holds it before anything is planned
-(images/registry.py pulls it once and spreads it over the fabric)."""
+(images/registry_pull.py pulls it once and spreads it over the fabric)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.images.registry import dry_run_lines, pull_and_spread
+from sparkdeploy.images.image_ref import RegistryImage
+from sparkdeploy.images.registry_pull import dry_run_lines, pull_and_spread
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def for_deployment(

@@ -21,12 +21,12 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sparkdeploy.apply import Session, gather_facts
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, NOT_ENGINES, WATCHERS_LABEL
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.facts import ContainerFact, NodeFacts
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.facts import ContainerFact, NodeFacts, gather_facts
+from sparkdeploy.labels import DEPLOYMENT_LABEL, NOT_ENGINES, WATCHERS_LABEL
+from sparkdeploy.runtime.remote import on_nodes
+from sparkdeploy.runtime.session import Session
 
 STOP_GRACE_S = 10
 FLAG = "--stop-deployments"

@@ -7,14 +7,15 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sparkdeploy import crashes, health
-from sparkdeploy.apply import Session, gather_facts
-from sparkdeploy.deploy import stack
-from sparkdeploy.deployment import DEPLOYMENT_LABEL, GROUP_LABEL
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.config.inventory import Inventory, Node, load_inventory
+from sparkdeploy.daytwo import crashes
+from sparkdeploy.deploy import health
+from sparkdeploy.deploy.stack import converge as stack
+from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard import state as guard_state
-from sparkdeploy.inventory import Inventory, Node, load_inventory
-from sparkdeploy.remote import on_nodes
+from sparkdeploy.labels import DEPLOYMENT_LABEL, GROUP_LABEL
+from sparkdeploy.runtime.remote import on_nodes
+from sparkdeploy.runtime.session import Session
 
 
 def cluster_status(inventory: str | None = None, deployment: str | None = None) -> dict[str, Any]:

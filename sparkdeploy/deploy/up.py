@@ -10,33 +10,25 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from sparkdeploy import health, preflight
-from sparkdeploy.apply import (
-    Interrupt,
-    NodeLockHeld,
-    Session,
-    add_resources,
-    apply_plan,
-    clean_temp_files,
-    gather_facts,
-    hold_point,
-    inventory_lock,
-    node_locks,
-)
-from sparkdeploy.context import load_deployment
-from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, history, registry_image
-from sparkdeploy.deploy.report import Reporter, mask_data, plan_summary
-from sparkdeploy.deployment import Deployment
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import refuse_missing
+from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, health, history, preflight, registry_image
+from sparkdeploy.deploy.apply import apply_plan, clean_temp_files
+from sparkdeploy.deploy.plan import CHANGED, FAILED, SKIPPED, Plan, StepKind, plan_deployment
+from sparkdeploy.deploy.progress import Reporter, mask_data, plan_summary
 from sparkdeploy.errors import ConfigError, StepFailed
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import NodeFacts, add_resources, gather_facts
 from sparkdeploy.guard.lines import check_lines as check_guard_lines
 from sparkdeploy.images import push, push_from
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.inventory import Inventory, Node
+from sparkdeploy.images.image_ref import RegistryImage
 from sparkdeploy.models import up_check
-from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, Plan, StepKind, plan_deployment
-from sparkdeploy.secrets import refuse_missing
+from sparkdeploy.runtime.holds import hold_point
+from sparkdeploy.runtime.interrupts import Interrupt
+from sparkdeploy.runtime.locks import NodeLockHeld, inventory_lock, node_locks
+from sparkdeploy.runtime.session import Session
+from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def simulated(dep: Deployment) -> bool:
@@ -347,7 +339,7 @@ def _deploy_steps(
         out.line(f"metrics: Prometheus at {dep.metrics_url} (scraping {scraped})")
 
 
-# -- the phases, shared by `up` and `up --stack` (deploy/stack.py runs them per deployment) ----------------------
+# -- the phases, shared by `up` and `up --stack` (deploy/stack/converge.py runs them per deployment) -----------------
 
 
 def run_preflight(

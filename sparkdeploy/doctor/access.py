@@ -2,16 +2,16 @@
 SSH user's. All three are preflight checks of `up` too (doctor/registry.py).
 
 `access.ssh` is the connection itself (doctor: runner.connect, one per node, host keys checked by
-sparkdeploy.remote: an unknown key is refused with its fingerprint, a changed key is a hard failure; up's
+sparkdeploy.runtime.remote: an unknown key is refused with its fingerprint, a changed key is a hard failure; up's
 preflight: whether the node's facts could be read).
 """
 
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 __all__ = ["docker_without_sudo", "ssh", "state_dir"]
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from sparkdeploy import running_stack as stack
+from sparkdeploy.config.inventory import Node, load_inventory
+from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import read_facts
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.inventory import Node, load_inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.remote import on_nodes
-from sparkdeploy.secrets import load_secrets
+from sparkdeploy.recipes.recipe import resolve
+from sparkdeploy.runtime.remote import on_nodes
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies import running_stack as stack
 
+from .doctor_run import DoctorRun, Options
 from .registry import CHECKS
 from .runner import Report, execute, select
-from .session import DoctorRun, Options
 
 
 def prepare(inventory_path: str | None, options: Options, recipes_dir: str | None = None) -> DoctorRun:

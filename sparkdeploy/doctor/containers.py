@@ -1,17 +1,17 @@
 """engine.crashes: a recent OOM kill or a restart loop of sparkdeploy's containers, as one line with its fix.
 
-The history comes from sparkdeploy.crashes (docker inspect + the engine's die/oom events), read over the
+The history comes from sparkdeploy.daytwo.crashes (docker inspect + the engine's die/oom events), read over the
 node's one SSH connection. An OOM kill on a DGX Spark is the classic unified-memory over-commit: the GPU's
 128 GB are the OS's memory too, and `gpu_memory_utilization` is not a hard cap.
 """
 
 from __future__ import annotations
 
-from sparkdeploy import crashes
 from sparkdeploy.checks import Result, fail, ok, skip, warn
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.daytwo import crashes
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 RECENT_S = 24 * 3600  # an OOM kill this recent is worth a diagnosis
 LOOP_WINDOW_S = 15 * 60  # this many exits within this window is a restart loop

@@ -15,12 +15,12 @@ import urllib.error
 import urllib.request
 
 from sparkdeploy.checks import FAIL, Result, fail, ok, skip
-from sparkdeploy.deployment import health_path
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import ContainerFact
-from sparkdeploy.inventory import Node
+from sparkdeploy.topologies.deployment import health_path
 
 from . import engine
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 HTTP_TIMEOUT_S = 10
 COMPLETION_TIMEOUT_S = 60

@@ -4,11 +4,11 @@ container holds one of our names. `disk` and `names` are preflight checks of `up
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
-from sparkdeploy.inventory import Node
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 MIN_VERSION = (20, 10)
 # Docker's root fails below MIN_FREE_DISK_GIB (nothing can start) and warns below DISK_WARN_GIB: one vLLM GPU image

@@ -3,7 +3,7 @@
 On a DGX Spark nvidia-smi reports memory.total/free as [N/A] (unified memory has no framebuffer figure), so
 memory falls back to /proc/meminfo (MemTotal, MemAvailable): the pool the GPU allocates from. The lab's
 stand-in nvidia-smi reports numbers (SIMULATED) and they are used as given. `memory` is the memory budget of
-sparkdeploy/budget.py, and `up`'s preflight memory check.
+sparkdeploy/recipes/budget.py, and `up`'s preflight memory check.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import yaml
 
-from sparkdeploy import budget
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import GpuFact
 from sparkdeploy.facts.parsers import number, version_tuple
-from sparkdeploy.inventory import Node
+from sparkdeploy.recipes import budget
 
-from .session import DoctorRun
+from .doctor_run import DoctorRun
 
 EXPECTED_NAME = "GB10"
 TEMP_WARN_C = 85
@@ -139,7 +139,7 @@ def same_driver(run: DoctorRun) -> Result:
 
 
 def memory(run: DoctorRun, node: Node) -> Result:
-    """The memory budget (sparkdeploy/budget.py), one formula for doctor and `up`'s preflight: free memory >=
+    """The memory budget (sparkdeploy/recipes/budget.py), one formula for doctor and `up`'s preflight: free memory >=
     gpu_memory_utilization x total + the OS reserve, and the weights + peak + one max_model_len sequence of KV
     inside util x total (or the engine refuses to start)."""
     nd = run.node_deployment(node)

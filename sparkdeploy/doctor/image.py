@@ -14,11 +14,11 @@ import os
 from pathlib import Path
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
-from sparkdeploy.inventory import Node
-from sparkdeploy.userfile import load_json_file
 
-from .session import DoctorRun, NodeSession
+from .doctor_run import DoctorRun, NodeSession
 
 VERSIONS_PY = r"""
 import json

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Node
-from sparkdeploy.plan import DOCTOR_FOLDER
 
-from . import graph_advice
+from . import DOCTOR_FOLDER, graph_advice
+from .doctor_run import DoctorRun
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
-from .session import DoctorRun
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
 EXPECTED_BUSBW_GBS = 23.0  # two Sparks, one CX7 port, both RoCE twins in NCCL_IB_HCA, MTU 9000

@@ -4,7 +4,7 @@ Adding a check is one function in its group's module plus one line here. Ids are
 selects by prefix (`--only network`, `--only gpu.mem`). Order here is the order of the report.
 
 The checks with `preflight=NAME` are deploy-critical: `up` runs exactly these (PREFLIGHT) over the facts it
-read, before anything changes, and shows them under NAME (sparkdeploy/preflight.py). One function per check
+read, before anything changes, and shows them under NAME (sparkdeploy/deploy/preflight.py). One function per check
 for both: a formula cannot differ between doctor and `up`.
 """
 
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from sparkdeploy.checks import Check
 
-from ..guard import checks as guard_checks
-from . import access, containers, endpoint, engine, gpu, image, inventory, nccl_probe, network, roce
+from . import access, containers, endpoint, engine, gpu, image, nccl_probe, roce
+from . import guard_crash as guard
+from . import inventory_checks as inventory
+from . import network_checks as network
 
 CHECKS: list[Check] = [
     Check(
@@ -75,9 +77,7 @@ CHECKS: list[Check] = [
         containers.recent_crashes,
         timeout_s=30,
     ),
-    Check(
-        "guard.crash", "no crash or power-off in the memory guard's black box", guard_checks.past_crash, timeout_s=30
-    ),
+    Check("guard.crash", "no crash or power-off in the memory guard's black box", guard.past_crash, timeout_s=30),
     Check("gpu.present", "nvidia-smi present and lists a GB10", gpu.present, timeout_s=20),
     Check(
         "gpu.driver",
@@ -179,5 +179,5 @@ CHECKS: list[Check] = [
 ]
 
 BY_ID = {c.id: c for c in CHECKS}
-PREFLIGHT = [c for c in CHECKS if c.preflight]  # what `up` runs before any change (sparkdeploy/preflight.py)
+PREFLIGHT = [c for c in CHECKS if c.preflight]  # what `up` runs before any change (sparkdeploy/deploy/preflight.py)
 assert len(BY_ID) == len(CHECKS), "check ids must be unique"

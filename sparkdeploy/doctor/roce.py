@@ -4,12 +4,12 @@ fabric IP, and the NCCL_* interface and HCA names of the rendered node.env exist
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import RdmaFact
 from sparkdeploy.facts.parsers import parse_env_lines
-from sparkdeploy.inventory import Node
 
-from . import network
-from .session import DoctorRun
+from . import network_checks as network
+from .doctor_run import DoctorRun
 
 EXPECTED_RDMA_MTU = 4096  # with Ethernet MTU 9000; 1500 gives 1024
 

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass, field
 
 from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
-from sparkdeploy.deployment import Deployment
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
-from sparkdeploy.inventory import Node
-from sparkdeploy.remote import HostKeyError, NodeConnection, fingerprint
-from sparkdeploy.thread_imports import preload
+from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
+from sparkdeploy.runtime.thread_imports import preload
+from sparkdeploy.topologies.deployment import Deployment
 
-from .session import DoctorRun, NodeSession, Options
+from .doctor_run import DoctorRun, NodeSession, Options
 
 MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and remote.py caps each
 # connection's open sessions below sshd's MaxSessions; a cap per node keeps one node's checks from queueing

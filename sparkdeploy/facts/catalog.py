@@ -12,9 +12,8 @@ import re
 from typing import Any
 
 from sparkdeploy import healthcheck
-from sparkdeploy.deployment import MANAGED_LABEL
+from sparkdeploy.labels import MANAGED_LABEL
 
-from .base import Fact
 from .node import (
     ContainerFact,
     DiskUsage,
@@ -36,6 +35,7 @@ from .parsers import (
     parse_rdma_link,
     parse_show_gids,
 )
+from .script import Fact
 
 # What an engine's log says when it died (vLLM's EngineDeadError and engine core errors, the launcher's and
 # vllm-sim's "engine dead: RankFailure", Ray's dead actors, NCCL errors); grep -E, no single quote. ENGINE_DEAD:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sparkdeploy.deployment import LABEL_PREFIX
+from sparkdeploy.labels import LABEL_PREFIX
 
 from .parsers import GidEntry, Link, RdmaDevice
 
@@ -142,7 +142,7 @@ class NodeFacts:
     other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
     manifest: dict[str, Any] | None = None
     manifest_error: str = ""
-    routes: dict[str, Any] | None = None  # the stack gateway's routes.json (its state dir's; deploy/gateway_routes.py)
+    routes: dict[str, Any] | None = None  # the stack gateway's routes.json (its state dir's; deploy/stack/routes.py)
     routes_error: str = ""
     state_dirs: dict[str, StateDirFact] = field(default_factory=dict)  # `<state_dir>` and `<state_dir>-*` by name
     mem_total_mb: int | None = None

@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-SECTION = "@@sparkdeploy-facts@@"  # a section header line of the facts script (facts/base.py)
+SECTION = "@@sparkdeploy-facts@@"  # a section header line of the facts script (facts/script.py)
 NA_VALUES = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
 
 
@@ -29,7 +29,7 @@ class Section:
 
 
 def parse_sections(text: str) -> dict[str, Section]:
-    """Split `@@sparkdeploy-facts@@ NAME` / `... NAME.err` / `... NAME.rc N` blocks (facts/base.py's `sec`)."""
+    """Split `@@sparkdeploy-facts@@ NAME` / `... NAME.err` / `... NAME.rc N` blocks (facts/script.py's `sec`)."""
     sections: dict[str, Section] = {}
     current: tuple[str, str] | None = None
     buf: list[str] = []

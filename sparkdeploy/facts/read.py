@@ -1,16 +1,20 @@
-"""Read a set of facts from one node in ONE SSH command, and parse its output into NodeFacts (pure)."""
+"""Read a set of facts from one node in ONE SSH command, and parse its output into NodeFacts (pure); read them on
+every node of a run in parallel (`gather_facts`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.session import Session
 
-from .base import FactArgs, script
 from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, LEFTOVERS, RESOURCES, STATE
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
+from .script import FactArgs, script
 
 FACTS_TIMEOUT_S = 60
 SETS = {
@@ -75,3 +79,35 @@ def read_facts(
         images=tuple(images),
     )
     return gather(conn, what, args)
+
+
+def gather_facts(
+    session: Session,
+    nodes: list[Node],
+    images_for: Callable[[Node], list[str]] = lambda n: [],
+    hf_cache: str = "~",
+    model: str = "",
+    what: str = "state",
+    state_dir: str | None = None,
+) -> dict[str, NodeFacts | Exception]:
+    """Facts of every node in parallel: the node's NodeFacts, or the exception that stopped the reading.
+    state_dir: another state dir than the inventory's (a stack's deployment has its own)."""
+    state_dir = state_dir or session.inventory.cluster.state_dir
+
+    def one(node: Node) -> NodeFacts:
+        return read_facts(session.conn(node), state_dir, images_for(node), hf_cache, model, what)
+
+    return {o.node.name: cast("NodeFacts | Exception", o.value if o.ok else o.error) for o in on_nodes(nodes, one)}
+
+
+def add_resources(
+    session: Session, facts: dict[str, NodeFacts | Exception], names: set[str], hf_cache: str, model: str
+) -> None:
+    """Read memory, disk and the model cache on the named nodes (those where something starts)."""
+    have = {name: f for name, f in facts.items() if name in names and isinstance(f, NodeFacts)}
+    nodes = [n for n in session.inventory.nodes if n.name in have]
+    for name, res in gather_facts(session, nodes, hf_cache=hf_cache, model=model, what="resources").items():
+        if isinstance(res, NodeFacts):
+            have[name].add_resources(res)
+        else:
+            facts[name] = res

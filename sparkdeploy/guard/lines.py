@@ -1,14 +1,14 @@
 """A guard line at or above a node's memory, refused by `up` once it has read the nodes (deploy/up.py's hook).
-Apart from deploy.py, which the dry run imports: this one needs the nodes' facts (and so SSH)."""
+Apart from topologies/guard.py, which the dry run imports: this one needs the nodes' facts (and so SSH)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkdeploy.deployment import Deployment
+from sparkdeploy.config.guard_settings import effective
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import effective
+from sparkdeploy.topologies.deployment import Deployment
 from sparkdeploy.topologies.guard import GUARD_ROLE, HARD_FRACTION, SOFT_FRACTION
 
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import NodeFacts
-from sparkdeploy.guard_settings import GUARD_FOLDER, STACK_UNIT
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.guard.run import STATUS
-from sparkdeploy.remote import NodeConnection, on_nodes
-from sparkdeploy.userfile import parse_json
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 STALE_S = 10.0  # a status.json older than this: the guard is not reporting (stopped, or the node is stalling)
 
 
 def guard_folder(home: str, inv: Inventory, conn: NodeConnection | None = None) -> str:
     """The node's guard folder: in the single deployment's state dir, or where a stack's guard runs (its own
-    unit, deploy/stack.py) in `<state_dir>-guard`; with `conn`, the one holding a status.json (the single's first)."""
+    unit, deploy/stack/converge.py) in `<state_dir>-guard`; with `conn`, the one holding a status.json (the single's
+    first)."""
     base = f"{home.rstrip('/')}/{inv.cluster.state_dir}"
     single, stack = f"{base}/{GUARD_FOLDER}", f"{base}-{STACK_UNIT}/{GUARD_FOLDER}"
     if conn is not None and conn.read(f"{single}/{STATUS}") is None and conn.read(f"{stack}/{STATUS}") is not None:

@@ -19,7 +19,7 @@ from typing import cast
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.push_progress import PushProgress
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection
 
 CHUNK = 1024 * 1024
 QUEUE_DEPTH = 16  # chunks buffered per node between the compressor and the SSH channel

@@ -16,9 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkdeploy import paths
+from sparkdeploy.config.schema import problems_from_validation
+from sparkdeploy.config.userfile import load_yaml_file
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.schema import problems_from_validation
-from sparkdeploy.userfile import load_yaml_file
 
 TAG_REPO = "sparkdeploy"
 PACKAGE_PREFIX = "sparkdeploy/"  # an `include` starting with it is a folder of the package (images/guard)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed, no_such
 from sparkdeploy.images.definitions import LABEL
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside.archive import PARTIAL_LABEL
 from sparkdeploy.nodeside.layers import chain_ids
-from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
 
 # A fixed script (no values are interpolated): engine facts, then one JSON line per image.
 _FORMAT = (

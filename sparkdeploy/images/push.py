@@ -38,6 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images, select_nodes
@@ -45,12 +46,11 @@ from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
 from sparkdeploy.images.streams import NodeStream, group_plans
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
 from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
-from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
-from sparkdeploy.thread_imports import preload
+from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
+from sparkdeploy.runtime.thread_imports import preload
 
 INCOMING_REPO = "sparkdeploy-incoming"
 READERS = ("auto", "store", "save")
@@ -284,7 +284,7 @@ def push_image(
     started = {n.name: time.monotonic() for n in chosen}
     results: dict[str, PushResult | Exception] = {}
     try:
-        preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/thread_imports.py)
+        preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/runtime/thread_imports.py)
         pool = ThreadPoolExecutor(1)  # read the nodes while the source image is resolved (or built)
         try:
             reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_argv, load_failure
 from sparkdeploy.images.definitions import load_definition
@@ -47,13 +48,12 @@ from sparkdeploy.images.push import (
 )
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.store_stream import BATCH_BYTES
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.nodeside import ship
 from sparkdeploy.nodeside.layers import estimate_bytes
 from sparkdeploy.nodeside.relay import PROGRESS, RESULT
 from sparkdeploy.nodeside.ship import encode
-from sparkdeploy.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
-from sparkdeploy.remote import NodeConnection, NodeOutcome, on_nodes
+from sparkdeploy.runtime.peers import ensure_plan_trust, peer_ssh_prefix, transfer_plan
+from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
 
 COMPRESSIONS = ("auto", "zstd", "gzip", "none")
 DECOMPRESSORS = {"zstd": ["zstd", "-d", "-q", "-c"], "gzip": ["gzip", "-d", "-c"], "none": ["cat"]}

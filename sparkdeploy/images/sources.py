@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from sparkdeploy.config.userfile import load_yaml_file, read_text
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.userfile import load_yaml_file, read_text
 
 REQUIRED = ("kind", "ref", "checked", "how", "evidence")
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

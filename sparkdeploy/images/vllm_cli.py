@@ -3,7 +3,7 @@
 The accepted flags are the image's own: `images/<image>/vllm-args-<version>.json`, dumped from the argument
 parser of exactly the vLLM sources the image pins (scripts/dump_vllm_args.py; for a fork, docs/images.md
 says how), plus any `extra_flags` a simulated image declares; a registry image's are read from the image
-itself (images/registry.py). So a recipe that uses `--mxfp4-layers` with an image whose vLLM lacks it is
+itself (images/registry_pull.py). So a recipe that uses `--mxfp4-layers` with an image whose vLLM lacks it is
 rejected before anything runs, naming the image and its vLLM version. eugr.py reads eugr recipes' argv
 with the same flag lists, so this module knows nothing of recipes.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 from functools import cache
 
 from sparkdeploy import paths
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
-from sparkdeploy.images.reference import RegistryImage
-from sparkdeploy.userfile import load_json_file
+from sparkdeploy.images.image_ref import RegistryImage
 
 # Parser flags whose names vLLM checks when the server starts (the dump's value_sets), and the plugin flag that
 # can register more names before that.
@@ -51,7 +51,7 @@ def image_spec(image: ImageDefinition) -> dict:
     """The CLI of the vLLM this image really carries: its own dump (images/<name>/vllm-args-<version>.json,
     made from exactly the sources it pins), else the dump of the same release another definition carries
     (vllm-sim stands in for vllm-node with vLLM 0.32.0's)."""
-    if isinstance(image, RegistryImage):  # read from the image itself, kept by digest (images/registry.py)
+    if isinstance(image, RegistryImage):  # read from the image itself, kept by digest (images/registry_pull.py)
         return image.cli or {"flags": {}, "unread": True}
     version = image.vllm_version
     if not version:

@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 
 from sparkdeploy.lab.hub import endpoint as hub_endpoint
-from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
 from sparkdeploy.lab.spec import ROCE_V2_GID_INDEX, LabSpec
+from sparkdeploy.lab.ssh_keys import CLIENT_KEY, KNOWN_HOSTS
 
 SECRETS_FILE = "secrets.env"
 

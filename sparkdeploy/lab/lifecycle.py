@@ -27,7 +27,8 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.build import docker_client, ensure_image
 from sparkdeploy.images.definitions import LABEL
 from sparkdeploy.images.push_progress import RichPushProgress
-from sparkdeploy.lab import bare, engine_images, hub, keys, network, nodes, seed
+from sparkdeploy.lab import bare, engine_images, hub, network, nodes, seed
+from sparkdeploy.lab import ssh_keys as keys
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
 from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
@@ -111,7 +112,7 @@ def _check_names(client, spec: LabSpec) -> None:
 
 
 def _adopt_keys(client, spec: LabSpec) -> None:
-    """The keys of an existing lab win over this state folder's (see keys.py): adopt them, don't replace."""
+    """The keys of an existing lab win over this state folder's (see ssh_keys.py): adopt them, don't replace."""
     have_client = False
     for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
         found = nodes.read_keys(container)
@@ -195,7 +196,7 @@ def _doomed(client, spec: LabSpec, rebuild: bool, plans: dict[str, nodes.LabCont
 
 
 def _up(spec: LabSpec, rebuild: bool, before_replace: Callable[[list[str]], None] = lambda nodes: None) -> UpResult:
-    from sparkdeploy.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
+    from sparkdeploy.config.inventory import load_inventory  # the inventory schema: ~18 ms that `lab --help` skips
 
     t0 = time.monotonic()
     client = docker_client()

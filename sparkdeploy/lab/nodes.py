@@ -27,8 +27,8 @@ import docker
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.lab.bare import PASSWORD_IN_NODE, password
-from sparkdeploy.lab.keys import KeyPair
 from sparkdeploy.lab.spec import CONFIG_LABEL, NODE_LABEL, LabSpec, NodeSpec
+from sparkdeploy.lab.ssh_keys import KeyPair
 
 CLIENT_KEY_COPY = "etc/sparkdeploy-lab/client/lab_ed25519"
 HOST_KEY = "etc/ssh/ssh_host_ed25519_key"

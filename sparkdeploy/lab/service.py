@@ -1,4 +1,4 @@
-"""A service container of the lab beside its nodes (the model hub, hub.py; the registry, registry.py): on the
+"""A service container of the lab beside its nodes (the model hub, hub.py; the registry, registry_server.py): on the
 management network only, at a fixed address, reused while its config hash label matches, replaced otherwise,
 and waited for until its URL answers 200. `lab down` removes it with the rest (the lab's labels); the nodes'
 listing skips it (no node label)."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkdeploy.inventory import Node
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.models import ops
 from sparkdeploy.models.ops import ModelRef
-from sparkdeploy.remote import NodeConnection, on_nodes
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 
 @dataclass

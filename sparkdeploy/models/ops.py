@@ -8,10 +8,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside import ship
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection
 
 REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")

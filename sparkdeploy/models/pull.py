@@ -24,14 +24,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
-from sparkdeploy.inventory import Inventory, Node
 from sparkdeploy.models import ops
 from sparkdeploy.models.ops import ModelRef
 from sparkdeploy.nodeside import ship
-from sparkdeploy.peers import ensure_peer_trust, peer_ssh_argv, transfer_plan
-from sparkdeploy.remote import NodeConnection, on_nodes
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.runtime.peers import ensure_peer_trust, peer_ssh_argv, transfer_plan
+from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 MARGIN_BYTES = 64 << 20  # beyond the bytes still to come: the manifest, verify caches, filesystem slack
 ENV_FILE = "models-pull.env"

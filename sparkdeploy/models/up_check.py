@@ -10,10 +10,10 @@ incomplete or corrupt still fails, as it would on real Sparks.
 from __future__ import annotations
 
 from sparkdeploy.checks import Result, fail, ok
-from sparkdeploy.deployment import Deployment
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import model_ref, pull_command
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def engine_nodes(dep: Deployment):

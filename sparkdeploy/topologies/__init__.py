@@ -2,7 +2,14 @@
 
 Adding one is one module with a `build(ctx) -> (nodes, endpoint, backend URLs)` function, registered in REGISTRY
 below as a Topology with the fewest nodes it needs and the backends it launches with (and its name added to
-recipes.TOPOLOGIES, which the recipe schema validates against). The CLI's --topology and --backend read REGISTRY.
+recipe.TOPOLOGIES, which the recipe schema validates against). The CLI's --topology and --backend read REGISTRY.
+
+Beside the topologies (solo, cluster, twosolo, replicas; layout.py the node layouts, base.py their Context,
+guard.py and metrics_stack.py what joins them), what a deployment is and what looks at one: deployment.py (the
+Deployment, pure data), context.py (load_deployment: inventory + recipe -> Deployment, before anything connects),
+render.py (the Jinja environment of the node files), ports.py (one port map per node), dryrun.py (the dry run's
+text), running_stack.py (a running stack's deployments, rebuilt from their manifests), lint.py (`recipes lint`)
+and fit.py (`recipes fit`: the memory budget of a recipe on each topology's nodes).
 """
 
 from __future__ import annotations
@@ -10,18 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkdeploy import ports
-from sparkdeploy.deployment import Deployment, NodeDeployment
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.images.reference import RegistryImage, is_reference, registry_image
+from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import BACKENDS, TOPOLOGIES, ResolvedRecipe
-from sparkdeploy.secrets import Secrets
-from sparkdeploy.topologies import cluster, replicas, solo, twosolo
+from sparkdeploy.recipes.recipe import BACKENDS, TOPOLOGIES, ResolvedRecipe
+from sparkdeploy.topologies import cluster, ports, replicas, solo, twosolo
 from sparkdeploy.topologies import guard as guard_deploy
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
 from sparkdeploy.topologies.metrics_stack import add_prometheus
 
 
@@ -45,7 +51,7 @@ REGISTRY: dict[str, Topology] = {
         Topology("replicas", replicas.build, min_nodes=2, backends=BACKENDS),
     )
 }
-# The recipe schema names the same topologies (recipes.py cannot import this package: it is imported here).
+# The recipe schema names the same topologies (recipes/recipe.py cannot import this package: it is imported here).
 assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 
@@ -59,7 +65,7 @@ def build_deployment(
 ) -> Deployment:
     """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
     metrics: add Prometheus on the head node (None: the inventory's cluster.metrics).
-    stack_name: the deployment's name in a stack (deploy/stack.py): in its container names and labels."""
+    stack_name: the deployment's name in a stack (deploy/stack/converge.py): in its container names and labels."""
     ref = resolved.recipe.image
     image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdeploy import __version__, healthcheck
-from sparkdeploy.deployment import (
+from sparkdeploy.config.guard_settings import GuardSettings, effective
+from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.secrets import Secrets, digest_key, keyed_digest
+from sparkdeploy.images.definitions import ImageDefinition, load_definition
+from sparkdeploy.labels import (
     DEPLOYMENT_LABEL,
     GROUP_LABEL,
     HEALTH_PORT_LABEL,
@@ -17,19 +21,10 @@ from sparkdeploy.deployment import (
     MANAGED_LABEL,
     RANK_LABEL,
     WATCHERS_LABEL,
-    ContainerSpec,
-    FileSpec,
-    Listen,
-    NodeDeployment,
-    config_hash,
-    health_path,
 )
-from sparkdeploy.guard_settings import GuardSettings, effective
-from sparkdeploy.images.definitions import ImageDefinition, load_definition
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.recipes import ResolvedRecipe
-from sparkdeploy.render import render
-from sparkdeploy.secrets import Secrets, digest_key, keyed_digest
+from sparkdeploy.recipes.recipe import ResolvedRecipe
+from sparkdeploy.topologies.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
+from sparkdeploy.topologies.render import render
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 SERVING_CONTAINER = "sparkdeploy-vllm"
@@ -59,7 +54,7 @@ class Context:
     solo_node: Node | None = None
     warnings: list[str] = field(default_factory=list)
     engine_groups: list[list[str]] = field(default_factory=list)  # node names of each multi-node engine
-    # A deployment of a stack (deploy/stack.py): its name goes into container names and labels so several
+    # A deployment of a stack (deploy/stack/converge.py): its name goes into container names and labels so several
     # coexist, and the stack's one gateway replaces the topology's own proxy. "": the single deployment.
     deployment: str = ""
     _key: bytes | None = field(default=None, repr=False)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.backend_features import check_backend_flags
-from sparkdeploy.deployment import Listen, NodeDeployment
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.images.vllm_cli import check_args
-from sparkdeploy.inventory import Node
+from sparkdeploy.recipes.backend_features import check_backend_flags
+from sparkdeploy.recipes.vllm_args import Distributed, serve_args
 from sparkdeploy.topologies import layout
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context, engine_listen
-from sparkdeploy.vllm_args import Distributed, serve_args
+from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 
 MASTER = "cluster.master_port"
 RAY_JOIN_TIMEOUT_S = 600

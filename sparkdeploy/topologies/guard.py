@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy import budget
-from sparkdeploy.deployment import Listen, NodeDeployment
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, GuardSettings, effective
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.guard_settings import GUARD_FOLDER, GuardSettings, effective
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.inventory import Node
+from sparkdeploy.recipes import budget
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 
 GUARD_CONTAINER = "sparkdeploy-guard"
 GUARD_IMAGE = "guard"
@@ -97,7 +97,7 @@ def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
 def stack_guards(ctx: Context, nodes: list[NodeDeployment], simulated_gpu: bool) -> None:
     """A stack's guards: one per node in `nodes` (those where any deployment of the stack runs an engine), with the
     inventory's `cluster.guard` lines (a recipe's own `guard:` applies to a single deployment only). ctx: the
-    stack's guard unit (deployment `guard`, deploy/stack_units.py)."""
+    stack's guard unit (deployment `guard`, deploy/stack/units.py)."""
     _add(ctx, nodes, ctx.cluster.guard, simulated_gpu, every=True)
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.inventory import Inventory, Node
-from sparkdeploy.recipes import ResolvedRecipe
+from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 DEFAULT_REPLICA_TP = 2  # four Sparks -> two TP=2 engines: the seeds' 2xsolo-vs-cluster lesson one level up
 

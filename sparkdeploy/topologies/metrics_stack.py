@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdeploy.deployment import FileSpec, Listen, NodeDeployment
 from sparkdeploy.topologies.base import Context
+from sparkdeploy.topologies.deployment import FileSpec, Listen, NodeDeployment
 
 PROMETHEUS_CONTAINER = "sparkdeploy-prometheus"
 PROMETHEUS_IMAGE = "prometheus"

@@ -9,10 +9,10 @@ engine's rank 0 over the management network.
 
 from __future__ import annotations
 
-from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.topologies import layout
 from sparkdeploy.topologies.base import Context
 from sparkdeploy.topologies.cluster import engine
+from sparkdeploy.topologies.deployment import NodeDeployment
 from sparkdeploy.topologies.twosolo import add_proxy
 
 

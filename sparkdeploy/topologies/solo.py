@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sparkdeploy.deployment import NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
+from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.topologies.base import Context
-from sparkdeploy.vllm_args import serve_args
+from sparkdeploy.topologies.deployment import NodeDeployment
 
 
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:

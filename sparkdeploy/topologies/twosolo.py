@@ -8,11 +8,11 @@ network: 2xsolo does not need the fabric link at all.
 
 from __future__ import annotations
 
-from sparkdeploy.deployment import Listen, NodeDeployment
 from sparkdeploy.images.vllm_cli import check_args
-from sparkdeploy.recipes import FAILOVER_ALLOWED_FAILS
+from sparkdeploy.recipes.recipe import FAILOVER_ALLOWED_FAILS
+from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
-from sparkdeploy.vllm_args import serve_args
+from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 
 PROXY_IMAGE = "litellm-proxy"
 

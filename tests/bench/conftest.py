@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.seeds import seed_reference
 from sparkdeploy.bench.store import BenchResult, Stat, save_result
 from tests.bench.bench_fakes import write_corpus, write_tokenizer
 

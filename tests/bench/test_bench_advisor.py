@@ -12,10 +12,10 @@ import re
 import pytest
 
 from sparkdeploy.bench.advisor import advise, render_text, topology_of
-from sparkdeploy.bench.reference import seed_reference
+from sparkdeploy.bench.seeds import seed_reference
 from sparkdeploy.bench.store import save_result
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.simulated import LABEL
 from tests.bench.conftest import make_results
 from tests.conftest import TWO_NODES

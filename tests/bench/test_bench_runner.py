@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.bench import runner
-from sparkdeploy.bench.runner import BenchSettings, Endpoint, corpus_book_url, llama_benchy_cache_dir, run_cell
+from sparkdeploy.bench import benchy as runner
+from sparkdeploy.bench.benchy import BenchSettings, Endpoint, corpus_book_url, llama_benchy_cache_dir, run_cell
 from sparkdeploy.bench.store import read_result
 from sparkdeploy.errors import ConfigError, StepFailed
 from tests.bench.bench_fakes import FakeOpenAI

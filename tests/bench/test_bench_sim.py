@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkdeploy.bench.runner import BenchSettings, Endpoint, run_cell, sim_data_dir
+from sparkdeploy.bench.benchy import BenchSettings, Endpoint, run_cell, sim_data_dir
 from sparkdeploy.bench.store import read_result
 from tests.bench.conftest import SIM_KEY as KEY
 from tests.bench.conftest import SIM_MODEL as MODEL

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sparkdeploy.bench.runner import BenchSettings, Endpoint
+from sparkdeploy.bench.benchy import BenchSettings, Endpoint
 from sparkdeploy.bench.store import BenchResult, save_result, stored
 from sparkdeploy.bench.sweep import PlainReporter, estimate_cell_s, make_plan, parse_levels, parse_topologies, run_sweep
 from sparkdeploy.errors import ConfigError, StepFailed
@@ -188,7 +188,8 @@ def test_parsing_and_estimates():
 def test_sweep_cli_interrupted_then_resumed(tmp_path, cli, inventory_file, bench_data, monkeypatch):
     """The command: exit 130 with a clean message when interrupted, then the same command completes and writes
     the report (deploy and llama-benchy replaced by the fakes)."""
-    from sparkdeploy.bench import deploy_link, runner
+    from sparkdeploy.bench import benchy as runner
+    from sparkdeploy.bench import deploy_link
 
     tok, corpus = bench_data
     out = tmp_path / "out"

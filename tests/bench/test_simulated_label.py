@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkdeploy.bench.benchy import BenchSettings, Endpoint
 from sparkdeploy.bench.deploy_link import url_endpoint
 from sparkdeploy.bench.report import build_table, chart_figure, read_chart_data
-from sparkdeploy.bench.runner import BenchSettings, Endpoint
 from sparkdeploy.bench.store import METRICS, read_result, save_result
 from sparkdeploy.bench.sweep import PlainReporter, make_plan, parse_topologies, run_sweep
 from sparkdeploy.simulated import LABEL
@@ -111,7 +111,7 @@ def test_report_tables_and_charts_say_simulated(tmp_path, cli, simulated):
 def test_chart_says_simulated_on_the_picture_and_labels_every_plotted_level(simulated):
     import matplotlib.pyplot as plt
 
-    from sparkdeploy.bench.reference import seed_reference
+    from sparkdeploy.bench.seeds import seed_reference
 
     measured = [r for r in make_results() if r.concurrency <= 8]
     ref = build_table("decode_tps", seed_reference().results)
@@ -217,8 +217,8 @@ def test_top_reads_the_simulators_marker_and_labels_its_rows(sim):
 
     from rich.console import Console
 
-    from sparkdeploy import top
     from sparkdeploy.cli.top_cmd import render_table
+    from sparkdeploy.daytwo import top
 
     target = top.Target("spark1", "sparkdeploy-vllm", "engine", sim[: -len("/v1")] + "/metrics")
     mon = top.Monitor([target], since_start=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from sparkdeploy import crashes
 from sparkdeploy.checks import FAIL, PASS, WARN
+from sparkdeploy.daytwo import crashes
 from sparkdeploy.doctor.containers import diagnose
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)

@@ -23,9 +23,9 @@ import urllib.parse
 import pytest
 import requests
 
-from sparkdeploy.apply import Session
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import parse_env_file
+from sparkdeploy.runtime.session import Session
 from tests.deploy.test_deploy_lab import _fail, sd
 from tests.support.cli_process import spawn_cli
 

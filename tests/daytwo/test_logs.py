@@ -1,12 +1,12 @@
-"""sparkdeploy.logs: parsing the node script's output, merging nodes by time, masking secrets in print."""
+"""sparkdeploy.daytwo.logs: parsing the node script's output, merging nodes by time, masking secrets in print."""
 
 from __future__ import annotations
 
 import subprocess
 
-from sparkdeploy import logs
 from sparkdeploy.cli.logs_cmd import Printer
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.daytwo import logs
 
 SPARK1 = """@@sparkdeploy-logs@@ sparkdeploy-litellm
 @@sparkdeploy-logs@@ sparkdeploy-vllm

@@ -7,11 +7,11 @@ import copy
 
 import yaml
 
-from sparkdeploy.dryrun import as_text, describe
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import resolve
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.topologies import build_deployment
+from sparkdeploy.topologies.dryrun import as_text, describe
 from sparkdeploy.topologies.metrics_stack import KEY_FILE, PROMETHEUS_CONTAINER
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES
 

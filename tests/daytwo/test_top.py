@@ -1,4 +1,4 @@
-"""sparkdeploy.top: the Prometheus text parser, histogram_quantile, and the monitor's rates and shares."""
+"""sparkdeploy.daytwo.top: the Prometheus text parser, histogram_quantile, and the monitor's rates and shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sparkdeploy import top
+from sparkdeploy.daytwo import top
 
 TEXT = """# HELP vllm:num_requests_running x
 # TYPE vllm:num_requests_running gauge
@@ -97,7 +97,7 @@ def test_counter_reset_is_not_negative():
 
 
 def test_node_targets_from_the_light_read():
-    from sparkdeploy.inventory import Node
+    from sparkdeploy.config.inventory import Node
 
     node = Node(
         name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["enp1s0f1np1"]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.network_setup import Prepared, _prepare, apply_node
-from sparkdeploy.inventory import load_inventory
 from tests.support.cli_process import failure, sd
 from tests.support.readme import dayzero_commands_in_readme
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from tests.support.cli_process import failure, sd
 
 pytestmark = pytest.mark.lab

@@ -9,10 +9,10 @@ import ipaddress
 import pytest
 import yaml
 
+from sparkdeploy.config.inventory import Inventory, load_inventory
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.network_setup import ping_targets
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory, load_inventory
 from tests.dayzero.netplan_real import files, generate
 from tests.test_render import deployment
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.discover import DiscoveredNode
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import Inventory
 from tests.dayzero.netplan_real import files, generate
 
 

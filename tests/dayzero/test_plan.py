@@ -9,13 +9,13 @@ import yaml
 
 from sparkdeploy.cli.common import run_cli
 from sparkdeploy.cli.main import cli
+from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.dayzero import inventory_text
 from sparkdeploy.dayzero.discover import from_facts
 from sparkdeploy.dayzero.init import lab_notes
-from sparkdeploy.dayzero.plan import inventory_data, merge, plan
+from sparkdeploy.dayzero.proposal import inventory_data, merge, plan
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import parse
-from sparkdeploy.inventory import Inventory
 from tests.dayzero.spark_samples import spark_output
 
 

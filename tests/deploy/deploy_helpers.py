@@ -7,12 +7,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from sparkdeploy.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
 from sparkdeploy.images.definitions import ImageDefinition
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import Recipe, ResolvedRecipe
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.recipes.recipe import Recipe, ResolvedRecipe
+from sparkdeploy.topologies.deployment import ContainerSpec, Deployment, FileSpec, Listen, NodeDeployment
 
 SECRET_HF = "hf_UNITtestSECRETvalue789"
 SECRET_KEY = "sk-UNITtestMASTERkey012"
@@ -128,7 +128,7 @@ def empty_facts(node: str) -> NodeFacts:
 
 def converged_facts(dep: Deployment, node: str) -> NodeFacts:
     """Facts of a node where `dep` was applied completely (what a second `up` reads)."""
-    from sparkdeploy.plan import manifest_text
+    from sparkdeploy.deploy.plan import manifest_text
 
     f = empty_facts(node)
     nd = next((n for n in dep.nodes if n.node.name == node), None)

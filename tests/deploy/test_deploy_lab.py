@@ -23,9 +23,10 @@ import pytest
 import requests
 import yaml
 
-from sparkdeploy.apply import Session, gather_facts
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import parse_env_file
+from sparkdeploy.facts import gather_facts
+from sparkdeploy.runtime.session import Session
 from tests.sim.chat_suite import expected_shape, run_suite
 from tests.support.cli_process import failure
 from tests.support.cli_process import sd as run_cli_process
@@ -338,7 +339,7 @@ def test_root_owned_folder_in_the_state_dir_is_named_with_the_fix(lab, inv):
 
 
 def test_unknown_host_key_is_refused_with_fingerprint(lab, inv, tmp_path):
-    from sparkdeploy.lab import keys
+    from sparkdeploy.lab import ssh_keys as keys
 
     data = yaml.safe_load(Path(inv).read_text())
     lab_dir = Path(inv).parent

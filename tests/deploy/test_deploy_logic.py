@@ -12,11 +12,11 @@ import paramiko
 import pytest
 
 from sparkdeploy import facts as facts_mod
-from sparkdeploy import health, preflight
-from sparkdeploy.apply import inventory_lock
+from sparkdeploy.deploy import health, preflight
+from sparkdeploy.deploy.plan import manifest_text, plan_deployment, plan_down
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import FileFact
-from sparkdeploy.plan import manifest_text, plan_deployment, plan_down
+from sparkdeploy.runtime.locks import inventory_lock
 from tests.deploy.deploy_helpers import (
     IMAGE,
     IMAGE_ID,
@@ -355,7 +355,7 @@ def test_preflight_ports_foreign_vs_ours():
 
 
 def test_preflight_memory():
-    """One budget for preflight and doctor (sparkdeploy/budget.py): vLLM reserves gpu_memory_utilization x total
+    """One budget for preflight and doctor (sparkdeploy/recipes/budget.py): vLLM reserves gpu_memory_utilization x total
     at start, so a node needs util x total + the 8 GiB OS reserve free, whatever its share of the weights."""
     dep = make_deployment("2xsolo")
     facts = _facts(dep, empty_facts)
@@ -520,7 +520,7 @@ class FakeConn:
             raise StepFailed(f"{self.node.name}: `{text}` exited 1: no space left on device {SECRET_HF}")
 
     def run(self, argv, check=True, timeout=None, stdin=None):
-        from sparkdeploy.remote import CommandResult
+        from sparkdeploy.runtime.remote import CommandResult
 
         text = " ".join(argv)
         self.calls.append(("run", text))
@@ -533,13 +533,13 @@ class FakeConn:
 
 
 def _session(dep, **per_node):
-    from sparkdeploy.apply import Session
+    from sparkdeploy.runtime.session import Session
 
     return Session(dep.inventory, {n.name: per_node.get(n.name) or FakeConn(n) for n in dep.inventory.nodes})
 
 
 def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
-    from sparkdeploy.apply import apply_plan
+    from sparkdeploy.deploy.apply import apply_plan
 
     dep = make_deployment("cluster")
     plan = plan_deployment(dep, _facts(dep, empty_facts))
@@ -562,8 +562,8 @@ def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
 
 
 def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
-    from sparkdeploy.apply import apply_plan
-    from sparkdeploy.plan import FAILED, SKIPPED
+    from sparkdeploy.deploy.apply import apply_plan
+    from sparkdeploy.deploy.plan import FAILED, SKIPPED
 
     dep = make_deployment("cluster")
     plan = plan_deployment(dep, _facts(dep, empty_facts))
@@ -579,8 +579,9 @@ def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
 
 
 def test_apply_interrupted_skips_the_rest():
-    from sparkdeploy.apply import Interrupt, apply_plan
-    from sparkdeploy.plan import SKIPPED
+    from sparkdeploy.deploy.apply import apply_plan
+    from sparkdeploy.deploy.plan import SKIPPED
+    from sparkdeploy.runtime.interrupts import Interrupt
 
     dep = make_deployment("solo")
     plan = plan_deployment(dep, _facts(dep, empty_facts))

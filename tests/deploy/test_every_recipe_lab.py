@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from sparkdeploy.recipes import load_recipe, recipe_files, resolve
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.secrets import parse_env_file
+from sparkdeploy.recipes.recipe import load_recipe, recipe_files, resolve
 from tests.deploy.test_deploy_lab import containers, expected_containers, stream_chat
 from tests.support.cli_process import failure, sd
 

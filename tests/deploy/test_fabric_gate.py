@@ -9,12 +9,12 @@ import pytest
 
 from sparkdeploy.checks import FAIL, PASS, Result
 from sparkdeploy.deploy import fabric_gate
-from sparkdeploy.deploy.report import Reporter
+from sparkdeploy.deploy.plan import plan_deployment
+from sparkdeploy.deploy.preflight import PreflightRun
+from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.doctor import gpu, image
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import GpuFact
-from sparkdeploy.plan import plan_deployment
-from sparkdeploy.preflight import PreflightRun
 from tests.deploy.deploy_helpers import IMAGE, IMAGE_ID, converged_facts, empty_facts, make_deployment
 
 

@@ -1,4 +1,4 @@
-"""The stack gateway's routes without nodes (deploy/gateway_routes.py): what routes.json says after a deployment
+"""The stack gateway's routes without nodes (deploy/stack/routes.py): what routes.json says after a deployment
 leaves, is taken out or comes back, the one write that changes it, and how long after a write the gateway's hook
 routes by it; `down`'s last line computed from the facts read after a real removal in the lab (samples), and its
 `--keys` (the gateway's keys and spend go only when asked). The gateway's side is tests/deploy/test_stack_lab.py."""
@@ -9,15 +9,17 @@ import ast
 import json
 from pathlib import Path
 
-from sparkdeploy.deploy import down, gateway_routes
-from sparkdeploy.deploy.gateway_routes import Gateway, Routes, group
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.deploy import down
+from sparkdeploy.deploy.plan import GATEWAY_KEPT, StepKind, plan_removal
+from sparkdeploy.deploy.stack import routes as gateway_routes
+from sparkdeploy.deploy.stack import units
+from sparkdeploy.deploy.stack.routes import Gateway, Routes, group
 from sparkdeploy.facts import FileFact, NodeFacts, StateDirFact, parse
-from sparkdeploy.inventory import Node
-from sparkdeploy.plan import GATEWAY_KEPT, StepKind, plan_removal
 from tests.conftest import TWO_NODES
 
 SAMPLES = Path(__file__).resolve().parents[1] / "facts" / "samples"
-HOOK = Path(gateway_routes.__file__).resolve().parents[1] / "gateway_hook.py"
+HOOK = units.HOOK_SOURCE
 
 
 def three() -> Routes:
@@ -154,8 +156,8 @@ def test_down_keys_with_another_deployment_is_refused_before_connecting(cli, inv
 def test_a_gateway_folder_with_spend_counts_of_no_key_goes_with_down():
     """`up --stack` makes spend/ whether or not a key was ever made: without keys.json it counts no key, so `down`
     removes it (and the folder) instead of calling it kept keys."""
-    from sparkdeploy.deploy import stack
-    from sparkdeploy.inventory import Inventory
+    from sparkdeploy.config.inventory import Inventory
+    from sparkdeploy.deploy.stack import converge as stack
 
     inv = Inventory.model_validate(TWO_NODES)
     f = NodeFacts("spark1", home="/home/spark", state_dir_mode=0o700, other_entries=["spend"])

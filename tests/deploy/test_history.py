@@ -10,9 +10,9 @@ import paramiko
 import pytest
 import yaml
 
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.deploy import history
 from sparkdeploy.errors import ConfigError, StepFailed
-from sparkdeploy.inventory import load_inventory
 from tests.conftest import TWO_NODES
 
 

@@ -10,14 +10,14 @@ import textwrap
 import pytest
 import yaml
 
-from sparkdeploy import running_stack
-from sparkdeploy.deploy import stack as st
-from sparkdeploy.deploy import stack_file as sf
-from sparkdeploy.deploy import stack_units as su
-from sparkdeploy.deployment import DEPLOYMENT_LABEL
+from sparkdeploy.deploy.plan import StepKind
+from sparkdeploy.deploy.stack import converge as st
+from sparkdeploy.deploy.stack import file as sf
+from sparkdeploy.deploy.stack import units as su
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import ContainerFact, FileFact, NodeFacts
-from sparkdeploy.plan import StepKind
+from sparkdeploy.labels import DEPLOYMENT_LABEL
+from sparkdeploy.topologies import running_stack
 
 GIB = 1024
 TOTAL = 128 * GIB  # MiB, a DGX Spark
@@ -427,8 +427,8 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
 
 def test_top_and_logs_see_a_stacks_deployments():
     """top reads every state dir's manifest (the stack's beside the single one); --deployment is a label filter."""
-    from sparkdeploy import logs, top
-    from sparkdeploy.inventory import Node
+    from sparkdeploy.config.inventory import Node
+    from sparkdeploy.daytwo import logs, top
 
     node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["e0"])
     text = (

@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.secrets import parse_env_file
 from tests.support.cli_process import failure
 from tests.support.cli_process import sd as run_cli_process
 

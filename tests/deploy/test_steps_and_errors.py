@@ -13,14 +13,14 @@ import json
 import paramiko
 import pytest
 
-from sparkdeploy import remote
-from sparkdeploy.apply import HANDLERS, run_step
-from sparkdeploy.deployment import ContainerSpec
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import MASK, Secrets
+from sparkdeploy.deploy.apply import HANDLERS, run_step
+from sparkdeploy.deploy.plan import Step, StepKind
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.plan import Step, StepKind
-from sparkdeploy.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
-from sparkdeploy.secrets import MASK, Secrets
+from sparkdeploy.runtime import remote
+from sparkdeploy.runtime.remote import CommandFailed, CommandTimeout, ConnectionLost, NodeConnection, NodeUnreachable
+from sparkdeploy.topologies.deployment import ContainerSpec
 from tests.conftest import TWO_NODES
 
 SECRET = "hf_STEPSandERRORSsecret42"

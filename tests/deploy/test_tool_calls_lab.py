@@ -20,7 +20,7 @@ import openai
 import pytest
 import requests
 
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.secrets import parse_env_file
 from tests.deploy.test_deploy_lab import containers, expected_containers
 from tests.sim.chat_suite import MARKUP, WEATHER
 from tests.support.cli_process import failure, sd

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.lab.nodes import ssh_banner
 from sparkdeploy.lab.spec import FABRIC_IFACE
 
@@ -52,7 +52,7 @@ def show(report) -> str:
 def sim_image(lab):
     """The lab's stand-in engine image, once the recipe renders with it (image definitions land separately)."""
     from sparkdeploy.doctor.api import prepare
-    from sparkdeploy.doctor.session import Options
+    from sparkdeploy.doctor.doctor_run import Options
     from sparkdeploy.images.definitions import load_definition
 
     sim = load_definition("vllm-sim")
@@ -395,7 +395,7 @@ def test_doctor_checks_the_recipe_that_is_deployed_and_says_which(lab, cli, sim_
 def test_unknown_and_changed_host_keys_are_refused(lab, cli, derived_inventory, tmp_path):
     import paramiko
 
-    from sparkdeploy.remote import fingerprint
+    from sparkdeploy.runtime.remote import fingerprint
 
     empty = tmp_path / "known_hosts_empty"
     empty.write_text("")

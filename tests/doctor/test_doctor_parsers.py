@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from sparkdeploy.doctor.doctor_run import SCRIPT_PRELUDE
 from sparkdeploy.doctor.nccl_probe import busbw_verdict, nccl_transport, parse_nccl_table
 from sparkdeploy.doctor.nccl_table import median_at
-from sparkdeploy.doctor.session import SCRIPT_PRELUDE
 from sparkdeploy.facts.parsers import (
     number,
     parse_df,
@@ -160,11 +160,11 @@ def test_sections_protocol_round_trip():
 
 
 def test_facts_run_in_parallel_keep_their_order_and_args():
-    """The one facts script (sparkdeploy.facts.base): each fact's command in its own subshell, outputs in the
+    """The one facts script (sparkdeploy.facts.script): each fact's command in its own subshell, outputs in the
     order asked, stdout/stderr/exit code per fact, the image references as "$@"."""
     import subprocess
 
-    from sparkdeploy.facts.base import Fact, FactArgs, script
+    from sparkdeploy.facts.script import Fact, FactArgs, script
 
     def keep(f, v):
         pass
@@ -352,8 +352,8 @@ def test_verdicts_and_advice():
 
 
 def test_nccl_verdict_rows():
+    from sparkdeploy.config.inventory import Node
     from sparkdeploy.doctor.nccl_probe import verdict
-    from sparkdeploy.inventory import Node
 
     nodes = [
         Node(

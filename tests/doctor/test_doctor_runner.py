@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from sparkdeploy.checks import Check, Result
-from sparkdeploy.doctor import endpoint, gpu, network, roce
+from sparkdeploy.doctor import endpoint, gpu, roce
+from sparkdeploy.doctor import network_checks as network
 from sparkdeploy.doctor.api import prepare
+from sparkdeploy.doctor.doctor_run import NodeSession, Options
 from sparkdeploy.doctor.registry import BY_ID, CHECKS
 from sparkdeploy.doctor.runner import _run_tasks, _Task, select
-from sparkdeploy.doctor.session import NodeSession, Options
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import GpuFact, NetworkFact, NodeFacts, RdmaFact
 from sparkdeploy.facts.parsers import Link, RdmaDevice, RdmaPort
@@ -32,7 +33,7 @@ class FakeConn:
         self.commands = []
 
     def run(self, argv, check=False, timeout=None, stdin=None):
-        from sparkdeploy.remote import CommandResult
+        from sparkdeploy.runtime.remote import CommandResult
 
         command = argv if isinstance(argv, str) else " ".join(argv)
         self.commands.append(command)
@@ -338,7 +339,7 @@ def test_json_is_valid_yaml_free_of_secrets(cli, write_inventory):
 
 def test_clock_skew_over_a_second_fails(write_inventory):
     run = make_run(write_inventory, {})
-    import sparkdeploy.doctor.network as net
+    import sparkdeploy.doctor.network_checks as net
 
     class Clock(FakeConn):
         def __init__(self, node, offset):
@@ -346,7 +347,7 @@ def test_clock_skew_over_a_second_fails(write_inventory):
             self.offset = offset
 
         def run(self, argv, check=False, timeout=None, stdin=None):
-            from sparkdeploy.remote import CommandResult
+            from sparkdeploy.runtime.remote import CommandResult
 
             return CommandResult(self.node.name, "date", 0, f"{time.time() + self.offset:.6f}\n", "")
 
@@ -369,7 +370,7 @@ def test_strict_turns_warnings_into_failure():
 
 
 def test_report_collapses_identical_skips_only():
-    from sparkdeploy.doctor.report import _collapse
+    from sparkdeploy.doctor.table import _collapse
 
     rows = [
         Result("skip", "not run: spark1 is not reachable", check="gpu.present", node="spark1"),
@@ -413,9 +414,9 @@ def test_the_state_dir_check_looks_at_every_folder_of_a_stack():
     one of them with the chown of that folder (the folders as the `state_dirs` fact reads them)."""
     from types import SimpleNamespace
 
+    from sparkdeploy.config.inventory import Inventory
     from sparkdeploy.doctor import access
     from sparkdeploy.facts import NodeFacts, StateDirFact
-    from sparkdeploy.inventory import Inventory
     from tests.conftest import TWO_NODES
 
     inv = Inventory.model_validate(TWO_NODES)

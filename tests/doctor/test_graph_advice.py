@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkdeploy import recipes as recipes_mod
 from sparkdeploy.doctor import graph_advice as ga
 from sparkdeploy.doctor.nccl_probe import allreduce_advice
+from sparkdeploy.recipes import recipe as recipes_mod
 
 SEEDS_CX7 = {"eager_us": 18.0, "graph_us": 46.0, "eager_method": "eager nccl-direct"}
 H200_NVLINK = {"eager_us": 7.3, "graph_us": 6.2, "eager_method": "eager nccl-direct"}

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from sparkdeploy import facts as facts_mod
-from sparkdeploy.deploy import gateway_routes
+from sparkdeploy.deploy.stack import routes as gateway_routes
 from sparkdeploy.facts import FACTS, FactArgs, parse, parse_sections
 from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, LEFTOVERS, RESOURCES, STATE
 

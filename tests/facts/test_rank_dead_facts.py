@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sparkdeploy.deploy.plan import StepKind, plan_deployment
 from sparkdeploy.facts import parse, parse_sections
 from sparkdeploy.facts.catalog import DOCTOR, STATE
-from sparkdeploy.plan import StepKind, plan_deployment
 from tests.deploy.deploy_helpers import converged_facts, make_deployment
 
 SAMPLES = Path(__file__).parent / "samples"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from sparkdeploy.apply import HOLD_ENV, HOLD_UNTIL_ENV, Interrupt, hold_point
+from sparkdeploy.deploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
 from sparkdeploy.deploy.up import _node_lines
-from sparkdeploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
+from sparkdeploy.runtime.holds import HOLD_ENV, HOLD_UNTIL_ENV, hold_point
+from sparkdeploy.runtime.interrupts import Interrupt
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
 
 
@@ -72,7 +73,7 @@ def test_lock_release_skips_a_node_lost_mid_run_and_says_its_lock_stays():
     """Pure logic of NodeLocks' release (the lab matrix shows it against real nodes): no wait on a dead node."""
     from types import SimpleNamespace
 
-    from sparkdeploy.apply import NodeLocks
+    from sparkdeploy.runtime.locks import NodeLocks
 
     dep = make_deployment("cluster")
     ran = []

@@ -4,7 +4,7 @@ Docker root full when its container starts, and a slow management network.
 
 Every case is one entry of CASES on ONE deployment (a 2-node cluster, reused; cases that need work for `up` to
 do change one recipe value). A run is stopped at a phase deterministically with the hold hook
-(apply.hold_point: SPARKDEPLOY_HOLD_AT / SPARKDEPLOY_HOLD_UNTIL): the run says `hold: at PHASE` and waits while
+(runtime/holds.py: SPARKDEPLOY_HOLD_AT / SPARKDEPLOY_HOLD_UNTIL): the run says `hold: at PHASE` and waits while
 the test sends Ctrl-C or injects the fault, then releases it. After each case, with the fault removed:
 `status` matches what Docker on each node says, no temp file or secrets.env with the wrong mode or content,
 every file is listed in the manifest, no container without sparkdeploy's label, no secret in any output,
@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.apply import HOLD_ENV, HOLD_UNTIL_ENV, NODE_LOCK_DIR
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.secrets import parse_env_file
+from sparkdeploy.runtime.holds import HOLD_ENV, HOLD_UNTIL_ENV
+from sparkdeploy.runtime.locks import NODE_LOCK_DIR
 from tests.support.cli_process import cli_argv, spawn_cli
 
 pytestmark = pytest.mark.lab

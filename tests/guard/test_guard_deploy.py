@@ -7,10 +7,10 @@ import copy
 
 import pytest
 
+from sparkdeploy.config.guard_settings import GUARD_FOLDER
+from sparkdeploy.deploy.plan import plan_removal
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.guard.lines import check_lines
-from sparkdeploy.guard_settings import GUARD_FOLDER
-from sparkdeploy.plan import plan_removal
 from sparkdeploy.topologies.guard import GUARD_CONTAINER
 from tests.conftest import TWO_NODES
 from tests.deploy.deploy_helpers import empty_facts
@@ -101,7 +101,7 @@ def test_a_recipe_sets_its_own_lines_over_the_inventorys():
 def test_the_nodeside_guard_skips_the_same_roles_as_the_deployment():
     """nodeside/guard/run.py is stdlib only (it runs in the guard's image), so it keeps its own copy of the roles
     that hold no engine: the guard must stop exactly what `up` counts as an engine."""
-    from sparkdeploy import deployment
+    from sparkdeploy import labels
     from sparkdeploy.nodeside.guard import run
 
-    assert run.NOT_ENGINES == deployment.NOT_ENGINES
+    assert run.NOT_ENGINES == labels.NOT_ENGINES

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdeploy.guard.postmortem import analyse, evidence
+from sparkdeploy.daytwo.postmortem import analyse, evidence
 from sparkdeploy.nodeside.guard import memory, ring, run
 from tests.test_nodeside import _imports
 

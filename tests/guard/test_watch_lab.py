@@ -24,7 +24,7 @@ import pytest
 import requests
 import yaml
 
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.secrets import parse_env_file
 from tests.support.cli_process import failure
 from tests.support.cli_process import sd as run_cli_process
 

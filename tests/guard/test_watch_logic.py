@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sparkdeploy import deployment
+from sparkdeploy import labels
 from sparkdeploy.nodeside.guard import groups, watch
 
 GROUP = "r:spark1"
@@ -156,8 +156,8 @@ def pair(tmp_path):
 
 
 def test_the_node_side_keeps_the_label_names_of_deployment_py():
-    assert watch.GROUP == deployment.GROUP_LABEL and watch.RANK == deployment.RANK_LABEL
-    assert watch.WATCHERS == deployment.WATCHERS_LABEL and watch.HEALTH_PORT == deployment.HEALTH_PORT_LABEL
+    assert watch.GROUP == labels.GROUP_LABEL and watch.RANK == labels.RANK_LABEL
+    assert watch.WATCHERS == labels.WATCHERS_LABEL and watch.HEALTH_PORT == labels.HEALTH_PORT_LABEL
 
 
 def test_a_serving_group_is_left_alone(pair):

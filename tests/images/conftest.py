@@ -21,7 +21,7 @@ CHANGED_FILE_BYTES = 1_000_000  # the small file that changes between v1 and v2 
 
 @pytest.fixture(scope="session")
 def lab_inventory(lab):
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
 
     return load_inventory(str(lab.spec.inventory_path))
 

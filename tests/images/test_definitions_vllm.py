@@ -26,7 +26,7 @@ ARGS_JSON = IMAGES / "vllm-node" / "vllm-args-0.32.0.json"
 FORK_ARGS_JSON = IMAGES / "vllm-node-mxfp4" / "vllm-args-0.1.dev12777.json"
 BANNED_LITELLM = ("1.82.7", "1.82.8")
 
-# Every flag sparkdeploy's renderer can emit (sparkdeploy/vllm_args.py: serve_args).
+# Every flag sparkdeploy's renderer can emit (sparkdeploy/recipes/vllm_args.py: serve_args).
 RENDERED_FLAGS = (
     "--served-model-name --host --port --tensor-parallel-size --gpu-memory-utilization --max-model-len "
     "--kv-cache-dtype --enforce-eager --max-num-batched-tokens --max-num-seqs --quantization --load-format "

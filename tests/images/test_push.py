@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import load_failure
 from sparkdeploy.images.inventory_images import ImageRecord, NodeImages, parse_facts
 from sparkdeploy.images.push import SourceImage, plan_target
-from sparkdeploy.inventory import Node
 from sparkdeploy.nodeside.layers import chain_ids
 
 DIFFS = [f"sha256:{c * 64}" for c in "abcd"]

@@ -65,9 +65,9 @@ def test_push_from_node_goes_over_the_fabric_and_resends_only_the_changed_layer(
         assert f"layers read on {a.name} from its layer store (sudo -n)" in out  # the lab user has it
         assert "none (only " in out, out  # a few MB: compressing would not pay
         # the sample auto-compression reads for larger pushes, on the real layer store: random, ~1.0
+        from sparkdeploy.config.inventory import load_inventory
         from sparkdeploy.images.push_from import _sample_ratio, plan_from
-        from sparkdeploy.inventory import load_inventory
-        from sparkdeploy.remote import NodeConnection
+        from sparkdeploy.runtime.remote import NodeConnection
 
         inventory = load_inventory(inv)
         plan, _ = plan_from(NAME, inventory, inventory.nodes[0], inventory.nodes[1:], dry_run=True)

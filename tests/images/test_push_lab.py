@@ -16,7 +16,7 @@ from sparkdeploy.images.inventory_images import read_node_images
 from sparkdeploy.images.push import PushProgress, plan_target, push_image, source_image
 from sparkdeploy.nodeside.layer_store import LayerStore
 from sparkdeploy.nodeside.layers import chain_ids
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.runtime.remote import NodeConnection
 from tests.images.conftest import CutAfter
 
 pytestmark = pytest.mark.lab

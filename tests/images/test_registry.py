@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkdeploy import recipes
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.images import reference
-from sparkdeploy.images.reference import RegistryImage, parse_reference, registry_image
-from sparkdeploy.images.registry import parse_help
+from sparkdeploy.images import image_ref as reference
+from sparkdeploy.images.image_ref import RegistryImage, parse_reference, registry_image
+from sparkdeploy.images.registry_pull import parse_help
+from sparkdeploy.recipes import recipe as recipes
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -110,14 +110,14 @@ def _save_cli(ref_text: str, spec: dict, simulated: bool = True) -> None:
 
 
 def _lint_inventory():
-    from sparkdeploy.inventory import Inventory
-    from sparkdeploy.lint import LINT_INVENTORY
+    from sparkdeploy.config.inventory import Inventory
+    from sparkdeploy.topologies.lint import LINT_INVENTORY
 
     return Inventory.model_validate(LINT_INVENTORY)
 
 
 def _render(path: Path, sets=()):
-    from sparkdeploy.secrets import Secrets
+    from sparkdeploy.config.secrets import Secrets
     from sparkdeploy.topologies import build_deployment
 
     resolved = recipes.resolve(str(path), sets=list(sets))
@@ -148,7 +148,7 @@ def test_a_registry_image_runs_as_it_is_in_the_lab(tmp_path, state, sim_help):
     _save_cli(ref, parse_help(sim_help), simulated=True)
     inv = _lint_inventory()
     inv.cluster.image_override = "vllm-sim"
-    from sparkdeploy.secrets import Secrets
+    from sparkdeploy.config.secrets import Secrets
     from sparkdeploy.topologies import build_deployment
 
     dep = build_deployment(inv, recipes.resolve(str(_recipe(tmp_path, ref))), Secrets({}, source="t"))
@@ -159,7 +159,7 @@ def test_a_registry_image_runs_as_it_is_in_the_lab(tmp_path, state, sim_help):
 
 def test_images_pull_dry_run_and_bad_input(cli, tmp_path, state):
     inv = tmp_path / "inventory.yaml"
-    from sparkdeploy.lint import LINT_INVENTORY
+    from sparkdeploy.topologies.lint import LINT_INVENTORY
 
     inv.write_text(yaml.safe_dump(LINT_INVENTORY))
     code, out, err = cli("images", "pull", NGC, "--on", "spark2", "--dry-run", "-i", str(inv))
@@ -188,7 +188,7 @@ def test_images_pull_dry_run_and_bad_input(cli, tmp_path, state):
 )
 def test_a_failed_pull_is_one_line_naming_the_node_and_the_fix(output, expected):
     """Docker's own error lines (as `docker pull` prints them) -> the one line `images pull` and `up` report."""
-    from sparkdeploy.images.registry import _pull_failure
+    from sparkdeploy.images.registry_pull import _pull_failure
 
     message = str(_pull_failure("spark1", parse_reference(NGC), output))
     assert expected in message and "\n" not in message

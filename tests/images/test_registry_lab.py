@@ -1,4 +1,4 @@
-"""Registry images in the lab, against a real registry (Debian's docker-registry, sparkdeploy/lab/registry.py):
+"""Registry images in the lab, against a real registry (Debian's docker-registry, sparkdeploy/lab/registry_server.py):
 pulled once, digest checked, on every node with one image ID; then `up` serves a recipe naming the reference,
 `history` records it, and `rollback` brings an earlier deployment back (or names what is missing).
 
@@ -17,7 +17,7 @@ import yaml
 
 from sparkdeploy.images.build import docker_client
 from sparkdeploy.images.definitions import load_definition
-from sparkdeploy.lab import registry as lab_registry
+from sparkdeploy.lab import registry_server as lab_registry
 from tests.support.cli_process import failure, sd
 
 pytestmark = pytest.mark.lab

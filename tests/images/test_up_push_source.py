@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sparkdeploy import preflight
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.deploy import preflight
 from sparkdeploy.deploy import up as up_pipeline
-from sparkdeploy.inventory import Node
 
 
 def _node(name: str, i: int) -> Node:

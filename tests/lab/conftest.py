@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sparkdeploy.lab import LabSpec, UpResult, down, up
-from sparkdeploy.lab.keys import CLIENT_KEY, KNOWN_HOSTS
 from sparkdeploy.lab.spec import NodeSpec
+from sparkdeploy.lab.ssh_keys import CLIENT_KEY, KNOWN_HOSTS
 from tests.support.processes import outliving
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ def _any_image(lab, node) -> str:
 
     tag = load_definition("debian-base").tag
     if lab.ssh(node, f"docker image inspect {tag}", check=False).returncode != 0:
-        from sparkdeploy.inventory import load_inventory
+        from sparkdeploy.config.inventory import load_inventory
         from sparkdeploy.lab.engine_images import preload
 
         preload(
@@ -70,7 +70,7 @@ def test_preload_pushes_once_then_skips(scratch_lab):
     image ID and skips; a definition that does not exist is skipped with the reason."""
     import docker
 
-    from sparkdeploy.inventory import load_inventory
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.lab import engine_images
 
     lab = scratch_lab

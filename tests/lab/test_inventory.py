@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import parse_env_file
 
 pytestmark = pytest.mark.lab
 

@@ -8,9 +8,10 @@ import socket
 
 import pytest
 
-from sparkdeploy.apply import NODE_LOCK_DIR, NodeLocks, Session
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import StepFailed
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.runtime.locks import NODE_LOCK_DIR, NodeLocks
+from sparkdeploy.runtime.session import Session
 
 pytestmark = pytest.mark.lab
 

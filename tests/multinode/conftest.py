@@ -42,8 +42,8 @@ def lab4_spec() -> LabSpec:
 
 @pytest.fixture(scope="session")
 def lab4() -> Lab:
+    from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.build import docker_client
-    from sparkdeploy.inventory import load_inventory
     from sparkdeploy.lab.engine_images import preload
 
     ensure_engine()

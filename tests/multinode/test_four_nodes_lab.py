@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from sparkdeploy.apply import Session, gather_facts
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.secrets import parse_env_file
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import parse_env_file
+from sparkdeploy.facts import gather_facts
+from sparkdeploy.runtime.session import Session
 from tests.support.cli_process import failure, sd
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab4]

@@ -9,9 +9,9 @@ import copy
 import pytest
 import yaml
 
-from sparkdeploy.context import load_deployment
+from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.inventory import load_inventory
+from sparkdeploy.topologies.context import load_deployment
 from tests.conftest import TWO_NODES
 
 RECIPE = "openai-gpt-oss-120b"  # architecture: 64 heads, 8 KV heads, 36 layers

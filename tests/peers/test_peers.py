@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shlex
 
-from sparkdeploy.inventory import Node
-from sparkdeploy.peers import (
+from sparkdeploy.config.inventory import Node
+from sparkdeploy.runtime.peers import (
     authorized_line,
     known_hosts_host,
     peer_ssh_argv,

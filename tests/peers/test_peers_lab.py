@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkdeploy.inventory import load_inventory
-from sparkdeploy.peers import PEER_KNOWN_HOSTS, ensure_peer_trust, known_hosts_host, peer_ssh_argv
-from sparkdeploy.remote import NodeConnection
+from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.runtime.peers import PEER_KNOWN_HOSTS, ensure_peer_trust, known_hosts_host, peer_ssh_argv
+from sparkdeploy.runtime.remote import NodeConnection
 
 pytestmark = pytest.mark.lab
 

@@ -7,7 +7,7 @@ import math
 
 import requests
 
-from sparkdeploy import top
+from sparkdeploy.daytwo import top
 from tests.sim.conftest import MODEL, SEED_ARGS
 
 

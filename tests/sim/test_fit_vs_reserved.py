@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from sparkdeploy import budget
-from sparkdeploy.recipes import resolve
+from sparkdeploy.recipes import budget
+from sparkdeploy.recipes.recipe import resolve
 from vllm_sim.config import ServeConfig
 from vllm_sim.engine import SimEngine
 

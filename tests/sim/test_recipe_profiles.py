@@ -16,9 +16,9 @@ import sys
 import pytest
 import requests
 
-from sparkdeploy.inventory import Inventory
-from sparkdeploy.recipes import load_recipe, recipe_files, resolve
-from sparkdeploy.secrets import Secrets
+from sparkdeploy.config.inventory import Inventory
+from sparkdeploy.config.secrets import Secrets
+from sparkdeploy.recipes.recipe import load_recipe, recipe_files, resolve
 from sparkdeploy.topologies import build_deployment
 from tests.conftest import SECRET_HF, SECRET_KEY, TWO_NODES
 from tests.sim.conftest import Proc, free_port, sim_env, wait_http

@@ -2,7 +2,7 @@
 that stops takes the engine with it, and a rank that comes back alone cannot rejoin the others' run. So a group
 is whole only while no rank last exited after another rank's current run, still running, began.
 
-`lost_rank` is that rule, in one place: `up`'s plan (sparkdeploy/plan.py) applies it to the nodes' facts, and the
+`lost_rank` is that rule, in one place: `up`'s plan (sparkdeploy/deploy/plan.py) applies it to the nodes' facts, and the
 node-side watcher (watch.py) to what its node's Docker engine and the group's other watchers say. Standard
 library only (this folder runs on the nodes).
 """

@@ -1,0 +1,504 @@
+"""The stack gateway's auth hook: LiteLLM's documented `general_settings.custom_auth`, run by the LiteLLM proxy
+inside the gateway container (copied into the gateway's state dir by deploy/stack/units.py; sparkdeploy never
+imports it). Standard library and LiteLLM only (what the proxy image has), plus gateway_spend.py shipped beside
+it. It never reaches LiteLLM's database code (prisma is not installed: any other exception out of this hook would
+make LiteLLM try it, and answer 500).
+
+Before LiteLLM sees a request (`ClientErrors`, an ASGI wrapper around the proxy's app, installed when LiteLLM
+loads this file): a POST to an inference route (chat/completions, completions, embeddings, responses, messages)
+whose body is not a JSON object naming a model is answered 400 with one sentence (LiteLLM would answer a JSON
+list with a 500).
+
+On every authenticated request (every /v1 route, /v1/models included):
+1. The routes: when routes.json (in the mounted state dir, deploy/stack/routes.py) changed since this worker
+   last read it, its `model_list` replaces the router's (`Router.set_model_list`, LiteLLM's hot-reload path).
+   `up --stack` and `down` rewrite the file to add, remove or take out a deployment: the proxy is not
+   restarted, so requests to the other deployments never drop. LiteLLM 1.100.5 reloads its YAML only with a
+   database (`store_model_in_db`); this is the no-database way.
+2. The key: the `Authorization: Bearer KEY` header (401 when there is none, or it is not of that form). The
+   master key (LITELLM_MASTER_KEY from the 0600 secrets.env) is the admin. Any other bearer must be in keys.json
+   (written by `sparkdeploy keys`, mode 0600): sha256 of the token -> name, models, rpm, max budget. The file is
+   re-read when it changes, so a revoked key is refused from the next request on (the files are looked at, at
+   most every CHECK_S).
+3. The model asked: one the gateway does not route is 404 (no deployment of the stack serves it) or 503 (its
+   deployment is out of the routes, with why). A key limited to some models is refused (403) for another; past
+   its rpm (requests in the last 60 s, counted in gateway_spend's sqlite file, so over every proxy worker) it
+   gets 429; once it has spent its max budget (tokens, prompt + completion, counted by `spend_tracker` below
+   into gateway_spend's sqlite file, shared by every worker and kept over a restart) it gets 429 "budget
+   exceeded".
+4. The engines a restart takes away (issue 43): each engine's `model_info` names its group and its rank 0's watcher
+   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second and
+   the next request's hook leaves out of the router's list every engine whose watcher says it does not serve
+   (restarting, failing, waiting to restart, given up, held), as long as another engine of the same model
+   stays; it is back in the list once its watcher says `ok`. A watcher that does not answer changes nothing
+   (LiteLLM's own retries and cooldowns remain).
+
+Every refusal is a client's matter: logged once, at WARNING, as one line (`gateway refused POST /v1/... from IP:
+HTTP 401 ...`), never with a traceback (`_Refusals` rewrites LiteLLM's ERROR record of a `Refusal`).
+
+
+`spend_tracker` is a LiteLLM callback (`litellm_settings.callbacks: [gateway_hook.spend_tracker]`): after each
+successful answer to a key of keys.json it adds the answer's usage.total_tokens to that key's count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from litellm._logging import verbose_proxy_logger
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy import proxy_server
+from litellm.proxy._types import LitellmUserRoles, ProxyException, UserAPIKeyAuth
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# LiteLLM loads this file by path (not as a package): its sibling is found through sys.path.
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+import gateway_spend  # type: ignore[import-not-found]  # noqa: E402 - a sibling file in the container, found through the path above
+
+ROUTES = os.path.join(HERE, "routes.json")
+KEYS = os.path.join(HERE, "keys.json")
+CHECK_S = 0.2  # how often the files are stat'ed: a revoked key is refused within this (the goal: 1 s)
+INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "/messages")  # a body names a model
+FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")  # curl -d's default, for one
+FORM = "the request body is a form: send JSON (Content-Type: application/json) with model and messages"
+BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body (ClientErrors puts it there)
+
+# uvicorn's access log writes one line per request from the event loop (about 3 % of the proxy's CPU under
+# load, measured with py-spy): errors still reach the container log, LiteLLM's own logger is untouched.
+logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+WATCH_S = 1.0  # how often each engine's watcher is asked
+NOT_SERVING = ("restarting", "failing", "backoff", "gave-up", "held")
+
+_lock = threading.Lock()
+_stamps: dict[str, tuple[int, int, int] | None] = {}
+_models: list[dict[str, Any]] = []  # routes.json's model_list
+_withdrawn: frozenset[str] = frozenset()  # model_info ids whose watcher says they do not serve
+_applied: frozenset[str] | None = None  # what the router's list leaves out now (None: not set by us yet)
+_poller: threading.Thread | None = None
+_checked = 0.0
+_keys: dict[str, dict[str, Any]] = {}
+_auth: dict[str, UserAPIKeyAuth] = {}  # sha256 -> the answer for that key, built once per keys.json version
+_served: set[str] = set()  # the models routed now (routes.json's model_list)
+_unavailable: dict[str, str] = {}  # a model of the stack routed nowhere now -> why
+_left: set[str] = set()  # models routed before and not now (this worker's last reloads)
+
+
+# -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "auth_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+
+
+class Refusal(ProxyException):
+    """A request refused by this hook: LiteLLM answers it with the code and message; its log record is made one
+    WARNING line by _Refusals."""
+
+    def __init__(self, message: str, code: int, request: Any = None):
+        param = "model" if code in (404, 503) else "api_key"
+        super().__init__(message=message, type=_TYPES.get(code, "auth_error"), param=param, code=code)
+        self.where = f"{request.method} {request.url.path}" if request is not None else "a request"
+
+
+def _say(where: str, client: Any, code: Any, message: str) -> tuple[str, tuple[Any, ...]]:
+    return "gateway refused %s from %s: HTTP %s %s", (where, client, code, message)
+
+
+class _Refusals(logging.Filter):
+    """LiteLLM logs an auth failure at ERROR (a 5xx with its traceback): a Refusal is the client's matter, so its
+    record becomes one WARNING line (LiteLLM's record carries the exception and the client's address). So does
+    its record of a request whose model left the routes while it was in flight (ClientErrors answers it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        refusal = next((a for a in args if isinstance(a, Refusal)), None)
+        if refusal is not None:
+            client = args[1] if len(args) > 1 and isinstance(args[1], str) else "?"
+            _quiet(record, *_say(refusal.where, client, refusal.code, refusal.message))
+        elif record.levelno >= logging.ERROR and _left:
+            text = record.getMessage()
+            gone = next((m for m in sorted(_left) if f"model={m}" in text or f"Model Group={m}" in text), None)
+            if gone is not None and ("Invalid model name" in text or "no healthy deployments" in text):
+                why = "a request for %s was in flight when it left the routes: answered 503 or 404, not 400"
+                _quiet(record, "gateway: " + why, (gone,))
+        return True
+
+
+def _quiet(record: logging.LogRecord, msg: str, args: tuple[Any, ...]) -> None:
+    record.msg, record.args = msg, args
+    record.levelno, record.levelname = logging.WARNING, "WARNING"
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+
+
+if not any(isinstance(f, _Refusals) for f in verbose_proxy_logger.filters):
+    verbose_proxy_logger.addFilter(_Refusals())
+
+
+# -- a body LiteLLM cannot use: 400 before it sees it ------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def _body_problem(raw: bytes) -> tuple[Any, str]:
+    """(the parsed body, "") or (None, what is wrong with it, in one sentence)."""
+    if not raw.strip():
+        return None, "the request has no body: send a JSON object with model and messages"
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        return None, f"the request body is not JSON ({exc})"
+    if not isinstance(body, dict):
+        return None, f"the request body is a JSON {_kind(body)}, not an object with model and messages"
+    model = body.get("model")
+    if model is None:
+        return None, 'the request names no model: add "model" (GET /v1/models lists them)'
+    if not isinstance(model, str):
+        return None, f"model is a JSON {_kind(model)}, not a model name (GET /v1/models lists them)"
+    return body, ""
+
+
+def _inference(path: str) -> bool:
+    return path.rstrip("/").endswith(INFERENCE)
+
+
+class ClientErrors:
+    """ASGI: a POST to an inference route whose body is not a JSON object naming a model (a form, not JSON, a
+    JSON list, no model) gets 400 here, logged as one WARNING line; any other request, and a good body (kept in
+    the scope for the hook), go on unchanged."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST" or not _inference(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = bool(message.get("more_body"))
+        raw = b"".join(chunks)
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+        body, problem = (None, FORM) if ctype in FORMS else _body_problem(raw)
+        if problem:
+            await _answer_error(scope, send, 400, problem)
+            return
+        scope[BODY] = body
+        model = str(body["model"]) if isinstance(body, dict) else ""  # _body_problem: an object naming a model
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        held = False
+
+        async def answer(message: dict[str, Any]) -> None:
+            """A request admitted while its model was routed, whose model left the routes before LiteLLM's
+            router picked an engine (another request of this worker reloaded routes.json meanwhile): LiteLLM's
+            400 ("Invalid model name", "no healthy deployments") becomes what a new request gets, 503 or 404."""
+            nonlocal held
+            if message["type"] == "http.response.start" and message.get("status") == 400:
+                held = model not in _served
+            if not held:
+                await send(message)
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                code, text = _not_routed(model, [])
+                await _answer_error(scope, send, code, text)
+
+        await self.app(scope, replay, answer)
+
+
+async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: str) -> None:
+    """The answer to a refused request, in OpenAI's error shape, and its one WARNING line."""
+    client = (scope.get("client") or ("?",))[0]
+    msg, args = _say(f"{scope.get('method')} {scope.get('path')}", client, code, message)
+    verbose_proxy_logger.warning(msg, *args)
+    param = "body" if code == 400 else "model"
+    error = {"message": message, "type": _TYPES.get(code, "invalid_request_error"), "param": param, "code": str(code)}
+    data = json.dumps({"error": error}, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": code, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _not_routed(model: str, allowed: list[str]) -> tuple[int, str]:
+    """A model the gateway does not route now: 503 while its deployment is out (why), else 404."""
+    if model in _unavailable:
+        return 503, f"model {model} is not available now: {_unavailable[model]}"
+    served = sorted(m for m in _served if not allowed or m in allowed)
+    return 404, f"model {model} is not served by this gateway (served: {', '.join(served) or 'none'})"
+
+
+def _install(app: Any) -> None:
+    """ClientErrors around the proxy's app. LiteLLM loads this file while the app starts, when Starlette has
+    built its middleware stack already (add_middleware is refused then): the built stack is wrapped."""
+    if getattr(app, "sparkdeploy_client_errors", False):
+        return
+    if app.middleware_stack is None:
+        app.add_middleware(ClientErrors)
+    else:
+        app.middleware_stack = ClientErrors(app.middleware_stack)
+    app.sparkdeploy_client_errors = True
+
+
+_install(proxy_server.app)
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, mtime ns): sparkdeploy writes by rename, so any new content is a new stamp."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _changed(path: str) -> bool:
+    stamp = _stamp(path)
+    if _stamps.get(path, ()) == stamp:
+        return False
+    _stamps[path] = stamp
+    return True
+
+
+def _reload_models() -> None:
+    global _models, _applied, _served, _unavailable
+    if _changed(ROUTES):
+        try:
+            with open(ROUTES, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            data = {}
+        _models = data.get("model_list") or []
+        served = {m["model_name"] for m in _models}
+        _left.difference_update(served)
+        _left.update(_served - served)
+        _served, _unavailable = served, dict(data.get("unavailable") or {})
+        _applied = None
+    if _applied == _withdrawn:
+        return
+    routable = _routable(_models, _withdrawn)
+    router = proxy_server.llm_router
+    if router is not None:
+        router.set_model_list(routable)
+    proxy_server.llm_model_list = routable
+    _applied = _withdrawn
+
+
+def _routable(models: list[dict[str, Any]], withdrawn: frozenset[str]) -> list[dict[str, Any]]:
+    """The model list without the withdrawn engines, except the last engine of a model (it stays listed: LiteLLM's
+    retries and cooldowns then answer for it)."""
+    out = []
+    for m in models:
+        mid = (m.get("model_info") or {}).get("id")
+        others = [
+            x
+            for x in models
+            if x.get("model_name") == m.get("model_name") and (x.get("model_info") or {}).get("id") not in withdrawn
+        ]
+        if mid not in withdrawn or not others:
+            out.append(m)
+    return out
+
+
+def _watch_states() -> frozenset[str]:
+    """The ids of the engines whose watcher says they do not serve (a watcher that does not answer: none)."""
+    down = set()
+    for m in list(_models):
+        info = m.get("model_info") or {}
+        url, group = info.get("watch"), info.get("group")
+        if not url or not group:
+            continue
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as resp:
+                state = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group) or {}).get("state")
+        except (OSError, ValueError):
+            continue
+        if state in NOT_SERVING:
+            down.add(str(info.get("id")))
+    return frozenset(down)
+
+
+def _poll() -> None:
+    global _withdrawn
+    while True:
+        found = _watch_states()
+        if found != _withdrawn:
+            logging.getLogger("gateway_hook").warning("engines not serving (their watcher says): %s", sorted(found))
+            _withdrawn = found
+        time.sleep(WATCH_S)
+
+
+def _start_poller() -> None:
+    global _poller
+    if _poller is None:
+        _poller = threading.Thread(target=_poll, name="gateway-watch", daemon=True)
+        _poller.start()
+
+
+def _reload_keys() -> None:
+    global _keys
+    if not _changed(KEYS):
+        return
+    try:
+        with open(KEYS, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        data = {}
+    _keys = {entry["sha256"]: entry for entry in data.get("keys", [])}
+    _auth.clear()
+
+
+def _refresh() -> dict[str, dict[str, Any]]:
+    """The keys, the files looked at again when CHECK_S has passed (a stat of two files per request was ~1.5 %
+    of the proxy's CPU)."""
+    global _checked
+    with _lock:
+        now = time.monotonic()
+        if now - _checked >= CHECK_S:
+            _checked = now
+            _reload_models()
+            _reload_keys()
+            _start_poller()
+        return _keys
+
+
+def _answer(cache_key: str, build: Any) -> UserAPIKeyAuth:
+    """A fresh copy of the key's UserAPIKeyAuth. Building one runs pydantic's validation, which deep-copies every
+    default of its ~60 fields (5 % of the proxy's CPU per request, py-spy): it is built once per key and copied
+    (shallow, its list and dict fields copied too, so no request sees another's changes)."""
+    made = _auth.get(cache_key)
+    if made is None:
+        made = _auth[cache_key] = build()
+    fresh = {k: v.copy() for k, v in made.__dict__.items() if isinstance(v, (list, dict, set))}
+    return made.model_copy(update=fresh)
+
+
+def _token(request: Any, api_key: str | None) -> str:
+    """The bearer token of the request, or a Refusal (401) saying what is wrong with the header."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, rest = header.strip().partition(" ")
+        if scheme.lower() != "bearer":  # never echoed: what stands there may be the key itself
+            raise Refusal("the Authorization header is not `Bearer KEY`", 401, request)
+        if not rest.strip():
+            raise Refusal("the Authorization header has no key after `Bearer`", 401, request)
+        return rest.strip()
+    token = (api_key or "").removeprefix("Bearer ").strip()  # another header LiteLLM takes a key from
+    if not token:
+        raise Refusal("no API key: send the header `Authorization: Bearer KEY`", 401, request)
+    return token
+
+
+def _model(request: Any) -> str | None:
+    """The model a POST to an inference route asks for (ClientErrors checked and parsed its body)."""
+    if request.method != "POST" or not _inference(request.url.path):
+        return None
+    body = request.scope.get(BODY)  # ClientErrors, in front of every request once this file is loaded
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _check_model(request: Any, model: str | None, allowed: list[str], name: str | None) -> None:
+    if model is None:
+        return
+    if model not in _served:
+        code, text = _not_routed(model, allowed)
+        raise Refusal(text, code, request)
+    if allowed and model not in allowed:
+        raise Refusal(f"key {name} may not use model {model} (allowed: {', '.join(allowed)})", 403, request)
+
+
+async def user_api_key_auth(request: Any, api_key: str | None) -> UserAPIKeyAuth:
+    try:
+        return await _authorize(request, api_key)
+    except ProxyException:  # a Refusal, or LiteLLM's own
+        raise
+    except Exception as exc:  # a bug here: a 500 that says so (LiteLLM would try its database with any other)
+        raise ProxyException(
+            message=f"the gateway's auth hook failed: {exc.__class__.__name__}: {exc}",
+            type="internal_server_error",
+            param=None,
+            code=500,
+        ) from exc
+
+
+async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
+    keys = _refresh()
+    token = _token(request, api_key)
+    master = os.environ.get("LITELLM_MASTER_KEY", "")
+    if master and hmac.compare_digest(token.encode(), master.encode()):
+        _check_model(request, _model(request), [], None)
+        return _answer("master", lambda: UserAPIKeyAuth(api_key=token, user_role=LitellmUserRoles.PROXY_ADMIN))
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    entry = keys.get(digest)
+    if entry is None:
+        raise Refusal("unknown or revoked key", 401, request)
+    models = list(entry.get("models") or [])
+    _check_model(request, _model(request), models, entry["name"])
+    # keys made before budgets were enforced recorded a number without a unit: not taken for tokens
+    budget = entry.get("max_budget") if entry.get("budget_unit") == "tokens" else None
+    if budget:
+        used = gateway_spend.spent(digest)
+        if used >= budget:
+            raise Refusal(
+                f"key {entry['name']}: budget exceeded ({used} of its {int(budget)} tokens spent); "
+                "ask for a new key or a larger budget",
+                429,
+                request,
+            )
+    rpm = entry.get("rpm")
+    # a write that may wait for another worker's: off the event loop
+    if rpm and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
+        raise Refusal(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429, request)
+    return _answer(
+        digest,
+        lambda: UserAPIKeyAuth(
+            api_key=token, key_alias=entry["name"], models=models, user_role=LitellmUserRoles.INTERNAL_USER
+        ),
+    )
+
+
+class SpendTracker(CustomLogger):
+    """Counts each successful answer's tokens against its key (keys of keys.json only, not the master key)."""
+
+    async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        payload = kwargs.get("standard_logging_object") or {}
+        digest = (payload.get("metadata") or {}).get("user_api_key_hash")
+        if not digest or digest not in _refresh():
+            return
+        tokens = payload.get("total_tokens")
+        if tokens is None:
+            usage = getattr(response_obj, "usage", None)
+            tokens = getattr(usage, "total_tokens", 0) if usage is not None else 0
+        # a write may wait for another worker's: never on the event loop
+        await asyncio.to_thread(gateway_spend.add, digest, int(tokens or 0))
+
+
+spend_tracker = SpendTracker()

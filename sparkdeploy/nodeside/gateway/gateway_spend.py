@@ -1,0 +1,95 @@
+"""What each gateway key has spent, in tokens, and its requests of the last minute: the store behind
+`keys create --max-budget` and `--rpm` (issue 28).
+
+Shipped beside gateway_hook.py into the gateway's state dir and run inside the gateway container (standard
+library only; sparkdeploy never imports it). The unit is tokens, prompt + completion, as each answer's `usage`
+counts them: self-hosted models have no price, and LiteLLM's USD budgets need its database (see deploy/stack/keys.py).
+
+One sqlite file in WAL mode on the gateway's writable state volume (`spend/` in its state dir on the head
+node): it survives a gateway restart, and every proxy worker (a process each) adds to and reads the same
+counts. The key is the sha256 of the token, as in keys.json; a revoked key's row stays and is never matched
+again (a new token is a new hash).
+
+    python3 gateway_spend.py [DB]   # the counts as JSON {sha256: {"tokens": N, "requests": N}}: `keys list`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+
+DB = os.environ.get("SPARKDEPLOY_SPEND_DB", "/sparkdeploy-spend/spend.sqlite")
+SCHEMA = (
+    (
+        "CREATE TABLE IF NOT EXISTS spend (key TEXT PRIMARY KEY, tokens INTEGER NOT NULL, "
+        "requests INTEGER NOT NULL, updated REAL NOT NULL)"
+    ),
+    # one row per request of a key with an rpm, for a minute: every worker counts the same requests
+    "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS hits_key_at ON hits (key, at)",
+)
+WINDOW_S = 60.0
+
+
+_local = threading.local()
+
+
+def connect(path: str = DB) -> sqlite3.Connection:
+    """This thread's connection to `path`, opened once (a request's budget check costs one SELECT, not an open)."""
+    conns = _local.__dict__.setdefault("conns", {})
+    if path in conns:
+        return conns[path]
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    # WAL: readers (every request of a budgeted key) never wait for the writer; NORMAL: a commit is not an fsync
+    # (a crash of the whole node may lose the last few counts, never corrupt the file).
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    for statement in SCHEMA:
+        conn.execute(statement)
+    conns[path] = conn
+    return conn
+
+
+def add(key: str, tokens: int, path: str = DB) -> None:
+    connect(path).execute(
+        "INSERT INTO spend (key, tokens, requests, updated) VALUES (?, ?, 1, ?) ON CONFLICT(key) DO UPDATE "
+        "SET tokens = tokens + excluded.tokens, requests = requests + 1, updated = excluded.updated",
+        (key, max(0, int(tokens)), time.time()),
+    )
+
+
+def spent(key: str, path: str = DB) -> int:
+    row = connect(path).execute("SELECT tokens FROM spend WHERE key = ?", (key,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def take(key: str, rpm: int, now: float | None = None, path: str = DB) -> int | None:
+    """Count one request of `key` against its `rpm` (requests in the last WINDOW_S seconds, over every worker):
+    None when it may go on (and it is counted), else how many it made in the window (it is not counted)."""
+    now = time.time() if now is None else now
+    conn = connect(path)
+    conn.execute("BEGIN IMMEDIATE")  # count and add in one write transaction: two workers never both see room
+    try:
+        conn.execute("DELETE FROM hits WHERE key = ? AND at <= ?", (key, now - WINDOW_S))
+        (seen,) = conn.execute("SELECT COUNT(*) FROM hits WHERE key = ?", (key,)).fetchone()
+        if seen >= rpm:
+            return int(seen)
+        conn.execute("INSERT INTO hits (key, at) VALUES (?, ?)", (key, now))
+        return None
+    finally:
+        conn.execute("COMMIT")
+
+
+def dump(path: str = DB) -> dict[str, dict[str, int]]:
+    if not os.path.exists(path):
+        return {}
+    rows = connect(path).execute("SELECT key, tokens, requests FROM spend").fetchall()
+    return {k: {"tokens": int(t), "requests": int(r)} for k, t, r in rows}
+
+
+if __name__ == "__main__":
+    print(json.dumps(dump(sys.argv[1] if len(sys.argv) > 1 else DB), sort_keys=True))
