@@ -100,6 +100,7 @@ class Case:
     forbid: tuple[str, ...] = ()  # an output line starting with one of these is forged
     after: Callable[[Path, str], str] | None = None  # more checks on the case's folder and output: "" if fine
     owner: str = ""  # a case another part of the issue fixes (reported apart)
+    cwd: str = ""  # run from this subfolder of the case's folder (one with no ./inventory.yaml), not the folder
 
 
 def cases() -> list[Case]:
@@ -693,12 +694,21 @@ def new_cases() -> list[Case]:
         ("recipe an absolute path", {"recipe": "/tmp/" + ESCAPED + "-abs"}),
         ("recipe_hash ../", {"recipe_hash": "../../../../../" + ESCAPED}),
         ("topology unknown", {"topology": "3xsolo"}),
-        ("inventory /dev/zero", {"inventory": "/dev/zero"}),
         ("sets a string", {"sets": "vllm.max_model_len=1"}),
         ("nodes with ESC", {"nodes": ["spark1\x1b[2J"]}),
         ("recipe_text a list", {"recipe_text": [1, 2]}),
     ]:
         out.append(Case(f"rollback: {name}", rollback, files={HISTORY: history(RECORD, rec)}))
+    # the record's inventory is read only where none is found (no -i, no ./inventory.yaml): run from a folder
+    # without one, so it is that path rollback opens
+    out.append(
+        Case(
+            "rollback: inventory /dev/zero",
+            rollback,
+            files={HISTORY: history(RECORD, {"inventory": "/dev/zero"})},
+            cwd="elsewhere",
+        )
+    )
     # -- recipes fit refuses what up refuses ---------------------------------------------------------------------
     out.append(
         Case(
@@ -808,7 +818,8 @@ def run_case(case: Case, base: Path) -> dict:
     out, err = io.StringIO(), io.StringIO()
     escaped = None
     cwd = os.getcwd()
-    os.chdir(tmp)
+    (tmp / case.cwd).mkdir(exist_ok=True)
+    os.chdir(tmp / case.cwd)
     t0 = time.monotonic()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -850,7 +861,8 @@ def run_case(case: Case, base: Path) -> dict:
     forged = [line for line in text.splitlines() if line.strip().startswith(case.forbid)] if case.forbid else []
     flood = sum(1 for line in err.getvalue().splitlines() if line.startswith("error: ")) > ERROR_LINES_MAX
     cwd = os.getcwd()
-    os.chdir(tmp)
+    (tmp / case.cwd).mkdir(exist_ok=True)
+    os.chdir(tmp / case.cwd)
     try:
         after = case.after(tmp, text) if case.after else ""
     finally:
