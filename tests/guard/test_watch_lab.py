@@ -65,14 +65,29 @@ def answers(endpoint: str, key: str | None = None) -> bool:
     return r.status_code == 200
 
 
-def wait_serving(endpoint: str, limit: float) -> float:
-    """Seconds until the endpoint answers a completion again (from now), failing past `limit`."""
+def wait_serving(endpoint: str, limit: float, lab=None) -> float:
+    """Seconds until the endpoint answers a completion again (from now), failing past `limit` with what the
+    watchers and the nodes' containers say (a failure on a loaded CI machine must be readable afterwards)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
         if answers(endpoint):
             return time.monotonic() - t0
         time.sleep(0.25)
-    raise AssertionError(f"not serving {limit:g} s later")
+    raise AssertionError(f"not serving {limit:g} s later" + (f"\n{node_views(lab)}" if lab else ""))
+
+
+def node_views(lab) -> str:
+    out = []
+    for node in lab.nodes:
+        try:
+            out.append(f"{node.name} /watch: " + requests.get(f"http://{node.fabric_ip}:7390/watch", timeout=5).text)
+        except requests.RequestException as e:
+            out.append(f"{node.name} /watch: {e}")
+        ps = lab.docker_exec(node, "docker", "ps", "-a", "--format", "{{.Names}} {{.Status}}", check=False)
+        out.append(f"{node.name} containers: {ps.stdout.strip()}")
+        logs = lab.docker_exec(node, "docker", "logs", "--tail", "25", "sparkdeploy-vllm", check=False)
+        out.append(f"{node.name} engine log tail:\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}")
+    return "\n".join(out)
 
 
 def kill_rank(lab, pattern: str) -> None:
@@ -115,7 +130,7 @@ def test_a_killed_rank_is_serving_again_without_a_command(lab, inv, backend, pat
     while answers(endpoint) and time.monotonic() - t0 < 30:  # the head notices the dead rank (heartbeat)
         time.sleep(0.2)
     noticed = time.monotonic() - t0
-    wait_serving(endpoint, 120)
+    wait_serving(endpoint, 120, lab)
     TIMES[f"{backend}: rank killed -> serving again (engine noticed after {noticed:.1f} s)"] = time.monotonic() - t0
     last = restarted(lab, killed)["restarts"][-1]
     assert last["ok"] and ("exited at" in last["reason"] or "health check" in last["reason"]), last

@@ -53,8 +53,10 @@ class FakeDocker:
         self.c["State"].update(FinishedAt=_iso(at), StartedAt=_iso(at + 1), Status="running", Running=True)
         self.c["RestartCount"] += 1
 
+    gone = False  # between `up` removing the old containers and creating the new ones
+
     def containers(self, label, all_=False):
-        return [{"Id": self.c["Id"], "Labels": self.c["Config"]["Labels"]}]
+        return [] if self.gone else [{"Id": self.c["Id"], "Labels": self.c["Config"]["Labels"]}]
 
     def inspect(self, cid):
         return self.c
@@ -290,3 +292,28 @@ def test_a_restart_that_served_again_sets_no_backoff_for_the_next_death(pair):
     pair.engine.ok = False
     g = pair.look(times=12)  # backoff_s is 20: a wait here would say "backoff"
     assert g["state"] == "restarting" and g["restart_count"] == 2, g
+
+
+def test_a_rank_follows_the_next_decision_after_up_replaced_the_group_between_two_looks(pair):
+    """`up` replaced the group's containers; spark1's watcher looked while they were gone (its record of the group
+    went with them) and spark2's did not. Rank 0's next decision must still be one spark2 has not acted on: before,
+    its number restarted at 1, spark2 had acted on 1 already and never stopped or restarted its rank (seen in CI:
+    a Ray worker left joined to a dead head, the group not serving 120 s later)."""
+    pair.look()
+    pair.engine.ok = False
+    pair.look(times=12)  # the first restart: decision 1, acted on by spark2
+    pair.engine.ok = True
+    assert pair.look(times=3)["state"] == "ok" and "stop" in pair.docker[1].calls
+    pair.docker[0].gone = True  # spark1 looks while `up` has removed its old container
+    pair.clock.now += 1
+    pair.w[0].tick(pair.clock.now)
+    assert GROUP not in pair.w[0].saved["groups"]
+    pair.docker[0].gone = False
+    for d, cid in zip(pair.docker, ("c" * 64, "d" * 64), strict=True):
+        d.c["Id"] = cid
+        d.start(cid)
+    assert pair.look(times=2)["state"] == "ok"
+    pair.docker[1].calls.clear()
+    pair.engine.ok = False
+    pair.look(times=14)
+    assert pair.docker[1].calls[:2] == ["stop", "start"], pair.docker[1].calls

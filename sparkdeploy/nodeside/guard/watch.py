@@ -320,8 +320,11 @@ class Watcher:
         return None
 
     def decide(self, gid, g, action, reason, now):
-        gen = int(g.get("generation") or 0) + 1
-        g["generation"] = gen
+        # Numbered across this node's record, not per group: a group's entry goes when its containers do (`up`
+        # replacing them), while the other ranks' watchers keep what they acted on; a number starting again at
+        # 1 would be one they have acted on already, and they would never stop or start their rank.
+        gen = max(int(self.saved.get("generation") or 0), int(g.get("generation") or 0)) + 1
+        self.saved["generation"] = g["generation"] = gen
         g["decision"] = {"gen": gen, "action": action, "phase": "stop", "reason": reason, "at": now}
 
     def drive(self, gid, g, t, info, watchers, peers, ranks, health_port, now):
