@@ -38,6 +38,7 @@ from sparkdeploy import names, paths
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference
@@ -384,10 +385,10 @@ def rollback(
     record_id: str | None,
     inventory: str | None,
     dry_run: bool,
-    deploy: Callable[..., dict[str, Any]],
+    deploy: Callable[..., UpResult],
     say: Callable[[str], None],
     **deploy_options: Any,
-) -> dict[str, Any]:
+) -> UpResult:
     """Bring deployment `record_id` back. `deploy` is deploy.up.deploy (passed in: up imports this module)."""
     # The cluster: the inventory given (or found: SPARKDEPLOY_INVENTORY, ./inventory.yaml), else the record's.
     here = load_inventory(inventory) if inventory or Path("inventory.yaml").is_file() else None
@@ -425,7 +426,7 @@ def rollback(
             + ". Nothing was changed."
         )
     say(f"rolling back to deployment {rec['id']}: {rec['recipe']} / {rec['topology']} from {rec['time']}")
-    deploy_options.setdefault("result", {})["rolled_back_to"] = rec["id"]
+    deploy_options.setdefault("result", UpResult()).rolled_back_to = rec["id"]
     return deploy(
         recipe=str(recipe_file(rec)),
         topology=rec["topology"],
