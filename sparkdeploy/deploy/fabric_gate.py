@@ -30,6 +30,7 @@ from sparkdeploy.deploy.preflight import PreflightRun
 from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.doctor import nccl_probe
+from sparkdeploy.doctor.check_context import SessionContext
 from sparkdeploy.doctor.doctor_run import NodeSession, Options, _Memo
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.errors import StepFailed
@@ -103,7 +104,7 @@ def _rows(check_id: str, out: Result | list[Result], node: Node | None) -> list[
     return [r for r in rows if r.status != SKIP]
 
 
-def run_checks(ctx: GateRun, timeout_s: float = TIMEOUT_S) -> list[Result]:
+def run_checks(ctx: SessionContext, timeout_s: float = TIMEOUT_S) -> list[Result]:
     """doctor's version checks, then (when they pass) the probe; one row per node or per cluster check."""
     rows: list[Result] = []
     for check_id in CHECKS:
