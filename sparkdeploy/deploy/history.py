@@ -39,7 +39,7 @@ from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 from sparkdeploy.deploy.up_result import UpResult
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.errors import ConfigError, Invalid, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference
 from sparkdeploy.models import up_check
@@ -123,7 +123,10 @@ class Record(BaseModel):
     @classmethod
     def _model(cls, v: str | None) -> str | None:
         if v is not None and not MODEL_NAME.fullmatch(v):
-            raise ValueError(f"{v[:80]!r} is not a model name | fix: restore the line as `up` wrote it")
+            raise Invalid(
+                f"{v[:80]!r} is not a model name",
+                "restore the line as `up` wrote it",
+            )
         return v
 
 
