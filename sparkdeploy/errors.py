@@ -1,7 +1,8 @@
 """User-facing errors.
 
 A `ConfigError` carries one `Problem` per line of output: the file, the field, what is wrong and how to fix
-it. The CLI prints them without a traceback and exits 2. A `StepFailed` is a check or step that ran and
+it. The CLI prints them without a traceback and exits 2. A validator raises `Invalid` (or `Invalids`: several),
+its fix a field too; config/schema.py turns each into a Problem. A `StepFailed` is a check or step that ran and
 failed (exit 1).
 """
 
@@ -39,6 +40,30 @@ class Problem:
         where = f"{self.file}: {self.field}" if self.field else self.file
         text = f"{where}: {self.message}"
         return escape_controls(f"{text} (fix: {self.fix})" if self.fix else text)
+
+
+class Invalid(ValueError):
+    """A validator's refusal (pydantic validators raise it as their ValueError): what is wrong and its fix as
+    fields, never one string to split again. config/schema.py makes each a Problem of the file being read;
+    `field`: the field it names, for a check over a whole model (Invalid.at), "" for the field validated."""
+
+    def __init__(self, message: str, fix: str = "", field: str = ""):
+        self.message = message
+        self.fix = fix
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+    @classmethod
+    def at(cls, field: str, message: str, fix: str = "") -> Invalid:
+        return cls(message, fix, field)
+
+
+class Invalids(ValueError):
+    """Several refusals at once (a model-level validator): one Problem each."""
+
+    def __init__(self, problems: list[Invalid]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
 
 
 class SparkdeployError(Exception):

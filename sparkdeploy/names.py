@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from sparkdeploy.errors import Problem, escape_controls, has_controls
+from sparkdeploy.errors import Invalid, Problem, escape_controls, has_controls
 
 
 @dataclass(frozen=True)
@@ -91,18 +91,18 @@ def error(kind: str, value: object) -> tuple[str, str] | None:
 
 
 def check(kind: str, value: str) -> str:
-    """`value` if it is a `kind` name, else ValueError in the schemas' "message | fix: ..." form."""
+    """`value` if it is a `kind` name, else Invalid (a ValueError: the schemas' validators raise it)."""
     found = error(kind, value)
     if found:
-        raise ValueError(f"{found[0]} | fix: {found[1]}")
+        raise Invalid(*found)
     return value
 
 
 def one_line(value: str) -> str:
     """Free text that lands in a file, a message or a terminal line (a path, a --set value): one line."""
     if has_controls(value):
-        raise ValueError(
-            "holds a newline or another control character | fix: write it on one line, with printable characters only"
+        raise Invalid(
+            "holds a newline or another control character", "write it on one line, with printable characters only"
         )
     return value
 

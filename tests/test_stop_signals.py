@@ -170,21 +170,22 @@ UP_GATE = textwrap.dedent("""
     from sparkdeploy.topologies.context import load_deployment
     from sparkdeploy.deploy.progress import Reporter
     from sparkdeploy.deploy.up import failure_lines, health_phase
+    from sparkdeploy.deploy.up_result import Phase, Progress, UpResult
     from sparkdeploy.errors import StepFailed
     from sparkdeploy.deploy.plan import CHANGED, NodePlan, Plan, StepKind
 
     @click.command()
     def gate():
         dep = load_deployment(sys.argv[1], None, "solo")
-        inv, out, seen = dep.inventory, Reporter(), {}
+        inv, out, seen = dep.inventory, Reporter(), Progress(Phase.APPLY)
         plan = Plan([NodePlan(inv.nodes[0], "/state")])
         plan.nodes[0].add(phase=2, kind=StepKind.START_CONTAINER, target="sparkdeploy-vllm", change=True, reason="")
         plan.steps[0].status = CHANGED
-        seen["plan"] = plan
+        seen.plan = plan
         with inventory_lock(inv), Interrupt(out.progress) as interrupt, Session.open(inv) as session:
             with node_locks(session, False, out.warn):
                 try:
-                    health_phase(dep, session, plan, interrupt, 300, out, {}, seen)
+                    health_phase(dep, session, plan, interrupt, 300, out, UpResult(), seen)
                 except (KeyboardInterrupt, StepFailed) as exc:
                     failure_lines(inv, seen, exc, out)
                     raise

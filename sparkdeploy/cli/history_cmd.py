@@ -15,6 +15,7 @@ from sparkdeploy.cli.common import emit_json, inventory_option, json_option, tim
 from sparkdeploy.cli.up_cmd import Out
 from sparkdeploy.deploy import history as history_mod
 from sparkdeploy.deploy.up import deploy
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import escape_controls
 
 
@@ -87,11 +88,12 @@ def rollback(record_id, dry_run, inventory, timeout, as_json):
     same configuration (config hash) runs again; the rollback is itself recorded.
     """
     out = Out(as_json)
-    result: dict = {}
+    result = UpResult()
     try:
         history_mod.rollback(
             record_id, inventory, dry_run, deploy, out.progress, timeout=timeout, reporter=out, result=result
         )
     finally:
-        if as_json and result:
-            emit_json(result)
+        data = result.as_dict()
+        if as_json and data:
+            emit_json(data)

@@ -22,6 +22,7 @@ from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.stack.converge import up as stack_up
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.guard.state import line as guard_line
 from sparkdeploy.guard.state import watch_line
@@ -176,12 +177,13 @@ def up(recipe: str | None, stack: str | None, up_args: UpArgs, as_json: bool) ->
 
 def run_up(as_json: bool, recipe: str | None, up_args: UpArgs) -> None:
     """`up` and `run-recipe`: the library's deploy, shown to people (or as JSON, even when it fails)."""
-    result: dict[str, Any] = {}
+    result = UpResult()
     try:
         deploy(reporter=Out(as_json), result=result, recipe=recipe, **dataclasses.asdict(up_args))
     finally:
-        if as_json and result:
-            emit_json(result)
+        data = result.as_dict()
+        if as_json and data:
+            emit_json(data)
 
 
 # -- down -----------------------------------------------------------------------------------------------

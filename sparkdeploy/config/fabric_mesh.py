@@ -13,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from sparkdeploy.errors import Invalid
+
 LAYOUTS = ("mesh", "ring")
 CABLE_PREFIX = 30
 DEFAULT_SUBNET = "192.168.200.0/24"
@@ -45,22 +47,28 @@ class Cable:
 
 def cables(
     layout: str, order: list[str], links: dict[str, list[tuple[str, str]]], base: str
-) -> tuple[list[Cable], list[str]]:
+) -> tuple[list[Cable], list[Invalid]]:
     """order: the node names in inventory order; links: node -> [(port, peer)]. Returns the cables and the
-    problems, one line each ("field: what | fix: how", the inventory's validator format)."""
-    problems: list[str] = []
+    problems, one Invalid each (its field, what is wrong, the fix: the inventory's validator raises them)."""
+    problems: list[Invalid] = []
     pos = {name: i for i, name in enumerate(order)}
     n = len(order)
     if n < 3:
         problems.append(
-            f"cluster.fabric: a {layout} links three or more nodes, this inventory has {n} | fix: two nodes "
-            "are one direct cable (fabric: direct; both ports: list both in fabric_ifaces)"
+            Invalid.at(
+                "cluster.fabric",
+                f"a {layout} links three or more nodes, this inventory has {n}",
+                "two nodes are one direct cable (fabric: direct; both ports: list both in fabric_ifaces)",
+            )
         )
     if layout == "mesh" and n > PORTS_PER_SPARK + 1:
         problems.append(
-            f"cluster.fabric: a full mesh of {n} nodes needs {n - 1} ConnectX-7 ports per node and a Spark has "
-            f"{PORTS_PER_SPARK} | fix: cable them as a ring (fabric: ring, each node to its two neighbours) "
-            "or through a switch (fabric: switch)"
+            Invalid.at(
+                "cluster.fabric",
+                f"a full mesh of {n} nodes needs {n - 1} ConnectX-7 ports per node and a Spark has {PORTS_PER_SPARK}",
+                "cable them as a ring (fabric: ring, each node to its two neighbours) or through a switch "
+                "(fabric: switch)",
+            )
         )
     ends: dict[tuple[str, str], list[str]] = {}  # (node, peer) -> ports, in the order listed
     for node in order:
@@ -69,15 +77,30 @@ def cables(
         for port, peer in links.get(node, []):
             field = f"nodes[{i}].links"
             if port in used:
-                problems.append(f"{field}: port {port} of {node} is listed twice | fix: one cable per port")
+                problems.append(
+                    Invalid.at(
+                        f"{field}",
+                        f"port {port} of {node} is listed twice",
+                        "one cable per port",
+                    )
+                )
                 continue
             used.add(port)
             if peer == node:
-                problems.append(f"{field}: {node}'s {port} goes to {node} itself | fix: name the peer node")
+                problems.append(
+                    Invalid.at(
+                        f"{field}",
+                        f"{node}'s {port} goes to {node} itself",
+                        "name the peer node",
+                    )
+                )
             elif peer not in pos:
                 problems.append(
-                    f"{field}: {node}'s {port} goes to {peer}, not a node of this inventory | fix: "
-                    f"one of {', '.join(order)}"
+                    Invalid.at(
+                        f"{field}",
+                        f"{node}'s {port} goes to {peer}, not a node of this inventory",
+                        f"one of {', '.join(order)}",
+                    )
                 )
             else:
                 ends.setdefault((node, peer), []).append(port)
@@ -92,9 +115,12 @@ def cables(
             problems.append(_one_end(pos, node, peer, ports[0]))
         elif len(ports) != len(back) or len(ports) > 1:
             problems.append(
-                f"nodes[{pos[node]}].links: {node} and {peer} are cabled {max(len(ports), len(back))} times "
-                f"({node} lists {len(ports)}, {peer} {len(back)}) | fix: a {layout} has one cable per pair of "
-                "neighbours; two cables between two nodes are fabric: direct"
+                Invalid.at(
+                    f"nodes[{pos[node]}].links",
+                    f"{node} and {peer} are cabled {max(len(ports), len(back))} times ({node} lists {len(ports)}, "
+                    f"{peer} {len(back)})",
+                    f"a {layout} has one cable per pair of neighbours; two cables between two nodes are fabric: direct",
+                )
             )
         else:
             pairs.append((node, ports[0], peer, back[0]))
@@ -103,21 +129,32 @@ def cables(
             for b in order[pos[a] + 1 :]:
                 if (a, b) not in ends and (b, a) not in ends:
                     problems.append(
-                        f"nodes[{pos[a]}].links: {a} and {b} have no cable | fix: a full mesh cables every "
-                        f"pair: add {{port: ..., peer: {b}}} to {a} and {{port: ..., peer: {a}}} to {b}"
+                        Invalid.at(
+                            f"nodes[{pos[a]}].links",
+                            f"{a} and {b} have no cable",
+                            f"a full mesh cables every pair: add {{port: ..., peer: {b}}} to {a} "
+                            f"and {{port: ..., peer: {a}}} to {b}",
+                        )
                     )
     if layout == "ring" and n >= 3:
         for node in order:
             count = len(links.get(node, []))
             if count != 2:
                 problems.append(
-                    f"nodes[{pos[node]}].links: {node} lists {count} cables; in a ring every node has two "
-                    "(one per CX7 port, to its two neighbours) | fix: list both"
+                    Invalid.at(
+                        f"nodes[{pos[node]}].links",
+                        f"{node} lists {count} cables; in a ring every node has two (one per CX7 port, to its two "
+                        "neighbours)",
+                        "list both",
+                    )
                 )
         if not problems and not _one_cycle(order, pairs):
             problems.append(
-                "nodes: the cables form more than one loop | fix: one ring through every node "
-                "(spark1 -> spark2 -> ... -> spark1)"
+                Invalid.at(
+                    "nodes",
+                    "the cables form more than one loop",
+                    "one ring through every node (spark1 -> spark2 -> ... -> spark1)",
+                )
             )
     if problems:
         return [], problems
@@ -125,13 +162,22 @@ def cables(
     try:
         net = ipaddress.IPv4Network(base)
     except ValueError:
-        return [], [f"cluster.mesh_subnet: {base!r} is not an IPv4 subnet | fix: e.g. {DEFAULT_SUBNET}"]
+        return [], [
+            Invalid.at(
+                "cluster.mesh_subnet",
+                f"{base!r} is not an IPv4 subnet",
+                f"e.g. {DEFAULT_SUBNET}",
+            )
+        ]
     size = 2 ** (32 - CABLE_PREFIX)
     if len(pairs) * size > net.num_addresses:
         return [], [
             (
-                f"cluster.mesh_subnet: {net} holds {net.num_addresses // size} cables of /{CABLE_PREFIX}, "
-                f"the {layout} has {len(pairs)} | fix: a larger subnet, e.g. a /24"
+                Invalid.at(
+                    "cluster.mesh_subnet",
+                    f"{net} holds {net.num_addresses // size} cables of /{CABLE_PREFIX}, the {layout} has {len(pairs)}",
+                    "a larger subnet, e.g. a /24",
+                )
             )
         ]
     out = []
@@ -147,10 +193,11 @@ def cables(
     return out, []
 
 
-def _one_end(pos: dict[str, int], node: str, peer: str, port: str) -> str:
-    return (
-        f"nodes[{pos[node]}].links: {node}'s {port} goes to {peer}, but {peer} lists no cable to {node} "
-        f"| fix: add {{port: <{peer}'s port>, peer: {node}}} to {peer}'s links (both ends of every cable)"
+def _one_end(pos: dict[str, int], node: str, peer: str, port: str) -> Invalid:
+    return Invalid.at(
+        f"nodes[{pos[node]}].links",
+        f"{node}'s {port} goes to {peer}, but {peer} lists no cable to {node}",
+        f"add {{port: <{peer}'s port>, peer: {node}}} to {peer}'s links (both ends of every cable)",
     )
 
 

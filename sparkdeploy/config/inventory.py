@@ -21,18 +21,22 @@ from sparkdeploy.config import fabric_mesh
 from sparkdeploy.config.guard_settings import GuardSettings
 from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, present_file_problems
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Invalid, Invalids, Problem
 from sparkdeploy.names import ClusterName, HcaName, InterfaceName, NodeName, UserName
 
 
-def _not_an_ip(value: str, field: str) -> ValueError:
+def _not_an_ip(value: str, field: str) -> Invalid:
     text = str(value)
     if text.lower().rstrip(".").endswith(".local"):
-        return ValueError(
-            f"{text!r} is an mDNS name: mDNS lookups crash clients at high concurrency and do not resolve inside "
-            f"containers | fix: write the node's IP address in {field}"
+        return Invalid(
+            f"{text!r} is an mDNS name: mDNS lookups crash clients at high concurrency and do not resolve "
+            "inside containers",
+            f"write the node's IP address in {field}",
         )
-    return ValueError(f"{text!r} is not an IP address (hostnames are not accepted) | fix: write the IP address")
+    return Invalid(
+        f"{text!r} is not an IP address (hostnames are not accepted)",
+        "write the IP address",
+    )
 
 
 def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -43,9 +47,9 @@ def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
         raise _not_an_ip(value, field) from None
     what = _not_unicast(addr)
     if what:
-        raise ValueError(
-            f"{addr} is {what}, not one machine's address | fix: write the node's own IP address "
-            f"in {field}, as `ip -br addr` on the node shows it"
+        raise Invalid(
+            f"{addr} is {what}, not one machine's address",
+            f"write the node's own IP address in {field}, as `ip -br addr` on the node shows it",
         )
     return addr
 
@@ -122,19 +126,25 @@ class Node(BaseModel):
         text = str(v)
         if "/" not in text:
             parse_ip(text, "fabric_ip")
-            raise ValueError(f"{text!r} has no prefix length | fix: write it with its prefix, e.g. {text}/24")
+            raise Invalid(
+                f"{text!r} has no prefix length",
+                f"write it with its prefix, e.g. {text}/24",
+            )
         addr, _, _prefix = text.partition("/")
         parse_ip(addr, "fabric_ip")
         try:
             iface = ipaddress.ip_interface(text)
         except ValueError:
-            raise ValueError(f"{text!r} is not an address with a prefix length | fix: e.g. 192.168.100.10/24") from None
+            raise Invalid(
+                f"{text!r} is not an address with a prefix length",
+                "e.g. 192.168.100.10/24",
+            ) from None
         net = iface.network
         if iface.version == 4 and net.prefixlen <= 30 and iface.ip in (net.network_address, net.broadcast_address):
             which = "network" if iface.ip == net.network_address else "broadcast"
-            raise ValueError(
-                f"{iface.ip} is the {which} address of {net}, not one machine's address | fix: write "
-                f"the node's own address on the link, e.g. {net[1]}/{net.prefixlen}"
+            raise Invalid(
+                f"{iface.ip} is the {which} address of {net}, not one machine's address",
+                f"write the node's own address on the link, e.g. {net[1]}/{net.prefixlen}",
             )
         return str(iface)
 
@@ -183,16 +193,19 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _state_dir(cls, v: str) -> str:
         if v.startswith("/") or ".." in Path(v).parts or not re.fullmatch(r"[A-Za-z0-9_./-]+", v):
-            raise ValueError("state_dir is a plain folder relative to the SSH user's home | fix: e.g. .sparkdeploy")
+            raise Invalid(
+                "state_dir is a plain folder relative to the SSH user's home",
+                "e.g. .sparkdeploy",
+            )
         return v
 
     @field_validator("hf_endpoint")
     @classmethod
     def _hf_endpoint(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/-]*)?", v):
-            raise ValueError(
-                "hf_endpoint is an http(s) URL of a Hugging Face Hub mirror | fix: e.g. "
-                "http://10.0.0.5:8090, or remove it to use huggingface.co"
+            raise Invalid(
+                "hf_endpoint is an http(s) URL of a Hugging Face Hub mirror",
+                "e.g. http://10.0.0.5:8090, or remove it to use huggingface.co",
             )
         return v
 
@@ -206,7 +219,10 @@ class ClusterSettings(BaseModel):
     def _hf_cache(cls, v: str) -> str:
         _one_line(v)
         if not v.startswith(("/", "~/")):
-            raise ValueError("hf_cache is an absolute path or starts with ~/ | fix: e.g. ~/.cache/huggingface")
+            raise Invalid(
+                "hf_cache is an absolute path or starts with ~/",
+                "e.g. ~/.cache/huggingface",
+            )
         return v
 
 
@@ -223,18 +239,27 @@ class Inventory(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Inventory:
-        problems: list[str] = []
+        problems: list[Invalid] = []
         heads = [n for n in self.nodes if n.role == "head"]
         if len(heads) != 1:
-            problems.append(f"nodes: {len(heads)} nodes have role head | fix: mark exactly one node role: head")
+            problems.append(
+                Invalid.at(
+                    "nodes",
+                    f"{len(heads)} nodes have role head",
+                    "mark exactly one node role: head",
+                )
+            )
         for attr, what in (("name", "name"), ("mgmt_ip", "management IP"), ("fabric_address", "fabric IP")):
             seen: dict[str, str] = {}
             for node in self.nodes:
                 value = getattr(node, attr)
                 if value in seen:
                     problems.append(
-                        f"nodes: {node.name} and {seen[value]} share the {what} {value} "
-                        f"| fix: give each node its own {what}"
+                        Invalid.at(
+                            "nodes",
+                            f"{node.name} and {seen[value]} share the {what} {value}",
+                            f"give each node its own {what}",
+                        )
                     )
                 seen[value] = node.name
         if len(self.nodes) > 1:  # the nodes reach each other (and the proxy its engines) at these addresses
@@ -242,9 +267,12 @@ class Inventory(BaseModel):
                 for attr, addr in (("mgmt_ip", node.mgmt_ip), ("fabric_ip", node.fabric_address)):
                     if ipaddress.ip_address(addr).is_loopback:
                         problems.append(
-                            f"nodes[{i}].{attr}: {addr} is a loopback address: the other nodes cannot "
-                            f"reach {node.name} there | fix: write {node.name}'s own address on the "
-                            "network the nodes share, as `ip -br addr` on the node shows it"
+                            Invalid.at(
+                                f"nodes[{i}].{attr}",
+                                f"{addr} is a loopback address: the other nodes cannot reach {node.name} there",
+                                f"write {node.name}'s own address on the network the nodes share, "
+                                "as `ip -br addr` on the node shows it",
+                            )
                         )
         networks = {str(n.fabric_network) for n in self.nodes}
         if self.fabric in fabric_mesh.LAYOUTS:
@@ -252,39 +280,54 @@ class Inventory(BaseModel):
         elif any(n.links for n in self.nodes):
             i = next(i for i, n in enumerate(self.nodes) if n.links)
             problems.append(
-                f"nodes[{i}].links: cables are listed for a direct mesh or ring only | fix: set cluster.fabric: "
-                "mesh (or ring), or remove links"
+                Invalid.at(
+                    f"nodes[{i}].links",
+                    "cables are listed for a direct mesh or ring only",
+                    "set cluster.fabric: mesh (or ring), or remove links",
+                )
             )
         if len(networks) > 1 and self.fabric not in fabric_mesh.LAYOUTS:
             where = "the switch's one subnet" if self.fabric == "switch" else "the one subnet of the ConnectX-7 link"
             problems.append(
-                f"nodes: fabric IPs are on different subnets ({', '.join(sorted(networks))}) | fix: put every "
-                f"fabric_ip on {where}"
+                Invalid.at(
+                    "nodes",
+                    f"fabric IPs are on different subnets ({', '.join(sorted(networks))})",
+                    f"put every fabric_ip on {where}",
+                )
             )
         if self.cluster.fabric == "direct" and len(self.nodes) > 2:
             problems.append(
-                f"cluster.fabric: a direct cable links two nodes, this inventory has {len(self.nodes)} "
-                "| fix: set fabric: switch (every node's CX7 port on one switch and one subnet)"
+                Invalid.at(
+                    "cluster.fabric",
+                    f"a direct cable links two nodes, this inventory has {len(self.nodes)}",
+                    "set fabric: switch (every node's CX7 port on one switch and one subnet)",
+                )
             )
         problems += self._group_problems()
         if problems:
-            raise ValueError("\n".join(problems))
+            raise Invalids(problems)
         return self
 
-    def _mesh_problems(self) -> list[str]:
-        problems = []
+    def _mesh_problems(self) -> list[Invalid]:
+        problems: list[Invalid] = []
         for i, node in enumerate(self.nodes):
             if node.socket_iface is None or node.socket_iface in node.fabric_ifaces:
                 problems.append(
-                    f"nodes[{i}].socket_iface: in a {self.fabric} no cable reaches every node, so the nodes meet "
-                    f"at fabric_ip ({node.fabric_address}) over another interface | fix: name the interface "
-                    f"holding it (the management one, `ip -br addr` on {node.name})"
+                    Invalid.at(
+                        f"nodes[{i}].socket_iface",
+                        f"in a {self.fabric} no cable reaches every node, so the nodes meet at fabric_ip ("
+                        f"{node.fabric_address}) over another interface",
+                        f"name the interface holding it (the management one, `ip -br addr` on {node.name})",
+                    )
                 )
             for link in node.links:
                 if link.port not in node.fabric_ifaces:
                     problems.append(
-                        f"nodes[{i}].links: {link.port} is not in {node.name}'s fabric_ifaces | fix: list every "
-                        "cabled port in fabric_ifaces"
+                        Invalid.at(
+                            f"nodes[{i}].links",
+                            f"{link.port} is not in {node.name}'s fabric_ifaces",
+                            "list every cabled port in fabric_ifaces",
+                        )
                     )
         try:
             net = ipaddress.IPv4Network(self.cluster.mesh_subnet)
@@ -292,21 +335,27 @@ class Inventory(BaseModel):
             return [
                 *problems,
                 (
-                    f"cluster.mesh_subnet: {self.cluster.mesh_subnet!r} is not an IPv4 subnet (no host bits) "
-                    f"| fix: e.g. {fabric_mesh.DEFAULT_SUBNET}"
+                    Invalid.at(
+                        "cluster.mesh_subnet",
+                        f"{self.cluster.mesh_subnet!r} is not an IPv4 subnet (no host bits)",
+                        f"e.g. {fabric_mesh.DEFAULT_SUBNET}",
+                    )
                 ),
             ]
         for node in self.nodes:
             for attr, addr in (("mgmt_ip", node.mgmt_ip), ("fabric_ip", node.fabric_address)):
                 if ipaddress.ip_address(addr) in net:
                     problems.append(
-                        f"cluster.mesh_subnet: {net} overlaps {node.name}'s {attr} {addr} | fix: a subnet no "
-                        "other network of the nodes uses"
+                        Invalid.at(
+                            "cluster.mesh_subnet",
+                            f"{net} overlaps {node.name}'s {attr} {addr}",
+                            "a subnet no other network of the nodes uses",
+                        )
                     )
         _, found = self._cables()
         return problems + found
 
-    def _cables(self) -> tuple[list[fabric_mesh.Cable], list[str]]:
+    def _cables(self) -> tuple[list[fabric_mesh.Cable], list[Invalid]]:
         return fabric_mesh.cables(
             self.fabric,
             [n.name for n in self.nodes],
@@ -319,34 +368,49 @@ class Inventory(BaseModel):
         """A mesh's or ring's cables with their addresses (validated on load); [] for direct and switch."""
         return self._cables()[0] if self.fabric in fabric_mesh.LAYOUTS else []
 
-    def _group_problems(self) -> list[str]:
+    def _group_problems(self) -> list[Invalid]:
         if self.groups is None:
             return []
-        problems: list[str] = []
+        problems: list[Invalid] = []
         seen: dict[str, int] = {}
         for gi, group in enumerate(self.groups):
             for ref in group:
                 node = next((n for n in self.nodes if ref in (n.name, n.mgmt_ip)), None)
                 if node is None:
                     problems.append(
-                        f"groups: [{gi}] names {ref!r}, not a node | fix: use a node's name "
-                        f"({', '.join(n.name for n in self.nodes)})"
+                        Invalid.at(
+                            "groups",
+                            f"[{gi}] names {ref!r}, not a node",
+                            f"use a node's name ({', '.join(n.name for n in self.nodes)})",
+                        )
                     )
                 elif node.name in seen:
                     problems.append(
-                        f"groups: {node.name} is in group {seen[node.name]} and group {gi} | fix: put "
-                        "each node in one group"
+                        Invalid.at(
+                            "groups",
+                            f"{node.name} is in group {seen[node.name]} and group {gi}",
+                            "put each node in one group",
+                        )
                     )
                 else:
                     seen[node.name] = gi
         missing = [n.name for n in self.nodes if n.name not in seen]
         if missing and not problems:
-            problems.append(f"groups: {', '.join(missing)} in no group | fix: list every node in one group")
+            problems.append(
+                Invalid.at(
+                    "groups",
+                    f"{', '.join(missing)} in no group",
+                    "list every node in one group",
+                )
+            )
         sizes = sorted({len(g) for g in self.groups})
         if len(sizes) > 1 or 0 in sizes:
             problems.append(
-                f"groups: groups of {', '.join(map(str, sizes))} nodes | fix: one engine = one TP group, "
-                "so every group has the same number of nodes"
+                Invalid.at(
+                    "groups",
+                    f"groups of {', '.join(map(str, sizes))} nodes",
+                    "one engine = one TP group, so every group has the same number of nodes",
+                )
             )
         return problems
 

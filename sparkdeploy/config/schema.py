@@ -10,7 +10,7 @@ from difflib import get_close_matches
 
 from pydantic import AllowInfNan, BaseModel, Strict, ValidationError
 
-from sparkdeploy.errors import Problem
+from sparkdeploy.errors import Invalid, Invalids, Problem
 
 # A count, size or port: a whole number as written. pydantic's lax mode would take `true` as 1, 4.0 as 4 and "12" as
 # 12; strict refuses them, and the problem says what to write.
@@ -120,6 +120,12 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
             problems.append(Problem(file, field, "unknown key", fix))
         elif kind == "missing":
             problems.append(Problem(file, field, "is required", "add it"))
+        elif invalid := _invalid((err.get("ctx") or {}).get("error")):
+            # a validator's refusal: its message and fix are fields (errors.Invalid); a model-level one names its field
+            for one in invalid:
+                text = one.message if not one.field or not loc else f"{one.field}: {one.message}"
+                where = one.field if one.field and not loc else field
+                problems.append(Problem(file, where, text, one.fix or fix_for(kind, err.get("ctx"))))
         else:
             msg = err["msg"]
             if msg.startswith("Value error, "):
@@ -127,15 +133,14 @@ def problems_from_validation(exc: ValidationError, file: str, model: type[BaseMo
             if kind in ("model_type", "model_attributes_type"):  # not "... or instance of VllmSettings"
                 msg = "Input should be a mapping"
             shown = err.get("input")
-            # A model-level validator may report several problems, one per line, as "field: message | fix: ..."
-            for line in msg.split("\n"):
-                text, _, fix = line.partition(" | fix: ")
-                where = field
-                if not loc:
-                    head, sep, rest = text.partition(": ")
-                    if sep and " " not in head:
-                        where, text = head, rest
-                if kind != "value_error" and not isinstance(shown, (dict, list)):
-                    text = f"{text} (got {_shown(shown)})"
-                problems.append(Problem(file, where, text, fix or fix_for(kind, err.get("ctx"))))
+            if kind != "value_error" and not isinstance(shown, (dict, list)):
+                msg = f"{msg} (got {_shown(shown)})"
+            problems.append(Problem(file, field, msg, fix_for(kind, err.get("ctx"))))
     return problems
+
+
+def _invalid(error: object) -> list[Invalid]:
+    """The refusals a validator raised (errors.Invalid, Invalids); [] for any other error."""
+    if isinstance(error, Invalids):
+        return error.problems
+    return [error] if isinstance(error, Invalid) else []

@@ -26,7 +26,7 @@ from sparkdeploy import paths
 from sparkdeploy.config.inventory import Inventory, parse_ip
 from sparkdeploy.config.schema import problems_from_validation
 from sparkdeploy.config.userfile import present_file_problems, read_text
-from sparkdeploy.errors import ConfigError, Problem, StepFailed, has_controls
+from sparkdeploy.errors import ConfigError, Invalid, Problem, StepFailed, has_controls
 from sparkdeploy.runtime.remote import (
     connect_problem,
     fingerprint,
@@ -56,9 +56,8 @@ def parse_hosts(text: str) -> list[str]:
             continue
         try:
             ip = str(parse_ip(raw, "--hosts"))
-        except ValueError as exc:
-            message, _, fix = str(exc).partition(" | fix: ")
-            problems.append(Problem("init", "--hosts", message, fix))
+        except Invalid as exc:
+            problems.append(Problem("init", "--hosts", exc.message, exc.fix))
             continue
         if ip in hosts:
             problems.append(Problem("init", "--hosts", f"{ip} is given twice", "give each node once"))

@@ -28,7 +28,9 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.deploy.plan import Plan, StepKind
 from sparkdeploy.deploy.preflight import PreflightRun
 from sparkdeploy.deploy.progress import Reporter
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.doctor import nccl_probe
+from sparkdeploy.doctor.check_context import SessionContext
 from sparkdeploy.doctor.doctor_run import NodeSession, Options, _Memo
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.errors import StepFailed
@@ -102,7 +104,7 @@ def _rows(check_id: str, out: Result | list[Result], node: Node | None) -> list[
     return [r for r in rows if r.status != SKIP]
 
 
-def run_checks(ctx: GateRun, timeout_s: float = TIMEOUT_S) -> list[Result]:
+def run_checks(ctx: SessionContext, timeout_s: float = TIMEOUT_S) -> list[Result]:
     """doctor's version checks, then (when they pass) the probe; one row per node or per cluster check."""
     rows: list[Result] = []
     for check_id in CHECKS:
@@ -125,19 +127,19 @@ def gate(
     facts: dict[str, NodeFacts | Exception],
     plan: Plan,
     out: Reporter,
-    result: dict[str, Any],
+    result: UpResult,
     dry_run: bool,
     enabled: bool,
     simulated: bool,
     who: str = "",
 ) -> None:
-    """`up`'s hook between preflight and the apply of its steps: decide, run, report into result["fabric_gate"],
+    """`up`'s hook between preflight and the apply of its steps: decide, run, report into result.fabric_gate,
     and raise StepFailed (nothing changed yet) when a check fails. who: a stack deployment's name (`up --stack`
     gates each of its deployments before any of them changes)."""
     at = f"{who}: " if who else ""
     decision = decide(dep.topology, enabled, engine_changes(plan))
     report: dict[str, Any] = {"status": decision.action, "reason": decision.reason, "simulated": simulated}
-    result["fabric_gate"] = report
+    result.fabric_gate = report
     if decision.action == NOT_APPLICABLE:
         return
     if not decision.runs:

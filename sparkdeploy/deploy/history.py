@@ -38,7 +38,8 @@ from sparkdeploy import names, paths
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
-from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.deploy.up_result import UpResult
+from sparkdeploy.errors import ConfigError, Invalid, Problem, StepFailed
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference
 from sparkdeploy.models import up_check
@@ -122,7 +123,10 @@ class Record(BaseModel):
     @classmethod
     def _model(cls, v: str | None) -> str | None:
         if v is not None and not MODEL_NAME.fullmatch(v):
-            raise ValueError(f"{v[:80]!r} is not a model name | fix: restore the line as `up` wrote it")
+            raise Invalid(
+                f"{v[:80]!r} is not a model name",
+                "restore the line as `up` wrote it",
+            )
         return v
 
 
@@ -384,10 +388,10 @@ def rollback(
     record_id: str | None,
     inventory: str | None,
     dry_run: bool,
-    deploy: Callable[..., dict[str, Any]],
+    deploy: Callable[..., UpResult],
     say: Callable[[str], None],
     **deploy_options: Any,
-) -> dict[str, Any]:
+) -> UpResult:
     """Bring deployment `record_id` back. `deploy` is deploy.up.deploy (passed in: up imports this module)."""
     # The cluster: the inventory given (or found: SPARKDEPLOY_INVENTORY, ./inventory.yaml), else the record's.
     here = load_inventory(inventory) if inventory or Path("inventory.yaml").is_file() else None
@@ -425,7 +429,7 @@ def rollback(
             + ". Nothing was changed."
         )
     say(f"rolling back to deployment {rec['id']}: {rec['recipe']} / {rec['topology']} from {rec['time']}")
-    deploy_options.setdefault("result", {})["rolled_back_to"] = rec["id"]
+    deploy_options.setdefault("result", UpResult()).rolled_back_to = rec["id"]
     return deploy(
         recipe=str(recipe_file(rec)),
         topology=rec["topology"],

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sparkdeploy.checks import SKIP, Check, Result, fail, ok
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.deploy.plan import StepKind, plan_node
+from sparkdeploy.doctor.check_context import CheckContext
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.registry import PREFLIGHT
 from sparkdeploy.errors import SparkdeployError, StepFailed
@@ -80,7 +81,7 @@ def _ssh_fix(error: Exception | None) -> str:
     return "check that the node is on, sshd runs, and mgmt_ip and ssh.port are right"
 
 
-def _call(check: Check, ctx: PreflightRun, node: Node | None) -> list[Result]:
+def _call(check: Check, ctx: CheckContext, node: Node | None) -> list[Result]:
     try:
         out = check.fn(ctx, node) if node is not None else check.fn(ctx)
     except SparkdeployError as exc:  # a node's engine answered something else than expected: that row fails
@@ -96,7 +97,7 @@ def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: boo
     """Every preflight check (doctor/registry.py PREFLIGHT) for every node of the inventory, in registry order;
     a failed gate check (no SSH, no Docker) skips the node's later checks. `facts[name]` is the node's facts
     or why they are missing."""
-    ctx = PreflightRun(dep, facts, simulated)
+    ctx: CheckContext = PreflightRun(dep, facts, simulated)  # what a preflight check takes: no session
     rows: list[Result] = []
     for node in ctx.nodes:
         for check in (c for c in PREFLIGHT if c.scope == "node"):

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from sparkdeploy.deploy.progress import Reporter
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.image_ref import RegistryImage
 from sparkdeploy.images.registry_pull import dry_run_lines, pull_and_spread
@@ -13,7 +14,7 @@ from sparkdeploy.topologies.deployment import Deployment
 
 
 def for_deployment(
-    dep: Deployment, out: Any, result: dict[str, Any], dry_run: bool, rerender: Callable[[], Deployment]
+    dep: Deployment, out: Reporter, result: UpResult, dry_run: bool, rerender: Callable[[], Deployment]
 ) -> Deployment:
     """`up` with a registry image: make every node of the deployment hold it (pulled once, digest checked, sent
     over the fabric), then render again when its CLI was read just now, so its flags are checked before any
@@ -28,7 +29,7 @@ def for_deployment(
             out.progress(f"would {line}")
         return dep
     pulled = pull_and_spread(image.reference, dep.inventory, nodes, say=out.progress)
-    result["registry_image"] = pulled.as_dict()
+    result.registry_image = pulled.as_dict()
     for warning in pulled.warnings:
         out.warn(warning)
     if pulled.failed:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import cast
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import refuse_missing
 from sparkdeploy.deploy import DEFAULT_TIMEOUT_S, fabric_gate, health, history, preflight, registry_image
 from sparkdeploy.deploy.apply import apply_plan, clean_temp_files
 from sparkdeploy.deploy.plan import CHANGED, FAILED, SKIPPED, Plan, StepKind, plan_deployment
-from sparkdeploy.deploy.progress import Reporter, mask_data, plan_summary
+from sparkdeploy.deploy.progress import Reporter, plan_summary
+from sparkdeploy.deploy.up_result import Deployed, JsonDict, Phase, Progress, UpResult
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources, gather_facts
 from sparkdeploy.guard.lines import check_lines as check_guard_lines
@@ -42,7 +43,7 @@ def simulated(dep: Deployment) -> bool:
 
 
 def push_missing(
-    dep: Deployment, checks: list[preflight.Result], out: Reporter, pushed: list[dict[str, Any]] | None = None
+    dep: Deployment, checks: list[preflight.Result], out: Reporter, pushed: list[JsonDict] | None = None
 ) -> bool:
     """Push each missing image to the nodes lacking it (only the layers each lacks travel); True when tried.
     When a node of the deployment has it (an image built there), it goes from that node over the fabric.
@@ -77,7 +78,7 @@ def push_missing(
                     "from": holders[0].name if holders else None,
                     "bytes_through_this_machine": received,
                     "nodes": [
-                        dict(cast(Any, o.value).as_dict(), ok=True)
+                        dict(cast(push.PushResult, o.value).as_dict(), ok=True)
                         if o.ok
                         else {"node": o.node.name, "ok": False, "error": str(o.error)}
                         for o in outcomes
@@ -113,15 +114,16 @@ def deploy(
     metrics: bool | None = None,
     pull_model: bool = False,
     reporter: Reporter | None = None,
-    result: dict[str, Any] | None = None,
+    result: UpResult | None = None,
     fabric_gate_on: bool = True,
-) -> dict[str, Any]:
-    """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract,
-    masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done so far.
+) -> UpResult:
+    """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract:
+    `UpResult.as_dict()`, masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done
+    so far.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics).
     fabric_gate_on: False is `--no-fabric-gate` (deploy/fabric_gate.py)."""
     out = reporter if reporter is not None else Reporter()
-    result = result if result is not None else {}
+    result = result if result is not None else UpResult()
     reload_args = (inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
     dep = load_deployment(*reload_args)
     if not dry_run:
@@ -129,19 +131,11 @@ def deploy(
     if dep.proxied:
         dep.secrets.require("LITELLM_MASTER_KEY", f"the {dep.topology} proxy's master key")
     out.use_mask(dep.secrets.mask)
-    result.update(
-        {
-            "recipe": dep.recipe.name,
-            "topology": dep.topology,
-            "backend": dep.backend or None,
-            "image": dep.image_tag,
-            "endpoint": dep.endpoint,
-            "backends": dep.backends,
-            "metrics_url": dep.metrics_url,
-            "dry_run": dry_run,
-            "ok": False,
-        }
+    result.mask = dep.secrets.mask
+    result.deployed = Deployed(
+        dep.recipe.name, dep.topology, dep.backend or None, dep.image_tag, dep.endpoint, dep.backends, dep.metrics_url
     )
+    result.dry_run, result.ok = dry_run, False
     for w in dep.warnings:
         out.warn(w)
     is_simulated = simulated(dep)
@@ -162,25 +156,22 @@ def deploy(
                     lambda: load_deployment(*reload_args),  # flags read from the image
                 )
                 is_simulated = simulated(dep)
-            seen: dict[str, Any] = {"fabric_gate_on": fabric_gate_on}
-            _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model, seen)
-            if result.get("ok") and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
-                result["history_id"] = history.record_deployment(dep, session.conns, sets, inventory, is_simulated)[
-                    "id"
-                ]
+            _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model, fabric_gate_on)
+            if result.ok and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
+                result.history_id = history.record_deployment(dep, session.conns, sets, inventory, is_simulated)["id"]
     except NodeLockHeld as exc:
         for line in exc.lines:
             out.line(line, "red")
         raise
     finally:
-        result.update(mask_data(dep.secrets.mask, result))
+        result.mask = dep.secrets.mask  # a registry image re-rendered the deployment: its mask
     return result
 
 
 def replaces(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> str | None:
     """The deployment the nodes run now when it is not this one ("recipe / topology[ / backend] on nodes"), from
     their manifests; None when nothing runs or the same recipe and topology do."""
-    now: dict[tuple[Any, ...], list[str]] = {}
+    now: dict[tuple[object, ...], list[str]] = {}
     for node in dep.inventory.nodes:
         f = facts.get(node.name)
         m = f.manifest if isinstance(f, NodeFacts) else None
@@ -193,9 +184,9 @@ def replaces(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> str | 
     return "; ".join(" / ".join(str(x) for x in key if x) + f" on {', '.join(nodes)}" for key, nodes in other.items())
 
 
-def _node_lines(inv: Inventory, seen: dict[str, Any], why: str) -> list[str]:
+def _node_lines(inv: Inventory, seen: Progress, why: str) -> list[str]:
     """After a Ctrl-C or a failure: one line per node saying what happened there (the table has the steps)."""
-    facts, plan, gate = seen.get("facts"), seen.get("plan"), seen.get("gate")
+    facts, plan, gate = seen.facts, seen.plan, seen.gate
     lines = []
     for node in inv.nodes:
         name = f"{node.name} ({node.mgmt_ip})"
@@ -233,31 +224,33 @@ def _deploy(
     session: Session,
     interrupt: Interrupt,
     out: Reporter,
-    result: dict[str, Any],
+    result: UpResult,
     dry_run: bool,
     timeout: float,
     simulated: bool,
     pull_model: bool = False,
-    seen: dict[str, Any] | None = None,
+    fabric_gate_on: bool = True,
 ) -> None:
-    seen = seen if seen is not None else {}
+    seen = Progress()
     try:
-        _deploy_steps(dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model)
+        _deploy_steps(
+            dep, session, interrupt, out, result, dry_run, timeout, simulated, seen, pull_model, fabric_gate_on
+        )
     except (KeyboardInterrupt, StepFailed) as exc:
         if not dry_run:
             failure_lines(dep.inventory, seen, exc, out)
         raise
 
 
-def failure_lines(inv: Inventory, seen: dict[str, Any], exc: BaseException, out: Reporter, who: str = "") -> None:
+def failure_lines(inv: Inventory, seen: Progress, exc: BaseException, out: Reporter, who: str = "") -> None:
     """After a Ctrl-C or a failure (`up`, each deployment of `up --stack`): one red line per node of `inv`.
-    seen: what the run got to (facts, fabric_gate, plan, gate); who: the stack deployment's name."""
+    seen: how far the run got (its phase, the facts, plan and gate); who: the stack deployment's name."""
     why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "the run failed"
-    if "gate" in seen:
+    if seen.phase == Phase.HEALTH:
         why = "interrupted during the health gate" if isinstance(exc, KeyboardInterrupt) else "health gate failed"
-    elif "fabric_gate" in seen and "plan" not in seen and isinstance(exc, StepFailed):
+    elif seen.phase == Phase.FABRIC_GATE and isinstance(exc, StepFailed):
         why = "the fabric gate refused"
-    elif "plan" not in seen and "facts" in seen and isinstance(exc, StepFailed):
+    elif seen.phase == Phase.PREFLIGHT and isinstance(exc, StepFailed):
         why = "preflight failed"
     for line in _node_lines(inv, seen, why):
         out.line(f"{who}: {line}" if who else line, "red")
@@ -268,12 +261,13 @@ def _deploy_steps(
     session: Session,
     interrupt: Interrupt,
     out: Reporter,
-    result: dict[str, Any],
+    result: UpResult,
     dry_run: bool,
     timeout: float,
     simulated: bool,
-    seen: dict[str, Any],
+    seen: Progress,
     pull_model: bool = False,
+    fabric_gate_on: bool = True,
 ) -> None:
     inv = dep.inventory
     images_for = _images_for(dep)
@@ -289,19 +283,20 @@ def _deploy_steps(
         add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
         return facts
 
-    facts = seen["facts"] = read()
+    facts = seen.facts = read()
+    seen.reach(Phase.PREFLIGHT)
     check_guard_lines(dep, facts)  # a guard line above a node's memory: refused, nothing changed (#29)
     replaced = replaces(dep, facts)
     if replaced:  # said before anything changes (and by --dry-run): `up` converges to ONE deployment
-        result["replaces"] = replaced
+        result.replaces = replaced
         out.warn(
             f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
             f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
         )
     hold_point("preflight", interrupt)
     checks, facts = run_preflight(dep, session, facts, read, out, simulated, dry_run, pull_model, result)
-    seen["facts"] = facts
-    result["preflight"] = [c.as_row() for c in checks]
+    seen.facts = facts
+    result.preflight = [c.as_row() for c in checks]
     if interrupt.set:
         raise KeyboardInterrupt
     failed = preflight.failures(checks)
@@ -309,27 +304,28 @@ def _deploy_steps(
         out.preflight(checks)
         if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
             plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # checked above
-            result["steps"] = [s.as_dict() for s in plan.steps]
+            result.steps = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
         raise refusal(failed)
     out.progress(f"preflight: {len(checks)} checks passed")
 
     plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # preflight passed: every node read
-    seen["fabric_gate"] = True  # before any engine starts (a refusal changes nothing)
-    fabric_gate.gate(dep, session, facts, plan, out, result, dry_run, seen.get("fabric_gate_on", True), simulated)
+    seen.reach(Phase.FABRIC_GATE)  # before any engine starts (a refusal changes nothing)
+    fabric_gate.gate(dep, session, facts, plan, out, result, dry_run, fabric_gate_on, simulated)
     if dry_run:
         out.preflight(checks)
         out.dry_run(plan)
-        result["steps"] = [s.as_dict() for s in plan.steps]
-        result["changes"] = plan.changes
-        result["ok"] = True
+        result.steps = [s.as_dict() for s in plan.steps]
+        result.changes = plan.changes
+        result.ok = True
         return
 
-    seen["plan"] = plan
+    seen.plan = plan
+    seen.reach(Phase.APPLY)
     title = f"{dep.recipe.name} / {dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
     apply_phase(session, plan, interrupt, dep.secrets.mask, out, title, result)
     gate = health_phase(dep, session, plan, interrupt, timeout, out, result, seen)
-    result["ok"] = True
+    result.ok = True
     out.line(plan_summary(plan))
     out.line(f"healthy in {gate.seconds:.1f} s; endpoint {dep.endpoint} (model {dep.model_name})", "green")
     if dep.backends:
@@ -351,22 +347,19 @@ def run_preflight(
     simulated: bool,
     dry_run: bool,
     pull_model: bool,
-    result: dict[str, Any],
+    result: UpResult,
 ) -> tuple[list[preflight.Result], dict[str, NodeFacts | Exception]]:
     """preflight (a missing image is pushed first, then the nodes are read again with `read`), then the recipe's
     model, complete and verified on every engine node (models/up_check.py; pulled with --pull-model).
-    Returns every row and the facts they judged; result["pushed"] gets what was pushed."""
+    Returns every row and the facts they judged; result.pushed gets what was pushed."""
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
-    if (
-        failed
-        and not dry_run
-        and all(c.missing_image for c in failed)
-        and push_missing(dep, failed, out, result.setdefault("pushed", []))
-    ):
-        facts = read()
-        checks = preflight.run(dep, facts, simulated)
-        failed = preflight.failures(checks)
+    if failed and not dry_run and all(c.missing_image for c in failed):
+        result.pushed = result.pushed if result.pushed is not None else []
+        if push_missing(dep, failed, out, result.pushed):
+            facts = read()
+            checks = preflight.run(dep, facts, simulated)
+            failed = preflight.failures(checks)
     if not failed:
         model_checks = up_check.checks(dep, session.conns, simulated)
         if preflight.failures(model_checks) and pull_model and not dry_run:
@@ -395,16 +388,16 @@ def apply_phase(
     mask: Callable[[str], str],
     out: Reporter,
     title: str,
-    result: dict[str, Any],
+    result: UpResult,
     again: str = "sparkdeploy up",
 ) -> None:
     """Apply the plan's steps (every node in parallel), print its table; result gets steps, changed, counts.
     A failed step: StepFailed saying what the other nodes did; Ctrl-C: temp files cleaned, KeyboardInterrupt."""
     apply_plan(session, plan, interrupt, mask, out.progress if plan.changes else None)
     counts = plan.counts()
-    result["steps"] = [s.as_dict() for s in plan.steps]
-    result["changed"] = counts[CHANGED]
-    result["counts"] = counts
+    result.steps = [s.as_dict() for s in plan.steps]
+    result.changed = counts[CHANGED]
+    result.counts = counts
     out.steps(plan, title)
     if interrupt is not None and interrupt.set:
         clean_temp_files(session, [n.node for n in plan.nodes])
@@ -429,12 +422,12 @@ def health_phase(
     interrupt: Interrupt,
     timeout: float,
     out: Reporter,
-    result: dict[str, Any],
-    seen: dict[str, Any],
+    result: UpResult,
+    seen: Progress,
     who: str = "",
 ) -> health.GateResult:
-    """The health gate: a real one-token completion from every engine (and proxy). result["health"] and
-    seen["gate"] get its outcome; on failure each container's last log lines are printed and StepFailed raised."""
+    """The health gate: a real one-token completion from every engine (and proxy). result.health and
+    seen.gate get its outcome; on failure each container's last log lines are printed and StepFailed raised."""
     started = any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in plan.steps)
     prefix = f"{who}: " if who else ""
     out.progress(f"{prefix}health gate (timeout {timeout:g} s)")
@@ -454,8 +447,9 @@ def health_phase(
     except KeyboardInterrupt:
         stopped = True
         gate = health.GateResult(False, time.monotonic() - t0, health.probes_for(dep), "interrupted")
-    seen["gate"] = gate
-    result["health"] = gate.as_dict()
+    seen.gate = gate
+    seen.reach(Phase.HEALTH)
+    result.health = gate.as_dict()
     if stopped or interrupt.set:
         again = "sparkdeploy up --stack" if who else "sparkdeploy up"
         out.warn(
@@ -465,7 +459,7 @@ def health_phase(
         raise KeyboardInterrupt
     if not gate.ok:
         gate.logs = health.collect_logs(dep, session.conns)
-        result["health"] = gate.as_dict()
+        result.health = gate.as_dict()
         for node_name, per in gate.logs.items():
             for cname, text in per.items():
                 out.line(f"--- {node_name} {cname}: last {health.LOG_TAIL} log lines ---", "bold")

@@ -11,16 +11,16 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.config.inventory import Node
 
-from .doctor_run import DoctorRun
+from .check_context import CheckContext
 
 __all__ = ["docker_without_sudo", "ssh", "state_dir"]
 
 
-def ssh(run: DoctorRun, node: Node) -> Result:
+def ssh(run: CheckContext, node: Node) -> Result:
     return run.ssh_check(node)
 
 
-def docker_without_sudo(run: DoctorRun, node: Node) -> Result:
+def docker_without_sudo(run: CheckContext, node: Node) -> Result:
     """From the facts `docker` (docker version as the SSH user) and `user` (id -un, id -Gn)."""
     f = run.node_facts(node)
     name = f.user or node.ssh.user or "USER"
@@ -45,7 +45,7 @@ def docker_without_sudo(run: DoctorRun, node: Node) -> Result:
     )
 
 
-def state_dir(run: DoctorRun, node: Node) -> Result:
+def state_dir(run: CheckContext, node: Node) -> Result:
     """A path in a state dir the SSH user does not own: files there cannot be replaced. Docker's daemon makes
     a missing bind-mount source as root, so a container restarted after its folder was removed leaves one. Every
     folder of ours is looked at: the state dir and a stack's `<state_dir>-NAME` (the `state_dirs` fact)."""

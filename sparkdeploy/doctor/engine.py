@@ -8,7 +8,7 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.facts.parsers import gib, version_tuple
 
-from .doctor_run import DoctorRun
+from .check_context import CheckContext
 
 MIN_VERSION = (20, 10)
 # Docker's root fails below MIN_FREE_DISK_GIB (nothing can start) and warns below DISK_WARN_GIB: one vLLM GPU image
@@ -25,7 +25,7 @@ def state_text(c: ContainerFact) -> str:
     return c.status.capitalize()
 
 
-def running(run: DoctorRun, node: Node) -> Result:
+def running(run: CheckContext, node: Node) -> Result:
     f = run.node_facts(node)
     expected = f"running, >= {'.'.join(map(str, MIN_VERSION))}"
     if not f.docker_ok:
@@ -39,7 +39,7 @@ def running(run: DoctorRun, node: Node) -> Result:
     return ok(f"Docker {f.docker_version}" + (f" ({f.docker_driver})" if f.docker_driver else ""), expected)
 
 
-def _disk_rows(run: DoctorRun, f: NodeFacts) -> list[tuple[str, float, float, str]]:
+def _disk_rows(run: CheckContext, f: NodeFacts) -> list[tuple[str, float, float, str]]:
     """(where, fail below GiB, warn below GiB, why) for each place a deployment writes to."""
     dep = run.deployment
     weights = dep.recipe.recipe.weights_gb if dep else None
@@ -56,7 +56,7 @@ def _disk_rows(run: DoctorRun, f: NodeFacts) -> list[tuple[str, float, float, st
     return rows
 
 
-def disk(run: DoctorRun, node: Node) -> list[Result]:
+def disk(run: CheckContext, node: Node) -> list[Result]:
     """Free disk where a deployment writes: the HF cache (the weights unless cached or simulated), Docker's
     data root (images) and $HOME (the state dir)."""
     f = run.node_facts(node)
@@ -93,7 +93,7 @@ def disk(run: DoctorRun, node: Node) -> list[Result]:
     return out
 
 
-def names(run: DoctorRun, node: Node) -> list[Result]:
+def names(run: CheckContext, node: Node) -> list[Result]:
     """A container named like one of ours that is not sparkdeploy's (no io.sparkdeploy.managed label)."""
     nd = run.node_deployment(node)
     if nd is None:

@@ -20,6 +20,7 @@ from sparkdeploy.facts import GpuFact
 from sparkdeploy.facts.parsers import number, version_tuple
 from sparkdeploy.recipes import budget
 
+from .check_context import CheckContext
 from .doctor_run import DoctorRun
 
 EXPECTED_NAME = "GB10"
@@ -33,11 +34,11 @@ def known_bad() -> dict:
     return yaml.safe_load(DATA.read_text()) or {}
 
 
-def facts(run: DoctorRun, node: Node) -> GpuFact:
+def facts(run: CheckContext, node: Node) -> GpuFact:
     return run.node_facts(node).gpu or GpuFact()
 
 
-def _first(run: DoctorRun, node: Node) -> tuple[dict | None, Result | None]:
+def _first(run: CheckContext, node: Node) -> tuple[dict | None, Result | None]:
     f = facts(run, node)
     if f.gpus:
         return f.gpus[0], None
@@ -110,7 +111,7 @@ def driver(run: DoctorRun, node: Node) -> Result:
     return ok(measured, expected, simulated=sim)
 
 
-def same_driver(run: DoctorRun) -> Result:
+def same_driver(run: CheckContext) -> Result:
     """One driver version on every node that answers nvidia-smi (a node with another driver has another CUDA
     user-space and NCCL's plugins see another GPU stack: mixed drivers are a cross-node hang or a slow path)."""
     per: dict[str, str] = {}
@@ -138,7 +139,7 @@ def same_driver(run: DoctorRun) -> Result:
     return ok(f"driver {next(iter(per.values()))} on {len(per)} node(s)", expected, simulated=sim)
 
 
-def memory(run: DoctorRun, node: Node) -> Result:
+def memory(run: CheckContext, node: Node) -> Result:
     """The memory budget (sparkdeploy/recipes/budget.py), one formula for doctor and `up`'s preflight: free memory >=
     gpu_memory_utilization x total + the OS reserve, and the weights + peak + one max_model_len sequence of KV
     inside util x total (or the engine refuses to start)."""

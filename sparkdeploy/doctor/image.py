@@ -18,7 +18,8 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
 
-from .doctor_run import DoctorRun, NodeSession
+from .check_context import CheckContext, SessionContext
+from .doctor_run import NodeSession
 
 VERSIONS_PY = r"""
 import json
@@ -52,19 +53,19 @@ print("@@versions@@" + json.dumps(out))
 """
 
 
-def required(run: DoctorRun, node: Node) -> list[str]:
+def required(run: CheckContext, node: Node) -> list[str]:
     nd = run.node_deployment(node)
     return sorted({c.image for c in nd.containers}) if nd else []
 
 
-def serving_image(run: DoctorRun, node: Node) -> str | None:
+def serving_image(run: CheckContext, node: Node) -> str | None:
     nd = run.node_deployment(node)
     if not nd:
         return None
     return next((c.image for c in nd.containers if c.role != "proxy"), None)
 
 
-def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
+def ids(run: CheckContext, node: Node) -> dict[str, str | None]:
     """Image IDs of the node's required images (the fact `images`, read in the node's one facts command); an
     engine error other than "no such image" is not proof of absence: it is raised."""
     f = run.node_facts(node)
@@ -74,7 +75,7 @@ def ids(run: DoctorRun, node: Node) -> dict[str, str | None]:
     return {ref: f.images.get(ref) for ref in required(run, node)}
 
 
-def _engine_up(run: DoctorRun, node: Node) -> bool:
+def _engine_up(run: CheckContext, node: Node) -> bool:
     return run.node_facts(node).docker_ok
 
 
@@ -123,7 +124,7 @@ def _remember(image_id: str, value: dict) -> None:
         pass  # a cache only
 
 
-def versions(run: DoctorRun, node: Node) -> dict | None:
+def versions(run: SessionContext, node: Node) -> dict | None:
     """torch/NCCL of the node's serving image, read once per image ID (per run, and cached on this machine)."""
     ref = serving_image(run, node)
     if ref is None or not _engine_up(run, node):
@@ -144,7 +145,7 @@ def versions(run: DoctorRun, node: Node) -> dict | None:
     return run.memo.get(("image.versions", image_id), read)
 
 
-def _peers_needing(run: DoctorRun, node: Node, ref: str) -> list[Node]:
+def _peers_needing(run: SessionContext, node: Node, ref: str) -> list[Node]:
     return [p for p in run.peers(node) if run.reachable(p) and ref in required(run, p) and _engine_up(run, p)]
 
 
@@ -154,7 +155,7 @@ def image_definition_name(ref: str) -> str:
     return repo.rsplit("/", 1)[-1]
 
 
-def present(run: DoctorRun, node: Node) -> list[Result]:
+def present(run: CheckContext, node: Node) -> list[Result]:
     """One row per image the node runs: present (its ID), or missing with the push that fixes it."""
     refs = required(run, node)
     if not refs:
@@ -188,7 +189,7 @@ def _missing_fix(ref: str, node: Node) -> str:
     )
 
 
-def same_id(run: DoctorRun) -> list[Result]:
+def same_id(run: CheckContext) -> list[Result]:
     """One tag, one image ID on every node that runs it (a tag rebuilt on one node is different content)."""
     per_ref: dict[str, dict[str, str]] = {}
     for node in run.nodes:
@@ -230,7 +231,7 @@ def _fmt(v: dict) -> str:
     return f"torch {v['torch']}{cuda}, NCCL {nccl}" + (f", vLLM {v['vllm']}" if v.get("vllm") else "")
 
 
-def torch_nccl(run: DoctorRun, node: Node) -> Result:
+def torch_nccl(run: SessionContext, node: Node) -> Result:
     ref = serving_image(run, node)
     if ref is None:
         return skip(f"no engine of this recipe runs on {node.name}")

@@ -28,7 +28,7 @@ from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
 
 from . import DOCTOR_FOLDER, graph_advice
-from .doctor_run import DoctorRun
+from .check_context import SessionContext
 from .nccl_table import parse_nccl_table  # also re-exported: the probe's table reader
 
 PROBE = Path(__file__).resolve().parent / "probe" / "allreduce_probe.py"
@@ -111,13 +111,13 @@ def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]
     return out
 
 
-def _state_dir(run: DoctorRun, node: Node) -> str:
+def _state_dir(run: SessionContext, node: Node) -> str:
     home = run.session(node).conn.home()
     return f"{home}/{run.inventory.cluster.state_dir}/{DOCTOR_FOLDER}"  # type: ignore[union-attr]  # checks run only with an inventory (runner)
 
 
 def _argv(
-    run: DoctorRun,
+    run: SessionContext,
     node: Node,
     rank: int,
     world: int,
@@ -182,7 +182,7 @@ def _argv(
     return argv
 
 
-def allreduce(run: DoctorRun) -> Result:
+def allreduce(run: SessionContext) -> Result:
     """doctor --nccl: refused beside a running topology on a GPU (unified memory), else `measure`."""
     nodes = sorted(run.nodes, key=lambda n: n.role != "head")
     down = [n.name for n in nodes if not run.reachable(n)]
@@ -204,7 +204,7 @@ def allreduce(run: DoctorRun) -> Result:
     return measure(run)
 
 
-def measure(run: DoctorRun, timeout_s: float = PROBE_TIMEOUT_S) -> Result:
+def measure(run: SessionContext, timeout_s: float = PROBE_TIMEOUT_S) -> Result:
     """The probe itself on every node of `run` (rank 0 the head), judged by `verdict`. `up`'s fabric gate
     (sparkdeploy/deploy/fabric_gate.py) calls this with its own size and a shorter timeout."""
     d = run.deployment

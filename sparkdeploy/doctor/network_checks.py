@@ -12,6 +12,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import NetworkFact
 from sparkdeploy.facts.parsers import Link, parse_ping
 
+from .check_context import CheckContext
 from .doctor_run import DoctorRun, NodeSession
 
 EXPECTED_SPEED_MBPS = 200_000  # one ConnectX-7 QSFP port of a DGX Spark
@@ -217,7 +218,7 @@ def clock(run: DoctorRun, node: Node) -> Result:
     return ok(measured, expected)
 
 
-def ports(run: DoctorRun, node: Node) -> list[Result]:
+def ports(run: CheckContext, node: Node) -> list[Result]:
     """One row per port the node's containers open: free, held by our own container (the manifest says which
     container holds it; one of ours running while the manifest lists none), or taken by another program."""
     nd = run.node_deployment(node)

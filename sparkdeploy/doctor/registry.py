@@ -10,12 +10,30 @@ for both: a formula cannot differ between doctor and `up`.
 
 from __future__ import annotations
 
-from sparkdeploy.checks import Check
+from sparkdeploy.checks import Check, Scope
 
 from . import access, containers, endpoint, engine, gpu, image, nccl_probe, roce
 from . import guard_crash as guard
 from . import inventory_checks as inventory
 from . import network_checks as network
+from .check_context import ClusterCheck, NodeCheck
+
+
+def preflight_check(
+    id: str,
+    title: str,
+    fn: NodeCheck | ClusterCheck,
+    *,
+    preflight: str,
+    scope: Scope = "node",
+    timeout_s: float = 20.0,
+    needs_recipe: bool = False,
+    gate: bool = False,
+) -> Check:
+    """A deploy-critical check: `up` runs it over the facts it read, so `fn` takes a CheckContext (no session on
+    the nodes: mypy rejects one typed to need it, and a body that asks for it)."""
+    return Check(id, title, fn, scope, timeout_s, needs_recipe, preflight=preflight, gate=gate)
+
 
 CHECKS: list[Check] = [
     Check(
@@ -32,7 +50,7 @@ CHECKS: list[Check] = [
         scope="cluster",
         timeout_s=10,
     ),
-    Check(
+    preflight_check(
         "access.ssh",
         "SSH reachable with a known host key (never auto-added)",
         access.ssh,
@@ -40,7 +58,7 @@ CHECKS: list[Check] = [
         preflight="ssh",
         gate=True,
     ),
-    Check(
+    preflight_check(
         "access.docker",
         "the SSH user runs docker without sudo",
         access.docker_without_sudo,
@@ -48,7 +66,7 @@ CHECKS: list[Check] = [
         preflight="docker",
         gate=True,
     ),
-    Check(
+    preflight_check(
         "engine.running",
         "the Docker engine runs (version)",
         engine.running,
@@ -56,14 +74,14 @@ CHECKS: list[Check] = [
         preflight="docker",
         gate=True,
     ),
-    Check(
+    preflight_check(
         "access.state_dir",
         "the state dir and its entries are the SSH user's",
         access.state_dir,
         timeout_s=20,
         preflight="state-dir",
     ),
-    Check(
+    preflight_check(
         "engine.names",
         "no foreign container holds a name of ours",
         engine.names,
@@ -86,7 +104,7 @@ CHECKS: list[Check] = [
         timeout_s=20,
     ),
     Check("gpu.same_driver", "one NVIDIA driver version on every node", gpu.same_driver, scope="cluster", timeout_s=20),
-    Check(
+    preflight_check(
         "gpu.memory",
         "the memory budget: free >= gpu_memory_utilization x total + OS reserve; weights + KV fit inside it",
         gpu.memory,
@@ -94,7 +112,7 @@ CHECKS: list[Check] = [
         needs_recipe=True,
         preflight="memory",
     ),
-    Check(
+    preflight_check(
         "engine.disk",
         "free disk: Docker's root (images), the HF cache (the weights unless cached), $HOME (the state dir)",
         engine.disk,
@@ -102,7 +120,7 @@ CHECKS: list[Check] = [
         preflight="disk",
     ),
     Check("gpu.temperature", "GPU temperature", gpu.temperature, timeout_s=20),
-    Check(
+    preflight_check(
         "image.present",
         "the recipe's images are on the node",
         image.present,
@@ -110,7 +128,7 @@ CHECKS: list[Check] = [
         needs_recipe=True,
         preflight="image",
     ),
-    Check(
+    preflight_check(
         "image.same_id",
         "one image ID per tag on every node",
         image.same_id,
@@ -137,7 +155,7 @@ CHECKS: list[Check] = [
     ),
     Check("network.mgmt", "every peer's management IP reachable from the node", network.mgmt, timeout_s=20),
     Check("network.clock", "clock within 1 s of the head node", network.clock, timeout_s=20),
-    Check(
+    preflight_check(
         "network.ports",
         "the topology's ports free or held by our containers",
         network.ports,

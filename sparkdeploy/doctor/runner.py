@@ -22,6 +22,7 @@ from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
 from sparkdeploy.runtime.thread_imports import preload
 from sparkdeploy.topologies.deployment import Deployment
 
+from .check_context import SessionContext
 from .doctor_run import DoctorRun, NodeSession, Options
 
 MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and remote.py caps each
@@ -133,10 +134,11 @@ class _Task:
 
 
 def _call(run: DoctorRun, task: _Task, gate: threading.Semaphore) -> None:
+    ctx: SessionContext = run  # what doctor offers every check: the facts and a session per node
     with gate:
         task.started = time.monotonic()
         try:
-            out = task.check.fn(run, task.node) if task.check.scope == "node" else task.check.fn(run)
+            out = task.check.fn(ctx, task.node) if task.check.scope == "node" else task.check.fn(ctx)
             results = out if isinstance(out, list) else [out]
         except SparkdeployError as exc:
             results = [fail(str(exc), "", f"see the error above; rerun with --only {task.check.id}")]

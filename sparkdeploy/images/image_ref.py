@@ -19,7 +19,7 @@ from pydantic import Field
 
 from sparkdeploy import paths
 from sparkdeploy.config.userfile import load_json_file
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Invalid, Problem
 from sparkdeploy.images.definitions import ImageDefinition
 
 STATE_FOLDER = "registry-images"  # under the local state: <digest hex>.json per image, refs.json
@@ -91,13 +91,13 @@ def parse_reference(text: str, source: str = "recipe", fld: str = "image") -> Re
     return RegistryRef(text, m["domain"], m["path"], m["tag"], m["digest"])
 
 
-def reference_error(text: str) -> str | None:
-    """For the recipe validator: None when `text` is a valid reference, else the message (with its fix)."""
+def reference_error(text: str) -> Invalid | None:
+    """For the recipe validator: None when `text` is a valid reference, else what is wrong and its fix."""
     try:
         parse_reference(text)
     except ConfigError as exc:
         p = exc.problems[0]
-        return f"{p.message} | fix: {p.fix}"
+        return Invalid(p.message, p.fix)
     return None
 
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkdeploy.config.schema import problems_from_validation
 from sparkdeploy.config.userfile import JsonSyntaxError, parse_json
-from sparkdeploy.errors import ConfigError, Problem, escape_controls
+from sparkdeploy.errors import ConfigError, Invalid, Problem, escape_controls
 from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.vllm_cli import PLUGIN_FLAGS, check_args, describe, image_spec
 from sparkdeploy.paths import confined
@@ -136,9 +136,9 @@ class EugrRecipe(BaseModel):
     @classmethod
     def _known_version(cls, v: str) -> str:
         if v not in SUPPORTED_VERSIONS:
-            raise ValueError(
-                f"eugr recipe version {v!r} is not one this sparkdeploy reads ({', '.join(SUPPORTED_VERSIONS)}) "
-                "| fix: use a v1 recipe, or update sparkdeploy"
+            raise Invalid(
+                f"eugr recipe version {v!r} is not one this sparkdeploy reads ({', '.join(SUPPORTED_VERSIONS)})",
+                "use a v1 recipe, or update sparkdeploy",
             )
         return v
 

@@ -19,7 +19,7 @@ from sparkdeploy import names, paths
 from sparkdeploy.config.guard_settings import GuardSettings
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, parse_yaml_value
-from sparkdeploy.errors import ConfigError, Problem, escape_controls
+from sparkdeploy.errors import ConfigError, Invalid, Invalids, Problem, escape_controls
 from sparkdeploy.images.image_ref import is_reference, reference_error
 from sparkdeploy.recipes import eugr
 
@@ -103,13 +103,16 @@ class VllmSettings(BaseModel):
             for arg in v:
                 flag = arg.split("=", 1)[0] if isinstance(arg, str) else ""
                 if flag in SECRET_FLAGS:
-                    raise ValueError(
-                        f"{flag} would put a secret on the command line (visible in ps and logs) | "
-                        "fix: remove it; put HF_TOKEN in the inventory's secrets file (the proxy's "
-                        "LITELLM_MASTER_KEY protects the public endpoint)"
+                    raise Invalid(
+                        f"{flag} would put a secret on the command line (visible in ps and logs)",
+                        "remove it; put HF_TOKEN in the inventory's secrets file (the proxy's LITELLM_MASTER_KEY "
+                        "protects the public endpoint)",
                     )
                 if isinstance(arg, str) and (len(arg) > 1024 or any(ord(c) < 32 for c in arg)):
-                    raise ValueError("an argument is one line of at most 1024 characters | fix: check the value")
+                    raise Invalid(
+                        "an argument is one line of at most 1024 characters",
+                        "check the value",
+                    )
         return v
 
 
@@ -156,15 +159,14 @@ class Architecture(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
         if self.kv_layers is not None and self.kv_layers > self.layers:
-            raise ValueError(
-                f"kv_layers {self.kv_layers} is more than layers {self.layers} "
-                "| fix: count only the layers with full attention in the model's config.json"
+            raise Invalid(
+                f"kv_layers {self.kv_layers} is more than layers {self.layers}",
+                "count only the layers with full attention in the model's config.json",
             )
         if self.attention_heads % self.kv_heads:
-            raise ValueError(
-                f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads} "
-                "| fix: copy both from the model's config.json (num_attention_heads, "
-                "num_key_value_heads)"
+            raise Invalid(
+                f"attention_heads {self.attention_heads} is not a multiple of kv_heads {self.kv_heads}",
+                "copy both from the model's config.json (num_attention_heads, num_key_value_heads)",
             )
         return self
 
@@ -200,7 +202,7 @@ class Recipe(BaseModel):
         if is_reference(v):
             error = reference_error(v)
             if error:
-                raise ValueError(error)
+                raise error
             return v
         return _plain(v)
 
@@ -215,9 +217,10 @@ class Recipe(BaseModel):
         if v is None:
             return v
         if not MODEL_NAME.fullmatch(v) or ".." in v.split("/"):
-            raise ValueError(
-                "must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no "
-                "spaces, newlines or escapes; not starting with '-') | fix: check the value"
+            raise Invalid(
+                "must be a model name like org/model (letters, digits, '._:/@+-'; at most 256; no spaces, "
+                "newlines or escapes; not starting with '-')",
+                "check the value",
             )
         return v
 
@@ -225,7 +228,10 @@ class Recipe(BaseModel):
     @classmethod
     def _description(cls, v: str) -> str:
         if len(v) > 500 or any(ord(c) < 32 or ord(c) == 127 for c in v):
-            raise ValueError("a description is one line of at most 500 characters | fix: shorten it")
+            raise Invalid(
+                "a description is one line of at most 500 characters",
+                "shorten it",
+            )
         return v
 
     @field_validator("env", mode="before")
@@ -236,37 +242,58 @@ class Recipe(BaseModel):
         out = {}
         for key, value in v.items():
             if not ENV_NAME.fullmatch(str(key)):
-                raise ValueError(f"{key!r} is not an environment variable name | fix: use letters, digits and _")
+                raise Invalid(
+                    f"{key!r} is not an environment variable name",
+                    "use letters, digits and _",
+                )
             if SECRET_NAME.search(str(key)):
-                raise ValueError(f"{key} looks like a secret | fix: put it in the inventory's secrets file")
+                raise Invalid(
+                    f"{key} looks like a secret",
+                    "put it in the inventory's secrets file",
+                )
             if isinstance(value, bool):
                 value = "1" if value else "0"
             value = str(value)
             if "\n" in value or "\0" in value:
-                raise ValueError(f"{key}: a value cannot hold a newline | fix: write it on one line")
+                raise Invalid(
+                    f"{key}: a value cannot hold a newline",
+                    "write it on one line",
+                )
             out[str(key)] = value
         return out
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
-        problems = []
+        problems: list[Invalid] = []
         if self.default_topology not in self.topologies:
             problems.append(
-                f"default_topology: {self.default_topology} is not in topologies "
-                f"| fix: pick one of {', '.join(self.topologies)}"
+                Invalid.at(
+                    "default_topology",
+                    f"{self.default_topology} is not in topologies",
+                    f"pick one of {', '.join(self.topologies)}",
+                )
             )
         if not self.fits_one_node:
             single = [t for t in self.topologies if t in ("solo", "2xsolo")]
             if single:
                 problems.append(
-                    f"topologies: {', '.join(single)} need the model on one node, and fits_one_node is "
-                    "false | fix: list only cluster"
+                    Invalid.at(
+                        "topologies",
+                        f"{', '.join(single)} need the model on one node, and fits_one_node is false",
+                        "list only cluster",
+                    )
                 )
         for topo in self.overrides:
             if topo not in self.topologies and not (topo == "replicas" and "cluster" in self.topologies):
-                problems.append(f"overrides: {topo} is not in topologies | fix: remove overrides.{topo}")
+                problems.append(
+                    Invalid.at(
+                        "overrides",
+                        f"{topo} is not in topologies",
+                        f"remove overrides.{topo}",
+                    )
+                )
         if problems:
-            raise ValueError("\n".join(problems))
+            raise Invalids(problems)
         return self
 
     @property

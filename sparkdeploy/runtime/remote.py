@@ -128,7 +128,18 @@ class CommandResult:
 # -- what can go wrong with a remote command (all StepFailed: every `except StepFailed` still catches them) ----
 
 
-class CommandFailed(StepFailed):
+class RemoteError(StepFailed):
+    """What went wrong on one node: `node` (its name), `command` (what ran, secrets masked; None while connecting
+    or writing a file) and `cause` (the exception underneath, also its `__cause__`: raised `from` it)."""
+
+    def __init__(self, message: str, *, node: str, command: str | None = None, cause: BaseException | None = None):
+        self.node = node
+        self.command = command
+        self.cause = cause
+        super().__init__(message)
+
+
+class CommandFailed(RemoteError):
     """The command ran and exited non-zero; `result` is what it returned (secrets masked, output tails), the way
     invoke's UnexpectedExit carries its Result."""
 
@@ -139,10 +150,10 @@ class CommandFailed(StepFailed):
             message = f"{result.node}: `{_short(result.command)}` exited {result.exit_code}" + (
                 ": " + " | ".join(tail) if tail else ""
             )
-        super().__init__(message)
+        super().__init__(message, node=result.node, command=result.command)
 
 
-class ConnectionLost(StepFailed):
+class ConnectionLost(RemoteError):
     """The SSH connection died during a command or a write (the node went away mid-run), or never came up."""
 
 
@@ -150,13 +161,14 @@ class NodeUnreachable(ConnectionLost):
     """No SSH connection could be opened to the node (refused, timed out, not SSH): nothing ran there."""
 
 
-class CommandTimeout(StepFailed):
+class CommandTimeout(RemoteError):
     """The command ran past its timeout; the connection itself may still be fine."""
 
-    def __init__(self, message: str, command: str, timeout: float | None):
-        self.command = command
+    def __init__(
+        self, message: str, command: str, timeout: float | None, *, node: str, cause: BaseException | None = None
+    ):
         self.timeout = timeout
-        super().__init__(message)
+        super().__init__(message, node=node, command=command, cause=cause)
 
 
 class NodeConnection:
@@ -267,7 +279,7 @@ class NodeConnection:
                     f"nothing was run. If that fingerprint is the node's, trust it with: sparkdeploy trust "
                     f"{self.node.name}",
                     exc.key,
-                ) from None
+                ) from exc
             except paramiko.BadHostKeyException as exc:
                 raise HostKeyError(
                     self.node,
@@ -276,19 +288,21 @@ class NodeConnection:
                     f"check the new fingerprint on its console, then run: sparkdeploy trust {self.node.name} "
                     f"--replace",
                     exc.key,
-                ) from None
+                ) from exc
             except paramiko.AuthenticationException as exc:
                 raise StepFailed(
                     f"{self.node.name} ({self.node.mgmt_ip}): SSH authentication failed ({exc}); "
                     "check ssh.user and ssh.key in the inventory"
-                ) from None
+                ) from exc
             except (TimeoutError, OSError, paramiko.SSHException, EOFError) as exc:
                 # Transient: connection refused or timed out. Connecting is idempotent, so retry with backoff.
                 if attempt == CONNECT_ATTEMPTS:
                     raise NodeUnreachable(
                         f"{self.node.name} ({self.node.mgmt_ip}): unreachable over SSH after "
-                        f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}"
-                    ) from None
+                        f"{attempt} attempts: {connect_problem(exc, conn.host, conn.port)}",
+                        node=self.node.name,
+                        cause=exc,
+                    ) from exc
                 time.sleep(delay)
                 delay *= 2
                 conn = self._fabric()
@@ -354,17 +368,22 @@ class NodeConnection:
             chan.shutdown_write()
             out, err = _drain(chan, timeout)
             code = chan.recv_exit_status()
-        except TimeoutError:
+        except TimeoutError as exc:
             raise CommandTimeout(
                 f"{self.node.name}: `{_short(self.mask(command))}` timed out after {timeout:g}s",
                 self.mask(command),
                 timeout,
-            ) from None
+                node=self.node.name,
+                cause=exc,
+            ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._conn, self.lost = None, True
             raise ConnectionLost(
-                f"{self.node.name}: connection lost during `{_short(self.mask(command))}`: {self.mask(str(exc))}"
-            ) from None
+                f"{self.node.name}: connection lost during `{_short(self.mask(command))}`: {self.mask(str(exc))}",
+                node=self.node.name,
+                command=self.mask(command),
+                cause=exc,
+            ) from exc
         result = CommandResult(self.node.name, command, code, out, err)
         if check and code != 0:
             raise self.failed(result)
@@ -405,8 +424,10 @@ class NodeConnection:
             self._sftp, self._conn, self.lost = None, None, True
             raise ConnectionLost(
                 f"{self.node.name}: writing {path} failed or stalled over {TRANSFER_TIMEOUT_S:g} s "
-                f"({exc.__class__.__name__}); the node may be gone"
-            ) from None
+                f"({exc.__class__.__name__}); the node may be gone",
+                node=self.node.name,
+                cause=exc,
+            ) from exc
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -455,7 +476,7 @@ def _host_keys(path: Path | None) -> paramiko.HostKeys:
     try:
         return load_host_keys(path)
     except ConfigError as exc:
-        raise StepFailed(str(exc)) from None
+        raise StepFailed(str(exc)) from exc
 
 
 def pinned_fingerprints(inventory: Inventory) -> dict[str, str | None]:

@@ -3,8 +3,6 @@ deployments, facts and plans (no node). The lab tests (test_fabric_gate_lab.py) 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from sparkdeploy.checks import FAIL, PASS, Result
@@ -12,6 +10,7 @@ from sparkdeploy.deploy import fabric_gate
 from sparkdeploy.deploy.plan import plan_deployment
 from sparkdeploy.deploy.preflight import PreflightRun
 from sparkdeploy.deploy.progress import Reporter
+from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.doctor import gpu, image
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import GpuFact
@@ -62,9 +61,9 @@ def test_engine_changes_from_the_plan_fresh_changed_and_unchanged():
 
 def _gate(topology: str, facts_of, enabled: bool = True, dry_run: bool = False, value: str = "1"):
     dep, facts, plan = _plan(topology, facts_of, value)
-    out, result = Lines(), {}
+    out, result = Lines(), UpResult()
     fabric_gate.gate(dep, None, facts, plan, out, result, dry_run, enabled, True)  # type: ignore[arg-type]  # no session: these paths connect nowhere
-    return out.lines, result["fabric_gate"]
+    return out.lines, result.fabric_gate
 
 
 def test_unchanged_deployment_skips_and_says_so():
@@ -105,7 +104,7 @@ def test_a_failed_check_refuses_with_figure_expected_and_fix(monkeypatch):
     dep, facts, plan = _plan("cluster", empty_facts)
     for f in facts.values():
         f.gpu = GpuFact()  # read: no extra round trip
-    result: dict[str, Any] = {}
+    result = UpResult()
 
     class FakeSession:
         def conn(self, node):
@@ -117,7 +116,8 @@ def test_a_failed_check_refuses_with_figure_expected_and_fix(monkeypatch):
     assert "fabric gate failed SIMULATED" in text
     assert "probe failed: spark2: exit 1: timeout" in text and "busbw >= 18.4 GB/s" in text
     assert "fix: check the rendezvous path" in text and "No engine was started" in text
-    assert result["fabric_gate"]["status"] == "failed" and len(result["fabric_gate"]["checks"]) == 2
+    assert result.fabric_gate is not None
+    assert result.fabric_gate["status"] == "failed" and len(result.fabric_gate["checks"]) == 2
 
 
 def _driver_run(versions: dict[str, str | None]) -> PreflightRun:

@@ -201,6 +201,7 @@ def test_a_failed_start_is_a_command_failed_with_the_same_message():
         run_step(conn, _step(StepKind.START_CONTAINER, container=container), "/home/spark/.sparkdeploy")
     assert str(info.value) == "`bash vllm.run.sh` exited 125: line1 | line2"
     assert info.value.result.command == "bash /home/spark/.sparkdeploy/vllm.run.sh"
+    assert (info.value.node, info.value.command) == ("spark1", info.value.result.command)
 
 
 # -- a lost connection, a timeout, an unreachable node -----------------------------------------------------
@@ -208,9 +209,12 @@ def test_a_failed_start_is_a_command_failed_with_the_same_message():
 
 def test_a_lost_connection_raises_connection_lost():
     conn = _connection(Channel(broken=EOFError()))
-    with pytest.raises(ConnectionLost, match="connection lost during `true`"):
+    with pytest.raises(ConnectionLost, match="connection lost during `true`") as info:
         conn.run(["true"])
     assert conn.lost
+    # node, command and cause travel with the error (the cause is no longer dropped with `from None`)
+    assert (info.value.node, info.value.command) == ("spark1", "true")
+    assert isinstance(info.value.cause, EOFError) and info.value.__cause__ is info.value.cause
 
 
 def test_a_write_that_stalls_raises_connection_lost(monkeypatch):
@@ -220,9 +224,11 @@ def test_a_write_that_stalls_raises_connection_lost(monkeypatch):
         raise paramiko.SSHException("Server connection dropped")
 
     monkeypatch.setattr(conn, "sftp", sftp)
-    with pytest.raises(ConnectionLost, match="writing /tmp/f failed or stalled"):
+    with pytest.raises(ConnectionLost, match="writing /tmp/f failed or stalled") as info:
         conn.put("x", "/tmp/f")
     assert conn.lost
+    assert info.value.node == "spark1" and info.value.command is None  # a write, not a command
+    assert isinstance(info.value.__cause__, paramiko.SSHException) and info.value.cause is info.value.__cause__
 
 
 def test_a_command_past_its_timeout_raises_command_timeout():
@@ -231,6 +237,7 @@ def test_a_command_past_its_timeout_raises_command_timeout():
         conn.run(["sleep", SECRET], timeout=0.05)
     assert str(info.value) == f"spark1: `sleep {MASK}` timed out after 0.05s"
     assert info.value.timeout == 0.05 and info.value.command == f"sleep {MASK}"
+    assert info.value.node == "spark1" and isinstance(info.value.__cause__, TimeoutError)
     assert isinstance(info.value, StepFailed) and not conn.lost
 
 
@@ -247,6 +254,8 @@ def test_a_node_that_refuses_connections_raises_node_unreachable(monkeypatch):
     with pytest.raises(NodeUnreachable, match="unreachable over SSH after 1 attempts") as info:
         conn.run(["true"])
     assert isinstance(info.value, ConnectionLost) and isinstance(info.value, StepFailed)
+    assert info.value.node == "spark1" and info.value.command is None  # connecting: nothing ran
+    assert isinstance(info.value.__cause__, ConnectionRefusedError) and info.value.cause is info.value.__cause__
 
 
 def test_closing_a_dead_connection_is_quiet():

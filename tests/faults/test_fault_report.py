@@ -7,6 +7,7 @@ import time
 
 from sparkdeploy.deploy.plan import CHANGED, FAILED, SKIPPED, plan_deployment
 from sparkdeploy.deploy.up import _node_lines
+from sparkdeploy.deploy.up_result import Phase, Progress
 from sparkdeploy.runtime.holds import HOLD_ENV, HOLD_UNTIL_ENV, hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from tests.deploy.deploy_helpers import empty_facts, make_deployment
@@ -19,7 +20,7 @@ def _plan():
 
 def test_before_any_change_every_node_says_nothing_changed():
     dep, _ = _plan()
-    lines = _node_lines(dep.inventory, {}, "interrupted (Ctrl-C)")
+    lines = _node_lines(dep.inventory, Progress(), "interrupted (Ctrl-C)")
     assert lines == [
         "spark1 (192.0.2.1): interrupted (Ctrl-C); nothing changed here",
         "spark2 (192.0.2.2): interrupted (Ctrl-C); nothing changed here",
@@ -29,7 +30,7 @@ def test_before_any_change_every_node_says_nothing_changed():
 def test_unreachable_node_is_named_with_its_error():
     dep, _ = _plan()
     facts = {"spark1": empty_facts("spark1"), "spark2": OSError("No route to host")}
-    lines = _node_lines(dep.inventory, {"facts": facts}, "preflight failed")
+    lines = _node_lines(dep.inventory, Progress(Phase.PREFLIGHT, facts=facts), "preflight failed")
     assert lines[0] == "spark1 (192.0.2.1): preflight failed; nothing changed here"
     assert lines[1] == "spark2 (192.0.2.2): UNREACHABLE, nothing changed here: No route to host"
 
@@ -44,7 +45,7 @@ def test_a_failed_step_and_the_steps_not_done_are_counted_per_node():
     worker.changes[1].status, worker.changes[1].detail = FAILED, "connection lost"
     for s in worker.changes[2:]:
         s.status = SKIPPED
-    lines = _node_lines(dep.inventory, {"plan": plan}, "the run failed")
+    lines = _node_lines(dep.inventory, Progress(Phase.APPLY, plan=plan), "the run failed")
     assert lines[0].startswith("spark1 (192.0.2.1): the run failed: 1 change(s) made, ")
     assert f"not done (next: {head.changes[1].label})" in lines[0]
     assert lines[1].startswith(

@@ -58,6 +58,7 @@ from sparkdeploy.deploy.stack.file import NAME, Member, Stack, budget, build, fi
 from sparkdeploy.deploy.stack.routes import Gateway, Routes
 from sparkdeploy.deploy.stack.units import gateway_about, gateway_node, guard_about, guard_nodes, stack_routes
 from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
+from sparkdeploy.deploy.up_result import Phase, Progress, UpResult
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.images import push
@@ -279,8 +280,8 @@ def _up(
         if starts(u) and _take_out(session, gw, u.name, stack, out, interrupt):
             rerouted = True
             gw = Gateway(stack.head, gw_sd, _read(session, inv, gw_sd)[stack.head.name])  # as the node has it now
-        seen: dict[str, Any] = {"facts": u.facts, "fabric_gate": True, "plan": u.plan}
-        mine: dict[str, Any] = {}
+        seen = Progress(Phase.APPLY, facts=u.facts, plan=u.plan)
+        mine = UpResult()
         try:
             _apply(session, u, out, stack, interrupt)
             if any(s.kind == StepKind.START_CONTAINER and s.status == CHANGED for s in u.plan.steps):
@@ -289,8 +290,8 @@ def _up(
             failure_lines(u.member.inventory, seen, exc, out, u.name)
             raise
         finally:
-            if "health" in mine:
-                result.setdefault("health", {})[u.name] = mine["health"]
+            if mine.health is not None:
+                result.setdefault("health", {})[u.name] = mine.health
     key = stack.secrets.get("LITELLM_MASTER_KEY")
     if any(s.status == CHANGED for s in gateway.plan.steps):
         time.sleep(gateway_routes.SETTLE_S)  # every gateway worker routes by the new routes.json
@@ -377,7 +378,7 @@ def _check(
             u.plan = _plan_member(stack, m, facts)  # a pushed image: its ID changed the plan
             return cast("dict[str, NodeFacts | Exception]", u.facts)
 
-        mine: dict[str, Any] = {}
+        mine = UpResult()
         cs, _ = run_preflight(
             dep,
             session,
@@ -389,8 +390,8 @@ def _check(
             False,
             mine,
         )
-        if mine.get("pushed"):
-            result.setdefault("pushed", []).extend(mine["pushed"])
+        if mine.pushed:
+            result.setdefault("pushed", []).extend(mine.pushed)
         checks += [dataclasses.replace(c, check=f"{u.name}: {c.check}") for c in cs]
     result["preflight"] = [c.as_row() for c in checks]
     failed = preflight.failures(checks)
@@ -401,7 +402,7 @@ def _check(
         if u.member is None:
             continue
         dep = cast(Deployment, u.member.deployment)
-        mine = {}
+        mine = UpResult()
         try:
             fabric_gate.gate(
                 dep,
@@ -416,11 +417,11 @@ def _check(
                 who=u.name,
             )
         except StepFailed as exc:
-            failure_lines(u.member.inventory, {"facts": u.facts, "fabric_gate": True}, exc, out, u.name)
+            failure_lines(u.member.inventory, Progress(Phase.FABRIC_GATE, facts=u.facts), exc, out, u.name)
             raise
         finally:
-            if mine.get("fabric_gate", {}).get("status") not in (None, fabric_gate.NOT_APPLICABLE):
-                result.setdefault("fabric_gate", {})[u.name] = mine["fabric_gate"]
+            if mine.fabric_gate is not None and mine.fabric_gate.get("status") != fabric_gate.NOT_APPLICABLE:
+                result.setdefault("fabric_gate", {})[u.name] = mine.fabric_gate
 
 
 def _plan_member(stack: Stack, m: Member, facts: dict[str, dict[str, NodeFacts]]) -> Plan:
@@ -456,7 +457,8 @@ def _apply(session: Session, u: Unit, out: Reporter, stack: Stack, interrupt: In
     if not u.changes:
         return
     mask = stack.secrets.mask
-    apply_phase(session, u.plan, interrupt, mask, out, f"{u.kind} {u.name}", {}, f"sparkdeploy up --stack {stack.path}")
+    again = f"sparkdeploy up --stack {stack.path}"
+    apply_phase(session, u.plan, interrupt, mask, out, f"{u.kind} {u.name}", UpResult(), again)
     out.line(f"{u.name}: {plan_summary(u.plan)}")
 
 

@@ -20,7 +20,7 @@ from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.secrets import Secrets, load_secrets
 from sparkdeploy.config.userfile import load_yaml_file
-from sparkdeploy.errors import ConfigError, Problem
+from sparkdeploy.errors import ConfigError, Invalid, Problem
 from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
 from sparkdeploy.recipes import budget as memory_budget
 from sparkdeploy.recipes.recipe import ResolvedRecipe, resolve
@@ -57,14 +57,20 @@ class StackDeployment(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         if v in RESERVED:
-            raise ValueError(f"{v!r} is reserved | fix: a name other than {' or '.join(map(repr, RESERVED))}")
+            raise Invalid(
+                f"{v!r} is reserved",
+                f"a name other than {' or '.join(map(repr, RESERVED))}",
+            )
         return v
 
     @field_validator("memory")
     @classmethod
     def _memory(cls, v: float | str | None) -> float | str | None:
         if isinstance(v, float) and not 0.05 <= v <= 0.95:
-            raise ValueError(f"{v:g} is not a gpu_memory_utilization | fix: a fraction from 0.05 to 0.95, or auto")
+            raise Invalid(
+                f"{v:g} is not a gpu_memory_utilization",
+                "a fraction from 0.05 to 0.95, or auto",
+            )
         return v
 
 
@@ -95,7 +101,10 @@ class GatewaySettings(BaseModel):
     @classmethod
     def _workers(cls, v: int | str) -> int | str:
         if isinstance(v, int) and not 1 <= v <= 64:
-            raise ValueError(f"{v} workers | fix: a number from 1 to 64, or auto")
+            raise Invalid(
+                f"{v} workers",
+                "a number from 1 to 64, or auto",
+            )
         return v
 
 

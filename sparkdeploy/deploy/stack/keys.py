@@ -33,7 +33,7 @@ from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.deploy.plan import KEYS_FILE
 from sparkdeploy.deploy.stack import routes as gateway_routes
 from sparkdeploy.deploy.stack.units import GATEWAY_CONTAINER, SPEND_VOLUME
-from sparkdeploy.errors import ConfigError, Problem, StepFailed, escape_controls
+from sparkdeploy.errors import ConfigError, Invalid, Problem, StepFailed, escape_controls
 from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.recipes.recipe import MODEL_NAME
 from sparkdeploy.runtime.locks import inventory_lock
@@ -86,14 +86,20 @@ class KeyEntry(BaseModel):
     def _models(cls, v: list[str]) -> list[str]:
         for m in v:
             if not MODEL_NAME.fullmatch(m):
-                raise ValueError(f"{escape_controls(repr(m[:80]))} is not a model name | fix: {RECREATE}")
+                raise Invalid(
+                    f"{escape_controls(repr(m[:80]))} is not a model name",
+                    RECREATE,
+                )
         return v
 
     @field_validator("created")
     @classmethod
     def _created(cls, v: str) -> str:
         if not re.fullmatch(r"[0-9T:.Z+-]*", v):
-            raise ValueError(f"{escape_controls(repr(v))} is not a time | fix: {RECREATE}")
+            raise Invalid(
+                f"{escape_controls(repr(v))} is not a time",
+                RECREATE,
+            )
         return v
 
 
