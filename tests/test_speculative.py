@@ -187,3 +187,159 @@ def test_the_record_names_the_methods_and_metrics_vllm_has():
         "vllm:spec_decode_num_draft_tokens",
         "vllm:spec_decode_num_drafts",
     )
+
+
+# -- the draft is part of the model: pulled with it, checked with it, counted in the one memory budget ----------
+
+
+def test_the_draft_is_pulled_and_checked_with_the_model():
+    from sparkdeploy.models.ops import ModelRef, recipe_refs
+
+    r = recipes.resolve("openai-gpt-oss-120b-eagle3", sets=("speculative.revision=v1",)).recipe
+    assert recipe_refs(r.model, r.speculative.model, r.speculative.revision) == [
+        ModelRef("openai/gpt-oss-120b"),
+        ModelRef("nvidia/gpt-oss-120b-Eagle3-long-context", "v1"),
+    ]
+    assert recipe_refs("openai/gpt-oss-120b", None, None) == [ModelRef("openai/gpt-oss-120b")]  # ngram, mtp
+    assert recipe_refs("org/m", "org/m", None) == [ModelRef("org/m")]  # the model itself: once
+    assert recipe_refs("org/m", "/models/draft", None) == [ModelRef("org/m")]  # a local path: nothing to pull
+    with pytest.raises(ConfigError):
+        recipe_refs("org/m", "org/draft", "bad revision")
+
+
+def test_up_and_models_pull_name_the_draft(inventory_file):
+    from sparkdeploy.cli.models_cmd import resolve_target
+    from sparkdeploy.models import up_check
+    from sparkdeploy.models.ops import ModelRef
+
+    inv = inventory_file
+    refs, dep, _ = resolve_target("openai-gpt-oss-120b-eagle3", None, str(inv), None)
+    assert refs == [ModelRef("openai/gpt-oss-120b"), ModelRef("nvidia/gpt-oss-120b-Eagle3-long-context")]
+    assert up_check.refs_of(dep) == refs
+    refs, _, _ = resolve_target("qwen3-coder-30b-ngram", "abc123", str(inv), None)
+    assert refs == [ModelRef("Qwen/Qwen3-Coder-30B-A3B-Instruct", "abc123")]
+
+
+def test_the_budget_counts_the_drafts_weights_and_kv():
+    from sparkdeploy.recipes import budget
+
+    with_draft = recipes.resolve("openai-gpt-oss-120b-eagle3").recipe
+    without = recipes.resolve("openai-gpt-oss-120b-eagle3", sets=("speculative=null",)).recipe
+    a, b = budget.nominal(with_draft, 1), budget.nominal(without, 1)
+    # the draft: 2 GB of weights; KV: 2 x 1 layer x 8 KV heads x 64 x 1 byte (fp8) = 1024 B a token
+    assert a.weights - b.weights == 2_000_000_000 == a.draft_weights
+    assert a.kv_per_token - b.kv_per_token == 1024 == a.draft_kv_per_token
+    assert any("speculative draft nvidia/gpt-oss-120b-Eagle3-long-context" in n for n in a.notes)
+    # a draft TP of 1 on a TP=2 engine: the whole draft on each node
+    two = recipes.resolve("openai-gpt-oss-120b-eagle3", sets=("speculative.options.draft_tensor_parallel_size=1",))
+    assert budget.nominal(two.recipe, 2).draft_weights == 2_000_000_000
+    assert budget.nominal(with_draft, 2).draft_weights == 1_000_000_000
+
+
+def test_the_budget_says_what_it_cannot_count_and_counts_mtp_layers():
+    from sparkdeploy.recipes import budget
+
+    gemma = budget.nominal(recipes.resolve("gemma-4-26b-a4b-mtp").recipe, 1)
+    assert gemma.draft_weights == 0
+    assert any("has no weights_gb" in n for n in gemma.notes) and any("has no architecture" in n for n in gemma.notes)
+    mtp = recipes.resolve(
+        "qwen3-coder-30b-ngram", sets=("speculative.method=mtp", "speculative.options={}", "architecture.mtp_layers=1")
+    ).recipe
+    # one MTP layer of the model's shape: 2 x 1 x 4 KV heads x 128 x 1 byte (fp8) = 1024 B a token
+    assert budget.nominal(mtp, 1).draft_kv_per_token == 1024
+
+
+def test_fit_shows_the_draft(cli):
+    code, out, _ = cli("recipes", "fit", "openai-gpt-oss-120b-eagle3")
+    assert code == 0
+    assert "the speculative draft nvidia/gpt-oss-120b-Eagle3-long-context: 1.9 GiB of weights" in out
+
+
+# -- measured acceptance: the engine's vllm:spec_decode_* counters, in top (and bench) ---------------------------
+
+
+def sim_engine(spec: dict | None, model: str = "openai/gpt-oss-120b"):
+    from vllm_sim.config import from_namespace
+    from vllm_sim.engine import SimEngine
+    from vllm_sim.flags import parse_serve_args
+
+    args = [model, "--max-model-len", "8192"] + (["--speculative-config", json.dumps(spec)] if spec else [])
+    return SimEngine(from_namespace(parse_serve_args(args), env={}))
+
+
+CODE = (REPO / "images" / "vllm-sim" / "vllm_sim" / "engine.py").read_text()[:6000]
+PROSE = (REPO / "images" / "vllm-sim" / "vllm_sim" / "data" / "corpus.txt").read_text()[:6000]
+
+
+def run_sim(spec: dict | None, text: str, concurrency: int = 1, tokens: int = 48):
+    """Decode tokens/s (simulated time) and the engine's counters."""
+    from sparklaunch.protocol import GenRequest
+
+    engine = sim_engine(spec)
+    for i in range(concurrency):
+        engine.add_request(GenRequest(f"r{i}", engine.tokenizer.encode(text), tokens, ignore_eos=True))
+    seconds, emitted = 0.0, 0
+    while engine.has_unfinished():
+        deltas, s = engine.step()
+        seconds, emitted = seconds + s, emitted + len(deltas)
+    return emitted / seconds, engine.speculation
+
+
+def test_the_simulator_accepts_drafts_by_the_prompts_content():
+    """SIMULATED (docs/calibration.md): repetitive code is drafted and accepted far more than prose by n-gram
+    lookup; a trained draft (eagle3) accepts prose too; no speculation reports no counters."""
+    ngram, eagle = (
+        {"method": "ngram", "num_speculative_tokens": 4},
+        {"method": "eagle3", "model": "d", "num_speculative_tokens": 3},
+    )
+    base_code, none = run_sim(None, CODE)
+    assert none is None
+    code, spec = run_sim(ngram, CODE)
+    prose, spec_prose = run_sim(ngram, PROSE)
+    rate = spec.accepted / spec.draft_tokens
+    assert rate > 0.4 and spec_prose.accepted / max(spec_prose.draft_tokens, 1e-9) < 0.1
+    assert code > 1.3 * base_code  # accepted drafts: more tokens a step
+    base_prose, _ = run_sim(None, PROSE)
+    assert abs(prose - base_prose) / base_prose < 0.05  # no match, no draft: about the plain speed
+    _, trained = run_sim(eagle, PROSE)
+    assert 0.25 < trained.accepted / trained.draft_tokens < 0.5
+    assert len(trained.per_pos) == 3 and trained.per_pos[0] > trained.per_pos[1] > trained.per_pos[2]
+
+
+def test_the_gain_shrinks_with_concurrency_in_the_simulator():
+    ngram = {"method": "ngram", "num_speculative_tokens": 4}
+    gain = {c: run_sim(ngram, CODE, c)[0] / run_sim(None, CODE, c)[0] for c in (1, 64)}
+    assert gain[1] > gain[64] > 1.0, gain
+
+
+def test_metrics_carry_vllms_names_and_top_shows_acceptance():
+    from sparkdeploy.cli.top_cmd import render_table
+    from sparkdeploy.daytwo import top
+    from sparklaunch.metrics import Counters, render
+    from sparklaunch.protocol import EngineStats
+
+    _, spec = run_sim({"method": "ngram", "num_speculative_tokens": 4}, CODE)
+    text = render("m", EngineStats(), Counters(), simulated=True, spec_decode=spec.counters())
+    m = top.parse_metrics(text)
+    for name in speculative.metric_names():  # vLLM 0.32's names, from its sources
+        assert name + "_total" in m, name
+    assert len(m["vllm:spec_decode_num_accepted_tokens_per_pos_total"]) == 4
+    counters = speculative.read_counters(m)
+    assert counters is not None and counters.acceptance_rate == pytest.approx(spec.accepted / spec.draft_tokens)
+    assert counters.tokens_per_step == pytest.approx(1 + spec.accepted / spec.drafts)
+
+    target = top.Target("spark1", "sparkdeploy-vllm", "engine", "http://x/metrics")
+    mon = top.Monitor([target], window_s=60)
+    old = speculative.SpecCounters(10, 40, 20)
+    new = speculative.SpecCounters(20, 80, 50)  # 30 of 40 accepted in the window, 1 + 30/10 tokens a step
+    mon.history[target].extend([top.Sample(1.0, running=1, spec=old), top.Sample(3.0, running=1, spec=new)])
+    row = mon.snapshot()["engines"][0]
+    assert row["spec_decode"]["acceptance_rate"] == 0.75 and row["spec_decode"]["accepted_tokens_per_step"] == 4.0
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(render_table(mon.snapshot(), "t"))
+    out = console.export_text()
+    assert "draft accepted" in out and "75%" in out and "4.00" in out
+    assert speculative.describe_acceptance(new.since(old)) == "75% accepted, 4.00 tokens/step"
+    assert speculative.read_counters(top.parse_metrics(render("m", EngineStats(), Counters()))) is None

@@ -15,6 +15,8 @@ sources the image pins by scripts/dump_vllm_speculative.py (its method names, it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -181,3 +183,69 @@ def serve_flag(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel
     if found:
         raise ConfigError(found)
     return ["--speculative-config", json.dumps(config(spec), separators=(",", ":"), sort_keys=False)]
+
+
+# -- what the engine reports: vLLM 0.32's SpecDecodingProm counters (vllm/v1/spec_decode/metrics.py) ------------
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """Cumulative `vllm:spec_decode_*_total` counters of an engine (summed over its engines' series)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+
+    def since(self, old: SpecCounters | None) -> SpecCounters:
+        """What happened between two samples (a counter that went down: the engine restarted, take the new)."""
+        if old is None or self.drafts < old.drafts or self.accepted < old.accepted:
+            return self
+        return SpecCounters(
+            self.drafts - old.drafts, self.draft_tokens - old.draft_tokens, self.accepted - old.accepted
+        )
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted tokens (vLLM's docstring: rate(accepted) / rate(draft_tokens))."""
+        return self.accepted / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """The mean acceptance length: 1 + accepted / drafts (the target's own token plus the accepted drafts)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts > 0 else None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> SpecCounters:
+        """Back from as_dict() (a stored bench result's metadata)."""
+        return cls(float(data["drafts"]), float(data["draft_tokens"]), float(data["accepted_tokens"]))
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "accepted_tokens_per_step": self.tokens_per_step,
+        }
+
+
+def read_counters(metrics: Mapping[str, list[tuple[dict[str, str], float]]]) -> SpecCounters | None:
+    """The spec-decode counters in a parsed /metrics (daytwo/top.parse_metrics' shape); None when the engine
+    reports none (no speculative decoding)."""
+    names = {name.removeprefix("vllm:spec_decode_"): name + "_total" for name in metric_names()}
+
+    def total(key: str) -> float | None:
+        series = metrics.get(names.get(key, ""))
+        return None if not series else sum(v for _, v in series)
+
+    drafts, tokens, accepted = total("num_drafts"), total("num_draft_tokens"), total("num_accepted_tokens")
+    if drafts is None or tokens is None or accepted is None:
+        return None
+    return SpecCounters(drafts, tokens, accepted)
+
+
+def describe_acceptance(c: SpecCounters | None) -> str:
+    """`72% accepted, 3.1 tokens/step` (one place for the words top and bench print)."""
+    if c is None or c.acceptance_rate is None or c.tokens_per_step is None:
+        return "-"
+    return f"{c.acceptance_rate:.0%} accepted, {c.tokens_per_step:.2f} tokens/step"
