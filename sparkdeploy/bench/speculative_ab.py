@@ -429,3 +429,35 @@ def write_recipe(recipe_path: Path, topology: str, spec: dict[str, Any] | None, 
     header = "".join(f"# {line}\n" for line in note.splitlines())
     path.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return path
+
+
+# -- what advise says about speculation ----------------------------------------------------------------------------
+
+LOW_CONCURRENCY = 4  # up to here a decode step has spare compute: verifying drafts is nearly free
+HIGH_CONCURRENCY = 32  # from here the batch fills the step: drafting and rejected tokens cost
+
+
+def advice_note(concurrency: int, recipe: str | None, spec: dict[str, Any] | None) -> str:
+    """advise's note on speculative decoding at this concurrency: it helps at low concurrency (decode is bound by
+    memory bandwidth; the verify step's extra tokens ride on the same weight reads) and can hurt at high (the
+    batch already fills each step: drafting and rejected tokens cost); the owner's prompts decide."""
+    name = recipe or "RECIPE"
+    measure = f"sparkdeploy bench --recipe {name} --prompts FILE --speculative off,{{}} --concurrency {concurrency}"
+    if spec:
+        setting = f"{spec.get('method')}:{spec.get('num_speculative_tokens')}"
+        if concurrency <= LOW_CONCURRENCY:
+            verdict = f"at c{concurrency} it should help (a step has spare compute to verify drafts)"
+        elif concurrency >= HIGH_CONCURRENCY:
+            verdict = (
+                f"at c{concurrency} it can hurt (the batch already fills each step: drafts and rejected tokens "
+                "cost); --set speculative=null turns it off"
+            )
+        else:
+            verdict = f"at c{concurrency} the gain depends on the acceptance of your traffic"
+        return f"{name} decodes speculatively ({setting}): {verdict}; measure it: " + measure.format(setting)
+    if concurrency <= LOW_CONCURRENCY:
+        return (
+            f"at c{concurrency} speculative decoding could speed each user up (docs/speculative.md): try "
+            + measure.format("ngram:4")
+        )
+    return ""

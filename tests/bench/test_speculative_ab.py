@@ -158,3 +158,17 @@ def test_the_winner_is_written_as_the_recipes_override(tmp_path, cli):
     assert recipes.resolve(str(off), "solo").recipe.speculative is None
     code, _out, err = cli("bench", "--speculative", "off,ngram:4")  # no --prompts
     assert code == 2 and "--prompts FILE" in err and "Traceback" not in err
+
+
+def test_advise_knows_speculation_helps_low_and_can_hurt_high():
+    from sparkdeploy.bench.advisor import advise
+
+    low = advise(1, recipe="openai-gpt-oss-120b-eagle3")
+    high = advise(64, recipe="openai-gpt-oss-120b-eagle3")
+    (say_low,) = [n for n in low.notes if "speculatively" in n]
+    (say_high,) = [n for n in high.notes if "speculatively" in n]
+    assert "at c1 it should help" in say_low and "--speculative off,eagle3:5 --concurrency 1" in say_low
+    assert "at c64 it can hurt" in say_high and "speculative=null" in say_high
+    plain = advise(2, recipe="openai-gpt-oss-120b")
+    assert any("try sparkdeploy bench" in n and "off,ngram:4" in n for n in plain.notes)
+    assert not any("speculative" in n for n in advise(64, recipe="openai-gpt-oss-120b").notes)
