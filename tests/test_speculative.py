@@ -343,3 +343,24 @@ def test_metrics_carry_vllms_names_and_top_shows_acceptance():
     assert "draft accepted" in out and "75%" in out and "4.00" in out
     assert speculative.describe_acceptance(new.since(old)) == "75% accepted, 4.00 tokens/step"
     assert speculative.read_counters(top.parse_metrics(render("m", EngineStats(), Counters()))) is None
+
+
+def test_sglang_flags_are_flags_of_the_pinned_sglang():
+    """For issue 38's engine interface: every flag and the algorithm name exist in SGLang 0.5.23's own parser."""
+    fixture = json.loads((REPO / "tests" / "fixtures" / "sglang-0.5.23-args.json").read_text())
+    algorithms = fixture["value_sets"]["--speculative-algorithm"]["values"]
+    for name in SPECULATIVE:
+        spec = recipes.resolve(name).recipe.speculative
+        flags = speculative.sglang_flags(spec)
+        assert [f for f in flags if f.startswith("--") and f not in fixture["flags"]] == []
+        assert flags[flags.index("--speculative-algorithm") + 1] in algorithms
+    eagle = speculative.sglang_flags(recipes.resolve("openai-gpt-oss-120b-eagle3").recipe.speculative)
+    assert eagle == [
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "nvidia/gpt-oss-120b-Eagle3-long-context",
+        "--speculative-num-steps", "5", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError):
+        speculative.sglang_flags(
+            recipes.resolve("qwen3-coder-30b-ngram", sets=("speculative.method=suffix",)).recipe.speculative
+        )

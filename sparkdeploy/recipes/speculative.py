@@ -249,3 +249,47 @@ def describe_acceptance(c: SpecCounters | None) -> str:
     if c is None or c.acceptance_rate is None or c.tokens_per_step is None:
         return "-"
     return f"{c.acceptance_rate:.0%} accepted, {c.tokens_per_step:.2f} tokens/step"
+
+
+# -- SGLang (issue 38's engine interface renders it there; docs/engines-research/sglang.md) ---------------------
+
+# vLLM's method -> SGLang's --speculative-algorithm (its SpeculativeAlgorithm names, tests/fixtures/sglang-*-args.json)
+SGLANG_ALGORITHMS = {
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "mtp": "NEXTN",  # EAGLE with the model's own MTP layers
+    "draft_model": "STANDALONE",
+    "ngram": "NGRAM",
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
+}
+
+
+def sglang_flags(spec: SpeculativeSettings, where: str = "recipe") -> list[str]:
+    """SGLang's speculative flags for these settings: the algorithm, the draft and its revision, and the chain
+    SGLang's own defaults use for one draft a step (steps = k, topk 1, draft tokens = k + 1: its (3, 1, 4))."""
+    algorithm = SGLANG_ALGORITHMS.get(spec.method)
+    if algorithm is None:
+        raise ConfigError(
+            Problem(
+                where,
+                "speculative.method",
+                f"{spec.method} has no SGLang equivalent",
+                f"use one of {', '.join(SGLANG_ALGORITHMS)} for SGLang",
+            )
+        )
+    out = ["--speculative-algorithm", algorithm]
+    if spec.model:
+        out += ["--speculative-draft-model-path", spec.model]
+    if spec.revision:
+        out += ["--speculative-draft-model-revision", spec.revision]
+    k = spec.num_speculative_tokens
+    out += [
+        "--speculative-num-steps",
+        str(k),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(k + 1),
+    ]
+    return out

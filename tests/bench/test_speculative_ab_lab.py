@@ -1,0 +1,71 @@
+"""The speculative-decoding A/B end to end in the shared lab (issue 39, item 5), with small numbers: the owner's
+prompts (repetitive code) against `off` and `ngram:4` of qwen3-coder-30b-ngram on one node, each setting
+deployed through `up` (vllm-sim: SIMULATED acceptance from the prompt's content, vLLM's metric names), two
+levels, the winner written as the recipe's override; then `top` reads the acceptance of what runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from sparkdeploy.cli.common import run_cli
+from sparkdeploy.cli.main import cli as sparkdeploy_cli
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.lab
+
+RECIPE = "qwen3-coder-30b-ngram"
+CODE = (REPO / "images" / "vllm-sim" / "vllm_sim" / "engine.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(lab):
+    inventory = str(lab.spec.inventory_path)
+    run_cli(sparkdeploy_cli, ["down", "--inventory", inventory])
+    yield inventory
+    run_cli(sparkdeploy_cli, ["down", "--inventory", inventory])
+
+
+def test_the_ab_deploys_each_setting_and_recommends_on_the_owners_prompts(lab_inventory, tmp_path, cli):
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": CODE[i : i + 3000]}], "max_tokens": 24}) + "\n"
+            for i in (0, 1500)
+        )
+    )
+    mine = tmp_path / "my-recipes"
+    code, out, err = cli(
+        "bench",
+        *("--recipe", RECIPE, "--topology", "solo", "--prompts", str(prompts)),
+        *("--speculative", "off,ngram:4", "--concurrency", "1,4", "--write-recipe", str(mine)),
+        *("--inventory", lab_inventory, "--json"),
+    )
+    assert code == 0, err[-3000:]
+    data = json.loads(out)
+    assert data["simulated"] is True and data["topology"] == "solo" and not data["failed"]
+    off, ngram = data["results"]["off"], data["results"]["ngram:4"]
+    for c in ("1", "4"):
+        assert off[c]["failed"] == 0 and ngram[c]["failed"] == 0 and off[c]["decode_tps"] > 0
+        assert off[c]["speculative"] is None  # deployed without speculation: no counters
+        assert ngram[c]["speculative"]["acceptance_rate"] > 0.3  # SIMULATED: code repeats itself
+        assert ngram[c]["speculative"]["accepted_tokens_per_step"] > 1.5
+        assert ngram[c]["ratio_to_off"] is not None
+    assert "off: up qwen3-coder-30b-ngram -t solo --set speculative=null" in err  # through up, per setting
+    bands = data["recommendation"]
+    assert [c for b in bands for c in b["levels"]] == [1, 4]
+    written = yaml.safe_load((mine / f"{RECIPE}.yaml").read_text())
+    assert written["overrides"]["solo"]["speculative"] == (
+        None
+        if bands[0]["setting"] == "off"
+        else {"method": "ngram", "num_speculative_tokens": 4, "options": {"prompt_lookup_max": 4}}
+    )
+    timing = data["timing"]
+    assert timing["deploy_s"] > 0 and timing["runs_s"] > 0 and timing["own_s"] < timing["runs_s"]
+
+    code, out, err = cli("top", "--once", "--json", "--inventory", lab_inventory)  # ngram:4 runs now
+    assert code == 0, err
+    engine = json.loads(out)["engines"][0]
+    assert engine["spec_decode"]["acceptance_rate"] > 0.3 and engine["spec_decode"]["drafts"] > 0
