@@ -1,15 +1,20 @@
 """The speculative-decoding A/B end to end in the shared lab (issue 39, item 5), with small numbers: the owner's
 prompts (repetitive code) against `off` and `ngram:4` of qwen3-coder-30b-ngram on one node, each setting
 deployed through `up` (vllm-sim: SIMULATED acceptance from the prompt's content, vLLM's metric names), two
-levels, the winner written as the recipe's override; then `top` reads the acceptance of what runs."""
+levels, the winner written as the recipe's override; then `top` reads the acceptance of what runs, and `up
+--metrics` adds Prometheus, which scrapes the same counters (PromQL as vLLM documents it)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+import requests
 import yaml
 
+from sparkdeploy.bench import speculative_ab as ab
+from sparkdeploy.bench.deploy_link import current_endpoint, status_json
 from sparkdeploy.cli.common import run_cli
 from sparkdeploy.cli.main import cli as sparkdeploy_cli
 from tests.conftest import REPO
@@ -69,3 +74,22 @@ def test_the_ab_deploys_each_setting_and_recommends_on_the_owners_prompts(lab_in
     assert code == 0, err
     engine = json.loads(out)["engines"][0]
     assert engine["spec_decode"]["acceptance_rate"] > 0.3 and engine["spec_decode"]["drafts"] > 0
+
+    # Prometheus (`up --metrics`: the same deployment, one more container) scrapes the engine's counters
+    code, out, err = cli(
+        *("up", "--recipe", RECIPE, "-t", "solo", "--set", "speculative.num_speculative_tokens=4", "--metrics"),
+        *("--inventory", lab_inventory, "--json"),
+    )
+    assert code == 0, err[-3000:]
+    endpoint = current_endpoint(lab_inventory)
+    prompt = {"messages": [{"role": "user", "content": CODE[:3000]}], "max_tokens": 16}
+    assert not ab.stream_chat(endpoint, prompt, 120).error  # traffic after any restart
+    url = status_json(lab_inventory)["metrics_url"] + "/api/v1/query"
+    query = "vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total"
+    deadline = time.monotonic() + 60
+    while True:
+        result = requests.get(url, params={"query": query}, timeout=10).json()["data"]["result"]
+        if result and float(result[0]["value"][1]) > 0.3:
+            break
+        assert time.monotonic() < deadline, result
+        time.sleep(2)
