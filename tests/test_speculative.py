@@ -364,3 +364,20 @@ def test_sglang_flags_are_flags_of_the_pinned_sglang():
         speculative.sglang_flags(
             recipes.resolve("qwen3-coder-30b-ngram", sets=("speculative.method=suffix",)).recipe.speculative
         )
+
+
+def test_preflight_and_doctor_disk_count_the_drafts_download():
+    """The hf_cache room (doctor's disk check, which preflight runs) for a model not cached yet: its weights and
+    the draft's, both pulled by `models pull RECIPE`."""
+    from sparkdeploy.deploy import preflight
+    from sparkdeploy.recipes.recipe import SpeculativeSettings
+    from tests.deploy.deploy_helpers import empty_facts, make_deployment
+
+    dep = make_deployment("solo")  # 65 GB of weights, not cached
+    facts = {n.name: empty_facts(n.name) for n in dep.inventory.nodes}
+    facts["spark1"].disk_free_mb["hf_cache"] = 68 * 1024  # the weights + 2 GiB of room, not a 5 GB draft
+    failed = lambda: [(c.node, c.check) for c in preflight.run(dep, facts) if not c.ok]  # noqa: E731
+    assert failed() == []
+    draft = SpeculativeSettings(method="eagle3", model="org/draft", num_speculative_tokens=3, weights_gb=5)
+    dep.recipe.recipe = dep.recipe.recipe.model_copy(update={"speculative": draft})
+    assert failed() == [("spark1", "disk")]
