@@ -93,3 +93,42 @@ def test_the_ab_deploys_each_setting_and_recommends_on_the_owners_prompts(lab_in
             break
         assert time.monotonic() < deadline, result
         time.sleep(2)
+
+
+def test_the_draft_is_pulled_with_the_model_and_up_checks_it(lab, lab_inventory, tmp_path, cli):
+    """Item 2 on real nodes: `models pull RECIPE` fetches the model and its draft (lab/gated-model, 1 MiB), each
+    once from the hub and over the fabric to spark2; `up` (HF_HUB_OFFLINE engines) refuses in preflight when the
+    draft is missing on one node, naming it and the pull that fixes it."""
+    from sparkdeploy.lab import hub
+    from sparkdeploy.lab.hub_repo import GATED, TINY
+
+    data = yaml.safe_load((REPO / "recipes" / f"{RECIPE}.yaml").read_text())
+    data.update(name="tiny-draft", model=TINY, weights_gb=1, topologies=["solo", "2xsolo"])
+    data["speculative"] = {"method": "draft_model", "model": GATED, "num_speculative_tokens": 2}
+    data.pop("architecture")
+    mine = tmp_path / "recipes"
+    mine.mkdir()
+    (mine / "tiny-draft.yaml").write_text(yaml.safe_dump(data))
+    spark1, spark2 = lab.nodes[:2]
+    cache = "~/.cache/huggingface"
+    for node in (spark1, spark2):
+        lab.ssh(
+            node, f"rm -rf {cache}/hub/models--lab--gated-model {cache}/sparkdeploy-models/models--lab--gated-model"
+        )
+    served = hub.stats(lab.spec)["repos"].get(GATED, {}).get("bytes", 0)
+    code, out, err = cli(
+        "models", "pull", "tiny-draft", "--recipes-dir", str(mine), "--inventory", lab_inventory, "--json"
+    )
+    assert code == 0, err[-2000:]
+    pulled = json.loads(out)
+    assert pulled["model"] == TINY and [d["model"] for d in pulled["drafts"]] == [GATED]
+    draft = pulled["drafts"][0]
+    assert draft["nodes"]["spark1"]["action"] == "downloaded"
+    assert draft["nodes"]["spark2"]["action"] == "copied" and draft["nodes"]["spark2"]["source"] == "spark1"
+    assert hub.stats(lab.spec)["repos"][GATED]["bytes"] - served == draft["size"]  # the hub served it once
+
+    lab.ssh(spark2, "rm -rf ~/.cache/huggingface/hub/models--lab--gated-model")
+    up = ("up", "--recipe", "tiny-draft", "-t", "2xsolo", "--recipes-dir", str(mine), "--inventory", lab_inventory)
+    code, out, err = cli(*up)
+    assert code == 1, out + err
+    assert "preflight failed on spark2" in err and GATED in err and "sparkdeploy models pull tiny-draft" in err, err
