@@ -283,9 +283,11 @@ def _stop(proc: subprocess.Popen, ladder: tuple[tuple[signal.Signals, float], ..
 def spec_counters(endpoint: Endpoint, timeout: float = 3.0) -> SpecCounters | None:
     """The engine's speculative-decoding counters from its /metrics (beside /v1), None where it reports none: an
     engine without speculation, or a proxy (LiteLLM's /metrics has no vLLM counters)."""
-    url = endpoint.base_url.removesuffix("/v1") + "/metrics"
+    req = urllib.request.Request(endpoint.base_url.removesuffix("/v1") + "/metrics")
+    if endpoint.api_key:  # the endpoint's own key (a proxy guards /metrics with it; vLLM's is open)
+        req.add_header("Authorization", f"Bearer {endpoint.api_key}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return read_counters(parse_metrics(resp.read().decode(errors="replace")))
     except (urllib.error.URLError, OSError, ValueError):
         return None
