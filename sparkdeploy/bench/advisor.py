@@ -28,6 +28,7 @@ from typing import Any, cast
 from sparkdeploy.bench.predicted import SOURCE as PREDICTOR
 from sparkdeploy.bench.predicted import predict_recipe
 from sparkdeploy.bench.seeds import seed_reference
+from sparkdeploy.bench.speculative_ab import advice_note
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError, Problem
@@ -442,6 +443,10 @@ def advise(
     advice.backend, note = serving_backend(recipe, recipes_dir)
     if note and advice.topology == "cluster":
         notes.append(note)
+    spec = load_recipe(recipe, recipes_dir)[0].speculative if recipe else None
+    speculation = advice_note(concurrency, recipe, spec.model_dump() if spec else None)
+    if speculation:
+        notes.append(speculation)
     if ranking[0].level_note and source["kind"] != "predicted":  # predictions are made at the level asked
         notes.append(ranking[0].level_note)
     if (prompt_tokens, gen_tokens) != (source["pp"], source["tg"]):

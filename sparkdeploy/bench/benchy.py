@@ -21,7 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +33,9 @@ from typing import Any
 
 from sparkdeploy import __version__, paths
 from sparkdeploy.bench.store import BenchResult, metrics_from_llama_benchy, save_result, variant_of
+from sparkdeploy.daytwo.top import parse_metrics
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.simulated import is_simulated
 
 LLAMA_BENCHY_VERSION = "0.4.0"
@@ -276,6 +280,19 @@ def _stop(proc: subprocess.Popen, ladder: tuple[tuple[signal.Signals, float], ..
             continue
 
 
+def spec_counters(endpoint: Endpoint, timeout: float = 3.0) -> SpecCounters | None:
+    """The engine's speculative-decoding counters from its /metrics (beside /v1), None where it reports none: an
+    engine without speculation, or a proxy (LiteLLM's /metrics has no vLLM counters)."""
+    req = urllib.request.Request(endpoint.base_url.removesuffix("/v1") + "/metrics")
+    if endpoint.api_key:  # the endpoint's own key (a proxy guards /metrics with it; vLLM's is open)
+        req.add_header("Authorization", f"Bearer {endpoint.api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return read_counters(parse_metrics(resp.read().decode(errors="replace")))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
 def _mask(text: str, secret: str | None) -> str:
     return text.replace(secret, MASK) if secret else text
 
@@ -307,6 +324,7 @@ def run_cell(
     host = urllib.parse.urlparse(endpoint.base_url).hostname or ""
     for name in ("NO_PROXY", "no_proxy"):  # aiohttp honours HTTP(S)_PROXY (trust_env=True): not for our endpoint
         env[name] = ",".join(x for x in (env.get(name, ""), host) if x)
+    spec_before = spec_counters(endpoint)
     started = datetime.now(UTC)
     t0 = time.monotonic()
     expected = concurrency * settings.runs
@@ -359,8 +377,11 @@ def run_cell(
         raise StepFailed(
             f"every request failed at c{concurrency}: {'; '.join(tail.errors) or 'no tokens'} (log: {log_path})"
         )
+    spec_after = spec_counters(endpoint)
     md = dict(endpoint.metadata)
     md.update(extra_metadata or {})
+    if spec_after is not None:  # the draft's acceptance over this cell's requests (vllm:spec_decode_* counters)
+        md["speculative"] = spec_after.since(spec_before).as_dict()
     md.update(
         {
             "recipe": endpoint.recipe,

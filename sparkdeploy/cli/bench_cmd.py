@@ -112,11 +112,16 @@ def _common_bench_options(f):
     "Whether the engine is simulated is asked of it first (GET /version, else one one-token completion).",
 )
 @click.option("--model", metavar="NAME", help="With --endpoint: the served model name.")
-@click.option("--recipe", metavar="NAME", help="With --endpoint: the recipe name recorded in the results.")
+@click.option(
+    "--recipe",
+    metavar="NAME",
+    help="With --endpoint: the recipe name recorded in the results; with --speculative: the recipe deployed "
+    "(default: the inventory's default_recipe).",
+)
 @click.option(
     "--topology",
     type=click.Choice(["solo", "cluster", "2xsolo", "replicas"]),
-    help="With --endpoint: the topology recorded in the results.",
+    help="With --endpoint: the topology recorded in the results; with --speculative: the topology deployed.",
 )
 @click.option("--backend", metavar="NAME", help="With --endpoint: the cluster backend recorded (ray, ...).")
 @click.option(
@@ -131,6 +136,28 @@ def _common_bench_options(f):
     help="With --endpoint: label the figures SIMULATED "
     "even though the engine does not say so itself (vllm-sim does: its X-Simulated-By header is read).",
 )
+@click.option(
+    "--prompts",
+    metavar="FILE",
+    help="With --speculative: your own prompts, a JSONL of chat requests "
+    '({"messages": [...], "max_tokens": N} a line), run at every --concurrency level.',
+)
+@click.option(
+    "--speculative",
+    metavar="LIST",
+    help="Speculative decoding A/B: off,eagle3:3,ngram:4,... (METHOD[:TOKENS], vLLM's method names). Each "
+    "setting is deployed in turn with `up` (the recipe with --set speculative...), your --prompts run against "
+    "it; the report gives decode t/s, TTFT, draft acceptance and the ratio to off, and the setting to use per "
+    "concurrency band.",
+)
+@click.option(
+    "--write-recipe",
+    "write_recipe_dir",
+    metavar="DIR",
+    help="With --speculative: write the recipe with the winner (at the lowest level) as its topology's "
+    "override into DIR (your --recipes-dir).",
+)
+@recipes_dir_option
 @json_option
 @click.pass_context
 def bench(
@@ -152,6 +179,10 @@ def bench(
     backend,
     routing,
     mark_simulated,
+    prompts,
+    speculative,
+    write_recipe_dir,
+    recipes_dir,
     as_json,
 ):
     """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
@@ -164,6 +195,11 @@ def bench(
       sparkdeploy bench sweep --recipe NAME --topologies cluster,replicas,2xsolo -i FOUR_NODES.yaml
                        (four nodes: cluster TP=4, replicas of TP=2, one engine per node)
       sparkdeploy bench report DIR...
+
+    \b
+    Speculative decoding chosen on your own traffic (docs/speculative.md):
+      sparkdeploy bench --recipe openai-gpt-oss-120b-eagle3 --prompts mine.jsonl \\
+          --speculative off,eagle3:3,eagle3:5,ngram:4 --concurrency 1,4,16 [--write-recipe my-recipes/]
     """
     if ctx.invoked_subcommand:
         given = [
@@ -179,10 +215,35 @@ def bench(
                 f"`{ctx.invoked_subcommand}`, not before it"
             )
         return
+    if speculative or prompts or write_recipe_dir:
+        if endpoint or not (speculative and prompts):
+            raise ConfigError(
+                Problem(
+                    "bench",
+                    "--speculative",
+                    "the A/B needs --speculative LIST and --prompts FILE, and deploys each setting itself (no "
+                    "--endpoint)",
+                    "e.g. sparkdeploy bench --prompts mine.jsonl --speculative off,ngram:4 --concurrency 1,8",
+                )
+            )
+        _speculative_ab(
+            inventory,
+            recipe,
+            topology,
+            recipes_dir,
+            prompts,
+            speculative,
+            concurrency,
+            timeout,
+            write_recipe_dir,
+            as_json,
+        )
+        return
     from sparkdeploy.bench.benchy import run_cell
     from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint, engine_version, url_endpoint
     from sparkdeploy.bench.report import figures_line
     from sparkdeploy.bench.sweep import parse_levels
+    from sparkdeploy.recipes.speculative import SpecCounters, describe_acceptance
     from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
     levels = parse_levels(concurrency)
@@ -231,8 +292,10 @@ def bench(
                 ep, settings, c, out, on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t)
             )
             results.append(r)
+            drafted = r.metadata.get("speculative")
+            draft = f", draft {describe_acceptance(SpecCounters.of(drafted))}" if drafted else ""
             console.print(
-                f"c{c}: {figures_line(r.metrics, is_simulated(r.metadata))} -> {r.path}",
+                f"c{c}: {figures_line(r.metrics, is_simulated(r.metadata))}{draft} -> {r.path}",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -251,6 +314,7 @@ def bench(
                         "file": str(r.path),
                         "metrics": {k: v.to_json() for k, v in r.metrics.items()},
                         "failed_requests": r.errors,
+                        "speculative": r.metadata.get("speculative"),
                     }
                     for r in results
                 ],
@@ -259,6 +323,69 @@ def bench(
     failed = sum(r.errors for r in results)
     if failed:
         raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
+
+
+def _speculative_ab(
+    inventory, recipe, topology, recipes_dir, prompts_file, speculative, concurrency, timeout, write_dir, as_json
+):
+    """`bench --speculative`: deploy each setting, run the owner's prompts, report and recommend."""
+    from rich.console import Console
+
+    from sparkdeploy.bench import speculative_ab as ab
+    from sparkdeploy.bench.deploy_link import Deployer
+    from sparkdeploy.bench.sweep import parse_levels
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.recipes.recipe import recipe_path, resolve
+    from sparkdeploy.simulated import LABEL, NOTE
+    from sparkdeploy.topologies.context import recipe_name_for
+
+    settings = ab.parse_settings(speculative)
+    levels = parse_levels(concurrency)
+    prompts = ab.load_prompts(prompts_file)
+    name = recipe_name_for(load_inventory(inventory), recipe)
+    resolved = resolve(name, topology, recipes_dir=recipes_dir)
+    topo = resolved.topology
+    base = resolved.recipe.speculative.model_dump() if resolved.recipe.speculative else None
+    console = Console(stderr=True, highlight=False)
+
+    def say(msg: str) -> None:
+        console.print(msg, markup=False, soft_wrap=True)
+
+    def deploy(s):
+        say(f"{s.text}: up {name} -t {topo} " + " ".join(f"--set {x}" for x in s.sets(base)))
+        return Deployer(inventory, name, recipes_dir, None, s.sets(base))(topo, None)
+
+    result = ab.run_ab(name, topo, settings, levels, prompts, deploy, float(timeout), say)
+    if result.simulated:
+        say(f"{LABEL}: {NOTE}")
+    written = None
+    bands = result.recommend()
+    if write_dir and bands:
+        winner = next(s for s in settings if s.text == bands[0].setting)
+        spec = ab.winner_spec(name, topo, winner, recipes_dir)
+        note = (
+            f"{name} with speculative decoding chosen by `sparkdeploy bench --speculative {speculative}` on "
+            f"{prompts_file} ({'SIMULATED engine' if result.simulated else 'measured'}): {winner.text} at "
+            f"c{bands[0].text.removeprefix('c')}, x{bands[0].ratio:.2f} of off (overrides.{topo}.speculative)"
+        )
+        written = ab.write_recipe(recipe_path(name, recipes_dir), topo, spec, Path(write_dir), note)
+    if as_json:
+        emit_json({**result.to_json(), "written": str(written) if written else None})
+    else:
+        for s in settings:
+            if s.text in result.failed:
+                click.echo(f"{s.text}: not run: {result.failed[s.text]}")
+                continue
+            for c, level in result.rows.get(s.text, {}).items():
+                click.echo(f"{s.text:>12} c{c}: {ab.describe_level(level, result.ratio(s.text, c))}")
+        for b in bands:
+            click.echo(
+                f"use {b.setting} at {b.text} (x{b.ratio:.2f} of off)" + (f" {LABEL}" if result.simulated else "")
+            )
+        if written:
+            click.echo(f"wrote {written} (its overrides.{topo}.speculative is the winner at {bands[0].text})")
+    if any(level.failed for row in result.rows.values() for level in row.values()) or result.failed:
+        raise StepFailed("a setting or requests failed: see the lines above")
 
 
 @bench.command("sweep")

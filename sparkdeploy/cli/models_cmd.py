@@ -52,14 +52,18 @@ class RichProgress:
 
 
 def resolve_target(arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None):
-    """RECIPE|MODEL -> (ModelRef, engine image tag, inventory, secrets)."""
-    from sparkdeploy.models.ops import model_ref
+    """RECIPE|MODEL -> ([the model, its speculative draft], the deployment, the inventory)."""
+    from sparkdeploy.models.ops import model_ref, recipe_refs
     from sparkdeploy.recipes.recipe import recipe_files
     from sparkdeploy.topologies.context import load_deployment
 
     if arg in recipe_files(recipes_dir):
         dep = load_deployment(inventory, arg, recipes_dir=recipes_dir)
-        return model_ref(dep.recipe.recipe.model, revision), dep, dep.inventory
+        r = dep.recipe.recipe
+        model_ref(r.model, revision)  # a model that is no hub id: said here, as before
+        spec = r.speculative
+        refs = recipe_refs(r.model, spec.model if spec else None, spec.revision if spec else None, revision)
+        return refs, dep, dep.inventory
     ref = model_ref(arg, revision)
     try:
         dep = load_deployment(inventory, None, recipes_dir=recipes_dir)
@@ -72,7 +76,7 @@ def resolve_target(arg: str, revision: str | None, inventory: str | None, recipe
                 "name a recipe instead, or set cluster.default_recipe",
             )
         ) from exc
-    return ref, dep, dep.inventory
+    return [ref], dep, dep.inventory
 
 
 def _ensure_image(dep, node, say) -> None:
@@ -113,7 +117,8 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
     their fabric IPs (node-to-node SSH, host keys checked), in a chain: the download node sends each byte
     once. Every file is verified on every node (sha256 of LFS files, git blob id otherwise); a copy cut
     midway resumes where it stopped; a model counts as complete only once every file verified. Engines then
-    start with HF_HUB_OFFLINE=1.
+    start with HF_HUB_OFFLINE=1. A recipe with a speculative draft (`speculative.model`) gets its draft too,
+    pulled the same way after the model (--revision is the model's; the draft's is speculative.revision).
 
     \b
     Examples:
@@ -124,7 +129,7 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
     from sparkdeploy.models.pull import Puller
     from sparkdeploy.runtime.remote import NodeConnection
 
-    ref, dep, inv = resolve_target(target, revision, inventory, recipes_dir)
+    refs, dep, inv = resolve_target(target, revision, inventory, recipes_dir)
     source = inv.node(on_node) if on_node else inv.head
     console = Console(stderr=True, highlight=False)
 
@@ -133,37 +138,49 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
             console.print("[dim]models:[/dim] " + escape(msg), soft_wrap=True)
 
     conns = {n.name: NodeConnection(n, inv) for n in inv.nodes}
+    results = []
     try:
         if not dry_run:
             _ensure_image(dep, source, say)
-        if as_json or dry_run:
-            result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, source, inv.nodes, dry_run)
-        else:
-            with RichProgress(console) as bars:
-                result = Puller(inv, conns, dep.secrets, dep.image_tag, bars, say).pull(ref, source, inv.nodes)
+        for ref in refs:  # the model, then its speculative draft: each once from the hub, then over the fabric
+            if as_json or dry_run:
+                result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, source, inv.nodes, dry_run)
+            else:
+                with RichProgress(console) as bars:
+                    result = Puller(inv, conns, dep.secrets, dep.image_tag, bars, say).pull(ref, source, inv.nodes)
+            results.append((ref, result))
+            if not result.ok:
+                break
     finally:
         for c in conns.values():
             c.close()
     if as_json:
-        emit_json(result.as_dict())
+        first = results[0][1].as_dict()
+        if len(refs) > 1:
+            first["drafts"] = [r.as_dict() for _, r in results[1:]]
+        emit_json(first)
     else:
-        click.echo(f"{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
+        for i, (ref, result) in enumerate(results):
+            label = "" if i == 0 else "speculative draft "
+            click.echo(f"{label}{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
+            if dry_run:
+                for line in result.plan:
+                    click.echo("  " + line)
+            for name, r in result.nodes.items():
+                rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
+                via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
+                click.echo(
+                    f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
+                    if r.ok
+                    else f"  {name}: {r.action}: {r.error}"
+                )
         if dry_run:
-            for line in result.plan:
-                click.echo("  " + line)
             click.echo("dry run: nothing was downloaded, copied or changed")
-        for name, r in result.nodes.items():
-            rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
-            via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
-            click.echo(
-                f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
-                if r.ok
-                else f"  {name}: {r.action}: {r.error}"
-            )
-    if not result.ok:
-        for r in result.nodes.values():
-            if not r.ok and not as_json:
-                click.echo(f"error: {r.error}", err=True)
+    if not all(result.ok for _, result in results):
+        for _, result in results:
+            for r in result.nodes.values():
+                if not r.ok and not as_json:
+                    click.echo(f"error: {r.error}", err=True)
         exit_with(1)
 
 

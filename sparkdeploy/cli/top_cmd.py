@@ -35,6 +35,9 @@ def render_table(snapshot: dict, title: str):
     share = bool(snapshot.get("request_share"))
     if share:
         columns.append("proxy share")
+    drafting = any(e.get("spec_decode") for e in snapshot["engines"])
+    if drafting:  # speculative decoding: the engine's own acceptance counters (recipes/speculative.py)
+        columns += ["draft accepted", "tokens/step"]
     for col in columns:
         table.add_column(col, justify="left" if col in ("node", "engine") else "right")
     for e in snapshot["engines"]:
@@ -59,6 +62,13 @@ def render_table(snapshot: dict, title: str):
         ]
         if share:
             row.append(f"{e.get('request_share', 0.0) * 100:.0f}%")
+        if drafting:
+            spec = e.get("spec_decode") or {}
+            rate = spec.get("acceptance_rate")
+            row += [
+                _num(rate, ".0f", 100) + ("%" if rate is not None else ""),
+                _num(spec.get("accepted_tokens_per_step"), ".2f"),
+            ]
         table.add_row(*row, style="yellow" if e.get("error") else "")
     if not snapshot["engines"]:
         table.add_row("-", "(no running engine)", *["" for _ in columns[2:]])
@@ -69,6 +79,8 @@ def _caption(snapshot: dict) -> str:
     bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
     over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
     parts = [f"tokens/s over the last interval; TTFT {over}"]
+    if any(e.get("spec_decode") for e in snapshot["engines"]):
+        parts.append(f"draft acceptance {over}")
     basis = snapshot.get("request_share_basis")
     if basis:
         parts.append(f"proxy share over {snapshot['window_s']:g} s" if basis == "window" else f"proxy share {basis}")

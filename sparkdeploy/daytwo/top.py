@@ -6,6 +6,8 @@ PrometheusStatLogger writes them; the lab's simulator serves the same):
   vllm:num_requests_running / vllm:num_requests_waiting / vllm:kv_cache_usage_perc   gauges
   vllm:prompt_tokens_total / vllm:generation_tokens_total                           counters -> tokens/s
   vllm:time_to_first_token_seconds                                                   histogram -> p50/p95
+  vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens (_total)   counters -> draft acceptance
+    (speculative decoding: accepted / drafted tokens, and 1 + accepted / drafts tokens a step; recipes/speculative.py)
 and, for 2xsolo, LiteLLM's `litellm_deployment_total_requests_total` per `model_id` (sparkdeploy names each
 backend's model_info.id after its node): the share of requests each backend received from the proxy.
 Token rates are over the last refresh interval; TTFT quantiles and request shares over the window (default
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
 
@@ -109,6 +112,7 @@ class Sample:
     ttft: list[tuple[float, float]] = field(default_factory=list)
     requests: dict[str, float] = field(default_factory=dict)  # proxy: backend id -> requests sent
     simulated: bool = False  # the engine's /metrics carries vllm-sim's marker (sparkdeploy.simulated)
+    spec: SpecCounters | None = None  # speculative decoding's counters (None: the engine drafts nothing)
 
 
 def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TIMEOUT_S) -> Sample:
@@ -142,6 +146,7 @@ def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TI
         generation=_sum(m, "vllm:generation_tokens_total"),
         ttft=_buckets(m, "vllm:time_to_first_token_seconds"),
         simulated=metrics_say_simulated(m),
+        spec=read_counters(m),
     )
 
 
@@ -229,6 +234,11 @@ class Monitor:
                 basis = "window" if first is not last else "since the engine started"
                 if self.since_start:
                     ttft, basis = list(last.ttft), "since the engine started"
+                spec = None
+                if last.spec is not None:  # over the window, as TTFT (since the start with --once or no traffic)
+                    spec = last.spec if self.since_start or first is last else last.spec.since(first.spec)  # type: ignore[union-attr]  # a newest sample means an oldest one
+                    if not spec.draft_tokens:
+                        spec = last.spec
                 row.update(
                     {
                         "simulated": last.simulated,
@@ -241,6 +251,7 @@ class Monitor:
                         "ttft_p95_s": quantile(0.95, ttft),
                         "ttft_requests": ttft[-1][1] if ttft else 0,
                         "ttft_basis": basis,
+                        "spec_decode": spec.as_dict() if spec is not None else None,
                     }
                 )
             if share:

@@ -43,6 +43,9 @@ def _disk_rows(run: CheckContext, f: NodeFacts) -> list[tuple[str, float, float,
     """(where, fail below GiB, warn below GiB, why) for each place a deployment writes to."""
     dep = run.deployment
     weights = dep.recipe.recipe.weights_gb if dep else None
+    spec = dep.recipe.recipe.speculative if dep else None
+    if weights and spec and spec.model and spec.weights_gb:  # the draft is pulled with the model (issue 39)
+        weights += spec.weights_gb
     need_hf, why = float(MIN_FREE_DISK_GIB), "the model is in the cache"
     if run.simulated_image:
         why = "simulated image: no weights are downloaded"

@@ -45,6 +45,27 @@ def model_ref(repo: str, revision: str | None, source: str = "--revision") -> Mo
     return ModelRef(repo, rev)
 
 
+def recipe_refs(
+    model: str, draft: str | None, draft_revision: str | None, revision: str | None = None
+) -> list[ModelRef]:
+    """What a recipe needs in the HF cache: its model, then its speculative draft (issue 39: the draft is part of
+    the model; pulled, checked and counted with it). A name that is no hub id (a local path) has nothing to pull;
+    a draft that is the model itself (mtp from the model's own layers) is not counted twice."""
+    refs = []
+    for repo, rev, source in ((model, revision, "--revision"), (draft, draft_revision, "speculative.revision")):
+        if not repo:
+            continue
+        try:
+            ref = model_ref(repo, rev, source)
+        except ConfigError:
+            if REPO_RE.fullmatch(repo) and ".." not in repo:
+                raise  # a hub id with a bad revision: the revision's problem
+            continue
+        if ref not in refs:
+            refs.append(ref)
+    return refs
+
+
 def folder(repo: str) -> str:
     """The hub cache's folder name of a model (models--ORG--NAME)."""
     return "models--" + repo.replace("/", "--")
@@ -115,6 +136,13 @@ def pull_command(ref: ModelRef, inventory_arg: str | None) -> str:
     if inventory_arg:
         argv += ["--inventory", inventory_arg]
     return shlex.join(argv)
+
+
+def recipe_pull_command(recipe: str, inventory_arg: str | None) -> str:
+    """`models pull RECIPE`: the recipe's model and its speculative draft."""
+    return shlex.join(
+        ["sparkdeploy", "models", "pull", recipe, *(["--inventory", inventory_arg] if inventory_arg else [])]
+    )
 
 
 def engine_nodes_text(nodes: list[Node]) -> str:

@@ -1,7 +1,8 @@
 """The model check `up` runs before starting any container: the recipe's model complete on every engine node.
 
-Engines start with HF_HUB_OFFLINE=1, so a node without the model would fail to serve instead of downloading
-on its own: `up` fails preflight naming the node and the `models pull` command that fixes it, or pulls with
+Engines start with HF_HUB_OFFLINE=1, so a node without the model, or without its speculative draft (a recipe's
+`speculative.model`: part of the model, docs/speculative.md), would fail to serve instead of downloading on its
+own: `up` fails preflight naming the node and the `models pull` command that fixes it, or pulls with
 `--pull-model`. A simulated engine (the lab's vllm-sim) reads no weights: there a model absent from every
 engine node passes (the demo recipes name models the lab hub does not serve); a copy that is present but
 incomplete or corrupt still fails, as it would on real Sparks.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
-from sparkdeploy.models.ops import model_ref, pull_command
+from sparkdeploy.models.ops import ModelRef, model_ref, pull_command, recipe_pull_command, recipe_refs
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -27,20 +28,39 @@ def model_of(dep: Deployment):
         return None  # a local path or another non-hub name: nothing to pull or verify
 
 
-def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
-    ref = model_of(dep)
-    nodes = engine_nodes(dep)
-    if ref is None or not nodes:
+def refs_of(dep: Deployment) -> list[ModelRef]:
+    """The model and its speculative draft, each a hub id (a local path: nothing to pull or verify)."""
+    r = dep.recipe.recipe
+    spec = r.speculative
+    try:
+        return recipe_refs(r.model, spec.model if spec else None, spec.revision if spec else None)
+    except ConfigError:
         return []
-    found = presence(conns, nodes, dep.inventory.cluster.hf_cache, ref)
-    if simulated and all(p.state == "absent" for p in found):
-        return [_row(p.node, ok(f"{ref}: not here; the simulated engine reads no weights")) for p in found]
+
+
+def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
+    nodes = engine_nodes(dep)
+    refs = refs_of(dep)
+    if not refs or not nodes:
+        return []
     inv_arg = str(dep.inventory.path) if dep.inventory.path else None
-    fix = f"{pull_command(ref, inv_arg)} (or run up with --pull-model)"
-    expected = "the model complete in the node's HF cache"
-    return [
-        _row(p.node, ok(p.detail, expected) if p.state == "complete" else fail(p.detail, expected, fix)) for p in found
-    ]
+    recipe_arg = dep.recipe.name
+    rows: list[Result] = []
+    for i, ref in enumerate(refs):
+        what = "the model" if i == 0 else "the speculative draft"
+        found = presence(conns, nodes, dep.inventory.cluster.hf_cache, ref)
+        if simulated and all(p.state == "absent" for p in found):
+            rows += [_row(p.node, ok(f"{ref}: not here; the simulated engine reads no weights")) for p in found]
+            continue
+        # the draft comes with its recipe's pull: `models pull RECIPE` fetches the model and the draft
+        pull = pull_command(ref, inv_arg) if i == 0 else recipe_pull_command(recipe_arg, inv_arg)
+        fix = f"{pull} (or run up with --pull-model)"
+        expected = f"{what} complete in the node's HF cache"
+        rows += [
+            _row(p.node, ok(p.detail, expected) if p.state == "complete" else fail(p.detail, expected, fix))
+            for p in found
+        ]
+    return rows
 
 
 def _row(node: str, r: Result) -> Result:
@@ -53,10 +73,10 @@ def pull(dep: Deployment, conns, say) -> None:
     """`up --pull-model`: the pull, from the head to every engine node."""
     from sparkdeploy.models.pull import Puller  # models.pull: ~8 ms that every `up` without --pull-model skips
 
-    ref = model_of(dep)
     inv = dep.inventory
-    result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, inv.head, engine_nodes(dep))
-    failed = [r for r in result.nodes.values() if not r.ok]
-    if failed:
-        raise StepFailed("; ".join(r.error or f"{r.node}: {r.action}" for r in failed))
-    say(f"model {ref} ready on " + ", ".join(result.nodes))
+    for ref in refs_of(dep):  # the model, then its speculative draft: each downloaded once, copied over the fabric
+        result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, inv.head, engine_nodes(dep))
+        failed = [r for r in result.nodes.values() if not r.ok]
+        if failed:
+            raise StepFailed("; ".join(r.error or f"{r.node}: {r.action}" for r in failed))
+        say(f"model {ref} ready on " + ", ".join(result.nodes))

@@ -13,10 +13,14 @@ reserve. So:
   otherwise vLLM still starts and queues/preempts (a note, not a failure).
 
 Every figure is in bytes. Where each comes from (docs/memory-budget.md):
-- weights: the recipe's weights_gb (GB, 10^9 bytes) / the number of nodes the engine spans;
+- weights: the recipe's weights_gb (GB, 10^9 bytes) / the number of nodes the engine spans, plus a speculative
+  draft's `speculative.weights_gb` / its tensor parallel size (vLLM's draft_tensor_parallel_size, by default the
+  engine's): the draft is loaded into the same pool (docs/speculative.md);
 - KV bytes per token and node: 2 (K and V) x kv_layers x max(1, kv_heads / engine size) x head_dim x dtype
   bytes (kv_cache_dtype fp8*: 1, otherwise 2), from the recipe's architecture (its config.json); a recipe
-  without architecture facts gets no KV figure and the budget says it is an estimate without one;
+  without architecture facts gets no KV figure and the budget says it is an estimate without one; a speculative
+  draft adds its own KV per token the same way (its `speculative.architecture`), and mtp drafting from the
+  model's own `architecture.mtp_layers` adds those layers' KV;
 - max_num_seqs: the recipe's, else vLLM's default 256;
 - the compile/activation peak: PEAK_BYTES, a constant estimate (see its comment);
 - the OS reserve: OS_RESERVE_BYTES;
@@ -31,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkdeploy.recipes.recipe import Recipe
+from sparkdeploy.recipes.recipe import Architecture, Recipe
 
 if TYPE_CHECKING:  # annotations only: the facts package pulls in SSH (paramiko), which a dry run from a wheel lacks
     from sparkdeploy.facts import NodeFacts
@@ -71,6 +75,8 @@ class Budget:
     os_reserve: int = OS_RESERVE_BYTES
     simulated: bool = False
     notes: list[str] = field(default_factory=list)
+    draft_weights: int = 0  # the speculative draft's share, included in weights
+    draft_kv_per_token: int = 0  # the draft's (or MTP layers') KV a token, included in kv_per_token
 
     @property
     def reserve(self) -> int:
@@ -189,6 +195,8 @@ class Budget:
             "fits": self.fits,
             "estimated": self.estimated,
             "suggestion": self.suggestion,
+            "draft_weights_bytes": self.draft_weights,
+            "draft_kv_bytes_per_token": self.draft_kv_per_token,
             "notes": self.notes,
         }
 
@@ -203,6 +211,40 @@ def kv_bytes_per_token(recipe: Recipe, engine_size: int) -> int | None:
     layers = arch.kv_layers or arch.layers
     heads = max(1.0, arch.kv_heads / max(1, engine_size))
     return int(2 * layers * heads * arch.head_dim * kv_dtype_bytes(recipe.vllm.kv_cache_dtype))
+
+
+def _arch_kv(arch: Architecture | None, layers: int | None, size: int, dtype: str | None) -> int | None:
+    if arch is None or arch.head_dim is None or not layers:
+        return None
+    return int(2 * layers * max(1.0, arch.kv_heads / max(1, size)) * arch.head_dim * kv_dtype_bytes(dtype))
+
+
+def draft_share(recipe: Recipe, engine_size: int) -> tuple[int, int, list[str]]:
+    """(weights bytes, KV bytes a token, notes) of the recipe's speculative draft on one node of the engine."""
+    spec = recipe.speculative
+    if spec is None:
+        return 0, 0, []
+    notes: list[str] = []
+    tp = spec.options.get("draft_tensor_parallel_size")
+    size = tp if isinstance(tp, int) and tp > 0 else engine_size
+    dtype = spec.options.get("kv_cache_dtype") or recipe.vllm.kv_cache_dtype
+    weights = int(spec.weights_gb * 1e9 / max(1, size)) if spec.weights_gb is not None else 0
+    if spec.model:
+        if spec.weights_gb is None:
+            notes.append(f"the speculative draft {spec.model} has no weights_gb: its weights are not counted")
+        arch = spec.architecture
+        kv = _arch_kv(arch, (arch.kv_layers or arch.layers) if arch else None, size, dtype)
+        if kv is None:
+            notes.append(f"the speculative draft {spec.model} has no architecture: its KV cache is not counted")
+        kv = kv or 0
+        what = f"the speculative draft {spec.model}"
+    else:
+        arch = recipe.architecture
+        kv = _arch_kv(arch, arch.mtp_layers if arch else None, size, dtype) or 0
+        what = f"{spec.method} drafting from the model's own MTP layers"
+    if weights or kv:
+        notes.append(f"{what}: {gib(weights)} of weights and {kv / 1024:g} KiB a token of KV counted")
+    return weights, kv, notes
 
 
 def estimate(
@@ -227,6 +269,12 @@ def estimate(
         notes.append("no vllm.max_model_len: vLLM uses the model's own, the KV per sequence is not estimated")
     if v.max_num_seqs is None:
         notes.append(f"max_num_seqs not set: vLLM's default {VLLM_DEFAULT_MAX_NUM_SEQS}")
+    draft_weights, draft_kv, draft_notes = draft_share(recipe, engine_size)
+    notes += draft_notes
+    if weights is not None:
+        weights += draft_weights
+    if kv is not None:
+        kv += draft_kv
     return Budget(
         node=node,
         total=total,
@@ -240,6 +288,8 @@ def estimate(
         max_num_seqs=v.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS,
         simulated=simulated,
         notes=notes,
+        draft_weights=draft_weights,
+        draft_kv_per_token=draft_kv,
     )
 
 

@@ -155,6 +155,9 @@ class Architecture(BaseModel):
     # alternates 128-token windows with full attention; Qwen3.5 mixes linear attention). Unset: every layer.
     kv_layers: Whole | None = Field(default=None, gt=0, le=MAX_ARCH)
     source: str | None = None  # where these figures come from (the model's config.json URL)
+    # Multi-token-prediction layers the checkpoint carries (config.json num_nextn_predict_layers or
+    # mtp_num_hidden_layers): speculative method mtp drafts with them; 0 or unset with an architecture: it cannot.
+    mtp_layers: Whole | None = Field(default=None, ge=0, le=MAX_ARCH)
 
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
@@ -169,6 +172,56 @@ class Architecture(BaseModel):
                 "copy both from the model's config.json (num_attention_heads, num_key_value_heads)",
             )
         return self
+
+
+MAX_SPECULATIVE_TOKENS = 64  # far above the 1 to 8 drafts per step any published recipe uses
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # a Hugging Face branch, tag or commit
+
+
+class SpeculativeSettings(BaseModel):
+    """Speculative decoding (a recipe's `speculative:`): rendered as vLLM's --speculative-config JSON by
+    recipes/speculative.py, which checks the method and options against the pinned vLLM's own SpeculativeConfig.
+    The draft (`model`, its `weights_gb` and `architecture`) is part of the model: pulled with it and counted in
+    the memory budget (docs/speculative.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(description="vLLM's method name: eagle3, mtp, ngram, draft_model, ... (its SpeculativeMethod)")
+    model: str | None = None  # the draft model or EAGLE head (Hugging Face id); none for ngram, suffix, mtp
+    revision: str | None = None  # the draft's revision (branch, tag or commit)
+    num_speculative_tokens: Whole = Field(gt=0, le=MAX_SPECULATIVE_TOKENS)
+    weights_gb: Number | None = Field(default=None, gt=0, le=MAX_WEIGHTS_GB)  # the draft's weights in memory
+    architecture: Architecture | None = None  # the draft's config.json figures: its KV cache in the budget
+    options: dict[str, Any] = Field(default_factory=dict)  # the method's own SpeculativeConfig fields
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        return _plain(v)
+
+    @field_validator("model")
+    @classmethod
+    def _draft_model(cls, v: str | None) -> str | None:
+        if v is not None and (not MODEL_NAME.fullmatch(v) or ".." in v.split("/")):
+            raise ValueError("must be a model name like org/draft-model | fix: check the value")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str | None) -> str | None:
+        if v is not None and (not REVISION.fullmatch(v) or ".." in v):
+            raise ValueError("must be a branch, tag or commit (letters, digits, '._/-') | fix: check the value")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, value in v.items():
+            if not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", str(key)):
+                raise ValueError(f"{key!r} is not an option name | fix: use vLLM's SpeculativeConfig field names")
+            if isinstance(value, str) and (len(value) > 256 or any(ord(c) < 32 for c in value)):
+                raise ValueError(f"{key}: a value is one line of at most 256 characters | fix: check the value")
+        return v
 
 
 class Recipe(BaseModel):
@@ -194,6 +247,7 @@ class Recipe(BaseModel):
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[TopologyName, dict[str, Any]] = Field(default_factory=dict)
     guard: GuardSettings | None = None  # the memory guard's lines for this model, over the inventory's cluster.guard
+    speculative: SpeculativeSettings | None = None  # a draft proposes tokens the model verifies (docs/speculative.md)
 
     @field_validator("image")
     @classmethod

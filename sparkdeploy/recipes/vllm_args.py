@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.recipes import speculative
 from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 
@@ -106,5 +107,6 @@ def serve_args(
         ]
     if dist.headless:
         args.append("--headless")
+    args += speculative.serve_flag(resolved, image, dist.tensor_parallel)
     args += list(v.extra_args)
     return args

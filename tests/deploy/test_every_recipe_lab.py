@@ -45,6 +45,10 @@ DEPLOYED_ELSEWHERE = (
         for t in ("solo", "cluster", "2xsolo")
     }
     | {
+        ("qwen3-coder-30b-ngram", "solo"): "tests/bench/test_speculative_ab_lab.py::"
+        "test_the_ab_deploys_each_setting_and_recommends_on_the_owners_prompts (up per setting, the prompts streamed)"
+    }
+    | {
         ("glm-4.7-flash-int4", t): f"tests/deploy/test_deploy_lab.py::test_up_stream_idempotent_status_down[{case}]"
         for t, case in (("solo", "solo"), ("cluster", "cluster-torchrun"), ("2xsolo", "2xsolo"))
     }

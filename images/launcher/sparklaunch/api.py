@@ -151,6 +151,7 @@ class OpenAIServer:
             latencies=self.driver.latencies,
             cache_info=getattr(self.adapter, "cache_info", None),
             memory_plan=getattr(self.adapter, "memory_plan", None),
+            spec_decode=getattr(self.adapter, "spec_decode", None),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

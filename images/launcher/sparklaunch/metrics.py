@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .protocol import EngineStats
 
@@ -143,6 +144,7 @@ def render(
     latencies: Latencies | None = None,
     cache_info: dict[str, str] | None = None,
     memory_plan: dict[str, int] | None = None,
+    spec_decode: dict[str, Any] | None = None,
 ) -> str:
     base = f'engine="0",model_name="{_label(model_name)}"'
     lines: list[str] = []
@@ -213,6 +215,22 @@ def render(
             "gauge",
             "Information of the LLMEngine CacheConfig" + (" (SIMULATED)" if simulated else ""),
             [(f"vllm:cache_config_info{{{base}{extra}}}", 1)],
+        )
+    if spec_decode is not None:  # vLLM 0.32's SpecDecodingProm (vllm/v1/spec_decode/metrics.py): counters
+        for key, help_ in (
+            ("num_drafts", "Number of spec decoding drafts."),
+            ("num_draft_tokens", "Number of draft tokens."),
+            ("num_accepted_tokens", "Number of accepted tokens."),
+        ):
+            name = f"vllm:spec_decode_{key}"
+            metric(name, "counter", help_, [(f"{name}_total{{{base}}}", spec_decode[key])])
+        name = "vllm:spec_decode_num_accepted_tokens_per_pos"
+        per_pos = spec_decode["num_accepted_tokens_per_pos"]
+        metric(
+            name,
+            "counter",
+            "Accepted tokens per draft position.",
+            [(f'{name}_total{{{base},position="{i}"}}', v) for i, v in enumerate(per_pos)],
         )
     if memory_plan is not None:
         metric(

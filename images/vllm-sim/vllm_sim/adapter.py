@@ -106,5 +106,11 @@ class SimAdapter:
         """The start-up memory plan in bytes (sparklaunch's /metrics, `vllm_sim:memory_plan_bytes`)."""
         return self.engine.plan.memory_plan()
 
+    @property
+    def spec_decode(self) -> dict[str, Any] | None:
+        """vLLM's `vllm:spec_decode_*` counters (sparklaunch's /metrics); None without speculative decoding."""
+        spec = self.engine.speculation
+        return None if spec is None else spec.counters()
+
     def close(self) -> None:
         pass

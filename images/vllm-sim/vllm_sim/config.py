@@ -45,6 +45,7 @@ class ServeConfig:
     dtype: str = "auto"
     trust_remote_code: bool = False
     compilation_config: dict[str, Any] = field(default_factory=dict)
+    speculative_config: dict[str, Any] = field(default_factory=dict)  # SIMULATED drafts (vllm_sim/speculative.py)
     optimization_level: int | None = None
     distributed_executor_backend: str | None = None
     nnodes: int = 1
@@ -126,6 +127,7 @@ def from_namespace(ns: argparse.Namespace, env: dict[str, str] | None = None) ->
         dtype=get("dtype", "auto"),
         trust_remote_code=bool(get("trust_remote_code", False)),
         compilation_config=dict(get("compilation_config") or {}),
+        speculative_config=dict(get("speculative_config") or {}),
         optimization_level=get("optimization_level"),
         distributed_executor_backend=get("distributed_executor_backend"),
         nnodes=get("nnodes", 1),

@@ -9,13 +9,14 @@ the same decisions, which is what lets ranks run in lockstep like vLLM's externa
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparklaunch.protocol import Delta, EngineStats, GenRequest
 
 from .catalog import Catalog, Hardware, ModelProfile, default_catalog
 from .config import GIB, ConfigError, ServeConfig
 from .scheduler import BLOCK_SIZE, Scheduler, SchedulerLimits, Seq
+from .speculative import Speculation
 from .textgen import Output, TextGen
 from .timing import ExecConfig, StepCostModel, StepShape
 from .tokenizer import SimTokenizer, default_tokenizer
@@ -227,6 +228,17 @@ class SimEngine:
             )
         )
         self._reqs: dict[str, _Req] = {}
+        try:
+            self.speculation = Speculation.from_config(cfg.speculative_config)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"--speculative-config: {e}") from None
+        if self.speculation is not None:
+            log.info(
+                "speculative decoding SIMULATED: method %s, %d tokens (acceptance modelled from each prompt's "
+                "repetition; no draft runs)",
+                self.speculation.method,
+                self.speculation.k,
+            )
         self.steps = 0
         self.last_shape = StepShape()
 
@@ -247,11 +259,15 @@ class SimEngine:
             bool(req.sampling.get("include_stop_str_in_output")),
         )
         self._reqs[req.request_id] = _Req(req, seq, out)
+        if self.speculation is not None:
+            self.speculation.add(req.request_id, req.prompt_token_ids)
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> None:
         if self._reqs.pop(request_id, None) is not None:
             self.scheduler.abort(request_id)
+            if self.speculation is not None:
+                self.speculation.drop(request_id)
 
     def has_unfinished(self) -> bool:
         return bool(self._reqs)
@@ -275,6 +291,12 @@ class SimEngine:
         if not batch.items:
             return [], 0.0
         seconds = self.cost.step_seconds(batch.shape)
+        spec = self.speculation
+        if spec is not None and batch.shape.prefill_tokens == 0 and batch.shape.decode_seqs:
+            # verify k drafts beside each decode, draft them, and spread the step over the tokens it yields
+            decoding = [item.seq.request_id for item in batch.items if item.samples]
+            verify = replace(batch.shape, verify_tokens=spec.verify_tokens(decoding))
+            seconds = (self.cost.step_seconds(verify) + spec.draft_seconds(seconds)) / spec.step(decoding)
         self.last_shape = batch.shape
         self.steps += 1
         deltas: list[Delta] = []
@@ -299,4 +321,6 @@ class SimEngine:
             if done:
                 self.scheduler.finish(seq)
                 del self._reqs[seq.request_id]
+                if spec is not None:
+                    spec.drop(seq.request_id)
         return deltas, seconds

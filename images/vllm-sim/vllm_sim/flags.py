@@ -75,6 +75,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
     "max_num_batched_tokens": human_readable_int,
     "max_model_len": max_model_len,
     "compilation_config": json_object,
+    "speculative_config": json_object,
     "optimization_level": optimization_level,
 }
 TYPE_NAMES = {

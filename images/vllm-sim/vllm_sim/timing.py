@@ -48,10 +48,11 @@ class StepShape:
     prefill_tokens: int = 0
     prefill_attention: float = 0.0  # sum over prefill chunks of chunk x mean attended length
     num_seqs: int = 0
+    verify_tokens: int = 0  # speculative decoding: the drafted tokens the target verifies beside each decode
 
     @property
     def tokens(self) -> int:
-        return self.decode_seqs + self.prefill_tokens
+        return self.decode_seqs + self.prefill_tokens + self.verify_tokens
 
 
 @lru_cache(maxsize=65536)
