@@ -13,7 +13,6 @@ the shipped example checks against a real Spark's or the lab's answers without a
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import testinfra.backend
 import testinfra.host
 from testinfra.backend.base import BaseBackend, CommandResult
 
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.runtime.remote import NodeConnection
 
 NAME = "sparkdeploy"
@@ -120,5 +120,6 @@ def host_for(conn: NodeConnection) -> testinfra.host.Host:
 
 
 def load_recording(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
+    """A recording (testinfra_node --record) read through the one door (config/userfile.py)."""
+    data: dict[str, Any] = load_json_file(path, "testinfra recording", "record it again with --record")
     return data

@@ -9,7 +9,6 @@ or has no tests. A failed or broken test fails doctor (exit 1); doctor's default
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any
 
 from sparkdeploy.checks import FAIL, PASS, SKIP, Result, fail
 from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.paths import PACKAGE_DIR
 
@@ -85,7 +85,7 @@ def node_tests(run: DoctorRun, node: Node) -> list[Result]:
         if not out.exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
             return [fail(f"the test runner stopped (exit {proc.returncode}): {tail}", "", "rerun with --only tests")]
-        written = json.loads(out.read_text())
+        written = load_json_file(out, "the test runner's result", "rerun with --only tests")
     rows: list[dict[str, Any]] = written["rows"]
     if not rows and written.get("pytest_exit") not in (0, 5):  # 5: nothing collected
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])

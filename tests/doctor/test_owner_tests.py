@@ -138,3 +138,16 @@ def test_the_default_run_does_not_import_testinfra_or_pytest():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_inventorys_doctor_tests_are_relative_to_it_and_tests_given_win(write_inventory, tmp_path):
+    from sparkdeploy.config.inventory import load_inventory
+
+    path = write_inventory()
+    (path.parent / "my_checks").mkdir()
+    path.write_text(path.read_text().replace("cluster:\n", "cluster:\n  doctor_tests: [my_checks, '@spark']\n", 1))
+    inv = load_inventory(str(path))
+    assert testinfra_run.resolve_paths((), inv) == (str(path.parent / "my_checks"), str(testinfra_run.SHIPPED_DIR))
+    given = tmp_path / "other.py"
+    given.write_text("def test_x(host):\n    pass\n")
+    assert testinfra_run.resolve_paths((str(given),), inv) == (str(given),)

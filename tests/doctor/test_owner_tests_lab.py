@@ -47,6 +47,14 @@ def test_the_shipped_examples_pass_on_both_lab_nodes(lab, cli):
         assert got["test_docker.py::test_engine_runs"]["simulated"] is False
 
 
+def test_the_inventorys_doctor_tests_run_without_the_option(lab, cli, derived_inventory):
+    path = derived_inventory(lambda d: d["cluster"].update(doctor_tests=["@spark"]))
+    code, report, _ = doctor(cli, path, "--only", "tests")
+    assert code == 0, show(report)
+    got = {check for (check, node) in rows(report) if node == "spark2" and check.startswith("tests:")}
+    assert got == {"tests:" + t for t in EXAMPLES}
+
+
 def test_a_drifted_node_fails_with_the_assertion_text_and_exit_1(lab, cli):
     spark2 = lab.nodes[1]
     lab.docker_exec(spark2, "ip", "link", "set", "enp1s0f1np1", "mtu", "1500")
