@@ -52,7 +52,7 @@ def _size(text: str | None) -> int | None:
     multiple=True,
     metavar="PATH",
     help="Also run your own testinfra modules (a file or a folder; repeatable) on every node, with testinfra's "
-    "`host` fixture over sparkdeploy's SSH (pinned host keys, sudo -n) and the fixtures `node` and `cluster`; "
+    "`host` fixture over sparkdeploy's SSH (pinned host keys, sudo -n python3) and the fixtures `node` and `cluster`; "
     "one row per test. @spark runs the shipped example checks of a DGX Spark. The inventory's "
     "cluster.doctor_tests adds them to every run.",
 )

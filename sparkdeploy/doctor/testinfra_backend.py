@@ -27,6 +27,7 @@ from sparkdeploy.runtime.remote import NodeConnection
 NAME = "sparkdeploy"
 COMMAND_TIMEOUT_S = 60.0
 SIMULATED = "SIMULATED"
+SUDO_SH = 'import os, sys; os.execv("/bin/sh", ["sh", "-c", sys.argv[1]])'  # python3 -c SUDO_SH COMMAND
 
 # Where the backend finds its connection (or recording) by node name: testinfra builds backends from a host spec
 # string (`sparkdeploy://spark1`), so the objects are handed over here, keyed by that name.
@@ -49,10 +50,11 @@ class _Backend(BaseBackend):
         MADE.append(self)
 
     def get_sudo_command(self, command: str, sudo_user: str | None) -> str:
-        # `sudo -n`: sparkdeploy never types a password (dayzero/sudo_needs.py); a prompt fails, never hangs.
+        # As sparkdeploy runs sudo: `sudo -n` (no password typed: a prompt fails at once, never hangs) of python3, the
+        # one program `setup ssh` asks a node to grant (dayzero/sudo_needs.py), which runs the command with sh.
         if sudo_user is None:
-            return self.quote("sudo -n /bin/sh -c %s", command)
-        return self.quote("sudo -n -u %s /bin/sh -c %s", sudo_user, command)
+            return self.quote("sudo -n python3 -c %s %s", SUDO_SH, command)
+        return self.quote("sudo -n -u %s python3 -c %s %s", sudo_user, SUDO_SH, command)
 
     def note(self, stdout: str, stderr: str) -> None:
         for line in (stdout + "\n" + stderr).splitlines():

@@ -109,12 +109,16 @@ def test_a_module_that_does_not_import_or_has_no_tests_is_one_line(tmp_path):
     assert testinfra_run._row(rows["test_broken.py"]).status == "fail"
 
 
-def test_sudo_is_sudo_n_as_sparkdeploy_runs_it():
+def test_sudo_is_sudo_n_of_python3_as_sparkdeploy_runs_it():
     register("spark-x", {"commands": {}})
     backend = RecordedBackend("spark-x", sudo=True)
-    assert backend.get_command("id -u") == "sudo -n /bin/sh -c 'id -u'"
+    wrapper = """'import os, sys; os.execv("/bin/sh", ["sh", "-c", sys.argv[1]])'"""
+    assert backend.get_command("id -u") == f"sudo -n python3 -c {wrapper} 'id -u'"
     backend.sudo_user = "root"
-    assert backend.get_command("id -u") == "sudo -n -u root /bin/sh -c 'id -u'"
+    assert backend.get_command("id -u") == f"sudo -n -u root python3 -c {wrapper} 'id -u'"
+    # what sh runs is the command itself
+    argv = [sys.executable, "-c", 'import os, sys; os.execv("/bin/sh", ["sh", "-c", sys.argv[1]])', "echo $((6 * 7))"]
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "42\n"
 
 
 def test_a_tests_path_that_is_not_there_is_bad_input(cli, inventory_file, tmp_path):
