@@ -32,6 +32,8 @@ def test_wheel_carries_recipes_templates_and_images(tmp_path):
     assert "sparkdeploy/data/templates/container-run.sh.j2" in names
     assert any(n.startswith("sparkdeploy/data/images/") and n.endswith("manifest.yaml") for n in names)
     assert not any("/wheels/" in n for n in names)
+    # doctor --tests @spark: the shipped example checks
+    assert {"sparkdeploy/doctor/spark_checks/test_fabric.py", "sparkdeploy/doctor/spark_checks/README.md"} <= set(names)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)

@@ -46,6 +46,16 @@ def _size(text: str | None) -> int | None:
     "all-reduce or enforce eager.",
 )
 @click.option("--nccl-max-bytes", default=None, metavar="SIZE", help="Largest probe message (default 256M; lab 64M).")
+@click.option(
+    "--tests",
+    "tests",
+    multiple=True,
+    metavar="PATH",
+    help="Also run your own testinfra modules (a file or a folder; repeatable) on every node, with testinfra's "
+    "`host` fixture over sparkdeploy's SSH (pinned host keys, sudo -n python3) and the fixtures `node` and `cluster`; "
+    "one row per test. @spark runs the shipped example checks of a DGX Spark. The inventory's "
+    "cluster.doctor_tests adds them to every run.",
+)
 @click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
 @click.option(
     "--deployment",
@@ -55,13 +65,25 @@ def _size(text: str | None) -> int | None:
 )
 @json_option
 def doctor(
-    inventory, recipe, topology, recipes_dir, only, strict, nccl, nccl_max_bytes, list_checks, deployment, as_json
+    inventory,
+    recipe,
+    topology,
+    recipes_dir,
+    only,
+    strict,
+    nccl,
+    nccl_max_bytes,
+    tests,
+    list_checks,
+    deployment,
+    as_json,
 ):
     """Check every node: access, Docker, GPU, image, fabric link, RoCE, and a running topology's endpoints.
 
     \b
     Checks run in parallel over one SSH connection per node (host keys checked). Each row says what was
-    measured, what was expected and, when it is not a pass, a one-line fix.
+    measured, what was expected and, when it is not a pass, a one-line fix. Your own checks: --tests PATH
+    (testinfra modules; docs/doctor-tests.md), e.g. doctor --tests @spark.
     Exit codes: 0 every check passed (warnings allowed unless --strict), 1 a check failed,
     2 the inventory (or an option) is invalid: the report shows each problem with its fix.
     """
@@ -90,6 +112,7 @@ def doctor(
         nccl_max_bytes=_size(nccl_max_bytes),
         strict=strict,
         deployment=deployment,
+        tests=tuple(tests),
     )
     with _lock_for_nccl(inventory, nccl):
         report = run_doctor(inventory, options, tuple(only), recipes_dir)

@@ -188,6 +188,9 @@ class ClusterSettings(BaseModel):
     fabric: Literal["direct", "switch", "mesh", "ring"] | None = None
     mesh_subnet: str = fabric_mesh.DEFAULT_SUBNET
     guard: GuardSettings = Field(default_factory=GuardSettings)  # the memory guard's lines (sparkdeploy/guard)
+    # The owner's testinfra modules every `doctor` run includes (as with --tests): files or folders on this machine,
+    # relative to the inventory file; `@spark` names the shipped example checks (sparkdeploy/doctor/spark_checks).
+    doctor_tests: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("state_dir")
     @classmethod
@@ -213,6 +216,13 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _plain_text(cls, v: str | None) -> str | None:
         return _one_line(v)
+
+    @field_validator("doctor_tests")
+    @classmethod
+    def _doctor_tests(cls, v: list[str]) -> list[str]:
+        for item in v:
+            _one_line(item)
+        return v
 
     @field_validator("hf_cache")
     @classmethod

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sparkdeploy.config.inventory import Node, load_inventory
 from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.errors import ConfigError
@@ -15,6 +17,7 @@ from sparkdeploy.topologies import running_stack as stack
 from .doctor_run import DoctorRun, Options
 from .registry import CHECKS
 from .runner import Report, execute, select
+from .testinfra_run import resolve_paths
 
 
 def prepare(inventory_path: str | None, options: Options, recipes_dir: str | None = None) -> DoctorRun:
@@ -119,4 +122,9 @@ def doctor(
     options = options or Options()
     checks = select(CHECKS, only, options)  # a bad --only is a ConfigError before anything runs
     run = prepare(inventory_path, options, recipes_dir)
+    # The owner's testinfra modules: --tests, else the inventory's cluster.doctor_tests; a missing path: exit 2.
+    tests = resolve_paths(options.tests, run.inventory)
+    if tests != options.tests:
+        run.options = options = dataclasses.replace(options, tests=tests)
+        checks = select(CHECKS, only, options)
     return execute(run, checks)

@@ -100,6 +100,7 @@ class Options:
     nccl_max_bytes: int | None = None
     strict: bool = False
     deployment: str | None = None  # endpoint checks of one deployment of a stack (up --stack)
+    tests: tuple[str, ...] = ()  # the owner's testinfra modules (--tests, cluster.doctor_tests): testinfra_run.py
 
 
 @dataclass

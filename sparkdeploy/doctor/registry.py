@@ -16,6 +16,7 @@ from . import access, containers, endpoint, engine, gpu, image, nccl_probe, roce
 from . import guard_crash as guard
 from . import inventory_checks as inventory
 from . import network_checks as network
+from . import testinfra_run as owner_tests
 from .check_context import ClusterCheck, NodeCheck
 
 
@@ -193,6 +194,13 @@ CHECKS: list[Check] = [
         timeout_s=nccl_probe.PROBE_TIMEOUT_S + 120,
         needs_recipe=True,
         opt_in="nccl",
+    ),
+    Check(
+        owner_tests.CHECK_ID,
+        "the owner's testinfra modules on every node (doctor --tests PATH, cluster.doctor_tests)",
+        owner_tests.node_tests,
+        timeout_s=owner_tests.TIMEOUT_S + 15,
+        opt_in="tests",
     ),
 ]
 

@@ -30,6 +30,7 @@ MAX_PARALLEL = 24  # threads per node: most wait on a node's memoized facts, and
 # behind another's, so N nodes take about as long as two.
 CONNECT_TIMEOUT_S = 6
 ACCESS_CHECK = "access.ssh"
+AFTER_OTHERS = frozenset({"nccl"})  # opt-ins that load the nodes and the link: run once the other checks are done
 RECIPE_CHECK = "inventory.recipe"  # runs once the recipe is rendered (after connect when read from the nodes)
 
 
@@ -289,15 +290,20 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
                         node=node.name,
                     )
                 )
-    # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link.
-    results = _run_tasks(run, [t for t in tasks if t.check.opt_in is None])
-    results += _run_tasks(run, [t for t in tasks if t.check.opt_in is not None])
+    # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link. The owner's tests
+    # (--tests) run beside the others: their process starts while the facts are read.
+    results = _run_tasks(run, [t for t in tasks if t.check.opt_in not in AFTER_OTHERS])
+    results += _run_tasks(run, [t for t in tasks if t.check.opt_in in AFTER_OTHERS])
     for name, dep in run.stack:
         results += _for_deployment(run, name, dep, per_deployment)
     order = {c.id: i for i, c in enumerate(checks)}
     node_order = {n.name: i for i, n in enumerate(run.nodes)}
     combined = results + skipped
-    combined.sort(key=lambda r: (order.get(r.check, 999), node_order.get(r.node or "", -1)))
+    # A row of the owner's tests (--tests) has its own id (tests:MODULE::TEST): after the registry's, in run order.
+    first: dict[str, int] = {}
+    for i, r in enumerate(combined):
+        first.setdefault(r.check, i)
+    combined.sort(key=lambda r: (order.get(r.check, len(order)), first[r.check], node_order.get(r.node or "", -1)))
     report.results.extend(combined)
     for session in run.sessions.values():
         session.close()

@@ -203,14 +203,14 @@ class SpeculativeSettings(BaseModel):
     @classmethod
     def _draft_model(cls, v: str | None) -> str | None:
         if v is not None and (not MODEL_NAME.fullmatch(v) or ".." in v.split("/")):
-            raise ValueError("must be a model name like org/draft-model | fix: check the value")
+            raise Invalid("must be a model name like org/draft-model", "check the value")
         return v
 
     @field_validator("revision")
     @classmethod
     def _revision(cls, v: str | None) -> str | None:
         if v is not None and (not REVISION.fullmatch(v) or ".." in v):
-            raise ValueError("must be a branch, tag or commit (letters, digits, '._/-') | fix: check the value")
+            raise Invalid("must be a branch, tag or commit (letters, digits, '._/-')", "check the value")
         return v
 
     @field_validator("options")
@@ -218,9 +218,9 @@ class SpeculativeSettings(BaseModel):
     def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key, value in v.items():
             if not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", str(key)):
-                raise ValueError(f"{key!r} is not an option name | fix: use vLLM's SpeculativeConfig field names")
+                raise Invalid(f"{key!r} is not an option name", "use vLLM's SpeculativeConfig field names")
             if isinstance(value, str) and (len(value) > 256 or any(ord(c) < 32 for c in value)):
-                raise ValueError(f"{key}: a value is one line of at most 256 characters | fix: check the value")
+                raise Invalid(f"{key}: a value is one line of at most 256 characters", "check the value")
         return v
 
 

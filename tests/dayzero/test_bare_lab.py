@@ -20,6 +20,7 @@ from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.dayzero import netplan
 from sparkdeploy.dayzero.network_setup import Prepared, _prepare, apply_node
 from tests.support.cli_process import failure, sd
+from tests.support.node_hosts import node_hosts
 from tests.support.readme import dayzero_commands_in_readme
 
 pytestmark = pytest.mark.lab
@@ -61,6 +62,30 @@ class Owner:
 
     def sd(self, *args: str) -> subprocess.CompletedProcess:
         return sd(*args, env=self.env)
+
+
+def assert_network_read_by_testinfra(owner: Owner) -> None:
+    """After `setup network`, a second reader of each node (testinfra over the pinned SSH, not the fact layer or
+    docker exec): sparkdeploy's netplan file (root's, 0600, MTU 9000 for each port), each fabric port at MTU 9000 and
+    the node's fabric_ip on one of them."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("HOME", str(owner.home))  # the owner's ~/.ssh: their key and known_hosts
+        m.setenv("SPARKDEPLOY_STATE", str(owner.state))
+        inventory = load_inventory(str(owner.inventory))
+        with node_hosts(inventory) as hosts:
+            for node in inventory.nodes:
+                host = hosts[node.name]
+                with host.sudo():
+                    plan = host.file(netplan.PATH)
+                    assert plan.exists and plan.user == "root" and plan.mode == 0o600, node.name
+                    text = plan.content_string
+                assert all(name in text for name in node.fabric_ifaces) and "mtu: 9000" in text, text
+                addresses = set()
+                for name in node.fabric_ifaces:
+                    iface = host.interface(name)
+                    assert iface.link[0]["mtu"] == 9000, f"{node.name} {name} (testinfra)"
+                    addresses.update(iface.addresses)
+                assert node.fabric_ip.split("/")[0] in addresses, f"{node.name}: {addresses}"
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +153,7 @@ def test_setup_network_doctor_run_recipe_and_a_first_answer(bare_lab, day_zero):
     assert r.stdout.count("confirmed (applied by the lab's stand-in for systemd-networkd: SIMULATED)") == 2, r.stdout
     assert r.stdout.count("DF pings at MTU 9000") == 2 and " fail" not in r.stdout and "RoCE v2 GID index 3" in r.stdout
     assert "mtu 9000" in _exec(bare_lab.container("spark2"), "ip link show enP2p1s0f1np1")
+    assert_network_read_by_testinfra(owner)
     again = owner.sd("setup", "network", "-i", inv, "--json")
     assert {n["state"] for n in json.loads(again.stdout)["nodes"]} == {"unchanged"}, failure(again)
 

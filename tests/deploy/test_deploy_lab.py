@@ -30,6 +30,7 @@ from sparkdeploy.runtime.session import Session
 from tests.sim.chat_suite import expected_shape, run_suite
 from tests.support.cli_process import failure
 from tests.support.cli_process import sd as run_cli_process
+from tests.support.node_hosts import node_hosts, our_containers, state_files
 
 pytestmark = pytest.mark.lab
 
@@ -90,6 +91,27 @@ def assert_nothing_of_ours(inv: str) -> None:
         # the state dir goes when it holds nothing else (doctor keeps its own folder there)
         assert f.files == {}, f"{name}: files left in the state dir: {sorted(f.files)}"
         assert f.state_dir_mode is None or f.other_entries, f"{name}: an empty state dir was left"
+    # a second, independent reader (testinfra over the pinned SSH): no container of ours, no file of ours
+    state_dir = load_inventory(inv).cluster.state_dir
+    with node_hosts(inv) as hosts:
+        for name, host in hosts.items():
+            assert our_containers(host) == {}, f"{name} (testinfra): our containers left"
+            assert state_files(host, state_dir) == {}, f"{name} (testinfra): files left in the state dir"
+
+
+def assert_node_state_read_by_testinfra(inv: str, expected: dict[str, set[str]]) -> None:
+    """After `up`, testinfra (not the fact layer) sees the containers running and the state dir's files with the
+    modes the facts report: secrets.env 0600, nothing writable by others."""
+    facts = node_facts(inv)
+    state_dir = load_inventory(inv).cluster.state_dir
+    with node_hosts(inv) as hosts:
+        for name, host in hosts.items():
+            assert our_containers(host) == dict.fromkeys(expected[name], True), f"{name} (testinfra)"
+            files = state_files(host, state_dir)
+            assert files == {n: f.mode for n, f in facts[name].files.items()}, f"{name}: testinfra {files}"
+            assert all(mode & 0o002 == 0 for mode in files.values()), f"{name}: a file others can write: {files}"
+            if "secrets.env" in files:
+                assert files["secrets.env"] == 0o600
 
 
 def stream_chat(endpoint: str, key: str | None, model: str = MODEL, max_tokens: int = 32) -> str:
@@ -209,6 +231,7 @@ def test_up_stream_idempotent_status_down(lab, inv, secrets, topology, backend):
     assert endpoint.startswith(f"http://{lab.nodes[0].mgmt_ip}:")
     before = containers(inv)
     assert {n: set(c) for n, c in before.items()} == expected_containers(topology)
+    assert_node_state_read_by_testinfra(inv, expected_containers(topology))
 
     assert stream_chat(endpoint, key, CHAT_MODEL)
     # issue 18: the same request suite, the same response shape, under every backend (2xsolo: one of its

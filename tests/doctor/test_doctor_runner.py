@@ -81,7 +81,19 @@ def node(run, name):
 
 def test_registry_ids_groups_and_titles():
     groups = {c.group for c in CHECKS}
-    assert groups == {"inventory", "access", "engine", "guard", "gpu", "image", "network", "roce", "endpoint", "nccl"}
+    assert groups == {
+        "inventory",
+        "access",
+        "engine",
+        "guard",
+        "gpu",
+        "image",
+        "network",
+        "roce",
+        "endpoint",
+        "nccl",
+        "tests",
+    }
     assert all(c.title and c.timeout_s > 0 for c in CHECKS)
     assert len(BY_ID) == len(CHECKS)
 

@@ -1,0 +1,16 @@
+"""The ConnectX-7 ports the inventory names are up at the MTU `setup network` writes, and its RDMA devices exist."""
+
+from sparkdeploy.dayzero.proposal import FABRIC_MTU
+
+
+def test_ports_up_at_mtu(host, node):
+    for name in node.fabric_ifaces:
+        link = host.interface(name).link[0]  # `ip -json link show NAME`
+        assert link["operstate"] == "UP", f"{name} is {link['operstate']}"
+        assert link["mtu"] == FABRIC_MTU, f"{name} has MTU {link['mtu']}, not {FABRIC_MTU} (sparkdeploy setup network)"
+
+
+def test_rdma_devices(host, node):
+    listed = host.check_output("ibv_devices")
+    for hca in node.hcas:
+        assert hca in listed.split(), f"RDMA device {hca} missing (ibv_devices lists: {listed})"
