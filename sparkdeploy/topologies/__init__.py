@@ -23,6 +23,7 @@ from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.topologies import cluster, ports, replicas, solo, twosolo
 from sparkdeploy.topologies import guard as guard_deploy
@@ -55,6 +56,32 @@ REGISTRY: dict[str, Topology] = {
 assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 
+def check_engine_topology(resolved: ResolvedRecipe) -> None:
+    """The recipe's engine serves this topology with this backend, or one line says why not."""
+    engine = engine_of(resolved.recipe)
+    source = str(resolved.source)
+    reason = engine.refused_topologies.get(resolved.topology)
+    if reason:
+        raise ConfigError(
+            Problem(
+                source,
+                "topologies",
+                f"{engine.title} does not serve {resolved.topology}: {reason}",
+                "use solo, or 2xsolo for one engine per node behind the proxy",
+            )
+        )
+    allowed = engine.multi_node_backends
+    if resolved.backend and allowed is not None and resolved.backend not in allowed:
+        raise ConfigError(
+            Problem(
+                source,
+                "cluster_backend",
+                f"{engine.title} runs multi-node only with its own launcher, not {resolved.backend}",
+                f"set cluster_backend: {allowed[0]} in the recipe (or --backend {allowed[0]})",
+            )
+        )
+
+
 def build_deployment(
     inventory: Inventory,
     resolved: ResolvedRecipe,
@@ -72,7 +99,9 @@ def build_deployment(
     warnings = list(resolved.warnings) + list(secrets.warnings)
     # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built.
     override = None if isinstance(image, RegistryImage) else inventory.cluster.image_override
-    if isinstance(image, RegistryImage) and image.cli is None:
+    engine = engine_of(resolved.recipe)
+    check_engine_topology(resolved)
+    if isinstance(image, RegistryImage) and image.cli is None and engine.name == "vllm":
         warnings.append(
             f"the vLLM CLI of {ref} is not known yet: its flags are checked once `up` or "
             f"`sparkdeploy images pull {ref} --on NODE` has pulled it and read it from the image"
