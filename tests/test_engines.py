@@ -213,3 +213,62 @@ def test_parsers_and_model_files_per_engine():
     assert engine_of(vl).parsers(vl).reasoning == "openai_gptoss"
     lc = resolve("llamacpp-gpt-oss-120b").recipe
     assert engine_of(lc).model_files(lc) == ["gpt-oss-120b-mxfp4-*.gguf"]
+
+
+def test_models_pull_takes_one_quant_of_a_gguf_repo_in_the_proxy_image():
+    """`models pull RECIPE` of a llama.cpp recipe downloads only its GGUF files (`include`), and runs the hub client
+    in the LiteLLM proxy's image: llama.cpp's has no Python."""
+    from sparkdeploy.images.definitions import load_definition
+    from sparkdeploy.models.ops import hub_image_tag, model_ref, recipe_ref
+
+    dep = deployment("solo", recipe="llamacpp-gpt-oss-120b")
+    ref = recipe_ref(dep)
+    assert (ref.repo, ref.include) == ("ggml-org/gpt-oss-120b-GGUF", ("gpt-oss-120b-mxfp4-*.gguf",))
+    assert recipe_ref(dep, include=("*Q8_0*",)).include == ("*Q8_0*",)  # --include wins
+    assert hub_image_tag(dep) == load_definition("litellm-proxy").tag
+    vllm_dep = deployment("solo", recipe="openai-gpt-oss-20b")
+    assert recipe_ref(vllm_dep).include == () and hub_image_tag(vllm_dep) == vllm_dep.image_tag
+    with pytest.raises(ConfigError) as exc:
+        model_ref("org/model", None, include=("--all",))
+    assert "is not a file pattern" in str(exc.value)
+
+
+def test_the_hub_client_lists_and_downloads_only_the_included_files(monkeypatch):
+    """nodeside/hub_client.py filters the repo's listing by the patterns and passes them to snapshot_download."""
+    import sys
+    import types
+
+    hub = types.ModuleType("huggingface_hub")
+    errors = types.ModuleType("huggingface_hub.errors")
+    hf_api = types.ModuleType("huggingface_hub.hf_api")
+
+    class RepoFile:
+        def __init__(self, path):
+            self.path, self.size, self.lfs, self.blob_id = path, 1, None, "b" * 40
+
+    class Api:
+        def model_info(self, repo, revision):
+            return types.SimpleNamespace(sha="c" * 40)
+
+        def list_repo_tree(self, repo, revision, recursive):
+            return [RepoFile(p) for p in ("README.md", "Q4_K_M/m-00001-of-00002.gguf", "Q8_0/m.gguf")]
+
+    calls = []
+    hub.__version__ = "test"
+    hub.HfApi = Api
+    hub.snapshot_download = lambda repo, **kw: calls.append(kw) or "/hf/x"
+    for name in ("GatedRepoError", "HfHubHTTPError", "RepositoryNotFoundError", "RevisionNotFoundError"):
+        setattr(errors, name, type(name, (Exception,), {}))
+    hf_api.RepoFile = RepoFile
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    monkeypatch.setitem(sys.modules, "huggingface_hub.errors", errors)
+    monkeypatch.setitem(sys.modules, "huggingface_hub.hf_api", hf_api)
+    monkeypatch.delitem(sys.modules, "sparkdeploy.nodeside.hub_client", raising=False)
+    import sparkdeploy.nodeside.hub_client as client
+
+    assert [f["path"] for f in client.manifest("o/m", "main", ["Q4_K_M/*"])["files"]] == [
+        "Q4_K_M/m-00001-of-00002.gguf"
+    ]
+    assert len(client.manifest("o/m", "main")["files"]) == 3
+    client.main(["download", "o/m", "main", "Q4_K_M/*"])
+    assert calls[-1]["allow_patterns"] == ["Q4_K_M/*"]

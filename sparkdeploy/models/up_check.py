@@ -12,7 +12,7 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
-from sparkdeploy.models.ops import model_ref, pull_command
+from sparkdeploy.models.ops import hub_image_tag, pull_command, recipe_ref
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -22,7 +22,7 @@ def engine_nodes(dep: Deployment):
 
 def model_of(dep: Deployment):
     try:
-        return model_ref(dep.recipe.recipe.model, None)
+        return recipe_ref(dep)
     except ConfigError:
         return None  # a local path or another non-hub name: nothing to pull or verify
 
@@ -55,7 +55,7 @@ def pull(dep: Deployment, conns, say) -> None:
 
     ref = model_of(dep)
     inv = dep.inventory
-    result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, inv.head, engine_nodes(dep))
+    result = Puller(inv, conns, dep.secrets, hub_image_tag(dep), None, say).pull(ref, inv.head, engine_nodes(dep))
     failed = [r for r in result.nodes.values() if not r.ok]
     if failed:
         raise StepFailed("; ".join(r.error or f"{r.node}: {r.action}" for r in failed))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
 from sparkdeploy.recipes.engines.registered import engine_of
@@ -108,6 +108,12 @@ def build_deployment(
         )
     if override and override != image.name:
         run_image = load_definition(override)
+        # The override stands in for one engine's images (the lab's vllm-sim for vLLM's); another engine's image
+        # is stood in for by the definition that says so (llamacpp-cpu, the real llama-server built for CPU).
+        if engine.name != "vllm" and image.name not in run_image.stands_in_for:
+            run_image = next(
+                (d for d in map(load_definition, definition_names()) if image.name in d.stands_in_for), run_image
+            )
         if image.name not in run_image.stands_in_for:
             raise ConfigError(
                 Problem(

@@ -91,7 +91,9 @@ class Engine:
     # The topologies it serves, and for the others the reason it does not (said in one line).
     refused_topologies: ClassVar[dict[str, str]] = {}
     multi_node_backends: ClassVar[tuple[str, ...] | None] = None  # None: every backend; else the ones it has
-    flags_file: ClassVar[str | None] = None  # under images/ (paths.images_dir()): the pinned flag dump
+    flags_file: ClassVar[str | None] = None
+    # The image definition `models pull` runs the hub client in (huggingface_hub); None: the engine's own image.
+    hub_image: ClassVar[str | None] = None  # under images/ (paths.images_dir()): the pinned flag dump
 
     def flags_path(self) -> Path | None:
         return paths.images_dir() / self.flags_file if self.flags_file else None
