@@ -246,7 +246,7 @@ def estimate(
         max_num_seqs=r.max_num_seqs or r.default_num_seqs,
         simulated=simulated,
         notes=notes,
-        util_field=r.fraction_field,
+        util_field=r.fraction_field or f"{engine.title}'s memory (it takes what it needs: lower its context)",
         length_field=r.length_field,
     )
 

@@ -58,7 +58,7 @@ class Reservation:
     max_num_seqs: int | None
     default_num_seqs: int
     kv_cache_dtype: str | None
-    fraction_field: str
+    fraction_field: str | None  # None: the engine has no such setting (llama.cpp takes what it needs)
     length_field: str
 
 

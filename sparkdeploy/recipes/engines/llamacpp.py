@@ -119,7 +119,7 @@ class Llamacpp(Engine):
             max_num_seqs=s.parallel,
             default_num_seqs=LLAMACPP_DEFAULT_PARALLEL,
             kv_cache_dtype="fp8" if (s.cache_type_k or "").startswith("q8") else None,
-            fraction_field="llamacpp (no fraction: it takes what it needs)",
+            fraction_field=None,
             length_field="llamacpp.ctx_size",
         )
 
