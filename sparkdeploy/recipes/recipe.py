@@ -21,7 +21,7 @@ from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, parse_yaml_value
 from sparkdeploy.errors import ConfigError, Problem, escape_controls
 from sparkdeploy.images.image_ref import is_reference, reference_error
-from sparkdeploy.recipes import eugr
+from sparkdeploy.recipes import eugr, sparkrun
 
 # Each set of names is one Literal (what the schema and mypy check) and the tuple of its values (for messages).
 TopologyName = Literal["solo", "cluster", "2xsolo", "replicas"]
@@ -488,8 +488,12 @@ def read_any(
 ) -> tuple[dict, list[tuple[str, Any]], eugr.Imported | None]:
     """A recipe file's data as a sparkdeploy recipe: ours as written, an eugr v1 recipe (`recipe_version`)
     mapped by eugr.py, its placeholders filled from defaults then from the --set values that name them. Returns
-    the data, the --set values left for the recipe itself, and the import (None for ours)."""
+    the data, the --set values left for the recipe itself, and the import (None for ours). A sparkrun v2 recipe
+    whose runtime is sglang or llama-cpp is mapped by sparkrun.py."""
     data = read_recipe_data(path)
+    if sparkrun.is_sparkrun(data):  # a sparkrun v2 recipe of SGLang or llama.cpp (sparkrun.py)
+        imported = sparkrun.to_recipe_data(data, path)
+        return imported.data, list(set_values), imported
     if not eugr.is_eugr(data):
         return data, list(set_values), None
     raw, params, rest, dropped = eugr.split_sets(data, list(set_values))

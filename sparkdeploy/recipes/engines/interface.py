@@ -111,7 +111,7 @@ class Engine:
         """The engine's command line after its program (the entry template adds the program)."""
         raise NotImplementedError
 
-    def check_args(self, args: list[str], image: ImageDefinition, recipe_file: str) -> None:
+    def check_args(self, args: list[str], image: ImageDefinition | None, recipe_file: str) -> None:
         """Every flag of `args` parses with the pinned engine's own rules: ConfigError (one line each) otherwise."""
         raise NotImplementedError
 

@@ -94,7 +94,7 @@ class Llamacpp(Engine):
         args.append("--metrics")
         return args + list(s.extra_args)
 
-    def check_args(self, args: list[str], image: ImageDefinition, recipe_file: str) -> None:
+    def check_args(self, args: list[str], image: ImageDefinition | None, recipe_file: str) -> None:
         refused = [
             Problem(recipe_file, "llamacpp.extra_args", f"{a} {why}", "bring the GGUF with `sparkdeploy models pull`")
             for a in args

@@ -80,7 +80,7 @@ class Sglang(Engine):
             args += ["--dist-init-addr", f"{dist.master_addr}:{dist.master_port}"]
         return args + list(s.extra_args)
 
-    def check_args(self, args: list[str], image: ImageDefinition, recipe_file: str) -> None:
+    def check_args(self, args: list[str], image: ImageDefinition | None, recipe_file: str) -> None:
         path = self.flags_path()
         assert path is not None
         check_argparse(args, path, f"SGLang {SGLANG_VERSION}", recipe_file, "sglang")

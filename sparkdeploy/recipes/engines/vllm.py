@@ -47,7 +47,8 @@ class Vllm(Engine):
     ) -> list[str]:
         return vllm_args.serve_args(resolved, image, port, dist)
 
-    def check_args(self, args: list[str], image: ImageDefinition, recipe_file: str) -> None:
+    def check_args(self, args: list[str], image: ImageDefinition | None, recipe_file: str) -> None:
+        assert image is not None, "vLLM's flags are the image's own"
         vllm_cli.check_args(args, image, recipe_file)
 
     def extra_args(self, recipe: Recipe) -> list[str]:
