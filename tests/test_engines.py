@@ -203,7 +203,8 @@ def test_the_budget_reads_the_engines_reservation():
     assert budget.util == 0.2 and not budget.starts
     assert budget.suggestion.startswith("raise sglang.mem_fraction_static to")
     lc = resolve("llamacpp-qwen3-coder-30b").recipe
-    assert nominal(lc, 1).max_model_len == 65536
+    fit = nominal(lc, 1)  # -c is the total: 4 slots of 16384; no share, what it needs
+    assert (fit.max_model_len, fit.max_num_seqs, fit.fits) == (16384, 4, True) and 0.05 < fit.util < 0.5
 
 
 def test_parsers_and_model_files_per_engine():

@@ -28,7 +28,7 @@ def _lower_util(run: DoctorRun) -> str:
         return "lower vllm.gpu_memory_utilization (e.g. --set vllm.gpu_memory_utilization=0.60)"
     recipe = run.deployment.recipe.recipe
     share = engine_of(recipe).reservation(recipe)  # the engine's own setting (SGLang: sglang.mem_fraction_static)
-    if share.fraction_field is None:  # llama.cpp takes what its context needs
+    if share.fraction_field is None or share.fraction is None:  # llama.cpp takes what its context needs
         return (
             f"lower {share.length_field} or llamacpp.parallel (e.g. `sparkdeploy up --set {share.length_field}=8192`)"
         )

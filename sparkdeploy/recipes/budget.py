@@ -233,12 +233,17 @@ def estimate(
         notes.append(f"no {r.length_field}: {engine.title} uses the model's own, the KV per sequence is not estimated")
     if r.max_num_seqs is None:
         notes.append(f"max_num_seqs not set: {engine.title}'s default {r.default_num_seqs}")
+    util = r.fraction
+    if util is None:  # no share (llama.cpp): what the weights, the peak and every sequence's KV take
+        full = (kv or 0) * (r.max_model_len or 0) * (r.max_num_seqs or r.default_num_seqs)
+        util = min(MAX_UTILIZATION, max(0.05, math.ceil(((weights or 0) + PEAK_BYTES + full) / total * 100) / 100))
+        notes.append(f"{engine.title} takes what it needs (no share of the node): counted as {util:.2f} of it")
     return Budget(
         node=node,
         total=total,
         free=free,
         source=source,
-        util=r.fraction,
+        util=util,
         weights=weights,
         engine_size=engine_size,
         kv_per_token=kv,

@@ -59,7 +59,8 @@ REPLICAS = (  # why replicas is not deployed here
 # Engines the lab serves elsewhere, not with vllm-sim here: the recipe's engine -> where its lab tests are.
 OTHER_ENGINES = {
     "sglang": "not served in the lab yet: vllm-sim does not speak SGLang's flags (issue 38 item 7, open)",
-    "llamacpp": "not served in the lab yet: the CPU llama-server image (images/llamacpp-cpu) is not wired in (item 7)",
+    "llamacpp": "tests/deploy/test_llamacpp_lab.py: the REAL CPU llama-server serves llamacpp-qwen3-coder-30b (the "
+    "tiny GGUF in its place) on solo and 2xsolo; the other llama.cpp recipes differ only in fields it renders",
 }
 
 

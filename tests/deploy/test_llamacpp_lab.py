@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def _tiny_module():
     spec = importlib.util.spec_from_file_location("make_tiny_gguf", REPO / "scripts" / "make_tiny_gguf.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -166,7 +166,9 @@ class Member:
         if isinstance(self.entry.memory, float):
             return self.entry.memory
         recipe = self.resolved.recipe
-        return float(engine_of(recipe).reservation(recipe).fraction)
+        share = engine_of(recipe).reservation(recipe).fraction
+        # no share of its own (llama.cpp): what the budget counts it takes on a DGX Spark
+        return float(share if share is not None else memory_budget.nominal(recipe, 1).util)
 
     def engine_nodes(self) -> list[str]:
         """Nodes where one of its engines runs (solo: its first node)."""

@@ -53,7 +53,7 @@ class Reservation:
     when it starts, the longest sequence and the sequences it batches, the KV cache's dtype; and the recipe
     fields that set them (named in the budget's advice)."""
 
-    fraction: float
+    fraction: float | None  # None: no fixed share, the engine takes what its weights and context need
     max_model_len: int | None
     max_num_seqs: int | None
     default_num_seqs: int

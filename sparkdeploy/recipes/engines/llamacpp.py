@@ -111,12 +111,14 @@ class Llamacpp(Engine):
 
     def reservation(self, recipe: Recipe) -> Reservation:
         s = settings(recipe)
-        # llama-server allocates what the weights and the KV cache need, no fraction of the node: the budget
-        # counts the whole node as its pool (fraction 1 minus the OS reserve is checked by the node fit).
+        # llama-server allocates what the weights, the KV cache of -c tokens and its compute buffers need, no
+        # share of the node: the budget counts exactly that (recipes/budget.py). -c is the TOTAL context, each of
+        # the --parallel slots getting c/N: so N sequences of c/N tokens.
+        slots = s.parallel or LLAMACPP_DEFAULT_PARALLEL
         return Reservation(
-            fraction=0.95,
-            max_model_len=s.ctx_size,
-            max_num_seqs=s.parallel,
+            fraction=None,
+            max_model_len=s.ctx_size // slots if s.ctx_size else None,
+            max_num_seqs=slots,
             default_num_seqs=LLAMACPP_DEFAULT_PARALLEL,
             kv_cache_dtype="fp8" if (s.cache_type_k or "").startswith("q8") else None,
             fraction_field=None,
