@@ -132,6 +132,15 @@ def test_the_real_llama_server_serves_a_shipped_recipe(lab, inv, llama_image, to
         assert props["total_slots"] == 2 and "b11434" in json.dumps(props.get("build_info", "")), props
         metrics = requests.get(f"{root}/metrics", timeout=10).text
         assert "llamacpp:prompt_tokens_total" in metrics and "llamacpp:tokens_predicted_total" in metrics
+    if topology == "solo":  # day two on a llama.cpp engine: doctor, logs
+        r = sd("doctor", "-i", inv, "--json")
+        assert r.returncode == 0, failure(r)
+        rows = {(x["check"], x["node"]): x for x in json.loads(r.stdout)["results"]}
+        assert rows[("endpoint.completion", "spark1")]["status"] == "pass", rows[("endpoint.completion", "spark1")]
+        torch = rows[("image.torch_nccl", "spark1")]  # llama.cpp's image has no Python: said, not failed
+        assert torch["status"] == "skip" and "llama.cpp" in torch["measured"], torch
+        r = sd("logs", "-i", inv, "--tail", "200")
+        assert r.returncode == 0 and "llama" in r.stdout.lower() and "print_timing" in r.stdout, failure(r)
     r = sd("top", "-i", inv, "--once", "--json")
     assert r.returncode == 0, failure(r)
     engines = [e for e in json.loads(r.stdout)["engines"] if e["container"] == "sparkdeploy-vllm"]

@@ -92,6 +92,7 @@ class Engine:
     refused_topologies: ClassVar[dict[str, str]] = {}
     multi_node_backends: ClassVar[tuple[str, ...] | None] = None  # None: every backend; else the ones it has
     flags_file: ClassVar[str | None] = None
+    uses_torch: ClassVar[bool] = True  # doctor compares torch/CUDA/NCCL of its image across nodes
     # The image definition `models pull` runs the hub client in (huggingface_hub); None: the engine's own image.
     hub_image: ClassVar[str | None] = None  # under images/ (paths.images_dir()): the pinned flag dump
 

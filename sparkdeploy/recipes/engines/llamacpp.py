@@ -68,6 +68,7 @@ class Llamacpp(Engine):
     )
     refused_topologies: ClassVar[dict[str, str]] = {"cluster": CLUSTER_REFUSED, "replicas": CLUSTER_REFUSED}
     flags_file: ClassVar[str | None] = f"engine-args/llama-server-{LLAMACPP_VERSION}-args.json"
+    uses_torch: ClassVar[bool] = False
     hub_image: ClassVar[str | None] = "litellm-proxy"  # llama.cpp's image has no Python; the proxy's has the hub client
 
     def version(self, image: ImageDefinition) -> str:
