@@ -273,3 +273,25 @@ def test_the_hub_client_lists_and_downloads_only_the_included_files(monkeypatch)
     assert len(client.manifest("o/m", "main")["files"]) == 3
     client.main(["download", "o/m", "main", "Q4_K_M/*"])
     assert calls[-1]["allow_patterns"] == ["Q4_K_M/*"]
+
+
+def test_sglang_on_four_nodes_cluster_and_replicas_carry_the_fabric_environment():
+    """cluster over four nodes: one engine, every rank's --dist-init-addr at rank 0's fabric IP and the same NCCL/RoCE
+    settings as vLLM's cluster; replicas: two TP=2 engines, each with its own rank 0."""
+    from sparkdeploy.topologies.lint import synthetic_inventory
+
+    four = synthetic_inventory(4)
+    dep = deployment("cluster", "native", recipe="sglang-gpt-oss-120b", inventory=four)
+    lines = serving_argv(dep)
+    assert [a[a.index("--node-rank") + 1] for a in lines] == ["0", "1", "2", "3"]
+    assert {a[a.index("--dist-init-addr") + 1].split(":")[0] for a in lines} == {"198.51.100.1"}
+    assert {a[a.index("--tp-size") + 1] for a in lines} == {"4"}
+    for nd in dep.nodes:
+        env = nd.file("node.env").content
+        assert "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in env and "NCCL_SOCKET_IFNAME=enp1s0f1np1" in env
+    rep = deployment("replicas", "native", recipe="sglang-gpt-oss-120b", inventory=four)
+    lines = serving_argv(rep)
+    assert [a[a.index("--dist-init-addr") + 1].split(":")[0] for a in lines] == ["198.51.100.1"] * 2 + [
+        "198.51.100.3"
+    ] * 2
+    assert len(rep.backends) == 2
