@@ -97,7 +97,8 @@ def build_deployment(
     image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image
     warnings = list(resolved.warnings) + list(secrets.warnings)
-    # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built.
+    # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built; but
+    # another engine's registry image (SGLang's) is stood in for by the definition that says `engine:NAME`.
     override = None if isinstance(image, RegistryImage) else inventory.cluster.image_override
     engine = engine_of(resolved.recipe)
     check_engine_topology(resolved)
@@ -123,6 +124,10 @@ def build_deployment(
                     f"use an image whose stands_in_for lists {image.name}",
                 )
             )
+    if isinstance(image, RegistryImage) and inventory.cluster.image_override and engine.name != "vllm":
+        stand_in = [d for d in map(load_definition, definition_names()) if f"engine:{engine.name}" in d.stands_in_for]
+        if stand_in:
+            run_image = stand_in[0]
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
     topology = REGISTRY[resolved.topology]

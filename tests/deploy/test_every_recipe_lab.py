@@ -58,7 +58,9 @@ REPLICAS = (  # why replicas is not deployed here
 
 # Engines the lab serves elsewhere, not with vllm-sim here: the recipe's engine -> where its lab tests are.
 OTHER_ENGINES = {
-    "sglang": "not served in the lab yet: vllm-sim does not speak SGLang's flags (issue 38 item 7, open)",
+    "sglang": "tests/deploy/test_sglang_lab.py: vllm-sim as SGLang (SIMULATED, SGLang's own flags) serves "
+    "sglang-gpt-oss-120b on solo, 2xsolo and a two-node cluster; the other SGLang recipes are cluster-only "
+    "variants of the same rendering (tests/test_engines.py)",
     "llamacpp": "tests/deploy/test_llamacpp_lab.py: the REAL CPU llama-server serves llamacpp-qwen3-coder-30b (the "
     "tiny GGUF in its place) on solo and 2xsolo; the other llama.cpp recipes differ only in fields it renders",
 }
