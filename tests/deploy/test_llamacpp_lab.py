@@ -71,13 +71,8 @@ def llama_image():
     return tag
 
 
-@pytest.fixture(scope="module")
-def inv(lab, llama_image, tmp_path_factory) -> str:
-    """The lab, nothing of ours running, and the tiny split GGUF complete in every node's hub cache."""
-    path = str(lab.spec.inventory_path)
-    r = sd("down", "-i", path)
-    assert r.returncode == 0, failure(r)
-    out = tmp_path_factory.mktemp("gguf")
+def seed_tiny_gguf(path: str, out: Path) -> None:
+    """The tiny split GGUF complete in every node's hub cache, as a finished `models pull` leaves it."""
     shards = _tiny_module().write(out / "tiny-llama.gguf", split_max_tensors=8)
     assert shards[0].name == "tiny-llama-00001-of-00003.gguf", shards
     files = []
@@ -102,6 +97,15 @@ def inv(lab, llama_image, tmp_path_factory) -> str:
                 conn.put(shard.read_bytes(), f"{blobs}/{f['blob']}")
             done = ops.finish(conn, hf_cache, manifest)
             assert done["ok"], done
+
+
+@pytest.fixture(scope="module")
+def inv(lab, llama_image, tmp_path_factory) -> str:
+    """The lab, nothing of ours running, and the tiny split GGUF complete in every node's hub cache."""
+    path = str(lab.spec.inventory_path)
+    r = sd("down", "-i", path)
+    assert r.returncode == 0, failure(r)
+    seed_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
     yield path
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
