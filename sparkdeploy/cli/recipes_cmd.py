@@ -217,7 +217,7 @@ def _print_fit(report: fit_mod.FitReport) -> None:
         elif b.full_sequences is not None and b.full_sequences < b.max_num_seqs:
             click.echo(
                 f"{b.node}: the KV room ({gib(b.kv_room)}) holds {b.full_sequences} of {b.max_num_seqs} "
-                "full-length sequences at once (vLLM queues the rest)"
+                "full-length sequences at once (the engine queues the rest)"
             )
         for note in b.notes:
             click.echo(f"{b.node}: {note}")
