@@ -250,7 +250,10 @@ class Context:
             entry=entry_name,
             hf_cache=self.cluster.hf_cache if gpus and model_cache else None,
             container_hf_home=CONTAINER_HF_HOME,
-            healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None,
+            # an engine's liveness path is its engine's (recipes/engines/: /health for all three today)
+            healthcheck=healthcheck.for_port(health_port, self.engine.health_path if gpus else health_path(role))
+            if health_port
+            else None,
             **(run_options or {}),
         )
         grouped = self.group_labels(group, nd.node, health_port) if group is not None else {}
