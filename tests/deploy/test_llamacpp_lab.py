@@ -159,3 +159,19 @@ def test_the_real_llama_server_serves_a_shipped_recipe(lab, inv, llama_image, to
     assert len(engines) == len(result["backends"] or [1]), r.stdout[:2000]
     for e in engines:  # read by llama.cpp's names: vLLM's would leave every figure empty
         assert not e.get("error") and e["running"] is not None, e
+
+
+def test_history_and_rollback_across_engines(lab, inv):
+    """llama.cpp, then SGLang (vllm-sim as SGLang, SIMULATED) on the same node, then `rollback`: the llama.cpp
+    deployment comes back from its record (recipe text, --set values, image and model commit checked)."""
+    first = up(inv, "solo")
+    r = sd("up", "--recipe", "sglang-gpt-oss-120b", "-t", "solo", "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    r = sd("history", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    recipes = [h["recipe"] for h in json.loads(r.stdout)[:2]]  # newest first
+    assert recipes == ["sglang-gpt-oss-120b", RECIPE], recipes
+    r = sd("rollback", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    models = requests.get(first["endpoint"].removesuffix("/v1") + "/v1/models", timeout=10).json()
+    assert models["data"][0]["owned_by"] == "llamacpp", models
