@@ -20,7 +20,7 @@ build: common/arg.cpp), so the CPU build of images/llamacpp-cpu gives the GB10 b
 holds no help text (defaults such as thread counts can differ per build); the raw help is written beside it.
 
     python3 scripts/dump_llamacpp_args.py --image sparkdeploy/llamacpp-cpu:TAG --expect-version b11434 \
-        --out-dir tests/fixtures                  # writes llama-server-b11434-args.json and -help.txt
+        --out-dir tests/fixtures                  # writes -help.txt there, -args.json to images/engine-args
     python3 scripts/dump_llamacpp_args.py --image sparkdeploy/llamacpp:TAG --gpus --check --out-dir tests/fixtures
     python3 scripts/dump_llamacpp_args.py --help-file H --completion-file C --version-file V ...   # no Docker
 
@@ -200,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--help-file", type=Path, help="saved `llama-server --help` output (instead of --image)")
     ap.add_argument("--completion-file", type=Path, help="saved `llama-server --completion-bash` output")
     ap.add_argument("--version-file", type=Path, help="saved `llama-server --version` output (stdout and stderr)")
+    ap.add_argument("--out-dir", type=Path, required=True, help="where llama-server-<version>-help.txt goes")
     ap.add_argument(
-        "--out-dir", type=Path, required=True, help="where llama-server-<version>-args.json and -help.txt go"
+        "--args-dir",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent / "images" / "engine-args",
+        help="where llama-server-<version>-args.json goes (default images/engine-args: shipped, the engine's check)",
     )
     ap.add_argument("--expect-version", help="fail unless the build is this one (b11434)")
     ap.add_argument("--check", action="store_true", help="compare the flags with the fixture instead of writing")
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     version = doc["llamacpp_version"]
     if args.expect_version and version != args.expect_version:
         raise SystemExit(f"the build is llama.cpp {version}, expected {args.expect_version}")
-    json_path = args.out_dir / f"llama-server-{version}-args.json"
+    json_path = args.args_dir / f"llama-server-{version}-args.json"
     help_path = args.out_dir / f"llama-server-{version}-help.txt"
     if args.check:
         if not json_path.is_file():

@@ -28,7 +28,7 @@ The smallest install that builds the parser on a CPU-only machine (a throwaway v
     /work/venvs/sglang/bin/pip install torch==2.13.0 msgspec numpy orjson psutil pybase64 requests \
         packaging pillow starlette pydantic pyzmq tqdm IPython aiohttp huggingface_hub
     /work/venvs/sglang/bin/python scripts/dump_sglang_args.py --expect-version 0.5.23 \
-        --out tests/fixtures/sglang-0.5.23-args.json --help-out tests/fixtures/sglang-0.5.23-help.txt
+        --out images/engine-args/sglang-0.5.23-args.json --help-out tests/fixtures/sglang-0.5.23-help.txt
 
 (`--check` compares instead of writing, exit 1 on a difference.) SGLang 0.5.23 itself requires
 torch==2.14.1 with CUDA 13 kernels (flashinfer, sglang-kernel, deep-gemm, ...: several GB); none of those

@@ -18,8 +18,13 @@ def test_every_shipped_recipe_is_a_row_with_its_parsers(cli):
     assert set(rows) == set(recipe_files())
     for name, r in rows.items():
         data = yaml.safe_load((REPO / "recipes" / f"{name}.yaml").read_text())
+        assert r["engine"] == data.get("engine", "vllm")
         args = [str(a) for a in (data.get("vllm") or {}).get("extra_args") or []]
         tool = args[args.index("--tool-call-parser") + 1] if "--tool-call-parser" in args else None
+        if r["engine"] == "sglang":  # its own field, no argv to read
+            tool = data["sglang"].get("tool_call_parser")
+        elif r["engine"] == "llamacpp":  # --jinja: the model's chat template parses tool calls
+            tool = "jinja" if data["llamacpp"].get("jinja", True) else None
         assert (r["model"], r["weights_gb"], r["tool_call_parser"]) == (data["model"], data.get("weights_gb"), tool)
         assert r["topologies"] == data["topologies"] and r["fits_one_node"] == data.get("fits_one_node", True)
     gpt = rows["openai-gpt-oss-120b"]
@@ -34,7 +39,7 @@ def test_every_shipped_recipe_is_a_row_with_its_parsers(cli):
 def test_table_shows_the_columns(cli):
     code, out, _ = cli("recipes", "list")
     assert code == 0
-    for col in ("model", "weights", "one node", "topologies", "tool parser", "reasoning"):
+    for col in ("engine", "model", "weights", "one node", "topologies", "tool parser", "reasoning"):
         assert col in out
     assert "openai_gptoss" in out and "65 GB" in out
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ARGS = Path(__file__).resolve().parent.parent / "images" / "engine-args"  # shipped: the engine checks against it
 VERSION = "0.5.23"
 
 
 @cache
 def args_doc() -> dict:
-    return json.loads((FIXTURES / f"sglang-{VERSION}-args.json").read_text())
+    return json.loads((ARGS / f"sglang-{VERSION}-args.json").read_text())
 
 
 @cache

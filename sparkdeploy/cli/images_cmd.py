@@ -163,8 +163,10 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
     from sparkdeploy.recipes.recipe import load_recipe
 
     ref = image
+    vllm = True  # a bare reference is a vLLM image; a recipe says its engine (SGLang's: no vLLM CLI to read)
     if not is_reference(image):
         recipe, path, _ = load_recipe(image, recipes_dir)
+        vllm = recipe.engine == "vllm"
         if not is_reference(recipe.image):
             from sparkdeploy.errors import ConfigError, Problem
 
@@ -192,7 +194,9 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
 
     err = Console(stderr=True, highlight=False)
     with cluster_lock(inv):  # a pull changes the nodes: one run at a time per cluster
-        result = registry.pull_and_spread(ref, inv, nodes, on=source, say=lambda line: err.print(f"[dim]{line}[/dim]"))
+        result = registry.pull_and_spread(
+            ref, inv, nodes, on=source, say=lambda line: err.print(f"[dim]{line}[/dim]"), read_vllm_cli=vllm
+        )
     for line in result.warnings:
         warn(line)
     if as_json:

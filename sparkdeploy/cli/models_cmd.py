@@ -51,20 +51,24 @@ class RichProgress:
             )
 
 
-def resolve_target(arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None):
+def resolve_target(
+    arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None, include: tuple[str, ...] = ()
+):
     """RECIPE|MODEL -> ([the model, its speculative draft], the deployment, the inventory)."""
     from sparkdeploy.models.ops import model_ref, recipe_refs
+    from sparkdeploy.recipes.engines.registered import engine_of
     from sparkdeploy.recipes.recipe import recipe_files
     from sparkdeploy.topologies.context import load_deployment
 
     if arg in recipe_files(recipes_dir):
         dep = load_deployment(inventory, arg, recipes_dir=recipes_dir)
         r = dep.recipe.recipe
-        model_ref(r.model, revision)  # a model that is no hub id: said here, as before
+        files = include or tuple(engine_of(r).model_files(r))  # llama.cpp: only the recipe's GGUF files
+        model_ref(r.model, revision, include=files)  # a model that is no hub id: said here, as before
         spec = r.speculative
-        refs = recipe_refs(r.model, spec.model if spec else None, spec.revision if spec else None, revision)
-        return refs, dep, dep.inventory
-    ref = model_ref(arg, revision)
+        draft, draft_rev = (spec.model, spec.revision) if spec else (None, None)
+        return recipe_refs(r.model, draft, draft_rev, revision, include=files), dep, dep.inventory
+    ref = model_ref(arg, revision, include=include)
     try:
         dep = load_deployment(inventory, None, recipes_dir=recipes_dir)
     except ConfigError as exc:
@@ -79,16 +83,17 @@ def resolve_target(arg: str, revision: str | None, inventory: str | None, recipe
     return [ref], dep, dep.inventory
 
 
-def _ensure_image(dep, node, say) -> None:
-    """The engine image must be on the download node (it runs huggingface_hub): push it when missing."""
+def _ensure_image(dep, tag, node, say) -> None:
+    """The hub client's image (the engine's, models/ops.hub_image_tag) must be on the download node: push it
+    when missing."""
     from sparkdeploy.deploy.preflight import image_definition_name
     from sparkdeploy.images.push import push_image
     from sparkdeploy.runtime.remote import NodeConnection
 
     with NodeConnection(node, dep.inventory) as conn:
-        if conn.run(["docker", "image", "inspect", dep.image_tag], check=False).ok:
+        if conn.run(["docker", "image", "inspect", tag], check=False).ok:
             return
-    name = image_definition_name(dep.image_tag)
+    name = image_definition_name(tag)
     say(f"pushing image {name} to {node.name} (it runs the hub client)")
     for o in push_image(name, dep.inventory, [node]):
         if o.error is not None:
@@ -104,11 +109,18 @@ def models():
 @click.argument("target", metavar="RECIPE|MODEL")
 @click.option("--revision", metavar="REV", help="Branch, tag or commit of the model (default: main).")
 @click.option("--on", "on_node", metavar="NODE", help="The node that downloads from the hub (default: the head).")
+@click.option(
+    "--include",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only the repo's files matching PATTERN (repeatable; e.g. one GGUF quant). Default for a recipe: the "
+    "files its engine reads (a llama.cpp recipe's llamacpp.include, else its GGUF's folder).",
+)
 @click.option("--dry-run", is_flag=True, help="Read what every node has and what the hub lists; print the plan.")
 @inventory_option
 @recipes_dir_option
 @json_option
-def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json):
+def pull_cmd(target, revision, on_node, include, dry_run, inventory, recipes_dir, as_json):
     """Download a model once and copy it node to node over the fabric, into every node's hf_cache.
 
     \b
@@ -125,11 +137,15 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
       sparkdeploy models pull openai-gpt-oss-120b            # the recipe's model
       sparkdeploy models pull Qwen/Qwen3-30B-A3B --revision main --dry-run
       sparkdeploy models pull lab/tiny-model --inventory lab  # the lab hub's small model
+      sparkdeploy models pull llamacpp-gpt-oss-120b          # only the recipe's GGUF files
+      sparkdeploy models pull unsloth/Qwen3-Coder-30B-A3B-Instruct-GGUF --include '*Q4_K_M.gguf'
     """
+    from sparkdeploy.models.ops import hub_image_tag
     from sparkdeploy.models.pull import Puller
     from sparkdeploy.runtime.remote import NodeConnection
 
-    refs, dep, inv = resolve_target(target, revision, inventory, recipes_dir)
+    refs, dep, inv = resolve_target(target, revision, inventory, recipes_dir, tuple(include))
+    hub_image = hub_image_tag(dep)
     source = inv.node(on_node) if on_node else inv.head
     console = Console(stderr=True, highlight=False)
 
@@ -141,13 +157,13 @@ def pull_cmd(target, revision, on_node, dry_run, inventory, recipes_dir, as_json
     results = []
     try:
         if not dry_run:
-            _ensure_image(dep, source, say)
+            _ensure_image(dep, hub_image, source, say)
         for ref in refs:  # the model, then its speculative draft: each once from the hub, then over the fabric
             if as_json or dry_run:
-                result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, source, inv.nodes, dry_run)
+                result = Puller(inv, conns, dep.secrets, hub_image, None, say).pull(ref, source, inv.nodes, dry_run)
             else:
                 with RichProgress(console) as bars:
-                    result = Puller(inv, conns, dep.secrets, dep.image_tag, bars, say).pull(ref, source, inv.nodes)
+                    result = Puller(inv, conns, dep.secrets, hub_image, bars, say).pull(ref, source, inv.nodes)
             results.append((ref, result))
             if not result.ok:
                 break

@@ -63,11 +63,11 @@ def print_catalogue(rows: list[dict], as_json: bool, title: str) -> None:
         emit_json(rows)
         return
     table = Table(title=plain(title), title_justify="left")
-    for col in ("name", "model", "weights", "one node", "topologies", "tool parser", "reasoning"):
+    for col in ("name", "engine", "model", "weights", "one node", "topologies", "tool parser", "reasoning"):
         table.add_column(col)
     for r in rows:
         if r["problems"]:
-            table.add_row(plain(r["name"]), Text(r["problems"][0], style="red"), "", "", "", "", "")
+            table.add_row(plain(r["name"]), "", Text(r["problems"][0], style="red"), "", "", "", "", "")
             continue
         topologies = [r["default_topology"]] + [t for t in r["topologies"] if t != r["default_topology"]]
         weights = f"{r['weights_gb']:g} GB" if r["weights_gb"] else "?"
@@ -76,6 +76,7 @@ def print_catalogue(rows: list[dict], as_json: bool, title: str) -> None:
                 plain,
                 (
                     r["name"],
+                    r["engine"],
                     r["model"],
                     weights,
                     "yes" if r["fits_one_node"] else "no",
@@ -216,7 +217,7 @@ def _print_fit(report: fit_mod.FitReport) -> None:
         elif b.full_sequences is not None and b.full_sequences < b.max_num_seqs:
             click.echo(
                 f"{b.node}: the KV room ({gib(b.kv_room)}) holds {b.full_sequences} of {b.max_num_seqs} "
-                "full-length sequences at once (vLLM queues the rest)"
+                "full-length sequences at once (the engine queues the rest)"
             )
         for note in b.notes:
             click.echo(f"{b.node}: {note}")

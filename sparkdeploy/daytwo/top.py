@@ -8,6 +8,8 @@ PrometheusStatLogger writes them; the lab's simulator serves the same):
   vllm:time_to_first_token_seconds                                                   histogram -> p50/p95
   vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens (_total)   counters -> draft acceptance
     (speculative decoding: accepted / drafted tokens, and 1 + accepted / drafts tokens a step; recipes/speculative.py)
+SGLang's and llama.cpp's engines are read by their own names (recipes/engines/: each engine's `metrics`,
+recognised from the page itself; llama.cpp has no KV-use gauge and no TTFT histogram: shown as -).
 and, for 2xsolo, LiteLLM's `litellm_deployment_total_requests_total` per `model_id` (sparkdeploy names each
 backend's model_info.id after its node): the share of requests each backend received from the proxy.
 Token rates are over the last refresh interval; TTFT quantiles and request shares over the window (default
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 
 from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.recipes.engines.registered import metric_names
 from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
@@ -136,15 +139,16 @@ def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TI
             key = labels.get("model_id") or labels.get("api_base") or "?"
             requests[key] = requests.get(key, 0.0) + value
         return Sample(now, requests=requests)
-    kv = m.get("vllm:kv_cache_usage_perc")
+    names = metric_names(set(m))  # the engine's own names (recipes/engines/): vLLM, SGLang or llama.cpp
+    kv = m.get(names.kv_usage) if names.kv_usage else None
     return Sample(
         now,
-        running=_sum(m, "vllm:num_requests_running"),
-        waiting=_sum(m, "vllm:num_requests_waiting"),
+        running=_sum(m, names.running),
+        waiting=_sum(m, names.waiting) if names.waiting else None,
         kv=max(v for _, v in kv) if kv else None,
-        prompt=_sum(m, "vllm:prompt_tokens_total"),
-        generation=_sum(m, "vllm:generation_tokens_total"),
-        ttft=_buckets(m, "vllm:time_to_first_token_seconds"),
+        prompt=_sum(m, names.prompt_tokens),
+        generation=_sum(m, names.generation_tokens),
+        ttft=_buckets(m, names.ttft) if names.ttft else [],
         simulated=metrics_say_simulated(m),
         spec=read_counters(m),
     )

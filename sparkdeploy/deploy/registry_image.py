@@ -10,6 +10,7 @@ from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.image_ref import RegistryImage
 from sparkdeploy.images.registry_pull import dry_run_lines, pull_and_spread
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -28,7 +29,9 @@ def for_deployment(
         for line in dry_run_lines(image.reference, nodes, None):
             out.progress(f"would {line}")
         return dep
-    pulled = pull_and_spread(image.reference, dep.inventory, nodes, say=out.progress)
+    # another engine's image (SGLang): its flags are its pinned parser's (recipes/engines/), no vLLM CLI to read
+    vllm = engine_of(dep.recipe.recipe).name == "vllm"
+    pulled = pull_and_spread(image.reference, dep.inventory, nodes, say=out.progress, read_vllm_cli=vllm)
     result.registry_image = pulled.as_dict()
     for warning in pulled.warnings:
         out.warn(warning)
@@ -38,4 +41,4 @@ def for_deployment(
             + "; ".join(f"{node}: {why}" for node, why in sorted(pulled.failed.items()))
             + ". No container was changed."
         )
-    return rerender() if image.cli is None or image.digest != pulled.digest else dep
+    return rerender() if (vllm and image.cli is None) or image.digest != pulled.digest else dep

@@ -33,7 +33,9 @@ from sparkdeploy.topologies.deployment import Deployment
 
 
 def simulated(dep: Deployment) -> bool:
-    if isinstance(dep.image, RegistryImage):  # its io.sparkdeploy.simulated label, read when it was pulled
+    # its io.sparkdeploy.simulated label, read when it was pulled; unless a definition stands in for it (the lab's
+    # vllm-sim for SGLang's registry image)
+    if isinstance(dep.image, RegistryImage) and dep.image_tag == dep.image.tag:
         return dep.image.simulated
     try:
         return load_definition(preflight.image_definition_name(dep.image_tag)).simulated

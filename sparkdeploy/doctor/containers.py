@@ -10,6 +10,7 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.daytwo import crashes
+from sparkdeploy.recipes.engines.registered import engine_of
 
 from .doctor_run import DoctorRun
 
@@ -25,12 +26,15 @@ def _n(count: int, word: str) -> str:
 def _lower_util(run: DoctorRun) -> str:
     if run.deployment is None:
         return "lower vllm.gpu_memory_utilization (e.g. --set vllm.gpu_memory_utilization=0.60)"
-    util = run.deployment.recipe.recipe.vllm.gpu_memory_utilization
+    recipe = run.deployment.recipe.recipe
+    share = engine_of(recipe).reservation(recipe)  # the engine's own setting (SGLang: sglang.mem_fraction_static)
+    if share.fraction_field is None or share.fraction is None:  # llama.cpp takes what its context needs
+        return (
+            f"lower {share.length_field} or llamacpp.parallel (e.g. `sparkdeploy up --set {share.length_field}=8192`)"
+        )
+    util = share.fraction
     lower = max(0.3, round(util - 0.10, 2))
-    return (
-        f"lower vllm.gpu_memory_utilization from {util:g} (e.g. `sparkdeploy up --set "
-        f"vllm.gpu_memory_utilization={lower:g}`)"
-    )
+    return f"lower {share.fraction_field} from {util:g} (e.g. `sparkdeploy up --set {share.fraction_field}={lower:g}`)"
 
 
 def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[Result]:

@@ -17,6 +17,7 @@ from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
+from sparkdeploy.recipes.engines.registered import engine_of
 
 from .check_context import CheckContext, SessionContext
 from .doctor_run import NodeSession
@@ -239,6 +240,9 @@ def torch_nccl(run: SessionContext, node: Node) -> Result:
         return skip("engine not running (see engine.running)")
     if ids(run, node).get(ref) is None:
         return skip("image missing (see image.present)")
+    recipe = run.deployment.recipe.recipe if run.deployment is not None else None
+    if recipe is not None and not engine_of(recipe).uses_torch:  # llama.cpp: C++, no Python in its image
+        return skip(f"{engine_of(recipe).title} ({ref}): no torch or NCCL in its image")
     v = versions(run, node)
     simulated = run.simulated_image
     expected = "torch, CUDA and NCCL equal on every node"

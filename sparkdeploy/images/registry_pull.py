@@ -213,10 +213,12 @@ def pull_and_spread(
     nodes: list[Node],
     on: Node | None = None,
     say: Callable[[str], None] = lambda _line: None,
+    read_vllm_cli: bool = True,
 ) -> PullResult:
     """Make every node of `nodes` hold the registry image `text` with one image ID: pulled once (on `on`, else
     on a node that has it already with the recorded digest, else the first node), digest checked, CLI read once
-    (kept by digest), then sent node to node over the fabric to the nodes that lack it."""
+    (kept by digest), then sent node to node over the fabric to the nodes that lack it. read_vllm_cli False: an
+    image of another engine (SGLang), whose flags are checked against its engine's pinned dump instead."""
     ref = parse_reference(text)
     digest = known_digest(ref)
     rec = record(digest) if digest else None
@@ -231,7 +233,17 @@ def pull_and_spread(
             digest, data, warnings = pull_on(conn, ref)
             pulled = True
             rec = record(digest)
-            if not rec or rec.get("image_id") != data["id"] or not rec.get("cli"):
+            if not read_vllm_cli:
+                rec = {
+                    "reference": ref.text,
+                    "digest": digest,
+                    "image_id": data["id"],
+                    "vllm_version": "",
+                    "simulated": bool((data.get("labels") or {}).get(SIMULATED_LABEL)),
+                    "cli": None,
+                    "read_on": source.name,
+                }
+            elif not rec or rec.get("image_id") != data["id"] or not rec.get("cli"):
                 say(f"reading the vLLM CLI of {ref.local_tag} on {source.name} (once per digest)")
                 version, cli = read_cli(conn, ref.local_tag)
                 rec = {

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.nodeside import ship
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.runtime.remote import NodeConnection
+from sparkdeploy.topologies.deployment import Deployment
 
 REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
@@ -21,13 +24,21 @@ REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 class ModelRef:
     repo: str
     revision: str = "main"
+    include: tuple[str, ...] = ()  # file patterns: only these files of the repo (one quant of a GGUF repo)
 
     def __str__(self) -> str:
         return self.repo if self.revision == "main" else f"{self.repo}@{self.revision}"
 
 
-def model_ref(repo: str, revision: str | None, source: str = "--revision") -> ModelRef:
+def model_ref(
+    repo: str, revision: str | None, source: str = "--revision", include: tuple[str, ...] | list[str] = ()
+) -> ModelRef:
     problems = []
+    for pattern in include:
+        if not pattern or len(pattern) > 256 or pattern.startswith("-") or any(ord(c) < 32 for c in pattern):
+            problems.append(
+                Problem("models", "--include", f"{pattern!r} is not a file pattern", "e.g. --include 'Q4_K_M/*'")
+            )
     if not REPO_RE.fullmatch(repo) or ".." in repo:
         problems.append(
             Problem(
@@ -42,21 +53,40 @@ def model_ref(repo: str, revision: str | None, source: str = "--revision") -> Mo
         problems.append(Problem("models", source, f"{rev!r} is not a revision", "a branch, tag or commit hash"))
     if problems:
         raise ConfigError(problems)
-    return ModelRef(repo, rev)
+    return ModelRef(repo, rev, tuple(include))
+
+
+def recipe_ref(dep: Deployment, revision: str | None = None, include: tuple[str, ...] = ()) -> ModelRef:
+    """The recipe's model with the files its engine reads (llama.cpp: one GGUF quant; `include` overrides)."""
+    recipe = dep.recipe.recipe
+    files = include or tuple(engine_of(recipe).model_files(recipe))
+    return model_ref(recipe.model, revision, include=files)
+
+
+def hub_image_tag(dep: Deployment) -> str:
+    """The image the hub client runs in on the download node: the engine's own (vLLM's carry huggingface_hub),
+    or the one its engine names (llama.cpp's image has no Python: the LiteLLM proxy's, which has it)."""
+    name = engine_of(dep.recipe.recipe).hub_image
+    return load_definition(name).tag if name else dep.image_tag
 
 
 def recipe_refs(
-    model: str, draft: str | None, draft_revision: str | None, revision: str | None = None
+    model: str,
+    draft: str | None,
+    draft_revision: str | None,
+    revision: str | None = None,
+    include: tuple[str, ...] = (),
 ) -> list[ModelRef]:
     """What a recipe needs in the HF cache: its model, then its speculative draft (issue 39: the draft is part of
     the model; pulled, checked and counted with it). A name that is no hub id (a local path) has nothing to pull;
     a draft that is the model itself (mtp from the model's own layers) is not counted twice."""
     refs = []
-    for repo, rev, source in ((model, revision, "--revision"), (draft, draft_revision, "speculative.revision")):
+    wanted = ((model, revision, "--revision", include), (draft, draft_revision, "speculative.revision", ()))
+    for repo, rev, source, files in wanted:  # `include`: the files of the model its engine reads (one GGUF quant)
         if not repo:
             continue
         try:
-            ref = model_ref(repo, rev, source)
+            ref = model_ref(repo, rev, source, include=files)
         except ConfigError:
             if REPO_RE.fullmatch(repo) and ".." not in repo:
                 raise  # a hub id with a bad revision: the revision's problem

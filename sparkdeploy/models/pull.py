@@ -249,7 +249,7 @@ class Puller:
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
         # --user: the files belong to the SSH user, who copies them to the other nodes; -i: `pull` reads "go"
-        python, *client = ship.argv("hub-client", cmd, ref.repo, revision)
+        python, *client = ship.argv("hub-client", cmd, ref.repo, revision, *ref.include)
         argv = [
             "docker",
             "run",
@@ -341,7 +341,7 @@ class Puller:
     def _pull(self, ref, download_node, everyone, held, states, client, result, dry_run) -> PullResult:
         manifest = dict(client.manifest, revision=ref.revision)
         result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
-        exact = ModelRef(ref.repo, manifest["commit"])
+        exact = ModelRef(ref.repo, manifest["commit"], ref.include)
 
         bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
         want = {

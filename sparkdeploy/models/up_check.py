@@ -13,7 +13,15 @@ from __future__ import annotations
 from sparkdeploy.checks import Result, fail, ok
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
-from sparkdeploy.models.ops import ModelRef, model_ref, pull_command, recipe_pull_command, recipe_refs
+from sparkdeploy.models.ops import (
+    ModelRef,
+    hub_image_tag,
+    pull_command,
+    recipe_pull_command,
+    recipe_ref,
+    recipe_refs,
+)
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -23,7 +31,7 @@ def engine_nodes(dep: Deployment):
 
 def model_of(dep: Deployment):
     try:
-        return model_ref(dep.recipe.recipe.model, None)
+        return recipe_ref(dep)
     except ConfigError:
         return None  # a local path or another non-hub name: nothing to pull or verify
 
@@ -33,7 +41,8 @@ def refs_of(dep: Deployment) -> list[ModelRef]:
     r = dep.recipe.recipe
     spec = r.speculative
     try:
-        return recipe_refs(r.model, spec.model if spec else None, spec.revision if spec else None)
+        files = tuple(engine_of(r).model_files(r))
+        return recipe_refs(r.model, spec.model if spec else None, spec.revision if spec else None, include=files)
     except ConfigError:
         return []
 
@@ -75,7 +84,7 @@ def pull(dep: Deployment, conns, say) -> None:
 
     inv = dep.inventory
     for ref in refs_of(dep):  # the model, then its speculative draft: each downloaded once, copied over the fabric
-        result = Puller(inv, conns, dep.secrets, dep.image_tag, None, say).pull(ref, inv.head, engine_nodes(dep))
+        result = Puller(inv, conns, dep.secrets, hub_image_tag(dep), None, say).pull(ref, inv.head, engine_nodes(dep))
         failed = [r for r in result.nodes.values() if not r.ok]
         if failed:
             raise StepFailed("; ".join(r.error or f"{r.node}: {r.action}" for r in failed))

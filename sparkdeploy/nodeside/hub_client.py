@@ -1,10 +1,11 @@
 """What runs in a container on the download node: the real huggingface_hub client (the engine image has it).
 
-Run as `hub-client plan|download|pull REPO REVISION` of this package's archive (ship.argv), its python3 the
-engine image's: a `docker run` of the recipe's image with
-the hub cache mounted at HF_HOME and an env file (0600) holding HF_TOKEN and HF_ENDPOINT: the token never
-appears in an argument. Why the engine image: vLLM images always carry huggingface_hub (vLLM reads models
-with it), the image is on the node already, and the client then matches what the engine will read.
+Run as `hub-client plan|download|pull REPO REVISION [PATTERN...]` (patterns: only the files they match) of this
+package's archive (ship.argv), its python3 the engine image's (or the one its engine names, models/ops.py): a
+`docker run` of that image with the hub cache mounted at HF_HOME and an env file (0600) holding HF_TOKEN and
+HF_ENDPOINT: the token never appears in an argument. Why the engine image: vLLM images always carry
+huggingface_hub (vLLM reads models with it), the image is on the node already, and the client then matches what
+the engine will read.
 
 plan:     resolve REVISION to a commit and list the files (with LFS sha256): the manifest, on stdout as JSON.
 download: snapshot_download of that commit into HF_HOME/hub (huggingface_hub resumes its own .incomplete
@@ -14,6 +15,7 @@ pull:     plan, then wait for one line on stdin: "go" downloads that commit, any
 Errors are one JSON line {"error": KIND, "message": ...} and exit 3, for the CLI to turn into a fix.
 """
 
+import fnmatch
 import json
 import sys
 
@@ -28,13 +30,15 @@ def fail(kind, message):
     sys.exit(3)
 
 
-def manifest(repo, revision):
+def manifest(repo, revision, include=()):
     api = HfApi()
     info = api.model_info(repo, revision=revision)
     files = []
     for f in api.list_repo_tree(repo, revision=info.sha, recursive=True):
         if not isinstance(f, RepoFile):
             continue
+        if include and not any(fnmatch.fnmatch(f.path, pattern) for pattern in include):
+            continue  # `models pull --include`: one quant of a GGUF repo, not all of them
         blob = f.lfs.sha256 if f.lfs is not None else f.blob_id
         files.append({"path": f.path, "size": f.size, "blob": blob, "lfs": f.lfs is not None})
 
@@ -49,19 +53,20 @@ def manifest(repo, revision):
 
 
 def main(argv):
-    cmd, repo, revision = argv[0], argv[1], argv[2]
+    cmd, repo, revision, include = argv[0], argv[1], argv[2], list(argv[3:])
+    allow = include or None
 
     try:
         if cmd == "plan":
-            print(json.dumps(manifest(repo, revision)))
+            print(json.dumps(manifest(repo, revision, include)))
         elif cmd == "pull":
-            plan = manifest(repo, revision)
+            plan = manifest(repo, revision, include)
             print(json.dumps(plan), flush=True)
             if sys.stdin.readline().strip() == "go":
-                path = snapshot_download(repo, revision=plan["commit"], max_workers=4)
+                path = snapshot_download(repo, revision=plan["commit"], max_workers=4, allow_patterns=allow)
                 print(json.dumps({"path": path}))
         elif cmd == "download":
-            path = snapshot_download(repo, revision=revision, max_workers=4)
+            path = snapshot_download(repo, revision=revision, max_workers=4, allow_patterns=allow)
             print(json.dumps({"path": path}))
         else:
             fail("usage", "unknown command " + cmd)

@@ -21,7 +21,7 @@ Every figure is in bytes. Where each comes from (docs/memory-budget.md):
   without architecture facts gets no KV figure and the budget says it is an estimate without one; a speculative
   draft adds its own KV per token the same way (its `speculative.architecture`), and mtp drafting from the
   model's own `architecture.mtp_layers` adds those layers' KV;
-- max_num_seqs: the recipe's, else vLLM's default 256;
+- max_num_seqs: the recipe's, else the engine's default (vLLM's 256; recipes/engines/ `Reservation`);
 - the compile/activation peak: PEAK_BYTES, a constant estimate (see its comment);
 - the OS reserve: OS_RESERVE_BYTES;
 - total and free: the node's facts (nvidia-smi where it reports numbers, the lab's stand-in included, which is
@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import Architecture, Recipe
 
 if TYPE_CHECKING:  # annotations only: the facts package pulls in SSH (paramiko), which a dry run from a wheel lacks
@@ -51,7 +52,6 @@ PEAK_BYTES = 4 * GIB
 # A DGX Spark without a node to ask: the figure this project's captured meminfo and lab stand-in carry
 # (nvidia-smi memory.total 122570 MiB, MemTotal 125513728 kB: 119.7 GiB of the 128 GB unified memory).
 DGX_SPARK_TOTAL_BYTES = 122570 * MIB
-VLLM_DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 MAX_UTILIZATION = 0.95  # recipes.VllmSettings' upper bound
 
 
@@ -77,6 +77,9 @@ class Budget:
     notes: list[str] = field(default_factory=list)
     draft_weights: int = 0  # the speculative draft's share, included in weights
     draft_kv_per_token: int = 0  # the draft's (or MTP layers') KV a token, included in kv_per_token
+    # the recipe fields of the engine's reservation and longest sequence, named in the advice
+    util_field: str = "vllm.gpu_memory_utilization"
+    length_field: str = "vllm.max_model_len"
 
     @property
     def reserve(self) -> int:
@@ -152,10 +155,10 @@ class Budget:
             assert util is not None  # starts is False only with weights
             usable = None if self.free is None else (self.free - self.os_reserve) / self.total
             if util <= MAX_UTILIZATION and (usable is None or util <= usable):
-                return f"raise vllm.gpu_memory_utilization to {util:.2f}"
+                return f"raise {self.util_field} to {util:.2f}"
             room = self.kv_room or 0
             if self.kv_per_token and room > self.kv_per_token * 256:
-                return f"lower vllm.max_model_len to {room // self.kv_per_token // 256 * 256}"
+                return f"lower {self.length_field} to {room // self.kv_per_token // 256 * 256}"
             return "the weights do not fit one node's share: use a topology that splits them over more nodes (cluster)"
         if self.node_fits is False:
             assert self.free is not None
@@ -163,7 +166,7 @@ class Budget:
             lower = Budget(**{**self.__dict__, "util": util, "notes": []}) if util > 0 else None
             if lower is not None and lower.starts:
                 return (
-                    f"lower vllm.gpu_memory_utilization to {util:.2f} (the most this node's free memory allows), "
+                    f"lower {self.util_field} to {util:.2f} (the most this node's free memory allows), "
                     "or free memory on the node"
                 )
             return "free memory on the node (stop what holds it), or use a topology that splits the weights (cluster)"
@@ -210,7 +213,9 @@ def kv_bytes_per_token(recipe: Recipe, engine_size: int) -> int | None:
         return None
     layers = arch.kv_layers or arch.layers
     heads = max(1.0, arch.kv_heads / max(1, engine_size))
-    return int(2 * layers * heads * arch.head_dim * kv_dtype_bytes(recipe.vllm.kv_cache_dtype))
+    return int(
+        2 * layers * heads * arch.head_dim * kv_dtype_bytes(engine_of(recipe).reservation(recipe).kv_cache_dtype)
+    )
 
 
 def _arch_kv(arch: Architecture | None, layers: int | None, size: int, dtype: str | None) -> int | None:
@@ -227,7 +232,7 @@ def draft_share(recipe: Recipe, engine_size: int) -> tuple[int, int, list[str]]:
     notes: list[str] = []
     tp = spec.options.get("draft_tensor_parallel_size")
     size = tp if isinstance(tp, int) and tp > 0 else engine_size
-    dtype = spec.options.get("kv_cache_dtype") or recipe.vllm.kv_cache_dtype
+    dtype = spec.options.get("kv_cache_dtype") or engine_of(recipe).reservation(recipe).kv_cache_dtype
     weights = int(spec.weights_gb * 1e9 / max(1, size)) if spec.weights_gb is not None else 0
     if spec.model:
         if spec.weights_gb is None:
@@ -257,7 +262,8 @@ def estimate(
     simulated: bool = False,
 ) -> Budget:
     """The budget of `recipe`'s engine on one node of an engine spanning `engine_size` nodes."""
-    v = recipe.vllm
+    engine = engine_of(recipe)
+    r = engine.reservation(recipe)
     notes = []
     weights = int(recipe.weights_gb * 1e9 / max(1, engine_size)) if recipe.weights_gb is not None else None
     if weights is None:
@@ -265,31 +271,38 @@ def estimate(
     kv = kv_bytes_per_token(recipe, engine_size)
     if kv is None:
         notes.append("ESTIMATE without KV cache: the recipe has no architecture facts (head_dim, kv_heads, layers)")
-    if v.max_model_len is None:
-        notes.append("no vllm.max_model_len: vLLM uses the model's own, the KV per sequence is not estimated")
-    if v.max_num_seqs is None:
-        notes.append(f"max_num_seqs not set: vLLM's default {VLLM_DEFAULT_MAX_NUM_SEQS}")
+    if r.max_model_len is None:
+        notes.append(f"no {r.length_field}: {engine.title} uses the model's own, the KV per sequence is not estimated")
+    if r.max_num_seqs is None:
+        notes.append(f"max_num_seqs not set: {engine.title}'s default {r.default_num_seqs}")
     draft_weights, draft_kv, draft_notes = draft_share(recipe, engine_size)
     notes += draft_notes
     if weights is not None:
         weights += draft_weights
     if kv is not None:
         kv += draft_kv
+    util = r.fraction
+    if util is None:  # no share (llama.cpp): what the weights, the peak and every sequence's KV take
+        full = (kv or 0) * (r.max_model_len or 0) * (r.max_num_seqs or r.default_num_seqs)
+        util = min(MAX_UTILIZATION, max(0.05, math.ceil(((weights or 0) + PEAK_BYTES + full) / total * 100) / 100))
+        notes.append(f"{engine.title} takes what it needs (no share of the node): counted as {util:.2f} of it")
     return Budget(
         node=node,
         total=total,
         free=free,
         source=source,
-        util=v.gpu_memory_utilization,
+        util=util,
         weights=weights,
         engine_size=engine_size,
         kv_per_token=kv,
-        max_model_len=v.max_model_len,
-        max_num_seqs=v.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS,
+        max_model_len=r.max_model_len,
+        max_num_seqs=r.max_num_seqs or r.default_num_seqs,
         simulated=simulated,
         notes=notes,
         draft_weights=draft_weights,
         draft_kv_per_token=draft_kv,
+        util_field=r.fraction_field or f"{engine.title}'s memory (it takes what it needs: lower its context)",
+        length_field=r.length_field,
     )
 
 

@@ -155,6 +155,7 @@ class Imported:
     eugr_name: str
     not_carried: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # the `vllm serve` argv after substitution
+    fmt: str = "eugr"  # or "sparkrun" (sparkrun.py): its argv is the whole command
 
 
 def is_eugr(data: Any) -> bool:
@@ -841,6 +842,16 @@ def comment(text: str) -> str:
 
 
 def header(imported: Imported) -> str:
+    if imported.fmt == "sparkrun":
+        lines = [
+            comment(f"Imported by `sparkdeploy recipes import` from the sparkrun recipe {imported.source.name}"),
+            comment("(spark-arena/sparkrun v2 format). Its command after substitution:"),
+            *_wrapped([escape_controls(shlex.quote(a)) for a in imported.argv]),
+        ]
+        if imported.not_carried:
+            lines.append(comment("Not carried over as written:"))
+            lines += [comment(f"  - {note}") for note in imported.not_carried]
+        return "\n".join(lines) + "\n"
     lines = [
         comment(f"Imported by `sparkdeploy recipes import` from the eugr v1 recipe {imported.source.name}"),
         comment(

@@ -21,13 +21,16 @@ from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.userfile import load_yaml_file, parse_yaml_value
 from sparkdeploy.errors import ConfigError, Invalid, Invalids, Problem, escape_controls
 from sparkdeploy.images.image_ref import is_reference, reference_error
-from sparkdeploy.recipes import eugr
+from sparkdeploy.recipes import eugr, sparkrun
 
 # Each set of names is one Literal (what the schema and mypy check) and the tuple of its values (for messages).
 TopologyName = Literal["solo", "cluster", "2xsolo", "replicas"]
 TOPOLOGIES: tuple[str, ...] = get_args(TopologyName)
 # replicas is R cluster engines behind the proxy: a recipe that lists cluster may run it, with cluster's overrides.
 MULTI_NODE_ENGINES = ("cluster", "replicas")
+# The engine a recipe serves with (recipes/engines/: one module each, registered in ENGINES there).
+EngineName = Literal["vllm", "sglang", "llamacpp"]
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 BackendName = Literal["ray", "torchrun", "native"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 RoutingStrategy = Literal[
@@ -52,7 +55,10 @@ MAX_SET_PARTS = 8
 # A model id / served name: a Hugging Face repo id or a path-like name, printable, no spaces or control chars.
 MODEL_NAME = re.compile(r"[A-Za-z0-9/][A-Za-z0-9._:/@+-]{0,255}")
 # vLLM flags that carry a secret: they belong in the secrets file (HF_TOKEN), never on a command line.
-SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password")
+# (SGLang's --admin-api-key likewise: every engine's key comes from the secrets file.)
+SECRET_FLAGS = ("--api-key", "--hf-token", "--ssl-keyfile-password", "--admin-api-key")
+# A GGUF file inside its model repo: a relative path, no '..', ending .gguf.
+GGUF_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*\.gguf")
 # Upper bounds of the recipe's numbers: far above any real value, so a typo (a 31-digit max_model_len) is refused
 # with the bound instead of reaching vLLM's command line or the memory fit.
 MAX_TOKENS = 1 << 24  # 16,777,216: above the longest context any model offers (10M, Llama 4 Scout)
@@ -79,6 +85,23 @@ class CompilationSettings(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+def checked_extra_args(v: Any) -> Any:
+    """An engine's extra_args: plain one-line strings (numbers written as text), never a secret flag."""
+    if isinstance(v, list):
+        v = [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
+        for arg in v:
+            flag = arg.split("=", 1)[0] if isinstance(arg, str) else ""
+            if flag in SECRET_FLAGS:
+                raise Invalid(
+                    f"{flag} would put a secret on the command line (visible in ps and logs)",
+                    "remove it; put HF_TOKEN in the inventory's secrets file (the proxy's LITELLM_MASTER_KEY "
+                    "protects the public endpoint)",
+                )
+            if isinstance(arg, str) and (len(arg) > 1024 or any(ord(c) < 32 for c in arg)):
+                raise Invalid("an argument is one line of at most 1024 characters", "check the value")
+    return v
+
+
 class VllmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -98,22 +121,77 @@ class VllmSettings(BaseModel):
     @field_validator("extra_args", mode="before")
     @classmethod
     def _extra_args(cls, v):
-        if isinstance(v, list):
-            v = [str(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x for x in v]
-            for arg in v:
-                flag = arg.split("=", 1)[0] if isinstance(arg, str) else ""
-                if flag in SECRET_FLAGS:
-                    raise Invalid(
-                        f"{flag} would put a secret on the command line (visible in ps and logs)",
-                        "remove it; put HF_TOKEN in the inventory's secrets file (the proxy's LITELLM_MASTER_KEY "
-                        "protects the public endpoint)",
-                    )
-                if isinstance(arg, str) and (len(arg) > 1024 or any(ord(c) < 32 for c in arg)):
-                    raise Invalid(
-                        "an argument is one line of at most 1024 characters",
-                        "check the value",
-                    )
+        return checked_extra_args(v)
+
+
+class SglangSettings(BaseModel):
+    """`engine: sglang`: `python3 -m sglang.launch_server` (recipes/engines/sglang.py writes the line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # SGLang's --mem-fraction-static is a fraction of the memory FREE when it starts (not of the total, as vLLM's
+    # gpu_memory_utilization): the budget treats it as a fraction of the total, which on an idle node (free =
+    # total - the OS) over-counts by the OS's share: conservative.
+    mem_fraction_static: Number = Field(default=0.70, gt=0.0, le=0.95)
+    context_length: Whole | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    max_running_requests: Whole | None = Field(default=None, gt=0, le=MAX_NUM_SEQS)
+    chunked_prefill_size: Whole | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    attention_backend: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    trust_remote_code: bool = False
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _extra_args(cls, v):
+        return checked_extra_args(v)
+
+
+class LlamacppSettings(BaseModel):
+    """`engine: llamacpp`: llama-server with a GGUF that `models pull` brought (recipes/engines/llamacpp.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The GGUF inside the model repo; of a split model (name-00001-of-00003.gguf) the first file: llama-server
+    # reads the others beside it.
+    gguf: str
+    # What `models pull` downloads of the repo (one quant of many): default the folder or file of `gguf`.
+    include: list[str] = Field(default_factory=list)
+    n_gpu_layers: Whole = Field(default=999, ge=0, le=MAX_ARCH)
+    ctx_size: Whole | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    parallel: Whole | None = Field(default=None, gt=0, le=MAX_NUM_SEQS)
+    jinja: bool = True  # the model's chat template, so tool calls work
+    flash_attn: Literal["on", "off", "auto"] = "on"
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    reasoning_format: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("gguf")
+    @classmethod
+    def _gguf(cls, v: str) -> str:
+        if len(v) > 256 or not GGUF_FILE.fullmatch(v) or ".." in v.split("/"):
+            raise Invalid(
+                "must be a .gguf file inside the model repo, e.g. UD-Q4_K_XL/model-00001-of-00002.gguf",
+                "check the repo's file list",
+            )
         return v
+
+    @field_validator("include")
+    @classmethod
+    def _include(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            if not pattern or len(pattern) > 256 or any(ord(c) < 32 for c in pattern) or pattern.startswith("-"):
+                raise Invalid("an include is a file pattern of the repo, e.g. 'Q4_K_M/*'", "check it")
+        return v
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _extra_args(cls, v):
+        return checked_extra_args(v)
 
 
 # An engine of a model that has others (2xsolo, replicas, a stack's): LiteLLM cools it down at its first failure
@@ -234,6 +312,7 @@ class Recipe(BaseModel):
     image: str
     topologies: list[TopologyName] = Field(min_length=1)
     default_topology: TopologyName
+    engine: EngineName = "vllm"
     cluster_backend: BackendName = "ray"
     fits_one_node: bool = True
     weights_gb: Number | None = Field(
@@ -243,6 +322,8 @@ class Recipe(BaseModel):
     tensor_parallel: Whole | None = Field(default=None, ge=1, le=64)
     architecture: Architecture | None = None  # from the model's config.json: checks TP/PP layouts before anything runs
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    sglang: SglangSettings | None = None  # engine: sglang (unset: SGLang's settings' defaults)
+    llamacpp: LlamacppSettings | None = None  # engine: llamacpp (required there: the GGUF file)
     env: dict[str, str] = Field(default_factory=dict)
     litellm: LiteLLMSettings = Field(default_factory=LiteLLMSettings)
     overrides: dict[TopologyName, dict[str, Any]] = Field(default_factory=dict)
@@ -336,6 +417,15 @@ class Recipe(BaseModel):
                         f"{', '.join(single)} need the model on one node, and fits_one_node is false",
                         "list only cluster",
                     )
+                )
+        if self.engine == "llamacpp" and self.llamacpp is None:
+            problems.append(
+                Invalid.at("llamacpp", "engine llamacpp needs the GGUF file", "add llamacpp: {gguf: FILE.gguf}")
+            )
+        for other in ("sglang", "llamacpp"):
+            if getattr(self, other) is not None and self.engine != other:
+                problems.append(
+                    Invalid.at(other, f"settings of another engine (engine is {self.engine})", f"remove {other}")
                 )
         for topo in self.overrides:
             if topo not in self.topologies and not (topo == "replicas" and "cluster" in self.topologies):
@@ -480,8 +570,12 @@ def read_any(
 ) -> tuple[dict, list[tuple[str, Any]], eugr.Imported | None]:
     """A recipe file's data as a sparkdeploy recipe: ours as written, an eugr v1 recipe (`recipe_version`)
     mapped by eugr.py, its placeholders filled from defaults then from the --set values that name them. Returns
-    the data, the --set values left for the recipe itself, and the import (None for ours)."""
+    the data, the --set values left for the recipe itself, and the import (None for ours). A sparkrun v2 recipe
+    whose runtime is sglang or llama-cpp is mapped by sparkrun.py."""
     data = read_recipe_data(path)
+    if sparkrun.is_sparkrun(data):  # a sparkrun v2 recipe of SGLang or llama.cpp (sparkrun.py)
+        imported = sparkrun.to_recipe_data(data, path)
+        return imported.data, list(set_values), imported
     if not eugr.is_eugr(data):
         return data, list(set_values), None
     raw, params, rest, dropped = eugr.split_sets(data, list(set_values))

@@ -1,4 +1,4 @@
-"""The `vllm serve` command line for a resolved recipe.
+"""The `vllm serve` command line for a resolved recipe (the vLLM engine's render step: recipes/engines/vllm.py).
 
 What that line may say is checked against the CLI of the vLLM the image pins by images/vllm_cli.py (the
 topologies call both); this module only writes the line.
@@ -7,26 +7,14 @@ topologies call both); this module only writes the line.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
 from sparkdeploy.recipes import speculative
+from sparkdeploy.recipes.engines.interface import ONE_NODE, Distributed
 from sparkdeploy.recipes.recipe import ResolvedRecipe
 
-
-@dataclass(frozen=True)
-class Distributed:
-    """How this process takes part in a multi-node engine (None fields: single node)."""
-
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    executor_backend: str | None = None  # ray | external_launcher
-    nnodes: int | None = None
-    node_rank: int | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    headless: bool = False
+__all__ = ["Distributed", "compilation_config", "serve_args"]
 
 
 def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict | None:
@@ -59,9 +47,7 @@ def _opt(flag: str, value) -> list[str]:
     return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
-def serve_args(
-    resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist: Distributed = Distributed()
-) -> list[str]:
+def serve_args(resolved: ResolvedRecipe, image: ImageDefinition, port: int, dist: Distributed = ONE_NODE) -> list[str]:
     """Arguments after `vllm serve` (the model first)."""
     r = resolved.recipe
     v = r.vllm

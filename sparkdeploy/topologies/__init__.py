@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.definitions import definition_names, load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import BACKENDS, TOPOLOGIES, ResolvedRecipe
 from sparkdeploy.topologies import cluster, ports, replicas, solo, twosolo
 from sparkdeploy.topologies import guard as guard_deploy
@@ -55,6 +56,32 @@ REGISTRY: dict[str, Topology] = {
 assert tuple(REGISTRY) == TOPOLOGIES, "recipes.TOPOLOGIES and topologies.REGISTRY must name the same topologies"
 
 
+def check_engine_topology(resolved: ResolvedRecipe) -> None:
+    """The recipe's engine serves this topology with this backend, or one line says why not."""
+    engine = engine_of(resolved.recipe)
+    source = str(resolved.source)
+    reason = engine.refused_topologies.get(resolved.topology)
+    if reason:
+        raise ConfigError(
+            Problem(
+                source,
+                "topologies",
+                f"{engine.title} does not serve {resolved.topology}: {reason}",
+                "use solo, or 2xsolo for one engine per node behind the proxy",
+            )
+        )
+    allowed = engine.multi_node_backends
+    if resolved.backend and allowed is not None and resolved.backend not in allowed:
+        raise ConfigError(
+            Problem(
+                source,
+                "cluster_backend",
+                f"{engine.title} runs multi-node only with its own launcher, not {resolved.backend}",
+                f"set cluster_backend: {allowed[0]} in the recipe (or --backend {allowed[0]})",
+            )
+        )
+
+
 def build_deployment(
     inventory: Inventory,
     resolved: ResolvedRecipe,
@@ -70,15 +97,24 @@ def build_deployment(
     image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image
     warnings = list(resolved.warnings) + list(secrets.warnings)
-    # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built.
+    # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built; but
+    # another engine's registry image (SGLang's) is stood in for by the definition that says `engine:NAME`.
     override = None if isinstance(image, RegistryImage) else inventory.cluster.image_override
-    if isinstance(image, RegistryImage) and image.cli is None:
+    engine = engine_of(resolved.recipe)
+    check_engine_topology(resolved)
+    if isinstance(image, RegistryImage) and image.cli is None and engine.name == "vllm":
         warnings.append(
             f"the vLLM CLI of {ref} is not known yet: its flags are checked once `up` or "
             f"`sparkdeploy images pull {ref} --on NODE` has pulled it and read it from the image"
         )
     if override and override != image.name:
         run_image = load_definition(override)
+        # The override stands in for one engine's images (the lab's vllm-sim for vLLM's); another engine's image
+        # is stood in for by the definition that says so (llamacpp-cpu, the real llama-server built for CPU).
+        if engine.name != "vllm" and image.name not in run_image.stands_in_for:
+            run_image = next(
+                (d for d in map(load_definition, definition_names()) if image.name in d.stands_in_for), run_image
+            )
         if image.name not in run_image.stands_in_for:
             raise ConfigError(
                 Problem(
@@ -88,6 +124,10 @@ def build_deployment(
                     f"use an image whose stands_in_for lists {image.name}",
                 )
             )
+    if isinstance(image, RegistryImage) and inventory.cluster.image_override and engine.name != "vllm":
+        stand_in = [d for d in map(load_definition, definition_names()) if f"engine:{engine.name}" in d.stands_in_for]
+        if stand_in:
+            run_image = stand_in[0]
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
     topology = REGISTRY[resolved.topology]

@@ -22,6 +22,8 @@ from sparkdeploy.labels import (
     RANK_LABEL,
     WATCHERS_LABEL,
 )
+from sparkdeploy.recipes.engines.interface import ONE_NODE, Distributed, Engine
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import ResolvedRecipe
 from sparkdeploy.topologies.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
 from sparkdeploy.topologies.render import render
@@ -32,8 +34,8 @@ PROXY_CONTAINER = "sparkdeploy-litellm"
 ENGINE_PORT = "cluster.vllm_port"  # the engines' HTTP port (a stack deployment's `port`)
 
 
-def engine_listen(port: int) -> Listen:
-    return Listen(port, "vLLM", ENGINE_PORT)
+def engine_listen(port: int, title: str = "vLLM") -> Listen:
+    return Listen(port, title, ENGINE_PORT)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,17 @@ class Context:
     @property
     def recipe(self):
         return self.resolved.recipe
+
+    @property
+    def engine(self) -> Engine:
+        """The recipe's serving engine (recipes/engines/): its serve_args is the one writer of its flags."""
+        return engine_of(self.recipe)
+
+    def engine_args(self, port: int, dist: Distributed = ONE_NODE) -> list[str]:
+        """The engine's command line for this recipe, checked against the pinned engine's own flag list."""
+        args = self.engine.serve_args(self.resolved, self.image, port, dist)
+        self.engine.check_args(args, self.image, str(self.resolved.source))
+        return args
 
     @property
     def cluster(self):
@@ -140,21 +153,23 @@ class Context:
         secrets_env = render("secrets.env.j2", node=node, secrets=secrets)
         return [FileSpec("node.env", node_env), FileSpec("secrets.env", secrets_env, mode=0o600, secret=True)]
 
-    def vllm_container(self, nd: NodeDeployment, *, role: str, port: int, args: list[str]) -> None:
-        """One `vllm serve` on its own node (solo, each 2xsolo backend): entry-vllm.sh, the GPU, /health on port."""
+    def engine_container(self, nd: NodeDeployment, *, role: str, port: int, args: list[str]) -> None:
+        """One engine on its own node (solo, each 2xsolo backend): its entry script, the GPU, /health on port."""
+        engine = self.engine
         self.container(
             nd,
             role=role,
             name=SERVING_CONTAINER,
-            entry_template="entry-vllm.sh.j2",
-            entry_name="vllm.entry.sh",
+            entry_template=engine.entry_template,
+            entry_name=engine.entry_name,
             image_tag=self.run_image.tag,
             gpus=True,
-            ports=(engine_listen(port),),
+            ports=(engine_listen(port, engine.title),),
             health_port=port,
             args=args,
             headless=False,
             group=self.engine_group([nd.node]),
+            **engine.entry_vars(self.recipe),
         )
 
     def rendered(self, name: str, template: str, **variables: Any) -> FileSpec:
@@ -235,7 +250,10 @@ class Context:
             entry=entry_name,
             hf_cache=self.cluster.hf_cache if gpus and model_cache else None,
             container_hf_home=CONTAINER_HF_HOME,
-            healthcheck=healthcheck.for_port(health_port, health_path(role)) if health_port else None,
+            # an engine's liveness path is its engine's (recipes/engines/: /health for all three today)
+            healthcheck=healthcheck.for_port(health_port, self.engine.health_path if gpus else health_path(role))
+            if health_port
+            else None,
             **(run_options or {}),
         )
         grouped = self.group_labels(group, nd.node, health_port) if group is not None else {}

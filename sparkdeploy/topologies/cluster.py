@@ -5,7 +5,8 @@ Three ways to launch it, chosen by the recipe's cluster_backend or --backend:
 - ray: a Ray head on rank 0's node, the other nodes joining over the fabric IPs; vLLM there drives all ranks;
 - torchrun: torchrun on each node runs the serving launcher from the image; rank 0 serves HTTP and
   broadcasts requests over gloo, every rank steps the engine in lockstep (seed 004);
-- native: vLLM's own multi-node mode (--nnodes/--node-rank/--master-addr, --headless workers).
+- native: the engine's own multi-node mode (vLLM's --nnodes/--node-rank/--master-addr with --headless workers;
+  SGLang's --nnodes/--node-rank/--dist-init-addr, the only one SGLang has).
 `engine` builds one such engine on any list of nodes: replicas.py uses it once per group.
 """
 
@@ -14,9 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdeploy.config.inventory import Node
-from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.recipes.backend_features import check_backend_flags
-from sparkdeploy.recipes.vllm_args import Distributed, serve_args
+from sparkdeploy.recipes.engines.interface import Distributed
 from sparkdeploy.topologies import layout
 from sparkdeploy.topologies.base import SERVING_CONTAINER, Context, engine_listen
 from sparkdeploy.topologies.deployment import Listen, NodeDeployment
@@ -46,8 +46,7 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
         }
         if backend == "ray":
             if rank == 0:
-                args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "ray"))
-                check_args(args, ctx.image, str(ctx.resolved.source))
+                args = ctx.engine_args(port, Distributed(tp, pp, "ray"))
                 ctx.container(
                     nd,
                     entry_template="entry-ray-head.sh.j2",
@@ -75,8 +74,7 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
                     **common,
                 )
         elif backend == "torchrun":
-            args = serve_args(ctx.resolved, ctx.image, port, Distributed(tp, pp, "external_launcher"))
-            check_args(args, ctx.image, str(ctx.resolved.source))
+            args = ctx.engine_args(port, Distributed(tp, pp, "external_launcher"))
             check_backend_flags(args, backend, str(ctx.resolved.source))  # the launcher's server: issue 18
             ctx.container(
                 nd,
@@ -105,15 +103,14 @@ def engine(ctx: Context, ranks: list[Node], tp: int, pp: int) -> list[NodeDeploy
                 master_port=ctx.cluster.master_port,
                 headless=rank > 0,
             )
-            args = serve_args(ctx.resolved, ctx.image, port, dist)
-            check_args(args, ctx.image, str(ctx.resolved.source))
+            args = ctx.engine_args(port, dist)
+            title = ctx.engine.title
+            master = Listen(ctx.cluster.master_port, f"{title}'s multi-node master", MASTER)
             ctx.container(
                 nd,
-                entry_template="entry-vllm.sh.j2",
-                entry_name="vllm.entry.sh",
-                ports=(engine_listen(port), Listen(ctx.cluster.master_port, "vLLM's multi-node master", MASTER))
-                if rank == 0
-                else (),
+                entry_template=ctx.engine.entry_template,
+                entry_name=ctx.engine.entry_name,
+                ports=(engine_listen(port, title), master) if rank == 0 else (),
                 health_port=port if rank == 0 else None,
                 args=args,
                 headless=rank > 0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -20,6 +21,8 @@ def describe(dep: Deployment) -> dict:
         "image": dep.image_tag,
         "image_definition": dep.image.name,
         "vllm_version": dep.image.vllm_version,
+        "engine": engine_of(dep.recipe.recipe).name,
+        "engine_version": engine_of(dep.recipe.recipe).describe(dep.image),
         "endpoint": dep.endpoint,
         "model": dep.model_name,
         "backends": dep.backends,
@@ -72,7 +75,10 @@ def as_text(desc: dict) -> str:
     backend = f" (backend {desc['backend']})" if desc["backend"] else ""
     lines.append("DRY RUN: nothing is changed on any node.")
     lines.append(f"recipe {desc['recipe']}, topology {desc['topology']}{backend}")
-    lines.append(f"image {desc['image']} (definition {desc['image_definition']}, vLLM {desc['vllm_version']})")
+    if desc["engine"] == "vllm":  # the line every vLLM dry run has always had (the goldens)
+        lines.append(f"image {desc['image']} (definition {desc['image_definition']}, vLLM {desc['vllm_version']})")
+    else:
+        lines.append(f"image {desc['image']} (definition {desc['image_definition']}, {desc['engine_version']})")
     lines.append(f"endpoint {desc['endpoint']} (model {desc['model']})")
     for url in desc["backends"]:
         lines.append(f"backend {url}")

@@ -6,6 +6,7 @@ from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.recipes import recipe as recipes_mod
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies import build_deployment
 
 
@@ -33,9 +34,10 @@ LINT_INVENTORY = synthetic_inventory(2)
 
 def combinations(recipe: recipes_mod.Recipe) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
+    backends = engine_of(recipe).multi_node_backends or recipes_mod.BACKENDS
     for topo in recipe.topologies:
         if topo == "cluster":
-            out += [(topo, b) for b in recipes_mod.BACKENDS]
+            out += [(topo, b) for b in backends]
         else:
             out.append((topo, None))
     return out

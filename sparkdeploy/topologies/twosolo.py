@@ -8,9 +8,7 @@ network: 2xsolo does not need the fabric link at all.
 
 from __future__ import annotations
 
-from sparkdeploy.images.vllm_cli import check_args
 from sparkdeploy.recipes.recipe import FAILOVER_ALLOWED_FAILS
-from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
 from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 
@@ -68,13 +66,12 @@ def add_proxy(ctx: Context, nodes: list[NodeDeployment], backends: list[tuple[st
 
 def build(ctx: Context) -> tuple[list[NodeDeployment], str, list[str]]:
     port = ctx.cluster.vllm_port
-    args = serve_args(ctx.resolved, ctx.image, port)
-    check_args(args, ctx.image, str(ctx.resolved.source))
+    args = ctx.engine_args(port)
     nodes = []
     backends = []
     for node in ctx.inventory.nodes:
         nd = NodeDeployment(node=node, state_dir=ctx.cluster.state_dir, files=ctx.common_files(node))
-        ctx.vllm_container(nd, role="backend", port=port, args=args)
+        ctx.engine_container(nd, role="backend", port=port, args=args)
         nodes.append(nd)
         backends.append((node.name, f"http://{node.url_host}:{port}/v1"))
     return nodes, add_proxy(ctx, nodes, backends), [url for _, url in backends]

@@ -60,6 +60,16 @@ REPLICAS = (  # why replicas is not deployed here
 )
 
 
+# Engines the lab serves elsewhere, not with vllm-sim here: the recipe's engine -> where its lab tests are.
+OTHER_ENGINES = {
+    "sglang": "tests/deploy/test_sglang_lab.py: vllm-sim as SGLang (SIMULATED, SGLang's own flags) serves "
+    "sglang-gpt-oss-120b on solo, 2xsolo and a two-node cluster; the other SGLang recipes are cluster-only "
+    "variants of the same rendering (tests/test_engines.py)",
+    "llamacpp": "tests/deploy/test_llamacpp_lab.py: the REAL CPU llama-server serves llamacpp-qwen3-coder-30b (the "
+    "tiny GGUF in its place) on solo and 2xsolo; the other llama.cpp recipes differ only in fields it renders",
+}
+
+
 def solo_in_2xsolo(name: str) -> bool:
     """The recipe's solo case is served by its 2xsolo case (see the module doc)."""
     topologies = SHIPPED[name].topologies
@@ -69,6 +79,8 @@ def solo_in_2xsolo(name: str) -> bool:
 def cases() -> list:
     out = []
     for name, recipe in SHIPPED.items():
+        if recipe.engine in OTHER_ENGINES:
+            continue  # see OTHER_ENGINES
         for topology in list(recipe.topologies) + (["replicas"] if "cluster" in recipe.topologies else []):
             if topology == "replicas" or (name, topology) in DEPLOYED_ELSEWHERE:
                 continue  # deployed by the lab test named there (the fast test below keeps the list true)

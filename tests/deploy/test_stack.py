@@ -528,3 +528,29 @@ def test_rollback_of_a_stack_deployment_refuses_naming_the_stack_file(cli, tmp_p
     code, _out, err = cli("rollback", "1")
     assert code == 2 and "/x/stack.yaml" in err and "up --stack" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+MIXED = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+  - {name: gguf, recipe: llamacpp-qwen3-coder-30b, topology: solo, nodes: [spark1], memory: 0.3}
+  - {name: big, recipe: sglang-gpt-oss-120b, topology: solo, nodes: [spark2], memory: 0.65}
+"""
+
+
+def test_a_stack_mixes_engines_behind_one_gateway(tmp_path, inventory_file):
+    """vLLM, llama.cpp and SGLang deployments in one stack (issue 38 item 6): each runs its own engine's line,
+    SGLang's share is its --mem-fraction-static, and the gateway routes every served name."""
+    s = built(loaded(tmp_path, inventory_file, MIXED))
+    chat, gguf, big = (m.deployment for m in s.members)
+    assert "exec vllm serve" in chat.nodes[0].file("vllm.entry.sh").content
+    assert "exec llama-server" in gguf.nodes[0].file("llamacpp.entry.sh").content
+    line = big.nodes[0].file("sglang.entry.sh").content
+    assert "exec python3 -m sglang.launch_server" in line and "--mem-fraction-static 0.65" in line
+    assert [c.name for nd in gguf.nodes for c in nd.containers] == ["sparkdeploy-gguf-vllm"]
+    routes = json.loads(su.gateway_node(s).file("routes.json").content)
+    assert {e["model_name"] for e in routes["model_list"]} == {
+        "glm-4.7-flash",
+        "qwen3-coder-30b-gguf",
+        "openai/gpt-oss-120b",
+    }

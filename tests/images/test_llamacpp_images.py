@@ -160,7 +160,7 @@ def test_tiny_gguf_cli_refuses_a_bad_width(capsys, tmp_path):
 # -- the flag fixture: the parse of the real `llama-server --help` ---------------------------------------------
 
 HELP = FIXTURES / f"llama-server-{VERSION}-help.txt"
-ARGS = FIXTURES / f"llama-server-{VERSION}-args.json"
+ARGS = ROOT / "images" / "engine-args" / f"llama-server-{VERSION}-args.json"  # shipped: the engine checks it
 
 
 def _completion(positives) -> str:

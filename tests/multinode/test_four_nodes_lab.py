@@ -203,3 +203,19 @@ def test_push_from_one_node_chains_to_the_three_others(lab4, inv4, cli):
     finally:
         for node in nodes:
             lab4.ssh(node, f"docker image rm {tag} >/dev/null 2>&1; true", check=False)
+
+
+def test_sglang_cluster_over_four_nodes(lab4, inv4):
+    """SGLang's own multi-node mode on four nodes (issue 38): vllm-sim as SGLang (SIMULATED), every rank started with
+    --nnodes 4 --node-rank R --dist-init-addr at spark1's fabric IP; the three workers join rank 0 there."""
+    r = sd(
+        "up", "--recipe", "sglang-gpt-oss-120b", "-t", "cluster", "-i", inv4, "--timeout", GATE_TIMEOUT, "--json",
+        "--no-fabric-gate",
+    )  # fmt: skip
+    assert r.returncode == 0, _fail(r)
+    result = json.loads(r.stdout)
+    assert result["ok"] and result["health"]["ok"], result
+    assert our_containers(inv4) == {n: {"sparkdeploy-vllm", "sparkdeploy-guard"} for n in NODES}
+    assert chat(result["endpoint"])
+    logs = sd("logs", "-i", inv4, "--tail", "50")
+    assert logs.stdout.count("joined rank 0 at") == 3, _fail(logs)

@@ -27,7 +27,9 @@ from vllm_sim.config import from_namespace
 from vllm_sim.engine import SimEngine
 from vllm_sim.flags import parse_serve_args
 
-SHIPPED = {name: load_recipe(name)[0] for name in sorted(recipe_files())}
+# vllm-sim stands in for vLLM's images only: SGLang's recipes are not served in the lab yet, llama.cpp's by the real
+# CPU llama-server (docs/engines-sglang.md, docs/engines-llamacpp.md).
+SHIPPED = {name: r for name in sorted(recipe_files()) if (r := load_recipe(name)[0]).engine == "vllm"}
 LAB_LIKE = {**TWO_NODES, "cluster": {**TWO_NODES["cluster"], "image_override": "vllm-sim"}}
 ENGINE_ENTRIES = ("vllm.entry.sh", "ray-head.entry.sh", "torchrun.entry.sh")
 

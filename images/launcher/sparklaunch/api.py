@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -153,6 +154,8 @@ class OpenAIServer:
             memory_plan=getattr(self.adapter, "memory_plan", None),
             spec_decode=getattr(self.adapter, "spec_decode", None),
         )
+        if os.environ.get("SPARKLAUNCH_METRICS_NAMES") == "sglang":  # vllm-sim as SGLang: SGLang's names
+            text = metrics.as_sglang(text)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def models(self, request: web.Request) -> web.Response:

@@ -248,3 +248,18 @@ def render(
             [(f"vllm_sim:simulated{{{base}}}", 1)],
         )
     return "\n".join(lines) + "\n"
+
+
+# vLLM's names -> SGLang 0.5.23's (tests/fixtures/sglang-0.5.23-metrics.json), for vllm-sim standing in for SGLang
+SGLANG_NAMES = (
+    ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    ("vllm:kv_cache_usage_perc", "sglang:token_usage"),
+    ("vllm:", "sglang:"),
+)
+
+
+def as_sglang(text: str) -> str:
+    for old, new in SGLANG_NAMES:
+        text = text.replace(old, new)
+    return text

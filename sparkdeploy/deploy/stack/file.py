@@ -23,6 +23,7 @@ from sparkdeploy.config.userfile import load_yaml_file
 from sparkdeploy.errors import ConfigError, Invalid, Problem
 from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
 from sparkdeploy.recipes import budget as memory_budget
+from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import ResolvedRecipe, resolve
 from sparkdeploy.topologies import build_deployment, layout
 from sparkdeploy.topologies.base import ENGINE_PORT
@@ -173,7 +174,10 @@ class Member:
             return None
         if isinstance(self.entry.memory, float):
             return self.entry.memory
-        return float(self.resolved.recipe.vllm.gpu_memory_utilization)
+        recipe = self.resolved.recipe
+        share = engine_of(recipe).reservation(recipe).fraction
+        # no share of its own (llama.cpp): what the budget counts it takes on a DGX Spark
+        return float(share if share is not None else memory_budget.nominal(recipe, 1).util)
 
     def engine_nodes(self) -> list[str]:
         """Nodes where one of its engines runs (solo: its first node)."""
@@ -543,6 +547,8 @@ def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
 def build(stack: Stack, util: dict[str, float]) -> None:
     """Render each member's Deployment with its memory share (pure)."""
     for m in stack.members:
-        sets = m.sets = [*m.entry.set, f"vllm.gpu_memory_utilization={util[m.name]:g}"]
+        recipe = m.resolved.recipe  # its engine's share setting (SGLang's mem_fraction_static; llama.cpp has none)
+        field = engine_of(recipe).reservation(recipe).fraction_field
+        sets = m.sets = [*m.entry.set, *([f"{field}={util[m.name]:g}"] if field else [])]
         resolved = resolve(m.entry.recipe, m.entry.topology, m.entry.backend, sets, None)
         m.deployment = build_deployment(m.inventory, resolved, stack.secrets, stack_name=m.name)
