@@ -295,3 +295,34 @@ def test_sglang_on_four_nodes_cluster_and_replicas_carry_the_fabric_environment(
         "198.51.100.3"
     ] * 2
     assert len(rep.backends) == 2
+
+
+def test_speculative_on_sglang_renders_its_own_flags_and_they_parse():
+    """Issue 39 on issue 38's interface: the recipe's `speculative:` becomes SGLang's --speculative-* flags in the
+    one place SGLang's flags are written, and SGLang 0.5.23's own parser rules accept them."""
+    sets = (
+        "speculative.method=eagle3",
+        "speculative.model=lmsys/EAGLE3-gpt-oss-120b-bf16",
+        "speculative.num_speculative_tokens=3",
+    )
+    (argv,) = serving_argv(deployment("solo", recipe="sglang-gpt-oss-120b", sets=sets))
+    i = argv.index("--speculative-algorithm")
+    assert argv[i : i + 4] == [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        sets[1].split("=")[1],
+    ]
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "4"
+    check_argparse(argv[4:], SGLANG_DUMP, "SGLang 0.5.23", "sglang-gpt-oss-120b", "sglang")
+
+
+def test_speculative_on_llamacpp_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as exc:
+        deployment(
+            "solo",
+            recipe="llamacpp-gpt-oss-120b",
+            sets=("speculative.method=ngram", "speculative.num_speculative_tokens=4"),
+        )
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 1 and "speculative" in lines[0] and "llama.cpp" in lines[0], lines

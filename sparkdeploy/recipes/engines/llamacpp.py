@@ -79,6 +79,15 @@ class Llamacpp(Engine):
     ) -> list[str]:
         r = resolved.recipe
         s = settings(r)
+        if r.speculative is not None:  # llama-server's draft (-md) is not rendered yet: refused, not dropped
+            raise ConfigError(
+                Problem(
+                    str(resolved.source),
+                    "speculative",
+                    "sparkdeploy does not render llama.cpp's speculative decoding (llama-server --model-draft) yet",
+                    "remove speculative for engine llamacpp, or serve the model with engine vllm or sglang",
+                )
+            )
         args = ["-m", s.gguf, "--alias", r.public_name, "--host", "0.0.0.0", "--port", str(port)]
         args += ["-ngl", str(s.n_gpu_layers)]
         if s.ctx_size:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from sparkdeploy.images.definitions import ImageDefinition
+from sparkdeploy.recipes import speculative
 from sparkdeploy.recipes.engines.flagcheck import check_argparse
 from sparkdeploy.recipes.engines.interface import ONE_NODE, Distributed, Engine, MetricNames, Parsers, Reservation
 from sparkdeploy.recipes.recipe import Recipe, ResolvedRecipe, SglangSettings
@@ -78,6 +79,8 @@ class Sglang(Engine):
         if dist.nnodes:
             args += ["--nnodes", str(dist.nnodes), "--node-rank", str(dist.node_rank)]
             args += ["--dist-init-addr", f"{dist.master_addr}:{dist.master_port}"]
+        if r.speculative is not None:  # issue 39: SGLang's own --speculative-* flags (checked with the rest)
+            args += speculative.sglang_flags(r.speculative, str(resolved.source))
         return args + list(s.extra_args)
 
     def check_args(self, args: list[str], image: ImageDefinition | None, recipe_file: str) -> None:
