@@ -347,7 +347,7 @@ def test_metrics_carry_vllms_names_and_top_shows_acceptance():
 
 def test_sglang_flags_are_flags_of_the_pinned_sglang():
     """For issue 38's engine interface: every flag and the algorithm name exist in SGLang 0.5.23's own parser."""
-    fixture = json.loads((REPO / "tests" / "fixtures" / "sglang-0.5.23-args.json").read_text())
+    fixture = json.loads((REPO / "images" / "engine-args" / "sglang-0.5.23-args.json").read_text())
     algorithms = fixture["value_sets"]["--speculative-algorithm"]["values"]
     for name in SPECULATIVE:
         spec = recipes.resolve(name).recipe.speculative

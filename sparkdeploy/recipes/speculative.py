@@ -253,7 +253,7 @@ def describe_acceptance(c: SpecCounters | None) -> str:
 
 # -- SGLang (issue 38's engine interface renders it there; docs/engines-research/sglang.md) ---------------------
 
-# vLLM's method -> SGLang's --speculative-algorithm (its SpeculativeAlgorithm names, tests/fixtures/sglang-*-args.json)
+# vLLM's method -> SGLang's --speculative-algorithm (its SpeculativeAlgorithm names, images/engine-args/sglang-*-args.json)
 SGLANG_ALGORITHMS = {
     "eagle": "EAGLE",
     "eagle3": "EAGLE3",
