@@ -251,9 +251,9 @@ def describe_acceptance(c: SpecCounters | None) -> str:
     return f"{c.acceptance_rate:.0%} accepted, {c.tokens_per_step:.2f} tokens/step"
 
 
-# -- SGLang (issue 38's engine interface renders it there; docs/engines-research/sglang.md) ---------------------
+# -- SGLang (engines/sglang.py renders it; docs/engines-research/sglang.md) ------------------------------------------
 
-# vLLM's method -> SGLang's --speculative-algorithm (its SpeculativeAlgorithm names, images/engine-args/sglang-*-args.json)
+# vLLM method -> SGLang --speculative-algorithm (SpeculativeAlgorithm, images/engine-args/sglang-*-args.json)
 SGLANG_ALGORITHMS = {
     "eagle": "EAGLE",
     "eagle3": "EAGLE3",
