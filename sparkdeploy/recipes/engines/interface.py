@@ -100,6 +100,10 @@ class Engine:
         return paths.images_dir() / self.flags_file if self.flags_file else None
 
     def version(self, image: ImageDefinition) -> str:
+        return self.known_version(image) or "(version unknown)"
+
+    def known_version(self, image: ImageDefinition) -> str | None:
+        """The engine's version in `image` (None: not known yet, a registry image not read yet)."""
         raise NotImplementedError
 
     def describe(self, image: ImageDefinition) -> str:
