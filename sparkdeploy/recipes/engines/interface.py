@@ -102,8 +102,8 @@ class Engine:
     def version(self, image: ImageDefinition) -> str:
         return self.known_version(image) or "(version unknown)"
 
-    def known_version(self, image: ImageDefinition) -> str | None:
-        """The engine's version in `image` (None: not known yet, a registry image not read yet)."""
+    def known_version(self, image: ImageDefinition | None) -> str | None:
+        """The engine's version in `image` (None: not known, a registry image not read yet or no image given)."""
         raise NotImplementedError
 
     def describe(self, image: ImageDefinition) -> str:

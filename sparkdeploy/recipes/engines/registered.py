@@ -34,8 +34,9 @@ class EngineVersion:
         return {"engine": self.engine, "engine_title": self.title, "engine_version": self.version}
 
 
-def engine_version(recipe: Recipe, image: ImageDefinition) -> EngineVersion:
-    """The engine of `recipe` and its version in `image`: the one place doctor and bench read them from."""
+def engine_version(recipe: Recipe, image: ImageDefinition | None = None) -> EngineVersion:
+    """The engine of `recipe` and its version in `image` (SGLang's and llama.cpp's are pinned: no image needed):
+    the one place doctor, bench and advise read them from."""
     engine = engine_of(recipe)
     return EngineVersion(engine.name, engine.title, engine.known_version(image))
 
