@@ -134,6 +134,8 @@ def test_the_real_llama_server_serves_a_shipped_recipe(lab, inv, llama_image, to
         assert r.returncode == 0, failure(r)
         rows = {(x["check"], x["node"]): x for x in json.loads(r.stdout)["results"]}
         assert rows[("endpoint.completion", "spark1")]["status"] == "pass", rows[("endpoint.completion", "spark1")]
+        engine = rows[("image.engine", None)]  # the engine and its version, read through the engine interface
+        assert engine["measured"].startswith("llama.cpp b11434 (") and engine["data"]["engine"] == "llamacpp", engine
         torch = rows[("image.torch_nccl", "spark1")]  # llama.cpp's image has no Python: said, not failed
         assert torch["status"] == "skip" and "llama.cpp" in torch["measured"], torch
         r = sd("logs", "-i", inv, "--tail", "200")
