@@ -33,6 +33,7 @@ from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_
 from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.recipes.backend_features import refused_flags, serving_backends
+from sparkdeploy.recipes.engines.registered import engine_version
 from sparkdeploy.recipes.recipe import TOPOLOGIES, load_recipe, resolve
 from sparkdeploy.simulated import LABEL, any_simulated, tag
 from sparkdeploy.topologies import REGISTRY
@@ -298,6 +299,13 @@ def max_batched_tokens(recipe: str | None, recipes_dir: str | None = None) -> tu
     """The recipe's max_num_batched_tokens (vLLM's default when it sets none), or the reference recipe's."""
     if recipe:
         r, _path, _ = load_recipe(recipe, recipes_dir)  # advise refused an unreadable recipe before this
+        if r.engine == "sglang" and r.sglang and r.sglang.chunked_prefill_size:  # SGLang's tokens per prefill step
+            return int(r.sglang.chunked_prefill_size), f"recipe {recipe}'s sglang.chunked_prefill_size"
+        if r.engine != "vllm":
+            return VLLM_DEFAULT_MAX_BATCHED_TOKENS, (
+                f"vLLM's default: recipe {recipe} serves with {engine_version(r).text}, which batches prefills "
+                "its own way"
+            )
         value = r.vllm.max_num_batched_tokens
         if value:
             return int(value), f"recipe {recipe}"
@@ -364,9 +372,13 @@ def advise(
         }
         notes.append(f"using the seeds' measurements of {ref.model}: {source_or_why}")
         if recipe and recipe != ref.recipe:
+            r = load_recipe(recipe, recipes_dir)[0]
+            serves = (
+                f"with {engine_version(r).text} and its own settings" if r.engine != "vllm" else "with its own settings"
+            )
             notes.append(
-                f"the seeds measured {ref.model} as {ref.recipe} configures it; {recipe} serves the same model with "
-                f"its own settings: `sparkdeploy bench sweep --recipe {recipe}` measures it as it is"
+                f"the seeds measured {ref.model} on vLLM as {ref.recipe} configures it; {recipe} serves the same "
+                f"model {serves}: `sparkdeploy bench sweep --recipe {recipe}` measures it as it is"
             )
     else:  # another model: the simulator's prediction for it, or no figures at all
         nodes = len(load_inventory(inventory).nodes) if inventory else 2

@@ -1,6 +1,6 @@
 """The link to deploy: the endpoint of what is deployed now (sparkdeploy.deploy.status), and bringing a topology
 up for a sweep (sparkdeploy.deploy.up). Metadata comes from the rendered deployment (recipe, topology,
-backend, routing, image tag, vLLM version, simulated, nodes) and from status (image IDs of the containers).
+backend, routing, image tag, engine and its version, simulated, nodes) and from status (image IDs of the containers).
 The proxy master key comes from the inventory's secrets file (or the environment) and stays in memory."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sparkdeploy.deploy.up import deploy
 from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed
 from sparkdeploy.images import build
 from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.recipes.engines.registered import engine_version as recipe_engine
 from sparkdeploy.simulated import headers_say_simulated
 from sparkdeploy.topologies.context import load_deployment
 
@@ -71,7 +72,9 @@ def endpoint_of(
         "image": dep.image_tag,
         "image_definition": running.name,
         "recipe_image": dep.image.name,
-        "vllm_version": running.vllm_version,
+        # the engine and its version (SGLang 0.5.23, ...); vllm_version only for vLLM (older results have only it)
+        **recipe_engine(dep.recipe.recipe, running).as_dict(),
+        "vllm_version": running.vllm_version if dep.recipe.recipe.engine == "vllm" else None,
         "simulated": bool(running.simulated),
         "simulated_evidence": f"the running image {running.name} is marked simulated" if running.simulated else None,
         "inventory": dep.inventory.source,

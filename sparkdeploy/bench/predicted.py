@@ -23,6 +23,7 @@ from sparkdeploy.bench.store import BenchResult, Stat
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import is_reference
+from sparkdeploy.recipes.engines.registered import engine_version
 from sparkdeploy.recipes.recipe import resolve
 from sparkdeploy.recipes.vllm_args import serve_args
 from sparkdeploy.simulated import LABEL
@@ -67,7 +68,10 @@ def predict_recipe(
         sim = _simulator()
     except ImportError as exc:
         return f"the simulator cannot run here ({exc}; install the bench extras: requirements-bench.in)"
-    model = resolve(recipe, recipes_dir=recipes_dir).recipe.model
+    r = resolve(recipe, recipes_dir=recipes_dir).recipe
+    model = r.model
+    if r.engine != "vllm":  # vllm-sim is a timing model of vLLM: another engine's figures would be invented
+        return f"the simulator models vLLM's timing, not {engine_version(r).text}'s ({recipe}'s engine)"
     catalog = sim.catalog.default_catalog()
     if not catalog.model(model).known:
         return f"the simulator has no profile of {model} (images/vllm-sim/vllm_sim/data/models.yaml)"

@@ -226,7 +226,7 @@ class Group:
             "routing",
             "image",
             "image_id",
-            "vllm_version",
+            "engine",
             "simulated",
             "llama_benchy_version",
         )
@@ -243,6 +243,7 @@ class Group:
                     **{k: set() for k in keys + ("dates", "runs")},
                 },
             )
+            md = dict(md, engine=engine_text(md))
             for k in keys:
                 if md.get(k) is not None:
                     e[k].add(md[k] if not isinstance(md[k], (list, dict)) else json.dumps(md[k]))
@@ -257,6 +258,13 @@ class Group:
                 e[k] = sorted(e[k], key=str)
             out.append(e)
         return {"recipe": self.recipe, "pp": self.pp, "tg": self.tg, "columns": out, "simulated": self.simulated}
+
+
+def engine_text(md: dict[str, Any]) -> str | None:
+    """`SGLang 0.5.23` from a result's metadata; results from before issue 38 carry only vllm_version."""
+    if md.get("engine_title"):
+        return f"{md['engine_title']} {md.get('engine_version') or '(version unknown)'}"
+    return f"vLLM {md['vllm_version']}" if md.get("vllm_version") else None
 
 
 def group_results(results: list[BenchResult]) -> list[Group]:
@@ -466,7 +474,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             ]
         out += [
             (
-                "| Column | Topology | Backend / routing | Image | Image ID | vLLM | Nodes | Runs | Date "
+                "| Column | Topology | Backend / routing | Image | Image ID | Engine | Nodes | Runs | Date "
                 "| Failed requests |"
             ),
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -482,7 +490,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             out.append(
                 f"| {col['label']} | {join(col['topology'])} | "
                 f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
-                f"{ids} | {join(col['vllm_version'])} | {node_text} | {join(col['runs'])} | "
+                f"{ids} | {join(col['engine'])} | {node_text} | {join(col['runs'])} | "
                 f"{join(col['dates'])} | {col['failed_requests']} |"
             )
         lb = sorted({v for c in s["columns"] for v in c["llama_benchy_version"]})

@@ -186,8 +186,8 @@ def bench(
     as_json,
 ):
     """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
-    one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, vLLM version, nodes,
-    date). Works offline: a local tokenizer and a local prompt corpus.
+    one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, the engine and its
+    version, nodes, date). Works offline: a local tokenizer and a local prompt corpus.
 
     \b
     Subcommands:
@@ -266,8 +266,10 @@ def bench(
                 )
             )
         ep = current_endpoint(inventory, routing)
-    if ep.metadata.get("vllm_version") is None:
+    if ep.metadata.get("vllm_version") is None and ep.metadata.get("engine", "vllm") == "vllm":  # vLLM's GET /version
         ep.metadata["vllm_version"] = engine_version(ep)
+        if ep.metadata.get("engine") == "vllm" and ep.metadata.get("engine_version") is None:
+            ep.metadata["engine_version"] = ep.metadata["vllm_version"]
     simulated = is_simulated(ep.metadata)
     out = Path(out_dir)
     from rich.console import Console

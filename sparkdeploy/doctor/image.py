@@ -17,7 +17,7 @@ from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
-from sparkdeploy.recipes.engines.registered import engine_of
+from sparkdeploy.recipes.engines.registered import engine_of, engine_version
 
 from .check_context import CheckContext, SessionContext
 from .doctor_run import NodeSession
@@ -222,6 +222,26 @@ def same_id(run: CheckContext) -> list[Result]:
             ok(shown or "no image to compare", "one image ID per tag on every node", simulated=run.simulated_image)
         )
     return out
+
+
+def engine(run: CheckContext) -> Result:
+    """The engine the deployment serves with and its version, as the recipe and its image say (engines/registered.py
+    `engine_version`); in a stack, one row per deployment (the runner names it)."""
+    dep = run.deployment
+    assert dep is not None, "needs_recipe: a deployment"
+    info = engine_version(dep.recipe.recipe, dep.image)
+    expected = "the engine's version known (pinned, or read from the image)"
+    data = dict(info.as_dict(), image=dep.image_tag)
+    measured = f"{info.text} ({dep.image_tag})"
+    if info.version is None:
+        return warn(
+            measured,
+            expected,
+            f"sparkdeploy images pull {dep.recipe.recipe.image} --on NODE (reads the version from the image)",
+            data=data,
+            simulated=run.simulated_image,
+        )
+    return ok(measured, expected, data=data, simulated=run.simulated_image)
 
 
 def _fmt(v: dict) -> str:

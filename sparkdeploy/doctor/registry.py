@@ -139,6 +139,14 @@ CHECKS: list[Check] = [
         preflight="image",
     ),
     Check(
+        "image.engine",
+        "the engine the deployment serves with (vLLM, SGLang, llama.cpp) and its version",
+        image.engine,
+        scope="cluster",
+        timeout_s=10,
+        needs_recipe=True,
+    ),
+    Check(
         "image.torch_nccl",
         "torch, CUDA and NCCL versions inside the image equal on every node",
         image.torch_nccl,

@@ -8,6 +8,7 @@ The weights are seeded random bytes (incompressible, so transfer figures are hon
   lab/tiny-model    ~24 MB  one safetensors file: what the lab tests pull (seconds over the shaped hub)
   lab/small-model   ~168 MB two safetensors shards + index: what the benchmark pulls (made when it asks)
   lab/gated-model   ~1 MB   gated: the hub wants the lab's HF_TOKEN
+  and a lab test's own (add_repo): lab/tiny-gguf, the tiny split GGUF that tests/deploy/test_llamacpp_lab.py pulls
 """
 
 from __future__ import annotations
@@ -92,14 +93,22 @@ def _files(name: str, shards: tuple[int, ...]) -> dict[str, bytes]:
     return files
 
 
+LFS_SUFFIXES = (".safetensors", ".gguf")  # weights are LFS files on the Hub; the rest are plain git files
+
+
 def write_repo(base: Path, name: str, shards: tuple[int, ...], gated: bool) -> None:
+    write_files(base, _files(name, shards), gated)
+
+
+def write_files(base: Path, files: dict[str, bytes], gated: bool = False) -> None:
+    """A repository of `files` (path -> content) as the hub serves it: files/PATH and meta.json."""
     entries = []
-    for path, data in sorted(_files(name, shards).items()):
+    for path, data in sorted(files.items()):
         target = base / "files" / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         entry = {"path": path, "size": len(data)}
-        if path.endswith(".safetensors"):
+        if path.endswith(LFS_SUFFIXES):
             sha = hashlib.sha256(data).hexdigest()
             pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {len(data)}\n".encode()
             entry.update(oid=git_blob_id(pointer), lfs={"oid": sha, "pointerSize": len(pointer)})
@@ -129,6 +138,25 @@ def ensure_repos(names: tuple[str, ...] = (TINY, GATED)) -> Path:
         except OSError:  # someone else made it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
     return base
+
+
+def add_repo(name: str, files: dict[str, bytes]) -> dict:
+    """Serve `files` as the repository `name` from now on (the running hub reads each repository's meta.json per
+    request): a lab test's own model, such as the tiny GGUF that scripts/make_tiny_gguf.py writes for the real
+    llama-server. Made in a temp folder, then renamed; the same files again leave it as it is. Returns its meta."""
+    final = root() / name
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_files(tmp, files)
+    made = json.loads((tmp / "meta.json").read_text())
+    old = final / "meta.json"
+    if old.is_file() and json.loads(old.read_text()).get("sha") == made["sha"]:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return made
+    shutil.rmtree(final, ignore_errors=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(tmp, final)
+    return made
 
 
 def meta(name: str) -> dict:

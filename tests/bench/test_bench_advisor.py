@@ -239,3 +239,18 @@ def test_every_sentence_reads_right_for_a_predicted_recipe():
     for n in (1, 2, 3, 8, 9, 33, 64):
         faults += sentence_faults(advise(n, recipe="qwen3-coder-30b-int4"))
     assert not faults, faults
+
+
+def test_advise_names_the_engine_of_an_sglang_or_llamacpp_recipe():
+    """Issue 38: the seeds are vLLM's measurements and the simulator models vLLM: advise says so, naming the
+    recipe's engine and version, where it said vLLM alone."""
+    a = advise(64, recipe="sglang-gpt-oss-120b")
+    assert any("on vLLM" in n and "serves the same model with SGLang 0.5.23" in n for n in a.notes), a.notes
+    assert any("serves with SGLang 0.5.23" in r for r in a.reasons if r.startswith("batching")), a.reasons
+    for recipe, text in (
+        ("sglang-qwen3-coder-next-fp8", "SGLang 0.5.23"),
+        ("llamacpp-qwen3-coder-30b", "llama.cpp b11434"),
+    ):
+        with pytest.raises(ConfigError) as exc:
+            advise(64, recipe=recipe)
+        assert f"the simulator models vLLM's timing, not {text}'s" in exc.value.problems[0].message

@@ -87,3 +87,18 @@ def test_expected_image_is_the_image_id_when_this_engine_has_the_tag(monkeypatch
     assert deploy_link.expected_image(ep) == {"image_id": "sha256:" + "b" * 64}
     images.clear()
     assert deploy_link.expected_image(ep) == {"image": ep.metadata["image"]}
+
+
+@pytest.mark.parametrize(
+    "recipe,engine,title,version",
+    [
+        ("qwen3-coder-30b", "vllm", "vLLM", "0.32.0"),
+        ("sglang-gpt-oss-120b", "sglang", "SGLang", "0.5.23"),
+        ("llamacpp-qwen3-coder-30b", "llamacpp", "llama.cpp", "b11434"),
+    ],
+)
+def test_bench_metadata_names_the_engine_and_its_version(inventory_file, recipe, engine, title, version):
+    """Issue 38: a result says which engine served it and its version, not always a vLLM version."""
+    md = endpoint_of(str(inventory_file), recipe, "solo").metadata
+    assert (md["engine"], md["engine_title"], md["engine_version"]) == (engine, title, version)
+    assert (md["vllm_version"] is not None) == (engine == "vllm")

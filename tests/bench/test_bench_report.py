@@ -176,3 +176,19 @@ def test_a_shared_cell_without_a_mean_is_left_out_of_the_agreement(tmp_path):
     data = write_report(load_results([d])[0], tmp_path / "out", charts=False)
     cells = data["groups"][0]["agreement"]["metrics"]["prefill_tps"]["cells"]
     assert cells == 5  # 7 shared levels less the two without solo's prefill
+
+
+def test_the_report_names_each_columns_engine_and_its_version(tmp_path, cli):
+    """Issue 38: the report's Engine column says SGLang 0.5.23 for an SGLang result (vLLM for older results)."""
+    d = tmp_path / "results"
+    for r in make_results():
+        if r.variant == "solo":
+            r.metadata.update(engine="sglang", engine_title="SGLang", engine_version="0.5.23", vllm_version=None)
+        save_result(r, d)
+    out = tmp_path / "report"
+    code, _, stderr = cli("bench", "report", str(d), "--out", str(out))
+    assert code == 0, stderr
+    md = (out / "report.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert "| Engine |" in md and "| vLLM |" not in md
+    assert "| SGLang 0.5.23 |" in rows["Solo"] and "| vLLM 0.32.0 |" in rows["Cluster TP=2"], rows

@@ -7,14 +7,13 @@ proxy with its key on 2xsolo), /metrics with llama.cpp's own names, `top --once 
 The image is built once, lazily (ensure_image: about 3.5 min on 2 idle cores at -O0, 13.5 min measured on this
 session's loaded machine; the content-hash tag makes a rebuild free), its sdist fetched into the build context first
 when missing (scripts/fetch_image_downloads.py llamacpp-cpu, sha256 checked).
-The model reaches each node's hub cache the way a finished `models pull` leaves it: blobs, then models.ops.finish
-(the node verifies every file and records the manifest, the 'complete' mark `up`'s model check reads); llama.cpp's
-image has no huggingface_hub, so the hub client cannot run in it (see docs/engines-llamacpp.md).
+The model comes through `models pull` from the lab's hub (a real hub-compatible server), which serves the tiny
+GGUF as the repository lab/tiny-gguf (sparkdeploy.lab.hub_repo.add_repo): downloaded once on the head, copied over
+the fabric to the other node, verified everywhere.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import subprocess
@@ -25,10 +24,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.config.secrets import parse_env_file
-from sparkdeploy.models import ops
-from sparkdeploy.runtime.remote import NodeConnection
+from sparkdeploy.lab import hub_repo
 from tests.deploy.test_deploy_lab import containers, expected_containers, stream_chat
 from tests.support.cli_process import failure, sd
 
@@ -37,7 +34,6 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "llamacpp-qwen3-coder-30b"  # a shipped recipe; its model swapped for the tiny GGUF below
 MODEL = "lab/tiny-gguf"
-COMMIT = "0" * 39 + "1"
 SETS = [
     f"model={MODEL}",
     "llamacpp.gguf=tiny-llama-00001-of-00003.gguf",
@@ -79,32 +75,21 @@ def llama_image():
     return tag
 
 
-def seed_tiny_gguf(path: str, out: Path) -> None:
-    """The tiny split GGUF complete in every node's hub cache, as a finished `models pull` leaves it."""
+def pull_tiny_gguf(path: str, out: Path) -> None:
+    """The tiny split GGUF served by the lab hub as the repository lab/tiny-gguf, then `models pull` of it: one
+    download from the hub (on the head, by the hub client of the inventory's image), copied over the fabric to the
+    other node, every file verified on every node, as an owner brings a GGUF (never `-hf` at start)."""
     shards = _tiny_module().write(out / "tiny-llama.gguf", split_max_tensors=8)
     assert shards[0].name == "tiny-llama-00001-of-00003.gguf", shards
-    files = []
-    for shard in shards:
-        data = shard.read_bytes()
-        files.append({"path": shard.name, "size": len(data), "blob": hashlib.sha256(data).hexdigest(), "lfs": True})
-    manifest = {
-        "repo": MODEL,
-        "commit": COMMIT,
-        "revision": "main",
-        "files": files,
-        "total": sum(f["size"] for f in files),
-    }
-    inventory = load_inventory(path)
-    hf_cache = inventory.cluster.hf_cache
-    for node in inventory.nodes:
-        with NodeConnection(node, inventory) as conn:
-            home = conn.home()
-            blobs = f"{hf_cache.replace('~', home, 1)}/hub/{ops.folder(MODEL)}/blobs"
-            conn.run(["mkdir", "-p", blobs])
-            for shard, f in zip(shards, files, strict=True):
-                conn.put(shard.read_bytes(), f"{blobs}/{f['blob']}")
-            done = ops.finish(conn, hf_cache, manifest)
-            assert done["ok"], done
+    hub_repo.add_repo(MODEL, {shard.name: shard.read_bytes() for shard in shards})
+    r = sd("models", "pull", MODEL, "-i", path, "--include", "tiny-llama-*.gguf", "--json")
+    assert r.returncode == 0, failure(r)
+    pulled = json.loads(r.stdout)
+    assert pulled["ok"] and pulled["files"] == 3, pulled
+    assert pulled["size"] == sum(shard.stat().st_size for shard in shards), pulled
+    actions = {n: x["action"] for n, x in pulled["nodes"].items()}
+    # the first pull into this lab: from the hub to the head, over the fabric to spark2; a lab that has it: present
+    assert actions in ({"spark1": "downloaded", "spark2": "copied"}, {"spark1": "present", "spark2": "present"}), pulled
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +98,7 @@ def inv(lab, llama_image, tmp_path_factory) -> str:
     path = str(lab.spec.inventory_path)
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
-    seed_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
+    pull_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
     yield path
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
@@ -149,6 +134,8 @@ def test_the_real_llama_server_serves_a_shipped_recipe(lab, inv, llama_image, to
         assert r.returncode == 0, failure(r)
         rows = {(x["check"], x["node"]): x for x in json.loads(r.stdout)["results"]}
         assert rows[("endpoint.completion", "spark1")]["status"] == "pass", rows[("endpoint.completion", "spark1")]
+        engine = rows[("image.engine", None)]  # the engine and its version, read through the engine interface
+        assert engine["measured"].startswith("llama.cpp b11434 (") and engine["data"]["engine"] == "llamacpp", engine
         torch = rows[("image.torch_nccl", "spark1")]  # llama.cpp's image has no Python: said, not failed
         assert torch["status"] == "skip" and "llama.cpp" in torch["measured"], torch
         r = sd("logs", "-i", inv, "--tail", "200")

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from sparkdeploy.config.secrets import parse_env_file
-from tests.deploy.test_llamacpp_lab import SETS, llama_image, seed_tiny_gguf  # noqa: F401 - llama_image: a fixture
+from tests.deploy.test_llamacpp_lab import SETS, llama_image, pull_tiny_gguf  # noqa: F401 - llama_image: a fixture
 from tests.support.cli_process import failure, sd
 
 pytestmark = pytest.mark.lab
@@ -30,7 +30,7 @@ def inv(lab, llama_image, tmp_path_factory) -> str:  # noqa: F811 - the fixture 
     path = str(lab.spec.inventory_path)
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
-    seed_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
+    pull_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
     yield path
     sd("keys", "revoke", "gguf-only", "-i", path)
     r = sd("down", "-i", path)

@@ -446,3 +446,23 @@ def test_the_state_dir_check_looks_at_every_folder_of_a_stack():
     bad = access.state_dir(run, inv.nodes[0])
     assert bad.status == "fail" and bad.measured.startswith("/home/spark/.sparkdeploy-gateway/spend is not owned")
     assert bad.fix == "on spark1: sudo chown -R spark: ~/.sparkdeploy-gateway"
+
+
+@pytest.mark.parametrize(
+    "recipe,engine,text",
+    [
+        ("qwen3-coder-30b", "vllm", "vLLM 0.32.0"),
+        ("sglang-gpt-oss-120b", "sglang", "SGLang 0.5.23"),
+        ("llamacpp-qwen3-coder-30b", "llamacpp", "llama.cpp b11434"),
+    ],
+)
+def test_image_engine_names_the_engine_and_its_version(write_inventory, recipe, engine, text):
+    """image.engine (issue 38): the deployment's engine and its version, from the recipe and its image through
+    the engine interface; the same in --json's data."""
+    run = make_run(write_inventory, {}, recipe=recipe, topology="solo")
+    assert run.deployment is not None, run.deployment_error
+    (row,) = _run_tasks(run, [_Task(BY_ID["image.engine"], None)])
+    assert row.status == "pass", row
+    assert row.measured.startswith(f"{text} ("), row.measured
+    assert row.data["engine"] == engine and row.data["engine_version"] == text.split(" ")[-1]
+    assert row.to_dict()["data"]["image"] == run.deployment.image_tag

@@ -5,6 +5,7 @@ pipe."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -325,3 +326,27 @@ def test_a_failed_hop_is_named_by_its_cause_not_the_broken_pipe_it_caused():
     )
     assert _copy_problem(cut, to, "~/.cache/huggingface").startswith("the stream ended inside abc")
     assert _copy_problem("", to, "x") == ""
+
+
+def test_a_gguf_repo_added_to_the_lab_hub_is_served_as_lfs_files(tmp_path, monkeypatch):
+    """hub_repo.add_repo (issue 38: the llama.cpp lab test's GGUF comes through `models pull`): the files are served
+    as a Hub repository, GGUF weights as LFS files (sha256 and size, as the Hub lists a quant); the same files again
+    leave the repository as it is."""
+    monkeypatch.setenv("SPARKDEPLOY_STATE", str(tmp_path / "state"))
+    files = {f"tiny-0000{i}-of-00002.gguf": bytes([i]) * (1000 + i) for i in (1, 2)}
+    meta = hub_repo.add_repo("lab/tiny-gguf", files)
+    assert hub_repo.add_repo("lab/tiny-gguf", files)["sha"] == meta["sha"]
+    server = serve(str(hub_repo.root()), 0, TOKEN, host="127.0.0.1")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (plan,) = hub_client(
+            f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "home", ("plan", "lab/tiny-gguf", "main")
+        )
+    finally:
+        server.shutdown()
+    assert plan["commit"] == meta["sha"], plan
+    listed = {f["path"]: f for f in plan["files"]}
+    assert set(listed) == set(files), plan
+    for path, data in files.items():
+        assert listed[path]["lfs"] and listed[path]["size"] == len(data), listed[path]
+        assert listed[path]["blob"] == hashlib.sha256(data).hexdigest(), listed[path]

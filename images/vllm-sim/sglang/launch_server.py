@@ -55,6 +55,7 @@ def _rendezvous(ns: argparse.Namespace) -> None:
                     sys.exit(f"SIMULATED sglang rank {rank}: rank 0 at {host}:{port} never answered")
                 time.sleep(1)
         print(f"SIMULATED sglang rank {rank}/{nnodes}: joined rank 0 at {host}:{port}; serving no API", flush=True)
+        conn.settimeout(None)  # the connect timeout must not end the wait: the rank lives as long as rank 0
         conn.recv(1)  # held until rank 0 goes away
         sys.exit(f"SIMULATED sglang rank {rank}: rank 0 went away")
     listener = socket.create_server(("0.0.0.0", int(port)))

@@ -100,6 +100,10 @@ class Engine:
         return paths.images_dir() / self.flags_file if self.flags_file else None
 
     def version(self, image: ImageDefinition) -> str:
+        return self.known_version(image) or "(version unknown)"
+
+    def known_version(self, image: ImageDefinition | None) -> str | None:
+        """The engine's version in `image` (None: not known, a registry image not read yet or no image given)."""
         raise NotImplementedError
 
     def describe(self, image: ImageDefinition) -> str:

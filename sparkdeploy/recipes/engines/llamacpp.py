@@ -71,7 +71,7 @@ class Llamacpp(Engine):
     uses_torch: ClassVar[bool] = False
     hub_image: ClassVar[str | None] = "litellm-proxy"  # llama.cpp's image has no Python; the proxy's has the hub client
 
-    def version(self, image: ImageDefinition) -> str:
+    def known_version(self, image: ImageDefinition | None) -> str | None:
         return LLAMACPP_VERSION
 
     def serve_args(

@@ -46,7 +46,7 @@ class Sglang(Engine):
     multi_node_backends: ClassVar[tuple[str, ...] | None] = ("native",)
     flags_file: ClassVar[str | None] = f"engine-args/sglang-{SGLANG_VERSION}-args.json"
 
-    def version(self, image: ImageDefinition) -> str:
+    def known_version(self, image: ImageDefinition | None) -> str | None:
         return SGLANG_VERSION
 
     def serve_args(

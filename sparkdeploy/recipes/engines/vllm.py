@@ -36,8 +36,8 @@ class Vllm(Engine):
         ttft="vllm:time_to_first_token_seconds",
     )
 
-    def version(self, image: ImageDefinition) -> str:
-        return image.vllm_version or "(version unknown)"
+    def known_version(self, image: ImageDefinition | None) -> str | None:
+        return (image.vllm_version or None) if image else None
 
     def describe(self, image: ImageDefinition) -> str:
         return vllm_cli.describe(image)
