@@ -381,3 +381,67 @@ def test_preflight_and_doctor_disk_count_the_drafts_download():
     draft = SpeculativeSettings(method="eagle3", model="org/draft", num_speculative_tokens=3, weights_gb=5)
     dep.recipe.recipe = dep.recipe.recipe.model_copy(update={"speculative": draft})
     assert failed() == [("spark1", "disk")]
+
+
+def test_top_and_bench_read_sglangs_own_acceptance_gauges():
+    """SGLang 0.5.23 reports acceptance as gauges of its latest verify step (sglang:spec_accept_rate and
+    sglang:spec_accept_length, in its metrics fixture), not vLLM's counters: top's columns and bench's figures read
+    them by the engine's own names (recipes/engines/sglang.py)."""
+    from rich.console import Console
+
+    from sparkdeploy.bench.benchy import Endpoint, spec_counters
+    from sparkdeploy.cli.top_cmd import render_table
+    from sparkdeploy.daytwo import top
+    from sparkdeploy.recipes.engines.registered import ENGINES
+
+    fixture = json.loads((REPO / "tests" / "fixtures" / "sglang-0.5.23-metrics.json").read_text())
+    kinds = {m["name"]: m["kind"] for m in fixture["metrics"]}
+    names = ENGINES["sglang"].metrics
+    assert kinds[names.spec_accept_rate] == kinds[names.spec_accept_length] == "Gauge"
+    page = (
+        "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 2\n"
+        "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total 100\n"
+        "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total 50\n"
+        f"# TYPE {names.spec_accept_rate} gauge\n{names.spec_accept_rate} 0.6\n"
+        f"# TYPE {names.spec_accept_length} gauge\n{names.spec_accept_length} 3.4\n"
+    )
+    server, url = _serve_metrics(page)
+    try:
+        target = top.Target("spark1", "sparkdeploy-sglang", "engine", url + "/metrics")
+        mon = top.Monitor([target], window_s=60)
+        mon.history[target].extend([top.scrape(target), top.scrape(target)])
+        spec = mon.snapshot()["engines"][0]["spec_decode"]
+        assert spec["acceptance_rate"] == 0.6 and spec["accepted_tokens_per_step"] == 3.4 and spec["gauges"]
+        console = Console(width=200, record=True)
+        console.print(render_table(mon.snapshot(), "t"))
+        out = console.export_text()
+        assert "60%" in out and "3.40" in out and "SGLang's draft acceptance: its latest verify step" in out
+        got = spec_counters(Endpoint(url + "/v1", "m", None))
+        assert got is not None and speculative.describe_acceptance(got) == "60% accepted, 3.40 tokens/step"
+        assert speculative.SpecCounters.of(got.as_dict()) == got  # a stored bench result reads back
+    finally:
+        server.shutdown()
+    idle = page.replace(f"{names.spec_accept_rate} 0.6", f"{names.spec_accept_rate} 0").replace(" 3.4\n", " 0\n")
+    assert speculative.read_counters(top.parse_metrics(idle), names.spec_accept_rate, names.spec_accept_length) is None
+
+
+def _serve_metrics(page: str):
+    """A real HTTP server on localhost answering /metrics with `page` (the engine's Prometheus text)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"

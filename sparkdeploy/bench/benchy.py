@@ -35,6 +35,7 @@ from sparkdeploy import __version__, paths
 from sparkdeploy.bench.store import BenchResult, metrics_from_llama_benchy, save_result, variant_of
 from sparkdeploy.daytwo.top import parse_metrics
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
+from sparkdeploy.recipes.engines.registered import metric_names
 from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.simulated import is_simulated
 
@@ -288,7 +289,9 @@ def spec_counters(endpoint: Endpoint, timeout: float = 3.0) -> SpecCounters | No
         req.add_header("Authorization", f"Bearer {endpoint.api_key}")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return read_counters(parse_metrics(resp.read().decode(errors="replace")))
+            m = parse_metrics(resp.read().decode(errors="replace"))
+        names = metric_names(set(m))  # the engine's own names: SGLang reports acceptance as gauges
+        return read_counters(m, names.spec_accept_rate, names.spec_accept_length)
     except (urllib.error.URLError, OSError, ValueError):
         return None
 

@@ -26,7 +26,8 @@ def _size(text: str | None) -> int | None:
     "-r",
     default=None,
     metavar="NAME",
-    help="Recipe whose image, memory and ports to check (default: cluster.default_recipe).",
+    help="Recipe whose image, memory, ports and model (with its speculative draft) to check "
+    "(default: what the nodes run, else cluster.default_recipe).",
 )
 @topology_option
 @recipes_dir_option

@@ -79,8 +79,11 @@ def _caption(snapshot: dict) -> str:
     bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
     over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
     parts = [f"tokens/s over the last interval; TTFT {over}"]
-    if any(e.get("spec_decode") for e in snapshot["engines"]):
+    specs = [e["spec_decode"] for e in snapshot["engines"] if e.get("spec_decode")]
+    if any(not s.get("gauges") for s in specs):
         parts.append(f"draft acceptance {over}")
+    if any(s.get("gauges") for s in specs):  # SGLang reports its latest verify step, not counters
+        parts.append("SGLang's draft acceptance: its latest verify step")
     basis = snapshot.get("request_share_basis")
     if basis:
         parts.append(f"proxy share over {snapshot['window_s']:g} s" if basis == "window" else f"proxy share {basis}")

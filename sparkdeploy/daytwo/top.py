@@ -150,7 +150,7 @@ def scrape(target: Target, bearer: str | None = None, timeout: float = SCRAPE_TI
         generation=_sum(m, names.generation_tokens),
         ttft=_buckets(m, names.ttft) if names.ttft else [],
         simulated=metrics_say_simulated(m),
-        spec=read_counters(m),
+        spec=read_counters(m, names.spec_accept_rate, names.spec_accept_length),
     )
 
 

@@ -15,6 +15,7 @@ from sparkdeploy.checks import Check, Scope
 from . import access, containers, endpoint, engine, gpu, image, nccl_probe, roce
 from . import guard_crash as guard
 from . import inventory_checks as inventory
+from . import model_cache as model
 from . import network_checks as network
 from . import testinfra_run as owner_tests
 from .check_context import ClusterCheck, NodeCheck
@@ -144,6 +145,13 @@ CHECKS: list[Check] = [
         image.engine,
         scope="cluster",
         timeout_s=10,
+        needs_recipe=True,
+    ),
+    Check(
+        "model.present",
+        "the recipe's model and its speculative draft complete and verified in each engine node's HF cache",
+        model.present,
+        timeout_s=120,
         needs_recipe=True,
     ),
     Check(

@@ -5,7 +5,8 @@ Engines start with HF_HUB_OFFLINE=1, so a node without the model, or without its
 own: `up` fails preflight naming the node and the `models pull` command that fixes it, or pulls with
 `--pull-model`. A simulated engine (the lab's vllm-sim) reads no weights: there a model absent from every
 engine node passes (the demo recipes name models the lab hub does not serve); a copy that is present but
-incomplete or corrupt still fails, as it would on real Sparks.
+incomplete or corrupt still fails, as it would on real Sparks. doctor's `model.present` is this same check
+(sparkdeploy/doctor/model_cache.py), one row per engine node it reaches.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def refs_of(dep: Deployment) -> list[ModelRef]:
         return []
 
 
-def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
-    nodes = engine_nodes(dep)
+def checks(dep: Deployment, conns, simulated: bool, only: set[str] | None = None) -> list[Result]:
+    """One row per engine node and ref (the model, then its draft); `only`: these nodes (doctor: the reachable)."""
+    nodes = [n for n in engine_nodes(dep) if only is None or n.name in only]
     refs = refs_of(dep)
     if not refs or not nodes:
         return []
@@ -65,8 +67,14 @@ def checks(dep: Deployment, conns, simulated: bool) -> list[Result]:
         pull = pull_command(ref, inv_arg) if i == 0 else recipe_pull_command(recipe_arg, inv_arg)
         fix = f"{pull} (or run up with --pull-model)"
         expected = f"{what} complete in the node's HF cache"
+        data = {"ref": str(ref), "role": "model" if i == 0 else "draft"}
         rows += [
-            _row(p.node, ok(p.detail, expected) if p.state == "complete" else fail(p.detail, expected, fix))
+            _row(
+                p.node,
+                ok(p.detail, expected, data={**data, "state": p.state})
+                if p.state == "complete"
+                else fail(p.detail, expected, fix, data={**data, "state": p.state, "pull": pull}),
+            )
             for p in found
         ]
     return rows

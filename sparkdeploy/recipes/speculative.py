@@ -190,15 +190,23 @@ def serve_flag(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel
 
 @dataclass(frozen=True)
 class SpecCounters:
-    """Cumulative `vllm:spec_decode_*_total` counters of an engine (summed over its engines' series)."""
+    """Cumulative `vllm:spec_decode_*_total` counters of an engine (summed over its engines' series); or, for an
+    engine that reports gauges of its latest verify step instead (SGLang's spec_accept_rate and _length), those
+    (`rate`, `length`: no counters, so no window: `since` keeps the latest)."""
 
     drafts: float
     draft_tokens: float
     accepted: float
+    rate: float | None = None
+    length: float | None = None
+
+    @property
+    def gauges(self) -> bool:
+        return self.rate is not None or self.length is not None
 
     def since(self, old: SpecCounters | None) -> SpecCounters:
         """What happened between two samples (a counter that went down: the engine restarted, take the new)."""
-        if old is None or self.drafts < old.drafts or self.accepted < old.accepted:
+        if old is None or self.gauges or self.drafts < old.drafts or self.accepted < old.accepted:
             return self
         return SpecCounters(
             self.drafts - old.drafts, self.draft_tokens - old.draft_tokens, self.accepted - old.accepted
@@ -207,20 +215,27 @@ class SpecCounters:
     @property
     def acceptance_rate(self) -> float | None:
         """accepted / drafted tokens (vLLM's docstring: rate(accepted) / rate(draft_tokens))."""
+        if self.gauges:
+            return self.rate
         return self.accepted / self.draft_tokens if self.draft_tokens > 0 else None
 
     @property
     def tokens_per_step(self) -> float | None:
         """The mean acceptance length: 1 + accepted / drafts (the target's own token plus the accepted drafts)."""
+        if self.gauges:
+            return self.length
         return 1.0 + self.accepted / self.drafts if self.drafts > 0 else None
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> SpecCounters:
         """Back from as_dict() (a stored bench result's metadata)."""
+        if data.get("gauges"):
+            return cls(0.0, 0.0, 0.0, data.get("acceptance_rate"), data.get("accepted_tokens_per_step"))
         return cls(float(data["drafts"]), float(data["draft_tokens"]), float(data["accepted_tokens"]))
 
-    def as_dict(self) -> dict[str, float | None]:
+    def as_dict(self) -> dict[str, float | bool | None]:
         return {
+            "gauges": self.gauges,  # true: the engine's latest verify step (SGLang), not counts over a window
             "drafts": self.drafts,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted,
@@ -229,9 +244,19 @@ class SpecCounters:
         }
 
 
-def read_counters(metrics: Mapping[str, list[tuple[dict[str, str], float]]]) -> SpecCounters | None:
+def read_counters(
+    metrics: Mapping[str, list[tuple[dict[str, str], float]]],
+    rate_gauge: str | None = None,
+    length_gauge: str | None = None,
+) -> SpecCounters | None:
     """The spec-decode counters in a parsed /metrics (daytwo/top.parse_metrics' shape); None when the engine
-    reports none (no speculative decoding)."""
+    reports none (no speculative decoding). An engine whose names (recipes/engines/: MetricNames) have acceptance
+    gauges (SGLang) is read from those, averaged over its series (its DP ranks)."""
+    if rate_gauge or length_gauge:
+        rate, length = _mean(metrics, rate_gauge), _mean(metrics, length_gauge)
+        if not rate and not length:
+            return None  # absent or 0: no verify step reported (no speculation, or nothing drafted yet)
+        return SpecCounters(0.0, 0.0, 0.0, rate, length)
     names = {name.removeprefix("vllm:spec_decode_"): name + "_total" for name in metric_names()}
 
     def total(key: str) -> float | None:
@@ -242,6 +267,11 @@ def read_counters(metrics: Mapping[str, list[tuple[dict[str, str], float]]]) -> 
     if drafts is None or tokens is None or accepted is None:
         return None
     return SpecCounters(drafts, tokens, accepted)
+
+
+def _mean(metrics: Mapping[str, list[tuple[dict[str, str], float]]], name: str | None) -> float | None:
+    series = metrics.get(name or "")
+    return sum(v for _, v in series) / len(series) if series else None
 
 
 def describe_acceptance(c: SpecCounters | None) -> str:

@@ -98,7 +98,8 @@ def test_the_ab_deploys_each_setting_and_recommends_on_the_owners_prompts(lab_in
 def test_the_draft_is_pulled_with_the_model_and_up_checks_it(lab, lab_inventory, tmp_path, cli):
     """Item 2 on real nodes: `models pull RECIPE` fetches the model and its draft (lab/gated-model, 1 MiB), each
     once from the hub and over the fabric to spark2; `up` (HF_HUB_OFFLINE engines) refuses in preflight when the
-    draft is missing on one node, naming it and the pull that fixes it."""
+    draft is missing on one node, naming it and the pull that fixes it; doctor's model.present fails that node's
+    draft row with the same fix (--json)."""
     from sparkdeploy.lab import hub
     from sparkdeploy.lab.hub_repo import GATED, TINY
 
@@ -132,3 +133,14 @@ def test_the_draft_is_pulled_with_the_model_and_up_checks_it(lab, lab_inventory,
     code, out, err = cli(*up)
     assert code == 1, out + err
     assert "preflight failed on spark2" in err and GATED in err and "sparkdeploy models pull tiny-draft" in err, err
+
+    # doctor's model check is the same: the draft missing on spark2 fails that node's row, naming the pull
+    doc = ("doctor", "--only", "model", "--recipe", "tiny-draft", "-t", "2xsolo", "--recipes-dir", str(mine))
+    code, out, err = cli(*doc, "--inventory", lab_inventory, "--json")
+    assert code == 1, out + err
+    rows = {(r["node"], r["data"]["role"]): r for r in json.loads(out)["results"] if r["check"] == "model.present"}
+    assert sorted(rows) == [("spark1", "draft"), ("spark1", "model"), ("spark2", "draft"), ("spark2", "model")]
+    bad = rows.pop(("spark2", "draft"))
+    assert bad["status"] == "fail" and GATED in bad["measured"] and bad["data"]["state"] != "complete", bad
+    assert bad["fix"].startswith(f"sparkdeploy models pull tiny-draft --inventory {lab_inventory}"), bad
+    assert all(r["status"] == "pass" and r["data"]["state"] == "complete" for r in rows.values()), rows

@@ -88,6 +88,7 @@ def test_registry_ids_groups_and_titles():
         "guard",
         "gpu",
         "image",
+        "model",
         "network",
         "roce",
         "endpoint",

@@ -38,6 +38,10 @@ class MetricNames:
     prompt_tokens: str  # counters
     generation_tokens: str
     ttft: str | None  # a histogram (its _bucket series)
+    # speculative decoding reported as gauges of the engine's latest verify step (SGLang: accepted drafts over
+    # proposed, and tokens a step with the bonus token); None: counters (vLLM's spec_decode_*_total) or nothing
+    spec_accept_rate: str | None = None
+    spec_accept_length: str | None = None
 
     def names(self) -> tuple[str, ...]:
         return tuple(

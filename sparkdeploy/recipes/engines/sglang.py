@@ -41,6 +41,8 @@ class Sglang(Engine):
         prompt_tokens="sglang:prompt_tokens_total",
         generation_tokens="sglang:generation_tokens_total",
         ttft="sglang:time_to_first_token_seconds",
+        spec_accept_rate="sglang:spec_accept_rate",  # gauges (tests/fixtures/sglang-0.5.23-metrics.json)
+        spec_accept_length="sglang:spec_accept_length",
     )
     # SGLang's multi-node mode is its own: one launcher, no Ray or torchrun (recipes' cluster_backend: native).
     multi_node_backends: ClassVar[tuple[str, ...] | None] = ("native",)
