@@ -100,7 +100,6 @@ def test_the_draft_is_pulled_with_the_model_and_up_checks_it(lab, lab_inventory,
     once from the hub and over the fabric to spark2; `up` (HF_HUB_OFFLINE engines) refuses in preflight when the
     draft is missing on one node, naming it and the pull that fixes it; doctor's model.present fails that node's
     draft row with the same fix (--json)."""
-    from sparkdeploy.lab import hub
     from sparkdeploy.lab.hub_repo import GATED, TINY
 
     data = yaml.safe_load((REPO / "recipes" / f"{RECIPE}.yaml").read_text())
@@ -112,10 +111,25 @@ def test_the_draft_is_pulled_with_the_model_and_up_checks_it(lab, lab_inventory,
     (mine / "tiny-draft.yaml").write_text(yaml.safe_dump(data))
     spark1, spark2 = lab.nodes[:2]
     cache = "~/.cache/huggingface"
-    for node in (spark1, spark2):
-        lab.ssh(
-            node, f"rm -rf {cache}/hub/models--lab--gated-model {cache}/sparkdeploy-models/models--lab--gated-model"
-        )
+
+    def forget_draft() -> None:
+        for node in (spark1, spark2):
+            lab.ssh(
+                node,
+                f"rm -rf {cache}/hub/models--lab--gated-model {cache}/sparkdeploy-models/models--lab--gated-model",
+            )
+
+    forget_draft()
+    try:
+        _pull_then_remove_on_spark2(lab, lab_inventory, cli, mine, spark2)
+    finally:  # the shared lab as found: `models list` of the other lab tests sees no half-removed draft
+        forget_draft()
+
+
+def _pull_then_remove_on_spark2(lab, lab_inventory, cli, mine, spark2) -> None:
+    from sparkdeploy.lab import hub
+    from sparkdeploy.lab.hub_repo import GATED, TINY
+
     served = hub.stats(lab.spec)["repos"].get(GATED, {}).get("bytes", 0)
     code, out, err = cli(
         "models", "pull", "tiny-draft", "--recipes-dir", str(mine), "--inventory", lab_inventory, "--json"

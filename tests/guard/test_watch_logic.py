@@ -42,6 +42,7 @@ class FakeDocker:
         self.clock, self.calls = clock, []
         self.c = {
             "Id": cid,
+            "Created": _iso(clock.now),
             "State": {"Status": "running", "Running": True, "StartedAt": _iso(clock.now), "FinishedAt": _iso(None)},
             "RestartCount": 0,
             "HostConfig": {"RestartPolicy": {"Name": "unless-stopped"}},
@@ -317,3 +318,27 @@ def test_a_rank_follows_the_next_decision_after_up_replaced_the_group_between_tw
     pair.engine.ok = False
     pair.look(times=14)
     assert pair.docker[1].calls[:2] == ["stop", "start"], pair.docker[1].calls
+
+
+def test_a_new_rank_from_up_ignores_a_decision_older_than_its_container(pair):
+    """rank 0's watcher was in the middle of a restart (waiting for health) when `up` replaced the group; spark2's
+    watcher looked while its container was gone (a new record) and then saw the old decision before rank 0's
+    watcher had looked at its own new container. It must leave the new rank alone: before, it adopted the decision
+    as not yet acted on and stopped the rank `up` had just started (its health gate saw exit 137)."""
+    pair.look()
+    pair.engine.ok = False
+    pair.look(times=14)  # a restart decided; the engine never answers again: the decision stays in its start phase
+    assert pair.w[0].saved["groups"][GROUP]["decision"]["phase"] == "start"
+    pair.clock.now += 30
+    spark2 = pair.docker[1]
+    spark2.gone = True  # `up` removed spark2's rank...
+    pair.w[1].tick(pair.clock.now)
+    assert GROUP not in pair.w[1].saved["groups"]
+    spark2.gone = False  # ...and created a new one, which spark2's watcher sees before rank 0's watcher looks again
+    spark2.c["Id"] = "e" * 64
+    spark2.c["Created"] = _iso(pair.clock.now)
+    spark2.start(spark2.c["Id"])
+    spark2.calls.clear()
+    pair.clock.now += 1
+    pair.w[1].tick(pair.clock.now)
+    assert spark2.calls == [], spark2.calls

@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 
 from .dockerapi import DockerError
-from .groups import docker_time, lost_rank
+from .groups import SLACK_S, docker_time, lost_rank
 
 GROUP = "io.sparkdeploy.group"
 RANK = "io.sparkdeploy.rank"
@@ -399,6 +399,12 @@ class Watcher:
             g["acted"] = (d["gen"] if d.get("phase") == "done" else d["gen"] - 1) if d else 0
         g["state"] = "following"
         if not d or d["gen"] <= (g.get("acted") or 0):
+            return
+        created = docker_time(info.get("Created"))
+        if created is not None and (d.get("at") or 0) < created - SLACK_S:
+            # a decision older than this container is about the one `up` replaced (rank 0's watcher has not looked
+            # since): acting on it would stop the new rank in the middle of `up`'s start (seen: exit 137 under load)
+            g["acted"] = d["gen"]
             return
         cid = info["Id"]
         if d["action"] == "stop":
