@@ -299,6 +299,11 @@ def wait_healthy(
     check_states = not states_known_running
     last_say = 0.0
     baseline = None
+
+    def stopped(dead: list[str]) -> GateResult:
+        why = mask(f"a container stopped during the health gate: {'; '.join(dead)}")
+        return GateResult(False, time.monotonic() - t0, probes, why, dead)
+
     while True:
         if stop():
             return GateResult(False, time.monotonic() - t0, probes, "interrupted")
@@ -307,13 +312,7 @@ def wait_healthy(
             baseline = baseline or states
             dead = _dead(states, baseline)
             if dead:
-                return GateResult(
-                    False,
-                    time.monotonic() - t0,
-                    probes,
-                    mask(f"a container stopped during the health gate: {'; '.join(dead)}"),
-                    dead,
-                )
+                return stopped(dead)
         check_states = True
         for p in probes:
             if p.kind == "health" and not p.ok:
@@ -328,13 +327,7 @@ def wait_healthy(
             if not states_known_running:  # a rank may have died after its peer answered: look once more
                 dead = _dead(container_states(dep, conns, deadline), baseline)
                 if dead:
-                    return GateResult(
-                        False,
-                        time.monotonic() - t0,
-                        probes,
-                        mask(f"a container stopped during the health gate: {'; '.join(dead)}"),
-                        dead,
-                    )
+                    return stopped(dead)
             return GateResult(True, time.monotonic() - t0, probes)
         now = time.monotonic()
         if now >= deadline:

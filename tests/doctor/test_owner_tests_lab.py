@@ -16,20 +16,9 @@ from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.doctor.testinfra_backend import host_for
 from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
 from tests.doctor.test_doctor_lab import doctor, rows, show
+from tests.doctor.test_owner_tests import EXAMPLES
 
 pytestmark = pytest.mark.lab
-
-EXAMPLES = {
-    "test_docker.py::test_engine_runs",
-    "test_docker.py::test_nvidia_runtime",
-    "test_fabric.py::test_ports_up_at_mtu",
-    "test_fabric.py::test_rdma_devices",
-    "test_gpu_stack.py::test_driver",
-    "test_gpu_stack.py::test_cuda",
-    "test_memory.py::test_no_swap_on_model_cache_disk",
-    "test_memory.py::test_earlyoom",
-    "test_model_cache.py::test_model_cache_writable",
-}
 
 
 def test_the_shipped_examples_pass_on_both_lab_nodes(lab, cli):
