@@ -34,6 +34,8 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "llamacpp-qwen3-coder-30b"  # a shipped recipe; its model swapped for the tiny GGUF below
 MODEL = "lab/tiny-gguf"
+GGUF_REPO_DIR = "~/.cache/huggingface/hub/models--lab--tiny-gguf"
+GGUF_RECORD_DIR = "~/.cache/huggingface/sparkdeploy-models/models--lab--tiny-gguf"
 SETS = [
     f"model={MODEL}",
     "llamacpp.gguf=tiny-llama-00001-of-00003.gguf",
@@ -75,10 +77,15 @@ def llama_image():
     return tag
 
 
-def pull_tiny_gguf(path: str, out: Path) -> None:
+def pull_tiny_gguf(lab, out: Path) -> None:
     """The tiny split GGUF served by the lab hub as the repository lab/tiny-gguf, then `models pull` of it: one
     download from the hub (on the head, by the hub client of the inventory's image), copied over the fabric to the
-    other node, every file verified on every node, as an owner brings a GGUF (never `-hf` at start)."""
+    other node, every file verified on every node, as an owner brings a GGUF (never `-hf` at start).
+    Every node's copy is removed first: a lab kept from an earlier run may hold it on some nodes only (the models
+    bad-input test empties the head's whole cache), and this pull must prove the download and the fabric copy."""
+    path = str(lab.spec.inventory_path)
+    for node in lab.nodes:
+        lab.ssh(node, f"rm -rf {GGUF_REPO_DIR} {GGUF_RECORD_DIR}")
     shards = _tiny_module().write(out / "tiny-llama.gguf", split_max_tensors=8)
     assert shards[0].name == "tiny-llama-00001-of-00003.gguf", shards
     hub_repo.add_repo(MODEL, {shard.name: shard.read_bytes() for shard in shards})
@@ -88,8 +95,9 @@ def pull_tiny_gguf(path: str, out: Path) -> None:
     assert pulled["ok"] and pulled["files"] == 3, pulled
     assert pulled["size"] == sum(shard.stat().st_size for shard in shards), pulled
     actions = {n: x["action"] for n, x in pulled["nodes"].items()}
-    # the first pull into this lab: from the hub to the head, over the fabric to spark2; a lab that has it: present
-    assert actions in ({"spark1": "downloaded", "spark2": "copied"}, {"spark1": "present", "spark2": "present"}), pulled
+    # from the hub to the head once, then over the fabric to every other node
+    head, *others = (n.name for n in lab.nodes)
+    assert actions == {head: "downloaded", **dict.fromkeys(others, "copied")}, pulled
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +106,7 @@ def inv(lab, llama_image, tmp_path_factory) -> str:
     path = str(lab.spec.inventory_path)
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
-    pull_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
+    pull_tiny_gguf(lab, tmp_path_factory.mktemp("gguf"))
     yield path
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)

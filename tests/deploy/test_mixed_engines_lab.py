@@ -30,7 +30,7 @@ def inv(lab, llama_image, tmp_path_factory) -> str:  # noqa: F811 - the fixture 
     path = str(lab.spec.inventory_path)
     r = sd("down", "-i", path)
     assert r.returncode == 0, failure(r)
-    pull_tiny_gguf(path, tmp_path_factory.mktemp("gguf"))
+    pull_tiny_gguf(lab, tmp_path_factory.mktemp("gguf"))
     yield path
     sd("keys", "revoke", "gguf-only", "-i", path)
     r = sd("down", "-i", path)
