@@ -284,15 +284,10 @@ def _other_reason(c: ContainerFact, why: str) -> str:
     return why
 
 
-def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
-    """dep: the deployment, or what its manifest records (describe()) where no Deployment exists (a gateway)."""
-    node = nd.node
-    sd = state_dir_path(facts, nd.state_dir)
-    plan = NodePlan(node=node, state_dir=sd, deployment=nd)
+def _old_and_state_dir(plan: NodePlan, nd: NodeDeployment, facts: NodeFacts) -> None:
+    """Phase 1's start: the old containers go first, the state dir is made 0700, leftover temp files go."""
     add = plan.add
     wanted = {c.name for c in nd.containers}
-
-    # phase 1: the old goes first, then the files
     for other in facts.containers:
         if other.name not in wanted:
             reason = _other_reason(other, "not part of this deployment")
@@ -304,6 +299,7 @@ def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeF
                 reason=reason,
                 container_id=other.id,
             )
+    sd = plan.state_dir
     if facts.state_dir_mode is None:
         add(phase=1, kind=StepKind.STATE_DIR, target=sd, change=True, reason="missing", mode=STATE_DIR_MODE)
     elif facts.state_dir_mode != STATE_DIR_MODE:
@@ -315,9 +311,13 @@ def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeF
         reason = "leftover temp file of an interrupted run"
         add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason=reason)
 
+
+def _file_steps(plan: NodePlan, dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> None:
+    """Phase 1's files: new names listed in the manifest first, each file by sha256 and mode, ours no longer
+    rendered removed."""
+    add = plan.add
     names = {f.name for f in nd.files}
     old = [n for n in facts.manifest_files if n in facts.files]
-    final_manifest = manifest_text(dep, nd)
     if names - set(facts.manifest_files):
         # list new names before writing them: an interrupted run never leaves a file of ours unlisted
         listed = _manifest_spec(manifest_text(dep, nd, old))
@@ -339,12 +339,14 @@ def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeF
         if name not in names and name != MANIFEST:
             add(phase=1, kind=StepKind.REMOVE_FILE, target=name, change=True, reason="ours, no longer rendered")
 
-    # phase 2: containers, then the manifest as it now is
+
+def _container_steps(plan: NodePlan, nd: NodeDeployment, facts: NodeFacts) -> None:
+    """Phase 2: each container (re)started where its config hash, image or state differs."""
     for c in nd.containers:
         why = _container_reason(c, facts)
         have = facts.container(c.name)
         reason = f"running, config-hash {c.config_hash}" if why is None else why
-        add(
+        plan.add(
             phase=2,
             kind=StepKind.START_CONTAINER,
             target=c.name,
@@ -353,17 +355,31 @@ def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeF
             container=c,
             container_id=have.id if have else None,
         )
+
+
+def _final_manifest(plan: NodePlan, dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> None:
+    """Phase 2's last step: the manifest as the node now is (unchanged when phase 1 wrote it already)."""
     have_manifest = facts.files.get(MANIFEST)
-    final_spec = _manifest_spec(final_manifest)
+    final_spec = _manifest_spec(manifest_text(dep, nd))
     same = have_manifest is not None and have_manifest.sha256 == final_spec.sha256
     pre = next((s for s in plan.steps if s.kind == StepKind.MANIFEST), None)
     if pre is not None and pre.file is not None and pre.file.sha256 == final_spec.sha256:
-        add(
+        plan.add(
             phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=False, reason="written in phase 1", file=final_spec
         )
-        return plan
+        return
     reason = "up to date" if same else "record this deployment"
-    add(phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=not same, reason=reason, file=final_spec)
+    plan.add(phase=2, kind=StepKind.MANIFEST, target=MANIFEST, change=not same, reason=reason, file=final_spec)
+
+
+def plan_node(dep: Deployment | dict[str, Any], nd: NodeDeployment, facts: NodeFacts) -> NodePlan:
+    """dep: the deployment, or what its manifest records (describe()) where no Deployment exists (a gateway).
+    Phase 1: the old goes first, then the files; phase 2: the containers, then the manifest as it now is."""
+    plan = NodePlan(node=nd.node, state_dir=state_dir_path(facts, nd.state_dir), deployment=nd)
+    _old_and_state_dir(plan, nd, facts)
+    _file_steps(plan, dep, nd, facts)
+    _container_steps(plan, nd, facts)
+    _final_manifest(plan, dep, nd, facts)
     return plan
 
 

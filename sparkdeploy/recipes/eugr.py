@@ -627,6 +627,188 @@ def _mod_args(
     return reported
 
 
+def _solo_params(recipe: EugrRecipe, params: dict[str, Any] | None, notes: list[str]) -> dict[str, Any]:
+    """The placeholders' values: a solo_only recipe serves TP 1 unless --set asks (eugr's run-recipe.py: TP 1 in
+    solo mode unless --tp)."""
+    params = dict(params or {})
+    if recipe.solo_only and "tensor_parallel" not in params:
+        if recipe.defaults.get("tensor_parallel") not in (None, 1):
+            notes.append(
+                f"tensor_parallel {recipe.defaults['tensor_parallel']}: solo_only, so 1 (as eugr's run-recipe does "
+                "in solo mode); --set tensor_parallel=N to ask for more"
+            )
+        params["tensor_parallel"] = 1
+    return params
+
+
+@dataclass
+class _Command:
+    """What the `vllm serve` options say, sorted: recipe fields, parallelism, the backend, and the options carried
+    as extra_args (JSON-valued ones in `objects`, written with the option string in `spelling`)."""
+
+    model: str | None
+    data: dict[str, Any] = field(default_factory=dict)
+    extra: list[str] = field(default_factory=list)
+    tp: int = 1
+    pp: int = 1
+    backend: str | None = None
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # dest -> the JSON object of --x '{...}'
+    dotted: dict[str, dict[str, Any]] = field(default_factory=dict)  # dest -> the object of --x.y V options
+    spelling: dict[str, str] = field(default_factory=dict)  # dest -> the option string it is written with
+
+
+def _field_value(a: Arg, source: str, problems: list[Problem]) -> tuple[bool, Any]:
+    """A recipe field's value from its option (False first: the option is refused, its problem added)."""
+    taken: Any = True if a.value is None else _number(a.value)
+    if a.dest in WHOLE_FIELDS and isinstance(taken, str):
+        try:
+            taken = human_readable_int(taken)  # 32k, as vLLM reads these
+        except ValueError:
+            pass
+    if a.dest == "served_model_name":
+        taken = (a.value or "").split()[0] if (a.value or "").strip() else None
+        if taken is None:
+            problems.append(Problem(source, "command", f"{a.written}: an empty served name", "give a name or drop it"))
+            return False, None
+    return True, taken
+
+
+def _take(cmd: _Command, a: Arg, source: str, problems: list[Problem], notes: list[str]) -> None:
+    """One option of the command, sorted into `cmd`: a field, parallelism, set by sparkdeploy, or carried."""
+    if a.keys:
+        value: Any = (a.value or "").split(",") if a.append else typed(a.value or "")
+        for key in reversed(a.keys):
+            value = {key: value}
+        _merge(cmd.dotted.setdefault(a.dest or a.flag, {}), value)
+        cmd.spelling.setdefault(a.dest or a.flag, a.flag)
+    elif a.dest == "model":
+        cmd.model = a.value
+    elif a.dest == "max_model_len" and (a.value or "").strip().lower() in ("auto", "-1"):
+        notes.append(f"{a.written} {a.value}: vLLM's default, the model's own context length")
+    elif a.dest in FIELDS:
+        good, taken = _field_value(a, source, problems)
+        if good:
+            _set(cmd.data, FIELDS[a.dest], taken)
+    elif a.dest == "tensor_parallel_size":
+        cmd.tp = _whole(a, "tensor_parallel", source, problems) or cmd.tp
+    elif a.dest == "pipeline_parallel_size":
+        cmd.pp = _whole(a, "pipeline_parallel", source, problems) or cmd.pp
+    elif a.dest in SET_BY_SPARKDEPLOY:
+        if a.dest == "distributed_executor_backend":
+            cmd.backend = a.value
+        notes.append(f"{a.written} {a.value}: {SET_BY_SPARKDEPLOY[a.dest]}")
+    elif a.dest == "compilation_config" and a.value is not None:
+        loaded = _json_object(a, source, problems)
+        if loaded is not None:
+            cmd.objects[a.dest] = loaded  # a repeated option: the last wins, as in argparse
+            cmd.spelling[a.dest] = a.flag
+    else:
+        cmd.extra += a.words()
+
+
+def _json_options(cmd: _Command, notes: list[str]) -> dict[str, Any] | None:
+    """The JSON-valued options: --speculative-config.x V and the like become one JSON value each in extra_args,
+    in vLLM's spelling; the compilation config is returned (a recipe field of its own)."""
+    for dest, value in cmd.dotted.items():
+        if dest in cmd.objects:  # vLLM appends the dotted keys' JSON after the argv: it replaces the written JSON
+            notes.append(
+                f"{cmd.spelling[dest]}: its JSON is replaced by the {cmd.spelling[dest]}.KEY options, as vLLM reads "
+                "them (it passes those last)"
+            )
+        cmd.objects[dest] = value
+    comp = cmd.objects.pop("compilation_config", None)
+    for dest, value in cmd.objects.items():
+        cmd.extra += [cmd.spelling[dest], json.dumps(value, separators=(",", ":"))]
+    return comp
+
+
+def _read_command(
+    recipe: EugrRecipe,
+    positionals: list[str],
+    args: list[Arg],
+    reported: Collection[int],
+    source: str,
+    problems: list[Problem],
+    notes: list[str],
+) -> _Command:
+    """The serve command's options (those not reported already) as recipe data: the model, fields, parallelism."""
+    cmd = _Command(model=positionals[0] if positionals else None)
+    for i, a in enumerate(args):
+        if i not in reported:
+            _take(cmd, a, source, problems, notes)
+    comp = _json_options(cmd, notes)
+    if len(positionals) > 1:
+        problems.append(Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model"))
+    cmd.model = cmd.model or recipe.model
+    if not cmd.model:
+        problems.append(Problem(source, "command", "names no model", "write `vllm serve ORG/MODEL ...`"))
+    elif recipe.model and recipe.model != cmd.model:
+        notes.append(f"model {recipe.model} (for eugr's --setup download): the command serves {cmd.model}")
+    if comp:
+        mode = comp.pop("cudagraph_mode", None)
+        cmd.data.setdefault("vllm", {})["compilation"] = {
+            **({"cudagraph_mode": str(mode).upper()} if mode is not None else {}),
+            **({"extra": comp} if comp else {}),
+        }
+    if cmd.extra:
+        cmd.data.setdefault("vllm", {})["extra_args"] = cmd.extra
+    return cmd
+
+
+def _topologies(recipe: EugrRecipe, tp: int, pp: int, source: str, problems: list[Problem]) -> tuple[list[str], str]:
+    """The topologies the recipe serves on, and its default: from solo_only / cluster_only and TP x PP."""
+    if recipe.solo_only and tp * pp > 1:
+        problems.append(
+            Problem(
+                source,
+                "solo_only",
+                f"solo_only, but the command asks for TP={tp} x PP={pp} (one Spark has one GPU)",
+                "set tensor_parallel to 1, or drop solo_only",
+            )
+        )
+    if recipe.solo_only:
+        return ["solo", "2xsolo"], "solo"
+    if recipe.cluster_only:
+        return ["cluster"], "cluster"
+    return ["solo", "cluster", "2xsolo"], ("cluster" if tp * pp > 1 else "solo")
+
+
+def _description(recipe: EugrRecipe, notes: list[str]) -> str:
+    """The description on one line, cut to the recipe schema's bound (and said so)."""
+    description = " ".join((recipe.description or recipe.name).split())
+    if len(description) > MAX_DESCRIPTION:
+        notes.append(
+            f"description: {len(description)} characters on one line, cut to the recipe's {MAX_DESCRIPTION} "
+            f"(it ends at ...{description[MAX_DESCRIPTION - 30 : MAX_DESCRIPTION]})"
+        )
+        description = description[:MAX_DESCRIPTION]
+    return description
+
+
+def _recipe_name(path: Path, notes: list[str]) -> str:
+    name = _plain(path.stem)
+    if name != path.stem:
+        notes.append(f"name: the file name {path.stem!r} made a recipe name: {name}")
+    return name
+
+
+def _parallel_fields(cmd: _Command, notes: list[str]) -> dict[str, Any]:
+    """cluster_backend and tensor_parallel as the recipe writes them (pipeline parallelism: the cluster's stages)."""
+    out: dict[str, Any] = {}
+    if cmd.backend in ("ray",):
+        out["cluster_backend"] = "ray"
+    elif cmd.backend in ("mp", "external_launcher"):
+        out["cluster_backend"] = "native"
+    if cmd.tp > 1 or cmd.pp > 1:
+        out["tensor_parallel"] = cmd.tp
+    if cmd.pp > 1:
+        notes.append(
+            f"pipeline_parallel {cmd.pp}: cluster splits the inventory's nodes into stages of {cmd.tp} "
+            f"(PP = nodes / {cmd.tp}; eugr's recipe was written for {cmd.tp * cmd.pp} nodes)"
+        )
+    return out
+
+
 def to_recipe_data(
     raw: dict,
     path: Path,
@@ -642,15 +824,8 @@ def to_recipe_data(
     recipe, problems = _fields(raw, source)
     if recipe is None:
         raise ConfigError(problems)
-    params = dict(params or {})
     notes: list[str] = []
-    if recipe.solo_only and "tensor_parallel" not in params:  # eugr's run-recipe.py: TP 1 in solo unless --tp
-        if recipe.defaults.get("tensor_parallel") not in (None, 1):
-            notes.append(
-                f"tensor_parallel {recipe.defaults['tensor_parallel']}: solo_only, so 1 (as eugr's run-recipe does "
-                "in solo mode); --set tensor_parallel=N to ask for more"
-            )
-        params["tensor_parallel"] = 1
+    params = _solo_params(recipe, params, notes)
     image, image_notes, image_problems = _image(recipe, source)
     notes += image_notes
     argv: list[str] = []
@@ -664,100 +839,8 @@ def to_recipe_data(
     positionals, args = read_args(argv, dict(spec["flags"]))
     gone = [m for m in recipe.mods if m not in MODS] + [m for m in dropped_mods if m not in recipe.mods]
     reported = _mod_args(args, gone, spec, checked, source, problems)
-
-    data: dict[str, Any] = {}
-    extra: list[str] = []
-    model = positionals[0] if positionals else None
-    tp = pp = 1
-    backend: str | None = None
-    objects: dict[str, dict[str, Any]] = {}  # dest -> the JSON object of --x '{...}' / --x.y V
-    dotted: dict[str, dict[str, Any]] = {}
-    spelling: dict[str, str] = {}  # dest -> the option string it is written with
-    for i, a in enumerate(args):
-        if i in reported:
-            continue
-        if a.keys:
-            value: Any = (a.value or "").split(",") if a.append else typed(a.value or "")
-            for key in reversed(a.keys):
-                value = {key: value}
-            _merge(dotted.setdefault(a.dest or a.flag, {}), value)
-            spelling.setdefault(a.dest or a.flag, a.flag)
-        elif a.dest == "model":
-            model = a.value
-        elif a.dest == "max_model_len" and (a.value or "").strip().lower() in ("auto", "-1"):
-            notes.append(f"{a.written} {a.value}: vLLM's default, the model's own context length")
-        elif a.dest in FIELDS:
-            taken: Any = True if a.value is None else _number(a.value)
-            if a.dest in WHOLE_FIELDS and isinstance(taken, str):
-                try:
-                    taken = human_readable_int(taken)  # 32k, as vLLM reads these
-                except ValueError:
-                    pass
-            if a.dest == "served_model_name":
-                taken = (a.value or "").split()[0] if (a.value or "").strip() else None
-                if taken is None:
-                    problems.append(
-                        Problem(source, "command", f"{a.written}: an empty served name", "give a name or drop it")
-                    )
-                    continue
-            _set(data, FIELDS[a.dest], taken)
-        elif a.dest == "tensor_parallel_size":
-            tp = _whole(a, "tensor_parallel", source, problems) or tp
-        elif a.dest == "pipeline_parallel_size":
-            pp = _whole(a, "pipeline_parallel", source, problems) or pp
-        elif a.dest == "distributed_executor_backend":
-            backend = a.value
-            notes.append(f"{a.written} {a.value}: {SET_BY_SPARKDEPLOY[a.dest]}")
-        elif a.dest in SET_BY_SPARKDEPLOY:
-            notes.append(f"{a.written} {a.value}: {SET_BY_SPARKDEPLOY[a.dest]}")
-        elif a.dest == "compilation_config" and a.value is not None:
-            loaded = _json_object(a, source, problems)
-            if loaded is not None:
-                objects[a.dest] = loaded  # a repeated option: the last wins, as in argparse
-                spelling[a.dest] = a.flag
-        else:
-            extra += a.words()
-    for dest, value in dotted.items():
-        if dest in objects:  # vLLM appends the dotted keys' JSON after the argv: it replaces the written JSON
-            notes.append(
-                f"{spelling[dest]}: its JSON is replaced by the {spelling[dest]}.KEY options, as vLLM reads them "
-                "(it passes those last)"
-            )
-        objects[dest] = value
-    comp = objects.pop("compilation_config", None)
-    for dest, value in objects.items():  # --speculative-config.x V and the like: one JSON value, in vLLM's spelling
-        extra += [spelling[dest], json.dumps(value, separators=(",", ":"))]
-    if len(positionals) > 1:
-        problems.append(Problem(source, "command", f"more than one model: {' '.join(positionals)}", "name one model"))
-    model = model or recipe.model
-    if not model:
-        problems.append(Problem(source, "command", "names no model", "write `vllm serve ORG/MODEL ...`"))
-    elif recipe.model and recipe.model != model:
-        notes.append(f"model {recipe.model} (for eugr's --setup download): the command serves {model}")
-    if comp:
-        mode = comp.pop("cudagraph_mode", None)
-        data.setdefault("vllm", {})["compilation"] = {
-            **({"cudagraph_mode": str(mode).upper()} if mode is not None else {}),
-            **({"extra": comp} if comp else {}),
-        }
-    if extra:
-        data.setdefault("vllm", {})["extra_args"] = extra
-
-    if recipe.solo_only:
-        topologies, default = ["solo", "2xsolo"], "solo"
-    elif recipe.cluster_only:
-        topologies, default = ["cluster"], "cluster"
-    else:
-        topologies, default = ["solo", "cluster", "2xsolo"], ("cluster" if tp * pp > 1 else "solo")
-    if recipe.solo_only and tp * pp > 1:
-        problems.append(
-            Problem(
-                source,
-                "solo_only",
-                f"solo_only, but the command asks for TP={tp} x PP={pp} (one Spark has one GPU)",
-                "set tensor_parallel to 1, or drop solo_only",
-            )
-        )
+    cmd = _read_command(recipe, positionals, args, reported, source, problems, notes)
+    topologies, default = _topologies(recipe, cmd.tp, cmd.pp, source, problems)
     # The argv as the image's vLLM would get it, every flag and value checked against its CLI (what `up` checks).
     plain = [
         w
@@ -766,42 +849,23 @@ def to_recipe_data(
         for w in a.words()
     ]
     try:
-        check_args([model or "MODEL", *plain], load_definition(checked), source)
+        check_args([cmd.model or "MODEL", *plain], load_definition(checked), source)
     except ConfigError as exc:
         problems += exc.problems
-    description = " ".join((recipe.description or recipe.name).split())
-    if len(description) > MAX_DESCRIPTION:  # the recipe schema's bound: cut, and said so
-        notes.append(
-            f"description: {len(description)} characters on one line, cut to the recipe's {MAX_DESCRIPTION} "
-            f"(it ends at ...{description[MAX_DESCRIPTION - 30 : MAX_DESCRIPTION]})"
-        )
-        description = description[:MAX_DESCRIPTION]
-    name = _plain(path.stem)
-    if name != path.stem:
-        notes.append(f"name: the file name {path.stem!r} made a recipe name: {name}")
+    description = _description(recipe, notes)
     out: dict[str, Any] = {
-        "name": name,
+        "name": _recipe_name(path, notes),
         "description": description,
-        "model": model,
+        "model": cmd.model,
         "image": image or checked,
         "topologies": topologies,
         "default_topology": default,
         "fits_one_node": not recipe.cluster_only,
     }
-    if "served_model_name" in data:
-        out["served_model_name"] = data.pop("served_model_name")
-    if backend in ("ray",):
-        out["cluster_backend"] = "ray"
-    elif backend in ("mp", "external_launcher"):
-        out["cluster_backend"] = "native"
-    if tp > 1 or pp > 1:
-        out["tensor_parallel"] = tp
-    if pp > 1:
-        notes.append(
-            f"pipeline_parallel {pp}: cluster splits the inventory's nodes into stages of {tp} "
-            f"(PP = nodes / {tp}; eugr's recipe was written for {tp * pp} nodes)"
-        )
-    out.update(data)
+    if "served_model_name" in cmd.data:
+        out["served_model_name"] = cmd.data.pop("served_model_name")
+    out.update(_parallel_fields(cmd, notes))
+    out.update(cmd.data)
     if recipe.env:
         out["env"] = {k: _text(v) for k, v in recipe.env.items()}
     if problems:

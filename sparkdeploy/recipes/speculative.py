@@ -58,35 +58,9 @@ def is_mtp(method: str, record: dict[str, Any]) -> bool:
     return method == "mtp" or method in record.get("mtp_aliases", [])
 
 
-def problems(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel: int = 1) -> list[Problem]:
-    """Why this engine cannot run the recipe's speculative decoding (empty: it can)."""
-    spec = resolved.recipe.speculative
-    if spec is None or isinstance(image, RegistryImage):  # a registry image's vLLM: its flags are checked, no more
-        return []
-    where = str(resolved.source)
-    record = engine_record(image.vllm_version or "")
-    if record is None:
-        return [
-            Problem(
-                where,
-                "speculative",
-                f"image {image.name}'s vLLM {image.vllm_version or '(unknown)'} has no record of its speculative "
-                "methods, so the method cannot be checked before it runs",
-                FIX_VERSION,
-            )
-        ]
+def _option_problems(spec: SpeculativeSettings, record: dict[str, Any], where: str, version: str) -> list[Problem]:
+    """speculative.options checked against the record: vLLM's SpeculativeConfig fields, less ours and refused ones."""
     out = []
-    version = record.get("vllm_version", image.vllm_version)
-    if spec.method not in record["methods"]:
-        plain = [m for m in record["methods"] if m not in record.get("mtp_aliases", [])]
-        out.append(
-            Problem(
-                where,
-                "speculative.method",
-                f"{spec.method!r} is not a speculative method of vLLM {version}",
-                f"use one of {', '.join(plain)}",
-            )
-        )
     known = set(record.get("options", []))
     for key in spec.options:
         if key in OWN_FIELDS:
@@ -113,6 +87,14 @@ def problems(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel: 
                     f"use one of {', '.join(sorted(known - set(OWN_FIELDS) - {'tensor_parallel_size'}))}",
                 )
             )
+    return out
+
+
+def _draft_problems(resolved: ResolvedRecipe, spec: SpeculativeSettings, record: dict[str, Any]) -> list[Problem]:
+    """Where the drafts come from: a draft model where the method needs one, none where it drafts from the prompt,
+    and MTP layers in the model where mtp drafts with them."""
+    where = str(resolved.source)
+    out = []
     if spec.method in DRAFT_CHECKPOINT and not spec.model:
         out.append(
             Problem(
@@ -143,6 +125,13 @@ def problems(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel: 
                 "if it has them; else use eagle3 with a draft, or ngram",
             )
         )
+    return out
+
+
+def _serving_problems(resolved: ResolvedRecipe, spec: SpeculativeSettings, tensor_parallel: int) -> list[Problem]:
+    """What the rest of the serve line must agree with: no second --speculative-config, a draft TP vLLM allows."""
+    where = str(resolved.source)
+    out = []
     twice = [a for a in resolved.recipe.vllm.extra_args if a.split("=", 1)[0] in ("--speculative-config", "-sc")]
     if twice:
         out.append(
@@ -159,6 +148,41 @@ def problems(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel: 
                 f"set it to 1 or {tensor_parallel}",
             )
         )
+    return out
+
+
+def problems(resolved: ResolvedRecipe, image: ImageDefinition, tensor_parallel: int = 1) -> list[Problem]:
+    """Why this engine cannot run the recipe's speculative decoding (empty: it can)."""
+    spec = resolved.recipe.speculative
+    if spec is None or isinstance(image, RegistryImage):  # a registry image's vLLM: its flags are checked, no more
+        return []
+    where = str(resolved.source)
+    record = engine_record(image.vllm_version or "")
+    if record is None:
+        return [
+            Problem(
+                where,
+                "speculative",
+                f"image {image.name}'s vLLM {image.vllm_version or '(unknown)'} has no record of its speculative "
+                "methods, so the method cannot be checked before it runs",
+                FIX_VERSION,
+            )
+        ]
+    out = []
+    version = record.get("vllm_version", image.vllm_version)
+    if spec.method not in record["methods"]:
+        plain = [m for m in record["methods"] if m not in record.get("mtp_aliases", [])]
+        out.append(
+            Problem(
+                where,
+                "speculative.method",
+                f"{spec.method!r} is not a speculative method of vLLM {version}",
+                f"use one of {', '.join(plain)}",
+            )
+        )
+    out += _option_problems(spec, record, where, str(version))
+    out += _draft_problems(resolved, spec, record)
+    out += _serving_problems(resolved, spec, tensor_parallel)
     return out
 
 

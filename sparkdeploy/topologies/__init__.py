@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.images.definitions import definition_names, load_definition
+from sparkdeploy.images.definitions import ImageDefinition, definition_names, load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference, registry_image
 from sparkdeploy.images.vllm_cli import check_env
 from sparkdeploy.recipes.engines.registered import engine_of
@@ -82,26 +82,17 @@ def check_engine_topology(resolved: ResolvedRecipe) -> None:
         )
 
 
-def build_deployment(
-    inventory: Inventory,
-    resolved: ResolvedRecipe,
-    secrets: Secrets,
-    solo_node: str | None = None,
-    metrics: bool | None = None,
-    stack_name: str = "",
-) -> Deployment:
-    """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
-    metrics: add Prometheus on the head node (None: the inventory's cluster.metrics).
-    stack_name: the deployment's name in a stack (deploy/stack/converge.py): in its container names and labels."""
+def _run_image(
+    inventory: Inventory, resolved: ResolvedRecipe, image: ImageDefinition, warnings: list[str]
+) -> ImageDefinition:
+    """The image that runs: the recipe's, or the inventory's image_override standing in for it (the lab's
+    simulator); warnings gets what the user should know (an unknown registry CLI, SIMULATED)."""
     ref = resolved.recipe.image
-    image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
     run_image = image
-    warnings = list(resolved.warnings) + list(secrets.warnings)
     # A registry image runs as it is, also in the lab: the lab's registry serves an image the lab built; but
     # another engine's registry image (SGLang's) is stood in for by the definition that says `engine:NAME`.
     override = None if isinstance(image, RegistryImage) else inventory.cluster.image_override
     engine = engine_of(resolved.recipe)
-    check_engine_topology(resolved)
     if isinstance(image, RegistryImage) and image.cli is None and engine.name == "vllm":
         warnings.append(
             f"the vLLM CLI of {ref} is not known yet: its flags are checked once `up` or "
@@ -130,7 +121,13 @@ def build_deployment(
             run_image = stand_in[0]
     if run_image.simulated:
         warnings.append(f"SIMULATED: {run_image.name} stands in for {image.name} (no GPU math: timings are modelled)")
-    topology = REGISTRY[resolved.topology]
+    return run_image
+
+
+def _refuse_unfit(
+    inventory: Inventory, resolved: ResolvedRecipe, topology: Topology, run_image: ImageDefinition
+) -> None:
+    """ConfigError when the topology cannot run here: too few nodes, or torchrun without the image's launcher."""
     if len(inventory.nodes) < topology.min_nodes:
         raise ConfigError(
             Problem(
@@ -154,6 +151,26 @@ def build_deployment(
                 "use --backend ray or native",
             )
         )
+
+
+def build_deployment(
+    inventory: Inventory,
+    resolved: ResolvedRecipe,
+    secrets: Secrets,
+    solo_node: str | None = None,
+    metrics: bool | None = None,
+    stack_name: str = "",
+) -> Deployment:
+    """Render everything for one recipe + topology. Pure: reads files in the repo, touches no host.
+    metrics: add Prometheus on the head node (None: the inventory's cluster.metrics).
+    stack_name: the deployment's name in a stack (deploy/stack/converge.py): in its container names and labels."""
+    ref = resolved.recipe.image
+    image = registry_image(ref, str(resolved.source)) if is_reference(ref) else load_definition(ref)
+    warnings = list(resolved.warnings) + list(secrets.warnings)
+    check_engine_topology(resolved)
+    run_image = _run_image(inventory, resolved, image, warnings)
+    topology = REGISTRY[resolved.topology]
+    _refuse_unfit(inventory, resolved, topology, run_image)
 
     warnings += check_env(resolved.recipe.env, image)
     ctx = Context(
