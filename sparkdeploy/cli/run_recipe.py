@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from sparkdeploy.cli.common import CONTEXT_SETTINGS, UpArgs, emit_json, run_cli, up_options
-from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.context import DeploymentSource, load_source
 from sparkdeploy.topologies.dryrun import as_text, describe
 
 DRY_RUN_HELP = (
@@ -17,9 +17,8 @@ DRY_RUN_HELP = (
 )
 
 
-def print_dry_run(recipe: str, a: UpArgs, as_json: bool) -> None:
-    dep = load_deployment(a.inventory, recipe, a.topology, a.backend, a.sets, a.recipes_dir, a.node, a.metrics)
-    desc = describe(dep)
+def print_dry_run(source: DeploymentSource, as_json: bool) -> None:
+    desc = describe(source.render())
     if as_json:
         emit_json(desc)
     else:
@@ -39,12 +38,14 @@ def run_recipe(recipe: str, up_args: UpArgs, as_json: bool) -> None:
       run-recipe openai-gpt-oss-120b -t 2xsolo --inventory lab  # two engines behind LiteLLM, in the lab
       run-recipe qwen3-coder-30b-int4 --set vllm.max_model_len=32768
     """
+    a = up_args  # the inventory read and the recipe resolved once, here: the dry run and `up` render them
+    source = load_source(a.inventory, recipe, a.topology, a.backend, a.sets, a.recipes_dir, a.node, a.metrics)
     if up_args.dry_run:
-        print_dry_run(recipe, up_args, as_json)
+        print_dry_run(source, as_json)
         return
     from sparkdeploy.cli.up_cmd import run_up  # the dry run above needs neither the pipeline nor rich
 
-    run_up(as_json, recipe, up_args)
+    run_up(as_json, recipe, up_args, source)
 
 
 def main(argv: list[str] | None = None) -> None:

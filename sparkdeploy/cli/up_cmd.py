@@ -26,6 +26,7 @@ from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.guard.state import line as guard_line
 from sparkdeploy.guard.state import watch_line
+from sparkdeploy.topologies.context import DeploymentSource
 
 STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright_black", "pending": "bright_black"}
 
@@ -175,11 +176,12 @@ def up(recipe: str | None, stack: str | None, up_args: UpArgs, as_json: bool) ->
     run_up(as_json, recipe, up_args)
 
 
-def run_up(as_json: bool, recipe: str | None, up_args: UpArgs) -> None:
-    """`up` and `run-recipe`: the library's deploy, shown to people (or as JSON, even when it fails)."""
+def run_up(as_json: bool, recipe: str | None, up_args: UpArgs, source: DeploymentSource | None = None) -> None:
+    """`up` and `run-recipe`: the library's deploy, shown to people (or as JSON, even when it fails).
+    source: the inventory and recipe run-recipe read already (deploy reads them otherwise)."""
     result = UpResult()
     try:
-        deploy(reporter=Out(as_json), result=result, recipe=recipe, **dataclasses.asdict(up_args))
+        deploy(reporter=Out(as_json), result=result, recipe=recipe, source=source, **dataclasses.asdict(up_args))
     finally:
         data = result.as_dict()
         if as_json and data:

@@ -81,6 +81,9 @@ class Step:
     mode: int | None = None
     status: str = PENDING
     detail: str = ""
+    # a change only because another rank of its engine restarts (_restart_together): this node's own state was as
+    # wanted (preflight's memory check counts only a node whose own engine changes: `PreflightRun.starts_engine`)
+    with_group: bool = False
 
     @property
     def label(self) -> str:
@@ -418,7 +421,7 @@ def _restart_together(plan: Plan, group: Sequence[str], facts: dict[str, NodeFac
     if lost is not None:
         for s in starts:
             s.reason = f"{RESTART_GROUP}: {lost}" + (f" (and: {s.reason})" if s.change else "")
-            s.change = True
+            s.with_group, s.change = not s.change, True
         return
     changed = [s for s in starts if s.change]
     if not changed:
@@ -429,11 +432,11 @@ def _restart_together(plan: Plan, group: Sequence[str], facts: dict[str, NodeFac
         why = f"{RESTART_GROUP}: {first.node}'s {role} {first.reason}"
         for s in starts:
             s.reason = why + (f" (and: {s.reason})" if s.change and s is not first else "")
-            s.change = True
+            s.with_group, s.change = not s.change, True
         return
     for s in starts:
         if not s.change:
-            s.change = True
+            s.with_group, s.change = True, True
             s.reason = f"restarts with {first.node}'s {role} (one engine across nodes)"
 
 

@@ -5,7 +5,8 @@ functions and formulas, run here over the facts `up` already read (one round tri
 doctor session: reachable over SSH, Docker usable by the SSH user, the state dir ours, no foreign container
 holding one of our names, the images present with one image ID on every node, the ports free or ours, the
 memory budget (sparkdeploy/recipes/budget.py) and disk. Any failure aborts the whole run; a missing image carries
-`missing_image`, which `up` pushes before checking again.
+`missing_image`, which `up`'s image step pushes (and reads those nodes again) before the checks judge again.
+With `up`'s one plan given, the checks read what starts from it (`starts_engine`) and plan nothing themselves.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.checks import SKIP, Check, Result, fail, ok
 from sparkdeploy.config.inventory import Inventory, Node
-from sparkdeploy.deploy.plan import StepKind, plan_node
+from sparkdeploy.deploy.plan import Plan, StepKind, plan_node
 from sparkdeploy.doctor.check_context import CheckContext
 from sparkdeploy.doctor.image import image_definition_name
 from sparkdeploy.doctor.registry import PREFLIGHT
@@ -32,6 +33,7 @@ class PreflightRun:
     deployment: Deployment
     facts: dict[str, NodeFacts | Exception]
     simulated_image: bool = False
+    plan: Plan | None = None  # `up`'s one plan over these facts (None: each node planned where a check asks)
 
     @property
     def inventory(self) -> Inventory:
@@ -62,7 +64,10 @@ class PreflightRun:
         if nd is None:
             return False
         engines = {c.name for c in nd.containers if c.is_engine}
-        steps = plan_node(self.deployment, nd, self.node_facts(node)).steps
+        if self.plan is None:
+            steps = plan_node(self.deployment, nd, self.node_facts(node)).steps
+        else:  # a rank restarting only with its group: its own engine was as wanted (plan_node's view)
+            steps = [s for s in self.plan.node(node.name).steps if not s.with_group]
         return any(s.kind == StepKind.START_CONTAINER and s.change and s.target in engines for s in steps)
 
     def ssh_check(self, node: Node) -> Result:
@@ -93,11 +98,13 @@ def _call(check: Check, ctx: CheckContext, node: Node | None) -> list[Result]:
     return [r for r in rows if r.status != SKIP]
 
 
-def run(dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: bool = False) -> list[Result]:
+def run(
+    dep: Deployment, facts: dict[str, NodeFacts | Exception], simulated: bool = False, plan: Plan | None = None
+) -> list[Result]:
     """Every preflight check (doctor/registry.py PREFLIGHT) for every node of the inventory, in registry order;
     a failed gate check (no SSH, no Docker) skips the node's later checks. `facts[name]` is the node's facts
-    or why they are missing."""
-    ctx: CheckContext = PreflightRun(dep, facts, simulated)  # what a preflight check takes: no session
+    or why they are missing; `plan`: the plan made from them (what starts where), when the caller has it."""
+    ctx: CheckContext = PreflightRun(dep, facts, simulated, plan)  # what a preflight check takes: no session
     rows: list[Result] = []
     for node in ctx.nodes:
         for check in (c for c in PREFLIGHT if c.scope == "node"):

@@ -1,6 +1,8 @@
-"""`up` as a library: render -> facts (read-only, every node in parallel) -> preflight (any failure: nothing
-changes; a missing image is pushed first, from a node that has it when one does) -> plan (files by sha256,
-containers by config-hash label, image by ID) -> apply -> health gate (a real one-token completion).
+"""`up` as a library, one linear pass: the recipe and the deployment resolved once -> facts (read-only, every node
+in parallel, one round trip each) -> the one plan made from them (files by sha256, containers by config-hash label,
+image by ID) -> preflight over those facts and that plan (any failure: nothing changes) -> the image step (a missing
+image pushed, from a node that has it when one does, then only the nodes that got it read again) -> the fabric
+gate -> apply -> health gate (a real one-token completion).
 
 After a Ctrl-C or a failure every node gets one line saying what happened there; the next `up` converges."""
 
@@ -28,7 +30,7 @@ from sparkdeploy.runtime.holds import hold_point
 from sparkdeploy.runtime.interrupts import Interrupt
 from sparkdeploy.runtime.locks import NodeLockHeld, inventory_lock, node_locks
 from sparkdeploy.runtime.session import Session
-from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.context import DeploymentSource, load_source
 from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -90,12 +92,43 @@ def push_missing(
     return bool(missing)
 
 
-def _starting(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> set[str]:
-    """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
+Facts = dict[str, NodeFacts | Exception]
+
+
+def make_plan(dep: Deployment, facts: Facts) -> Plan | None:
+    """The plan from the facts; None while a node could not be read (preflight's ssh row says why)."""
     if all(isinstance(f, NodeFacts) for f in facts.values()):
-        plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # all NodeFacts: checked above
+        return plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # all NodeFacts: checked above
+    return None
+
+
+def _starting(dep: Deployment, plan: Plan | None) -> set[str]:
+    """Nodes where the plan starts a container: only there memory, disk and the model cache matter."""
+    if plan is not None:
         return {s.node for s in plan.steps if s.kind == StepKind.START_CONTAINER and s.change}
     return {nd.node.name for nd in dep.nodes}
+
+
+def read_and_plan(dep: Deployment, session: Session, nodes: list[Node], facts: Facts) -> Plan | None:
+    """Read the facts of `nodes` (one round trip each, into `facts`), make the plan over every node's facts, then
+    read memory, disk and the model cache where that plan starts something; return the plan."""
+    read = gather_facts(session, nodes, _images_for(dep))
+    facts.update(read)
+    plan = make_plan(dep, facts)
+    add_resources(session, read, _starting(dep, plan), dep.inventory.cluster.hf_cache, dep.recipe.recipe.model)
+    facts.update(read)  # a node whose resources could not be read: its error
+    return plan
+
+
+def image_step(
+    dep: Deployment, session: Session, facts: Facts, failed: list[preflight.Result], out: Reporter, result: UpResult
+) -> Plan | None:
+    """A missing image: pushed to the nodes lacking it (push_missing), then those nodes' facts read again (only
+    theirs: the push changed nothing else) and the plan made over them (the image's ID is in it)."""
+    result.pushed = result.pushed if result.pushed is not None else []
+    push_missing(dep, failed, out, result.pushed)
+    got = sorted({c.node for c in failed if c.missing_image and c.node})
+    return read_and_plan(dep, session, [dep.inventory.node(n) for n in got], facts)
 
 
 def _images_for(dep: Deployment) -> Callable[[Node], list[str]]:
@@ -118,16 +151,19 @@ def deploy(
     reporter: Reporter | None = None,
     result: UpResult | None = None,
     fabric_gate_on: bool = True,
+    source: DeploymentSource | None = None,
 ) -> UpResult:
     """Plan and apply a deployment, then wait for the health gate; return the result (the `up --json` contract:
     `UpResult.as_dict()`, masked). Raises StepFailed (exit 1) on failure; `result`, when given, holds what was done
     so far.
     metrics: also run Prometheus on the head node (None: the inventory's cluster.metrics).
-    fabric_gate_on: False is `--no-fabric-gate` (deploy/fabric_gate.py)."""
+    fabric_gate_on: False is `--no-fabric-gate` (deploy/fabric_gate.py).
+    source: the inventory, recipe and secrets already read (`run-recipe`): recipe .. metrics are then not read."""
     out = reporter if reporter is not None else Reporter()
     result = result if result is not None else UpResult()
-    reload_args = (inventory, recipe, topology, backend, sets, recipes_dir, node, metrics)
-    dep = load_deployment(*reload_args)
+    if source is None:
+        source = load_source(inventory, recipe, topology, backend, tuple(sets), recipes_dir, node, metrics)
+    dep = source.render()
     if not dry_run:
         refuse_missing(dep.secrets)
     if dep.proxied:
@@ -150,13 +186,7 @@ def deploy(
             node_locks(session, dry_run, out.warn),
         ):
             if isinstance(dep.image, RegistryImage):  # pulled once, digest checked, sent over the fabric
-                dep = registry_image.for_deployment(
-                    dep,
-                    out,
-                    result,
-                    dry_run,
-                    lambda: load_deployment(*reload_args),  # flags read from the image
-                )
+                dep = registry_image.for_deployment(dep, out, result, dry_run, source.render)  # flags from the image
                 is_simulated = simulated(dep)
             _deploy(dep, session, interrupt, out, result, dry_run, timeout, is_simulated, pull_model, fabric_gate_on)
             if result.ok and not dry_run:  # what ran, for `sparkdeploy history` and `rollback`
@@ -184,6 +214,17 @@ def replaces(dep: Deployment, facts: dict[str, NodeFacts | Exception]) -> str | 
     if not other:
         return None
     return "; ".join(" / ".join(str(x) for x in key if x) + f" on {', '.join(nodes)}" for key, nodes in other.items())
+
+
+def say_replaced(dep: Deployment, facts: Facts, out: Reporter, result: UpResult, dry_run: bool) -> None:
+    """Said before anything changes (and by --dry-run): `up` converges to ONE deployment."""
+    replaced = replaces(dep, facts)
+    if replaced:
+        result.replaces = replaced
+        out.warn(
+            f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
+            f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
+        )
 
 
 def _node_lines(inv: Inventory, seen: Progress, why: str) -> list[str]:
@@ -272,46 +313,38 @@ def _deploy_steps(
     fabric_gate_on: bool = True,
 ) -> None:
     inv = dep.inventory
-    images_for = _images_for(dep)
-    model_id = dep.recipe.recipe.model
-
     hold_point("connect", interrupt)  # connected and locked on every node; nothing read yet
     if interrupt.set:
         raise KeyboardInterrupt
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
-
-    def read() -> dict[str, NodeFacts | Exception]:
-        facts = gather_facts(session, inv.nodes, images_for)
-        add_resources(session, facts, _starting(dep, facts), inv.cluster.hf_cache, model_id)
-        return facts
-
-    facts = seen.facts = read()
+    facts: Facts = {}
+    plan = read_and_plan(dep, session, list(inv.nodes), facts)  # the facts, read once; the one plan over them
+    seen.facts = facts
     seen.reach(Phase.PREFLIGHT)
     check_guard_lines(dep, facts)  # a guard line above a node's memory: refused, nothing changed (#29)
-    replaced = replaces(dep, facts)
-    if replaced:  # said before anything changes (and by --dry-run): `up` converges to ONE deployment
-        result.replaces = replaced
-        out.warn(
-            f"{'would replace' if dry_run else 'replacing'} {replaced} with {dep.recipe.name} / "
-            f"{dep.topology}" + (f" / {dep.backend}" if dep.backend else "")
-        )
+    say_replaced(dep, facts, out, result, dry_run)
     hold_point("preflight", interrupt)
-    checks, facts = run_preflight(dep, session, facts, read, out, simulated, dry_run, pull_model, result)
-    seen.facts = facts
+    checks = preflight.run(dep, facts, simulated, plan)
+    failed = preflight.failures(checks)
+    if failed and not dry_run and all(c.missing_image for c in failed):
+        plan = image_step(dep, session, facts, failed, out, result)  # its own fact refresh, on its nodes only
+        checks = preflight.run(dep, facts, simulated, plan)
+        failed = preflight.failures(checks)
+    if not failed:
+        checks += model_checks(dep, session, simulated, dry_run, pull_model, out)
+        failed = preflight.failures(checks)
     result.preflight = [c.as_row() for c in checks]
     if interrupt.set:
         raise KeyboardInterrupt
-    failed = preflight.failures(checks)
     if failed:
         out.preflight(checks)
-        if dry_run and all(isinstance(f, NodeFacts) for f in facts.values()):
-            plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # checked above
+        if dry_run and plan is not None and all(isinstance(f, NodeFacts) for f in facts.values()):
             result.steps = [s.as_dict() for s in plan.steps]
             out.dry_run(plan)
         raise refusal(failed)
+    assert plan is not None  # preflight passed: every node was read
     out.progress(f"preflight: {len(checks)} checks passed")
 
-    plan = plan_deployment(dep, cast("dict[str, NodeFacts]", facts))  # preflight passed: every node read
     seen.reach(Phase.FABRIC_GATE)  # before any engine starts (a refusal changes nothing)
     fabric_gate.gate(dep, session, facts, plan, out, result, dry_run, fabric_gate_on, simulated)
     if dry_run:
@@ -351,8 +384,8 @@ def run_preflight(
     pull_model: bool,
     result: UpResult,
 ) -> tuple[list[preflight.Result], dict[str, NodeFacts | Exception]]:
-    """preflight (a missing image is pushed first, then the nodes are read again with `read`), then the recipe's
-    model, complete and verified on every engine node (models/up_check.py; pulled with --pull-model).
+    """A stack deployment's preflight (deploy/stack/converge.py; `up` runs the same steps in line): a missing image
+    is pushed first, then the nodes are read again with `read`; then the recipe's model (model_checks).
     Returns every row and the facts they judged; result.pushed gets what was pushed."""
     checks = preflight.run(dep, facts, simulated)
     failed = preflight.failures(checks)
@@ -363,12 +396,20 @@ def run_preflight(
             checks = preflight.run(dep, facts, simulated)
             failed = preflight.failures(checks)
     if not failed:
-        model_checks = up_check.checks(dep, session.conns, simulated)
-        if preflight.failures(model_checks) and pull_model and not dry_run:
-            up_check.pull(dep, session.conns, out.progress)
-            model_checks = up_check.checks(dep, session.conns, simulated)
-        checks += model_checks
+        checks += model_checks(dep, session, simulated, dry_run, pull_model, out)
     return checks, facts
+
+
+def model_checks(
+    dep: Deployment, session: Session, simulated: bool, dry_run: bool, pull_model: bool, out: Reporter
+) -> list[preflight.Result]:
+    """The recipe's model, complete and verified on every engine node (models/up_check.py; pulled first with
+    --pull-model)."""
+    checks = up_check.checks(dep, session.conns, simulated)
+    if preflight.failures(checks) and pull_model and not dry_run:
+        up_check.pull(dep, session.conns, out.progress)
+        checks = up_check.checks(dep, session.conns, simulated)
+    return checks
 
 
 def refusal(failed: Sequence[preflight.Result]) -> StepFailed:
