@@ -162,14 +162,14 @@ def is_eugr(data: Any) -> bool:
     return isinstance(data, dict) and MARKER in data
 
 
-def parse(data: dict, source: str) -> EugrRecipe:
+def parse(data: dict[str, Any], source: str) -> EugrRecipe:
     try:
         return EugrRecipe.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(problems_from_validation(exc, source, EugrRecipe)) from None
 
 
-def _fields(raw: dict, source: str) -> tuple[EugrRecipe | None, list[Problem]]:
+def _fields(raw: dict[str, Any], source: str) -> tuple[EugrRecipe | None, list[Problem]]:
     """eugr's schema, every problem at once: each unknown key with the fix to remove it (or what does its job
     here), then the known fields' problems. None when the known fields do not make a recipe."""
     problems = []
@@ -307,7 +307,7 @@ def canonical(option: str) -> str:
     return "--" + head.replace("_", "-") + dot + rest
 
 
-def read_args(argv: list[str], flags: dict[str, dict]) -> tuple[list[str], list[Arg]]:
+def read_args(argv: list[str], flags: dict[str, dict[str, Any]]) -> tuple[list[str], list[Arg]]:
     """argv -> (positionals, options). A flag this vLLM does not know keeps the next word as its value unless that
     word is a flag (it is refused by name afterwards)."""
     positionals: list[str] = []
@@ -352,7 +352,7 @@ def read_args(argv: list[str], flags: dict[str, dict]) -> tuple[list[str], list[
     return positionals, out
 
 
-def _dest(flags: dict[str, dict], flag: str) -> str:
+def _dest(flags: dict[str, dict[str, Any]], flag: str) -> str:
     info = flags.get(flag)
     return str(info["dest"]) if info else ""
 
@@ -442,11 +442,11 @@ def _whole(arg: Arg, field_name: str, source: str, problems: list[Problem]) -> i
     return None
 
 
-def _flag_spec(image: str) -> dict:
+def _flag_spec(image: str) -> dict[str, Any]:
     return image_spec(load_definition(image))
 
 
-def _set(data: dict, dotted: str, value: Any) -> None:
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
     node = data
     parts = dotted.split(".")
     for part in parts[:-1]:
@@ -530,7 +530,9 @@ def _image(recipe: EugrRecipe, source: str) -> tuple[str | None, list[str], list
     return image, notes, problems
 
 
-def split_sets(raw: dict, set_values: list[tuple[str, Any]]) -> tuple[dict, dict, list[tuple[str, Any]], list[str]]:
+def split_sets(
+    raw: dict[str, Any], set_values: list[tuple[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, Any]], list[str]]:
     """--set values for an eugr recipe: an eugr field (container, mods, ...) replaces it in the eugr data, a
     top-level key of the file set to null is removed (an unknown key included: `--set pull_image=null`), a
     placeholder name (or a defaults key) is a parameter, anything else (vllm.x, tensor_parallel) applies to the
@@ -570,7 +572,7 @@ def _relative_file(value: str | None) -> bool:
 
 
 def _mod_args(
-    args: list[Arg], gone: list[str], spec: dict, image: str, source: str, problems: list[Problem]
+    args: list[Arg], gone: list[str], spec: dict[str, Any], image: str, source: str, problems: list[Problem]
 ) -> set[int]:
     """What in the argv only a mod (gone: refused or dropped) or eugr's container workspace provides: a file, a
     parser this vLLM lacks, an option it lacks. One problem each; returns the indexes reported."""
@@ -810,11 +812,11 @@ def _parallel_fields(cmd: _Command, notes: list[str]) -> dict[str, Any]:
 
 
 def to_recipe_data(
-    raw: dict,
+    raw: dict[str, Any],
     path: Path,
     params: dict[str, Any] | None = None,
     dropped_mods: list[str] | tuple[str, ...] = (),
-    check: Callable[[dict], list[Problem]] | None = None,
+    check: Callable[[dict[str, Any]], list[Problem]] | None = None,
     replaced: Collection[str] = (),
 ) -> Imported:
     """The sparkdeploy recipe data for an eugr recipe file (validated later, as any recipe's), or ConfigError with

@@ -120,7 +120,7 @@ class VllmSettings(BaseModel):
 
     @field_validator("extra_args", mode="before")
     @classmethod
-    def _extra_args(cls, v):
+    def _extra_args(cls, v: Any) -> Any:
         return checked_extra_args(v)
 
 
@@ -146,7 +146,7 @@ class SglangSettings(BaseModel):
 
     @field_validator("extra_args", mode="before")
     @classmethod
-    def _extra_args(cls, v):
+    def _extra_args(cls, v: Any) -> Any:
         return checked_extra_args(v)
 
 
@@ -190,7 +190,7 @@ class LlamacppSettings(BaseModel):
 
     @field_validator("extra_args", mode="before")
     @classmethod
-    def _extra_args(cls, v):
+    def _extra_args(cls, v: Any) -> Any:
         return checked_extra_args(v)
 
 
@@ -371,7 +371,7 @@ class Recipe(BaseModel):
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env(cls, v):
+    def _env(cls, v: Any) -> Any:
         if not isinstance(v, dict):
             return v
         out = {}
@@ -489,7 +489,7 @@ def find_recipe(name: str, recipes_dir: str | None = None) -> Path:
     raise ConfigError(Problem("recipes/", name, "no such recipe", fix))
 
 
-def read_recipe_data(path: Path) -> dict:
+def read_recipe_data(path: Path) -> dict[str, Any]:
     data = load_yaml_file(path, "recipe")
     if not isinstance(data, dict):
         raise ConfigError(
@@ -517,7 +517,7 @@ def parse_set(pairs: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
     return out
 
 
-def _set_dotted(data: dict, key: str, value: Any) -> None:
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = data
     for part in parts[:-1]:
@@ -530,7 +530,7 @@ def _set_dotted(data: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def deep_merge(base: dict, override: dict) -> dict:
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """Mappings merge key by key; anything else (lists included) is replaced."""
     out = copy.deepcopy(base)
     for key, value in override.items():
@@ -550,7 +550,7 @@ def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: data}
 
 
-def validate(data: dict, source: str) -> Recipe:
+def validate(data: dict[str, Any], source: str) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
@@ -567,7 +567,7 @@ def recipe_path(name_or_path: str, recipes_dir: str | None = None) -> Path:
 def read_any(
     path: Path,
     set_values: list[tuple[str, Any]] = (),  # type: ignore[assignment]
-) -> tuple[dict, list[tuple[str, Any]], eugr.Imported | None]:
+) -> tuple[dict[str, Any], list[tuple[str, Any]], eugr.Imported | None]:
     """A recipe file's data as a sparkdeploy recipe: ours as written, an eugr v1 recipe (`recipe_version`)
     mapped by eugr.py, its placeholders filled from defaults then from the --set values that name them. Returns
     the data, the --set values left for the recipe itself, and the import (None for ours). A sparkrun v2 recipe
@@ -580,7 +580,7 @@ def read_any(
         return data, list(set_values), None
     raw, params, rest, dropped = eugr.split_sets(data, list(set_values))
 
-    def check(made: dict) -> list[Problem]:  # the schema's problems, reported with the import's in one pass
+    def check(made: dict[str, Any]) -> list[Problem]:  # the schema's problems, reported with the import's in one pass
         try:
             validate(made, str(path))
         except ConfigError as exc:
@@ -591,14 +591,14 @@ def read_any(
     return imported.data, rest, imported
 
 
-def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Recipe, Path, dict]:
+def load_recipe(name_or_path: str, recipes_dir: str | None = None) -> tuple[Recipe, Path, dict[str, Any]]:
     """The recipe as written (overrides not applied), its file, and its raw data."""
     path = recipe_path(name_or_path, recipes_dir)
     data, _, imported = read_any(path)
     return _validated_file(data, path, imported), path, data
 
 
-def _validated_file(data: dict, path: Path, imported: eugr.Imported | None) -> Recipe:
+def _validated_file(data: dict[str, Any], path: Path, imported: eugr.Imported | None) -> Recipe:
     """The file's recipe before --set: valid, and (ours) named after its file."""
     recipe = validate(data, str(path))
     if imported is None and recipe.name != path.stem:

@@ -81,7 +81,7 @@ def _filled(template: str, values: dict[str, Any], source: str) -> str:
     return template
 
 
-def _argv(data: dict, source: str) -> list[str]:
+def _argv(data: dict[str, Any], source: str) -> list[str]:
     command = data.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(Problem(source, "command", "missing", "sparkdeploy imports recipes with a command template"))
@@ -93,7 +93,7 @@ def _argv(data: dict, source: str) -> list[str]:
         raise ConfigError(Problem(source, "command", f"not a shell command line: {exc}", "fix its quoting")) from None
 
 
-def _sglang(argv: list[str], source: str, out: dict, notes: list[str]) -> None:
+def _sglang(argv: list[str], source: str, out: dict[str, Any], notes: list[str]) -> None:
     if argv[:3] in (["python3", "-m", "sglang.launch_server"], ["python", "-m", "sglang.launch_server"]):
         argv = argv[3:]
     elif argv[:2] == ["sglang", "serve"]:
@@ -146,7 +146,7 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _llamacpp(argv: list[str], model: str, source: str, out: dict, notes: list[str]) -> None:
+def _llamacpp(argv: list[str], model: str, source: str, out: dict[str, Any], notes: list[str]) -> None:
     if not argv or Path(argv[0]).name != "llama-server":
         raise ConfigError(Problem(source, "command", f"{argv[:1]} is not llama-server", "llama-server ..."))
     repo, _, quant = model.partition(":")
@@ -182,7 +182,7 @@ def _llamacpp(argv: list[str], model: str, source: str, out: dict, notes: list[s
     out["llamacpp"] = settings
 
 
-def to_recipe_data(data: dict, path: Path) -> Imported:
+def to_recipe_data(data: dict[str, Any], path: Path) -> Imported:
     source = str(path)
     runtime = RUNTIMES[data["runtime"]]
     model = str(data.get("model") or "")

@@ -7,6 +7,7 @@ topologies call both); this module only writes the line.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sparkdeploy.errors import ConfigError, Problem
 from sparkdeploy.images.definitions import ImageDefinition
@@ -17,9 +18,9 @@ from sparkdeploy.recipes.recipe import ResolvedRecipe
 __all__ = ["Distributed", "compilation_config", "serve_args"]
 
 
-def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict | None:
+def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict[str, Any] | None:
     comp = resolved.recipe.vllm.compilation
-    config: dict = {}
+    config: dict[str, Any] = {}
     if comp.cudagraph_mode:
         config["cudagraph_mode"] = comp.cudagraph_mode
     if comp.eager_allreduce:
@@ -41,7 +42,7 @@ def compilation_config(resolved: ResolvedRecipe, image: ImageDefinition) -> dict
     return config or None
 
 
-def _opt(flag: str, value) -> list[str]:
+def _opt(flag: str, value: object) -> list[str]:
     """`--flag value`, or `--flag=value` when the value starts with '-' so no parser can take it for a flag."""
     text = str(value)
     return [f"{flag}={text}"] if text.startswith("-") else [flag, text]

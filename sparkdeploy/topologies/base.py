@@ -10,7 +10,7 @@ from typing import Any
 
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.guard_settings import GuardSettings, effective
-from sparkdeploy.config.inventory import Inventory, Node
+from sparkdeploy.config.inventory import ClusterSettings, Inventory, Node
 from sparkdeploy.config.secrets import Secrets, digest_key, keyed_digest
 from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.labels import (
@@ -24,7 +24,7 @@ from sparkdeploy.labels import (
 )
 from sparkdeploy.recipes.engines.interface import ONE_NODE, Distributed, Engine
 from sparkdeploy.recipes.engines.registered import engine_of
-from sparkdeploy.recipes.recipe import ResolvedRecipe
+from sparkdeploy.recipes.recipe import Recipe, ResolvedRecipe
 from sparkdeploy.topologies.deployment import ContainerSpec, FileSpec, Listen, NodeDeployment, config_hash, health_path
 from sparkdeploy.topologies.render import render
 
@@ -62,7 +62,7 @@ class Context:
     _key: bytes | None = field(default=None, repr=False)
 
     @property
-    def recipe(self):
+    def recipe(self) -> Recipe:
         return self.resolved.recipe
 
     @property
@@ -77,7 +77,7 @@ class Context:
         return args
 
     @property
-    def cluster(self):
+    def cluster(self) -> ClusterSettings:
         return self.inventory.cluster
 
     def fabric_env(self, node: Node, master: Node | None = None) -> dict[str, str]:

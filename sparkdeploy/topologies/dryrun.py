@@ -12,7 +12,7 @@ from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies.deployment import Deployment
 
 
-def describe(dep: Deployment) -> dict:
+def describe(dep: Deployment) -> dict[str, Any]:
     r = dep.recipe
     out: dict[str, Any] = {
         "recipe": r.name,
@@ -57,10 +57,12 @@ def describe(dep: Deployment) -> dict:
                 "steps": steps,
             }
         )
-    return mask(dep, out)
+    masked: dict[str, Any] = mask(dep, out)
+    return masked
 
 
-def mask(dep: Deployment, data):
+def mask(dep: Deployment, data: Any) -> Any:
+    """Every string of a JSON-shaped value (str, list, dict) through the secrets mask."""
     if isinstance(data, str):
         return dep.secrets.mask(data)
     if isinstance(data, list):
@@ -70,7 +72,7 @@ def mask(dep: Deployment, data):
     return data
 
 
-def as_text(desc: dict) -> str:
+def as_text(desc: dict[str, Any]) -> str:
     lines = []
     backend = f" (backend {desc['backend']})" if desc["backend"] else ""
     lines.append("DRY RUN: nothing is changed on any node.")

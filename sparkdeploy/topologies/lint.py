@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
@@ -10,7 +12,7 @@ from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.topologies import build_deployment
 
 
-def synthetic_inventory(nodes: int = 2, name: str = "lint") -> dict:
+def synthetic_inventory(nodes: int = 2, name: str = "lint") -> dict[str, Any]:
     """An inventory of `nodes` DGX Sparks with documentation addresses (RFC 5737), never connected to: what
     `recipes lint` renders against, and what `recipes fit` without an inventory asks `up`'s judges about."""
     return {
@@ -43,7 +45,7 @@ def combinations(recipe: recipes_mod.Recipe) -> list[tuple[str, str | None]]:
     return out
 
 
-def lint_all(recipes_dir: str | None = None) -> list[dict]:
+def lint_all(recipes_dir: str | None = None) -> list[dict[str, Any]]:
     inventory = Inventory.model_validate(LINT_INVENTORY)
     secrets = Secrets({"HF_TOKEN": "hf_lint", "LITELLM_MASTER_KEY": "sk-lint"}, source="lint")
     results = []

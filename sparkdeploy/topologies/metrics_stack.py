@@ -22,7 +22,7 @@ RETENTION = "15d"
 ENGINE_ROLES = ("solo", "head", "backend")
 
 
-def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict:
+def prometheus_config(nodes: list[NodeDeployment], with_key: bool) -> dict[str, Any]:
     engines, proxies = [], []
     for nd in nodes:
         for c in nd.containers:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
@@ -33,7 +34,7 @@ def shell_quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
-def shell_join(values) -> str:
+def shell_join(values: Iterable[Any]) -> str:
     if isinstance(values, (str, bytes)):
         raise ValueError("shjoin takes a list of arguments, not a string")
     return " ".join(shell_quote(v) for v in values)

@@ -8,6 +8,8 @@ network: 2xsolo does not need the fabric link at all.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkdeploy.recipes.recipe import FAILOVER_ALLOWED_FAILS
 from sparkdeploy.topologies.base import PROXY_CONTAINER, Context
 from sparkdeploy.topologies.deployment import Listen, NodeDeployment
@@ -15,7 +17,7 @@ from sparkdeploy.topologies.deployment import Listen, NodeDeployment
 PROXY_IMAGE = "litellm-proxy"
 
 
-def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict:
+def litellm_config(ctx: Context, backends: list[tuple[str, str]]) -> dict[str, Any]:
     name = ctx.recipe.public_name
     return {
         "model_list": [
