@@ -26,6 +26,7 @@ from typing import Any
 from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 from . import DOCTOR_FOLDER, graph_advice
 from .check_context import SessionContext
@@ -42,9 +43,9 @@ PROBE_TIMEOUT_S = 240
 GLOO_MAX_BYTES = 64 * 2**20  # CPU all-reduce in the lab: enough to exercise the sweep, quick on 2 cores
 
 
-def nccl_transport(log: str) -> dict:
+def nccl_transport(log: str) -> dict[str, Any]:
     """What NCCL_DEBUG=INFO says: version, `Using network IB|Socket`, the IB devices it opened."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     m = re.search(r"NCCL version ([\w.+-]+)", log)
     if m:
         out["version"] = m.group(1)
@@ -67,7 +68,7 @@ def busbw_verdict(peak: float | None, expected: float = EXPECTED_BUSBW_GBS) -> s
     return PASS
 
 
-def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
+def allreduce_advice(lat: dict[str, Any], recipe: ResolvedRecipe | None = None) -> tuple[str, dict[str, Any]]:
     """The probe's 4 KiB figures as advice for the recipe (keep graphs / cut at all-reduce / enforce eager), and
     the same as data for --json. recipe: the ResolvedRecipe doctor runs with, or None."""
     advice = graph_advice.advise(lat)
@@ -81,7 +82,9 @@ def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
     return graph_advice.for_recipe(advice, mode, recipe.name), data
 
 
-def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]] | None = None) -> list[str]:
+def _causes(
+    transports: dict[str, dict[str, Any]], result: dict[str, Any], hcas: dict[str, list[str]] | None = None
+) -> list[str]:
     causes = []
     for name, t in transports.items():
         opened = re.findall(r"\[\d+\]([\w.-]+):\d+", t.get("ib_devices", ""))
@@ -319,7 +322,13 @@ def _why_failed(errors: dict[str, str], result: dict[str, Any], outputs: dict[st
     return "; ".join(x for x in [why, result.get("error", ""), *tails] if x) or "no result"
 
 
-def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node], recipe=None) -> Result:
+def verdict(
+    result: dict[str, Any],
+    transports: dict[str, dict[str, Any]],
+    simulated: bool,
+    nodes: list[Node],
+    recipe: ResolvedRecipe | None = None,
+) -> Result:
     """The nccl.allreduce row from a finished probe's result."""
     expected = (
         f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
