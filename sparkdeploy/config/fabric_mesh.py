@@ -50,9 +50,34 @@ def cables(
 ) -> tuple[list[Cable], list[Invalid]]:
     """order: the node names in inventory order; links: node -> [(port, peer)]. Returns the cables and the
     problems, one Invalid each (its field, what is wrong, the fix: the inventory's validator raises them)."""
-    problems: list[Invalid] = []
     pos = {name: i for i, name in enumerate(order)}
     n = len(order)
+    problems = _count_problems(layout, n)
+    ends, listed = _ends(order, pos, links)
+    problems += listed
+    pairs, paired = _pairs(layout, pos, ends)
+    problems += paired
+    if layout == "mesh" and 3 <= n <= PORTS_PER_SPARK + 1:
+        problems += _mesh_gaps(order, pos, ends)
+    if layout == "ring" and n >= 3:
+        problems += _ring_counts(order, pos, links)
+        if not problems and not _one_cycle(order, pairs):
+            problems.append(
+                Invalid.at(
+                    "nodes",
+                    "the cables form more than one loop",
+                    "one ring through every node (spark1 -> spark2 -> ... -> spark1)",
+                )
+            )
+    if problems:
+        return [], problems
+    pairs.sort(key=lambda p: (pos[p[0]], pos[p[2]]))
+    return _addressed(layout, pairs, base)
+
+
+def _count_problems(layout: str, n: int) -> list[Invalid]:
+    """Too few nodes for a mesh or ring, or too many for a full mesh of a Spark's ports."""
+    problems: list[Invalid] = []
     if n < 3:
         problems.append(
             Invalid.at(
@@ -70,7 +95,16 @@ def cables(
                 "(fabric: switch)",
             )
         )
-    ends: dict[tuple[str, str], list[str]] = {}  # (node, peer) -> ports, in the order listed
+    return problems
+
+
+def _ends(
+    order: list[str], pos: dict[str, int], links: dict[str, list[tuple[str, str]]]
+) -> tuple[dict[tuple[str, str], list[str]], list[Invalid]]:
+    """Each node's listed cables as (node, peer) -> its ports, in the order listed; a port listed twice, a cable
+    to the node itself or to a node not in the inventory is a problem."""
+    problems: list[Invalid] = []
+    ends: dict[tuple[str, str], list[str]] = {}
     for node in order:
         i = pos[node]
         used: set[str] = set()
@@ -104,7 +138,16 @@ def cables(
                 )
             else:
                 ends.setdefault((node, peer), []).append(port)
-    pairs: list[tuple[str, str, str, str]] = []  # (a, a_port, b, b_port), a earlier in the inventory
+    return ends, problems
+
+
+def _pairs(
+    layout: str, pos: dict[str, int], ends: dict[tuple[str, str], list[str]]
+) -> tuple[list[tuple[str, str, str, str]], list[Invalid]]:
+    """The cables both ends list, as (a, a_port, b, b_port) with a earlier in the inventory; a cable one end
+    lists alone, or two nodes cabled more than once, is a problem."""
+    problems: list[Invalid] = []
+    pairs: list[tuple[str, str, str, str]] = []
     for (node, peer), ports in ends.items():
         back = ends.get((peer, node), [])
         if pos[node] > pos[peer]:
@@ -124,41 +167,45 @@ def cables(
             )
         else:
             pairs.append((node, ports[0], peer, back[0]))
-    if layout == "mesh" and 3 <= n <= PORTS_PER_SPARK + 1:
-        for a in order:
-            for b in order[pos[a] + 1 :]:
-                if (a, b) not in ends and (b, a) not in ends:
-                    problems.append(
-                        Invalid.at(
-                            f"nodes[{pos[a]}].links",
-                            f"{a} and {b} have no cable",
-                            f"a full mesh cables every pair: add {{port: ..., peer: {b}}} to {a} "
-                            f"and {{port: ..., peer: {a}}} to {b}",
-                        )
-                    )
-    if layout == "ring" and n >= 3:
-        for node in order:
-            count = len(links.get(node, []))
-            if count != 2:
+    return pairs, problems
+
+
+def _mesh_gaps(order: list[str], pos: dict[str, int], ends: dict[tuple[str, str], list[str]]) -> list[Invalid]:
+    """A full mesh's pairs of nodes with no cable between them."""
+    problems: list[Invalid] = []
+    for a in order:
+        for b in order[pos[a] + 1 :]:
+            if (a, b) not in ends and (b, a) not in ends:
                 problems.append(
                     Invalid.at(
-                        f"nodes[{pos[node]}].links",
-                        f"{node} lists {count} cables; in a ring every node has two (one per CX7 port, to its two "
-                        "neighbours)",
-                        "list both",
+                        f"nodes[{pos[a]}].links",
+                        f"{a} and {b} have no cable",
+                        f"a full mesh cables every pair: add {{port: ..., peer: {b}}} to {a} "
+                        f"and {{port: ..., peer: {a}}} to {b}",
                     )
                 )
-        if not problems and not _one_cycle(order, pairs):
+    return problems
+
+
+def _ring_counts(order: list[str], pos: dict[str, int], links: dict[str, list[tuple[str, str]]]) -> list[Invalid]:
+    """A ring's nodes that do not list exactly two cables."""
+    problems: list[Invalid] = []
+    for node in order:
+        count = len(links.get(node, []))
+        if count != 2:
             problems.append(
                 Invalid.at(
-                    "nodes",
-                    "the cables form more than one loop",
-                    "one ring through every node (spark1 -> spark2 -> ... -> spark1)",
+                    f"nodes[{pos[node]}].links",
+                    f"{node} lists {count} cables; in a ring every node has two (one per CX7 port, to its two "
+                    "neighbours)",
+                    "list both",
                 )
             )
-    if problems:
-        return [], problems
-    pairs.sort(key=lambda p: (pos[p[0]], pos[p[2]]))
+    return problems
+
+
+def _addressed(layout: str, pairs: list[tuple[str, str, str, str]], base: str) -> tuple[list[Cable], list[Invalid]]:
+    """The cables in order, each a /CABLE_PREFIX of the subnet `base` (a problem if it is not one, or too small)."""
     try:
         net = ipaddress.IPv4Network(base)
     except ValueError:

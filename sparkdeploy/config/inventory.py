@@ -12,7 +12,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -39,7 +39,7 @@ def _not_an_ip(value: str, field: str) -> Invalid:
     )
 
 
-def parse_ip(value, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+def parse_ip(value: str, field: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """A node's own address: an IP (never a hostname) that another machine can send to, i.e. unicast."""
     try:
         addr = ipaddress.ip_address(str(value))
@@ -117,12 +117,12 @@ class Node(BaseModel):
 
     @field_validator("mgmt_ip")
     @classmethod
-    def _mgmt(cls, v) -> str:
+    def _mgmt(cls, v: str) -> str:
         return str(parse_ip(v, "mgmt_ip"))
 
     @field_validator("fabric_ip")
     @classmethod
-    def _fabric(cls, v) -> str:
+    def _fabric(cls, v: str) -> str:
         text = str(v)
         if "/" not in text:
             parse_ip(text, "fabric_ip")
@@ -495,7 +495,7 @@ def resolve_inventory_path(given: str | None) -> Path:
     )
 
 
-def _cross_node_problems(data: dict, source: str) -> list[Problem]:
+def _cross_node_problems(data: dict[str, Any], source: str) -> list[Problem]:
     """The cross-node checks on the raw file, for when a field error stopped the model's own (report all)."""
     nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)] if isinstance(data.get("nodes"), list) else []
     problems = []
@@ -519,7 +519,7 @@ def _cross_node_problems(data: dict, source: str) -> list[Problem]:
     return problems
 
 
-def load_inventory(given: str | os.PathLike | None = None) -> Inventory:
+def load_inventory(given: str | os.PathLike[str] | None = None) -> Inventory:
     path = resolve_inventory_path(str(given) if given else None)
     data = load_yaml_file(path, "inventory", "fix the syntax (see inventory.yaml in the project)")
     if not isinstance(data, dict):

@@ -19,7 +19,7 @@ Whole = typing.Annotated[int, Strict()]
 Number = typing.Annotated[float, Strict(), AllowInfNan(False)]
 
 
-def dotted(loc: tuple) -> str:
+def dotted(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -29,7 +29,7 @@ def dotted(loc: tuple) -> str:
     return out
 
 
-def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model class that owns the last element of `loc` (for listing its known fields)."""
     current: typing.Any = model
     for part in loc[:-1]:
@@ -90,7 +90,7 @@ GENERIC_FIX = "check the value against the format in the README (Inventory forma
 SHOWN_MAX = 60  # characters of a refused value quoted back (the rest is elided)
 
 
-def fix_for(kind: str, ctx: dict | None) -> str:
+def fix_for(kind: str, ctx: dict[str, typing.Any] | None) -> str:
     """The fix for a pydantic error of this kind (its ctx fills in bounds and choices)."""
     template = _FIXES.get(kind)
     if template is None:
@@ -101,7 +101,7 @@ def fix_for(kind: str, ctx: dict | None) -> str:
         return GENERIC_FIX
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= SHOWN_MAX else text[: SHOWN_MAX - 3] + "..."
 

@@ -20,11 +20,13 @@ import json
 import os
 import re
 import stat
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.events import Event
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from sparkdeploy.errors import ConfigError, Problem, has_controls
 
@@ -120,8 +122,15 @@ def present_file_problems(path: Path | str, what: str, file: str, field: str) ->
     return []
 
 
+class _Mark(Protocol):
+    """Where in the text a YAML event or node starts (yaml's pure-Python and C marks both have these)."""
+
+    line: int
+    column: int
+
+
 class _Refused(yaml.YAMLError):
-    def __init__(self, message: str, mark=None):
+    def __init__(self, message: str, mark: _Mark | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.mark = mark
@@ -130,21 +139,25 @@ class _Refused(yaml.YAMLError):
 class UserLoader(yaml.SafeLoader):
     """SafeLoader without aliases or duplicate keys, with limits on depth, size and node count."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent, index):
+    def _next_mark(self) -> _Mark | None:
+        """Where the next event starts (for the line and column of a refusal)."""
+        event: Event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves Parser.peek_event unannotated
+        return event.start_mark
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise _Refused("YAML aliases (*name) are not accepted: write the value out", event.start_mark)
+            raise _Refused("YAML aliases (*name) are not accepted: write the value out", self._next_mark())
         self._depth += 1
         self._nodes += 1
         if self._depth > MAX_DEPTH:
-            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", self._next_mark())
         if self._nodes > MAX_NODES:
-            raise _Refused(f"more than {MAX_NODES} values", self.peek_event().start_mark)
+            raise _Refused(f"more than {MAX_NODES} values", self._next_mark())
         try:
             node = super().compose_node(parent, index)
         finally:
@@ -153,7 +166,7 @@ class UserLoader(yaml.SafeLoader):
             raise _Refused(f"a value of {len(node.value)} characters (at most {MAX_SCALAR})", node.start_mark)
         return node
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         if isinstance(node, MappingNode):
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value:
@@ -243,7 +256,7 @@ def _too_deep(value: Any, level: int = 1) -> bool:
     return any(_too_deep(v, level + 1) for v in (value.values() if isinstance(value, dict) else value))
 
 
-def _where(mark) -> str:
+def _where(mark: _Mark | None) -> str:
     return f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkdeploy import facts as node_facts
 from sparkdeploy.config.inventory import Inventory, Node
@@ -51,7 +52,7 @@ class Port:
     def name(self) -> str:
         return self.names[0]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "port": self.key,
             "names": self.names,
@@ -89,7 +90,7 @@ class DiscoveredNode:
     def up_ports(self) -> list[Port]:
         return [p for p in self.ports if p.up]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host,
             "host_key": self.host_key,

@@ -71,7 +71,7 @@ class InitResult:
     def ok(self) -> bool:
         return not self.failures and self.plan is not None and not self.plan.errors
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "hosts": self.hosts,
@@ -198,7 +198,7 @@ def lab_notes(hosts: list[str]) -> dict[str, Any] | None:
     return None
 
 
-def _existing(path: Path) -> dict:
+def _existing(path: Path) -> dict[str, Any]:
     """The inventory `init` will merge into (the owner's), read through the one door, or one line saying why it
     cannot."""
     fix = "fix it, pass --force to replace it (a backup is kept), or another --out"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -70,7 +71,7 @@ def node_comments(result: InitPlan, index: int) -> list[str]:
     return lines
 
 
-def render(result: InitPlan, data: dict, hosts: list[str], lab: str | None = None) -> str:
+def render(result: InitPlan, data: dict[str, Any], hosts: list[str], lab: str | None = None) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = [
         f"# Written by `sparkdeploy init --hosts {','.join(hosts)}` on {when}. Edit freely: sparkdeploy checks it",
@@ -101,7 +102,7 @@ def render(result: InitPlan, data: dict, hosts: list[str], lab: str | None = Non
     return text
 
 
-def check(text: str, data: dict) -> None:
+def check(text: str, data: dict[str, Any]) -> None:
     """The text loads back to the same data, and the data is a valid inventory."""
     if parse_yaml(text, "the inventory init writes") != data:
         raise StepFailed("init: the inventory text does not load back to its data (a bug: please report it)")

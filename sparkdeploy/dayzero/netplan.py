@@ -87,77 +87,13 @@ def render_node(inv: Inventory, node: Node, facts: DiscoveredNode | None, render
 def problems(inv: Inventory, facts: dict[str, DiscoveredNode]) -> list[Problem]:
     """Bad input, one line each: an interface the node does not have (or its management one), a subnet that
     overlaps another network of a node, an address some node already holds, an MTU the port refuses."""
-    src = inv.source
     out: list[Problem] = []
     for i, node in enumerate(inv.nodes):
         f = facts.get(node.name)
         if f is None:
             continue
-        field = f"nodes[{i}].fabric_ifaces"
-        for name in node.fabric_ifaces:
-            if name not in f.addresses:
-                have = ", ".join(sorted(n for n in f.addresses if n.startswith("en"))) or "none"
-                out.append(
-                    Problem(
-                        src,
-                        field,
-                        f"{name} is not an interface of {node.name} (its en* interfaces: {have})",
-                        "write the name `ip -br link` shows on the node (or run sparkdeploy init again)",
-                    )
-                )
-            elif name == f.mgmt_iface:
-                out.append(
-                    Problem(
-                        src,
-                        field,
-                        f"{name} carries {node.name}'s management address {node.mgmt_ip}",
-                        "name the ConnectX-7 port, never the management interface",
-                    )
-                )
-            else:
-                top = f.max_mtu.get(name)
-                if top is not None and top < FABRIC_MTU:
-                    out.append(
-                        Problem(
-                            src,
-                            field,
-                            f"{name} on {node.name} takes at most MTU {top}, not {FABRIC_MTU}",
-                            "is it a ConnectX-7 port? (`ip -d link show` on the node shows max_mtu)",
-                        )
-                    )
-        wanted = port_addresses(inv, node)
-        where = "cluster.mesh_subnet" if inv.fabric in LAYOUTS else f"nodes[{i}].fabric_ip"
-        for j, port in enumerate(wanted):
-            if port.address is None:
-                continue
-            mine = ipaddress.ip_interface(port.address)
-            for other in inv.nodes:
-                of = facts.get(other.name)
-                if of is None:
-                    continue
-                for ifname, addrs in of.addresses.items():
-                    if other.name == node.name and ifname == port.name:
-                        continue  # its own address already there: nothing changes
-                    for a in addrs:
-                        held = ipaddress.ip_interface(a)
-                        if held.ip == mine.ip:
-                            out.append(
-                                Problem(
-                                    src,
-                                    where,
-                                    f"{mine.ip} is already in use on {other.name} ({ifname})",
-                                    "choose a free address on the fabric subnet",
-                                )
-                            )
-                        elif held.network.overlaps(mine.network) and ifname not in _fabric_names(inv, other):
-                            out.append(
-                                Problem(
-                                    src,
-                                    where + (f" (port {j + 1})" if j else ""),
-                                    f"{mine.network} overlaps {held.network} of {other.name}'s {ifname}",
-                                    "choose a fabric subnet no other network of the nodes uses",
-                                )
-                            )
+        out += _interface_problems(inv.source, i, node, f)
+        out += _address_problems(inv, i, node, facts)
     seen: set[str] = set()
     unique = []
     for p in out:
@@ -165,6 +101,83 @@ def problems(inv: Inventory, facts: dict[str, DiscoveredNode]) -> list[Problem]:
             seen.add(str(p))
             unique.append(p)
     return unique
+
+
+def _interface_problems(src: str, i: int, node: Node, f: DiscoveredNode) -> list[Problem]:
+    """Each of the node's fabric_ifaces: one it lacks, its management interface, or a port whose MTU is too small."""
+    out: list[Problem] = []
+    field = f"nodes[{i}].fabric_ifaces"
+    for name in node.fabric_ifaces:
+        if name not in f.addresses:
+            have = ", ".join(sorted(n for n in f.addresses if n.startswith("en"))) or "none"
+            out.append(
+                Problem(
+                    src,
+                    field,
+                    f"{name} is not an interface of {node.name} (its en* interfaces: {have})",
+                    "write the name `ip -br link` shows on the node (or run sparkdeploy init again)",
+                )
+            )
+        elif name == f.mgmt_iface:
+            out.append(
+                Problem(
+                    src,
+                    field,
+                    f"{name} carries {node.name}'s management address {node.mgmt_ip}",
+                    "name the ConnectX-7 port, never the management interface",
+                )
+            )
+        else:
+            top = f.max_mtu.get(name)
+            if top is not None and top < FABRIC_MTU:
+                out.append(
+                    Problem(
+                        src,
+                        field,
+                        f"{name} on {node.name} takes at most MTU {top}, not {FABRIC_MTU}",
+                        "is it a ConnectX-7 port? (`ip -d link show` on the node shows max_mtu)",
+                    )
+                )
+    return out
+
+
+def _address_problems(inv: Inventory, i: int, node: Node, facts: dict[str, DiscoveredNode]) -> list[Problem]:
+    """Each address the node's ports would take: one some node already holds, or a subnet overlapping another
+    network of a node (its own fabric ports aside)."""
+    out: list[Problem] = []
+    where = "cluster.mesh_subnet" if inv.fabric in LAYOUTS else f"nodes[{i}].fabric_ip"
+    for j, port in enumerate(port_addresses(inv, node)):
+        if port.address is None:
+            continue
+        mine = ipaddress.ip_interface(port.address)
+        for other in inv.nodes:
+            of = facts.get(other.name)
+            if of is None:
+                continue
+            for ifname, addrs in of.addresses.items():
+                if other.name == node.name and ifname == port.name:
+                    continue  # its own address already there: nothing changes
+                for a in addrs:
+                    held = ipaddress.ip_interface(a)
+                    if held.ip == mine.ip:
+                        out.append(
+                            Problem(
+                                inv.source,
+                                where,
+                                f"{mine.ip} is already in use on {other.name} ({ifname})",
+                                "choose a free address on the fabric subnet",
+                            )
+                        )
+                    elif held.network.overlaps(mine.network) and ifname not in _fabric_names(inv, other):
+                        out.append(
+                            Problem(
+                                inv.source,
+                                where + (f" (port {j + 1})" if j else ""),
+                                f"{mine.network} overlaps {held.network} of {other.name}'s {ifname}",
+                                "choose a fabric subnet no other network of the nodes uses",
+                            )
+                        )
+    return out
 
 
 def _fabric_names(inv: Inventory, node: Node) -> set[str]:

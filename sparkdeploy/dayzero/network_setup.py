@@ -19,6 +19,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.dayzero import netplan
@@ -66,7 +67,7 @@ class NodeNet:
             )
         return "".join(out)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "state": self.state,
@@ -81,7 +82,7 @@ class NodeNet:
         }
 
 
-def _netguard(conn: NodeConnection, *args: str, stdin: str | None = None, timeout: float = 60) -> dict:
+def _netguard(conn: NodeConnection, *args: str, stdin: str | None = None, timeout: float = 60) -> dict[str, Any]:
     res = conn.run(["sudo", "-n", *ship.argv("netguard", *args)], check=False, stdin=stdin, timeout=timeout)
     if res.exit_code != 0 and "password is required" in res.stderr:
         raise StepFailed(
@@ -111,7 +112,7 @@ def _owned(files: dict[str, str | None], names: set[str]) -> tuple[str | None, d
 class Prepared:
     node: Node
     facts: DiscoveredNode
-    inspect: dict
+    inspect: dict[str, Any]
     result: NodeNet
     ours: str | None
 
@@ -128,7 +129,7 @@ def _prepare(inv: Inventory, node: Node) -> Prepared:
     return Prepared(node, facts, seen, result, ours)
 
 
-def _reconnect_and_confirm(inv: Inventory, node: Node, token: str, deadline: float) -> dict:
+def _reconnect_and_confirm(inv: Inventory, node: Node, token: str, deadline: float) -> dict[str, Any]:
     """Confirm from a NEW connection; past the deadline, wait for the node's own rollback and report it."""
     while time.monotonic() < deadline:
         try:

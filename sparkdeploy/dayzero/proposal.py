@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sparkdeploy import names
 from sparkdeploy.dayzero.discover import DiscoveredNode, Port
@@ -284,7 +284,7 @@ def plan(facts: list[DiscoveredNode], fabric_subnet: str | None = None) -> InitP
     return result
 
 
-def inventory_data(result: InitPlan, user: str | None, key: str | None, known_hosts: str) -> dict:
+def inventory_data(result: InitPlan, user: str | None, key: str | None, known_hosts: str) -> dict[str, Any]:
     """The inventory as data (the schema of docs/CONVENTIONS.md); the first node is the head."""
     nodes = []
     for i, d in enumerate(result.drafts):
@@ -314,7 +314,7 @@ def inventory_data(result: InitPlan, user: str | None, key: str | None, known_ho
 DISCOVERED = ("fabric_ifaces", "hcas", "gid_index")
 
 
-def merge(old: dict, new: dict) -> tuple[dict, list[str]]:
+def merge(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The inventory `init` proposes (`new`) merged into the one the owner has (`old`): the owner's values win
     (cluster settings, names, addresses, ssh, other keys), the nodes' new readings (DISCOVERED) replace the old,
     the order and roles follow --hosts (the first is the head), what only `new` has is added. Returns the merged

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sparkdeploy.config.inventory import Node, load_inventory
 from sparkdeploy.config.secrets import load_secrets
@@ -100,7 +101,7 @@ def render_stack(run: DoctorRun, nodes: list[Node], names: list[str], recipes_di
     for name in names:
         sd = stack.state_dir_of(inv, name)
 
-        def manifest_of(node: Node, sd: str = sd) -> dict | None:
+        def manifest_of(node: Node, sd: str = sd) -> dict[str, Any] | None:
             return read_facts(run.session(node).conn, sd).manifest
 
         manifest = next((o.value for o in on_nodes(nodes, manifest_of) if o.ok and o.value), None)

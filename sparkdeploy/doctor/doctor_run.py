@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkdeploy.checks import Result
 from sparkdeploy.config.inventory import Inventory, Node
@@ -24,7 +24,9 @@ from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
 from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
 from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
 from sparkdeploy.runtime.remote import CommandResult, NodeConnection
-from sparkdeploy.topologies.deployment import Deployment
+from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
+
+T = TypeVar("T")
 
 # A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
 SCRIPT_PRELUDE = (
@@ -44,11 +46,11 @@ sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '"""
 class _Memo:
     """Compute each key once; concurrent callers of the same key wait for the first one."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[Any, list] = {}
+        self._entries: dict[Hashable, list[Any]] = {}  # key -> [done, value, exception]
 
-    def get(self, key, fn: Callable[[], Any]):
+    def get(self, key: Hashable, fn: Callable[[], T]) -> T:
         with self._lock:
             entry: Any = self._entries.get(key)
             owner = entry is None
@@ -66,7 +68,8 @@ class _Memo:
             event.wait()
         if entry[2] is not None:
             raise entry[2]
-        return entry[1]
+        value: T = entry[1]
+        return value
 
 
 @dataclass
@@ -85,7 +88,7 @@ class NodeSession:
         res = self.conn.run(["bash", "-s", "--", *args], check=False, timeout=timeout, stdin=SCRIPT_PRELUDE + script)
         return parse_sections(res.stdout)
 
-    def facts(self, key: str, fn: Callable[[NodeSession], Any]):
+    def facts(self, key: str, fn: Callable[[NodeSession], T]) -> T:
         return self.memo.get(key, lambda: fn(self))
 
     def close(self) -> None:
@@ -140,7 +143,7 @@ class DoctorRun:
     def peers(self, node: Node) -> list[Node]:
         return [n for n in self.nodes if n.name != node.name]
 
-    def node_deployment(self, node: Node):
+    def node_deployment(self, node: Node) -> NodeDeployment | None:
         if self.deployment is None:
             return None
         for nd in self.deployment.nodes:
@@ -148,7 +151,7 @@ class DoctorRun:
                 return nd
         return None
 
-    def facts(self, node: Node, key: str, fn: Callable[[NodeSession], Any]):
+    def facts(self, node: Node, key: str, fn: Callable[[NodeSession], T]) -> T:
         return self.session(node).facts(key, fn)
 
     def node_facts(self, node: Node) -> NodeFacts:

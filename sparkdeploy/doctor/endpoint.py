@@ -13,6 +13,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 from sparkdeploy.checks import FAIL, Result, fail, ok, skip
 from sparkdeploy.config.inventory import Node
@@ -20,7 +21,7 @@ from sparkdeploy.facts import ContainerFact
 from sparkdeploy.topologies.deployment import health_path
 
 from . import engine
-from .doctor_run import DoctorRun
+from .doctor_run import DoctorRun, NodeSession
 
 HTTP_TIMEOUT_S = 10
 COMPLETION_TIMEOUT_S = 60
@@ -31,7 +32,9 @@ class HttpError(Exception):
     pass
 
 
-def http(url: str, body: dict | None = None, key: str | None = None, timeout: float = HTTP_TIMEOUT_S):
+def http(
+    url: str, body: dict[str, Any] | None = None, key: str | None = None, timeout: float = HTTP_TIMEOUT_S
+) -> tuple[int, Any, float]:
     """(status, parsed JSON or text, seconds). Raises HttpError with a one-line reason (no key in it)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
@@ -81,7 +84,7 @@ def stack_ports(run: DoctorRun, node: Node) -> dict[str, int]:
     """container name -> its port, for a stack's containers (their deployment's own manifest)."""
     state_dir = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # checks run only with an inventory (runner)
 
-    def read(session) -> dict[str, int]:
+    def read(session: NodeSession) -> dict[str, int]:
         r = session.conn.run(["bash", "-c", STACK_MANIFESTS, "sparkdeploy-doctor", state_dir], check=False)
         out: dict[str, int] = {}
         for text in r.stdout.split("@@manifest@@")[1:]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -30,7 +31,7 @@ DATA = Path(__file__).resolve().parent / "data" / "known_bad.yaml"
 
 
 @lru_cache(maxsize=1)
-def known_bad() -> dict:
+def known_bad() -> dict[str, Any]:
     return yaml.safe_load(DATA.read_text()) or {}
 
 
@@ -38,7 +39,7 @@ def facts(run: CheckContext, node: Node) -> GpuFact:
     return run.node_facts(node).gpu or GpuFact()
 
 
-def _first(run: CheckContext, node: Node) -> tuple[dict | None, Result | None]:
+def _first(run: CheckContext, node: Node) -> tuple[dict[str, Any] | None, Result | None]:
     f = facts(run, node)
     if f.gpus:
         return f.gpus[0], None

@@ -14,6 +14,9 @@ CUDA graph at all: from the all-reduce's point of view cutting is never worse th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from sparkdeploy.recipes.recipe import VllmSettings
 
 KEEP, CUT, EAGER = "keep graphs", "cut at all-reduce", "enforce eager"
 PIECE_OVERHEAD_US = 5.0  # seeds: 97 all-reduces x (18 us eager + 5 us per extra piece) against 46 us in a graph
@@ -37,7 +40,7 @@ class Advice:
     reason: str  # with the measured numbers
 
 
-def recipe_mode(vllm) -> str:
+def recipe_mode(vllm: VllmSettings) -> str:
     """Which of the three a recipe's vllm settings (recipes.VllmSettings) select."""
     if vllm.enforce_eager:
         return EAGER
@@ -46,7 +49,7 @@ def recipe_mode(vllm) -> str:
     return KEEP
 
 
-def advise(lat: dict) -> Advice | None:
+def advise(lat: dict[str, Any]) -> Advice | None:
     """From the probe's lat4k (eager_us, graph_us, graph_error, eager_method); None when there is nothing to go
     on (no eager figure, or graphs not applicable: gloo on CPU)."""
     eager, graph = lat.get("eager_us"), lat.get("graph_us")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.config.inventory import Node
@@ -80,13 +81,14 @@ def _engine_up(run: CheckContext, node: Node) -> bool:
     return run.node_facts(node).docker_ok
 
 
-def _versions(session: NodeSession, ref: str) -> dict:
+def _versions(session: NodeSession, ref: str) -> dict[str, Any]:
     res = session.run(
         ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", VERSIONS_PY], timeout=120
     )
     for line in res.stdout.splitlines():
         if line.startswith("@@versions@@"):
-            return json.loads(line[len("@@versions@@") :])
+            found: dict[str, Any] = json.loads(line[len("@@versions@@") :])
+            return found
     tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit {res.exit_code}"]
     return {"error": tail[0]}
 
@@ -97,14 +99,15 @@ def _cache_path() -> Path:
     return paths.state_dir() / "doctor" / "image-versions.json"
 
 
-def _cached(image_id: str) -> dict | None:
+def _cached(image_id: str) -> dict[str, Any] | None:
     try:
-        return load_json_file(_cache_path(), "image versions cache").get(image_id)
+        cached: dict[str, Any] | None = load_json_file(_cache_path(), "image versions cache").get(image_id)
+        return cached
     except (ConfigError, AttributeError):
         return None
 
 
-def _remember(image_id: str, value: dict) -> None:
+def _remember(image_id: str, value: dict[str, Any]) -> None:
     """Versions per image ID on this machine: an ID is a content hash, the same ID is the same torch."""
     from sparkdeploy import paths
 
@@ -125,7 +128,7 @@ def _remember(image_id: str, value: dict) -> None:
         pass  # a cache only
 
 
-def versions(run: SessionContext, node: Node) -> dict | None:
+def versions(run: SessionContext, node: Node) -> dict[str, Any] | None:
     """torch/NCCL of the node's serving image, read once per image ID (per run, and cached on this machine)."""
     ref = serving_image(run, node)
     if ref is None or not _engine_up(run, node):
@@ -134,7 +137,7 @@ def versions(run: SessionContext, node: Node) -> dict | None:
     if image_id is None:
         return None
 
-    def read() -> dict:
+    def read() -> dict[str, Any]:
         cached = _cached(image_id)
         if cached is not None:
             return dict(cached, cached=True)
@@ -244,7 +247,7 @@ def engine(run: CheckContext) -> Result:
     return ok(measured, expected, data=data, simulated=run.simulated_image)
 
 
-def _fmt(v: dict) -> str:
+def _fmt(v: dict[str, Any]) -> str:
     if v.get("torch") is None:
         return f"no torch ({v.get('torch_error', '?')})"
     nccl = v.get("nccl") or "none"
@@ -311,5 +314,5 @@ def torch_nccl(run: SessionContext, node: Node) -> Result:
     return ok(measured + _cache_note(v), expected, data=v)  # type: ignore[arg-type]  # versions is a dict here: image and engine checked above
 
 
-def _cache_note(v: dict) -> str:
+def _cache_note(v: dict[str, Any]) -> str:
     return "; cached by image ID" if v.get("cached") else ""

@@ -26,6 +26,7 @@ from typing import Any
 from sparkdeploy.checks import FAIL, PASS, WARN, Result, fail
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.recipes.recipe import ResolvedRecipe
 
 from . import DOCTOR_FOLDER, graph_advice
 from .check_context import SessionContext
@@ -42,9 +43,9 @@ PROBE_TIMEOUT_S = 240
 GLOO_MAX_BYTES = 64 * 2**20  # CPU all-reduce in the lab: enough to exercise the sweep, quick on 2 cores
 
 
-def nccl_transport(log: str) -> dict:
+def nccl_transport(log: str) -> dict[str, Any]:
     """What NCCL_DEBUG=INFO says: version, `Using network IB|Socket`, the IB devices it opened."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     m = re.search(r"NCCL version ([\w.+-]+)", log)
     if m:
         out["version"] = m.group(1)
@@ -67,7 +68,7 @@ def busbw_verdict(peak: float | None, expected: float = EXPECTED_BUSBW_GBS) -> s
     return PASS
 
 
-def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
+def allreduce_advice(lat: dict[str, Any], recipe: ResolvedRecipe | None = None) -> tuple[str, dict[str, Any]]:
     """The probe's 4 KiB figures as advice for the recipe (keep graphs / cut at all-reduce / enforce eager), and
     the same as data for --json. recipe: the ResolvedRecipe doctor runs with, or None."""
     advice = graph_advice.advise(lat)
@@ -81,7 +82,9 @@ def allreduce_advice(lat: dict, recipe=None) -> tuple[str, dict]:
     return graph_advice.for_recipe(advice, mode, recipe.name), data
 
 
-def _causes(transports: dict[str, dict], result: dict, hcas: dict[str, list[str]] | None = None) -> list[str]:
+def _causes(
+    transports: dict[str, dict[str, Any]], result: dict[str, Any], hcas: dict[str, list[str]] | None = None
+) -> list[str]:
     causes = []
     for name, t in transports.items():
         opened = re.findall(r"\[\d+\]([\w.-]+):\d+", t.get("ib_devices", ""))
@@ -214,11 +217,39 @@ def measure(run: SessionContext, timeout_s: float = PROBE_TIMEOUT_S) -> Result:
     if down:
         return fail(f"not run: {', '.join(down)} unreachable", "every node reachable", "see access.ssh")
     simulated = run.simulated_image
-    image = d.image_tag  # type: ignore[union-attr]  # needs_recipe: a deployment
     expected = (
         f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "
         f"{EXPECTED_BUSBW_GBS:g} GB/s, 200 Gb/s CX7)"
     )
+    raw, outputs, errors = _run_ranks(run, nodes, timeout_s)
+    head_out = outputs.get(head.name, (None, "", ""))
+    result = _probe_result(raw, head_out[1])
+    transports = {n: nccl_transport(o[1] + "\n" + o[2]) for n, o in outputs.items()}
+    result["transport"] = transports
+    result["simulated"] = simulated
+    run.extra["nccl"] = {"result": result, "table": head_out[1], "simulated": simulated}
+
+    if errors or not result.get("ok"):
+        return fail(
+            f"probe failed: {_why_failed(errors, result, outputs)}"[:600],
+            expected,
+            "check the rendezvous path: fabric IPs reachable (network.ping_df), GLOO/NCCL_SOCKET_IFNAME "
+            f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",  # type: ignore[union-attr]  # checks run only with an inventory (runner)
+            data=result,
+        )
+
+    return verdict(result, transports, simulated, nodes, d.recipe)  # type: ignore[union-attr]  # needs_recipe: a deployment
+
+
+def _run_ranks(
+    run: SessionContext, nodes: list[Node], timeout_s: float
+) -> tuple[bytes | None, dict[str, tuple[int, str, str]], dict[str, str]]:
+    """The probe's script and node.env copied to each node, one rank per node (rank 0 `nodes[0]`, the head) run
+    in parallel, our container removed after. Returns the head's result.json (None if it wrote none), each
+    node's (exit code, stdout, stderr) and each node's failure to run it."""
+    head = nodes[0]
+    simulated = run.simulated_image
+    image = run.deployment.image_tag  # type: ignore[union-attr]  # needs_recipe: a deployment
     max_bytes = run.options.nccl_max_bytes or (GLOO_MAX_BYTES if simulated else 256 * 2**20)
     script = PROBE.read_bytes()
     dirs: dict[str, str] = {}
@@ -262,43 +293,42 @@ def measure(run: SessionContext, timeout_s: float = PROBE_TIMEOUT_S) -> Result:
                 run.session(node).run(["docker", "rm", "--force", CONTAINER], timeout=30)
             except StepFailed:  # best effort cleanup of our own container (the node may be gone)
                 pass
+    return raw, outputs, errors
 
-    head_out = outputs.get(head.name, (None, "", ""))
-    result: dict = {}
+
+def _probe_result(raw: bytes | None, head_stdout: str) -> dict[str, Any]:
+    """The head's result.json, or its table parsed from stdout where the JSON has no rows."""
+    result: dict[str, Any] = {}
     if raw:
         try:
             result = json.loads(raw)
         except ValueError:
             result = {}
     if not result.get("rows"):
-        parsed = parse_nccl_table(head_out[1])
+        parsed = parse_nccl_table(head_stdout)
         if parsed["rows"]:
             result = dict(parsed, ok=True, parsed_from="stdout")
-    transports = {n: nccl_transport(o[1] + "\n" + o[2]) for n, o in outputs.items()}
-    result["transport"] = transports
-    result["simulated"] = simulated
-    run.extra["nccl"] = {"result": result, "table": head_out[1], "simulated": simulated}
-
-    if errors or not result.get("ok"):
-        why = "; ".join(f"{k}: {v}" for k, v in errors.items())
-        tails = []
-        for n, (code, out, err) in outputs.items():
-            if code:
-                lines = [ln for ln in (err or out).strip().splitlines() if ln.strip()]
-                tails.append(f"{n}: exit {code}: {lines[-1] if lines else ''}")
-        why = "; ".join(x for x in [why, result.get("error", ""), *tails] if x) or "no result"
-        return fail(
-            f"probe failed: {why}"[:600],
-            expected,
-            "check the rendezvous path: fabric IPs reachable (network.ping_df), GLOO/NCCL_SOCKET_IFNAME "
-            f"(roce.nccl_env), port {run.inventory.cluster.master_port + PORT_OFFSET} free on {head.name}",  # type: ignore[union-attr]  # checks run only with an inventory (runner)
-            data=result,
-        )
-
-    return verdict(result, transports, simulated, nodes, d.recipe)  # type: ignore[union-attr]  # needs_recipe: a deployment
+    return result
 
 
-def verdict(result: dict, transports: dict[str, dict], simulated: bool, nodes: list[Node], recipe=None) -> Result:
+def _why_failed(errors: dict[str, str], result: dict[str, Any], outputs: dict[str, tuple[int, str, str]]) -> str:
+    """Why the probe failed: each node's error, the probe's own, each failed rank's last line of output."""
+    why = "; ".join(f"{k}: {v}" for k, v in errors.items())
+    tails = []
+    for n, (code, out, err) in outputs.items():
+        if code:
+            lines = [ln for ln in (err or out).strip().splitlines() if ln.strip()]
+            tails.append(f"{n}: exit {code}: {lines[-1] if lines else ''}")
+    return "; ".join(x for x in [why, result.get("error", ""), *tails] if x) or "no result"
+
+
+def verdict(
+    result: dict[str, Any],
+    transports: dict[str, dict[str, Any]],
+    simulated: bool,
+    nodes: list[Node],
+    recipe: ResolvedRecipe | None = None,
+) -> Result:
     """The nccl.allreduce row from a finished probe's result."""
     expected = (
         f"busbw >= {WARN_FRACTION * EXPECTED_BUSBW_GBS:.1f} GB/s ({WARN_FRACTION:.0%} of "

@@ -4,6 +4,7 @@ GPU benchmark can import it where only torch is installed)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+|N/A)"
@@ -22,7 +23,7 @@ def _wrong(text: str | None) -> int | None:
     return None if text in (None, "N/A") else int(text)
 
 
-def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
+def parse_nccl_table(text: str, group: str = "out-of-place") -> dict[str, Any]:
     """Rows of an nccl-tests style table: `group` picks all_reduce_perf's out-of-place or in-place columns (the
     probe prints one group, read whichever is asked, and its host time per call); the average bus bandwidth line;
     the probe's 4 KiB latency rows and summary line, its python floor and its teardown line."""
@@ -51,14 +52,14 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
                 "host_us": float(m.group(14)) if m.group(14) else None,
             }
         )
-    out: dict = {"rows": rows}
+    out: dict[str, Any] = {"rows": rows}
     m = re.search(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", text)
     out["avg_busbw"] = float(m.group(1)) if m else None
     out["peak_busbw"] = max((r["busbw"] for r in rows), default=None)  # type: ignore[type-var]  # busbw is a float in every row
     m = LAT.search(text)
     if m:
 
-        def num(s):
+        def num(s: str) -> float | None:
             return None if s == "n/a" else float(s)
 
         out["lat4k"] = {"eager_us": num(m.group(1)), "graph_us": num(m.group(2)), "ratio": num(m.group(3))}
@@ -83,14 +84,15 @@ def parse_nccl_table(text: str, group: str = "out-of-place") -> dict:
     return out
 
 
-def row_at(parsed: dict, size: int) -> dict | None:
+def row_at(parsed: dict[str, Any], size: int) -> dict[str, Any] | None:
     return next((r for r in parsed.get("rows", []) if r["size"] == size), None)
 
 
-def median_at(parsed: dict, size: int, field: str) -> float | None:
+def median_at(parsed: dict[str, Any], size: int, field: str) -> float | None:
     """The median of `field` over every row of this size (nccl-tests -N prints one row per cycle)."""
     values = sorted(r[field] for r in parsed.get("rows", []) if r["size"] == size)
     if not values:
         return None
     mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    median: float = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return median

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Check, Result, fail
-from sparkdeploy.config.inventory import Node
+from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError
 from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, fingerprint
 from sparkdeploy.runtime.thread_imports import preload
@@ -241,34 +241,53 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
         return report
 
     rest = [c for c in checks if c not in cluster_first]
-    node_checks = [c for c in rest if c.scope == "node"]
     # Only a selection that looks at the recipe pays for reading what the nodes run.
     render_later = run.render_later if any(c.needs_recipe or c.id == RECIPE_CHECK for c in rest) else None
-    if node_checks or any(c.scope == "cluster" for c in rest) or render_later:
-        for node in run.nodes:
-            run.sessions[node.name] = NodeSession(
-                node, NodeConnection(node, run.inventory, connect_timeout=CONNECT_TIMEOUT_S)
-            )
-        access = next((c for c in checks if c.id == ACCESS_CHECK), None)
-        access = access or Check(
-            ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n), timeout_s=45
-        )
-        report.results.extend(_run_tasks(run, [_Task(access, n) for n in run.nodes]))
+    if any(c.scope in ("node", "cluster") for c in rest) or render_later:
+        report.results.extend(_open_sessions(run, run.inventory, checks))
     if render_later is not None:
         render_later(run)
 
+    per_deployment = [c for c in rest if _recipe_bound(c) and not (c.id == RECIPE_CHECK and run.deployment_error)]
+    tasks, skipped = _tasks(run, rest, per_deployment)
+    # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link. The owner's tests
+    # (--tests) run beside the others: their process starts while the facts are read.
+    results = _run_tasks(run, [t for t in tasks if t.check.opt_in not in AFTER_OTHERS])
+    results += _run_tasks(run, [t for t in tasks if t.check.opt_in in AFTER_OTHERS])
+    for name, dep in run.stack:
+        results += _for_deployment(run, name, dep, per_deployment)
+    report.results.extend(_in_order(run, checks, results + skipped))
+    for session in run.sessions.values():
+        session.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _open_sessions(run: DoctorRun, inventory: Inventory, checks: list[Check]) -> list[Result]:
+    """One session per node, connected by the access check (the selection's, or a default one): its rows."""
+    for node in run.nodes:
+        run.sessions[node.name] = NodeSession(node, NodeConnection(node, inventory, connect_timeout=CONNECT_TIMEOUT_S))
+    access = next((c for c in checks if c.id == ACCESS_CHECK), None)
+    access = access or Check(
+        ACCESS_CHECK, "SSH reachable with a known host key", lambda r, n: connect(r, n), timeout_s=45
+    )
+    return _run_tasks(run, [_Task(access, n) for n in run.nodes])
+
+
+def _tasks(run: DoctorRun, rest: list[Check], per_deployment: list[Check]) -> tuple[list[_Task], list[Result]]:
+    """What runs (a check per reachable node, or once for the cluster) and a SKIP row for each that cannot: no
+    recipe rendered, or a node not reachable. A stack's recipe-bound checks run per deployment instead."""
     tasks: list[_Task] = []
     skipped: list[Result] = []
-    per_deployment = [c for c in rest if _recipe_bound(c) and not (c.id == RECIPE_CHECK and run.deployment_error)]
     for check in rest:
         if check.id == ACCESS_CHECK:
             continue
         if run.stack and check in per_deployment:
-            continue  # once per deployment of the stack, below
+            continue  # once per deployment of the stack (_for_deployment)
         if check.needs_recipe and run.deployment is None:
             why = "no recipe rendered" if run.deployment_error is None else "the recipe did not render"
             targets = run.nodes if check.scope == "node" else [None]
-            for node in targets:  # type: ignore[assignment]  # None: a cluster-scope row
+            for node in targets:  # None: a cluster-scope row
                 skipped.append(
                     Result(
                         SKIP, f"not run: {why} (see inventory.recipe)", check=check.id, node=node.name if node else None
@@ -290,22 +309,17 @@ def execute(run: DoctorRun, checks: list[Check]) -> Report:
                         node=node.name,
                     )
                 )
-    # Opt-in heavy checks (the NCCL probe) run after the others: they load the nodes and the link. The owner's tests
-    # (--tests) run beside the others: their process starts while the facts are read.
-    results = _run_tasks(run, [t for t in tasks if t.check.opt_in not in AFTER_OTHERS])
-    results += _run_tasks(run, [t for t in tasks if t.check.opt_in in AFTER_OTHERS])
-    for name, dep in run.stack:
-        results += _for_deployment(run, name, dep, per_deployment)
+    return tasks, skipped
+
+
+def _in_order(run: DoctorRun, checks: list[Check], rows: list[Result]) -> list[Result]:
+    """The rows in the selection's order, each check's by node in inventory order. A row of the owner's tests
+    (--tests) has its own id (tests:MODULE::TEST): after the registry's, in run order."""
     order = {c.id: i for i, c in enumerate(checks)}
     node_order = {n.name: i for i, n in enumerate(run.nodes)}
-    combined = results + skipped
-    # A row of the owner's tests (--tests) has its own id (tests:MODULE::TEST): after the registry's, in run order.
     first: dict[str, int] = {}
-    for i, r in enumerate(combined):
+    for i, r in enumerate(rows):
         first.setdefault(r.check, i)
-    combined.sort(key=lambda r: (order.get(r.check, len(order)), first[r.check], node_order.get(r.node or "", -1)))
-    report.results.extend(combined)
-    for session in run.sessions.values():
-        session.close()
-    report.seconds = time.monotonic() - started
-    return report
+    return sorted(
+        rows, key=lambda r: (order.get(r.check, len(order)), first[r.check], node_order.get(r.node or "", -1))
+    )

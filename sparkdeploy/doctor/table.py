@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkdeploy.checks import FAIL, PASS, SKIP, WARN
+from sparkdeploy.checks import FAIL, PASS, SKIP, WARN, Result
 
 from .registry import BY_ID
 from .runner import Report
@@ -45,7 +45,7 @@ def summary(report: Report, strict: bool = False) -> str:
     return text
 
 
-def _collapse(results: list) -> list:
+def _collapse(results: list[Result]) -> list[Result]:
     """Skipped rows of one check with one reason on every node become one row (node: all)."""
     out, i = [], 0
     while i < len(results):

@@ -37,7 +37,7 @@ MADE: list[_Backend] = []  # every backend testinfra built in this process (the 
 RECORD = False  # NodeBackends keep every command and its answer (testinfra_node --record)
 
 
-class _Backend(BaseBackend):
+class _Backend(BaseBackend):  # type: ignore[misc]  # testinfra ships no types: its BaseBackend is Any
     """What both backends share: sudo as sparkdeploy runs it, and the SIMULATED lines a test's commands printed."""
 
     NAME = NAME
@@ -53,8 +53,10 @@ class _Backend(BaseBackend):
         # As sparkdeploy runs sudo: `sudo -n` (no password typed: a prompt fails at once, never hangs) of python3, the
         # one program `setup ssh` asks a node to grant (dayzero/sudo_needs.py), which runs the command with sh.
         if sudo_user is None:
-            return self.quote("sudo -n python3 -c %s %s", SUDO_SH, command)
-        return self.quote("sudo -n -u %s python3 -c %s %s", sudo_user, SUDO_SH, command)
+            quoted: str = self.quote("sudo -n python3 -c %s %s", SUDO_SH, command)
+        else:
+            quoted = self.quote("sudo -n -u %s python3 -c %s %s", sudo_user, SUDO_SH, command)
+        return quoted
 
     def note(self, stdout: str, stderr: str) -> None:
         for line in (stdout + "\n" + stderr).splitlines():

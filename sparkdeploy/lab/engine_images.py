@@ -9,12 +9,19 @@ Definitions that do not exist (yet) are skipped with a message; the list is open
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import docker
 
 from sparkdeploy.errors import ConfigError, SparkdeployError, StepFailed
-from sparkdeploy.images.build import ensure_image
+from sparkdeploy.images.build import Progress, ensure_image
 from sparkdeploy.images.definitions import load_definition
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+
+    from sparkdeploy.config.inventory import Inventory
+    from sparkdeploy.images.push_progress import PushProgress
 
 
 @dataclass
@@ -26,7 +33,7 @@ class LoadResult:
     skipped: str = ""  # why the image was not loaded at all
 
 
-def resolve(name: str, client, say) -> tuple[str | None, str]:
+def resolve(name: str, client: DockerClient, say: Progress) -> tuple[str | None, str]:
     """(tag, why-skipped) for an image definition: build it if needed (bases first)."""
     try:
         load_definition(name)
@@ -38,7 +45,14 @@ def resolve(name: str, client, say) -> tuple[str | None, str]:
         return None, f"building it failed: {(str(exc).splitlines() or ['?'])[0]}"
 
 
-def preload(client, names: list[str], inventory, say, progress=None, nodes=None) -> list[LoadResult]:
+def preload(
+    client: DockerClient,
+    names: list[str],
+    inventory: Inventory,
+    say: Progress,
+    progress: PushProgress | None = None,
+    nodes: list[str] | None = None,
+) -> list[LoadResult]:
     """Make every named image present on every node of the lab's inventory (or the named `nodes`).
 
     `progress`: a sparkdeploy.images.push_progress.PushProgress (bars per node). A node that fails raises

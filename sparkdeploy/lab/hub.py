@@ -19,11 +19,18 @@ import json
 import tarfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.lab import hub_repo, service
 from sparkdeploy.lab.spec import LabSpec
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
+
 
 HUB_HOST = 5  # MGMT .5: away from the gateway (.1) and the nodes (.11 up)
 HUB_PORT = 80
@@ -64,7 +71,7 @@ def _config_hash(image_id: str, repos: Path, token: str, rate: int) -> str:
     return hashlib.sha256("\n".join(data).encode()).hexdigest()[:16]
 
 
-def _put_token(container, token: str) -> None:
+def _put_token(container: Container, token: str) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo("srv/hub-secret/token")
@@ -75,11 +82,18 @@ def _put_token(container, token: str) -> None:
         raise StepFailed(f"could not install the hub token into {container.name}")
 
 
-def ensure(client, spec: LabSpec, image_tag: str, secrets_path: Path, say, rate_mbit: int = HUB_RATE_MBIT):
+def ensure(
+    client: DockerClient,
+    spec: LabSpec,
+    image_tag: str,
+    secrets_path: Path,
+    say: Callable[[str], None],
+    rate_mbit: int = HUB_RATE_MBIT,
+) -> Container:
     """Create or reuse the hub container; returns it running and answering."""
     repos = hub_repo.ensure_repos()
     token = _token(secrets_path)
-    image_id = client.images.get(image_tag).id
+    image_id = service.image_id(client, image_tag)
     chash = _config_hash(image_id, repos, token, rate_mbit)
     name = container_name(spec)
     container = service.reusable(
@@ -109,7 +123,8 @@ def ensure(client, spec: LabSpec, image_tag: str, secrets_path: Path, say, rate_
     return container
 
 
-def stats(spec: LabSpec) -> dict:
+def stats(spec: LabSpec) -> dict[str, Any]:
     """What the hub has served since it started: {"requests", "bytes", "repos": {id: {"bytes", "files"}}}."""
     with urllib.request.urlopen(endpoint(spec) + "/_lab/stats", timeout=5) as resp:
-        return json.loads(resp.read())
+        served: dict[str, Any] = json.loads(resp.read())
+        return served

@@ -20,6 +20,7 @@ import random
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 from sparkdeploy import paths
 
@@ -140,7 +141,7 @@ def ensure_repos(names: tuple[str, ...] = (TINY, GATED)) -> Path:
     return base
 
 
-def add_repo(name: str, files: dict[str, bytes]) -> dict:
+def add_repo(name: str, files: dict[str, bytes]) -> dict[str, Any]:
     """Serve `files` as the repository `name` from now on (the running hub reads each repository's meta.json per
     request): a lab test's own model, such as the tiny GGUF that scripts/make_tiny_gguf.py writes for the real
     llama-server. Made in a temp folder, then renamed; the same files again leave it as it is. Returns its meta."""
@@ -148,7 +149,7 @@ def add_repo(name: str, files: dict[str, bytes]) -> dict:
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     write_files(tmp, files)
-    made = json.loads((tmp / "meta.json").read_text())
+    made: dict[str, Any] = json.loads((tmp / "meta.json").read_text())
     old = final / "meta.json"
     if old.is_file() and json.loads(old.read_text()).get("sha") == made["sha"]:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -159,5 +160,6 @@ def add_repo(name: str, files: dict[str, bytes]) -> dict:
     return made
 
 
-def meta(name: str) -> dict:
-    return json.loads((ensure_repos((name,)) / name / "meta.json").read_text())
+def meta(name: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((ensure_repos((name,)) / name / "meta.json").read_text())
+    return found

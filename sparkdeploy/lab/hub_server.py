@@ -25,6 +25,7 @@ import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 CHUNK = 1 << 20
@@ -37,14 +38,14 @@ class Hub:
         self.root = root
         self.token = token
         self.lock = threading.Lock()
-        self.stats: dict = {"requests": 0, "bytes": 0, "repos": {}}
+        self.stats: dict[str, Any] = {"requests": 0, "bytes": 0, "repos": {}}
 
-    def repo(self, org: str, name: str) -> dict | None:
+    def repo(self, org: str, name: str) -> dict[str, Any] | None:
         path = os.path.join(self.root, org, name, "meta.json")
         if "/" in org + name or org.startswith(".") or name.startswith(".") or not os.path.isfile(path):
             return None
         with open(path) as fh:
-            meta = json.load(fh)
+            meta: dict[str, Any] = json.load(fh)
         meta["dir"] = os.path.join(self.root, org, name, "files")
         meta["id"] = f"{org}/{name}"
         return meta
@@ -62,11 +63,11 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sparkdeploy-lab-hub"
 
-    def log_message(self, fmt, *args):  # access log on stderr: `docker logs` of the hub container
+    def log_message(self, fmt: str, *args: Any) -> None:  # access log on stderr: `docker logs` of the hub container
         sys.stderr.write(f"{self.address_string()} {fmt % args}\n")
 
     # -- answers ----------------------------------------------------------------------------------------
-    def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
+    def _send(self, code: int, body: bytes = b"", headers: dict[str, Any] | None = None, head: bool = False) -> None:
         self.send_response(code)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -75,7 +76,7 @@ class Handler(BaseHTTPRequestHandler):
         if body and not head:
             self.wfile.write(body)
 
-    def _json(self, data, head: bool = False, extra: dict | None = None) -> None:
+    def _json(self, data: Any, head: bool = False, extra: dict[str, Any] | None = None) -> None:
         self._send(200, json.dumps(data).encode(), dict({"Content-Type": "application/json"}, **(extra or {})), head)
 
     def _error(self, code: int, error_code: str, message: str, head: bool = False) -> None:
@@ -87,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
             head,
         )
 
-    def _allowed(self, meta: dict, head: bool) -> bool:
+    def _allowed(self, meta: dict[str, Any], head: bool) -> bool:
         if not meta.get("gated"):
             return True
         auth = self.headers.get("Authorization", "")
@@ -102,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _lookup(self, org: str, name: str, rev: str, head: bool) -> tuple[dict, str] | None:
+    def _lookup(self, org: str, name: str, rev: str, head: bool) -> tuple[dict[str, Any], str] | None:
         meta = self.hub.repo(org, name)
         if meta is None:
             self._error(404, "RepoNotFound", f"Repository Not Found for url: {self.path}", head)
@@ -117,10 +118,10 @@ class Handler(BaseHTTPRequestHandler):
         return meta, commit
 
     # -- routes -----------------------------------------------------------------------------------------
-    def do_HEAD(self):
+    def do_HEAD(self) -> None:
         self._route(head=True)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         self._route(head=False)
 
     def _route(self, head: bool) -> None:
@@ -164,7 +165,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._file(found[0], found[1], unquote(file_path), head)
         return self._error(404, "EntryNotFound", f"no route {path}", head)
 
-    def _file(self, meta: dict, commit: str, path: str, head: bool) -> None:
+    def _file(self, meta: dict[str, Any], commit: str, path: str, head: bool) -> None:
         entry = next((f for f in meta["files"] if f["path"] == path), None)
         if entry is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist in {meta['id']}@{commit}", head)
@@ -212,7 +213,7 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
 
-def _tree_entry(f: dict) -> dict:
+def _tree_entry(f: dict[str, Any]) -> dict[str, Any]:
     entry = {"type": "file", "path": f["path"], "size": f["size"], "oid": f["oid"]}
     if f.get("lfs"):
         entry["lfs"] = {"oid": f["lfs"]["oid"], "size": f["size"], "pointerSize": f["lfs"]["pointerSize"]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,7 +21,7 @@ from sparkdeploy.lab.ssh_keys import CLIENT_KEY, KNOWN_HOSTS
 SECRETS_FILE = "secrets.env"
 
 
-def inventory_data(spec: LabSpec) -> dict:
+def inventory_data(spec: LabSpec) -> dict[str, Any]:
     nodes = []
     for i, node in enumerate(spec.node_specs()):
         nodes.append(

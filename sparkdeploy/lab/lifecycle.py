@@ -13,10 +13,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker
 from rich.console import Console
@@ -31,7 +32,12 @@ from sparkdeploy.lab import bare, engine_images, hub, network, nodes, seed
 from sparkdeploy.lab import ssh_keys as keys
 from sparkdeploy.lab.inventory_writer import ensure_secrets, write_inventory
 from sparkdeploy.lab.nodestatus import NodeStatus, status
-from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, NODE_IMAGE, LabSpec
+from sparkdeploy.lab.spec import INSTANCE_ENV, LAB_LABEL, NAME_LABEL, NODE_IMAGE, Filters, LabSpec
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
+
 
 _console = Console(stderr=True, highlight=False)
 
@@ -41,14 +47,14 @@ def _say(msg: str) -> None:
 
 
 @contextmanager
-def _step(what: str):
+def _step(what: str) -> Iterator[None]:
     """A spinner for steps that may take more than a few seconds (image builds, node boot)."""
     with _console.status(what, spinner="dots"):
         yield
 
 
 @contextmanager
-def _lab_lock(spec: LabSpec):
+def _lab_lock(spec: LabSpec) -> Iterator[None]:
     """One `lab up`/`down` of a given lab at a time on this machine, whatever the state folder."""
     path = Path(tempfile.gettempdir()) / f"sparkdeploy-lab-{spec.qualified_name}.lock"
     with open(path, "a") as fh:
@@ -76,7 +82,7 @@ class UpResult:
 # -- up ------------------------------------------------------------------------------------------------------
 
 
-def _lab_images(client, rebuild: bool, image: str = NODE_IMAGE) -> str:
+def _lab_images(client: DockerClient, rebuild: bool, image: str = NODE_IMAGE) -> str:
     if rebuild:
         with _step("rebuilding debian-base (debootstrap, about a minute)"):
             ensure_image("debian-base", client, progress=_say, force=True)
@@ -84,19 +90,19 @@ def _lab_images(client, rebuild: bool, image: str = NODE_IMAGE) -> str:
         return ensure_image(image, client, progress=_say, force=rebuild)
 
 
-def _prune_replaced_lab_images(client, current_tag: str) -> None:
+def _prune_replaced_lab_images(client: DockerClient, current_tag: str) -> None:
     """Drop lab-node images of older definitions (and ones a rebuild left untagged) once no container uses
     them; Docker refuses to remove an image a container still uses, so another lab's nodes keep theirs."""
     for image in client.images.list(filters={"label": f"{LABEL}={NODE_IMAGE}"}):
         if current_tag in image.tags:
             continue
         try:
-            client.images.remove(image.id)
+            client.images.remove(str(image.id))
         except docker.errors.APIError:  # in use, or removed by someone else meanwhile
             pass
 
 
-def _check_names(client, spec: LabSpec) -> None:
+def _check_names(client: DockerClient, spec: LabSpec) -> None:
     """A container holding a lab node's name but not labelled as this lab's is someone else's: stop."""
     for node in spec.node_specs():
         container = nodes.find_container(client, spec, node.name)
@@ -111,10 +117,10 @@ def _check_names(client, spec: LabSpec) -> None:
             )
 
 
-def _adopt_keys(client, spec: LabSpec) -> None:
+def _adopt_keys(client: DockerClient, spec: LabSpec) -> None:
     """The keys of an existing lab win over this state folder's (see ssh_keys.py): adopt them, don't replace."""
     have_client = False
-    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
+    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name or ""):
         found = nodes.read_keys(container)
         if "host" in found:
             keys.store_keypair(keys.host_key_path(spec.directory, nodes.node_name(container)), *found["host"])
@@ -123,7 +129,7 @@ def _adopt_keys(client, spec: LabSpec) -> None:
             have_client = True
 
 
-def _remove_extra_nodes(client, spec: LabSpec) -> None:
+def _remove_extra_nodes(client: DockerClient, spec: LabSpec) -> None:
     wanted = {n.name for n in spec.node_specs()}
     for container in nodes.list_containers(client, spec):
         if nodes.node_name(container) not in wanted:
@@ -135,7 +141,7 @@ def _remove_extra_nodes(client, spec: LabSpec) -> None:
                 pass
 
 
-def _ensure_node(client, spec: LabSpec, plan: nodes.LabContainerSpec, result: UpResult):
+def _ensure_node(client: DockerClient, spec: LabSpec, plan: nodes.LabContainerSpec, result: UpResult) -> Container:
     name = plan.node.name
     container = nodes.find_container(client, spec, name)
     if container is not None and not nodes.is_current(container, spec, plan):
@@ -159,7 +165,7 @@ def _ensure_node(client, spec: LabSpec, plan: nodes.LabContainerSpec, result: Up
     return container
 
 
-def _phase_timer(start: float):
+def _phase_timer(start: float) -> Callable[[], float]:
     last = [start]
 
     def mark() -> float:
@@ -183,7 +189,7 @@ def up(
         return _up(spec, rebuild, before_replace)
 
 
-def _doomed(client, spec: LabSpec, rebuild: bool, plans: dict[str, nodes.LabContainerSpec]) -> list[str]:
+def _doomed(client: DockerClient, spec: LabSpec, rebuild: bool, plans: dict[str, nodes.LabContainerSpec]) -> list[str]:
     """The nodes whose running container this run removes."""
     out = []
     for container in nodes.list_containers(client, spec):
@@ -214,6 +220,7 @@ def _up(spec: LabSpec, rebuild: bool, before_replace: Callable[[list[str]], None
             container.remove(force=True)
     image_tag = _lab_images(client, rebuild, spec.node_image)
     image_id = client.images.get(image_tag).id
+    assert image_id, "an image docker has has its ID"
     mark = _phase_timer(t0)
     phases = {"lab images": mark()}
 
@@ -286,10 +293,10 @@ def down(spec: LabSpec | None = None, all_labs: bool = False, purge: bool = Fals
         return _down(spec, all_labs, purge)
 
 
-def _all_lab_filters(client) -> list[dict]:
+def _all_lab_filters(client: DockerClient) -> list[Filters]:
     """One filter per lab on this engine; with SPARKDEPLOY_LAB_INSTANCE set, only that instance's labs (a
     developer's `lab down --all` must not take down a lab of another checkout sharing the engine)."""
-    everything = {"label": [f"{LAB_LABEL}=1"]}
+    everything: Filters = {"label": [f"{LAB_LABEL}=1"]}
     objects = [
         *client.containers.list(all=True, filters=everything),
         *client.networks.list(filters=everything),
@@ -307,7 +314,7 @@ def _down(spec: LabSpec, all_labs: bool, purge: bool) -> dict[str, list[str]]:
     for filters in _all_lab_filters(client) if all_labs else [spec.filters]:
         for container in client.containers.list(all=True, filters=filters):
             container.remove(force=True, v=False)
-            removed["containers"].append(container.name)
+            removed["containers"].append(container.name or container.short_id)
         removed["networks"] += network.remove_networks(client, filters)
         for volume in client.volumes.list(filters=filters):
             volume.remove(force=True)

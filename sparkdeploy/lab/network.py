@@ -12,14 +12,20 @@ the subnet is reported as a ConfigError instead of being touched.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import docker
 from docker.models.networks import Network
 from docker.types import IPAMConfig, IPAMPool
 
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, LabSpec
+from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, Filters, LabSpec
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+
 
 MTU_OPTION = "com.docker.network.driver.mtu"
 FABRIC_MTU = 9000
@@ -49,7 +55,7 @@ def wanted_networks(spec: LabSpec) -> list[NetworkWanted]:
     ]
 
 
-def _matches(net, want: NetworkWanted, spec: LabSpec) -> bool:
+def _matches(net: Network, want: NetworkWanted, spec: LabSpec) -> bool:
     attrs = net.attrs
     configs = (attrs.get("IPAM") or {}).get("Config") or []
     subnets = {c.get("Subnet") for c in configs}
@@ -62,12 +68,12 @@ def _matches(net, want: NetworkWanted, spec: LabSpec) -> bool:
     )
 
 
-def _is_ours(net, spec: LabSpec) -> bool:
+def _is_ours(net: Network, spec: LabSpec) -> bool:
     labels = net.attrs.get("Labels") or {}
     return labels.get(LAB_LABEL) == "1" and labels.get(NAME_LABEL) == spec.qualified_name
 
 
-def _remove_network(client, net, spec: LabSpec) -> None:
+def _remove_network(client: DockerClient, net: Network, spec: LabSpec) -> None:
     """Remove one of this lab's networks, first removing this lab's containers that still hold an endpoint."""
     net.reload()
     for cid in net.attrs.get("Containers") or {}:
@@ -82,7 +88,7 @@ def _remove_network(client, net, spec: LabSpec) -> None:
     net.remove()
 
 
-def _overlapping(client, subnet: str, name: str) -> list[str]:
+def _overlapping(client: DockerClient, subnet: str, name: str) -> list[str]:
     wanted = ipaddress.ip_network(subnet)
     hits = []
     for net in client.networks.list():
@@ -91,13 +97,13 @@ def _overlapping(client, subnet: str, name: str) -> list[str]:
         for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
             try:
                 if cfg.get("Subnet") and ipaddress.ip_network(cfg["Subnet"]).overlaps(wanted):
-                    hits.append(net.name)
+                    hits.append(str(net.name))
             except ValueError:
                 continue
     return hits
 
 
-def free_subnets(client, count: int = 2, second_octets: range = range(100, 250)) -> list[str]:
+def free_subnets(client: DockerClient, count: int = 2, second_octets: range = range(100, 250)) -> list[str]:
     """`count` 172.30.X.0/24 subnets no Docker network on this engine uses (for extra labs: tests, benchmarks).
 
     Fixed subnets for throw-away labs collide sooner or later with someone's experiment on a shared engine.
@@ -119,7 +125,9 @@ def free_subnets(client, count: int = 2, second_octets: range = range(100, 250))
     raise ConfigError(Problem("docker", "networks", "no free 172.30.X.0/24 subnet left", "remove unused networks"))
 
 
-def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, Network]:
+def ensure_networks(
+    client: DockerClient, spec: LabSpec, say: Callable[[str], None] = lambda _msg: None
+) -> dict[str, Network]:
     """Create or reuse both networks; returns {"mgmt": Network, "fabric": Network}."""
     result: dict[str, Network] = {}
     for want in wanted_networks(spec):
@@ -167,7 +175,7 @@ def ensure_networks(client, spec: LabSpec, say=lambda _msg: None) -> dict[str, N
     return result
 
 
-def remove_networks(client, filters: dict) -> list[str]:
+def remove_networks(client: DockerClient, filters: Filters) -> list[str]:
     """Remove the networks matching `filters` (lab labels), disconnecting anything still attached."""
     removed = []
     for net in client.networks.list(filters=filters):
@@ -178,5 +186,5 @@ def remove_networks(client, filters: dict) -> list[str]:
             except docker.errors.APIError:
                 pass
         net.remove()
-        removed.append(net.name)
+        removed.append(str(net.name))
     return removed

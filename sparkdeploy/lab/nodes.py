@@ -22,13 +22,20 @@ import sys
 import tarfile
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import docker
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.lab.bare import PASSWORD_IN_NODE, password
-from sparkdeploy.lab.spec import CONFIG_LABEL, NODE_LABEL, LabSpec, NodeSpec
+from sparkdeploy.lab.spec import CONFIG_LABEL, NODE_LABEL, Filters, LabSpec, NodeSpec
 from sparkdeploy.lab.ssh_keys import KeyPair
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.models.volumes import Volume
+
 
 CLIENT_KEY_COPY = "etc/sparkdeploy-lab/client/lab_ed25519"
 HOST_KEY = "etc/ssh/ssh_host_ed25519_key"
@@ -79,14 +86,14 @@ class LabContainerSpec:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def find_container(client, spec: LabSpec, node: str):
+def find_container(client: DockerClient, spec: LabSpec, node: str) -> Container | None:
     try:
         return client.containers.get(spec.container_name(node))
     except docker.errors.NotFound:
         return None
 
 
-def ensure_volume(client, spec: LabSpec, node: str):
+def ensure_volume(client: DockerClient, spec: LabSpec, node: str) -> Volume:
     name = spec.volume_name(node)
     try:
         return client.volumes.get(name)
@@ -109,7 +116,7 @@ def _tar(files: list[tuple[str, bytes, int, int]], dirs: list[tuple[str, int, in
     return buf.getvalue()
 
 
-def install_keys(container, plan: LabContainerSpec) -> None:
+def install_keys(container: Container, plan: LabContainerSpec) -> None:
     """Put the node's host key and the client's authorized key in place (before the first start).
 
     A root-only copy of the client key stays on the node so that `lab up` from another state folder can
@@ -129,7 +136,7 @@ def install_keys(container, plan: LabContainerSpec) -> None:
         raise StepFailed(f"could not install SSH keys into {container.name}")
 
 
-def install_password(container, spec: LabSpec) -> None:
+def install_password(container: Container, spec: LabSpec) -> None:
     """A bare node's password, root-only, read once by lab-bare-init through chpasswd (never a command line)."""
     archive = _tar(files=[(PASSWORD_IN_NODE, password(spec).encode(), 0o600, 0)], dirs=[])
     if not container.put_archive("/", archive):
@@ -139,7 +146,7 @@ def install_password(container, spec: LabSpec) -> None:
 DAEMON_JSON = "etc/docker/daemon.json"
 
 
-def nest_engine_cgroups(client, container) -> None:
+def nest_engine_cgroups(client: DockerClient, container: Container) -> None:
     """The node's inner Docker puts its containers' cgroups under the node container's own (cgroup-parent), so the
     node's memory limit covers the engine, the guard and anything started over SSH: one node's memory, as on a
     Spark. Only with the cgroupfs driver (its cgroups are /docker/<id>); under systemd's driver the node keeps the
@@ -157,7 +164,7 @@ def nest_engine_cgroups(client, container) -> None:
         raise StepFailed(f"could not write {DAEMON_JSON} into {container.name}")
 
 
-def _read_file(container, path: str) -> bytes | None:
+def _read_file(container: Container, path: str) -> bytes | None:
     try:
         stream, _ = container.get_archive("/" + path)
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
@@ -168,7 +175,7 @@ def _read_file(container, path: str) -> bytes | None:
         return None
 
 
-def read_keys(container) -> dict[str, tuple[bytes, str]]:
+def read_keys(container: Container) -> dict[str, tuple[bytes, str]]:
     """{"host": (private, public), "client": (private, public)} as installed in a node, where present."""
     found = {}
     for kind, path in (("host", HOST_KEY), ("client", CLIENT_KEY_COPY)):
@@ -178,16 +185,16 @@ def read_keys(container) -> dict[str, tuple[bytes, str]]:
     return found
 
 
-def create(client, spec: LabSpec, plan: LabContainerSpec):
+def create(client: DockerClient, spec: LabSpec, plan: LabContainerSpec) -> Container:
     """Create (not start) the node container on both networks with its fixed addresses."""
     api = client.api
     node = plan.node
     volume = ensure_volume(client, spec, node.name)
-    memory = {}
-    if spec.node_memory_mb:  # no swap beyond it: a node out of memory stalls or OOM-kills, as a Spark does
-        memory = {"mem_limit": f"{spec.node_memory_mb}m", "memswap_limit": f"{spec.node_memory_mb}m"}
+    # no swap beyond it: a node out of memory stalls or OOM-kills, as a Spark does (None: no limit, as unset)
+    memory = f"{spec.node_memory_mb}m" if spec.node_memory_mb else None
     host_config = api.create_host_config(
-        **memory,
+        mem_limit=memory,
+        memswap_limit=memory,
         cap_add=["ALL"],
         cap_drop=["SYS_RESOURCE"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
@@ -197,7 +204,7 @@ def create(client, spec: LabSpec, plan: LabContainerSpec):
         network_mode=spec.mgmt_network,
     )
     networking = api.create_networking_config(
-        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=node.mgmt_ip)}
+        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=node.mgmt_ip)}  # type: ignore[arg-type]  # docker-stubs: one EndpointConfig; the SDK takes them by network
     )
     labels = dict(spec.labels(node.name), **{CONFIG_LABEL: plan.config_hash(spec)})
     created = api.create_container(
@@ -224,7 +231,7 @@ def create(client, spec: LabSpec, plan: LabContainerSpec):
     return container
 
 
-def is_current(container, spec: LabSpec, plan: LabContainerSpec) -> bool:
+def is_current(container: Container, spec: LabSpec, plan: LabContainerSpec) -> bool:
     """Same config hash, and still attached to the current networks at its addresses (a network deleted
     and recreated since, e.g. by a cleanup while the node was stopped, leaves a stale endpoint)."""
     if (container.labels or {}).get(CONFIG_LABEL) != plan.config_hash(spec):
@@ -240,12 +247,14 @@ def is_current(container, spec: LabSpec, plan: LabContainerSpec) -> bool:
     return True
 
 
-def _exec_text(container, argv: list[str]) -> tuple[int, str]:
+def exec_text(container: Container, argv: list[str]) -> tuple[int, str]:
+    """argv run in the container: its exit code and its output (stdout and stderr), decoded and stripped."""
     code, out = container.exec_run(argv, demux=False)
-    return code, (out or b"").decode(errors="replace").strip()
+    data = out if isinstance(out, bytes) else b"".join(out or [])  # bytes unless streamed
+    return (-1 if code is None else code), data.decode(errors="replace").strip()
 
 
-def wait_ready(container, node: NodeSpec, timeout: float = READY_TIMEOUT_S) -> None:
+def wait_ready(container: Container, node: NodeSpec, timeout: float = READY_TIMEOUT_S) -> None:
     """Wait for lab-node-init's ready marker, then for sshd to answer on the management IP."""
     deadline = time.monotonic() + timeout
     while True:
@@ -253,12 +262,12 @@ def wait_ready(container, node: NodeSpec, timeout: float = READY_TIMEOUT_S) -> N
         if container.status != "running":
             logs = container.logs(tail=30).decode(errors="replace")
             raise StepFailed(f"lab node {node.name} stopped while starting (status {container.status}):\n{logs}")
-        code, _ = _exec_text(container, ["test", "-e", READY])
+        code, _ = exec_text(container, ["test", "-e", READY])
         if code == 0:
             break
-        code, reason = _exec_text(container, ["cat", FAILED])
+        code, reason = exec_text(container, ["cat", FAILED])
         if code == 0:
-            _, log = _exec_text(container, ["tail", "-n", "20", "/var/log/sparkdeploy-lab-init.log"])
+            _, log = exec_text(container, ["tail", "-n", "20", "/var/log/sparkdeploy-lab-init.log"])
             raise StepFailed(f"lab node {node.name} failed to start: {reason}\n{log}")
         if time.monotonic() > deadline:
             raise StepFailed(
@@ -282,16 +291,16 @@ def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
         return ""
 
 
-def list_containers(client, spec: LabSpec) -> list:
+def list_containers(client: DockerClient, spec: LabSpec) -> list[Container]:
     """The lab's node containers (not its hub: that one carries no node label)."""
-    filters = {"label": [*spec.filters["label"], NODE_LABEL]}
+    filters: Filters = {"label": [*spec.filter_labels, NODE_LABEL]}
     return client.containers.list(all=True, filters=filters)
 
 
-def node_name(container) -> str:
-    return (container.labels or {}).get(NODE_LABEL, container.name)
+def node_name(container: Container) -> str:
+    return (container.labels or {}).get(NODE_LABEL) or str(container.name)
 
 
-def storage_driver(container) -> str:
-    code, out = _exec_text(container, ["head", "-n", "1", "/var/lib/docker/.sparkdeploy-lab-storage-driver"])
+def storage_driver(container: Container) -> str:
+    code, out = exec_text(container, ["head", "-n", "1", "/var/lib/docker/.sparkdeploy-lab-storage-driver"])
     return out if code == 0 else ""

@@ -7,11 +7,16 @@ dockerd and the fabric interface from inside the node.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.build import docker_client
 from sparkdeploy.lab import nodes
 from sparkdeploy.lab.spec import LabSpec
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 
 @dataclass
@@ -30,33 +35,33 @@ class NodeStatus:
     container_id: str = ""
 
 
-def _fabric_iface(container) -> str:
-    code, out = container.exec_run(["cat", "/etc/sparkdeploy-lab/node.env"])
+def _fabric_iface(container: Container) -> str:
+    code, out = nodes.exec_text(container, ["cat", "/etc/sparkdeploy-lab/node.env"])
     want = ""
-    for line in out.decode(errors="replace").splitlines() if code == 0 else []:
+    for line in out.splitlines() if code == 0 else []:
         if line.startswith("SPARKDEPLOY_LAB_FABRIC_IFACE="):
             want = line.split("=", 1)[1]
-    code, _ = container.exec_run(["ip", "link", "show", "dev", want]) if want else (1, b"")
+    code = nodes.exec_text(container, ["ip", "link", "show", "dev", want])[0] if want else 1
     return want if code == 0 else ""
 
 
-def status(spec: LabSpec | None = None, client=None) -> list[NodeStatus]:
+def status(spec: LabSpec | None = None, client: DockerClient | None = None) -> list[NodeStatus]:
     """What each node container is doing: state, addresses, and whether sshd and the inner dockerd answer."""
     spec = spec or LabSpec()
     client = client or docker_client()
     found = []
-    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name):
+    for container in sorted(nodes.list_containers(client, spec), key=lambda c: c.name or ""):
         attrs = container.attrs
         nets = attrs.get("NetworkSettings", {}).get("Networks") or {}
         st = NodeStatus(
             node=nodes.node_name(container),
-            container=container.name,
+            container=container.name or "",
             state=container.status,
             mgmt_ip=(nets.get(spec.mgmt_network) or {}).get("IPAddress", ""),
             fabric_ip=(nets.get(spec.fabric_network) or {}).get("IPAddress", ""),
             image=attrs.get("Config", {}).get("Image", ""),
             started_at=attrs.get("State", {}).get("StartedAt", ""),
-            container_id=container.id,
+            container_id=container.id or "",
         )
         if container.status == "running":
             st.ssh = bool(st.mgmt_ip and nodes.ssh_banner(st.mgmt_ip))
@@ -68,7 +73,7 @@ def status(spec: LabSpec | None = None, client=None) -> list[NodeStatus]:
     return found
 
 
-def status_dicts(rows: list[NodeStatus]) -> list[dict]:
+def status_dicts(rows: list[NodeStatus]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
 
 

@@ -17,11 +17,17 @@ import ipaddress
 import json
 import shlex
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.build import ensure_image
 from sparkdeploy.lab import nodes, service
 from sparkdeploy.lab.spec import LabSpec
+
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+
 
 REGISTRY_HOST = 6  # MGMT .6: beside the hub (.5), away from the gateway (.1) and the nodes (.11 up)
 REGISTRY_PORT = 5000
@@ -38,10 +44,10 @@ def container_name(spec: LabSpec) -> str:
     return f"{spec.prefix}-registry"
 
 
-def ensure(client, spec: LabSpec, say=lambda _line: None) -> str:
+def ensure(client: DockerClient, spec: LabSpec, say: Callable[[str], None] = lambda _line: None) -> str:
     """Start (or reuse) the registry and make every lab node's engine trust it; returns its HOST:PORT."""
     tag = ensure_image(IMAGE, client, progress=say)
-    image_id = client.images.get(tag).id
+    image_id = service.image_id(client, tag)
     name = container_name(spec)
     config = image_id[7:23]
     container = service.reusable(client, name, config)
@@ -55,13 +61,13 @@ def ensure(client, spec: LabSpec, say=lambda _line: None) -> str:
     return address(spec)
 
 
-def trust_on_node(client, spec: LabSpec, node: str) -> None:
+def trust_on_node(client: DockerClient, spec: LabSpec, node: str) -> None:
     """The node's dockerd lists the lab registry as insecure (plain HTTP): daemon.json, then SIGHUP (a reload,
     no restart: containers keep running). Idempotent."""
     container = nodes.find_container(client, spec, node)
     if container is None:
         raise StepFailed(f"lab node {node} is not up: run `sparkdeploy lab up` first")
-    code, out = container.exec_run(["cat", DAEMON_JSON])
+    code, out = nodes.exec_text(container, ["cat", DAEMON_JSON])
     try:
         config = json.loads(out) if code == 0 else {}
     except ValueError:
@@ -75,19 +81,19 @@ def trust_on_node(client, spec: LabSpec, node: str) -> None:
         f"mkdir -p /etc/docker && printf '%s\\n' {shlex.quote(text)} > {DAEMON_JSON} "
         '&& kill -HUP "$(cat /run/docker.pid)"'
     )
-    code, out = container.exec_run(["sh", "-c", script])
+    code, out = nodes.exec_text(container, ["sh", "-c", script])
     if code != 0:
-        raise StepFailed(f"lab node {node}: could not make dockerd trust {wanted}: {out.decode(errors='replace')}")
+        raise StepFailed(f"lab node {node}: could not make dockerd trust {wanted}: {out}")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the reload is asynchronous: wait until `docker info` lists it
-        code, out = container.exec_run(["docker", "info", "--format", "{{json .RegistryConfig.IndexConfigs}}"])
-        if code == 0 and wanted in out.decode(errors="replace"):
+        code, out = nodes.exec_text(container, ["docker", "info", "--format", "{{json .RegistryConfig.IndexConfigs}}"])
+        if code == 0 and wanted in out:
             return
         time.sleep(0.3)
     raise StepFailed(f"lab node {node}: dockerd did not list {wanted} as insecure after SIGHUP")
 
 
-def publish(client, spec: LabSpec, base_tag: str, repo: str, tag: str, label: str) -> str:
+def publish(client: DockerClient, spec: LabSpec, base_tag: str, repo: str, tag: str, label: str) -> str:
     """Build `FROM base_tag` + LABEL on the first node, push it to the lab registry as repo:tag, drop the local
     tag there; returns the reference pinned with the digest the registry serves."""
     first = spec.node_specs()[0].name
@@ -102,8 +108,7 @@ def publish(client, spec: LabSpec, base_tag: str, repo: str, tag: str, label: st
         f"&& docker image inspect --format '{{{{json .RepoDigests}}}}' {shlex.quote(ref)} "
         f"&& docker image rm {shlex.quote(ref)} >/dev/null"
     )
-    code, out = container.exec_run(["sh", "-c", script])
-    text = out.decode(errors="replace").strip()
+    code, text = nodes.exec_text(container, ["sh", "-c", script])
     if code != 0:
         raise StepFailed(f"lab node {first}: could not publish {ref} to the lab registry: {text[-500:]}")
     digests = json.loads(text.splitlines()[0])
@@ -111,7 +116,7 @@ def publish(client, spec: LabSpec, base_tag: str, repo: str, tag: str, label: st
     return f"{ref}@{digest}"
 
 
-def manifest_clients(client, spec: LabSpec, repo: str) -> list[str]:
+def manifest_clients(client: DockerClient, spec: LabSpec, repo: str) -> list[str]:
     """The address of every client the registry served repo's manifest to with a GET (its access log, in the
     combined format: `IP - - [time] "GET /v2/REPO/manifests/REF HTTP/1.1" 200 ...`), in order."""
     logs = client.containers.get(container_name(spec)).logs().decode(errors="replace")

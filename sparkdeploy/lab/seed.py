@@ -11,28 +11,38 @@ push that follows, which also checks every node's image ID against this machine'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.lab import nodes
 from sparkdeploy.lab.spec import LabSpec
 
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+
 STORE_PARTS = ("image", "overlay2")  # the image and layer databases; containers, networks, volumes stay out
 
 
-def _exec(container, *argv: str) -> tuple[int, str]:
-    code, out = container.exec_run(list(argv), demux=False)
-    return code, (out or b"").decode(errors="replace").strip()
+def _exec(container: Container, *argv: str) -> tuple[int, str]:
+    return nodes.exec_text(container, list(argv))
 
 
-def _empty_engine(container) -> bool:
+def _empty_engine(container: Container) -> bool:
     code, out = _exec(container, "docker", "images", "-aq")
     return code == 0 and out == ""
 
 
-def seed(client, spec: LabSpec, source: str, targets: list[str], node_image: str, say) -> list[str]:
+def seed(
+    client: DockerClient, spec: LabSpec, source: str, targets: list[str], node_image: str, say: Callable[[str], None]
+) -> list[str]:
     """Copy `source`'s image store into every fresh node of `targets`; returns the nodes seeded."""
     src = nodes.find_container(client, spec, source)
+    if src is None:
+        raise StepFailed(f"lab node {source} is not up: run `sparkdeploy lab up` first")
     driver = nodes.storage_driver(src)
     fresh = []
     for name in targets:

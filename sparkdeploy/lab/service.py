@@ -8,17 +8,25 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import docker
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.lab.spec import CONFIG_LABEL, LabSpec
 
+if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
+    from docker import DockerClient
+    from docker.models.containers import Container
+
+
 ROLE_LABEL = "io.sparkdeploy.lab.role"
 READY_TIMEOUT_S = 30.0
 
 
-def reusable(client, name: str, config: str, on_replace: Callable[[], None] = lambda: None):
+def reusable(
+    client: DockerClient, name: str, config: str, on_replace: Callable[[], None] = lambda: None
+) -> Container | None:
     """The container `name` while its config label is `config`; one built from another config is removed
     (on_replace is told first). None when there is none to reuse."""
     try:
@@ -32,7 +40,9 @@ def reusable(client, name: str, config: str, on_replace: Callable[[], None] = la
     return None
 
 
-def create(client, spec: LabSpec, *, role: str, name: str, image: str, ip: str, config: str, **options):
+def create(
+    client: DockerClient, spec: LabSpec, *, role: str, name: str, image: str, ip: str, config: str, **options: Any
+) -> Container:
     """A new service container `name` (hostname and role label `role`) at `ip` on the management network,
     restarted unless stopped. options: create_container's `command`, or create_host_config's (`cap_add`,
     `binds`)."""
@@ -41,7 +51,9 @@ def create(client, spec: LabSpec, *, role: str, name: str, image: str, ip: str, 
     host_config = api.create_host_config(
         network_mode=spec.mgmt_network, init=True, restart_policy={"Name": "unless-stopped"}, **options
     )
-    networking = api.create_networking_config({spec.mgmt_network: api.create_endpoint_config(ipv4_address=ip)})
+    networking = api.create_networking_config(
+        {spec.mgmt_network: api.create_endpoint_config(ipv4_address=ip)}  # type: ignore[arg-type]  # docker-stubs: one EndpointConfig; the SDK takes them by network
+    )
     labels = dict(spec.labels(), **{CONFIG_LABEL: config, ROLE_LABEL: role})
     created = api.create_container(
         image,
@@ -56,7 +68,7 @@ def create(client, spec: LabSpec, *, role: str, name: str, image: str, ip: str, 
     return client.containers.get(created["Id"])
 
 
-def start(container, role: str, url: str, shown: str, timeout: float = READY_TIMEOUT_S) -> None:
+def start(container: Container, role: str, url: str, shown: str, timeout: float = READY_TIMEOUT_S) -> None:
     """Start the container if it is not running, then wait until `url` answers 200; a container that stops or
     does not answer in time fails with its last log lines (`shown`: the address the message names)."""
     container.reload()
@@ -75,3 +87,11 @@ def start(container, role: str, url: str, shown: str, timeout: float = READY_TIM
             logs = container.logs(tail=20).decode(errors="replace")
             raise StepFailed(f"lab {role} {container.name} does not answer on {shown}:\n{logs}")
         time.sleep(0.3)
+
+
+def image_id(client: DockerClient, tag: str) -> str:
+    """The ID of an image the engine has (docker-stubs type Image.id Optional: an image the engine lists has one)."""
+    found = client.images.get(tag).id
+    if not found:
+        raise StepFailed(f"the Docker engine lists {tag} without an ID")
+    return found

@@ -64,6 +64,10 @@ def _default_subnet(index: int) -> str:
     return (DEFAULT_MGMT_SUBNET, DEFAULT_FABRIC_SUBNET)[index]
 
 
+# A docker SDK list filter (label, name, ...), the SDK's own type for it.
+Filters = dict[str, str | list[str] | bool]
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str  # spark1, spark2, ...
@@ -168,9 +172,14 @@ class LabSpec:
         return labels
 
     @property
-    def filters(self) -> dict:
+    def filter_labels(self) -> list[str]:
+        """The labels every object of this lab carries (and no other lab's)."""
+        return [f"{LAB_LABEL}=1", f"{NAME_LABEL}={self.qualified_name}"]
+
+    @property
+    def filters(self) -> Filters:
         """Docker list filter selecting this lab's objects only."""
-        return {"label": [f"{LAB_LABEL}=1", f"{NAME_LABEL}={self.qualified_name}"]}
+        return {"label": self.filter_labels}
 
     # -- addresses --------------------------------------------------------------------------------------
     def node_specs(self) -> list[NodeSpec]:

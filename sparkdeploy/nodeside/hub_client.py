@@ -15,9 +15,12 @@ pull:     plan, then wait for one line on stdin: "go" downloads that commit, any
 Errors are one JSON line {"error": KIND, "message": ...} and exit 3, for the CLI to turn into a fix.
 """
 
+from __future__ import annotations
+
 import fnmatch
 import json
 import sys
+from typing import Any, NoReturn
 
 import huggingface_hub
 from huggingface_hub import HfApi, snapshot_download
@@ -25,12 +28,12 @@ from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNot
 from huggingface_hub.hf_api import RepoFile
 
 
-def fail(kind, message):
+def fail(kind: str, message: str) -> NoReturn:
     print(json.dumps({"error": kind, "message": message[:500]}))
     sys.exit(3)
 
 
-def manifest(repo, revision, include=()):
+def manifest(repo: str, revision: str, include: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     api = HfApi()
     info = api.model_info(repo, revision=revision)
     files = []
@@ -52,7 +55,7 @@ def manifest(repo, revision, include=()):
     }
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     cmd, repo, revision, include = argv[0], argv[1], argv[2], list(argv[3:])
     allow = include or None
 

@@ -22,10 +22,26 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 READ_CHUNK = 1024 * 1024
+
+
+class Engine(Protocol):
+    """What open_store asks of a Docker client: the engine's `docker info`."""
+
+    def info(self) -> dict[str, Any]: ...
+
+
+class Digest(Protocol):
+    """A hashlib hash, as the layer's chunks feed it."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
 _FILE, _SEGMENT = 1, 2  # tar-split entry types (github.com/vbatts/tar-split/tar/storage)
 
 
@@ -74,7 +90,7 @@ class LayerStore:
             self._sizes[diff_id] = total
         return self._sizes[diff_id]
 
-    def layer_chunks(self, chain_id: str, diff_id: str):
+    def layer_chunks(self, chain_id: str, diff_id: str) -> Iterator[bytes]:
         """The layer's tar, byte for byte as the engine would export it, in chunks; hashed as it goes."""
         folder = self.layer_dir(chain_id, diff_id)
         files = self.root / self.driver / (folder / "cache-id").read_text().strip() / "diff"
@@ -95,14 +111,14 @@ class LayerStore:
             raise LayerMismatch(f"layer {diff_id[:19]} rebuilt from {files} does not hash to its diff ID")
 
     @staticmethod
-    def _entries(folder: Path):
+    def _entries(folder: Path) -> Iterator[dict[str, Any]]:
         with gzip.open(folder / "tar-split.json.gz", "rt", encoding="utf-8") as lines:
             for line in lines:
                 if line.strip():
                     yield json.loads(line)
 
 
-def open_store(client, image_id: str) -> tuple[LayerStore | None, str]:
+def open_store(client: Engine, image_id: str) -> tuple[LayerStore | None, str]:
     """This engine's layer store when it can be read here, or None and why not."""
     try:
         info = client.info()
@@ -132,12 +148,12 @@ def _hex(digest: str) -> str:
     return value
 
 
-def _entry_name(entry: dict) -> str:
+def _entry_name(entry: dict[str, Any]) -> str:
     raw = entry.get("name_raw")
     return os.fsdecode(base64.b64decode(raw)) if raw else entry.get("name") or ""
 
 
-def _file_chunks(files: Path, name: str, size: int, digest):
+def _file_chunks(files: Path, name: str, size: int, digest: Digest) -> Iterator[bytes]:
     """The `size` bytes of one file of the layer; a name that leaves the layer's folder is refused."""
     relative = Path(name.lstrip("/"))
     if ".." in relative.parts or not relative.parts:
@@ -153,7 +169,7 @@ def _file_chunks(files: Path, name: str, size: int, digest):
             yield data
 
 
-def _flush(pending: bytearray, digest):
+def _flush(pending: bytearray, digest: Digest) -> Iterator[bytes]:
     if pending:
         data = bytes(pending)
         pending.clear()

@@ -23,11 +23,15 @@ BLOB.sparkdeploy-partial) as it grows: both are renamed to BLOB when done, so th
 The next node thus receives the model while this one downloads it; it still checks every digest itself.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import IO, Any, Protocol
 
 PARTIAL = ".sparkdeploy-partial"
 INCOMPLETE = ".incomplete"  # huggingface_hub's partial download of a blob
@@ -36,28 +40,36 @@ STALL_S = 300  # a followed file that has not grown for this long: the download 
 CHUNK = 1 << 20
 
 
-def home(hf_cache):
+class Hash(Protocol):
+    """A hashlib hash (sha256 or sha1), fed as the bytes come."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def home(hf_cache: str) -> str:
     return os.path.expanduser(hf_cache)
 
 
-def folder(repo):
+def folder(repo: str) -> str:
     return "models--" + repo.replace("/", "--")
 
 
-def repo_dir(hf_cache, repo):
+def repo_dir(hf_cache: str, repo: str) -> str:
     return os.path.join(home(hf_cache), "hub", folder(repo))
 
 
-def record_dir(hf_cache, repo):
+def record_dir(hf_cache: str, repo: str) -> str:
     return os.path.join(home(hf_cache), "sparkdeploy-models", folder(repo))
 
 
-def new_hash(blob, size):
+def new_hash(blob: str, size: int) -> Hash:
     """sha256 for a 64-hex blob name (LFS), git blob sha1 (its header includes the size) for a 40-hex one."""
     return hashlib.sha256() if len(blob) == 64 else hashlib.sha1(b"blob %d\0" % size)
 
 
-def digest_of(path, blob):
+def digest_of(path: str, blob: str) -> str:
     h = new_hash(blob, os.path.getsize(path))
     with open(path, "rb") as fh:
         for data in iter(lambda: fh.read(CHUNK), b""):
@@ -65,7 +77,7 @@ def digest_of(path, blob):
     return h.hexdigest()
 
 
-def _write_json(path, data):
+def _write_json(path: str, data: Any) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + PARTIAL
     with open(tmp, "w") as fh:
@@ -75,7 +87,7 @@ def _write_json(path, data):
     os.replace(tmp, path)
 
 
-def _read_json(path, default):
+def _read_json(path: str, default: Any) -> Any:
     try:
         with open(path) as fh:
             return json.load(fh)
@@ -83,11 +95,11 @@ def _read_json(path, default):
         return default
 
 
-def _stamp(st):
+def _stamp(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def check_file(blobs, f, cache, force):
+def check_file(blobs: str, f: dict[str, Any], cache: dict[str, list[int]], force: bool) -> str:
     """'ok' | 'missing' | 'size' | 'digest' for one manifest entry; `cache` (verified.json) is updated."""
     path = os.path.join(blobs, f["blob"])
     try:
@@ -105,15 +117,17 @@ def check_file(blobs, f, cache, force):
     return "ok"
 
 
-def verify(hf_cache, manifest, force=False, fresh=None):
+def verify(
+    hf_cache: str, manifest: dict[str, Any], force: bool = False, fresh: dict[str, list[int]] | None = None
+) -> dict[str, str]:
     """{path: problem} for the files of `manifest` that do not verify; `fresh`: blobs just hashed (stamps)."""
     repo = manifest["repo"]
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
     snap = os.path.join(repo_dir(hf_cache, repo), "snapshots", manifest["commit"])
     cache_path = os.path.join(record_dir(hf_cache, repo), "verified.json")
-    cache = _read_json(cache_path, {})
+    cache: dict[str, list[int]] = _read_json(cache_path, {})
     cache.update(fresh or {})
-    bad = {}
+    bad: dict[str, str] = {}
     for f in manifest["files"]:
         state = check_file(blobs, f, cache, force)
         if state == "ok" and not os.path.exists(os.path.join(snap, f["path"])):
@@ -127,7 +141,7 @@ def verify(hf_cache, manifest, force=False, fresh=None):
     return bad
 
 
-def free_bytes(hf_cache):
+def free_bytes(hf_cache: str) -> int:
     path = home(hf_cache)
     while not os.path.exists(path):
         path = os.path.dirname(path) or "/"
@@ -135,9 +149,9 @@ def free_bytes(hf_cache):
     return st.f_bavail * st.f_frsize
 
 
-def cmd_status(hf_cache, repo=None, force=False):
+def cmd_status(hf_cache: str, repo: str | None = None, force: bool = False) -> dict[str, Any]:
     base = os.path.join(home(hf_cache), "sparkdeploy-models")
-    out = {"free": free_bytes(hf_cache), "models": []}
+    out: dict[str, Any] = {"free": free_bytes(hf_cache), "models": []}
     folders = [folder(repo)] if repo else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
     for name in folders:
         rdir = os.path.join(base, name)
@@ -163,9 +177,10 @@ def cmd_status(hf_cache, repo=None, force=False):
     return out
 
 
-def cmd_have(hf_cache, repo):
+def cmd_have(hf_cache: str, repo: str) -> dict[str, Any]:
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
-    have, partial = {}, {}
+    have: dict[str, int] = {}
+    partial: dict[str, int] = {}
     if os.path.isdir(blobs):
         for name in os.listdir(blobs):
             size = os.path.getsize(os.path.join(blobs, name))
@@ -178,7 +193,7 @@ def cmd_have(hf_cache, repo):
     return {"have": have, "partial": partial, "free": free_bytes(hf_cache)}
 
 
-def link_snapshot(hf_cache, manifest):
+def link_snapshot(hf_cache: str, manifest: dict[str, Any]) -> None:
     """snapshots/COMMIT/PATH -> ../../blobs/BLOB (relative, as huggingface_hub makes them) and refs/REV."""
     rdir = repo_dir(hf_cache, manifest["repo"])
     for f in manifest["files"]:
@@ -202,7 +217,7 @@ def link_snapshot(hf_cache, manifest):
         os.replace(tmp, ref)
 
 
-def cmd_finish(hf_cache, manifest, fresh=None):
+def cmd_finish(hf_cache: str, manifest: dict[str, Any], fresh: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """After a download or a copy: every file verified, then the manifest recorded (the 'complete' mark).
     `fresh`: blobs the receiver hashed as they arrived (not hashed twice); every other blob is hashed now."""
     os.makedirs(os.path.join(repo_dir(hf_cache, manifest["repo"]), "blobs"), exist_ok=True)
@@ -219,7 +234,7 @@ def cmd_finish(hf_cache, manifest, fresh=None):
     return {"ok": True, "bad": {}}
 
 
-def cmd_arriving(hf_cache, repo, state):
+def cmd_arriving(hf_cache: str, repo: str, state: str) -> None:
     mark = os.path.join(record_dir(hf_cache, repo), ARRIVING)
     if state == "on":
         os.makedirs(os.path.dirname(mark), exist_ok=True)
@@ -229,7 +244,7 @@ def cmd_arriving(hf_cache, repo, state):
         os.unlink(mark)
 
 
-def _open_blob(blobs, blob, arriving):
+def _open_blob(blobs: str, blob: str, arriving: Callable[[], bool]) -> IO[bytes] | None:
     """The blob's file, complete or (while bytes arrive here) the one it is being written to; None if none yet."""
     names = (blob, blob + INCOMPLETE, blob + PARTIAL) if arriving() else (blob,)
     for name in names:
@@ -240,21 +255,22 @@ def _open_blob(blobs, blob, arriving):
     return None
 
 
-def cmd_send(hf_cache, repo, request):
+def cmd_send(hf_cache: str, repo: str, request: dict[str, Any]) -> None:
     """A stream of [header line][bytes]...: the manifest, then each wanted blob from its offset. The bytes go
     with sendfile (kernel to pipe, no copy through Python). With "follow", blobs still arriving on this node
     are sent as they are written (see the module's note)."""
     out = sys.stdout.buffer
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
     mark = os.path.join(record_dir(hf_cache, repo), ARRIVING)
-    arriving = (lambda: os.path.exists(mark)) if request.get("follow") else (lambda: False)
+    arriving: Callable[[], bool] = (lambda: os.path.exists(mark)) if request.get("follow") else (lambda: False)
     sizes = {f["blob"]: f["size"] for f in request["manifest"]["files"]}
     out.write((json.dumps({"manifest": request["manifest"]}) + "\n").encode())
     for blob, offset in request["want"]:
         size = sizes[blob]
         out.write((json.dumps({"blob": blob, "offset": offset, "size": size}) + "\n").encode())
         out.flush()
-        fh, pos, grew = None, offset, time.monotonic()
+        fh: IO[bytes] | None = None
+        pos, grew = offset, time.monotonic()
         try:
             while pos < size:
                 fh = fh or _open_blob(blobs, blob, arriving)
@@ -279,12 +295,12 @@ def cmd_send(hf_cache, repo, request):
     out.flush()
 
 
-def cmd_receive(hf_cache, repo):
+def cmd_receive(hf_cache: str, repo: str) -> int:
     inp = sys.stdin.buffer
     blobs = os.path.join(repo_dir(hf_cache, repo), "blobs")
     os.makedirs(blobs, exist_ok=True)
-    manifest = None
-    fresh = {}
+    manifest: dict[str, Any] | None = None
+    fresh: dict[str, list[int]] = {}
     while True:
         line = inp.readline()
         if not line:
@@ -335,7 +351,7 @@ def cmd_receive(hf_cache, repo):
     return 0 if result["ok"] else 1
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     cmd, hf_cache, rest = argv[0], argv[1], argv[2:]
     if cmd == "status":
         force = "--verify" in rest

@@ -15,6 +15,8 @@ Applying: `netplan apply` where systemd runs. A lab node container has no system
 generated networkd files are applied with `ip` by a stand-in, and every answer says "standin": true (SIMULATED).
 """
 
+from __future__ import annotations
+
 import glob
 import json
 import os
@@ -22,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 
 STATE = "/var/lib/sparkdeploy/netguard"
 ORIGINAL = STATE + "/original.json"  # the files before sparkdeploy's first write (for restore)
@@ -31,11 +34,11 @@ NETPLAN_DIR = "/etc/netplan"
 NETWORKD_RUN = "/run/systemd/network"
 
 
-def _run(argv):
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True)
 
 
-def _read(path):
+def _read(path: str) -> str | None:
     try:
         with open(path) as fh:
             return fh.read()
@@ -43,7 +46,7 @@ def _read(path):
         return None
 
 
-def _write(path, text, mode=0o600):
+def _write(path: str, text: str, mode: int = 0o600) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".sparkdeploy-tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -53,21 +56,21 @@ def _write(path, text, mode=0o600):
     os.replace(tmp, path)
 
 
-def _netplan_files():
+def _netplan_files() -> dict[str, str | None]:
     return {p: _read(p) for p in sorted(glob.glob(NETPLAN_DIR + "/*.yaml"))}
 
 
-def _standin():
+def _standin() -> bool:
     """PID 1 is not systemd (a lab node container): networkd's part is played by _apply_standin."""
     return (_read("/proc/1/comm") or "").strip() != "systemd"
 
 
-def _generate():
+def _generate() -> subprocess.CompletedProcess[str]:
     """`netplan generate`; without systemd, into / explicitly (netplan then skips `systemctl daemon-reload`)."""
     return _run(["netplan", "generate", "--root-dir", "/"] if _standin() else ["netplan", "generate"])
 
 
-def _links():
+def _links() -> dict[str, dict[str, Any]]:
     out = _run(["ip", "-j", "addr", "show"]).stdout
     try:
         rows = json.loads(out or "[]")
@@ -83,7 +86,7 @@ def _links():
     }
 
 
-def _default_routes():
+def _default_routes() -> list[dict[str, str]]:
     try:
         rows = json.loads(_run(["ip", "-j", "route", "show", "default"]).stdout or "[]")
     except ValueError:
@@ -91,11 +94,13 @@ def _default_routes():
     return [{"gateway": r["gateway"], "dev": r["dev"]} for r in rows if r.get("gateway") and r.get("dev")]
 
 
-def _networkd_files():
+def _networkd_files() -> dict[str, dict[str, Any]]:
     """What `netplan generate` wrote for networkd: {interface: {"addrs": [...], "mtu": N}}."""
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for path in sorted(glob.glob(NETWORKD_RUN + "/10-netplan-*.network")):
-        name, addrs, mtu = None, [], None
+        name: str | None = None
+        addrs: list[str] = []
+        mtu: int | None = None
         for line in (_read(path) or "").splitlines():
             key, _, value = line.strip().partition("=")
             if key == "Name":
@@ -114,7 +119,7 @@ def _networkd_files():
     return found
 
 
-def _set_link(name, addrs, mtu):
+def _set_link(name: str, addrs: list[str], mtu: int | None) -> None:
     if name not in _links():
         return
     _run(["ip", "-4", "addr", "flush", "dev", name])
@@ -125,7 +130,7 @@ def _set_link(name, addrs, mtu):
     _run(["ip", "link", "set", "dev", name, "up"])
 
 
-def _apply_standin():
+def _apply_standin() -> list[str]:
     """SIMULATED systemd-networkd: the generated files' addresses and MTUs, set with ip."""
     wanted = _networkd_files()
     for name, cfg in wanted.items():
@@ -133,14 +138,14 @@ def _apply_standin():
     return sorted(wanted)
 
 
-def _apply():
+def _apply() -> dict[str, Any]:
     if _standin():
         return {"standin": True, "interfaces": _apply_standin()}
     r = _run(["netplan", "apply"])
     return {"standin": False, "rc": r.returncode, "error": r.stderr.strip()[-400:]}
 
 
-def _restore_files(files):
+def _restore_files(files: dict[str, str | None]) -> None:
     for path in list(_netplan_files()):
         if path not in files:
             os.remove(path)
@@ -149,7 +154,7 @@ def _restore_files(files):
             _write(path, text)
 
 
-def _rollback(pending, reason):
+def _rollback(pending: dict[str, Any], reason: str) -> None:
     _restore_files(pending["files"])
     if _standin():
         generated = _generate()
@@ -169,7 +174,7 @@ def _rollback(pending, reason):
         pass
 
 
-def _watch(token, deadline):
+def _watch(token: str, deadline: float) -> None:
     """The detached watcher: confirmed in time -> done; else undo the change."""
     confirmed = f"{STATE}/confirmed-{token}"
     while time.time() < deadline:
@@ -186,7 +191,7 @@ def _watch(token, deadline):
         _rollback(pending, f"not confirmed within {pending['timeout_s']} s")
 
 
-def _detach(token, deadline):
+def _detach(token: str, deadline: float) -> None:
     """Double fork: the watcher outlives this command and the SSH session (new session, stdio on /dev/null)."""
     if os.fork() != 0:
         return
@@ -202,8 +207,8 @@ def _detach(token, deadline):
         os._exit(0)
 
 
-def inspect(ifaces):
-    nm = {}
+def inspect(ifaces: list[str]) -> dict[str, Any]:
+    nm: dict[str, str] = {}
     if shutil.which("nmcli"):
         out = _run(["nmcli", "-t", "-f", "DEVICE,STATE", "device"]).stdout
         for line in out.splitlines():
@@ -220,7 +225,7 @@ def inspect(ifaces):
     }
 
 
-def apply(cfg):
+def apply(cfg: dict[str, Any]) -> dict[str, Any]:
     if os.path.exists(PENDING):
         old = json.loads(_read(PENDING) or "{}")
         if old.get("deadline", 0) > time.time():
@@ -265,7 +270,7 @@ def apply(cfg):
     return result
 
 
-def confirm(token):
+def confirm(token: str) -> dict[str, Any]:
     done = json.loads(_read(ROLLED_BACK) or "null")
     if done and done.get("token") == token:
         return {"state": "rolled-back", "reason": done.get("reason", "")}
@@ -280,7 +285,7 @@ def confirm(token):
     return {"state": "confirmed-late"}
 
 
-def restore():
+def restore() -> dict[str, Any]:
     original = json.loads(_read(ORIGINAL) or "null")
     if original is None:
         return {"state": "nothing-to-restore"}
@@ -293,7 +298,7 @@ def restore():
             if before is not None:
                 _set_link(name, before["addrs"], before["mtu"])
         _apply_standin()
-        applied = {"standin": True}
+        applied: dict[str, Any] = {"standin": True}
     else:
         r = _run(["netplan", "apply"])
         applied = {"standin": False, "rc": r.returncode}
@@ -301,7 +306,7 @@ def restore():
     return dict(applied, state="restored", files=sorted(original["files"]))
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     action = argv[0] if argv else ""
     if action == "inspect":
         out = inspect(json.loads(argv[1]) if len(argv) > 1 else [])

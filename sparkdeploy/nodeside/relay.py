@@ -8,12 +8,15 @@ on stderr, and each hop's result as one `@@sparkdeploy-result` JSON line on stdo
 through first). A hop that cannot forward keeps loading; a sink that fails keeps forwarding.
 """
 
+from __future__ import annotations
+
 import json
 import shlex
 import subprocess
 import sys
 import threading
 import time
+from typing import IO, Any, Protocol
 
 from . import ship
 from .ship import decode, encode
@@ -23,7 +26,7 @@ RESULT = "@@sparkdeploy-result "
 CHUNK = 1 << 20
 
 
-def next_hop_argv(cfg, app):
+def next_hop_argv(cfg: dict[str, Any], app: str) -> list[str] | None:
     """argv that starts the relay on the next hop (chain[1]) through this hop's peer ssh prefix; `app`: the
     archive (base64) the relay runs from there."""
     me, rest = cfg["chain"][0], cfg["chain"][1:]
@@ -32,7 +35,7 @@ def next_hop_argv(cfg, app):
     return list(me["next_ssh"]) + [shlex.join(ship.argv("relay", encode(dict(cfg, chain=rest)), app=app))]
 
 
-def say(stream, prefix, record):
+def say(stream: IO[str], prefix: str, record: dict[str, Any]) -> None:
     try:
         stream.write(prefix + json.dumps(record, separators=(",", ":")) + "\n")
         stream.flush()
@@ -40,8 +43,22 @@ def say(stream, prefix, record):
         pass
 
 
-def _read_exact(stream, n):
-    parts, left = [], n
+def pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A child's pipe that was asked for (subprocess.PIPE): never None."""
+    if stream is None:
+        raise ValueError("no pipe to the child process")
+    return stream
+
+
+class Readable(Protocol):
+    """What run_loads reads its frames from: a pipe, or the _Tee that forwards what it reads."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+
+def _read_exact(stream: Readable, n: int) -> bytes:
+    parts: list[bytes] = []
+    left = n
     while left:
         data = stream.read(left)
         if not data:
@@ -54,27 +71,27 @@ def _read_exact(stream, n):
 class _Load:
     """One `docker load`, its output collected."""
 
-    def __init__(self, argv):
+    def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.out = []
-        self.reader = threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True)
+        self.out: list[bytes] = []
+        self.reader = threading.Thread(target=lambda: self.out.append(pipe(self.proc.stdout).read()), daemon=True)
         self.reader.start()
         self.broken = False
 
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         if not self.broken:
             try:
-                self.proc.stdin.write(data)
+                pipe(self.proc.stdin).write(data)
             except (BrokenPipeError, OSError):
                 self.broken = True
 
-    def close(self):
+    def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            pipe(self.proc.stdin).close()
         except (BrokenPipeError, OSError):
             pass
 
-    def wait(self):
+    def wait(self) -> tuple[int, str]:
         self.close()
         rc = self.proc.wait()
         self.reader.join(60)
@@ -82,11 +99,13 @@ class _Load:
         return rc, text
 
 
-def run_loads(stream, load_argv, report):
+def run_loads(stream: Readable, load_argv: list[str], report: list[tuple[int, str]]) -> None:
     """The framed pipeline of loads (node_store_reader): load k+1 receives its layers while load k registers;
     its trailer (config and manifest) goes only once load k has finished, since it names load k's layers.
     A stream cut inside a load ends that load without its trailer: it loads nothing; the loads before stay."""
-    prev, current, failed = None, None, None
+    prev: _Load | None = None
+    current: _Load | None = None
+    failed: str | None = None
     while True:
         head = _read_exact(stream, 9)
         if len(head) < 9:
@@ -131,18 +150,18 @@ class _Tee:
     and counted (progress lines up the chain). Used when the stream is not compressed, so the frames need no
     decompressor between the wire and the loads: one copy less through the node's CPU."""
 
-    def __init__(self, source, forward, me, err):
+    def __init__(self, source: IO[bytes], forward: subprocess.Popen[bytes] | None, me: str, err: IO[str]) -> None:
         self.source, self.forward, self.me, self.err = source, forward, me, err
         self.forward_ok = forward is not None
         self.got, self.said = 0, time.monotonic()
 
-    def read(self, n):
+    def read(self, n: int, /) -> bytes:
         data = self.source.read(n)
         if data:
             self.got += len(data)
-            if self.forward_ok:
+            if self.forward is not None and self.forward_ok:
                 try:
-                    self.forward.stdin.write(data)
+                    pipe(self.forward.stdin).write(data)
                 except (BrokenPipeError, OSError):
                     self.forward_ok = False
             if time.monotonic() - self.said >= 1.0:
@@ -150,16 +169,23 @@ class _Tee:
                 say(self.err, PROGRESS, {"node": self.me, "received": self.got})
         return data
 
-    def drain(self):
+    def drain(self) -> None:
         while self.read(CHUNK):
             pass
 
 
-def relay(cfg, app, source=None, out=None, err=None):
+def relay(
+    cfg: dict[str, Any],
+    app: str,
+    source: IO[bytes] | None = None,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
+) -> int:
     source = source or sys.stdin.buffer
     out, err = out or sys.stdout, err or sys.stderr
     me = cfg["chain"][0]["name"]
-    sink_out, loads = [], []
+    sink_out: list[bytes] = []
+    loads: list[tuple[int, str]] = []
     argv = next_hop_argv(cfg, app)
     if cfg.get("framed") and list(cfg["decompress"]) == ["cat"]:
         forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None
@@ -174,7 +200,7 @@ def relay(cfg, app, source=None, out=None, err=None):
         sink = subprocess.Popen(
             ["bash", "-c", cfg["sink"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
-        reader = threading.Thread(target=lambda: sink_out.append(sink.stdout.read()), daemon=True)
+        reader = threading.Thread(target=lambda: sink_out.append(pipe(sink.stdout).read()), daemon=True)
     reader.start()
     forward = subprocess.Popen(argv, stdin=subprocess.PIPE) if argv else None  # its stdout/stderr: ours
     got, said = 0, time.monotonic()
@@ -184,32 +210,43 @@ def relay(cfg, app, source=None, out=None, err=None):
         if not data:
             break
         got += len(data)
-        if forward_ok:
+        if forward is not None and forward_ok:
             try:
-                forward.stdin.write(data)
+                pipe(forward.stdin).write(data)
             except (BrokenPipeError, OSError):
                 forward_ok = False
         if sink_ok:
             try:
-                sink.stdin.write(data)
+                pipe(sink.stdin).write(data)
             except (BrokenPipeError, OSError):
                 sink_ok = False
         if time.monotonic() - said >= 1.0:
             said = time.monotonic()
             say(err, PROGRESS, {"node": me, "received": got})
     try:
-        sink.stdin.close()
+        pipe(sink.stdin).close()
     except (BrokenPipeError, OSError):
         pass
     return _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader)
 
 
-def _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader=None):
+def _report(
+    cfg: dict[str, Any],
+    me: str,
+    out: IO[str],
+    err: IO[str],
+    got: int,
+    sink: subprocess.Popen[bytes] | None,
+    forward: subprocess.Popen[bytes] | None,
+    loads: list[tuple[int, str]],
+    sink_out: list[bytes],
+    reader: threading.Thread | None = None,
+) -> int:
     """Close the next hop's input, wait for it and for this node's loads, and say this hop's result."""
     say(err, PROGRESS, {"node": me, "received": got})
     if forward is not None:
         try:
-            forward.stdin.close()
+            pipe(forward.stdin).close()
         except (BrokenPipeError, OSError):
             pass
     forward_rc = forward.wait() if forward is not None else None
@@ -237,5 +274,5 @@ def _report(cfg, me, out, err, got, sink, forward, loads, sink_out, reader=None)
     return 0 if sink_rc == 0 and forward_rc in (None, 0) else 1
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     return relay(decode(argv[0]), ship.own())

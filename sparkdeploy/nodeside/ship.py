@@ -24,6 +24,7 @@ import sys
 import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 PACKAGE = Path(__file__).resolve().parent
 NAME = "nodeside"  # the package's name inside the archive (its modules import each other relatively)
@@ -121,12 +122,12 @@ def own() -> str:
         return base64.b64encode(f.read()).decode()
 
 
-def encode(cfg) -> str:
+def encode(cfg: Any) -> str:
     """A program's config as one argument: base64 JSON needs no quoting through any number of shells."""
     return base64.b64encode(json.dumps(cfg, separators=(",", ":")).encode()).decode()
 
 
-def decode(text: str):
+def decode(text: str) -> Any:
     return json.loads(base64.b64decode(text))
 
 

@@ -6,10 +6,13 @@ temporary folder. The archive loads under the temporary tag; a layer that does n
 stops it before its end, so nothing loads.
 """
 
+from __future__ import annotations
+
 import json
 import sys
 import zlib
 from pathlib import Path
+from typing import IO, Any
 
 from .archive import archive_end, archive_start, config_id, layer_header, layer_padding, partial_config
 from .layer_store import LayerMismatch, LayerStore
@@ -19,27 +22,29 @@ from .ship import decode
 BODY, TRAILER = b"B", b"T"  # frames: part of the current load's layers | its config, manifest and end (it ends)
 
 
-def frame(kind, data):
+def frame(kind: bytes, data: bytes) -> bytes:
     return kind + len(data).to_bytes(8, "big") + data
 
 
 class _Counted:
     """The output, counting what was written (reported as `wrote N` on stderr at the end)."""
 
-    def __init__(self, out):
+    def __init__(self, out: IO[bytes]) -> None:
         self.out, self.bytes = out, 0
 
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         self.bytes += len(data)
         self.out.write(data)
 
-    def flush(self):
+    def flush(self) -> None:
         self.out.flush()
 
 
-def plan_batches(positions, sizes, batch_bytes):
+def plan_batches(positions: list[int], sizes: dict[int, int], batch_bytes: int) -> list[list[int]]:
     """Consecutive layers to send gathered into loads of at least batch_bytes (images.store_stream.plan_loads)."""
-    loads, current, gathered = [], [], 0
+    loads: list[list[int]] = []
+    current: list[int] = []
+    gathered = 0
     for pos in sorted(positions):
         current.append(pos)
         gathered += sizes[pos]
@@ -51,7 +56,7 @@ def plan_batches(positions, sizes, batch_bytes):
     return loads
 
 
-def write_store_archive(cfg, out, err):
+def write_store_archive(cfg: dict[str, Any], out: IO[bytes] | _Counted, err: IO[str]) -> None:
     """A pipeline of loads, as frames: each load a complete archive of some layers and the config of the image
     made of the layers up to its top one (a partial image, labelled with the image it is part of), the last
     one the real config and the temporary tag. A cut push keeps the loads that finished."""
@@ -83,7 +88,7 @@ def write_store_archive(cfg, out, err):
     out.flush()
 
 
-def sample_ratio(cfg, per_layer=2 << 20, layers=8):
+def sample_ratio(cfg: dict[str, Any], per_layer: int = 2 << 20, layers: int = 8) -> dict[str, Any]:
     """How well the layers to send compress: zlib level 1 over the first `per_layer` bytes of the `layers`
     largest of them (the ones that carry the bytes). A proxy for zstd -1, cheap enough to run before a push:
     about 1.0 means compressing would only cost CPU on both ends."""
@@ -104,7 +109,7 @@ def sample_ratio(cfg, per_layer=2 << 20, layers=8):
     return {"sampled": raw, "ratio": round(packed / raw, 3) if raw else 1.0}
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     cfg = decode(argv[0])
     try:
         if cfg.get("sample"):

@@ -52,11 +52,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: torch is imported in main, after the watchdog starts
+    import torch
+
+    # One all-reduce's arguments in their C types (NcclDirect.call_args).
+    CallArgs = tuple[
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p
+    ]
+    # One timed run (Measure.timed): seconds per call, each rank's host seconds per call, the ranks' start skew.
+    Sample = tuple[float, list[float], float | None]
+    # One size of the sweep: size, count, iterations, its timed loop, its line-up, wrong elements.
+    Plan = tuple[int, int, int, Callable[[], list[Any]], Callable[[], None], int]
 
 FLOAT_BYTES = 4
 TEARDOWN_TIMEOUT_S = 60
 PHASE = {"name": "start"}
-PARTIAL: dict = {}
+PARTIAL: dict[str, Any] = {}
+# torchrun's environment for a probe started without it: one process, a local rendezvous (its port: MASTER_PORT
+# where set, else 29599).
+SINGLE_PROCESS = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
 
 
 def parse_size(text: str) -> int:
@@ -135,7 +152,7 @@ def args_parser() -> argparse.ArgumentParser:
     return p
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict[str, Any]) -> None:
     """Write the result; as root (the probe's container), give the file to whoever owns its folder (the SSH
     user's state dir on the node), so the probe never leaves a root-owned file there."""
     with open(path, "w") as fh:
@@ -146,7 +163,7 @@ def write_json(path: str, data: dict) -> None:
 
 
 def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Timer:
-    def fire():
+    def fire() -> None:
         msg = f"allreduce_probe: overall timeout of {seconds:g} s reached during {PHASE['name']} (rank {rank})"
         print(msg, file=sys.stderr, flush=True)
         if rank == 0 and json_path:
@@ -165,7 +182,7 @@ def watchdog(seconds: float, rank: int, json_path: str | None) -> threading.Time
 
 
 def teardown_watchdog(seconds: float, rank: int) -> threading.Timer:
-    def fire():
+    def fire() -> None:
         print(
             f"allreduce_probe: teardown did not finish within {seconds:g} s (rank {rank}); the results are "
             "complete, exiting anyway",
@@ -250,12 +267,12 @@ class NcclDirect:
         self.check(self.lib.ncclCommInitRank(ctypes.byref(comm), world, u, rank), "ncclCommInitRank")
         return comm
 
-    def all_reduce(self, comm, send: int, recv: int, count: int, stream: int) -> None:
+    def all_reduce(self, comm: ctypes.c_void_p, send: int, recv: int, count: int, stream: int) -> None:
         rc = self._all_reduce(send, recv, count, self.FLOAT32, self.SUM, comm, stream)
         if rc:
             self.check(rc, "ncclAllReduce")
 
-    def call_args(self, comm, send: int, recv: int, count: int, stream: int) -> tuple:
+    def call_args(self, comm: ctypes.c_void_p, send: int, recv: int, count: int, stream: int) -> CallArgs:
         """The arguments of one float32 sum all-reduce, each converted to its C type once: raw_all_reduce called
         with them converts nothing more (nccl-tests' loop calls NCCL from C; this is as close as Python gets)."""
         vp = ctypes.c_void_p
@@ -269,11 +286,11 @@ class NcclDirect:
             vp(stream),
         )
 
-    def launcher(self, comm, send: int, recv: int, count: int, stream: int):
+    def launcher(self, comm: ctypes.c_void_p, send: int, recv: int, count: int, stream: int) -> Callable[[], int]:
         """One all-reduce, arguments converted once; returns NCCL's result code."""
         return functools.partial(self.raw_all_reduce, *self.call_args(comm, send, recv, count, stream))
 
-    def destroy(self, comm) -> None:
+    def destroy(self, comm: ctypes.c_void_p) -> None:
         self.check(self.lib.ncclCommDestroy(comm), "ncclCommDestroy")
 
 
@@ -297,13 +314,13 @@ def nccl_library(explicit: str | None) -> str:
     return "libnccl.so.2"
 
 
-def launch_loop(fn, arglist) -> Callable[[], list]:
+def launch_loop(fn: Callable[..., Any], arglist: list[CallArgs]) -> Callable[[], list[Any]]:
     """Every call queued back to back from C: itertools.starmap calls fn on each prebuilt argument tuple, so no
     Python frame runs per call; the result codes come back as a list."""
     return lambda: list(itertools.starmap(fn, arglist))
 
 
-def python_call_floor(args: tuple, calls: int = 2000, runs: int = 5) -> float | None:
+def python_call_floor(args: CallArgs, calls: int = 2000, runs: int = 5) -> float | None:
     """Seconds per call that the timed loop itself costs: the same loop (launch_loop) calling, through ctypes and
     with the same arguments, a C function that does nothing with them (libc's labs). No launch from Python can
     cost less; what a row's host time has beyond it is NCCL's own host work, which nccl-tests pays too."""
@@ -322,7 +339,7 @@ def python_call_floor(args: tuple, calls: int = 2000, runs: int = 5) -> float | 
     return statistics.median(times)
 
 
-def medians(samples: list[tuple[float, list[float], float | None]]) -> dict:
+def medians(samples: list[Sample]) -> dict[str, Any]:
     """One figure per field over timed runs (Measure.timed's tuples): the median of each."""
     skews = [s[2] for s in samples]
     return {
@@ -357,12 +374,12 @@ METHODS = {
 }
 
 
-def torch_loop(dist, buf, n: int) -> list:
+def torch_loop(dist: ModuleType, buf: torch.Tensor, n: int) -> list[Any]:
     """n in-place all-reduces through torch.distributed (the sweep without NCCL direct: gloo, or no libnccl)."""
     return [dist.all_reduce(buf) for _ in range(n)]
 
 
-def sweep_row(plan: tuple, m: dict, factor: float, cycles: int) -> dict:
+def sweep_row(plan: Plan, m: dict[str, Any], factor: float, cycles: int) -> dict[str, Any]:
     size, count, iters, _loop, _line_up, wrong = plan
     algbw = size / m["s"] / 1e9
     return {
@@ -391,7 +408,19 @@ class Measure:
     the host's share (the clock when the last launch was queued) and, with every rank on one host (one clock), how
     far apart the ranks started."""
 
-    def __init__(self, args, torch, dist, device, rank: int, world: int, direct, comm, stream, same_host: bool):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        torch: ModuleType,
+        dist: ModuleType,
+        device: torch.device,
+        rank: int,
+        world: int,
+        direct: NcclDirect | None,
+        comm: ctypes.c_void_p | None,
+        stream: torch.cuda.Stream | None,
+        same_host: bool,
+    ) -> None:
         self.args, self.torch, self.dist, self.device = args, torch, dist, device
         self.rank, self.world, self.same_host = rank, world, same_host
         self.direct, self.comm, self.stream = direct, comm, stream
@@ -406,16 +435,28 @@ class Measure:
         """What ends a timed run: the stream's work done (nccl-tests polls its stream); the device, without one."""
         return self.stream.synchronize if self.stream is not None else self.sync
 
+    def cuda_stream(self) -> int:
+        """The timed stream's handle, for NCCL direct (which runs on GPUs only, so with a stream)."""
+        if self.stream is None:
+            raise RuntimeError("NCCL direct without a CUDA stream")
+        return int(self.stream.cuda_stream)
+
+    def communicator(self) -> ctypes.c_void_p:
+        """Our NCCL communicator, for NCCL direct (bound with it: bind_nccl)."""
+        if self.comm is None:
+            raise RuntimeError("NCCL direct without a communicator")
+        return self.comm
+
     def barrier(self) -> None:
         self.sync()
         self.dist.barrier()
         self.sync()
 
-    def line_up(self, call: tuple | None) -> Callable[[], None]:
+    def line_up(self, call: CallArgs | None) -> Callable[[], None]:
         """Before each timed run. collective: one all-reduce with these arguments on the timed communicator, waited
         for (nccl-tests' BenchTime does the same before its clock): every rank leaves it within microseconds of the
         others, the launch path warm. barrier: torch.distributed.barrier between device syncs."""
-        if not self.collective or call is None:
+        if not self.collective or call is None or self.direct is None:  # collective: with NCCL direct only
             return self.barrier
         fn, wait = self.direct.raw_all_reduce, self.wait()
 
@@ -425,12 +466,12 @@ class Measure:
 
         return collective
 
-    def check_codes(self, codes: list) -> None:
+    def check_codes(self, codes: list[Any]) -> None:
         failed = next((c for c in codes if isinstance(c, int) and c), 0)  # NCCL's codes; torch's calls give None
         if failed and self.direct is not None:
             self.direct.check(failed, "ncclAllReduce")
 
-    def timed(self, loop, iters: int, line_up) -> tuple[float, list[float], float | None]:
+    def timed(self, loop: Callable[[], list[Any]], iters: int, line_up: Callable[[], None]) -> Sample:
         """One timed run, per call: (seconds, each rank's host seconds to queue it, the start skew between the
         ranks). Host-bound, the slowest rank sets the pace."""
         wait = self.wait()
@@ -455,13 +496,13 @@ class Measure:
             last + first if self.same_host else None,
         )
 
-    def sweep(self, sizes: list[int], budget: int, factor: float) -> list[dict]:
+    def sweep(self, sizes: list[int], budget: int, factor: float) -> list[dict[str, Any]]:
         """Every size checked and warmed once, then --repeats cycles over the whole sweep (nccl-tests -N): a slow
         moment of the host lands in one cycle of every size, not in every cycle of one size."""
         torch, dist, args, direct = self.torch, self.dist, self.args, self.direct
         buf_all = torch.empty(max(sizes) // FLOAT_BYTES, dtype=torch.float32, device=self.device)
         expected_sum = self.world * (self.world + 1) / 2
-        plans = []
+        plans: list[Plan] = []
         for size in sizes:
             PHASE["name"] = f"all-reduce {human(size)}"
             count = size // FLOAT_BYTES
@@ -470,9 +511,9 @@ class Measure:
             buf = buf_all[:count]
             if direct is not None:
                 # as nccl-tests, each iteration at the next size-long slot of the buffer (slot 0 is buf)
-                steps, base, s = max(1, max(sizes) // size), buf_all.data_ptr(), self.stream.cuda_stream
+                steps, base, s = max(1, max(sizes) // size), buf_all.data_ptr(), self.cuda_stream()
                 slots = [base + size * (i % steps) for i in range(iters)]
-                calls = [direct.call_args(self.comm, p, p, count, s) for p in slots]
+                calls = [direct.call_args(self.communicator(), p, p, count, s) for p in slots]
                 loop, warm_loop = (
                     launch_loop(direct.raw_all_reduce, calls),
                     launch_loop(direct.raw_all_reduce, calls[:warm]),
@@ -492,8 +533,8 @@ class Measure:
             dist.all_reduce(w, op=dist.ReduceOp.MAX)  # any rank's errors
             self.check_codes(warm_loop())
             plans.append((size, count, iters, loop, line_up, int(w.item())))
-        samples: dict[int, list] = {size: [] for size in sizes}
-        rows: list[dict] = []
+        samples: dict[int, list[Sample]] = {size: [] for size in sizes}
+        rows: list[dict[str, Any]] = []
         for cycle in range(max(1, args.repeats)):
             for size, _count, iters, loop, line_up, _wrong in plans:
                 PHASE["name"] = f"all-reduce {human(size)}, cycle {cycle + 1}"
@@ -503,18 +544,18 @@ class Measure:
         self.sync()
         return rows
 
-    def latency(self, lat: dict) -> None:
+    def latency(self, lat: dict[str, Any]) -> None:
         """4 KiB, the size of a decode step's all-reduce: each path vLLM could take, one row each, into lat."""
         torch, dist, args, direct = self.torch, self.dist, self.args, self.direct
         small = torch.zeros(1024, dtype=torch.float32, device=self.device)
         call = (
-            direct.call_args(self.comm, small.data_ptr(), small.data_ptr(), 1024, self.stream.cuda_stream)
+            direct.call_args(self.communicator(), small.data_ptr(), small.data_ptr(), 1024, self.cuda_stream())
             if direct
             else None
         )
         line_up = self.line_up(call)
 
-        def row(key: str, loop, iters: int, calls: int = 1) -> float:
+        def row(key: str, loop: Callable[[], Any], iters: int, calls: int = 1) -> float:
             loop()  # warm
             m = medians([self.timed(loop, iters, line_up) for _ in range(max(1, args.repeats))])
             mode, path = key.split(" ", 1)
@@ -529,20 +570,21 @@ class Measure:
                     "method": METHODS[key].format(calls=args.graph_calls, replays=args.graph_replays),
                 }
             )
-            return m["s"] * 1e6 / calls
+            return float(m["s"] * 1e6 / calls)
 
-        if direct is not None:
+        if direct is not None and call is not None:
             PHASE["name"] = "4 KiB eager latency (NCCL direct)"
             fn, n = direct.raw_all_reduce, args.lat_iters
             lat["eager_us"] = row("eager nccl-direct", launch_loop(fn, [call] * n), n)
             lat["eager_method"] = "eager nccl-direct"
-            vllm_stream = self.stream.cuda_stream
+            vllm_stream, comm = self.cuda_stream(), self.communicator()
 
-            def eager_vllm():
+            def eager_vllm() -> None:
                 out = torch.empty_like(small)
-                direct.all_reduce(self.comm, small.data_ptr(), out.data_ptr(), small.numel(), vllm_stream)
+                direct.all_reduce(comm, small.data_ptr(), out.data_ptr(), small.numel(), vllm_stream)
 
-            row("eager nccl-vllm", lambda: [eager_vllm() for _ in range(n)], n)
+            # one Python call per all-reduce, as vLLM makes it: the list holds their Nones
+            row("eager nccl-vllm", lambda: [eager_vllm() for _ in range(n)], n)  # type: ignore[func-returns-value]
         PHASE["name"] = "4 KiB eager latency (torch.distributed)"
         torch_us = row(
             "eager torch.distributed", functools.partial(torch_loop, dist, small, args.lat_iters), args.lat_iters
@@ -556,6 +598,14 @@ class Measure:
                 else "not applicable: CUDA graphs need the nccl backend on GPUs"
             )
             return
+        self.graph_latency(lat, direct, small, row)
+
+    def graph_latency(
+        self, lat: dict[str, Any], direct: NcclDirect, small: torch.Tensor, row: Callable[..., float]
+    ) -> None:
+        """The 4 KiB all-reduce replayed inside a CUDA graph (captured as nccl-tests -G does) into lat, or why not;
+        the graph freed and the device drained after, before any communicator goes."""
+        torch, args = self.torch, self.args
         PHASE["name"] = "4 KiB CUDA graph latency (NCCL direct)"
         graph = None
         try:
@@ -566,7 +616,7 @@ class Measure:
                 capture = torch.cuda.graph(graph)
             with capture:
                 s = torch.cuda.current_stream(self.device).cuda_stream
-                captured = direct.launcher(self.comm, small.data_ptr(), small.data_ptr(), small.numel(), s)
+                captured = direct.launcher(self.communicator(), small.data_ptr(), small.data_ptr(), small.numel(), s)
                 for _ in range(args.graph_calls):
                     direct.check(captured(), "ncclAllReduce (capture)")
             replays = args.graph_replays
@@ -594,7 +644,7 @@ class Measure:
         if self.direct is None:
             return None
         vp = ctypes.c_void_p
-        args = (vp(0), vp(0), ctypes.c_size_t(1024), ctypes.c_int(7), ctypes.c_int(0), self.comm, vp(0))
+        args = (vp(0), vp(0), ctypes.c_size_t(1024), ctypes.c_int(7), ctypes.c_int(0), self.communicator(), vp(0))
         local = python_call_floor(args)
         t = self.torch.tensor([local if local is not None else -1.0], dtype=self.torch.float64, device=self.device)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)  # any rank without a figure: none
@@ -609,13 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     args = args_parser().parse_args(argv)
     started = time.monotonic()
     if "RANK" not in os.environ:  # started without torchrun: one process, a local rendezvous
-        os.environ.update(
-            RANK="0",
-            WORLD_SIZE="1",
-            LOCAL_RANK="0",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=os.environ.get("MASTER_PORT", "29599"),
-        )
+        os.environ.update(SINGLE_PROCESS, MASTER_PORT=os.environ.get("MASTER_PORT", "29599"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     timer = watchdog(args.timeout, rank, args.json_path)
@@ -635,67 +679,24 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-
-    PHASE["name"] = "rendezvous"
-    timeout = datetime.timedelta(seconds=max(30.0, args.timeout))
-    try:
-        dist.init_process_group(backend, timeout=timeout, device_id=device if device.type == "cuda" else None)
-    except TypeError:  # older torch: no device_id
-        dist.init_process_group(backend, timeout=timeout)
-    rank, world = dist.get_rank(), dist.get_world_size()
-
-    nccl_version = None
-    if backend == "nccl":
-        try:
-            v = torch.cuda.nccl.version()
-            nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception:  # noqa: BLE001 - a torch built without NCCL raises RuntimeError/AttributeError: no version
-            nccl_version = None
-    me = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "torch": torch.__version__,
-        "nccl": nccl_version,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "master_addr": os.environ.get("MASTER_ADDR", ""),
-    }
-    ranks: list = [None] * world
-    dist.all_gather_object(ranks, me)
+    rank, world = rendezvous(args, dist, backend, device)
+    ranks = rank_facts(torch, dist, backend, device, rank, world)
 
     # NCCL called directly (vLLM's path): one communicator of our own beside torch's, as vLLM has.
     PHASE["name"] = "NCCL direct: communicator"
-    direct, comm = None, None
-    direct_info: dict = {"library": None, "version": None, "error": None}
+    direct, comm, direct_info = None, None, {"library": None, "version": None, "error": None}
     if backend == "nccl" and args.method in ("auto", "nccl-direct"):
-        try:
-            direct = NcclDirect(nccl_library(args.nccl_library))
-            direct_info.update(library=direct.path, version=direct.version())
-        except Exception as exc:  # noqa: BLE001 - every rank reaches the same verdict below
-            direct_info["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            direct = None
-        states: list = [None] * world
-        dist.all_gather_object(states, direct is not None)
-        if all(states):
-            holder = [direct.unique_id() if rank == 0 else None]  # type: ignore[union-attr]  # every rank has one: all(states)
-            dist.broadcast_object_list(holder, src=0)
-            comm = direct.init_rank(world, holder[0], rank)  # type: ignore[arg-type, union-attr]  # every rank has one: all(states); rank 0 broadcast the id
-        else:
-            direct_info["error"] = direct_info["error"] or "another rank could not bind libnccl"
-            direct = None
+        direct, comm = bind_nccl(args, dist, rank, world, direct_info)
         if args.method == "nccl-direct" and direct is None:
             print(f"allreduce_probe: --method nccl-direct: {direct_info['error']}", file=sys.stderr)
             return 2
-    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
     measure = Measure(
         args, torch, dist, device, rank, world, direct, comm, stream, same_host=len({r["host"] for r in ranks}) == 1
     )
 
     max_bytes, capped_by = largest_message(args, torch, dist, device)
-    sizes = []
-    size = max(FLOAT_BYTES, args.min_bytes)
-    while size <= max_bytes:
-        sizes.append(size)
-        size *= 2
+    sizes = doubling(max(FLOAT_BYTES, args.min_bytes), max_bytes)
     budget = args.budget_bytes or (4 * 2**30 if backend == "nccl" else 512 * 2**20)
     factor = 2 * (world - 1) / world  # nccl-tests all-reduce: 0 for one rank (no bus crossed)
     PARTIAL.update(
@@ -711,7 +712,113 @@ def main(argv: list[str] | None = None) -> int:
         line_up=measure.line_up_method,
         nccl_direct=direct_info,
     )
-    lat = {
+    lat = latency_record(args)
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        rows = measure.sweep(sizes, budget, factor) if sizes else []
+        measure.latency(lat)
+        PHASE["name"] = "python floor"
+        floor = measure.floor()
+        measure.sync()
+
+    result = finished(rows, lat, floor, ranks)
+    if rank == 0:
+        print(format_table(result), flush=True)
+        if args.json_path:
+            write_json(args.json_path, result)
+    # The figures are out: from here on a hang in teardown must not turn them into a failure, and the whole
+    # run still ends within --timeout.
+    timer.cancel()
+    teardown(args.timeout - (time.monotonic() - started), rank, measure, dist)
+    return 0
+
+
+def doubling(first: int, last: int) -> list[int]:
+    """The sweep's sizes: `first`, doubled while it is at most `last`."""
+    sizes = []
+    size = first
+    while size <= last:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def finished(
+    rows: list[dict[str, Any]], lat: dict[str, Any], floor: float | None, ranks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The whole result: what PARTIAL holds, the sweep's rows and their summary, the latency, the Python floor."""
+    return dict(
+        PARTIAL,
+        ok=True,
+        rows=rows,
+        lat4k=lat,
+        python_floor_us=floor * 1e6 if floor is not None else None,
+        peak_busbw=max((r["busbw"] for r in rows), default=0.0),
+        avg_busbw=sum(r["busbw"] for r in rows) / len(rows) if rows else 0.0,
+        nccl_versions=sorted({str(r["nccl"]) for r in ranks}),
+        torch_versions=sorted({r["torch"] for r in ranks}),
+    )
+
+
+def rendezvous(args: argparse.Namespace, dist: ModuleType, backend: str, device: torch.device) -> tuple[int, int]:
+    """The process group (torchrun's environment), bounded by --timeout; returns (rank, world size)."""
+    PHASE["name"] = "rendezvous"
+    timeout = datetime.timedelta(seconds=max(30.0, args.timeout))
+    try:
+        dist.init_process_group(backend, timeout=timeout, device_id=device if device.type == "cuda" else None)
+    except TypeError:  # older torch: no device_id
+        dist.init_process_group(backend, timeout=timeout)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def rank_facts(
+    torch: ModuleType, dist: ModuleType, backend: str, device: torch.device, rank: int, world: int
+) -> list[dict[str, Any]]:
+    """Every rank's host, device, torch and NCCL versions and rendezvous address, gathered on every rank."""
+    nccl_version = None
+    if backend == "nccl":
+        try:
+            v = torch.cuda.nccl.version()
+            nccl_version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001 - a torch built without NCCL raises RuntimeError/AttributeError: no version
+            nccl_version = None
+    me = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "torch": torch.__version__,
+        "nccl": nccl_version,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "master_addr": os.environ.get("MASTER_ADDR", ""),
+    }
+    ranks: list[dict[str, Any]] = [{}] * world
+    dist.all_gather_object(ranks, me)
+    return ranks
+
+
+def bind_nccl(
+    args: argparse.Namespace, dist: ModuleType, rank: int, world: int, info: dict[str, Any]
+) -> tuple[NcclDirect | None, ctypes.c_void_p | None]:
+    """NCCL bound directly and a communicator of our own, where every rank could bind it (else none: every rank
+    reaches the same verdict); `info` gets the library, its version and why it did not bind."""
+    direct: NcclDirect | None = None
+    try:
+        direct = NcclDirect(nccl_library(args.nccl_library))
+        info.update(library=direct.path, version=direct.version())
+    except Exception as exc:  # noqa: BLE001 - every rank reaches the same verdict below
+        info["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        direct = None
+    states: list[bool] = [False] * world
+    dist.all_gather_object(states, direct is not None)
+    if direct is None or not all(states):
+        info["error"] = info["error"] or "another rank could not bind libnccl"
+        return None, None
+    holder = [direct.unique_id() if rank == 0 else b""]
+    dist.broadcast_object_list(holder, src=0)
+    return direct, direct.init_rank(world, holder[0], rank)
+
+
+def latency_record(args: argparse.Namespace) -> dict[str, Any]:
+    """The 4 KiB latency's part of the result, before Measure.latency fills it in."""
+    return {
         "bytes": 4096,
         "eager_us": None,
         "eager_method": None,
@@ -723,47 +830,27 @@ def main(argv: list[str] | None = None) -> int:
         "graph_error": None,
         "rows": [],
     }
-    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-        rows = measure.sweep(sizes, budget, factor) if sizes else []
-        measure.latency(lat)
-        PHASE["name"] = "python floor"
-        floor = measure.floor()
-        measure.sync()
 
-    result = dict(
-        PARTIAL,
-        ok=True,
-        rows=rows,
-        lat4k=lat,
-        python_floor_us=floor * 1e6 if floor is not None else None,
-        peak_busbw=max((r["busbw"] for r in rows), default=0.0),
-        avg_busbw=sum(r["busbw"] for r in rows) / len(rows) if rows else 0.0,
-        nccl_versions=sorted({str(r["nccl"]) for r in ranks}),
-        torch_versions=sorted({r["torch"] for r in ranks}),
-    )
-    if rank == 0:
-        print(format_table(result), flush=True)
-        if args.json_path:
-            write_json(args.json_path, result)
-    # The figures are out: from here on a hang in teardown must not turn them into a failure, and the whole
-    # run still ends within --timeout.
-    timer.cancel()
-    left = args.timeout - (time.monotonic() - started)
-    teardown = teardown_watchdog(max(5.0, min(TEARDOWN_TIMEOUT_S, left)), rank)
+
+def teardown(left_s: float, rank: int, measure: Measure, dist: ModuleType) -> None:
+    """Our communicator, then torch's process group, bounded by what is left of --timeout (at least 5 s, at most
+    TEARDOWN_TIMEOUT_S); rank 0 says how long it took."""
+    guard = teardown_watchdog(max(5.0, min(TEARDOWN_TIMEOUT_S, left_s)), rank)
     t0 = time.monotonic()
     PHASE["name"] = "teardown: communicators"
     measure.sync()
-    if comm is not None:
-        direct.destroy(comm)  # type: ignore[union-attr]  # a comm comes from direct
+    if measure.direct is not None and measure.comm is not None:
+        measure.direct.destroy(measure.comm)
     dist.barrier()
     dist.destroy_process_group()
-    teardown.cancel()
+    guard.cancel()
     if rank == 0:
         print(f"# teardown: clean in {time.monotonic() - t0:.2f} s", flush=True)
-    return 0
 
 
-def largest_message(args, torch, dist, device) -> tuple[int, str | None]:
+def largest_message(
+    args: argparse.Namespace, torch: ModuleType, dist: ModuleType, device: torch.device
+) -> tuple[int, str | None]:
     """The largest message every rank can afford: a fraction of free memory, the minimum over ranks."""
     free = None
     if device.type == "cuda":
@@ -783,7 +870,7 @@ def largest_message(args, torch, dist, device) -> tuple[int, str | None]:
     return max_bytes, capped_by
 
 
-def format_table(result: dict) -> str:
+def format_table(result: dict[str, Any]) -> str:
     """nccl-tests layout (in-place columns only), then one line per 4 KiB latency row with its method;
     `parse_nccl_table` in sparkdeploy reads it back."""
     sim = " SIMULATED (gloo on CPU: not a measure of the fabric link)" if result.get("simulated") else ""

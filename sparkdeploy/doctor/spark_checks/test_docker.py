@@ -3,14 +3,16 @@ toolkit's hook that `docker run --gpus` uses (what sparkdeploy's containers ask 
 
 import json
 
+from testinfra.host import Host
+
 HOOK = "nvidia-container-runtime-hook"
 
 
-def test_engine_runs(host):
+def test_engine_runs(host: Host) -> None:
     assert host.run("docker info --format '{{.ServerVersion}}'").rc == 0, "the Docker engine does not answer"
 
 
-def test_nvidia_runtime(host):
+def test_nvidia_runtime(host: Host) -> None:
     runtimes = json.loads(host.check_output("docker info --format '{{json .Runtimes}}'"))
     hook = host.run("command -v %s", HOOK).stdout.strip()
     if hook:

@@ -2,22 +2,25 @@
 want (a Spark's GPU shares the 128 GB with the CPU: running out freezes the whole machine; earlyoom kills first)."""
 
 import pytest
+from testinfra.host import Host
+
+from sparkdeploy.config.inventory import ClusterSettings
 
 EARLYOOM = "active"  # `systemctl is-active earlyoom`: set "inactive" if you rely on sparkdeploy's memory guard alone
 
 
-def cache_dir(host, cluster):
+def cache_dir(host: Host, cluster: ClusterSettings) -> str:
     home = host.check_output('printf %s "$HOME"')
     return cluster.hf_cache.replace("~", home, 1)
 
 
-def existing(host, path):
+def existing(host: Host, path: str) -> str:
     while not host.file(path).exists:
         path = path.rsplit("/", 1)[0] or "/"
     return path
 
 
-def test_no_swap_on_model_cache_disk(host, cluster):
+def test_no_swap_on_model_cache_disk(host: Host, cluster: ClusterSettings) -> None:
     cache = existing(host, cache_dir(host, cluster))
     cache_dev = host.check_output("stat -c %%d %s", cache)
     cache_src = host.check_output("df --output=source %s | tail -1", cache)
@@ -31,7 +34,7 @@ def test_no_swap_on_model_cache_disk(host, cluster):
             assert not cache_disk or disk != cache_disk, f"swap {name} is on {cache}'s disk ({cache_disk})"
 
 
-def test_earlyoom(host):
+def test_earlyoom(host: Host) -> None:
     if not host.exists("systemctl") and host.file("/etc/sparkdeploy-lab/node.env").exists:
         pytest.skip("SIMULATED lab node: no systemd, so no earlyoom service to read (a Spark runs it under systemd)")
     state = host.run("systemctl is-active earlyoom").stdout.strip()

@@ -1,8 +1,12 @@
 """The model cache (the inventory's cluster.hf_cache) is writable by the SSH user: `models pull` and the engine's
 downloads land there. Not there yet: its nearest existing folder must be writable, so it can be made."""
 
+from testinfra.host import Host
 
-def test_model_cache_writable(host, cluster):
+from sparkdeploy.config.inventory import ClusterSettings
+
+
+def test_model_cache_writable(host: Host, cluster: ClusterSettings) -> None:
     home = host.check_output('printf %s "$HOME"')
     path = cluster.hf_cache.replace("~", home, 1)
     while not host.file(path).exists:

@@ -11,19 +11,22 @@ PSI (/proc/pressure/memory) may be missing (kernel without CONFIG_PSI or booted 
 the memory lines alone and says so (`psi: None`, `psi_note`).
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable
 
 UNLIMITED = 1 << 60  # cgroup v1 writes 9223372036854771712 for "no limit", v2 writes "max"
 
 
-def read_text(path):
+def read_text(path: str) -> str:
     with open(path) as f:
         return f.read()
 
 
-def meminfo(proc="/proc"):
+def meminfo(proc: str = "/proc") -> tuple[int, int]:
     """(available, total) bytes from /proc/meminfo."""
-    values = {}
+    values: dict[str, int] = {}
     for line in read_text(f"{proc}/meminfo").splitlines():
         key, _, rest = line.partition(":")
         if key in ("MemAvailable", "MemTotal"):
@@ -31,7 +34,7 @@ def meminfo(proc="/proc"):
     return values["MemAvailable"], values["MemTotal"]
 
 
-def _memory_cgroup(proc="/proc"):
+def _memory_cgroup(proc: str = "/proc") -> tuple[int, str] | None:
     """(version, path) of this process's memory cgroup from /proc/self/cgroup, or None."""
     try:
         lines = read_text(f"{proc}/self/cgroup").splitlines()
@@ -47,7 +50,7 @@ def _memory_cgroup(proc="/proc"):
     return None
 
 
-def _stat_value(text, names):
+def _stat_value(text: str, names: tuple[str, ...]) -> int:
     for line in text.splitlines():
         key, _, value = line.partition(" ")
         if key in names:
@@ -59,7 +62,7 @@ class CgroupMemory:
     """The memory figures of one cgroup folder (v1 or v2). available = limit - usage + inactive file pages (the
     page cache the kernel can drop without writing anything: what MemAvailable counts too)."""
 
-    def __init__(self, version, folder):
+    def __init__(self, version: int, folder: str) -> None:
         self.version, self.folder = version, folder
         if version == 1:
             self.limit_file, self.usage_file = "memory.limit_in_bytes", "memory.usage_in_bytes"
@@ -68,11 +71,11 @@ class CgroupMemory:
             self.limit_file, self.usage_file = "memory.max", "memory.current"
             self.cache_names = ("inactive_file",)
 
-    def limit(self):
+    def limit(self) -> int:
         text = read_text(os.path.join(self.folder, self.limit_file)).strip()
         return UNLIMITED if text == "max" else int(text)
 
-    def read(self):
+    def read(self) -> tuple[int, int]:
         limit = self.limit()
         usage = int(read_text(os.path.join(self.folder, self.usage_file)))
         cache = _stat_value(read_text(os.path.join(self.folder, "memory.stat")), self.cache_names)
@@ -80,15 +83,15 @@ class CgroupMemory:
 
 
 class MemorySource:
-    def __init__(self, kind, label, reader):
+    def __init__(self, kind: str, label: str, reader: Callable[[], tuple[int, int]]) -> None:
         self.kind, self.label, self._reader = kind, label, reader
 
-    def read(self):
+    def read(self) -> tuple[int, int]:
         """(available, total) bytes."""
         return self._reader()
 
 
-def memory_source(proc="/proc", cgroup_root="/host/cgroup"):
+def memory_source(proc: str = "/proc", cgroup_root: str = "/host/cgroup") -> MemorySource:
     """Where the node's memory figures come from (see the module's doc): the node's cgroup when it has a limit
     below the machine's memory (the lab), else /proc/meminfo (a real Spark)."""
     _, total = meminfo(proc)
@@ -109,13 +112,13 @@ def memory_source(proc="/proc", cgroup_root="/host/cgroup"):
     return MemorySource("meminfo", "/proc/meminfo MemAvailable (unified memory)", lambda: meminfo(proc))
 
 
-def read_psi(proc="/proc"):
+def read_psi(proc: str = "/proc") -> dict[str, float] | None:
     """{'some10', 'full10' (percent), 'some_total', 'full_total' (microseconds stalled)} or None without PSI."""
     try:
         text = read_text(f"{proc}/pressure/memory")
     except OSError:
         return None
-    out = {}
+    out: dict[str, float] = {}
     for line in text.splitlines():
         kind, *fields = line.split()
         values = dict(f.split("=", 1) for f in fields)
@@ -124,7 +127,7 @@ def read_psi(proc="/proc"):
     return out if "some10" in out else None
 
 
-def psi_note(proc="/proc"):
+def psi_note(proc: str = "/proc") -> str | None:
     """Why PSI is missing (one line), or None when it can be read."""
     path = f"{proc}/pressure/memory"
     try:
@@ -136,14 +139,14 @@ def psi_note(proc="/proc"):
         return f"{path} unreadable ({exc.strerror}; psi=0 at boot?): the guard watches available memory only"
 
 
-def boot_id(proc="/proc"):
+def boot_id(proc: str = "/proc") -> str:
     try:
         return read_text(f"{proc}/sys/kernel/random/boot_id").strip()
     except OSError:
         return ""
 
 
-def boot_time(proc="/proc"):
+def boot_time(proc: str = "/proc") -> int:
     """The epoch second the kernel booted (/proc/stat btime), or 0."""
     try:
         return _stat_value(read_text(f"{proc}/stat"), ("btime",))

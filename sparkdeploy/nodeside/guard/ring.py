@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 SLOT = 1024
 SLOTS = 1800
@@ -27,7 +28,7 @@ FILE = "ring.jsonl"
 GAP_S = 10.0  # a silence this long between two records is a gap (the guard writes one a second)
 
 
-def _fit(record):
+def _fit(record: dict[str, Any]) -> bytes:
     """The record as one slot's bytes (kernel messages shortened until it fits)."""
     while True:
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
@@ -42,7 +43,7 @@ def _fit(record):
             record = {k: record[k] for k in ("seq", "t", "boot", "kind") if k in record}
 
 
-def read_records(data):
+def read_records(data: bytes) -> list[dict[str, Any]]:
     """The records in a ring file's bytes, oldest first."""
     out = []
     for start in range(0, len(data), SLOT):
@@ -60,7 +61,7 @@ def read_records(data):
 
 
 class Ring:
-    def __init__(self, folder, sync_s=1.0, slots=SLOTS):
+    def __init__(self, folder: str, sync_s: float = 1.0, slots: int = SLOTS) -> None:
         self.path = os.path.join(folder, FILE)
         self.sync_s, self.slots = sync_s, slots
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -72,7 +73,7 @@ class Ring:
         self.syncs = 0
         self.lock = threading.Lock()
 
-    def write(self, record, sync=False):
+    def write(self, record: dict[str, Any], sync: bool = False) -> None:
         with self.lock:  # the guard's loop and its watcher's thread both record
             record = dict(record, seq=self.seq)
             os.pwrite(self.fd, _fit(record), (self.seq % self.slots) * SLOT)
@@ -83,16 +84,16 @@ class Ring:
                 self.synced_at = now
                 self.syncs += 1
 
-    def close(self):
+    def close(self) -> None:
         os.fdatasync(self.fd)
         os.close(self.fd)
 
 
-def crash_points(records, boot_time=0.0, gap_s=GAP_S):
+def crash_points(records: list[dict[str, Any]], boot_time: float = 0.0, gap_s: float = GAP_S) -> list[dict[str, Any]]:
     """Where the record broke off, oldest first: [{kind, last, resumed}] with `last` the last record before the
     break and `resumed` the first after it (None: the ring ends before the node's current boot, so the guard has
     not run since)."""
-    points = []
+    points: list[dict[str, Any]] = []
     for before, after in itertools.pairwise(records):
         if before.get("boot") and after.get("boot") and before["boot"] != after["boot"]:
             points.append({"kind": "reboot or power-off", "last": before, "resumed": after})
@@ -104,6 +105,6 @@ def crash_points(records, boot_time=0.0, gap_s=GAP_S):
     return points
 
 
-def window(records, end_t, minutes):
+def window(records: list[dict[str, Any]], end_t: float, minutes: float) -> list[dict[str, Any]]:
     """The records of the `minutes` before end_t (inclusive)."""
     return [r for r in records if end_t - minutes * 60 <= r.get("t", 0) <= end_t]

@@ -17,6 +17,8 @@ containers that stopped serving, and gives up after too many restarts. It never 
 stopped (restart policy `no`, state `held`).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 from . import memory
 from .dockerapi import Docker, DockerError
@@ -42,14 +45,14 @@ STATUS = "status.json"
 MiB = 1 << 20
 
 
-def lines(cfg, total):
+def lines(cfg: dict[str, Any], total: int) -> tuple[int, int]:
     """(soft, hard) in bytes of available memory: the absolute values when given, else the fractions of total."""
     soft = cfg.get("soft_bytes") or int(total * cfg["soft_fraction"])
     hard = cfg.get("hard_bytes") or int(total * cfg["hard_fraction"])
     return soft, hard
 
 
-def decide(avail, psi, soft, hard, psi_full_hard):
+def decide(avail: int, psi: dict[str, float] | None, soft: int, hard: int, psi_full_hard: float) -> tuple[str, str]:
     """'hard', 'soft' or 'ok', and why (one line)."""
     if avail < hard:
         return "hard", f"available memory {avail // MiB} MiB < hard line {hard // MiB} MiB"
@@ -60,7 +63,7 @@ def decide(avail, psi, soft, hard, psi_full_hard):
     return "ok", ""
 
 
-def gpu_sample(simulated):
+def gpu_sample(simulated: bool) -> dict[str, Any]:
     """Temperature (C), SM clock (MHz) and power (W) from nvidia-smi; in the lab a labelled stand-in."""
     if simulated:
         return {"source": "SIMULATED (lab stand-in)", "temp_c": 45, "sm_mhz": 2405, "power_w": 30.0}
@@ -77,7 +80,7 @@ def gpu_sample(simulated):
     if out.returncode or len(cells) < 3:
         return {"source": "nvidia-smi", "error": (out.stderr.strip() or "no output")[:80]}
 
-    def num(text):
+    def num(text: str) -> float | None:
         try:
             return float(text)
         except ValueError:
@@ -89,16 +92,17 @@ def gpu_sample(simulated):
 class Kmsg:
     """New kernel messages about OOM, Xid and PCIe AER, from /dev/kmsg when readable (else a note)."""
 
-    def __init__(self, path="/dev/kmsg"):
-        self.fd, self.note = None, None
+    def __init__(self, path: str = "/dev/kmsg") -> None:
+        self.fd: int | None = None
+        self.note: str | None = None
         try:
             self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
             os.lseek(self.fd, 0, os.SEEK_END)  # only what happens from now on
         except OSError as exc:
             self.note = f"kernel messages unreadable ({path}: {exc.strerror})"
 
-    def read(self):
-        found = []
+    def read(self) -> list[str]:
+        found: list[str] = []
         while self.fd is not None:
             try:
                 raw = os.read(self.fd, 8192)
@@ -115,7 +119,7 @@ class Kmsg:
 
 
 class Guard:
-    def __init__(self, cfg):
+    def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
         self.folder = cfg["state"]
         os.makedirs(self.folder, exist_ok=True)
@@ -126,24 +130,24 @@ class Guard:
         self.boot = memory.boot_id(cfg.get("proc", "/proc"))[:8]
         self.ring = Ring(self.folder, cfg.get("sync_s", 1.0))
         self.state, self.reason, self.since = "ok", "", time.time()
-        self.last_stop = None
+        self.last_stop: dict[str, Any] | None = None
         self.dropped_at = 0.0
-        self.restarts = {}
-        self.gpu = None
-        self.error = None
+        self.restarts: dict[str, int] = {}
+        self.gpu: dict[str, Any] | None = None
+        self.error: str | None = None
         self.previous_end = self._previous_end()
         watch = cfg.get("watch") or {}
-        self.watcher = None
+        self.watcher: Watcher | None = None
         self.stopping = threading.Event()
         if watch.get("enabled"):
             self.watcher = Watcher(watch, self.docker, cfg.get("node"), self.folder, lambda: self.state, self.said)
 
-    def said(self, msg):
+    def said(self, msg: str) -> None:
         """A line of the watcher's: the container's log (`sparkdeploy logs`) and an event in the black box."""
         print(f"guard: {msg}", flush=True)
         self.event("watch", msg)
 
-    def start_watcher(self):
+    def start_watcher(self) -> None:
         """The watcher's loop in its own thread (a group restart waits on Docker; the memory loop never does), and
         its endpoint for the other nodes' watchers (a port taken: said, and the watcher runs without it)."""
         if self.watcher is None:
@@ -157,7 +161,7 @@ class Guard:
         threading.Thread(target=self.watcher.run, args=(self.stopping,), name="watch", daemon=True).start()
         print(f"guard: watch: restarting groups that stop serving ({watch})", flush=True)
 
-    def _previous_end(self):
+    def _previous_end(self) -> dict[str, Any] | None:
         """How the record before this start ended, when it broke off (reboot, power-off, the guard killed)."""
         prev = self.ring.previous
         if prev is None:
@@ -170,21 +174,22 @@ class Guard:
             return None
         return {"kind": kind, "last_sample_at": prev.get("t"), "last": prev}
 
-    def event(self, ev, msg, **extra):
+    def event(self, ev: str, msg: str, **extra: Any) -> None:
         self.ring.write(
             {"kind": "e", "t": round(time.time(), 2), "boot": self.boot, "ev": ev, "msg": msg, **extra}, True
         )
 
-    def engines(self):
+    def engines(self) -> list[dict[str, Any]]:
         found = self.docker.containers(MANAGED)
         return [c for c in found if (c.get("Labels") or {}).get(ROLE_LABEL) not in NOT_ENGINES]
 
-    def stop_engines(self, why):
+    def stop_engines(self, why: str) -> list[str]:
         t0 = time.monotonic()
         running = self.engines()
-        stopped, errors = [], []
+        stopped: list[str] = []
+        errors: list[str] = []
 
-        def stop(c):
+        def stop(c: dict[str, Any]) -> None:
             name = (c.get("Names") or ["?"])[0].lstrip("/")
             try:
                 self.docker.no_restart(c["Id"])
@@ -211,7 +216,7 @@ class Guard:
         )
         return stopped
 
-    def drop_caches(self):
+    def drop_caches(self) -> str:
         path = self.cfg.get("drop_caches", "/host/drop_caches")
         if self.source.kind == "cgroup":
             return "page cache drop skipped: SIMULATED memory (lab): the page cache is the host's"
@@ -222,7 +227,7 @@ class Guard:
         except OSError as exc:
             return f"page cache drop failed ({path}: {exc.strerror})"
 
-    def write_status(self, avail, total, psi, soft, hard):
+    def write_status(self, avail: int, total: int, psi: dict[str, float] | None, soft: int, hard: int) -> None:
         data = {
             "node": self.cfg.get("node"),
             "state": self.state,
@@ -250,7 +255,7 @@ class Guard:
             json.dump(data, f, sort_keys=True)
         os.replace(tmp, os.path.join(self.folder, STATUS))
 
-    def check_restarts(self):
+    def check_restarts(self) -> bool | None:
         try:
             for c in self.engines():
                 info = self.docker.inspect(c["Id"])
@@ -264,7 +269,7 @@ class Guard:
             self.error = str(exc)[:200]
             return None
 
-    def run(self, max_s=None):
+    def run(self, max_s: float | None = None) -> int:
         cfg = self.cfg
         avail, total = self.source.read()
         soft, hard = lines(cfg, total)
@@ -301,7 +306,9 @@ class Guard:
                 stopped = self.stop_engines(why)
                 if stopped:
                     self.state, self.reason, self.since = "held", f"engines stopped: {why}", time.time()
-                    print(f"guard: stopped {', '.join(stopped)} in {self.last_stop['stop_s']} s", flush=True)
+                    print(
+                        f"guard: stopped {', '.join(stopped)} in {(self.last_stop or {}).get('stop_s')} s", flush=True
+                    )
                     self.write_status(avail, total, psi, soft, hard)
             elif level == "soft" and self.state in ("ok", "soft") and time.time() - self.dropped_at >= DROP_EVERY_S:
                 done = self.drop_caches()
@@ -344,7 +351,7 @@ class Guard:
         return 0
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python3 -m guard CONFIG (JSON)", file=sys.stderr)
         return 2

@@ -23,6 +23,8 @@ again here (`sparkdeploy up` does that once the pressure is gone); the rest of i
 does not hold memory serving nothing. A new container (made by `up`) starts the group's record afresh.
 """
 
+from __future__ import annotations
+
 import http.server
 import json
 import os
@@ -30,9 +32,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING, Any
 
 from .dockerapi import DockerError
 from .groups import SLACK_S, docker_time, lost_rank
+
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Callable
+
+    from .dockerapi import Docker
 
 GROUP = "io.sparkdeploy.group"
 RANK = "io.sparkdeploy.rank"
@@ -115,7 +123,19 @@ def held_while_serving(ranks):
 
 
 class Watcher:
-    def __init__(self, cfg, docker, node, folder, guard_state=lambda: "ok", say=print):
+    live: dict[str, dict[str, Any]]  # group -> what is not worth saving (this run's probes)
+    error: str | None  # the last tick's failure, shown in status
+    server: http.server.ThreadingHTTPServer | None  # the peers' endpoint, once serving
+
+    def __init__(
+        self,
+        cfg: dict[str, Any] | None,
+        docker: Docker,
+        node: str | None,
+        folder: str,
+        guard_state: Callable[[], str] = lambda: "ok",
+        say: Callable[[str], None] = print,
+    ) -> None:
         self.cfg = dict(DEFAULTS, **{k: v for k, v in (cfg or {}).items() if v is not None})
         self.docker, self.node, self.folder = docker, node, folder
         self.guard_state, self.say = guard_state, say
@@ -145,7 +165,7 @@ class Watcher:
         os.replace(tmp, self.path)
 
     # -- the peers' endpoint ----------------------------------------------------------------------------------
-    def serve(self, address, port):
+    def serve(self, address: str, port: int) -> None:
         watcher = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -177,7 +197,7 @@ class Watcher:
             return None
 
     # -- the loop --------------------------------------------------------------------------------------------
-    def run(self, stop_event):
+    def run(self, stop_event: threading.Event) -> None:
         while not stop_event.is_set():
             t0 = time.monotonic()
             try:
@@ -422,7 +442,7 @@ class Watcher:
             self.say(f"watch: {gid}: restarted this rank with the group")
 
     # -- what status shows ----------------------------------------------------------------------------------------
-    def status(self):
+    def status(self) -> dict[str, Any]:
         """For the guard's status.json: every group of this node, and the watcher's own error."""
         with self.lock:
             return {"groups": self.view.get("groups", {}), "error": self.error, "settings": self.cfg}
