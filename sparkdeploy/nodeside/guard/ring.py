@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 SLOT = 1024
 SLOTS = 1800
@@ -42,7 +43,7 @@ def _fit(record):
             record = {k: record[k] for k in ("seq", "t", "boot", "kind") if k in record}
 
 
-def read_records(data):
+def read_records(data: bytes) -> list[dict[str, Any]]:
     """The records in a ring file's bytes, oldest first."""
     out = []
     for start in range(0, len(data), SLOT):
@@ -88,11 +89,11 @@ class Ring:
         os.close(self.fd)
 
 
-def crash_points(records, boot_time=0.0, gap_s=GAP_S):
+def crash_points(records: list[dict[str, Any]], boot_time: float = 0.0, gap_s: float = GAP_S) -> list[dict[str, Any]]:
     """Where the record broke off, oldest first: [{kind, last, resumed}] with `last` the last record before the
     break and `resumed` the first after it (None: the ring ends before the node's current boot, so the guard has
     not run since)."""
-    points = []
+    points: list[dict[str, Any]] = []
     for before, after in itertools.pairwise(records):
         if before.get("boot") and after.get("boot") and before["boot"] != after["boot"]:
             points.append({"kind": "reboot or power-off", "last": before, "resumed": after})
@@ -104,6 +105,6 @@ def crash_points(records, boot_time=0.0, gap_s=GAP_S):
     return points
 
 
-def window(records, end_t, minutes):
+def window(records: list[dict[str, Any]], end_t: float, minutes: float) -> list[dict[str, Any]]:
     """The records of the `minutes` before end_t (inclusive)."""
     return [r for r in records if end_t - minutes * 60 <= r.get("t", 0) <= end_t]
