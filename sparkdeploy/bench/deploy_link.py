@@ -206,9 +206,10 @@ def expected_image(endpoint: Endpoint) -> dict[str, str]:
     engine has for the tag deploy would run (a tag can change while the image stays the same), else the tag."""
     tag = cast(str, endpoint.metadata.get("image"))  # endpoint_of always names the image
     try:
-        return {"image_id": build.docker_client().images.get(tag).id}
+        image_id = build.docker_client().images.get(tag).id
     except Exception:  # noqa: BLE001 - no engine here, or the tag is not built here: compare tags
-        return {"image": tag}
+        image_id = None
+    return {"image_id": image_id} if image_id else {"image": tag}
 
 
 class Deployer:

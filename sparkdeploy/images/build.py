@@ -21,18 +21,23 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.definitions import LABEL, ImageDefinition, load_definition
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from sparkdeploy.runtime.remote import NodeConnection
+
 Progress = Callable[[str], None]
 
 
-def docker_client():
+def docker_client() -> DockerClient:
     import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need
 
     try:
@@ -46,7 +51,7 @@ def docker_client():
     return client
 
 
-def image_exists(client, ref: str) -> bool:
+def image_exists(client: DockerClient, ref: str) -> bool:
     import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need
 
     try:
@@ -56,7 +61,9 @@ def image_exists(client, ref: str) -> bool:
         return False
 
 
-def ensure_image(name: str, client=None, progress: Progress | None = None, force: bool = False) -> str:
+def ensure_image(
+    name: str, client: DockerClient | None = None, progress: Progress | None = None, force: bool = False
+) -> str:
     """Build `name` (and its bases) unless its tag is present; return the tag."""
     client = client or docker_client()
     say = progress or _print
@@ -87,7 +94,7 @@ def ensure_image(name: str, client=None, progress: Progress | None = None, force
 
 
 @contextlib.contextmanager
-def _build_lock(name: str):
+def _build_lock(name: str) -> Iterator[None]:
     with open(paths.state_folder("locks") / f"image-{name}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -189,7 +196,9 @@ def build_context(definition: ImageDefinition) -> io.BytesIO:
     return buf
 
 
-def _build_dockerfile(definition: ImageDefinition, client, tag: str, base_tag: str | None, say: Progress) -> None:
+def _build_dockerfile(
+    definition: ImageDefinition, client: DockerClient, tag: str, base_tag: str | None, say: Progress
+) -> None:
     download_wheels(definition, say)
     args = dict(definition.build_args)
     if base_tag:
@@ -218,7 +227,7 @@ def _build_dockerfile(definition: ImageDefinition, client, tag: str, base_tag: s
             raise StepFailed(f"building image {definition.name} failed at {step}: {chunk['error'].strip()}\n{tail}")
 
 
-def _build_rootfs(definition: ImageDefinition, client, tag: str, say: Progress) -> None:
+def _build_rootfs(definition: ImageDefinition, client: DockerClient, tag: str, say: Progress) -> None:
     opts = definition.rootfs
     suite = opts.get("suite", "bookworm")
     mirror = opts.get("mirror", "http://deb.debian.org/debian")
@@ -278,7 +287,7 @@ def remote_build_argv(definition: ImageDefinition, tag: str, base_tag: str | Non
 
 def build_on_node(
     name: str,
-    conn,
+    conn: NodeConnection,
     progress: Progress | None = None,
     step: Callable[[int, int, str], None] | None = None,
     timeout: float = 3600,

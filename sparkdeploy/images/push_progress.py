@@ -4,6 +4,11 @@ them all) and `RichPushProgress` (a bar per node on stderr, for the CLI and depl
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
 
 
 def human_size(n: float) -> str:
@@ -36,7 +41,7 @@ class PushProgress:
 class RichPushProgress(PushProgress):
     """A bar per node (archive bytes, rate, ETA, bytes on the wire) on stderr, for the CLI and deploy."""
 
-    def __init__(self, console=None):
+    def __init__(self, console: Console | None = None) -> None:
         # rich.progress: about 5 ms more at startup for every importer (`up --help`); only a shown push needs it
         from rich.console import Console
         from rich.progress import (
@@ -59,15 +64,15 @@ class RichPushProgress(PushProgress):
             console=self.console,
             transient=False,
         )
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.wire: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def __enter__(self):
+    def __enter__(self) -> RichPushProgress:
         self.bar.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.bar.stop()
 
     def note(self, text: str) -> None:

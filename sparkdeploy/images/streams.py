@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkdeploy.images.push import PushTarget
 
 
 @dataclass
@@ -24,9 +29,9 @@ class NodeStream:
     partial_ids: list[str] = field(default_factory=list)  # partial images its loads made (store reader)
 
 
-def group_plans(plans) -> list[StreamGroup]:
+def group_plans(plans: Iterable[PushTarget]) -> list[StreamGroup]:
     """PushTargets (push.py) that need the same layers with the same compression, as groups."""
-    groups: dict[tuple, StreamGroup] = {}
+    groups: dict[tuple[frozenset[str], str, bool], StreamGroup] = {}
     for plan in plans:
         single = plan.facts.containerd_store
         key = (frozenset(plan.needed), plan.compression, single)

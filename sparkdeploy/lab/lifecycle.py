@@ -214,6 +214,7 @@ def _up(spec: LabSpec, rebuild: bool, before_replace: Callable[[list[str]], None
             container.remove(force=True)
     image_tag = _lab_images(client, rebuild, spec.node_image)
     image_id = client.images.get(image_tag).id
+    assert image_id, "an image docker has has its ID"
     mark = _phase_timer(t0)
     phases = {"lab images": mark()}
 
@@ -307,7 +308,7 @@ def _down(spec: LabSpec, all_labs: bool, purge: bool) -> dict[str, list[str]]:
     for filters in _all_lab_filters(client) if all_labs else [spec.filters]:
         for container in client.containers.list(all=True, filters=filters):
             container.remove(force=True, v=False)
-            removed["containers"].append(container.name)
+            removed["containers"].append(container.name or container.short_id)
         removed["networks"] += network.remove_networks(client, filters)
         for volume in client.volumes.list(filters=filters):
             volume.remove(force=True)
