@@ -35,6 +35,7 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from sparkdeploy.images.inventory_images import NodeImages, read_node_images, se
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
-from sparkdeploy.images.streams import NodeStream, group_plans
+from sparkdeploy.images.streams import NodeStream, StreamGroup
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
 from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
@@ -211,6 +212,18 @@ def plan_target(
 
 def _sizes_for(source: SourceImage) -> list[int]:
     return source.sizes if source.sizes else [0] * len(source.diff_ids)
+
+
+def group_plans(plans: Iterable[PushTarget]) -> list[StreamGroup]:
+    """PushTargets that need the same layers with the same compression, as groups."""
+    groups: dict[tuple[frozenset[str], str, bool], StreamGroup] = {}
+    for plan in plans:
+        single = plan.facts.containerd_store
+        key = (frozenset(plan.needed), plan.compression, single)
+        if key not in groups:
+            groups[key] = StreamGroup([], set(plan.needed), plan.compression, plan.estimate, single)
+        groups[key].names.append(plan.node.name)
+    return list(groups.values())
 
 
 def choose_compression(requested: str, facts: NodeImages) -> str:

@@ -16,18 +16,17 @@ from typing import TYPE_CHECKING, Any
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import CHUNK, Fanout, FeedChannel, load_timeout, open_loads, wait_load
 from sparkdeploy.images.push_progress import PushProgress
-from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.images.streams import NodeStream, StreamGroup, StreamSource
 from sparkdeploy.nodeside.layers import ArchiveFilter
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
-    from sparkdeploy.images.push import SourceImage
     from sparkdeploy.runtime.remote import NodeConnection
 
 
 def stream_from_save(
-    source: SourceImage,
+    source: StreamSource,
     groups: list[StreamGroup],
     conns: dict[str, NodeConnection],
     client: DockerClient,
@@ -76,7 +75,7 @@ def stream_from_save(
 
 
 def _pump_save(
-    source: SourceImage, fans: list[tuple[StreamGroup, Fanout, ArchiveFilter]], client: DockerClient
+    source: StreamSource, fans: list[tuple[StreamGroup, Fanout, ArchiveFilter]], client: DockerClient
 ) -> str | None:
     """One `docker save` of the source, filtered for every group; returns why it failed, or None."""
     import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need

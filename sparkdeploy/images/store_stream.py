@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import Fanout, FeedChannel, load_timeout, open_loads, wait_load
 from sparkdeploy.images.push_progress import PushProgress
-from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.images.streams import NodeStream, StreamGroup, StreamSource
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch
 from sparkdeploy.nodeside.layers import chain_ids
 
 if TYPE_CHECKING:
-    from sparkdeploy.images.push import SourceImage
     from sparkdeploy.runtime.remote import NodeConnection
 
 BATCH_BYTES = 256 * 1024 * 1024  # per load: big enough that a load's fixed cost (~0.3 s) is small
@@ -63,7 +62,7 @@ def plan_loads(layer_count: int, positions: list[int], sizes: dict[int, int], ba
 
 
 def stream_from_store(
-    source: SourceImage,
+    source: StreamSource,
     groups: list[StreamGroup],
     conns: dict[str, NodeConnection],
     progress: PushProgress,
@@ -101,7 +100,7 @@ class _GroupSender:
 
     def __init__(
         self,
-        source: SourceImage,
+        source: StreamSource,
         group: StreamGroup,
         conns: dict[str, NodeConnection],
         progress: PushProgress,
