@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
 from sparkdeploy.guard import state as guard_state
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-def _num(value, fmt: str, scale: float = 1.0) -> str:
+
+def _num(value: float | None, fmt: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, fmt)
 
 
-def _seconds(value) -> str:
+def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def render_table(snapshot: dict, title: str):
+def render_table(snapshot: dict[str, Any], title: str) -> Table:
     from rich.table import Table
     from rich.text import Text
 
@@ -75,7 +80,7 @@ def render_table(snapshot: dict, title: str):
     return table
 
 
-def _caption(snapshot: dict) -> str:
+def _caption(snapshot: dict[str, Any]) -> str:
     bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
     over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
     parts = [f"tokens/s over the last interval; TTFT {over}"]
@@ -93,19 +98,19 @@ def _caption(snapshot: dict) -> str:
     return "; ".join(parts)
 
 
-def _plain_console():
+def _plain_console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, width=120, force_terminal=False, no_color=True)
 
 
-def _console():
+def _console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, width=max(120, Console().width))  # never squeeze the columns
 
 
-def _print_guards(guards: dict, when: str = "") -> None:
+def _print_guards(guards: dict[str, dict[str, Any] | None], when: str = "") -> None:
     from rich.text import Text
 
     for text, style in guard_state.lines(guards):
@@ -138,7 +143,15 @@ def _print_guards(guards: dict, when: str = "") -> None:
 )
 @click.option("--deployment", metavar="NAME", help="Only this deployment of a stack (`up --stack`), e.g. coder.")
 @json_option
-def top(inventory, interval, window, once, sample_gap, deployment, as_json):
+def top(
+    inventory: str | None,
+    interval: float,
+    window: float,
+    once: bool,
+    sample_gap: float,
+    deployment: str | None,
+    as_json: bool,
+) -> None:
     """Live load of every engine: requests running and waiting, KV-cache usage, prompt and generation
     tokens/s, time to first token (p50/p95), and for 2xsolo each backend's share of the proxy's requests.
 

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets
@@ -87,6 +87,16 @@ class PullResult:
         }
 
 
+class ProgressSink(Protocol):
+    """What the pull reports per node (Progress, or the CLI's bars)."""
+
+    def start(self, node: str, total: int, what: str) -> None: ...
+
+    def update(self, node: str, done: int) -> None: ...
+
+    def finish(self, node: str, ok: bool, note: str = "") -> None: ...
+
+
 class Progress:
     """Per-node byte counts (the CLI draws bars from them); the default draws nothing."""
 
@@ -127,7 +137,13 @@ def _to_come(manifest: Json, held: Json, bad: dict[str, str] | None = None) -> i
 
 
 def _poll(
-    conn: NodeConnection, hf_cache: str, manifest: Json, node: str, progress: Progress, base: int, stop: threading.Event
+    conn: NodeConnection,
+    hf_cache: str,
+    manifest: Json,
+    node: str,
+    progress: ProgressSink,
+    base: int,
+    stop: threading.Event,
 ) -> None:
     """Report bytes arrived on `node` while a download or copy runs (a second SSH session, stat only)."""
     sizes = _blob_sizes(manifest)
@@ -217,14 +233,14 @@ class Puller:
         conns: dict[str, NodeConnection],
         secrets: Secrets,
         image: str,
-        progress: Progress | None = None,
+        progress: ProgressSink | None = None,
         say: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.inv = inv
         self.conns = conns
         self.secrets = secrets
         self.image = image
-        self.progress = progress or Progress()
+        self.progress: ProgressSink = progress or Progress()
         self.say = say
         self.hf_cache = inv.cluster.hf_cache
         self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
