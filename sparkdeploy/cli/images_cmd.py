@@ -180,27 +180,10 @@ def pull_cmd(
     from sparkdeploy.cli.common import warn
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images import registry_pull as registry
-    from sparkdeploy.images.image_ref import is_reference, parse_reference
+    from sparkdeploy.images.image_ref import parse_reference
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.recipes.recipe import load_recipe
 
-    ref = image
-    vllm = True  # a bare reference is a vLLM image; a recipe says its engine (SGLang's: no vLLM CLI to read)
-    if not is_reference(image):
-        recipe, path, _ = load_recipe(image, recipes_dir)
-        vllm = recipe.engine == "vllm"
-        if not is_reference(recipe.image):
-            from sparkdeploy.errors import ConfigError, Problem
-
-            raise ConfigError(
-                Problem(
-                    str(path),
-                    "image",
-                    f"{recipe.image} is an image definition, not a registry image",
-                    f"sparkdeploy images push {recipe.image}",
-                )
-            )
-        ref = recipe.image
+    ref, vllm = _registry_image(image, recipes_dir)
     parse_reference(ref, "IMAGE", "reference")  # a bad reference fails before anything connects
     inv = load_inventory(inventory)
     nodes = select_nodes(inv)
@@ -236,6 +219,29 @@ def pull_cmd(
             click.secho(f"{node}: FAILED: {why}", fg="red")
     if result.failed:
         ctx.exit(1)
+
+
+def _registry_image(image: str, recipes_dir: str | None) -> tuple[str, bool]:
+    """`images pull IMAGE`: (the reference, whether it carries vLLM's CLI). A bare reference is a vLLM image; a
+    recipe names its registry image and says its engine (SGLang's: no vLLM CLI to read)."""
+    from sparkdeploy.images.image_ref import is_reference
+    from sparkdeploy.recipes.recipe import load_recipe
+
+    if is_reference(image):
+        return image, True
+    recipe, path, _ = load_recipe(image, recipes_dir)
+    if not is_reference(recipe.image):
+        from sparkdeploy.errors import ConfigError, Problem
+
+        raise ConfigError(
+            Problem(
+                str(path),
+                "image",
+                f"{recipe.image} is an image definition, not a registry image",
+                f"sparkdeploy images push {recipe.image}",
+            )
+        )
+    return recipe.image, recipe.engine == "vllm"
 
 
 # -- push -----------------------------------------------------------------------------------------------------

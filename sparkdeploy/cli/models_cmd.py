@@ -17,6 +17,7 @@ from sparkdeploy.errors import ConfigError, Problem
 if TYPE_CHECKING:
     from sparkdeploy.config.inventory import Inventory, Node
     from sparkdeploy.models.ops import ModelRef
+    from sparkdeploy.models.pull import PullResult
     from sparkdeploy.topologies.deployment import Deployment
 
 
@@ -193,28 +194,33 @@ def pull_cmd(
             first["drafts"] = [r.as_dict() for _, r in results[1:]]
         emit_json(first)
     else:
-        for i, (ref, result) in enumerate(results):
-            label = "" if i == 0 else "speculative draft "
-            click.echo(f"{label}{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
-            if dry_run:
-                for line in result.plan:
-                    click.echo("  " + line)
-            for name, r in result.nodes.items():
-                rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
-                via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
-                click.echo(
-                    f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
-                    if r.ok
-                    else f"  {name}: {r.action}: {r.error}"
-                )
-        if dry_run:
-            click.echo("dry run: nothing was downloaded, copied or changed")
+        _print_pulls(results, dry_run)
     if not all(result.ok for _, result in results):
         for _, result in results:
             for r in result.nodes.values():
                 if not r.ok and not as_json:
                     click.echo(f"error: {r.error}", err=True)
         exit_with(1)
+
+
+def _print_pulls(results: list[tuple[ModelRef, PullResult]], dry_run: bool) -> None:
+    """Per ref (the model, then its draft): the commit, size, the plan (dry run) and each node's line."""
+    for i, (ref, result) in enumerate(results):
+        label = "" if i == 0 else "speculative draft "
+        click.echo(f"{label}{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
+        if dry_run:
+            for line in result.plan:
+                click.echo("  " + line)
+        for name, r in result.nodes.items():
+            rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
+            via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
+            click.echo(
+                f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
+                if r.ok
+                else f"  {name}: {r.action}: {r.error}"
+            )
+    if dry_run:
+        click.echo("dry run: nothing was downloaded, copied or changed")
 
 
 @models.command("list")

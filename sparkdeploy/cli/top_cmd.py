@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from sparkdeploy.daytwo.top import Monitor
+
 
 def _num(value: float | None, fmt: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, fmt)
@@ -168,7 +170,7 @@ def top(
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.daytwo import top as monitor_mod
-    from sparkdeploy.errors import NothingDeployed, StepFailed
+    from sparkdeploy.errors import NothingDeployed
     from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
@@ -189,21 +191,41 @@ def top(
         raise NothingDeployed(inv.source)
 
     if once:
-        monitor.sample()
-        time.sleep(sample_gap)
-        monitor.sample()
-        snap = monitor.snapshot()
-        snap["unreachable"] = unreachable
-        snap["guards"] = guards
-        if as_json:
-            emit_json(snap)
-        else:
-            _console().print(render_table(snap, title))
-            _print_guards(guards)
-        if unreachable:
-            raise StepFailed(f"unreachable: {', '.join(unreachable)}")
-        return
+        _top_once(monitor, unreachable, guards, sample_gap, as_json, title)
+    else:
+        _top_watch(monitor, guards, interval, as_json, title)
 
+
+def _top_once(
+    monitor: Monitor,
+    unreachable: list[str],
+    guards: dict[str, dict[str, Any] | None],
+    sample_gap: float,
+    as_json: bool,
+    title: str,
+) -> None:
+    """`top --once`: two samples `sample_gap` apart, printed once (a table, or JSON)."""
+    from sparkdeploy.errors import StepFailed
+
+    monitor.sample()
+    time.sleep(sample_gap)
+    monitor.sample()
+    snap = monitor.snapshot()
+    snap["unreachable"] = unreachable
+    snap["guards"] = guards
+    if as_json:
+        emit_json(snap)
+    else:
+        _console().print(render_table(snap, title))
+        _print_guards(guards)
+    if unreachable:
+        raise StepFailed(f"unreachable: {', '.join(unreachable)}")
+
+
+def _top_watch(
+    monitor: Monitor, guards: dict[str, dict[str, Any] | None], interval: float, as_json: bool, title: str
+) -> None:
+    """A sample every `interval` until stopped: JSON lines, plain tables when piped, else a live screen."""
     # Until Ctrl-C or SIGTERM: the stop raises wherever the loop waits (a scrape, the sleep) and exits 130 or 143
     # (sparkdeploy/runtime/interrupts.py); the live display gives the terminal back on its way out.
     if as_json:  # one JSON object per line, every interval, for scripts that keep watching
