@@ -25,7 +25,7 @@ def data_dir(name: str) -> Path:
     return _data_root() / name
 
 
-def recipe_dirs(extra: str | os.PathLike | None = None) -> list[Path]:
+def recipe_dirs(extra: str | os.PathLike[str] | None = None) -> list[Path]:
     """Search order: --recipes-dir, then SPARKDEPLOY_RECIPES (os.pathsep separated), then the shipped ones."""
     dirs: list[Path] = []
     if extra:

@@ -44,6 +44,6 @@ def headers_say_simulated(headers: Mapping[str, str] | Iterable[tuple[str, str]]
     return any(k.lower() in (HEADER, PROXIED_HEADER) and v.strip() for k, v in items)
 
 
-def metrics_say_simulated(metrics: Mapping[str, list[tuple[dict, float]]]) -> bool:
+def metrics_say_simulated(metrics: Mapping[str, list[tuple[dict[str, str], float]]]) -> bool:
     """Parsed Prometheus samples (sparkdeploy.daytwo.top.parse_metrics) hold the simulator's gauge at 1."""
     return any(value >= 1 for _, value in metrics.get(METRIC, []))

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from sparkdeploy.bench.predicted import SOURCE as PREDICTOR
 from sparkdeploy.bench.predicted import predict_recipe
-from sparkdeploy.bench.seeds import seed_reference
+from sparkdeploy.bench.seeds import Reference, seed_reference
 from sparkdeploy.bench.speculative_ab import advice_note
 from sparkdeploy.bench.store import METRICS, BenchResult, load_results, routing_of, variant_label
 from sparkdeploy.config.inventory import load_inventory
@@ -70,7 +70,7 @@ class Estimate:
             "prefill": self.prefill_tps,
         }[objective]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "variant": self.variant,
             "label": variant_label(self.variant),
@@ -125,7 +125,7 @@ class TopologyAdvice:
         """The figures come from a simulated engine (measured in the lab) or from the simulator's prediction."""
         return self.source.get("simulated") is True
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         b = self.best
         routing = routing_of(b.variant)
         cmd = f"sparkdeploy up --recipe {self.recipe or '<recipe>'} --topology {self.topology}"
@@ -216,7 +216,7 @@ def nodes_of(results: list[BenchResult]) -> int:
 
 def _measured(
     results_dirs: list[str] | None, recipe: str | None, prompt_tokens: int, gen_tokens: int
-) -> tuple[list[BenchResult] | None, dict | str]:
+) -> tuple[list[BenchResult] | None, dict[str, Any] | str]:
     """(results, source) of the user's own measurements closest to the shape asked about, or (None, why they
     cannot answer), so the fallback to the seeds can say why."""
     asked = [str(d) for d in results_dirs or []]
@@ -358,82 +358,25 @@ def advise(
     if measured is not None:
         results, source = measured, cast("dict[str, Any]", source_or_why)  # a dict when measured
     elif recipe is None or model == ref.model:  # the seeds measured this model
-        results = ref.results
-        source = {
-            "kind": "reference",
-            "recipe": ref.recipe,
-            "model": ref.model,
-            "pp": ref.pp,
-            "tg": ref.tg,
-            "simulated": False,
-            "description": ref.describe(),
-            "source": ref.source["files"],
-            "why": source_or_why,
-        }
-        notes.append(f"using the seeds' measurements of {ref.model}: {source_or_why}")
-        if recipe and recipe != ref.recipe:
-            r = load_recipe(recipe, recipes_dir)[0]
-            serves = (
-                f"with {engine_version(r).text} and its own settings" if r.engine != "vllm" else "with its own settings"
-            )
-            notes.append(
-                f"the seeds measured {ref.model} on vLLM as {ref.recipe} configures it; {recipe} serves the same "
-                f"model {serves}: `sparkdeploy bench sweep --recipe {recipe}` measures it as it is"
-            )
+        results, source = ref.results, _reference_source(ref, recipe, recipes_dir, str(source_or_why), notes)
     else:  # another model: the simulator's prediction for it, or no figures at all
-        nodes = len(load_inventory(inventory).nodes) if inventory else 2
-        wanted = sorted(accepted if accepted is not None else TOPOLOGIES)
-        pred = predict_recipe(recipe, wanted, concurrency, prompt_tokens, gen_tokens, recipes_dir, nodes)
-        if isinstance(pred, str) or not pred.results:
-            why = pred if isinstance(pred, str) else "; ".join(pred.notes) or "the simulator predicted nothing"
-            raise ConfigError(
-                Problem(
-                    "advise",
-                    recipe,
-                    f"no figures for {recipe} ({model}): no measurements ({source_or_why}), and no prediction: {why}",
-                    f"measure it: sparkdeploy bench sweep --recipe {recipe} (in the lab its figures are {LABEL})",
-                )
-            )
-        results = pred.results
-        source = {
-            "kind": "predicted",
-            "recipe": recipe,
-            "model": model,
-            "pp": prompt_tokens,
-            "tg": gen_tokens,
-            "simulated": True,
-            "description": f"{LABEL}: {PREDICTOR} for {model} as {recipe} configures it on {nodes} DGX Sparks "
-            "(calibrated on the seeds' gpt-oss-120b tables: a model's arithmetic, not measurements)",
-            "why": source_or_why,
-        }
-        notes.append(
-            f"no measurements of {recipe} ({source_or_why}): `sparkdeploy bench sweep --recipe {recipe}` makes them"
+        results, source = _predicted(
+            recipe,
+            model,
+            accepted,
+            concurrency,
+            prompt_tokens,
+            gen_tokens,
+            recipes_dir,
+            inventory,
+            str(source_or_why),
+            notes,
         )
-        notes += pred.notes
     ests = estimates(results, concurrency, prompt_tokens, gen_tokens)
     if not ests:
         raise ConfigError(Problem("advise", "", "no topology measured", "run a sweep first"))
     if accepted is not None:
-        measured_topologies = {topology_of(e.variant) for e in ests}
-        if source["kind"] == "predicted":  # only what `up` accepts was predicted: name what it refuses
-            measured_topologies |= {r.split(":")[0] for r in refused}
-        ests = [e for e in ests if topology_of(e.variant) in accepted]
-        left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
-        if left_out:
-            notes.append(
-                f"not ranked, `up` refuses them{f' for {recipe}' if recipe else ''}"
-                f"{' on this inventory' if inventory else ''}: " + "; ".join(left_out)
-            )
-        if not ests:
-            raise ConfigError(
-                Problem(
-                    "advise",
-                    recipe or "",
-                    "none of the measured topologies is one `up` accepts "
-                    f"for this recipe ({', '.join(sorted(accepted))})",
-                    f"run `sparkdeploy bench sweep --recipe {recipe}`",
-                )
-            )
+        ests = _accepted_only(ests, accepted, refused, source, recipe, inventory, notes)
     ranking = sorted(ests, key=lambda e: e.score(objective), reverse=True)
     by_obj = {o: max(ests, key=lambda e: e.score(o)).variant for o in OBJECTIVES}
     advice = TopologyAdvice(
@@ -469,6 +412,109 @@ def advise(
     return advice
 
 
+def _reference_source(
+    ref: Reference, recipe: str | None, recipes_dir: str | None, why: str, notes: list[str]
+) -> dict[str, Any]:
+    """The seeds' measurements as the figures' source (they measured this model); what that means, in `notes`."""
+    notes.append(f"using the seeds' measurements of {ref.model}: {why}")
+    if recipe and recipe != ref.recipe:
+        r = load_recipe(recipe, recipes_dir)[0]
+        serves = (
+            f"with {engine_version(r).text} and its own settings" if r.engine != "vllm" else "with its own settings"
+        )
+        notes.append(
+            f"the seeds measured {ref.model} on vLLM as {ref.recipe} configures it; {recipe} serves the same "
+            f"model {serves}: `sparkdeploy bench sweep --recipe {recipe}` measures it as it is"
+        )
+    return {
+        "kind": "reference",
+        "recipe": ref.recipe,
+        "model": ref.model,
+        "pp": ref.pp,
+        "tg": ref.tg,
+        "simulated": False,
+        "description": ref.describe(),
+        "source": ref.source["files"],
+        "why": why,
+    }
+
+
+def _predicted(
+    recipe: str,
+    model: str | None,
+    accepted: set[str] | None,
+    concurrency: int,
+    prompt_tokens: int,
+    gen_tokens: int,
+    recipes_dir: str | None,
+    inventory: str | None,
+    why_unmeasured: str,
+    notes: list[str],
+) -> tuple[list[BenchResult], dict[str, Any]]:
+    """The simulator's prediction for a model nobody measured: (results, source); refused (ConfigError) when
+    it predicts nothing."""
+    nodes = len(load_inventory(inventory).nodes) if inventory else 2
+    wanted = sorted(accepted if accepted is not None else TOPOLOGIES)
+    pred = predict_recipe(recipe, wanted, concurrency, prompt_tokens, gen_tokens, recipes_dir, nodes)
+    if isinstance(pred, str) or not pred.results:
+        why = pred if isinstance(pred, str) else "; ".join(pred.notes) or "the simulator predicted nothing"
+        raise ConfigError(
+            Problem(
+                "advise",
+                recipe,
+                f"no figures for {recipe} ({model}): no measurements ({why_unmeasured}), and no prediction: {why}",
+                f"measure it: sparkdeploy bench sweep --recipe {recipe} (in the lab its figures are {LABEL})",
+            )
+        )
+    notes.append(
+        f"no measurements of {recipe} ({why_unmeasured}): `sparkdeploy bench sweep --recipe {recipe}` makes them"
+    )
+    notes += pred.notes
+    return pred.results, {
+        "kind": "predicted",
+        "recipe": recipe,
+        "model": model,
+        "pp": prompt_tokens,
+        "tg": gen_tokens,
+        "simulated": True,
+        "description": f"{LABEL}: {PREDICTOR} for {model} as {recipe} configures it on {nodes} DGX Sparks "
+        "(calibrated on the seeds' gpt-oss-120b tables: a model's arithmetic, not measurements)",
+        "why": why_unmeasured,
+    }
+
+
+def _accepted_only(
+    ests: list[Estimate],
+    accepted: set[str],
+    refused: list[str],
+    source: dict[str, Any],
+    recipe: str | None,
+    inventory: str | None,
+    notes: list[str],
+) -> list[Estimate]:
+    """The estimates of the topologies `up` accepts; the measured ones it refuses are named in `notes`."""
+    measured_topologies = {topology_of(e.variant) for e in ests}
+    if source["kind"] == "predicted":  # only what `up` accepts was predicted: name what it refuses
+        measured_topologies |= {r.split(":")[0] for r in refused}
+    ests = [e for e in ests if topology_of(e.variant) in accepted]
+    left_out = [r for r in refused if r.split(":")[0] in measured_topologies]
+    if left_out:
+        notes.append(
+            f"not ranked, `up` refuses them{f' for {recipe}' if recipe else ''}"
+            f"{' on this inventory' if inventory else ''}: " + "; ".join(left_out)
+        )
+    if not ests:
+        raise ConfigError(
+            Problem(
+                "advise",
+                recipe or "",
+                f"none of the measured topologies is one `up` accepts for this recipe ({', '.join(sorted(accepted))})",
+                f"run `sparkdeploy bench sweep --recipe {recipe}`",
+            )
+        )
+    return ests
+
+
 def _pct(a: float, b: float) -> str:
     return f"{(a - b) / b * 100:+.0f}%" if b else "n/a"
 
@@ -489,38 +535,10 @@ ALIKE = 0.05  # two rates within 5 % of each other are called alike, not a win
 def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> list[str]:
     """Why the best topology wins at this load, one sentence per reason; each sentence's claim is read off the
     figures it quotes (a comparison says which is higher only when it is, by more than ALIKE)."""
-    best, ranking, n, p = a.best, a.ranking, a.concurrency, a.prompt_tokens
-    second = ranking[1] if len(ranking) > 1 else None
+    best, ranking = a.best, a.ranking
+    reasons = [_objective_reason(a, recipe)]
     lb = a.label
-    kind = "predicted" if a.source.get("kind") == "predicted" else "measured"
-    reasons = []
-    if a.gen_tokens > 1:
-        request = f"(TTFT {{ttft:.0f}} ms + {a.gen_tokens - 1} tokens at {{rate:.1f}} t/s each)"
-    else:
-        request = "(TTFT {ttft:.0f} ms: one token, no decode)"
-    if second is None:  # the recipe leaves one topology: nothing to weigh it against
-        reasons.append(
-            f"{lb(best.variant)} is the only {kind} topology `up` accepts for {recipe}. At c{n}: "
-            f"{best.request_s:.2f} s per request "
-            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
-            + f", decode {best.decode_tps:.1f} t/s in total."
-        )
-    elif a.objective == "latency":
-        reasons.append(
-            f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
-            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
-            + f" vs {lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)})."
-        )
-    else:
-        unit = {"decode": ("decode_tps", "t/s"), "ttft": ("ttft_ms", "ms"), "prefill": ("prefill_tps", "t/s")}
-        f, u = unit[a.objective]
-        reasons.append(
-            f"objective: {OBJECTIVES[a.objective]}. At c{n}: {lb(best.variant)} "
-            f"{getattr(best, f):.1f} {u} vs {lb(second.variant)} {getattr(second, f):.1f} {u} "
-            f"({_pct(getattr(best, f), getattr(second, f))})."
-        )
-    by = a.by_objective
-    split = {o: v for o, v in by.items() if v != best.variant}
+    split = {o: v for o, v in a.by_objective.items() if v != best.variant}
     if split:
         reasons.append(
             "other objectives choose differently at this load: "
@@ -528,32 +546,90 @@ def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> l
             + f" (objective used: {a.objective}; pass --objective)."
         )
     est = {e.variant: e for e in ranking}
+    reasons.append(_batching_reason(a, est, recipe, recipes_dir))
+    reasons += _width_reasons(a, est)
+    reasons += _routing_reasons(a, est)
+    if best.variant.startswith("2xsolo"):
+        e = a.engines.get(best.variant, 2)
+        reasons.append(
+            f"2xsolo runs {'two' if e == 2 else e} independent engines behind LiteLLM: {e} times the batch "
+            "budget and no cross-node synchronisation, at the price of per-request speed at low load."
+        )
+    if best.variant == "replicas":
+        e = a.engines.get("replicas", 2)
+        reasons.append(
+            f"replicas runs {e} TP engines behind LiteLLM: each decodes faster than one node alone "
+            f"and the {e} batch independently (sparkdeploy up --topology replicas --tp K)."
+        )
+    return reasons
+
+
+def _objective_reason(a: TopologyAdvice, recipe: str | None) -> str:
+    """The best against the runner-up on the objective asked (or, alone, what it does at this load)."""
+    best, ranking, n = a.best, a.ranking, a.concurrency
+    second = ranking[1] if len(ranking) > 1 else None
+    lb = a.label
+    kind = "predicted" if a.source.get("kind") == "predicted" else "measured"
+    if a.gen_tokens > 1:
+        request = f"(TTFT {{ttft:.0f}} ms + {a.gen_tokens - 1} tokens at {{rate:.1f}} t/s each)"
+    else:
+        request = "(TTFT {ttft:.0f} ms: one token, no decode)"
+    if second is None:  # the recipe leaves one topology: nothing to weigh it against
+        return (
+            f"{lb(best.variant)} is the only {kind} topology `up` accepts for {recipe}. At c{n}: "
+            f"{best.request_s:.2f} s per request "
+            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
+            + f", decode {best.decode_tps:.1f} t/s in total."
+        )
+    if a.objective == "latency":
+        return (
+            f"objective: {OBJECTIVES['latency']}. At c{n}: {lb(best.variant)} {best.request_s:.2f} s per request "
+            + request.format(ttft=best.ttft_ms, rate=best.decode_tps / n)
+            + f" vs {lb(second.variant)} {second.request_s:.2f} s ({_pct(best.request_s, second.request_s)})."
+        )
+    unit = {"decode": ("decode_tps", "t/s"), "ttft": ("ttft_ms", "ms"), "prefill": ("prefill_tps", "t/s")}
+    f, u = unit[a.objective]
+    return (
+        f"objective: {OBJECTIVES[a.objective]}. At c{n}: {lb(best.variant)} "
+        f"{getattr(best, f):.1f} {u} vs {lb(second.variant)} {getattr(second, f):.1f} {u} "
+        f"({_pct(getattr(best, f), getattr(second, f))})."
+    )
+
+
+def _batching_reason(a: TopologyAdvice, est: dict[str, Estimate], recipe: str | None, recipes_dir: str | None) -> str:
+    """How many prefills fit one engine step (max_num_batched_tokens / prompt tokens), and who queues."""
+    n, p, lb = a.concurrency, a.prompt_tokens, a.label
     mnbt, where = max_batched_tokens(recipe, recipes_dir)
     if a.source.get("kind") == "reference" and mnbt != DEFAULT_MAX_BATCHED_TOKENS:
         where += f"; the seeds measured with {DEFAULT_MAX_BATCHED_TOKENS}"
     k = max(mnbt // p, 1)
-    single = [lb(v) for v in est if a.engines.get(v, 1) == 1]
-    shared = sorted({e for v, e in a.engines.items() if e > 1 and v in est})
-    if n > k:
-        parts = []
-        for e in shared:
-            per = math.ceil(n / e)
-            who, verb = _names([lb(v) for v, x in sorted(a.engines.items()) if x == e and v in est])
-            parts.append(
-                f"{who} ({e} engines) {verb} each ~{per}"
-                + (", which fits one step" if per <= k else f" ({math.ceil(per / k)} steps)")
-            )
-        one = f"one engine ({', '.join(single)}) needs" if single else "one engine would need"
-        reasons.append(
-            f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
-            f"engine step. c{n} is more than {k}: {one} {math.ceil(n / k)} "
-            f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + "."
-        )
-    else:
-        reasons.append(
+    if n <= k:
+        return (
             f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
             f"engine step, so {_prompts(n)} one engine's step: no prefill queueing on any topology."
         )
+    single = [lb(v) for v in est if a.engines.get(v, 1) == 1]
+    shared = sorted({e for v, e in a.engines.items() if e > 1 and v in est})
+    parts = []
+    for e in shared:
+        per = math.ceil(n / e)
+        who, verb = _names([lb(v) for v, x in sorted(a.engines.items()) if x == e and v in est])
+        parts.append(
+            f"{who} ({e} engines) {verb} each ~{per}"
+            + (", which fits one step" if per <= k else f" ({math.ceil(per / k)} steps)")
+        )
+    one = f"one engine ({', '.join(single)}) needs" if single else "one engine would need"
+    return (
+        f"batching: max_num_batched_tokens {mnbt} ({where}) / {p} prompt tokens = {k} prefills per "
+        f"engine step. c{n} is more than {k}: {one} {math.ceil(n / k)} "
+        f"steps, the rest queue and TTFT grows" + ("; " + "; ".join(parts) if parts else "") + "."
+    )
+
+
+def _width_reasons(a: TopologyAdvice, est: dict[str, Estimate]) -> list[str]:
+    """One wide engine against replicas, and against a node alone: weights read per token vs all-reduces."""
+    n = a.concurrency
+    reasons = []
     if "cluster" in est and "replicas" in est:
         c, r = est["cluster"], est["replicas"]
         engines = a.engines.get("replicas", 2)
@@ -582,34 +658,31 @@ def explain(a: TopologyAdvice, recipe: str | None, recipes_dir: str | None) -> l
                 f"CX7 costs what reading {share} saves: {c.decode_tps:.0f} vs {s.decode_tps:.0f} "
                 f"t/s decode for solo ({_pct(c.decode_tps, s.decode_tps)})."
             )
+    return reasons
+
+
+def _routing_reasons(a: TopologyAdvice, est: dict[str, Estimate]) -> list[str]:
+    """least-busy against simple-shuffle in front of identical engines."""
+    n = a.concurrency
     shuffle = est.get("2xsolo-shuffle")
-    if "2xsolo-least-busy" in est:
-        lbz = est["2xsolo-least-busy"]
-        if shuffle is not None and lbz.decode_tps < shuffle.decode_tps * (1 - ALIKE):
-            reasons.append(
+    lbz = est.get("2xsolo-least-busy")
+    if lbz is None or shuffle is None:
+        return []
+    if lbz.decode_tps < shuffle.decode_tps * (1 - ALIKE):
+        return [
+            (
                 "least-busy routing starves a backend with identical engines: one drains, every new request "
                 f"rushes to it, the other idles ({lbz.decode_tps:.0f} vs {shuffle.decode_tps:.0f} t/s decode for "
                 f"simple-shuffle at c{n}, {_pct(lbz.decode_tps, shuffle.decode_tps)}); use simple-shuffle."
             )
-        elif shuffle is not None:
-            reasons.append(
-                f"routing: at c{n} least-busy and simple-shuffle decode alike ({lbz.decode_tps:.0f} vs "
-                f"{shuffle.decode_tps:.0f} t/s); least-busy's starvation of one of two identical engines shows under "
-                "load (the seeds measured -68% decode at 64 concurrent requests), so simple-shuffle is the default."
-            )
-    if best.variant.startswith("2xsolo"):
-        e = a.engines.get(best.variant, 2)
-        reasons.append(
-            f"2xsolo runs {'two' if e == 2 else e} independent engines behind LiteLLM: {e} times the batch "
-            "budget and no cross-node synchronisation, at the price of per-request speed at low load."
+        ]
+    return [
+        (
+            f"routing: at c{n} least-busy and simple-shuffle decode alike ({lbz.decode_tps:.0f} vs "
+            f"{shuffle.decode_tps:.0f} t/s); least-busy's starvation of one of two identical engines shows under "
+            "load (the seeds measured -68% decode at 64 concurrent requests), so simple-shuffle is the default."
         )
-    if best.variant == "replicas":
-        e = a.engines.get("replicas", 2)
-        reasons.append(
-            f"replicas runs {e} TP engines behind LiteLLM: each decodes faster than one node alone "
-            f"and the {e} batch independently (sparkdeploy up --topology replicas --tp K)."
-        )
-    return reasons
+    ]
 
 
 def render_text(a: TopologyAdvice) -> str:

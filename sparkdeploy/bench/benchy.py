@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkdeploy import __version__, paths
-from sparkdeploy.bench.store import BenchResult, metrics_from_llama_benchy, save_result, variant_of
+from sparkdeploy.bench.store import BenchResult, Stat, metrics_from_llama_benchy, save_result, variant_of
 from sparkdeploy.daytwo.top import parse_metrics
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.recipes.engines.registered import metric_names
@@ -86,7 +86,7 @@ def sim_data_dir() -> Path:
     return paths.data_dir("images") / "vllm-sim" / "vllm_sim" / "data"
 
 
-def find_tokenizer(given: str | os.PathLike | None) -> Path:
+def find_tokenizer(given: str | os.PathLike[str] | None) -> Path:
     candidates = [Path(given).expanduser()] if given else []
     if not given and os.environ.get("SPARKDEPLOY_BENCH_TOKENIZER"):
         candidates.append(Path(os.environ["SPARKDEPLOY_BENCH_TOKENIZER"]).expanduser())
@@ -109,7 +109,7 @@ def find_tokenizer(given: str | os.PathLike | None) -> Path:
     )
 
 
-def find_corpus(given: str | os.PathLike | None) -> Path:
+def find_corpus(given: str | os.PathLike[str] | None) -> Path:
     candidates = [Path(given).expanduser()] if given else []
     if not given and os.environ.get("SPARKDEPLOY_BENCH_CORPUS"):
         candidates.append(Path(os.environ["SPARKDEPLOY_BENCH_CORPUS"]).expanduser())
@@ -265,7 +265,7 @@ STOP_LADDER = ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0
 STOP_LADDER_STOPPED = ((signal.SIGTERM, 0.3), (signal.SIGKILL, 5.0))
 
 
-def _stop(proc: subprocess.Popen, ladder: tuple[tuple[signal.Signals, float], ...] = STOP_LADDER) -> None:
+def _stop(proc: subprocess.Popen[bytes], ladder: tuple[tuple[signal.Signals, float], ...] = STOP_LADDER) -> None:
     """Stop llama-benchy and anything it started (its own session), one signal of the ladder after another."""
     for sig, wait in ladder:
         if proc.poll() is not None:
@@ -306,7 +306,7 @@ def run_cell(
     concurrency: int,
     out_dir: Path,
     on_progress: ProgressFn | None = None,
-    extra_metadata: dict | None = None,
+    extra_metadata: dict[str, Any] | None = None,
 ) -> BenchResult:
     """Run llama-benchy for one concurrency level and store the result in out_dir; return it."""
     version = installed_llama_benchy()
@@ -323,63 +323,12 @@ def run_cell(
     for p in (raw_path, progress_path):
         p.unlink(missing_ok=True)
     args = llama_benchy_args(endpoint, settings, concurrency, book_url, tokenizer, raw_path, progress_path)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
-    host = urllib.parse.urlparse(endpoint.base_url).hostname or ""
-    for name in ("NO_PROXY", "no_proxy"):  # aiohttp honours HTTP(S)_PROXY (trust_env=True): not for our endpoint
-        env[name] = ",".join(x for x in (env.get(name, ""), host) if x)
     spec_before = spec_counters(endpoint)
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    expected = concurrency * settings.runs
     tail = _ProgressTail(progress_path)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkdeploy.bench._benchy_main", *args],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        assert proc.stdin is not None, "stdin=PIPE"
-        try:
-            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())
-            proc.stdin.close()
-            while True:
-                try:
-                    proc.wait(1.0)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                tail.poll()
-                if on_progress:
-                    on_progress(tail.done, expected)
-                if time.monotonic() - t0 > settings.timeout_s:
-                    _stop(proc)
-                    raise StepFailed(
-                        f"llama-benchy at c{concurrency} on {endpoint.base_url} took more than "
-                        f"{settings.timeout_s:.0f}s: stopped (log: {log_path})"
-                    )
-        except BaseException as exc:
-            _stop(proc, STOP_LADDER_STOPPED if isinstance(exc, KeyboardInterrupt) else STOP_LADDER)
-            raise
-    tail.poll()
-    if on_progress:
-        on_progress(tail.done, expected)
-    log_text = _mask(log_path.read_text(errors="replace"), endpoint.api_key)
-    log_path.write_text(log_text)
-    if proc.returncode != 0 or not raw_path.is_file():
-        last = " | ".join(line.strip() for line in log_text.strip().splitlines()[-4:])
-        raise StepFailed(f"llama-benchy failed at c{concurrency} (exit {proc.returncode}): {last} (log: {log_path})")
-    raw = json.loads(raw_path.read_text())
-    try:
-        metrics = metrics_from_llama_benchy(raw, settings.pp, settings.tg, concurrency)
-    except ValueError as exc:
-        raise StepFailed(f"{exc} (log: {log_path})") from None
-    if not metrics or (tail.done and tail.failed == tail.done):
-        raise StepFailed(
-            f"every request failed at c{concurrency}: {'; '.join(tail.errors) or 'no tokens'} (log: {log_path})"
-        )
+    returncode = _run_llama_benchy(args, endpoint, settings, concurrency, log_path, tail, on_progress, t0)
+    raw, metrics = _read_cell(endpoint, settings, concurrency, returncode, raw_path, log_path, tail)
     spec_after = spec_counters(endpoint)
     md = dict(endpoint.metadata)
     md.update(extra_metadata or {})
@@ -424,6 +373,93 @@ def run_cell(
     raw_path.unlink(missing_ok=True)
     progress_path.unlink(missing_ok=True)
     return result
+
+
+def _child_env(endpoint: Endpoint) -> dict[str, str]:
+    """llama-benchy's environment: offline hub, unbuffered output, no proxy for the endpoint."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    host = urllib.parse.urlparse(endpoint.base_url).hostname or ""
+    for name in ("NO_PROXY", "no_proxy"):  # aiohttp honours HTTP(S)_PROXY (trust_env=True): not for our endpoint
+        env[name] = ",".join(x for x in (env.get(name, ""), host) if x)
+    return env
+
+
+def _run_llama_benchy(
+    args: list[str],
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    concurrency: int,
+    log_path: Path,
+    tail: _ProgressTail,
+    on_progress: ProgressFn | None,
+    t0: float,
+) -> int:
+    """llama-benchy as a child (its own session, the API key on stdin, output to log_path), followed to its
+    end with progress from `tail`; stopped past the timeout or on any exception (an interrupt: at once).
+    Returns its exit code."""
+    expected = concurrency * settings.runs
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkdeploy.bench._benchy_main", *args],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_child_env(endpoint),
+            start_new_session=True,
+        )
+        assert proc.stdin is not None, "stdin=PIPE"
+        try:
+            proc.stdin.write(((endpoint.api_key or "") + "\n").encode())
+            proc.stdin.close()
+            while True:
+                try:
+                    proc.wait(1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                tail.poll()
+                if on_progress:
+                    on_progress(tail.done, expected)
+                if time.monotonic() - t0 > settings.timeout_s:
+                    _stop(proc)
+                    raise StepFailed(
+                        f"llama-benchy at c{concurrency} on {endpoint.base_url} took more than "
+                        f"{settings.timeout_s:.0f}s: stopped (log: {log_path})"
+                    )
+        except BaseException as exc:
+            _stop(proc, STOP_LADDER_STOPPED if isinstance(exc, KeyboardInterrupt) else STOP_LADDER)
+            raise
+    tail.poll()
+    if on_progress:
+        on_progress(tail.done, expected)
+    return proc.returncode
+
+
+def _read_cell(
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    concurrency: int,
+    returncode: int,
+    raw_path: Path,
+    log_path: Path,
+    tail: _ProgressTail,
+) -> tuple[dict[str, Any], dict[str, Stat]]:
+    """The finished run's report and metrics (the log masked first); StepFailed naming the log when it failed."""
+    log_text = _mask(log_path.read_text(errors="replace"), endpoint.api_key)
+    log_path.write_text(log_text)
+    if returncode != 0 or not raw_path.is_file():
+        last = " | ".join(line.strip() for line in log_text.strip().splitlines()[-4:])
+        raise StepFailed(f"llama-benchy failed at c{concurrency} (exit {returncode}): {last} (log: {log_path})")
+    raw: dict[str, Any] = json.loads(raw_path.read_text())
+    try:
+        metrics = metrics_from_llama_benchy(raw, settings.pp, settings.tg, concurrency)
+    except ValueError as exc:
+        raise StepFailed(f"{exc} (log: {log_path})") from None
+    if not metrics or (tail.done and tail.failed == tail.done):
+        raise StepFailed(
+            f"every request failed at c{concurrency}: {'; '.join(tail.errors) or 'no tokens'} (log: {log_path})"
+        )
+    return raw, metrics
 
 
 def run_levels(

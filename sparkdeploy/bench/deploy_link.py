@@ -17,12 +17,13 @@ from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
-from sparkdeploy.errors import ConfigError, NothingDeployed, StepFailed
+from sparkdeploy.errors import ConfigError, NothingDeployed, Problem, StepFailed
 from sparkdeploy.images import build
-from sparkdeploy.images.definitions import load_definition
+from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.recipes.engines.registered import engine_version as recipe_engine
 from sparkdeploy.simulated import headers_say_simulated
 from sparkdeploy.topologies.context import load_deployment
+from sparkdeploy.topologies.deployment import Deployment
 
 
 def status_json(inventory: str | None) -> dict[str, Any]:
@@ -30,9 +31,9 @@ def status_json(inventory: str | None) -> dict[str, Any]:
     return cluster_status(inventory)
 
 
-def _engine_images(status: dict, field: str) -> dict[str, str]:
+def _engine_images(status: dict[str, Any], field: str) -> dict[str, str]:
     """{node: value of `field`} for the engine containers (not the proxy) that status lists."""
-    out = {}
+    out: dict[str, str] = {}
     for n in status.get("nodes") or []:
         for c in n.get("containers") or []:
             if c.get(field) and c.get("role") != "proxy":
@@ -40,7 +41,7 @@ def _engine_images(status: dict, field: str) -> dict[str, str]:
     return out
 
 
-def _running_definition(dep):
+def _running_definition(dep: Deployment) -> ImageDefinition:
     """The image definition of the tag that runs (the lab's image_override puts vllm-sim in place of the
     recipe's image): sparkdeploy/<name>:<hash> -> <name>."""
     name = dep.image_tag.rsplit("/", 1)[-1].split(":", 1)[0]
@@ -55,9 +56,9 @@ def endpoint_of(
     recipe: str | None,
     topology: str | None,
     backend: str | None = None,
-    sets: tuple | list = (),
+    sets: tuple[str, ...] | list[str] = (),
     recipes_dir: str | None = None,
-    status: dict | None = None,
+    status: dict[str, Any] | None = None,
 ) -> Endpoint:
     """The endpoint and metadata of a deployment (rendered locally; nothing connects anywhere but status)."""
     dep = load_deployment(inventory, recipe, topology, backend, tuple(sets), recipes_dir)
@@ -124,7 +125,9 @@ class EngineProbe:
     evidence: str  # where `simulated` came from, recorded with the results
 
 
-def _request(url: str, api_key: str | None, body: dict | None, timeout: float):
+def _request(
+    url: str, api_key: str | None, body: dict[str, Any] | None, timeout: float
+) -> tuple[int, list[tuple[str, str]], Any]:
     """(status, headers, JSON body or None) of one request; status 0 when nothing answered."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
@@ -151,7 +154,7 @@ def _root(endpoint: Endpoint) -> str:
     return endpoint.base_url[: -len("/v1")] if endpoint.base_url.endswith("/v1") else endpoint.base_url
 
 
-def _version(endpoint: Endpoint, timeout_s: float) -> tuple[str | None, list]:
+def _version(endpoint: Endpoint, timeout_s: float) -> tuple[str | None, list[tuple[str, str]]]:
     """GET /version: vLLM answers it (not under /v1); a proxy does not: then unknown. (version, headers)"""
     status, headers, body = _request(_root(endpoint) + "/version", None, None, timeout_s)
     ok = status == 200 and isinstance(body, dict) and body.get("version")
@@ -181,6 +184,41 @@ def probe_engine(endpoint: Endpoint, timeout_s: float = 10.0) -> EngineProbe:
         return EngineProbe(version, False, "a one-token chat completion carried no simulator marker")
     why = f"HTTP {status}" if status else "no answer"
     return EngineProbe(version, None, f"a one-token chat completion failed ({why}): not known")
+
+
+def bench_endpoint(
+    inventory: str | None,
+    url: str | None,
+    model: str | None,
+    recipe: str | None,
+    topology: str | None,
+    backend: str | None,
+    routing: str | None,
+    mark_simulated: bool,
+) -> Endpoint:
+    """`bench`'s endpoint: --endpoint URL (with --model; recipe, topology, backend and routing recorded with
+    it) or the deployed one (those options then refused: status says them); vLLM's version asked of it."""
+    if url:
+        if not model:
+            raise ConfigError(Problem("--endpoint", url, "needs --model NAME (the served model name)", "add --model"))
+        md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing}
+        ep = url_endpoint(url, model, api_key_from_env(), md, mark_simulated)
+    else:
+        if model or recipe or topology or backend or mark_simulated:
+            raise ConfigError(
+                Problem(
+                    "bench",
+                    "",
+                    "--model/--recipe/--topology/--backend/--simulated describe an --endpoint",
+                    "drop them: the deployed endpoint's come from `sparkdeploy status`",
+                )
+            )
+        ep = current_endpoint(inventory, routing)
+    if ep.metadata.get("vllm_version") is None and ep.metadata.get("engine", "vllm") == "vllm":  # vLLM's GET /version
+        ep.metadata["vllm_version"] = engine_version(ep)
+        if ep.metadata.get("engine") == "vllm" and ep.metadata.get("engine_version") is None:
+            ep.metadata["engine_version"] = ep.metadata["vllm_version"]
+    return ep
 
 
 def url_endpoint(
@@ -222,12 +260,12 @@ class Deployer:
         recipe: str,
         recipes_dir: str | None = None,
         timeout_s: float | None = None,
-        sets: tuple = (),
-    ):
+        sets: tuple[str, ...] = (),
+    ) -> None:
         self.inventory, self.recipe, self.recipes_dir = inventory, recipe, recipes_dir
         self.timeout_s, self.sets = timeout_s, tuple(sets)
 
-    def sets_for(self, routing: str | None) -> tuple:
+    def sets_for(self, routing: str | None) -> tuple[str, ...]:
         return self.sets + ((f"litellm.routing_strategy={routing}",) if routing else ())
 
     def __call__(self, topology: str, routing: str | None) -> Endpoint:

@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.bench.seeds import Reference, reference_for
 from sparkdeploy.bench.store import (
@@ -34,6 +34,10 @@ from sparkdeploy.bench.store import (
 from sparkdeploy.simulated import LABEL as SIMULATED
 from sparkdeploy.simulated import NOTE as SIMULATED_NOTE
 from sparkdeploy.simulated import any_simulated, tag
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 WINNER_NAMES = {"solo": "Solo", "cluster": "Cluster", "2xsolo-shuffle": "Shuffle", "2xsolo-least-busy": "Least-busy"}
 COLORS = {"solo": "#6b7280", "cluster": "#3b82f6", "2xsolo-shuffle": "#22c55e", "2xsolo-least-busy": "#ef4444"}
@@ -55,7 +59,7 @@ class Winner:
     def text(self) -> str:
         return f"{winner_name(self.variant)} ({self.margin_pct:+.0f}%)" + (" ~" if self.within_noise else "")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "variant": self.variant,
             "name": winner_name(self.variant),
@@ -283,7 +287,9 @@ def group_results(results: list[BenchResult]) -> list[Group]:
 # ---------------------------------------------------------------- charts
 
 
-def chart_figure(table: Table, title: str, reference: Table | None = None, simulated: bool = False):
+def chart_figure(
+    table: Table, title: str, reference: Table | None = None, simulated: bool = False
+) -> tuple[Figure, dict[str, Any]]:
     """The line chart of one metric (log2 concurrency axis, stdev error bars): (matplotlib figure, the plotted
     numbers). Every concurrency level that has a point, measured or reference, has its labelled tick. A chart of
     a simulated engine says SIMULATED on the picture: a line above the plot and a watermark across it."""
@@ -309,24 +315,7 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=variant_label(v), color=COLORS.get(v))
         data["series"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
     if reference is not None:
-        first = True
-        for v in table.variants:
-            xs = [c for c in reference.concurrency if (v, c) in reference.cells]
-            if not xs:
-                continue
-            ys = [reference.cells[(v, c)].mean for c in xs]
-            ax.plot(
-                xs,
-                ys,
-                linestyle="--",
-                linewidth=1,
-                alpha=0.5,
-                color=COLORS.get(v),
-                label="dashed: reference (seeds, hardware)" if first else None,
-            )
-            first = False
-            levels.update(xs)
-            data["reference"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
+        levels.update(_plot_reference(ax, table, reference, data))
     ticks = sorted(levels)
     data["ticks"] = ticks
     ax.set_xscale("log", base=2)
@@ -341,34 +330,63 @@ def chart_figure(table: Table, title: str, reference: Table | None = None, simul
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     if simulated:
-        ax.text(
-            0.5,
-            0.5,
-            SIMULATED,
-            transform=ax.transAxes,
-            fontsize=64,
-            color="#dc2626",
-            alpha=0.12,
-            rotation=20,
-            ha="center",
-            va="center",
-            fontweight="bold",
-            zorder=0,
-        )
-        fig.text(
-            0.01,
-            0.985,
-            f"{SIMULATED}: {SIMULATED_NOTE}",
-            color="#dc2626",
-            fontsize=10,
-            fontweight="bold",
-            ha="left",
-            va="top",
-        )
-        fig.tight_layout(rect=(0, 0, 1, 0.95))
+        _mark_simulated(fig, ax)
     else:
         fig.tight_layout()
     return fig, data
+
+
+def _plot_reference(ax: Axes, table: Table, reference: Table, data: dict[str, Any]) -> list[int]:
+    """The reference lines (dashed, one legend entry for all) of the table's variants; their levels."""
+    levels: list[int] = []
+    first = True
+    for v in table.variants:
+        xs = [c for c in reference.concurrency if (v, c) in reference.cells]
+        if not xs:
+            continue
+        ys = [reference.cells[(v, c)].mean for c in xs]
+        ax.plot(
+            xs,
+            ys,
+            linestyle="--",
+            linewidth=1,
+            alpha=0.5,
+            color=COLORS.get(v),
+            label="dashed: reference (seeds, hardware)" if first else None,
+        )
+        first = False
+        levels.extend(xs)
+        data["reference"][v] = {str(c): y for c, y in zip(xs, ys, strict=False)}
+    return levels
+
+
+def _mark_simulated(fig: Figure, ax: Axes) -> None:
+    """SIMULATED on the picture: a watermark across the plot and a line above it."""
+    ax.text(
+        0.5,
+        0.5,
+        SIMULATED,
+        transform=ax.transAxes,
+        fontsize=64,
+        color="#dc2626",
+        alpha=0.12,
+        rotation=20,
+        ha="center",
+        va="center",
+        fontweight="bold",
+        zorder=0,
+    )
+    fig.text(
+        0.01,
+        0.985,
+        f"{SIMULATED}: {SIMULATED_NOTE}",
+        color="#dc2626",
+        fontsize=10,
+        fontweight="bold",
+        ha="left",
+        va="top",
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
 
 
 def render_chart(table: Table, path: Path, title: str, reference: Table | None = None, simulated: bool = False) -> Path:
@@ -387,12 +405,13 @@ def render_chart(table: Table, path: Path, title: str, reference: Table | None =
     return path
 
 
-def read_chart_data(path: Path) -> dict:
+def read_chart_data(path: Path) -> dict[str, Any]:
     """The numbers a chart was drawn from (its `sparkdeploy-bench` text chunk)."""
     from PIL import Image  # about 40 ms to import: only a chart's reader needs it
 
     with Image.open(path) as img:
-        return json.loads(img.text[PNG_DATA_KEY])  # type: ignore[attr-defined]  # a PNG's text chunks (PngImageFile)
+        data: dict[str, Any] = json.loads(img.text[PNG_DATA_KEY])  # type: ignore[attr-defined]  # a PNG's text chunks (PngImageFile)
+        return data
 
 
 # ---------------------------------------------------------------- markdown
@@ -420,7 +439,7 @@ def markdown_table(table: Table, simulated: bool = False) -> str:
 def _nice_max(value: float) -> float:
     if value <= 0:
         return 1
-    mag = 10 ** math.floor(math.log10(value))
+    mag: float = 10 ** math.floor(math.log10(value))
     for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if value <= step * mag:
             return step * mag
@@ -472,39 +491,7 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
                 ),
                 "",
             ]
-        out += [
-            (
-                "| Column | Topology | Backend / routing | Image | Image ID | Engine | Nodes | Runs | Date "
-                "| Failed requests |"
-            ),
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for col in s["columns"]:
-            nodes = col.get("nodes") or []
-            node_text = ", ".join(n.get("name", "?") if isinstance(n, dict) else str(n) for n in nodes) or "-"
-            ids = ", ".join(i[:19] if i.startswith("sha256:") else i for i in col["image_id"]) or "-"
-
-            def join(values):
-                return ", ".join(str(x) for x in values) or "-"
-
-            out.append(
-                f"| {col['label']} | {join(col['topology'])} | "
-                f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
-                f"{ids} | {join(col['engine'])} | {node_text} | {join(col['runs'])} | "
-                f"{join(col['dates'])} | {col['failed_requests']} |"
-            )
-        lb = sorted({v for c in s["columns"] for v in c["llama_benchy_version"]})
-        out += [
-            "",
-            (
-                f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
-                "`tg_throughput`, prefill = `pp_throughput` (totals over the window at c > 1), TTFT = `e2e_ttft`; "
-                "cells are mean ± stdev (throughput: over runs; TTFT: over requests). "
-                "Winner: margin over the runner-up; "
-                "`~` = the margin is within the combined standard error of the two means."
-            ),
-            "",
-        ]
+        out += _columns_markdown(s["columns"])
         for m, table in g.tables.items():
             if not table.cells:
                 continue
@@ -521,48 +508,88 @@ def render_markdown(groups: list[Group], chart_files: dict[str, dict[str, str]],
             if png:
                 out += [f"![{heading}{tag(sim)}]({png})", ""]
         if g.agreement and g.reference is not None:  # an agreement comes with its reference (group_results)
-            a = g.agreement
-            out += [
-                f"### Winners compared with the reference{tag(sim)}",
-                "",
-                (
-                    f"Reference: {g.reference.describe()}. Each cell compares the winner among the columns "
-                    "measured here with the reference's winner among the same columns."
-                ),
-                "",
-                f"| Metric{tag(sim)} | Cells agreeing | % |",
-                "|---|---|---|",
-            ]
-            for m, info in a["metrics"].items():
-                pct = "-" if info["pct"] is None else f"{info['pct']:.0f}%"
-                out.append(f"| {METRICS[m].title} | {info['agree']}/{info['cells']} | {pct} |")
-            dt = a["decode_and_ttft"]
-            pct = "-" if dt["pct"] is None else f"{dt['pct']:.0f}%"
-            out += [f"| **Decode + TTFT** | **{dt['agree']}/{dt['cells']}** | **{pct}** |", ""]
-            rows = [(m, r) for m, info in a["metrics"].items() for r in info["rows"]]
-            out += [
-                (
-                    f"| Metric | Concurrency | Measured winner{tag(sim)} | Reference winner | Seed 002 as published "
-                    "| Agree |"
-                ),
-                "|---|---|---|---|---|---|",
-            ]
-            for m, r in rows:
-                out.append(
-                    f"| {METRICS[m].title} | c{r['concurrency']} | {r['measured_text']} | "
-                    f"{r['reference_text']} | {r['reference_published'] or '-'} | "
-                    f"{'yes' if r['agree'] else '**no**'} |"
-                )
-            out.append("")
+            out += _agreement_markdown(g.agreement, g.reference, sim)
     if skipped:
         out += ["## Files skipped", ""] + [f"- {s}" for s in skipped] + [""]
     return "\n".join(out)
 
 
+def _columns_markdown(columns: list[dict[str, Any]]) -> list[str]:
+    """The table of what each column ran (topology, image, engine, nodes, runs, dates), and how it was measured."""
+
+    def join(values: list[Any]) -> str:
+        return ", ".join(str(x) for x in values) or "-"
+
+    out = [
+        (
+            "| Column | Topology | Backend / routing | Image | Image ID | Engine | Nodes | Runs | Date "
+            "| Failed requests |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for col in columns:
+        nodes = col.get("nodes") or []
+        node_text = ", ".join(n.get("name", "?") if isinstance(n, dict) else str(n) for n in nodes) or "-"
+        ids = ", ".join(i[:19] if i.startswith("sha256:") else i for i in col["image_id"]) or "-"
+        out.append(
+            f"| {col['label']} | {join(col['topology'])} | "
+            f"{join(col['backend']) if col['backend'] else join(col['routing'])} | {join(col['image'])} | "
+            f"{ids} | {join(col['engine'])} | {node_text} | {join(col['runs'])} | "
+            f"{join(col['dates'])} | {col['failed_requests']} |"
+        )
+    lb = sorted({v for c in columns for v in c["llama_benchy_version"]})
+    out += [
+        "",
+        (
+            f"Measured with llama-benchy {', '.join(lb) or '(version not recorded)'}: decode = "
+            "`tg_throughput`, prefill = `pp_throughput` (totals over the window at c > 1), TTFT = `e2e_ttft`; "
+            "cells are mean ± stdev (throughput: over runs; TTFT: over requests). "
+            "Winner: margin over the runner-up; "
+            "`~` = the margin is within the combined standard error of the two means."
+        ),
+        "",
+    ]
+    return out
+
+
+def _agreement_markdown(a: dict[str, Any], reference: Reference, sim: bool) -> list[str]:
+    """The winners measured here against the reference's: per metric, decode + TTFT, then cell by cell."""
+    out = [
+        f"### Winners compared with the reference{tag(sim)}",
+        "",
+        (
+            f"Reference: {reference.describe()}. Each cell compares the winner among the columns "
+            "measured here with the reference's winner among the same columns."
+        ),
+        "",
+        f"| Metric{tag(sim)} | Cells agreeing | % |",
+        "|---|---|---|",
+    ]
+    for m, info in a["metrics"].items():
+        pct = "-" if info["pct"] is None else f"{info['pct']:.0f}%"
+        out.append(f"| {METRICS[m].title} | {info['agree']}/{info['cells']} | {pct} |")
+    dt = a["decode_and_ttft"]
+    pct = "-" if dt["pct"] is None else f"{dt['pct']:.0f}%"
+    out += [f"| **Decode + TTFT** | **{dt['agree']}/{dt['cells']}** | **{pct}** |", ""]
+    rows = [(m, r) for m, info in a["metrics"].items() for r in info["rows"]]
+    out += [
+        (f"| Metric | Concurrency | Measured winner{tag(sim)} | Reference winner | Seed 002 as published | Agree |"),
+        "|---|---|---|---|---|---|",
+    ]
+    for m, r in rows:
+        out.append(
+            f"| {METRICS[m].title} | c{r['concurrency']} | {r['measured_text']} | "
+            f"{r['reference_text']} | {r['reference_published'] or '-'} | "
+            f"{'yes' if r['agree'] else '**no**'} |"
+        )
+    out.append("")
+    return out
+
+
 # ---------------------------------------------------------------- entry point
 
 
-def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], skipped: list[str]) -> dict:
+def report_json(groups: list[Group], chart_files: dict[str, dict[str, str]], skipped: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "simulated": any(g.simulated for g in groups),
         "note": SIMULATED_NOTE if any(g.simulated for g in groups) else None,
@@ -632,7 +659,7 @@ def report_csv(groups: list[Group]) -> str:
 
 def write_report(
     results: list[BenchResult], out_dir: Path, skipped: list[str] | None = None, charts: bool = True
-) -> dict:
+) -> dict[str, Any]:
     """Write report.md, report.json, report.csv and the PNG charts into out_dir; return the report as JSON."""
     skipped = list(skipped or [])
     groups = group_results(results)

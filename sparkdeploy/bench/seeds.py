@@ -36,7 +36,7 @@ class Reference:
         )
 
 
-def _build(data: dict) -> Reference:
+def _build(data: dict[str, Any]) -> Reference:
     setup = data["setup"]
     pp, tg = int(setup["pp"]), int(setup["tg"])
     meta = {

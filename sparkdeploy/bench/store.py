@@ -85,11 +85,11 @@ class Stat:
     std: float | None = None
     values: list[float] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"mean": self.mean, "std": self.std, "values": self.values}
 
     @classmethod
-    def from_json(cls, data: dict) -> Stat:
+    def from_json(cls, data: dict[str, Any]) -> Stat:
         return cls(
             float(data["mean"]),
             None if data.get("std") is None else float(data["std"]),
@@ -121,7 +121,7 @@ class BenchResult:
     def errors(self) -> int:
         return int(self.metadata.get("failed_requests") or 0)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "recipe": self.recipe,
@@ -135,7 +135,7 @@ class BenchResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict, path: Path | None = None) -> BenchResult:
+    def from_json(cls, data: dict[str, Any], path: Path | None = None) -> BenchResult:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"not a sparkdeploy bench result (schema {data.get('schema')!r})")
         return cls(
@@ -222,10 +222,10 @@ def stored(
     return result
 
 
-def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[BenchResult], list[str]]:
+def load_results(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[BenchResult], list[str]]:
     """Every result file under the given folders (recursively) or files; and one line per file skipped.
     Where two files measure the same cell, the newest (by metadata date) is kept and the other one reported."""
-    found: dict[tuple, BenchResult] = {}
+    found: dict[tuple[str, str, int, int, int], BenchResult] = {}
     skipped: list[str] = []
     for given in paths:
         p = Path(given)
@@ -257,7 +257,7 @@ def load_results(paths: Iterable[str | os.PathLike]) -> tuple[list[BenchResult],
     ), skipped
 
 
-def metrics_from_llama_benchy(report: dict, pp: int, tg: int, concurrency: int) -> dict[str, Stat]:
+def metrics_from_llama_benchy(report: dict[str, Any], pp: int, tg: int, concurrency: int) -> dict[str, Stat]:
     """The three metrics of one llama-benchy JSON report (format json, 0.4.0) for the pp/tg/concurrency asked."""
     runs = [
         b

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from sparkdeploy.bench.benchy import BenchSettings, Endpoint
 from sparkdeploy.bench.report import figures_line
@@ -148,12 +148,12 @@ class SweepSummary:
     recipe: str
     out_dir: Path
     status: str = "running"  # complete | interrupted | failed
-    measured: list[dict] = field(default_factory=list)
-    skipped: list[dict] = field(default_factory=list)
-    failures: list[dict] = field(default_factory=list)
-    interrupted_at: dict | None = None
-    remaining: list[dict] = field(default_factory=list)
-    report: dict | None = None
+    measured: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    interrupted_at: dict[str, Any] | None = None
+    remaining: list[dict[str, Any]] = field(default_factory=list)
+    report: dict[str, Any] | None = None
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def make_plan(
     settings: BenchSettings,
     out_dir: Path,
     recipe_routing: str | None = None,
-    expected: Callable[[TopologySpec], dict] | None = None,
+    expected: Callable[[TopologySpec], dict[str, Any]] | None = None,
 ) -> SweepPlan:
     """What is stored and what is left. `expected(spec)`: metadata a stored result must match to count (the
     image the deploy would run now: a result of another image is measured again, never mixed in)."""
@@ -241,7 +241,7 @@ def run_sweep(
     deploy: DeployFn,
     bench: BenchFn,
     reporter: SweepReporter,
-    write_report: Callable[[], dict] | None = None,
+    write_report: Callable[[], dict[str, Any]] | None = None,
 ) -> SweepSummary:
     """Deploy and bench every topology whose levels are not all stored; return what happened. Ctrl-C stops
     cleanly (llama-benchy is stopped by run_cell) and is reported; nothing half-written is left behind."""
@@ -321,6 +321,74 @@ def run_sweep(
 # ---------------------------------------------------------------- reporters
 
 
+def sweep_request(
+    inventory: str | None, recipe: str | None, topologies: str, concurrency: str, recipes_dir: str | None
+) -> tuple[str, list[TopologySpec], list[int], str]:
+    """`bench sweep`'s arguments checked: (the recipe's name, its topologies to sweep, the levels, its
+    routing strategy); a topology the recipe does not support is refused."""
+    from sparkdeploy.config.inventory import load_inventory
+    from sparkdeploy.recipes.recipe import load_recipe
+    from sparkdeploy.topologies.context import recipe_name_for
+
+    specs = parse_topologies(topologies)
+    levels = parse_levels(concurrency)
+    name = recipe_name_for(load_inventory(inventory), recipe)
+    r, _, _ = load_recipe(name, recipes_dir)
+    missing = [s.topology for s in specs if s.topology not in r.topologies]
+    if missing:
+        raise ConfigError(
+            Problem(
+                f"recipe {name}",
+                "topologies",
+                f"does not support {', '.join(missing)}",
+                f"use {', '.join(r.topologies)}",
+            )
+        )
+    return name, specs, levels, r.litellm.routing_strategy
+
+
+def sweep_recipe(
+    inventory: str | None,
+    recipe: str,
+    specs: list[TopologySpec],
+    levels: list[int],
+    routing: str,
+    settings: BenchSettings,
+    out: Path,
+    recipes_dir: str | None,
+    deploy_timeout: float | None,
+    down_after: bool,
+    reporter: SweepReporter,
+) -> SweepSummary:
+    """The sweep of one recipe: each topology deployed in turn (levels already stored in `out` skipped),
+    benched, then the report written; the deployment removed after with `down_after` unless interrupted."""
+    from sparkdeploy.bench import report as report_mod
+    from sparkdeploy.bench.benchy import run_cell
+    from sparkdeploy.bench.deploy_link import Deployer, endpoint_of, expected_image
+    from sparkdeploy.bench.store import load_results
+
+    deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
+
+    def expected(spec: TopologySpec) -> dict[str, str]:  # rendered locally: the image this deploy would run
+        return expected_image(
+            endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing), recipes_dir)
+        )
+
+    plan = make_plan(recipe, specs, levels, settings, out, routing, expected)
+
+    def bench_fn(endpoint: Endpoint, c: int, progress: Callable[[int, int], None]) -> BenchResult:
+        return run_cell(endpoint, settings, c, out, on_progress=progress)
+
+    def write_report() -> dict[str, Any]:
+        results, skipped = load_results([out])
+        return report_mod.write_report([x for x in results if x.recipe == recipe], out, skipped)
+
+    summary = run_sweep(plan, deployer, bench_fn, reporter, write_report)
+    if down_after and summary.status != "interrupted":
+        deployer.down()
+    return summary
+
+
 def cell_line(variant: str, c: int, result: BenchResult, seconds: float) -> str:
     figures = figures_line(result.metrics, is_simulated(result.metadata))
     return f"[{variant_label(variant)}] c{c}: {figures} ({seconds:.0f}s)"
@@ -344,28 +412,28 @@ class PlainReporter:
             f"{plan.settings.runs} runs) -> {plan.out_dir}"
         )
 
-    def topology(self, spec, variant, todo, skipped) -> None:
+    def topology(self, spec: TopologySpec, variant: str, todo: list[int], skipped: list[int]) -> None:
         if skipped:
             self.echo(f"[{variant_label(variant)}] stored already: " + ", ".join(f"c{c}" for c in skipped))
 
-    def deploying(self, spec) -> None:
+    def deploying(self, spec: TopologySpec) -> None:
         self.echo(f"deploying {spec.text} ...")
 
-    def deployed(self, spec, endpoint, seconds) -> None:
+    def deployed(self, spec: TopologySpec, endpoint: Endpoint, seconds: float) -> None:
         self.echo(
             f"deployed {spec.text} in {seconds:.0f}s: {endpoint.base_url} ({endpoint.model})" + deployed_note(endpoint)
         )
 
-    def cell_start(self, variant, c) -> None:
+    def cell_start(self, variant: str, c: int) -> None:
         pass
 
-    def cell_progress(self, variant, c, done, total) -> None:
+    def cell_progress(self, variant: str, c: int, done: int, total: int) -> None:
         pass
 
-    def cell_done(self, variant, c, result, seconds) -> None:
+    def cell_done(self, variant: str, c: int, result: BenchResult, seconds: float) -> None:
         self.echo(cell_line(variant, c, result, seconds))
 
-    def failed(self, variant, c, message) -> None:
+    def failed(self, variant: str, c: int | None, message: str) -> None:
         self.echo(f"[{variant_label(variant)}]{f' c{c}' if c else ''}: FAILED: {message}")
 
     def finish(self, summary: SweepSummary) -> None:
@@ -376,9 +444,9 @@ class RichReporter:
     """A live display: topology, concurrency level, requests done, elapsed and ETA. The ETA is the reference
     tables' estimate of what is left, corrected by how long the measured levels took against their estimate."""
 
-    def __init__(self, console=None):
+    def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
-        self.progress = None
+        self.progress: Progress | None = None
         self.plan: SweepPlan | None = None
         self.est_left = 0.0
         self.est_done = 0.0
@@ -387,7 +455,7 @@ class RichReporter:
         self.cell_est = 0.0
         self.cell_t0 = 0.0
         self.deploys_left = 0
-        self.task = None
+        self.task: TaskID | None = None
 
     def _factor(self) -> float:
         return self.real_done / self.est_done if self.est_done > 0 else 1.0
@@ -420,19 +488,20 @@ class RichReporter:
         )
 
     def _update(self, detail: str, fraction: float = 0.0, advance: int = 0) -> None:
+        assert self.progress is not None and self.task is not None, "start() makes the bar before any update"
         self.progress.update(self.task, detail=detail, eta=self._eta(fraction), advance=advance)
 
-    def topology(self, spec, variant, todo, skipped) -> None:
+    def topology(self, spec: TopologySpec, variant: str, todo: list[int], skipped: list[int]) -> None:
         if skipped:
             self.console.print(
                 f"[{variant_label(variant)}] stored already: " + ", ".join(f"c{c}" for c in skipped), markup=False
             )
 
-    def deploying(self, spec) -> None:
+    def deploying(self, spec: TopologySpec) -> None:
         self.dt0 = time.monotonic()
         self._update(f"{spec.text}: deploying")
 
-    def deployed(self, spec, endpoint, seconds) -> None:
+    def deployed(self, spec: TopologySpec, endpoint: Endpoint, seconds: float) -> None:
         self.deploys.append(seconds)
         self.deploys_left = max(0, self.deploys_left - 1)
         self.console.print(
@@ -440,17 +509,17 @@ class RichReporter:
         )
         self._update(f"{spec.text}: deployed")
 
-    def cell_start(self, variant, c) -> None:
+    def cell_start(self, variant: str, c: int) -> None:
         assert self.plan is not None, "start() sets the plan before any cell runs"
         self.cell_est = estimate_cell_s(variant, c, self.plan.settings)
         self.cell_t0 = time.monotonic()
         self._update(f"{variant_label(variant)} c{c}")
 
-    def cell_progress(self, variant, c, done, total) -> None:
+    def cell_progress(self, variant: str, c: int, done: int, total: int) -> None:
         frac = done / total if total else 0.0
         self._update(f"{variant_label(variant)} c{c}: requests {done}/{total}", fraction=frac)
 
-    def cell_done(self, variant, c, result, seconds) -> None:
+    def cell_done(self, variant: str, c: int, result: BenchResult, seconds: float) -> None:
         self.est_left -= self.cell_est
         self.est_done += self.cell_est
         self.real_done += seconds
@@ -458,7 +527,7 @@ class RichReporter:
         self.console.print(cell_line(variant, c, result, seconds), markup=False)
         self._update(f"{variant_label(variant)} c{c} done", advance=1)
 
-    def failed(self, variant, c, message) -> None:
+    def failed(self, variant: str, c: int | None, message: str) -> None:
         self.console.print(
             f"[{variant_label(variant)}]{f' c{c}' if c else ''}: FAILED: {message}", style="red", markup=False
         )

@@ -10,14 +10,23 @@ advise          a topology for N concurrent requests, from measured results or t
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option
 from sparkdeploy.errors import ConfigError, Problem, SparkdeployError, StepFailed
 
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from sparkdeploy.bench.benchy import BenchSettings, Endpoint
+    from sparkdeploy.bench.store import BenchResult
+
 DEFAULT_OUT = "bench-results"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class SweepInterrupted(SparkdeployError):
@@ -29,7 +38,15 @@ class SweepInterrupted(SparkdeployError):
 LEVELS = "1,2,4,8,16,32,64"
 
 
-def _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout):
+def _settings(
+    pp: int,
+    tg: int,
+    runs: int,
+    tokenizer: str | None,
+    corpus: str | None,
+    skip_coherence: bool,
+    timeout: float,
+) -> BenchSettings:
     from sparkdeploy.bench.benchy import BenchSettings, find_corpus, find_tokenizer, installed_llama_benchy
 
     if pp < 1 or tg < 1 or runs < 1:
@@ -46,7 +63,7 @@ def _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout):
     )
 
 
-def _common_bench_options(f):
+def _common_bench_options(f: F) -> F:
     options = [
         click.option("--pp", type=int, default=1024, show_default=True, help="Prompt tokens per request."),
         click.option("--tg", type=int, default=128, show_default=True, help="Generated tokens per request."),
@@ -161,30 +178,30 @@ def _common_bench_options(f):
 @json_option
 @click.pass_context
 def bench(
-    ctx,
-    pp,
-    tg,
-    concurrency,
-    runs,
-    tokenizer,
-    corpus,
-    skip_coherence,
-    timeout,
-    out_dir,
-    inventory,
-    endpoint,
-    model,
-    recipe,
-    topology,
-    backend,
-    routing,
-    mark_simulated,
-    prompts,
-    speculative,
-    write_recipe_dir,
-    recipes_dir,
-    as_json,
-):
+    ctx: click.Context,
+    pp: int,
+    tg: int,
+    concurrency: str,
+    runs: int,
+    tokenizer: str | None,
+    corpus: str | None,
+    skip_coherence: bool,
+    timeout: float,
+    out_dir: str,
+    inventory: str | None,
+    endpoint: str | None,
+    model: str | None,
+    recipe: str | None,
+    topology: str | None,
+    backend: str | None,
+    routing: str | None,
+    mark_simulated: bool,
+    prompts: str | None,
+    speculative: str | None,
+    write_recipe_dir: str | None,
+    recipes_dir: str | None,
+    as_json: bool,
+) -> None:
     """Benchmark the deployed endpoint with llama-benchy (pinned 0.4.0): every --concurrency level in turn,
     one JSON result per level in --out, with metadata (recipe, topology, backend, image ID, the engine and its
     version, nodes, date). Works offline: a local tokenizer and a local prompt corpus.
@@ -202,31 +219,11 @@ def bench(
           --speculative off,eagle3:3,eagle3:5,ngram:4 --concurrency 1,4,16 [--write-recipe my-recipes/]
     """
     if ctx.invoked_subcommand:
-        given = [
-            p.name
-            for p in ctx.command.params
-            if ctx.get_parameter_source(p.name)
-            not in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
-            and p.name != "inventory"
-        ]
-        if given:
-            raise click.UsageError(
-                f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
-                f"`{ctx.invoked_subcommand}`, not before it"
-            )
+        _refuse_options_before(ctx)
         return
     if speculative or prompts or write_recipe_dir:
-        if endpoint or not (speculative and prompts):
-            raise ConfigError(
-                Problem(
-                    "bench",
-                    "--speculative",
-                    "the A/B needs --speculative LIST and --prompts FILE, and deploys each setting itself (no "
-                    "--endpoint)",
-                    "e.g. sparkdeploy bench --prompts mine.jsonl --speculative off,ngram:4 --concurrency 1,8",
-                )
-            )
         _speculative_ab(
+            endpoint,
             inventory,
             recipe,
             topology,
@@ -239,41 +236,72 @@ def bench(
             as_json,
         )
         return
-    from sparkdeploy.bench.benchy import run_cell
-    from sparkdeploy.bench.deploy_link import api_key_from_env, current_endpoint, engine_version, url_endpoint
-    from sparkdeploy.bench.report import figures_line
+    from sparkdeploy.bench.deploy_link import bench_endpoint
     from sparkdeploy.bench.sweep import parse_levels
-    from sparkdeploy.recipes.speculative import SpecCounters, describe_acceptance
-    from sparkdeploy.simulated import LABEL, NOTE, is_simulated
+    from sparkdeploy.simulated import is_simulated
 
     levels = parse_levels(concurrency)
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
-    if endpoint:
-        if not model:
-            raise ConfigError(
-                Problem("--endpoint", endpoint, "needs --model NAME (the served model name)", "add --model")
-            )
-        md = {"recipe": recipe, "topology": topology or "unknown", "backend": backend, "routing": routing}
-        ep = url_endpoint(endpoint, model, api_key_from_env(), md, mark_simulated)
-    else:
-        if model or recipe or topology or backend or mark_simulated:
-            raise ConfigError(
-                Problem(
-                    "bench",
-                    "",
-                    "--model/--recipe/--topology/--backend/--simulated describe an --endpoint",
-                    "drop them: the deployed endpoint's come from `sparkdeploy status`",
-                )
-            )
-        ep = current_endpoint(inventory, routing)
-    if ep.metadata.get("vllm_version") is None and ep.metadata.get("engine", "vllm") == "vllm":  # vLLM's GET /version
-        ep.metadata["vllm_version"] = engine_version(ep)
-        if ep.metadata.get("engine") == "vllm" and ep.metadata.get("engine_version") is None:
-            ep.metadata["engine_version"] = ep.metadata["vllm_version"]
+    ep = bench_endpoint(inventory, endpoint, model, recipe, topology, backend, routing, mark_simulated)
     simulated = is_simulated(ep.metadata)
     out = Path(out_dir)
+    results = _bench_levels(ep, settings, levels, out, simulated)
+    if as_json:
+        emit_json(_bench_json(ep, simulated, results))
+    failed = sum(r.errors for r in results)
+    if failed:
+        raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
+
+
+def _bench_json(ep: Endpoint, simulated: bool, results: list[BenchResult]) -> dict[str, Any]:
+    """`bench --json`: the endpoint and each level's file, metrics, failed requests and draft acceptance."""
+    return {
+        "endpoint": ep.base_url,
+        "model": ep.model,
+        "variant": ep.variant,
+        "simulated": simulated,
+        "simulated_evidence": ep.metadata.get("simulated_evidence"),
+        "results": [
+            {
+                "concurrency": r.concurrency,
+                "file": str(r.path),
+                "metrics": {k: v.to_json() for k, v in r.metrics.items()},
+                "failed_requests": r.errors,
+                "speculative": r.metadata.get("speculative"),
+            }
+            for r in results
+        ],
+    }
+
+
+def _refuse_options_before(ctx: click.Context) -> None:
+    """`bench`'s own options given before a subcommand (`bench --pp 2 sweep`) are refused: they go after it."""
+    given = [
+        p.name
+        for p in ctx.command.params
+        if p.name is not None
+        and ctx.get_parameter_source(p.name)
+        not in (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+        and p.name != "inventory"
+    ]
+    if given:
+        raise click.UsageError(
+            f"options {', '.join('--' + g.replace('_', '-') for g in given)} go after "
+            f"`{ctx.invoked_subcommand}`, not before it"
+        )
+
+
+def _bench_levels(
+    ep: Endpoint, settings: BenchSettings, levels: list[int], out: Path, simulated: bool
+) -> list[BenchResult]:
+    """Every level in turn under a live bar on stderr, a line per level when it is stored."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sparkdeploy.bench.benchy import run_cell
+    from sparkdeploy.bench.report import figures_line
+    from sparkdeploy.recipes.speculative import SpecCounters, describe_acceptance
+    from sparkdeploy.simulated import LABEL, NOTE, is_simulated
 
     console = Console(stderr=True)
     if simulated:
@@ -290,9 +318,11 @@ def bench(
     ) as progress:
         for c in levels:
             task = progress.add_task(f"{ep.variant} c{c} requests", total=c * settings.runs)
-            r = run_cell(
-                ep, settings, c, out, on_progress=lambda d, t, task=task: progress.update(task, completed=d, total=t)
-            )
+
+            def on_progress(done: int, total: int, task: TaskID = task) -> None:
+                progress.update(task, completed=done, total=total)
+
+            r = run_cell(ep, settings, c, out, on_progress=on_progress)
             results.append(r)
             drafted = r.metadata.get("speculative")
             draft = f", draft {describe_acceptance(SpecCounters.of(drafted))}" if drafted else ""
@@ -302,35 +332,32 @@ def bench(
                 highlight=False,
                 soft_wrap=True,
             )
-    if as_json:
-        emit_json(
-            {
-                "endpoint": ep.base_url,
-                "model": ep.model,
-                "variant": ep.variant,
-                "simulated": simulated,
-                "simulated_evidence": ep.metadata.get("simulated_evidence"),
-                "results": [
-                    {
-                        "concurrency": r.concurrency,
-                        "file": str(r.path),
-                        "metrics": {k: v.to_json() for k, v in r.metrics.items()},
-                        "failed_requests": r.errors,
-                        "speculative": r.metadata.get("speculative"),
-                    }
-                    for r in results
-                ],
-            }
-        )
-    failed = sum(r.errors for r in results)
-    if failed:
-        raise StepFailed(f"{failed} request(s) failed (see the logs in {out / 'logs'})")
+    return results
 
 
 def _speculative_ab(
-    inventory, recipe, topology, recipes_dir, prompts_file, speculative, concurrency, timeout, write_dir, as_json
-):
+    endpoint: str | None,
+    inventory: str | None,
+    recipe: str | None,
+    topology: str | None,
+    recipes_dir: str | None,
+    prompts_file: str | None,
+    speculative: str | None,
+    concurrency: str,
+    timeout: float,
+    write_dir: str | None,
+    as_json: bool,
+) -> None:
     """`bench --speculative`: deploy each setting, run the owner's prompts, report and recommend."""
+    if endpoint or not (speculative and prompts_file):
+        raise ConfigError(
+            Problem(
+                "bench",
+                "--speculative",
+                "the A/B needs --speculative LIST and --prompts FILE, and deploys each setting itself (no --endpoint)",
+                "e.g. sparkdeploy bench --prompts mine.jsonl --speculative off,ngram:4 --concurrency 1,8",
+            )
+        )
     from rich.console import Console
 
     from sparkdeploy.bench import speculative_ab as ab
@@ -353,7 +380,7 @@ def _speculative_ab(
     def say(msg: str) -> None:
         console.print(msg, markup=False, soft_wrap=True)
 
-    def deploy(s):
+    def deploy(s: ab.Setting) -> Endpoint:
         say(f"{s.text}: up {name} -t {topo} " + " ".join(f"--set {x}" for x in s.sets(base)))
         return Deployer(inventory, name, recipes_dir, None, s.sets(base))(topo, None)
 
@@ -411,80 +438,36 @@ def _speculative_ab(
 @click.option("--plain", is_flag=True, help="One line per event instead of the live display.")
 @json_option
 def sweep_cmd(
-    recipe,
-    topologies,
-    pp,
-    tg,
-    concurrency,
-    runs,
-    tokenizer,
-    corpus,
-    skip_coherence,
-    timeout,
-    out_dir,
-    inventory,
-    recipes_dir,
-    deploy_timeout,
-    down_after,
-    plain,
-    as_json,
-):
+    recipe: str | None,
+    topologies: str,
+    pp: int,
+    tg: int,
+    concurrency: str,
+    runs: int,
+    tokenizer: str | None,
+    corpus: str | None,
+    skip_coherence: bool,
+    timeout: float,
+    out_dir: str | None,
+    inventory: str | None,
+    recipes_dir: str | None,
+    deploy_timeout: float | None,
+    down_after: bool,
+    plain: bool,
+    as_json: bool,
+) -> None:
     """Bring each topology of a recipe up in turn (via deploy), bench it at every level, write the report.
     Levels already stored in --out are skipped: run the same command again to resume an interrupted sweep."""
-    from sparkdeploy.bench import report as report_mod
-    from sparkdeploy.bench.benchy import run_cell
-    from sparkdeploy.bench.deploy_link import Deployer, endpoint_of, expected_image
-    from sparkdeploy.bench.store import load_results
-    from sparkdeploy.bench.sweep import (
-        PlainReporter,
-        RichReporter,
-        make_plan,
-        parse_levels,
-        parse_topologies,
-        run_sweep,
-    )
-    from sparkdeploy.config.inventory import load_inventory
-    from sparkdeploy.recipes.recipe import load_recipe
-    from sparkdeploy.topologies.context import recipe_name_for
+    from sparkdeploy.bench.sweep import PlainReporter, RichReporter, SweepReporter, sweep_recipe, sweep_request
 
-    specs = parse_topologies(topologies)
-    levels = parse_levels(concurrency)
-    inv = load_inventory(inventory)
-    recipe = recipe_name_for(inv, recipe)
-    r, _, _ = load_recipe(recipe, recipes_dir)
-    missing = [s.topology for s in specs if s.topology not in r.topologies]
-    if missing:
-        raise ConfigError(
-            Problem(
-                f"recipe {recipe}",
-                "topologies",
-                f"does not support {', '.join(missing)}",
-                f"use {', '.join(r.topologies)}",
-            )
-        )
+    recipe, specs, levels, routing = sweep_request(inventory, recipe, topologies, concurrency, recipes_dir)
     settings = _settings(pp, tg, runs, tokenizer, corpus, skip_coherence, timeout)
     out = Path(out_dir or Path(DEFAULT_OUT) / recipe)
-    deployer = Deployer(inventory, recipe, recipes_dir, deploy_timeout)
-
-    def expected(spec):  # rendered locally: the image this deploy would run
-        return expected_image(
-            endpoint_of(inventory, recipe, spec.topology, None, deployer.sets_for(spec.routing), recipes_dir)
-        )
-
-    plan = make_plan(recipe, specs, levels, settings, out, r.litellm.routing_strategy, expected)
-
-    def bench_fn(endpoint, c, progress):
-        return run_cell(endpoint, settings, c, out, on_progress=progress)
-
-    def write_report():
-        results, skipped = load_results([out])
-        return report_mod.write_report([x for x in results if x.recipe == recipe], out, skipped)
-
     use_rich = not plain and not as_json and sys.stderr.isatty()
-    reporter = RichReporter() if use_rich else PlainReporter(lambda s: click.echo(s, err=True))
-    summary = run_sweep(plan, deployer, bench_fn, reporter, write_report)
-    if down_after and summary.status != "interrupted":
-        deployer.down()
+    reporter: SweepReporter = RichReporter() if use_rich else PlainReporter(lambda s: click.echo(s, err=True))
+    summary = sweep_recipe(
+        inventory, recipe, specs, levels, routing, settings, out, recipes_dir, deploy_timeout, down_after, reporter
+    )
     if as_json:
         data = summary.to_json()
         if summary.report:
@@ -517,7 +500,7 @@ def sweep_cmd(
 )
 @click.option("--no-charts", is_flag=True, help="Tables and Markdown only.")
 @json_option
-def report_cmd(dirs, out_dir, no_charts, as_json):
+def report_cmd(dirs: tuple[str, ...], out_dir: str | None, no_charts: bool, as_json: bool) -> None:
     """Tables of decode t/s, prefill t/s and TTFT by concurrency x topology (mean ± stdev, Winner with margin),
     PNG line charts and a Markdown report with mermaid charts, from the result files under DIR..."""
     from sparkdeploy.bench.report import write_report
@@ -606,7 +589,17 @@ def report_cmd(dirs, out_dir, no_charts, as_json):
 )
 @recipes_dir_option
 @json_option
-def advise(concurrency, prompt_tokens, gen_tokens, recipe, objective, results_dirs, inventory, recipes_dir, as_json):
+def advise(
+    concurrency: int,
+    prompt_tokens: int,
+    gen_tokens: int,
+    recipe: str | None,
+    objective: str,
+    results_dirs: tuple[str, ...],
+    inventory: str | None,
+    recipes_dir: str | None,
+    as_json: bool,
+) -> None:
     """Recommend a topology (solo, cluster, 2xsolo, replicas) for N concurrent requests and say why."""
     from sparkdeploy.bench.advisor import advise as advise_fn
     from sparkdeploy.bench.advisor import render_text

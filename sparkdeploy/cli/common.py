@@ -19,9 +19,10 @@ from sparkdeploy.errors import ConfigError, escape_controls
 # Every entry point's context (the `sparkdeploy` group and the `run-recipe` console script): -h is --help.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+Command = Callable[..., None]  # a command's callback, before and after the decorators that reshape its arguments
 
 
-def _finite_timeout(ctx, param, value):
+def _finite_timeout(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and not (1 <= value <= MAX_TIMEOUT_S):  # also false for nan
         raise click.BadParameter(f"{value!r} is not a number of seconds from 1 to {MAX_TIMEOUT_S:g}")
     return value
@@ -68,20 +69,20 @@ set_option = click.option(
 )
 
 
-class RegistryChoice(click.Choice):
+class RegistryChoice(click.Choice[str]):
     """A choice among the names of a registry, read when first needed (--help or a value to check), so commands that
     never take the option do not pay for importing the registry."""
 
-    def __init__(self, names: Callable[[], list[str]]):
+    def __init__(self, names: Callable[[], list[str]]) -> None:
         super().__init__([])
         self._names = names
 
-    @property
-    def choices(self):
+    @property  # type: ignore[override]  # click's tuple attribute, here a list read when needed
+    def choices(self) -> list[str]:
         return self._names()
 
     @choices.setter
-    def choices(self, _value):
+    def choices(self, _value: object) -> None:
         pass
 
 
@@ -124,11 +125,11 @@ tp_option = click.option(
 )
 
 
-def _tp_into_sets(command):
+def _tp_into_sets(command: Command) -> Command:
     """--tp K is --set tensor_parallel=K: one recipe field carries it through resolve, render and `recipes show`."""
 
     @functools.wraps(command)
-    def wrapper(*args, tp=None, sets=(), **kwargs):
+    def wrapper(*args: Any, tp: int | None = None, sets: tuple[str, ...] = (), **kwargs: Any) -> None:
         if tp is not None:
             sets = (*sets, f"tensor_parallel={tp}")
         return command(*args, sets=sets, **kwargs)
@@ -136,7 +137,7 @@ def _tp_into_sets(command):
     return wrapper
 
 
-def deployment_options(command):
+def deployment_options(command: Command) -> Command:
     """The options every command that renders a deployment takes: topology, backend, --tp, inventory, --set,
     recipes dir (one place, so run-recipe, up and render cannot drift apart)."""
     command = _tp_into_sets(command)
@@ -167,24 +168,24 @@ class UpArgs:
     timeout: float
 
 
-def _into_up_args(command):
+def _into_up_args(command: Command) -> Command:
     """The command gets up_options' values as one `up_args: UpArgs`, not a dozen parameters of its own."""
 
     @functools.wraps(command)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> None:
         up_args = UpArgs(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(UpArgs)})
         return command(*args, up_args=up_args, **kwargs)
 
     return wrapper
 
 
-def up_options(dry_run_help: str = UP_DRY_RUN_HELP):
+def up_options(dry_run_help: str = UP_DRY_RUN_HELP) -> Callable[[Command], Command]:
     """The options of `up` after --recipe, defined once: `run-recipe NAME` is `up --recipe NAME` and takes exactly
     these (tests/test_cli.py compares the two commands), and receives them as one UpArgs (`up_args`; --json stays
     `as_json`). Only --dry-run's help is the caller's: run-recipe's dry run prints every file and command without
     connecting, up's reads the nodes' state first."""
 
-    def decorate(command):
+    def decorate(command: Command) -> Command:
         command = _into_up_args(command)
         for option in reversed(
             (

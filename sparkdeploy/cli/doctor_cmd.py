@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, recipes_dir_option, topology_option
 from sparkdeploy.errors import StepFailed
+
+if TYPE_CHECKING:
+    from sparkdeploy.doctor.runner import Report
 
 
 def _size(text: str | None) -> int | None:
@@ -66,19 +72,19 @@ def _size(text: str | None) -> int | None:
 )
 @json_option
 def doctor(
-    inventory,
-    recipe,
-    topology,
-    recipes_dir,
-    only,
-    strict,
-    nccl,
-    nccl_max_bytes,
-    tests,
-    list_checks,
-    deployment,
-    as_json,
-):
+    inventory: str | None,
+    recipe: str | None,
+    topology: str | None,
+    recipes_dir: str | None,
+    only: tuple[str, ...],
+    strict: bool,
+    nccl: bool,
+    nccl_max_bytes: str | None,
+    tests: tuple[str, ...],
+    list_checks: bool,
+    deployment: str | None,
+    as_json: bool,
+) -> None:
     """Check every node: access, Docker, GPU, image, fabric link, RoCE, and a running topology's endpoints.
 
     \b
@@ -89,9 +95,9 @@ def doctor(
     2 the inventory (or an option) is invalid: the report shows each problem with its fix.
     """
 
-    from sparkdeploy.doctor.api import CHECKS
     from sparkdeploy.doctor.api import doctor as run_doctor
     from sparkdeploy.doctor.doctor_run import Options
+    from sparkdeploy.doctor.registry import CHECKS
     from sparkdeploy.doctor.table import as_dict, render
 
     if list_checks:
@@ -117,18 +123,19 @@ def doctor(
     )
     with _lock_for_nccl(inventory, nccl):
         report = run_doctor(inventory, options, tuple(only), recipes_dir)
-    code = 2 if report.run is not None and report.run.inventory_error is not None else report.exit_code(strict)
+    inventory_error = report.run.inventory_error if report.run is not None else None
+    code = 2 if inventory_error is not None else report.exit_code(strict)
     if as_json:
         emit_json(as_dict(report, strict, code))
     else:
         render(report, strict=strict)
-    if code == 2:
-        raise report.run.inventory_error  # one line per problem on stderr, exit 2 (the table showed them too)
+    if inventory_error is not None:  # code 2
+        raise inventory_error  # one line per problem on stderr, exit 2 (the table showed them too)
     if code:
         raise DoctorFailed(report, strict)
 
 
-def _lock_for_nccl(inventory, nccl: bool):
+def _lock_for_nccl(inventory: str | None, nccl: bool) -> AbstractContextManager[object]:
     """--nccl starts probe containers on the nodes: it takes the cluster lock like any change. An inventory
     that does not load is reported by doctor itself (exit 2), so no lock is needed then."""
     from contextlib import nullcontext
@@ -148,7 +155,7 @@ def _lock_for_nccl(inventory, nccl: bool):
 class DoctorFailed(StepFailed):
     """Exit 1: at least one check failed (or warned, with --strict). The table above says which."""
 
-    def __init__(self, report, strict: bool):
+    def __init__(self, report: Report, strict: bool) -> None:
         from sparkdeploy.checks import FAIL, WARN
 
         bad = [r for r in report.results if r.status == FAIL or (strict and r.status == WARN)]

@@ -28,7 +28,7 @@ def cell(value: object) -> Text:
 @click.command("history")
 @inventory_option
 @json_option
-def history(inventory, as_json):
+def history(inventory: str | None, as_json: bool) -> None:
     """List the deployments `up` recorded, newest first: recipe and its hash, topology, image (and digest),
     model commit, vLLM version, node driver, nodes, cluster, time. Kept in the local state
     ($SPARKDEPLOY_STATE/history/deployments.jsonl); `sparkdeploy rollback ID` brings one back.
@@ -78,7 +78,7 @@ def history(inventory, as_json):
 @inventory_option
 @timeout_option
 @json_option
-def rollback(record_id, dry_run, inventory, timeout, as_json):
+def rollback(record_id: str | None, dry_run: bool, inventory: str | None, timeout: float, as_json: bool) -> None:
     """Bring deployment ID back (default: the one before the newest of the inventory's cluster; see
     `sparkdeploy history -i INVENTORY`). A deployment made on another cluster is refused (exit 2).
 

@@ -21,6 +21,8 @@ Exit codes: 0 ok, 1 a node failed (per-node results are printed), 2 bad usage or
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -28,6 +30,10 @@ from rich.text import Text
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option, stop_deployments_option
 from sparkdeploy.errors import StepFailed
+
+if TYPE_CHECKING:
+    from sparkdeploy.config.inventory import Inventory, Node
+    from sparkdeploy.runtime.remote import NodeOutcome
 
 
 def _console() -> Console:
@@ -45,7 +51,7 @@ def _size(n: int) -> str:
 
 
 @click.group()
-def images():
+def images() -> None:
     """Image definitions (images/<name>/): build, push to the nodes (only missing layers), list."""
 
 
@@ -64,7 +70,15 @@ def images():
 )
 @inventory_option
 @stop_deployments_option
-def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments):
+def build_cmd(
+    name: str,
+    on_node: str | None,
+    local: bool,
+    force: bool,
+    dry_run: bool,
+    inventory: str | None,
+    stop_deployments: bool,
+) -> None:
     """Build image definition NAME here (default) or on a node (--on NODE).
 
     On a node, the node's architecture, free disk and an answer from every host the build fetches from are
@@ -140,7 +154,15 @@ def build_cmd(name, on_node, local, force, dry_run, inventory, stop_deployments)
 @json_option
 @click.option("--recipes-dir", metavar="DIR", help="Your own recipes folder (for a recipe NAME).")
 @click.pass_context
-def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
+def pull_cmd(
+    ctx: click.Context,
+    image: str,
+    on_node: str | None,
+    dry_run: bool,
+    inventory: str | None,
+    as_json: bool,
+    recipes_dir: str | None,
+) -> None:
     """Pull registry image IMAGE (a reference, or a recipe NAME whose image is one) once, then spread it.
 
     \b
@@ -158,28 +180,11 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
     from sparkdeploy.cli.common import warn
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images import registry_pull as registry
-    from sparkdeploy.images.image_ref import is_reference
+    from sparkdeploy.images.image_ref import parse_reference
     from sparkdeploy.images.inventory_images import select_nodes
-    from sparkdeploy.recipes.recipe import load_recipe
 
-    ref = image
-    vllm = True  # a bare reference is a vLLM image; a recipe says its engine (SGLang's: no vLLM CLI to read)
-    if not is_reference(image):
-        recipe, path, _ = load_recipe(image, recipes_dir)
-        vllm = recipe.engine == "vllm"
-        if not is_reference(recipe.image):
-            from sparkdeploy.errors import ConfigError, Problem
-
-            raise ConfigError(
-                Problem(
-                    str(path),
-                    "image",
-                    f"{recipe.image} is an image definition, not a registry image",
-                    f"sparkdeploy images push {recipe.image}",
-                )
-            )
-        ref = recipe.image
-    registry.parse_reference(ref, "IMAGE", "reference")  # a bad reference fails before anything connects
+    ref, vllm = _registry_image(image, recipes_dir)
+    parse_reference(ref, "IMAGE", "reference")  # a bad reference fails before anything connects
     inv = load_inventory(inventory)
     nodes = select_nodes(inv)
     source = select_nodes(inv, [on_node])[0] if on_node else inv.head
@@ -216,10 +221,33 @@ def pull_cmd(ctx, image, on_node, dry_run, inventory, as_json, recipes_dir):
         ctx.exit(1)
 
 
+def _registry_image(image: str, recipes_dir: str | None) -> tuple[str, bool]:
+    """`images pull IMAGE`: (the reference, whether it carries vLLM's CLI). A bare reference is a vLLM image; a
+    recipe names its registry image and says its engine (SGLang's: no vLLM CLI to read)."""
+    from sparkdeploy.images.image_ref import is_reference
+    from sparkdeploy.recipes.recipe import load_recipe
+
+    if is_reference(image):
+        return image, True
+    recipe, path, _ = load_recipe(image, recipes_dir)
+    if not is_reference(recipe.image):
+        from sparkdeploy.errors import ConfigError, Problem
+
+        raise ConfigError(
+            Problem(
+                str(path),
+                "image",
+                f"{recipe.image} is an image definition, not a registry image",
+                f"sparkdeploy images push {recipe.image}",
+            )
+        )
+    return recipe.image, recipe.engine == "vllm"
+
+
 # -- push -----------------------------------------------------------------------------------------------------
 
 
-def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
+def _push_or_fail(name: str, inv: Inventory, nodes: list[str], compression: str = "auto") -> list[NodeOutcome]:
     from sparkdeploy.images.push import push_image
     from sparkdeploy.images.push_progress import RichPushProgress
 
@@ -270,7 +298,17 @@ def _push_or_fail(name: str, inv, nodes, compression: str = "auto"):
 @inventory_option
 @json_option
 @click.pass_context
-def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inventory, as_json):
+def push_cmd(
+    ctx: click.Context,
+    name: str,
+    to_nodes: tuple[str, ...],
+    compression: str,
+    reader: str,
+    from_node: str | None,
+    dry_run: bool,
+    inventory: str | None,
+    as_json: bool,
+) -> None:
     """Send image NAME (a definition, built here if missing, or a local REPO:TAG) to the nodes.
 
     Every node in parallel; a node with the image ID is skipped; otherwise only the layers it lacks travel,
@@ -320,7 +358,7 @@ def push_cmd(ctx, name, to_nodes, compression, reader, from_node, dry_run, inven
         ctx.exit(1)
 
 
-def _push_table(title: str, outcomes, sent: str, with_note: bool) -> Table:
+def _push_table(title: str, outcomes: list[NodeOutcome], sent: str, with_note: bool) -> Table:
     """One row per node: what the push did there (a sent push's note is its compression and reader, plus the
     plan's note with `with_note`), or FAILED and why. `sent` names the bytes column (sent, or received)."""
     table = Table(title=title, title_justify="left")
@@ -347,7 +385,9 @@ def _push_table(title: str, outcomes, sent: str, with_note: bool) -> Table:
     return table
 
 
-def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -> None:
+def _push_from_dry_run(
+    name: str, inv: Inventory, source: Node, nodes: list[Node], compression: str, reader: str, as_json: bool
+) -> None:
     from sparkdeploy.images.push_from import plan_from
 
     plan, failed = plan_from(name, inv, source, nodes, compression, dry_run=True, reader=reader)
@@ -380,7 +420,16 @@ def _push_from_dry_run(name, inv, source, nodes, compression, reader, as_json) -
             click.echo(f"  {line}")
 
 
-def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> None:
+def _push_from(
+    ctx: click.Context,
+    name: str,
+    inv: Inventory,
+    source: Node,
+    nodes: list[Node],
+    compression: str,
+    reader: str,
+    as_json: bool,
+) -> None:
     from sparkdeploy.images.push_from import push_from_node
     from sparkdeploy.images.push_progress import PushProgress, RichPushProgress
 
@@ -421,7 +470,7 @@ def _push_from(ctx, name, inv, source, nodes, compression, reader, as_json) -> N
 @inventory_option
 @json_option
 @click.pass_context
-def list_cmd(ctx, inventory, as_json):
+def list_cmd(ctx: click.Context, inventory: str | None, as_json: bool) -> None:
     """Per node the images we manage, their IDs, and whether the nodes agree on each tag."""
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.images.inventory_images import list_images

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from sparkdeploy.cli.common import emit_json, json_option
+from sparkdeploy.cli.common import Command, emit_json, json_option
 from sparkdeploy.dayzero.init import InitOptions, InitResult, run_init
 from sparkdeploy.dayzero.login import read_password_file
 from sparkdeploy.errors import StepFailed
 
 
-def password_options(command):
+def password_options(command: Command) -> Command:
     command = click.option(
         "--password-file",
         metavar="PATH",
@@ -34,7 +35,7 @@ def read_password(ask: bool, path: str | None) -> str | None:
     return None
 
 
-def _confirm(yes: bool, as_json: bool):
+def _confirm(yes: bool, as_json: bool) -> Callable[[str, str, str], bool]:
     def confirm(host: str, ktype: str, fp: str) -> bool:
         click.echo(f"{host} offers the SSH host key {ktype} {fp}", err=as_json)
         if yes:
@@ -112,7 +113,20 @@ def _print(result: InitResult, dry_run: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Read the nodes and print the inventory; write nothing, pin no key.")
 @password_options
 @json_option
-def init(hosts, user, key, out, known_hosts, fabric_subnet, force, yes, dry_run, ask_password, password_file, as_json):
+def init(
+    hosts: str,
+    user: str | None,
+    key: str | None,
+    out: Path,
+    known_hosts: Path | None,
+    fabric_subnet: str | None,
+    force: bool,
+    yes: bool,
+    dry_run: bool,
+    ask_password: bool,
+    password_file: str | None,
+    as_json: bool,
+) -> None:
     """Read new Sparks over SSH and write a commented inventory.
 
     \b

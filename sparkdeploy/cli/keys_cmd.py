@@ -3,6 +3,8 @@ sparkdeploy/deploy/stack/keys.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -39,7 +41,9 @@ def keys() -> None:
 )
 @inventory_option
 @json_option
-def create(name, models, rpm, max_budget, inventory, as_json):
+def create(
+    name: str, models: str | None, rpm: int | None, max_budget: str | None, inventory: str | None, as_json: bool
+) -> None:
     """Create key NAME and print it once (it is stored only as its sha256)."""
     wanted = [m.strip() for m in models.split(",") if m.strip()] if models else None
     token, entry = lib.create(inventory, name, wanted, rpm, max_budget)
@@ -57,7 +61,7 @@ def create(name, models, rpm, max_budget, inventory, as_json):
 @keys.command("list")
 @inventory_option
 @json_option
-def list_(inventory, as_json):
+def list_(inventory: str | None, as_json: bool) -> None:
     """The keys: name, models, rpm, tokens spent / max budget, created (never the key)."""
     entries = lib.list_keys(inventory)
     if as_json:
@@ -80,7 +84,7 @@ def list_(inventory, as_json):
         click.echo("spent: ? (the gateway does not run: its counts are read from inside it)", err=True)
 
 
-def budget_text(entry: dict) -> str:
+def budget_text(entry: dict[str, Any]) -> str:
     if entry.get("budget_unit") == "tokens":
         return str(entry["max_budget"])
     if entry.get("max_budget"):  # recorded by an older sparkdeploy, in no unit: not enforced
@@ -92,7 +96,7 @@ def budget_text(entry: dict) -> str:
 @click.argument("name")
 @inventory_option
 @json_option
-def revoke(name, inventory, as_json):
+def revoke(name: str, inventory: str | None, as_json: bool) -> None:
     """Revoke key NAME: the gateway refuses it from its next request."""
     entry = lib.revoke(inventory, name)
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -67,11 +68,11 @@ def _print_table(rows: list[lab_status.NodeStatus], title: str) -> None:
 
 
 @click.group()
-def lab():
+def lab() -> None:
     """A virtual cluster of DGX Sparks in Docker: real sshd, Docker and jumbo-frame networks; GPU SIMULATED."""
 
 
-def _serving_guard(spec, doing: str, stop_deployments: bool):
+def _serving_guard(spec: LabSpec, doing: str, stop_deployments: bool) -> Callable[[list[str]], None]:
     """before_replace for lifecycle.up, and the check before `lab down`: the lab's deployments on those nodes
     refused or stopped (deploy/serving.py), read over SSH with the lab's inventory; no inventory (a bare lab, or
     none made yet): nothing of ours can run there."""
@@ -124,7 +125,19 @@ def _serving_guard(spec, doing: str, stop_deployments: bool):
 )
 @stop_deployments_option
 @json_option
-def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed, bare, stop_deployments, as_json):
+def up_cmd(
+    nodes: int,
+    rebuild: bool,
+    name: str,
+    subnet: str | None,
+    fabric_subnet: str | None,
+    images: str,
+    no_preload: bool,
+    seed: bool,
+    bare: bool,
+    stop_deployments: bool,
+    as_json: bool,
+) -> None:
     """Create or repair the lab (idempotent) and write its inventory.
 
     \b
@@ -197,7 +210,7 @@ def up_cmd(nodes, rebuild, name, subnet, fabric_subnet, images, no_preload, seed
 @click.option("--purge", is_flag=True, help="Also delete the lab's keys and secrets on this machine.")
 @stop_deployments_option
 @json_option
-def down_cmd(name, all_labs, purge, stop_deployments, as_json):
+def down_cmd(name: str, all_labs: bool, purge: bool, stop_deployments: bool, as_json: bool) -> None:
     """Remove the lab's containers, networks and volumes, and nothing else.
 
     A deployment that serves on the lab (its inventory's; with --all, the named lab's only) is named and refused,
@@ -215,7 +228,7 @@ def down_cmd(name, all_labs, purge, stop_deployments, as_json):
 @lab.command("status")
 @name_option
 @json_option
-def status_cmd(name, as_json):
+def status_cmd(name: str, as_json: bool) -> None:
     """Nodes, IPs and state. Exit 1 when the lab is not up or a node is unhealthy."""
     spec = _spec(name)
     rows = lab_status.status(spec)
@@ -230,7 +243,7 @@ def status_cmd(name, as_json):
 @name_option
 @click.option("--tag", default="demo", show_default=True, help="The tag to publish the lab's vllm-sim under.")
 @json_option
-def registry_cmd(name, tag, as_json):
+def registry_cmd(name: str, tag: str, as_json: bool) -> None:
     """Start the lab's container registry (Debian's docker-registry, MGMT .6:5000, plain HTTP: the lab nodes'
     engines, and only they, trust it) and publish the lab's vllm-sim into it as lab/vllm-sim:TAG (with a label
     of its own, so no node has that image yet). Prints the reference pinned with its digest, for a recipe's

@@ -5,17 +5,22 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from sparkdeploy.cli.common import inventory_option
+
+if TYPE_CHECKING:
+    from sparkdeploy.daytwo.logs import LogLine, Notice
 
 SINCE = re.compile(r"(\d+(\.\d+)?(ns|us|ms|s|m|h))+|\d{4}-\d\d-\d\d(T[0-9:.]+(Z|[+-]\d\d:\d\d)?)?|\d+")
 # Prefix colours per (node, container), stable within a run.
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 
 
-def _since(ctx, param, value):
+def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not SINCE.fullmatch(value):
         raise click.BadParameter(
             f"{value!r}: a duration (10m, 1h30m, 45s), an RFC 3339 time (2026-11-23T09:00:00Z) or a Unix timestamp"
@@ -26,7 +31,7 @@ def _since(ctx, param, value):
 class Printer:
     """`node/container | text` lines: coloured prefixes on a terminal, plain otherwise; every line masked."""
 
-    def __init__(self, mask, timestamps: bool, colour: bool | None = None):
+    def __init__(self, mask: Callable[[str], str], timestamps: bool, colour: bool | None = None) -> None:
         self.mask = mask
         self.timestamps = timestamps
         self.colour = sys.stdout.isatty() if colour is None else colour
@@ -40,7 +45,7 @@ class Printer:
         style = self._styles.setdefault((node, container), COLOURS[len(self._styles) % len(COLOURS)])
         return click.style(text, fg=style)
 
-    def line(self, line) -> None:
+    def line(self, line: LogLine | Notice) -> None:
         from sparkdeploy.daytwo.logs import Notice
 
         with self._lock:
@@ -90,7 +95,16 @@ class Printer:
 )
 @click.option("--timestamps", "-t", is_flag=True, help="Show each line's time (UTC).")
 @click.option("--deployment", metavar="NAME", help="Only this deployment of a stack (`up --stack`), e.g. coder.")
-def logs(inventory, nodes, containers, since, tail, follow, timestamps, deployment):
+def logs(
+    inventory: str | None,
+    nodes: tuple[str, ...],
+    containers: tuple[str, ...],
+    since: str | None,
+    tail: int | None,
+    follow: bool,
+    timestamps: bool,
+    deployment: str | None,
+) -> None:
     """The logs of sparkdeploy's containers on every node, merged by time, each line prefixed node/container.
 
     \b

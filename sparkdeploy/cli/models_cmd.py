@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from sparkdeploy.cli.common import emit_json, exit_with, inventory_option, json_option, recipes_dir_option
 from sparkdeploy.errors import ConfigError, Problem
 
+if TYPE_CHECKING:
+    from sparkdeploy.config.inventory import Inventory, Node
+    from sparkdeploy.models.ops import ModelRef
+    from sparkdeploy.models.pull import PullResult
+    from sparkdeploy.topologies.deployment import Deployment
+
 
 class RichProgress:
     """One bar per node: bytes and rate (rich)."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console) -> None:
         self.bars = Progress(
             TextColumn("{task.fields[node]:<8}"),
             BarColumn(),
@@ -24,26 +33,26 @@ class RichProgress:
             TextColumn("{task.fields[what]}"),
             console=console,
         )
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> RichProgress:
         self.bars.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.bars.stop()
 
-    def start(self, node, total, what):
+    def start(self, node: str, total: int, what: str) -> None:
         if node in self.tasks:
             self.bars.update(self.tasks[node], total=total, completed=0, what=what)
         else:
             self.tasks[node] = self.bars.add_task("", total=total or 1, node=node, what=what)
 
-    def update(self, node, done):
+    def update(self, node: str, done: int) -> None:
         if node in self.tasks:
             self.bars.update(self.tasks[node], completed=done)
 
-    def finish(self, node, ok, note=""):
+    def finish(self, node: str, ok: bool, note: str = "") -> None:
         if node in self.tasks:
             task = self.bars.tasks[self.tasks[node]]
             self.bars.update(
@@ -53,7 +62,7 @@ class RichProgress:
 
 def resolve_target(
     arg: str, revision: str | None, inventory: str | None, recipes_dir: str | None, include: tuple[str, ...] = ()
-):
+) -> tuple[list[ModelRef], Deployment, Inventory]:
     """RECIPE|MODEL -> ([the model, its speculative draft], the deployment, the inventory)."""
     from sparkdeploy.models.ops import model_ref, recipe_refs
     from sparkdeploy.recipes.engines.registered import engine_of
@@ -83,7 +92,7 @@ def resolve_target(
     return [ref], dep, dep.inventory
 
 
-def _ensure_image(dep, tag, node, say) -> None:
+def _ensure_image(dep: Deployment, tag: str, node: Node, say: Callable[[str], None]) -> None:
     """The hub client's image (the engine's, models/ops.hub_image_tag) must be on the download node: push it
     when missing."""
     from sparkdeploy.deploy.preflight import image_definition_name
@@ -101,7 +110,7 @@ def _ensure_image(dep, tag, node, say) -> None:
 
 
 @click.group("models")
-def models():
+def models() -> None:
     """Model weights: downloaded once on one node, copied to the others over the fabric, verified everywhere."""
 
 
@@ -120,7 +129,16 @@ def models():
 @inventory_option
 @recipes_dir_option
 @json_option
-def pull_cmd(target, revision, on_node, include, dry_run, inventory, recipes_dir, as_json):
+def pull_cmd(
+    target: str,
+    revision: str | None,
+    on_node: str | None,
+    include: tuple[str, ...],
+    dry_run: bool,
+    inventory: str | None,
+    recipes_dir: str | None,
+    as_json: bool,
+) -> None:
     """Download a model once and copy it node to node over the fabric, into every node's hf_cache.
 
     \b
@@ -149,7 +167,7 @@ def pull_cmd(target, revision, on_node, include, dry_run, inventory, recipes_dir
     source = inv.node(on_node) if on_node else inv.head
     console = Console(stderr=True, highlight=False)
 
-    def say(msg):
+    def say(msg: str) -> None:
         if not as_json:
             console.print("[dim]models:[/dim] " + escape(msg), soft_wrap=True)
 
@@ -176,22 +194,7 @@ def pull_cmd(target, revision, on_node, include, dry_run, inventory, recipes_dir
             first["drafts"] = [r.as_dict() for _, r in results[1:]]
         emit_json(first)
     else:
-        for i, (ref, result) in enumerate(results):
-            label = "" if i == 0 else "speculative draft "
-            click.echo(f"{label}{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
-            if dry_run:
-                for line in result.plan:
-                    click.echo("  " + line)
-            for name, r in result.nodes.items():
-                rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
-                via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
-                click.echo(
-                    f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
-                    if r.ok
-                    else f"  {name}: {r.action}: {r.error}"
-                )
-        if dry_run:
-            click.echo("dry run: nothing was downloaded, copied or changed")
+        _print_pulls(results, dry_run)
     if not all(result.ok for _, result in results):
         for _, result in results:
             for r in result.nodes.values():
@@ -200,11 +203,31 @@ def pull_cmd(target, revision, on_node, include, dry_run, inventory, recipes_dir
         exit_with(1)
 
 
+def _print_pulls(results: list[tuple[ModelRef, PullResult]], dry_run: bool) -> None:
+    """Per ref (the model, then its draft): the commit, size, the plan (dry run) and each node's line."""
+    for i, (ref, result) in enumerate(results):
+        label = "" if i == 0 else "speculative draft "
+        click.echo(f"{label}{ref}: commit {result.commit[:12]}, {result.files} files, {result.size / 1e9:.2f} GB")
+        if dry_run:
+            for line in result.plan:
+                click.echo("  " + line)
+        for name, r in result.nodes.items():
+            rate = f", {r.bytes / r.seconds / 1e6:.0f} MB/s" if r.bytes and r.seconds else ""
+            via = f" via {r.via}" if r.via else (f" from {r.source}" if r.source else "")
+            click.echo(
+                f"  {name}: {r.action}{via} ({r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s{rate})"
+                if r.ok
+                else f"  {name}: {r.action}: {r.error}"
+            )
+    if dry_run:
+        click.echo("dry run: nothing was downloaded, copied or changed")
+
+
 @models.command("list")
 @click.option("--verify", is_flag=True, help="Re-hash every file (default: only files changed since last verified).")
 @inventory_option
 @json_option
-def list_cmd(verify, inventory, as_json):
+def list_cmd(verify: bool, inventory: str | None, as_json: bool) -> None:
     """Per node: the models and revisions present, their size, and whether complete and verified.
 
     Exit 1 when a node cannot be read or holds a model that does not verify."""
@@ -220,7 +243,8 @@ def list_cmd(verify, inventory, as_json):
     finally:
         for c in conns.values():
             c.close()
-    rows, bad = [], False
+    rows: list[dict[str, Any]] = []
+    bad = False
     for node, state in found.items():
         if isinstance(state, str):
             rows.append({"node": node, "error": state})

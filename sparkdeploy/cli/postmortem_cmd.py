@@ -27,7 +27,7 @@ def _clock(t: float) -> str:
     help="How many minutes before the crash to show (the black box keeps 30).",
 )
 @json_option
-def postmortem_cmd(node, inventory, minutes, as_json):
+def postmortem_cmd(node: str | None, inventory: str | None, minutes: float, as_json: bool) -> None:
     """What the memory guard recorded before a node's last crash, power-off or guard kill: available memory, PSI,
     GPU temperature/clock/power (SIMULATED in the lab), engine restarts, and the kernel's messages about OOM,
     Xid and PCIe AER. Read from each node's black box (STATE_DIR/guard/ring.jsonl, a synced ring of one-second

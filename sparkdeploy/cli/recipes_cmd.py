@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -23,16 +25,19 @@ from sparkdeploy.recipes import importing as recipe_import
 from sparkdeploy.recipes import recipe as recipes_mod
 from sparkdeploy.topologies import fit as fit_mod
 
+if TYPE_CHECKING:
+    from sparkdeploy.recipes.recipe import ResolvedRecipe
+
 
 @click.group("recipes")
-def recipes_group():
+def recipes_group() -> None:
     """List, inspect and check recipes (recipes/*.yaml and your --recipes-dir)."""
 
 
 @recipes_group.command("list")
 @recipes_dir_option
 @json_option
-def list_cmd(recipes_dir, as_json):
+def list_cmd(recipes_dir: str | None, as_json: bool) -> None:
     """One line per recipe: model, weights, fits one node, topologies (default first), tool-call and reasoning
     parsers. `recipes search TEXT` narrows it down."""
     print_catalogue(catalogue.entries(recipes_dir), as_json, "recipes")
@@ -42,7 +47,7 @@ def list_cmd(recipes_dir, as_json):
 @click.argument("text")
 @recipes_dir_option
 @json_option
-def search_cmd(text, recipes_dir, as_json):
+def search_cmd(text: str, recipes_dir: str | None, as_json: bool) -> None:
     """Recipes whose name, model, description, parsers or topologies contain every word of TEXT
     (case-insensitive). Exit 1 when none does.
 
@@ -58,7 +63,7 @@ def search_cmd(text, recipes_dir, as_json):
         raise click.exceptions.Exit(1)
 
 
-def print_catalogue(rows: list[dict], as_json: bool, title: str) -> None:
+def print_catalogue(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
     if as_json:
         emit_json(rows)
         return
@@ -98,7 +103,9 @@ def print_catalogue(rows: list[dict], as_json: bool, title: str) -> None:
 @set_option
 @recipes_dir_option
 @json_option
-def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
+def show_cmd(
+    name: str, topology: str | None, backend: str | None, sets: tuple[str, ...], recipes_dir: str | None, as_json: bool
+) -> None:
     """The merged values of NAME for a topology, and where each value came from
     (default, the recipe file, its overrides.<topology>, or --set)."""
     resolved = recipes_mod.resolve(name, topology, backend, sets, recipes_dir)
@@ -143,7 +150,7 @@ def show_cmd(name, topology, backend, sets, recipes_dir, as_json):
     )
 
 
-def allreduce_mode(resolved) -> dict:
+def allreduce_mode(resolved: ResolvedRecipe) -> dict[str, str]:
     """Which way the recipe runs vLLM's all-reduce: keep graphs / cut at all-reduce / enforce eager."""
     mode = graph_advice.recipe_mode(resolved.recipe.vllm)
     return {"mode": mode, "meaning": graph_advice.MEANING[mode], "setting": graph_advice.SETTING[mode]}
@@ -170,7 +177,15 @@ def allreduce_mode(resolved) -> dict:
 @set_option
 @recipes_dir_option
 @json_option
-def fit_cmd(name, topology, nodes, inventory, sets, recipes_dir, as_json):
+def fit_cmd(
+    name: str,
+    topology: str | None,
+    nodes: int | None,
+    inventory: str | None,
+    sets: tuple[str, ...],
+    recipes_dir: str | None,
+    as_json: bool,
+) -> None:
     """The memory budget of NAME per node: the weights' share, the KV cache at max_model_len x max_num_seqs
     (from the recipe's architecture), what vLLM reserves (gpu_memory_utilization x total), the
     compile/activation peak, the OS reserve, the node's free memory: fits or not, and the setting that would
@@ -231,7 +246,7 @@ def _print_fit(report: fit_mod.FitReport) -> None:
 @recipes_group.command("lint")
 @recipes_dir_option
 @json_option
-def lint_cmd(recipes_dir, as_json):
+def lint_cmd(recipes_dir: str | None, as_json: bool) -> None:
     """Render every recipe for every topology (and every backend of cluster) against the example inventory
     shape; exit 1 if any combination fails."""
     from sparkdeploy.topologies.lint import lint_all
@@ -268,7 +283,7 @@ def lint_cmd(recipes_dir, as_json):
 @click.option("--force", is_flag=True, help="Replace NAME.yaml if it exists.")
 @set_option
 @json_option
-def import_cmd(file, out_dir, dry_run, force, sets, as_json):
+def import_cmd(file: str, out_dir: str, dry_run: bool, force: bool, sets: tuple[str, ...], as_json: bool) -> None:
     """Write the sparkdeploy recipe equivalent to FILE, an eugr/spark-vllm-docker v1 recipe (`recipe_version`),
     and list what it could not carry over as written. `run-recipe FILE` runs such a file without importing it.
 

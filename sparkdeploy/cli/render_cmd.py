@@ -23,7 +23,17 @@ from sparkdeploy.topologies.context import load_deployment
     "others cannot write). Without it the values are masked.",
 )
 @json_option
-def render_cmd(recipe, topology, backend, inventory, sets, recipes_dir, out_dir, with_secrets, as_json):
+def render_cmd(
+    recipe: str,
+    topology: str | None,
+    backend: str | None,
+    inventory: str | None,
+    sets: tuple[str, ...],
+    recipes_dir: str | None,
+    out_dir: str,
+    with_secrets: bool,
+    as_json: bool,
+) -> None:
     """Render RECIPE for a topology into OUT/<node>/, exactly as `up` would write it to each node's state dir.
 
     Nothing connects to any node. Example: sparkdeploy render openai-gpt-oss-120b -t 2xsolo --out ./rendered

@@ -13,7 +13,7 @@ from sparkdeploy.errors import StepFailed
 
 
 @click.group("setup")
-def setup():
+def setup() -> None:
     """Day-zero setup of new Sparks, after `sparkdeploy init` wrote the inventory.
 
     \b
@@ -34,7 +34,15 @@ def setup():
 @click.option("--dry-run", is_flag=True, help="Say what would be added; change nothing (no key is created either).")
 @password_options
 @json_option
-def ssh(inventory, login_key, grant_sudo, dry_run, ask_password, password_file, as_json):
+def ssh(
+    inventory: str | None,
+    login_key: str | None,
+    grant_sudo: bool,
+    dry_run: bool,
+    ask_password: bool,
+    password_file: str | None,
+    as_json: bool,
+) -> None:
     """Put this machine's key on every node; check passwordless sudo and the docker group.
 
     \b
@@ -81,7 +89,15 @@ def ssh(inventory, login_key, grant_sudo, dry_run, ask_password, password_file, 
 )
 @stop_deployments_option
 @json_option
-def network(inventory, dry_run, replace, restore, rollback_after, stop_deployments, as_json):
+def network(
+    inventory: str | None,
+    dry_run: bool,
+    replace: bool,
+    restore: bool,
+    rollback_after: int,
+    stop_deployments: bool,
+    as_json: bool,
+) -> None:
     """Configure the ConnectX-7 fabric on every node (netplan, MTU 9000), safely, then verify it.
 
     \b

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkdeploy.cli.common import emit_json, inventory_option, json_option
 from sparkdeploy.guard import state as guard_state
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-def _num(value, fmt: str, scale: float = 1.0) -> str:
+    from sparkdeploy.daytwo.top import Monitor
+
+
+def _num(value: float | None, fmt: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, fmt)
 
 
-def _seconds(value) -> str:
+def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def render_table(snapshot: dict, title: str):
+def render_table(snapshot: dict[str, Any], title: str) -> Table:
     from rich.table import Table
     from rich.text import Text
 
@@ -75,7 +82,7 @@ def render_table(snapshot: dict, title: str):
     return table
 
 
-def _caption(snapshot: dict) -> str:
+def _caption(snapshot: dict[str, Any]) -> str:
     bases = {e.get("ttft_basis") for e in snapshot["engines"]} - {None}
     over = "since the engine started" if bases == {"since the engine started"} else f"over {snapshot['window_s']:g} s"
     parts = [f"tokens/s over the last interval; TTFT {over}"]
@@ -93,19 +100,19 @@ def _caption(snapshot: dict) -> str:
     return "; ".join(parts)
 
 
-def _plain_console():
+def _plain_console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, width=120, force_terminal=False, no_color=True)
 
 
-def _console():
+def _console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, width=max(120, Console().width))  # never squeeze the columns
 
 
-def _print_guards(guards: dict, when: str = "") -> None:
+def _print_guards(guards: dict[str, dict[str, Any] | None], when: str = "") -> None:
     from rich.text import Text
 
     for text, style in guard_state.lines(guards):
@@ -138,7 +145,15 @@ def _print_guards(guards: dict, when: str = "") -> None:
 )
 @click.option("--deployment", metavar="NAME", help="Only this deployment of a stack (`up --stack`), e.g. coder.")
 @json_option
-def top(inventory, interval, window, once, sample_gap, deployment, as_json):
+def top(
+    inventory: str | None,
+    interval: float,
+    window: float,
+    once: bool,
+    sample_gap: float,
+    deployment: str | None,
+    as_json: bool,
+) -> None:
     """Live load of every engine: requests running and waiting, KV-cache usage, prompt and generation
     tokens/s, time to first token (p50/p95), and for 2xsolo each backend's share of the proxy's requests.
 
@@ -155,7 +170,7 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.daytwo import top as monitor_mod
-    from sparkdeploy.errors import NothingDeployed, StepFailed
+    from sparkdeploy.errors import NothingDeployed
     from sparkdeploy.runtime.remote import NodeConnection
 
     inv = load_inventory(inventory)
@@ -176,21 +191,41 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
         raise NothingDeployed(inv.source)
 
     if once:
-        monitor.sample()
-        time.sleep(sample_gap)
-        monitor.sample()
-        snap = monitor.snapshot()
-        snap["unreachable"] = unreachable
-        snap["guards"] = guards
-        if as_json:
-            emit_json(snap)
-        else:
-            _console().print(render_table(snap, title))
-            _print_guards(guards)
-        if unreachable:
-            raise StepFailed(f"unreachable: {', '.join(unreachable)}")
-        return
+        _top_once(monitor, unreachable, guards, sample_gap, as_json, title)
+    else:
+        _top_watch(monitor, guards, interval, as_json, title)
 
+
+def _top_once(
+    monitor: Monitor,
+    unreachable: list[str],
+    guards: dict[str, dict[str, Any] | None],
+    sample_gap: float,
+    as_json: bool,
+    title: str,
+) -> None:
+    """`top --once`: two samples `sample_gap` apart, printed once (a table, or JSON)."""
+    from sparkdeploy.errors import StepFailed
+
+    monitor.sample()
+    time.sleep(sample_gap)
+    monitor.sample()
+    snap = monitor.snapshot()
+    snap["unreachable"] = unreachable
+    snap["guards"] = guards
+    if as_json:
+        emit_json(snap)
+    else:
+        _console().print(render_table(snap, title))
+        _print_guards(guards)
+    if unreachable:
+        raise StepFailed(f"unreachable: {', '.join(unreachable)}")
+
+
+def _top_watch(
+    monitor: Monitor, guards: dict[str, dict[str, Any] | None], interval: float, as_json: bool, title: str
+) -> None:
+    """A sample every `interval` until stopped: JSON lines, plain tables when piped, else a live screen."""
     # Until Ctrl-C or SIGTERM: the stop raises wherever the loop waits (a scrape, the sleep) and exits 130 or 143
     # (sparkdeploy/runtime/interrupts.py); the live display gives the terminal back on its way out.
     if as_json:  # one JSON object per line, every interval, for scripts that keep watching

@@ -73,7 +73,7 @@ def remove_host(path: Path, name: str) -> int:
 @inventory_option
 @click.option("--yes", "-y", is_flag=True, help="Record the key without asking (you checked the fingerprint).")
 @click.option("--replace", is_flag=True, help="The node's key CHANGED (reinstalled node): replace the recorded key.")
-def trust(node_name, inventory, yes, replace):
+def trust(node_name: str, inventory: str | None, yes: bool, replace: bool) -> None:
     """Show NODE's SSH host key fingerprint and record it in the inventory's known_hosts."""
     inv = load_inventory(inventory)
     node = inv.node(node_name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -37,7 +38,7 @@ STATUS_COLORS = {OK: "green", CHANGED: "yellow", FAILED: "red", SKIPPED: "bright
 class Out(Reporter):
     """Tables and lines for people (stdout), progress (stderr), all masked; quiet on stdout with --json."""
 
-    def __init__(self, as_json: bool, mask=lambda s: s):
+    def __init__(self, as_json: bool, mask: Callable[[str], str] = lambda s: s) -> None:
         super().__init__(mask)
         self.as_json = as_json
         self.console = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
@@ -209,7 +210,7 @@ deployment_option = click.option(
     "`up --stack` serves the same keys).",
 )
 @json_option
-def down(inventory, dry_run, deployment, keys, as_json):
+def down(inventory: str | None, dry_run: bool, deployment: str | None, keys: bool, as_json: bool) -> None:
     """Remove what sparkdeploy created on every node: containers (by label) and files (the manifest's list).
 
     A node that cannot be reached is reported (exit 1); the others are cleaned. In a stack, --deployment NAME
@@ -238,7 +239,7 @@ def _uptime(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _crash_style(c: dict) -> str:
+def _crash_style(c: dict[str, Any]) -> str:
     last = c.get("last_exit") or {}
     if last.get("oom_killed") or c.get("state") == "restarting" or c.get("docker_health") == "unhealthy":
         return "red"
@@ -249,7 +250,7 @@ def _crash_style(c: dict) -> str:
 @inventory_option
 @deployment_option
 @json_option
-def status(inventory, deployment, as_json):
+def status(inventory: str | None, deployment: str | None, as_json: bool) -> None:
     """Per node: our containers, image, uptime, health, and the endpoint URL. Exit 1 if a node is unreachable.
 
     A stack's containers carry their deployment's name (sparkdeploy-NAME-vllm); --deployment NAME shows one."""

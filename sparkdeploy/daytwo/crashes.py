@@ -13,13 +13,16 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy import healthcheck
 from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import health_probes, parse_time
 from sparkdeploy.labels import LABEL_PREFIX, MANAGED_LABEL
+
+if TYPE_CHECKING:
+    from sparkdeploy.runtime.remote import NodeConnection
 
 HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the last 256 in memory)
 READ_TIMEOUT_S = 20
@@ -93,7 +96,7 @@ class Exit:
             return f"killed by {_signal_name(self.code - 128)} (exit {self.code})"
         return f"exit code {self.code}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "at": self.at.isoformat() if self.at else None,
             "code": self.code,
@@ -123,7 +126,7 @@ class ContainerHistory:
             e for e in self.exits if e.at is not None and not e.by_docker and (now - e.at).total_seconds() <= seconds
         ]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "restarts": self.restarts,
             "last_exit": self.last_exit.as_dict() if self.last_exit else None,
@@ -153,8 +156,8 @@ def _sections(text: str) -> dict[str, list[str]]:
     return out
 
 
-def _json_lines(lines: list[str]) -> list[dict]:
-    out = []
+def _json_lines(lines: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for line in lines:
         try:
             value = parse_json(line, "crash record")
@@ -165,14 +168,14 @@ def _json_lines(lines: list[str]) -> list[dict]:
     return out
 
 
-def _nano_time(value) -> datetime | None:
+def _nano_time(value: Any) -> datetime | None:  # a JSON value: any type, a wrong one is None
     try:
         return datetime.fromtimestamp(int(value) / 1e9, tz=UTC)
     except (TypeError, ValueError):
         return None
 
 
-def _int(value) -> int | None:
+def _int(value: Any) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -182,7 +185,7 @@ def _int(value) -> int | None:
 KILL_TO_DIE_S = 30  # docker stop waits 10 s (by default) between its signal and SIGKILL
 
 
-def _exits_from_events(events: list[dict]) -> dict[str, list[Exit]]:
+def _exits_from_events(events: list[dict[str, Any]]) -> dict[str, list[Exit]]:
     """Container ID -> its `die` events, oldest first. A die right after an `oom` of the same container is an
     OOM kill; right after a `kill` event, Docker itself stopped it (docker stop/kill/restart/rm -f). Keyed by
     ID: every `up` makes new containers under the same names, and the old ones' ends are not the new ones'."""
@@ -202,7 +205,7 @@ def _exits_from_events(events: list[dict]) -> dict[str, list[Exit]]:
     return per
 
 
-def _failing_since(health: dict | None) -> datetime | None:
+def _failing_since(health: dict[str, Any] | None) -> datetime | None:
     """The first failed probe of the current streak (healthcheck.failing_since: the health log keeps only the
     last 5 probes, so their start alone would move forward at every look)."""
     if not isinstance(health, dict):
@@ -251,7 +254,7 @@ def parse(text: str) -> NodeHistory:
     return history
 
 
-def read(conn, history_s: int = HISTORY_S) -> NodeHistory:
+def read(conn: NodeConnection, history_s: int = HISTORY_S) -> NodeHistory:
     """Read one node's container history over its SSH connection (read-only)."""
     result = conn.run(
         ["bash", "-c", SCRIPT, "sparkdeploy-crashes", MANAGED_LABEL, str(int(history_s))],

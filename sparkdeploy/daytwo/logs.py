@@ -190,7 +190,7 @@ def follow(
 ) -> None:
     """Follow every node until `stop` is set. A node that drops is announced, retried every RETRY_S seconds
     (from its last line's time, so nothing is shown twice), and announced again when it is back."""
-    out: queue.Queue = queue.Queue()
+    out: queue.Queue[LogLine | Notice] = queue.Queue()
 
     def node_loop(conn: NodeConnection) -> None:
         name = conn.node.name

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
@@ -32,6 +33,12 @@ from sparkdeploy.recipes.engines.registered import metric_names
 from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.runtime.interrupts import in_threads
 from sparkdeploy.simulated import any_simulated, metrics_say_simulated
+
+if TYPE_CHECKING:
+    from sparkdeploy.config.inventory import Inventory, Node
+    from sparkdeploy.runtime.remote import NodeConnection
+
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
 
 SCRAPE_TIMEOUT_S = 1.5
 SERVING_ROLES = ("solo", "head", "backend")
@@ -62,12 +69,12 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def _sum(metrics, name: str) -> float | None:
+def _sum(metrics: Metrics, name: str) -> float | None:
     series = metrics.get(name)
     return None if not series else sum(v for _, v in series)
 
 
-def _buckets(metrics, name: str) -> list[tuple[float, float]]:
+def _buckets(metrics: Metrics, name: str) -> list[tuple[float, float]]:
     """(upper bound, cumulative count) summed over every series of a histogram, sorted by bound."""
     per: dict[float, float] = {}
     for labels, value in metrics.get(name + "_bucket", []):
@@ -160,7 +167,7 @@ def _rate(new: float | None, old: float | None, seconds: float) -> float | None:
     return max(0.0, new - old) / seconds  # a counter that went down: the engine restarted
 
 
-def _delta_buckets(new, old) -> list[tuple[float, float]]:
+def _delta_buckets(new: list[tuple[float, float]], old: list[tuple[float, float]]) -> list[tuple[float, float]]:
     before = dict(old)
     if any(count < before.get(bound, 0.0) for bound, count in new):
         return list(new)  # reset (restart): the new cumulative counts are the window
@@ -218,7 +225,7 @@ class Monitor:
         whole = sum(totals.values())
         return ({k: v / whole for k, v in totals.items()} if whole > 0 else {}), basis
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         share, share_basis = self.proxy_share()
         engines = []
         for t in self.targets:
@@ -226,7 +233,7 @@ class Monitor:
                 continue
             first, prev, last = self._window(t)
             newest = self.history[t][-1] if self.history[t] else None
-            row: dict = {
+            row: dict[str, Any] = {
                 "node": t.node,
                 "container": t.container,
                 "url": t.url,
@@ -294,7 +301,7 @@ done
 """
 
 
-def node_targets(node, text: str) -> list[Target]:
+def node_targets(node: Node, text: str) -> list[Target]:
     """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
     running, *manifest_texts = text.split("@@sparkdeploy-manifest@@")
     ports = {}
@@ -319,13 +326,15 @@ def node_targets(node, text: str) -> list[Target]:
     return out
 
 
-def read_targets(inventory, conns: dict, deployment: str | None = None) -> tuple[list[Target], dict[str, Exception]]:
+def read_targets(
+    inventory: Inventory, conns: dict[str, NodeConnection], deployment: str | None = None
+) -> tuple[list[Target], dict[str, Exception]]:
     """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error).
     deployment: only that deployment of a stack."""
     from sparkdeploy.daytwo.logs import label_filter
     from sparkdeploy.runtime.remote import on_nodes
 
-    def one(node):
+    def one(node: Node) -> list[Target]:
         r = conns[node.name].run(
             ["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", label_filter(deployment), inventory.cluster.state_dir],
             check=False,

@@ -10,9 +10,13 @@ and an answer from every host the build fetches from. All three are cheap; any f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.images.sources import load_sources
+
+if TYPE_CHECKING:
+    from sparkdeploy.runtime.remote import NodeConnection
 
 ARCH_OF_PLATFORM = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 
@@ -123,7 +127,7 @@ class BuildCheck:
         return f"{'ok  ' if self.ok else 'FAIL'} {self.what}: {self.detail}"
 
 
-def node_checks(definition: ImageDefinition, conn) -> list[BuildCheck]:
+def node_checks(definition: ImageDefinition, conn: NodeConnection) -> list[BuildCheck]:
     """Architecture, free disk of the Docker data root, and an answer from each host the build fetches from."""
     needs = definition.build_needs
     want_arch = needs.arch if needs and needs.arch else ARCH_OF_PLATFORM.get(definition.platform)

@@ -15,11 +15,15 @@ import shlex
 import shutil
 import subprocess
 import threading
-from typing import cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.runtime.remote import NodeConnection
+
+if TYPE_CHECKING:
+    from paramiko import Transport
 
 CHUNK = 1024 * 1024
 QUEUE_DEPTH = 16  # chunks buffered per node between the compressor and the SSH channel
@@ -73,8 +77,8 @@ class FeedChannel:
         argv: list[str],
         progress: PushProgress | None = None,
         stall_timeout: float = STALL_TIMEOUT_S,
-        on_output=None,
-    ):
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.node = conn.node.name
         self.progress = progress or PushProgress()
         self.on_output = on_output
@@ -179,14 +183,15 @@ class FeedChannel:
 AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
-def prefer_aead(transport) -> None:
+def prefer_aead(transport: Transport) -> None:
     """Re-key the connection to AES-GCM when both ends offer it (paramiko prefers AES-CTR + HMAC-SHA2).
 
     For bulk data it costs about 40% less CPU on this side and 35% less in the node's sshd (measured on the
     lab: 500 MB took 1.4-1.8 cpu-s here and 0.7 in sshd, against 2.3-2.6 and 1.05 with CTR). The key
     exchange runs inside the existing encrypted, host-key-checked session.
     """
-    if transport.local_cipher in AEAD_CIPHERS or transport.remote_cipher in AEAD_CIPHERS:
+    remote_cipher = transport.remote_cipher  # type: ignore[attr-defined]  # set by paramiko's key exchange; not in types-paramiko
+    if transport.local_cipher in AEAD_CIPHERS or remote_cipher in AEAD_CIPHERS:
         return
     options = transport.get_security_options()
     offered = tuple(options.ciphers)
@@ -204,7 +209,7 @@ def prefer_aead(transport) -> None:
 BULK_REKEY_BYTES = 1 << 36  # 64 GiB: OpenSSH's own limit for 128-bit block ciphers (2^32 blocks)
 
 
-def raise_rekey_limit(transport) -> None:
+def raise_rekey_limit(transport: Transport) -> None:
     """Let the connection carry OpenSSH's limit of data between key exchanges, not paramiko's 512 MiB.
 
     paramiko handles a channel's close in its transport thread, and the reply it sends there waits for a key

@@ -11,7 +11,7 @@ import hashlib
 from difflib import get_close_matches
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,11 +56,11 @@ class ImageDefinition(BaseModel):
     launchers: dict[str, str] = Field(default_factory=dict)
     patches: list[str] = Field(default_factory=list)
     build_args: dict[str, str] = Field(default_factory=dict)
-    compilation_defaults: dict = Field(default_factory=dict)
+    compilation_defaults: dict[str, Any] = Field(default_factory=dict)
     build_needs: BuildNeeds | None = None
     simulated: bool = False
     # rootfs definitions (debootstrap): suite, variant, extra packages
-    rootfs: dict = Field(default_factory=dict)
+    rootfs: dict[str, Any] = Field(default_factory=dict)
 
     # set by the loader
     directory: Path | None = Field(default=None, exclude=True)

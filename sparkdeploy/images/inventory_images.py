@@ -10,6 +10,7 @@ and says, per tag, whether the nodes agree on its image ID.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkdeploy.config.inventory import Inventory, Node
@@ -126,7 +127,7 @@ def read_node_images(conn: NodeConnection, timeout: float = 60) -> NodeImages:
     return parse_facts(conn.node.name, result.stdout)
 
 
-def select_nodes(inventory: Inventory, nodes=None) -> list[Node]:
+def select_nodes(inventory: Inventory, nodes: Sequence[str | Node] | None = None) -> list[Node]:
     """Nodes of the inventory by name (or Node objects); all of them when None."""
     if not nodes:
         return list(inventory.nodes)
@@ -156,7 +157,9 @@ class TagAgreement:
         return len(values) == 1 and None not in values
 
 
-def list_images(inventory: Inventory, nodes=None) -> tuple[list[NodeOutcome], list[TagAgreement]]:
+def list_images(
+    inventory: Inventory, nodes: Sequence[str | Node] | None = None
+) -> tuple[list[NodeOutcome], list[TagAgreement]]:
     """Per node its managed images (outcome.value: NodeImages), and per tag whether the nodes agree."""
     chosen = select_nodes(inventory, nodes)
 

@@ -35,8 +35,10 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
@@ -45,12 +47,17 @@ from sparkdeploy.images.inventory_images import NodeImages, read_node_images, se
 from sparkdeploy.images.push_progress import PushProgress, human_size
 from sparkdeploy.images.save_stream import stream_from_save
 from sparkdeploy.images.store_stream import BATCH_BYTES, stream_from_store
-from sparkdeploy.images.streams import NodeStream, group_plans
+from sparkdeploy.images.streams import NodeStream, StreamGroup
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch, LayerStore, open_store
 from sparkdeploy.nodeside.layers import chain_ids, estimate_bytes, missing_layers
 from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
 from sparkdeploy.runtime.thread_imports import preload
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from sparkdeploy.runtime.remote import CommandResult
 
 INCOMING_REPO = "sparkdeploy-incoming"
 READERS = ("auto", "store", "save")
@@ -71,8 +78,11 @@ class PushResult:
     seconds: float = 0.0
     note: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+
+Results = dict[str, "PushResult | Exception"]  # node -> what its push ended in
 
 
 @dataclass
@@ -100,7 +110,7 @@ class SourceImage:
             return None
 
 
-def source_image(name: str, client, progress: PushProgress, reader: str = "auto") -> SourceImage:
+def source_image(name: str, client: DockerClient, progress: PushProgress, reader: str = "auto") -> SourceImage:
     """An image definition's image (built if missing) or an image reference this engine has, with where its
     layers will be read (`reader`, see push_image)."""
     import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need
@@ -130,8 +140,11 @@ def source_image(name: str, client, progress: PushProgress, reader: str = "auto"
         ) from None
     if ":" not in tag.rsplit("/", 1)[-1] or tag.startswith("sha256:"):
         raise ConfigError(Problem("images", name, "push needs a tag the nodes can use", "give REPO:TAG"))
-    sizes = [int(h.get("Size") or 0) for h in reversed(client.api.history(image.id))]
-    source = SourceImage(tag, image.id, short, list(image.attrs["RootFS"]["Layers"]), sizes)
+    image_id = image.id
+    assert image_id, "an image docker has has its ID"
+    history = client.api.history(image_id)  # type: ignore[no-untyped-call]  # types-docker leaves it untyped
+    sizes = [int(h.get("Size") or 0) for h in reversed(history)]
+    source = SourceImage(tag, image_id, short, list(image.attrs["RootFS"]["Layers"]), sizes)
     _choose_reader(source, client, reader, progress)
     return source
 
@@ -201,6 +214,18 @@ def _sizes_for(source: SourceImage) -> list[int]:
     return source.sizes if source.sizes else [0] * len(source.diff_ids)
 
 
+def group_plans(plans: Iterable[PushTarget]) -> list[StreamGroup]:
+    """PushTargets that need the same layers with the same compression, as groups."""
+    groups: dict[tuple[frozenset[str], str, bool], StreamGroup] = {}
+    for plan in plans:
+        single = plan.facts.containerd_store
+        key = (frozenset(plan.needed), plan.compression, single)
+        if key not in groups:
+            groups[key] = StreamGroup([], set(plan.needed), plan.compression, plan.estimate, single)
+        groups[key].names.append(plan.node.name)
+    return list(groups.values())
+
+
 def choose_compression(requested: str, facts: NodeImages) -> str:
     if requested == "auto":
         return "zstd" if facts.zstd and shutil.which("zstd") else "gzip"
@@ -241,7 +266,7 @@ def _tag_existing(conn: NodeConnection, source: SourceImage) -> None:
     _check_tagged(conn.node.name, result, source)
 
 
-def _check_tagged(node: str, result, source: SourceImage) -> None:
+def _check_tagged(node: str, result: CommandResult, source: SourceImage) -> None:
     lines = result.stdout.strip().splitlines()
     if result.exit_code != 0 or not lines or lines[-1] != source.id:
         why = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:]) or f"exit {result.exit_code}"
@@ -254,10 +279,10 @@ def _check_tagged(node: str, result, source: SourceImage) -> None:
 def push_image(
     name: str,
     inventory: Inventory,
-    nodes=None,
+    nodes: list[str] | list[Node] | None = None,
     progress: PushProgress | None = None,
     *,
-    client=None,
+    client: DockerClient | None = None,
     compression: str = "auto",
     free_space_factor: float = 2.0,
     reader: str = "auto",
@@ -282,79 +307,112 @@ def push_image(
     client = client or docker_client()
     conns = {n.name: NodeConnection(n, inventory) for n in chosen}
     started = {n.name: time.monotonic() for n in chosen}
-    results: dict[str, PushResult | Exception] = {}
+    results: Results = {}
     try:
-        preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/runtime/thread_imports.py)
-        pool = ThreadPoolExecutor(1)  # read the nodes while the source image is resolved (or built)
-        try:
-            reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
-            source = source_image(name, client, progress, reader)
-            facts = reading.result()
-        finally:
-            pool.shutdown(wait=False)  # after a stop (Ctrl-C), a read stalled on a node is not waited for
-        plans: dict[str, PushTarget] = {}
-        for outcome in facts:
-            node = outcome.node
-            if outcome.error is not None:
-                results[node.name] = outcome.error
-                continue
-            try:
-                plans[node.name] = plan_target(source, node, outcome.value, compression, free_space_factor)
-            except (StepFailed, ConfigError) as exc:
-                results[node.name] = exc
-        for plan in plans.values():
-            if plan.action == "present":
-                results[plan.node.name] = PushResult(
-                    plan.node.name, source.tag, source.id, "present", len(source.diff_ids)
-                )
+        source, facts = _resolve_while_reading(name, chosen, conns, client, progress, reader)
+        plans = _plan_targets(source, facts, compression, free_space_factor, results)
 
         def tag_only(node: Node) -> PushResult:
             _tag_existing(conns[node.name], source)
             return PushResult(node.name, source.tag, source.id, "tagged", len(source.diff_ids))
 
         _collect(results, on_nodes([p.node for p in plans.values() if p.action == "tag"], tag_only))
-
         senders = [p for p in plans.values() if p.action == "send"]
-        temp_tag = f"{INCOMING_REPO}/{source.name}:{secrets.token_hex(6)}"
-        streamed: dict[str, NodeStream] = {}
-        if senders and source.store is not None:
-            streamed = stream_from_store(source, group_plans(senders), conns, progress, temp_tag, batch_bytes)
-        elif senders:
-            streamed = stream_from_save(source, group_plans(senders), conns, client, progress, temp_tag)
-
-        def finalize(node: Node) -> PushResult:
-            stream = streamed[node.name]
-            plan = plans[node.name]
-            if stream.error:
-                kept = " (the layers that arrived are kept: a push again sends the rest)" if stream.partial_ids else ""
-                raise StepFailed(f"{node.name}: push of {source.tag} failed, no tag moved: {stream.error}{kept}")
-            _finalize(conns[node.name], temp_tag, source, plan.stale_partials + stream.partial_ids)
-            return PushResult(
-                node.name,
-                source.tag,
-                source.id,
-                "sent",
-                len(source.diff_ids),
-                plan.layers_sent,
-                stream.raw,
-                stream.wire,
-                plan.compression,
-                source.reader,
-                note=_join(plan.note, f"read with docker save: {source.reader_note}" if source.reader_note else ""),
-            )
-
-        _collect(results, on_nodes([p.node for p in senders], finalize))
+        _send(source, senders, conns, client, progress, batch_bytes, results)
     finally:
         for conn in conns.values():
             conn.close()
     return node_outcomes(chosen, results, progress, started)
 
 
+def _resolve_while_reading(
+    name: str,
+    chosen: list[Node],
+    conns: dict[str, NodeConnection],
+    client: DockerClient,
+    progress: PushProgress,
+    reader: str,
+) -> tuple[SourceImage, list[NodeOutcome]]:
+    """The source image (resolved, or built) while the nodes' images are read: (source, one outcome per node,
+    its value a NodeImages)."""
+    preload()  # before any thread: CPython 3.11's compile race (sparkdeploy/runtime/thread_imports.py)
+    pool = ThreadPoolExecutor(1)  # read the nodes while the source image is resolved (or built)
+    try:
+        reading = pool.submit(on_nodes, chosen, lambda n: read_node_images(conns[n.name]))
+        source = source_image(name, client, progress, reader)
+        return source, reading.result()
+    finally:
+        pool.shutdown(wait=False)  # after a stop (Ctrl-C), a read stalled on a node is not waited for
+
+
+def _plan_targets(
+    source: SourceImage, facts: list[NodeOutcome], compression: str, free_space_factor: float, results: Results
+) -> dict[str, PushTarget]:
+    """Each node's plan; a node that could not be read or is refused, and one that has the image, get their
+    result now."""
+    plans: dict[str, PushTarget] = {}
+    for outcome in facts:
+        node = outcome.node
+        if outcome.error is not None:
+            results[node.name] = outcome.error
+            continue
+        try:
+            plans[node.name] = plan_target(source, node, outcome.value, compression, free_space_factor)
+        except (StepFailed, ConfigError) as exc:
+            results[node.name] = exc
+    for plan in plans.values():
+        if plan.action == "present":
+            results[plan.node.name] = PushResult(plan.node.name, source.tag, source.id, "present", len(source.diff_ids))
+    return plans
+
+
+def _send(
+    source: SourceImage,
+    senders: list[PushTarget],
+    conns: dict[str, NodeConnection],
+    client: DockerClient,
+    progress: PushProgress,
+    batch_bytes: int,
+    results: Results,
+) -> None:
+    """Stream the layers to the nodes that lack them (under a temporary tag), then verify and tag on each."""
+    temp_tag = f"{INCOMING_REPO}/{source.name}:{secrets.token_hex(6)}"
+    streamed: dict[str, NodeStream] = {}
+    if senders and source.store is not None:
+        streamed = stream_from_store(source, group_plans(senders), conns, progress, temp_tag, batch_bytes)
+    elif senders:
+        streamed = stream_from_save(source, group_plans(senders), conns, client, progress, temp_tag)
+    plans = {p.node.name: p for p in senders}
+
+    def finalize(node: Node) -> PushResult:
+        stream = streamed[node.name]
+        plan = plans[node.name]
+        if stream.error:
+            kept = " (the layers that arrived are kept: a push again sends the rest)" if stream.partial_ids else ""
+            raise StepFailed(f"{node.name}: push of {source.tag} failed, no tag moved: {stream.error}{kept}")
+        _finalize(conns[node.name], temp_tag, source, plan.stale_partials + stream.partial_ids)
+        return PushResult(
+            node.name,
+            source.tag,
+            source.id,
+            "sent",
+            len(source.diff_ids),
+            plan.layers_sent,
+            stream.raw,
+            stream.wire,
+            plan.compression,
+            source.reader,
+            note=_join(plan.note, f"read with docker save: {source.reader_note}" if source.reader_note else ""),
+        )
+
+    _collect(results, on_nodes([p.node for p in senders], finalize))
+
+
 def node_outcomes(
-    nodes: list[Node], results: dict, progress: PushProgress, started: dict[str, float]
+    nodes: list[Node], results: Results, progress: PushProgress, started: dict[str, float]
 ) -> list[NodeOutcome]:
     """One outcome per node from its PushResult (timed from `started[node]`) or its error; each bar ended."""
-    outcomes = []
+    outcomes: list[NodeOutcome] = []
     for node in nodes:
         value = results.get(node.name)
         outcome = NodeOutcome(node)
@@ -369,7 +427,7 @@ def node_outcomes(
     return outcomes
 
 
-def _choose_reader(source: SourceImage, client, reader: str, progress: PushProgress) -> None:
+def _choose_reader(source: SourceImage, client: DockerClient, reader: str, progress: PushProgress) -> None:
     if reader == "save":
         return
     store, why = open_store(client, source.id)
@@ -388,9 +446,9 @@ def _choose_reader(source: SourceImage, client, reader: str, progress: PushProgr
         progress.note(f"reading layers with docker save: {why}; a re-push then waits for a save of the whole image")
 
 
-def _collect(results: dict, outcomes: list[NodeOutcome]) -> None:
+def _collect(results: Results, outcomes: list[NodeOutcome]) -> None:
     for outcome in outcomes:
-        results[outcome.node.name] = outcome.value if outcome.ok else outcome.error
+        results[outcome.node.name] = outcome.value if outcome.error is None else outcome.error
 
 
 def _join(a: str, b: str) -> str:

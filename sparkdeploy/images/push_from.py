@@ -241,11 +241,23 @@ def plan_from(
             conn.close()
 
 
-def _plan_from(name, inventory, source, targets, compression, free_space_factor, dry_run, reader, conns):
+def _plan_from(
+    name: str,
+    inventory: Inventory,
+    source: Node,
+    targets: list[Node],
+    compression: str,
+    free_space_factor: float,
+    dry_run: bool,
+    reader: str,
+    conns: dict[str, NodeConnection],
+) -> tuple[FromPlan, list[NodeOutcome]]:
     tag = _tag_of(name)
     src = conns[source.name]
 
-    def facts_of(node: Node):  # every node at once, the source with its image's history
+    def facts_of(
+        node: Node,
+    ) -> NodeImages | tuple[NodeImages, SourceImage, str]:  # every node at once, the source with its image's history
         facts = read_node_images(conns[node.name])
         if node.name != source.name:
             return facts
@@ -256,7 +268,7 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
         return facts, image, _store_readable(src, facts, image.id) if reader != "save" else "--layer-source save"
 
     read = on_nodes([source] + targets, facts_of)
-    if not read[0].ok:
+    if read[0].error is not None:
         raise read[0].error
     facts, image, plan_note = read[0].value
     read = read[1:]
@@ -273,7 +285,34 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
             f"{source.name}: its layer store cannot be read: {plan.reader_note} (use --layer-source auto or save)"
         )
     failed = [o for o in read if not o.ok]
-    target_facts = {o.node.name: o.value for o in read if o.ok}
+    senders = _plan_receivers(plan, image, targets, {o.node.name: o.value for o in read if o.ok}, free_space_factor)
+    if senders:
+        chain_facts = [facts] + [p.facts for p in senders]
+        ratio = (
+            _sample_ratio(src, plan)
+            if (
+                compression == "auto"
+                and plan.reader == "store"
+                and plan.estimate >= WORTH_COMPRESSING
+                and all(f.zstd for f in chain_facts)
+            )
+            else None
+        )
+        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio, plan.estimate)
+        plan.edges = transfer_plan(source, [p.node for p in senders])
+        plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
+    return plan, failed
+
+
+def _plan_receivers(
+    plan: FromPlan,
+    image: SourceImage,
+    targets: list[Node],
+    target_facts: dict[str, NodeImages],
+    free_space_factor: float,
+) -> list[PushTarget]:
+    """Each readable target's plan (or its refusal) into `plan`, the bytes the chain carries, and the room
+    each sender needs for them; returns the senders that have it."""
     for node in targets:
         if node.name not in target_facts:
             continue
@@ -296,28 +335,13 @@ def _plan_from(name, inventory, source, targets, compression, free_space_factor,
             )
             del plan.plans[p.node.name]
             senders.remove(p)
-    if senders:
-        chain_facts = [facts] + [p.facts for p in senders]
-        ratio = (
-            _sample_ratio(src, plan)
-            if (
-                compression == "auto"
-                and plan.reader == "store"
-                and plan.estimate >= WORTH_COMPRESSING
-                and all(f.zstd for f in chain_facts)
-            )
-            else None
-        )
-        plan.compression, plan.compression_note = _choose_compression(compression, chain_facts, ratio, plan.estimate)
-        plan.edges = transfer_plan(source, [p.node for p in senders])
-        plan.trust = ensure_plan_trust(inventory, plan.edges, dry_run=dry_run)
-    return plan, failed
+    return senders
 
 
 # -- the stream -----------------------------------------------------------------------------------------------
 
 
-def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict:
+def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES) -> dict[str, Any]:
     """The source's config: the image, the layers to keep, and the chain (each hop's peer ssh to the next)."""
     chain = [plan.source] + plan.receivers
     hops = [
@@ -351,8 +375,8 @@ def stream_config(plan: FromPlan, temp_tag: str, batch_bytes: int = BATCH_BYTES)
 
 
 def run_stream(
-    src: NodeConnection, config: dict, progress: PushProgress, timeout: float = LINE_TIMEOUT_S
-) -> tuple[dict[str, dict], str, int]:
+    src: NodeConnection, config: dict[str, Any], progress: PushProgress, timeout: float = LINE_TIMEOUT_S
+) -> tuple[dict[str, dict[str, Any]], str, int]:
     """Start nodeside's push-source on the source node and follow its lines: (results by node, other output, bytes this
     machine received on the channel)."""
     transport = src.open().client.get_transport()
@@ -360,7 +384,7 @@ def run_stream(
     chan.settimeout(timeout)
     chan.exec_command(shlex.join(ship.argv("push-source", encode(config))))
     chan.shutdown_write()
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     other: list[str] = []
     received = 0
     buffers = {"out": b"", "err": b""}
@@ -404,7 +428,9 @@ def run_stream(
     return results, "\n".join(other[-10:]), received
 
 
-def _on_line(line: str, results: dict, other: list, seen: dict, progress: PushProgress) -> None:
+def _on_line(
+    line: str, results: dict[str, dict[str, Any]], other: list[str], seen: dict[str, int], progress: PushProgress
+) -> None:
     if line.startswith(PROGRESS):
         try:
             record = json.loads(line[len(PROGRESS) :])
@@ -493,7 +519,9 @@ def push_from_node(
     return plan, node_outcomes(targets, results, progress, {n.name: started for n in targets}), received
 
 
-def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_tag: str) -> dict:
+def _finish(
+    plan: FromPlan, streamed: dict[str, dict[str, Any]], other: str, conns: dict[str, NodeConnection], temp_tag: str
+) -> dict[str, PushResult | Exception]:
     """Per receiver: its load's result, then the image ID check and the tag (in parallel)."""
     image, source = plan.image, plan.source
     src = streamed.get(source.name, {})
@@ -532,4 +560,4 @@ def _finish(plan: FromPlan, streamed: dict[str, dict], other: str, conns, temp_t
             f"{source.name}'s {plan.reader} over the fabric",
         )
 
-    return {o.node.name: (o.value if o.ok else o.error) for o in on_nodes(plan.receivers, finish)}
+    return {o.node.name: (o.value if o.error is None else o.error) for o in on_nodes(plan.receivers, finish)}

@@ -27,7 +27,7 @@ from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images import push_from
 from sparkdeploy.images.image_ref import RegistryRef, known_digest, parse_reference, record, save
-from sparkdeploy.images.inventory_images import read_node_images
+from sparkdeploy.images.inventory_images import NodeImages, read_node_images
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 CLI_TIMEOUT_S = 300  # `vllm serve --help=all` imports torch: tens of seconds on a Spark
@@ -188,7 +188,7 @@ def pull_on(conn: NodeConnection, ref: RegistryRef) -> tuple[str, dict[str, Any]
 
 def _holder(
     inventory: Inventory, nodes: list[Node], ref: RegistryRef, image_id: str | None
-) -> tuple[Node | None, dict]:
+) -> tuple[Node | None, dict[str, str | None]]:
     """Every node's images (in parallel); the first node holding the local tag with the recorded image ID."""
     outcomes = on_nodes(nodes, lambda n: _read(inventory, n))
     failed = [o for o in outcomes if not o.ok]
@@ -202,7 +202,7 @@ def _holder(
     return None, ids
 
 
-def _read(inventory: Inventory, node: Node):
+def _read(inventory: Inventory, node: Node) -> NodeImages:
     with NodeConnection(node, inventory) as conn:
         return read_node_images(conn)
 

@@ -9,17 +9,29 @@ even when one small layer is sent.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import CHUNK, Fanout, FeedChannel, load_timeout, open_loads, wait_load
 from sparkdeploy.images.push_progress import PushProgress
-from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.images.streams import NodeStream, StreamGroup, StreamSource
 from sparkdeploy.nodeside.layers import ArchiveFilter
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+    from sparkdeploy.runtime.remote import NodeConnection
 
 
 def stream_from_save(
-    source, groups: list[StreamGroup], conns, client, progress: PushProgress, temp_tag: str
+    source: StreamSource,
+    groups: list[StreamGroup],
+    conns: dict[str, NodeConnection],
+    client: DockerClient,
+    progress: PushProgress,
+    temp_tag: str,
 ) -> dict[str, NodeStream]:
     """Send each group its archive; returns node -> what it received and whether its load worked."""
     outcome: dict[str, NodeStream] = {}
@@ -62,7 +74,9 @@ def stream_from_save(
     return outcome
 
 
-def _pump_save(source, fans, client) -> str | None:
+def _pump_save(
+    source: StreamSource, fans: list[tuple[StreamGroup, Fanout, ArchiveFilter]], client: DockerClient
+) -> str | None:
     """One `docker save` of the source, filtered for every group; returns why it failed, or None."""
     import docker  # the docker SDK: about 180 ms to import, which `up` and `status` never need
 
@@ -86,13 +100,13 @@ def _pump_save(source, fans, client) -> str | None:
 
 
 @contextmanager
-def _saved(client, image_id: str):
+def _saved(client: DockerClient, image_id: str) -> Iterator[Iterator[bytes]]:
     """`docker save` of one image as a stream of chunks; leaving the block early closes the connection.
 
     (The SDK's get_image gives no handle to close when the rest of the archive is not wanted.) No read timeout:
     the engine writes the whole archive to a temp folder before it sends the first byte.
     """
-    api = client.api
+    api: Any = client.api  # the SDK's private _get, _url, _raise_for_status: not in types-docker
     response = api._get(api._url("/images/{0}/get", image_id), stream=True, timeout=None)
     try:
         api._raise_for_status(response)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from sparkdeploy.config.userfile import load_yaml_file, read_text
 from sparkdeploy.errors import ConfigError, Problem
@@ -24,7 +25,7 @@ FROM_LINE = re.compile(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", re.I)
 URL = re.compile(r"https?://[^\s\"'\\);]+")
 
 
-def load(definition: ImageDefinition) -> dict:
+def load(definition: ImageDefinition) -> dict[str, Any]:
     path = definition.directory / "sources.yaml" if definition.directory else None
     if path is None or not path.is_file():
         return {}
@@ -34,7 +35,7 @@ def load(definition: ImageDefinition) -> dict:
     return data
 
 
-def load_sources(definition: ImageDefinition) -> list[dict]:
+def load_sources(definition: ImageDefinition) -> list[dict[str, Any]]:
     return list(load(definition).get("sources") or [])
 
 
@@ -52,8 +53,22 @@ def problems(definition: ImageDefinition) -> list[str]:
     data = load(definition)
     if not data:
         return [f"{where}: missing: record every external reference of {definition.name} (docs/images.md)"]
-    sources = list(data.get("sources") or [])
+    sources: Sources = list(data.get("sources") or [])
     settings = set(data.get("settings") or [])
+    covered = {a for s in sources for a in (s.get("args") or [])} | settings
+    base_external = bool(definition.base) and definition.base_definition() is None
+    out = _entry_problems(where, sources)
+    out += _foundation_problems(where, definition, sources, base_external)
+    out += _build_arg_problems(where, definition, sources, covered, base_external)
+    out += _dockerfile_problems(where, definition, sources, covered, base_external)
+    return sorted(set(out), key=out.index)
+
+
+Sources = list[dict[str, Any]]  # sources.yaml's entries, as YAML read them
+
+
+def _entry_problems(where: str, sources: Sources) -> list[str]:
+    """Each entry says what was checked, when (a date) and how."""
     out: list[str] = []
     for i, s in enumerate(sources):
         for key in REQUIRED:
@@ -61,13 +76,14 @@ def problems(definition: ImageDefinition) -> list[str]:
                 out.append(f"{where}: sources[{i}] has no {key}: say what was checked, when and how")
         if s.get("checked") and not DATE.fullmatch(str(s["checked"])):
             out.append(f"{where}: sources[{i}].checked {s['checked']!r} is not a date (YYYY-MM-DD)")
+    return out
+
+
+def _foundation_problems(where: str, definition: ImageDefinition, sources: Sources, base_external: bool) -> list[str]:
+    """What the image stands on is recorded: an external base image, the Debian mirror of a rootfs, the pip
+    lock (with its current sha256)."""
+    out: list[str] = []
     refs = [str(s.get("ref", "")) for s in sources]
-    covered = {a for s in sources for a in (s.get("args") or [])} | settings
-
-    def recorded(value: str) -> bool:
-        return any(value in ref for ref in refs)
-
-    base_external = definition.base and definition.base_definition() is None
     if base_external and not any(s.get("kind") == "base-image" and s.get("ref") == definition.base for s in sources):
         out.append(f"{where}: base {definition.base} is not recorded (kind: base-image, ref: {definition.base})")
     if definition.kind == "rootfs":
@@ -86,6 +102,14 @@ def problems(definition: ImageDefinition) -> list[str]:
                 f"{where}: {definition.requirements} changed (sha256 {digest[:12]}...): check the new pins "
                 "and record its sha256"
             )
+    return out
+
+
+def _build_arg_problems(
+    where: str, definition: ImageDefinition, sources: Sources, covered: set[str], base_external: bool
+) -> list[str]:
+    """Every build arg is recorded, and a source naming an arg contains its current value."""
+    out: list[str] = []
     values = dict(definition.build_args)
     if definition.base:
         base = definition.base_definition()
@@ -105,26 +129,27 @@ def problems(definition: ImageDefinition) -> list[str]:
                 f"{where}: build arg {key}={definition.build_args[key]} is not recorded (a source's args, "
                 "or settings if it is a choice)"
             )
+    return out
+
+
+def _dockerfile_problems(
+    where: str, definition: ImageDefinition, sources: Sources, covered: set[str], base_external: bool
+) -> list[str]:
+    """The Dockerfile's ARG defaults agree with the manifest; its FROM images, URLs and apt installs are
+    recorded."""
+    out: list[str] = []
+    refs = [str(s.get("ref", "")) for s in sources]
+
+    def recorded(value: str) -> bool:
+        return any(value in ref for ref in refs)
+
     stages: set[str] = set()
     for line in _dockerfile_lines(definition):
         m = ARG_LINE.fullmatch(line)
         if m:
-            name, default = m.group(1), (m.group(2) or "").strip().strip('"')
-            if not default:
-                continue
-            if name == "BASE":
-                if base_external and default != definition.base:
-                    out.append(
-                        f"{where}: Dockerfile ARG BASE={default} differs from the manifest's base {definition.base}"
-                    )
-                continue
-            if name in definition.build_args and definition.build_args[name] != default:
-                out.append(
-                    f"{where}: Dockerfile ARG {name}={default} differs from the manifest's "
-                    f"build_args {name}={definition.build_args[name]}"
-                )
-            if name not in covered:
-                out.append(f"{where}: Dockerfile ARG {name}={default} is not recorded")
+            out += _arg_line_problems(
+                where, definition, m.group(1), (m.group(2) or "").strip().strip('"'), covered, base_external
+            )
             continue
         m = FROM_LINE.match(line)
         if m:
@@ -139,4 +164,25 @@ def problems(definition: ImageDefinition) -> list[str]:
                 out.append(f"{where}: Dockerfile fetches {url}, which is not recorded (kind: url, with its sha256)")
         if re.search(r"\bapt-get\s+install\b", line) and not any(s.get("apt") for s in sources):
             out.append(f"{where}: the Dockerfile installs apt packages; record their source (kind: debian, apt: true)")
-    return sorted(set(out), key=out.index)
+    return out
+
+
+def _arg_line_problems(
+    where: str, definition: ImageDefinition, name: str, default: str, covered: set[str], base_external: bool
+) -> list[str]:
+    """One Dockerfile `ARG name=default` against the manifest."""
+    if not default:
+        return []
+    if name == "BASE":
+        if base_external and default != definition.base:
+            return [f"{where}: Dockerfile ARG BASE={default} differs from the manifest's base {definition.base}"]
+        return []
+    out: list[str] = []
+    if name in definition.build_args and definition.build_args[name] != default:
+        out.append(
+            f"{where}: Dockerfile ARG {name}={default} differs from the manifest's "
+            f"build_args {name}={definition.build_args[name]}"
+        )
+    if name not in covered:
+        out.append(f"{where}: Dockerfile ARG {name}={default} is not recorded")
+    return out

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.channel import Fanout, FeedChannel, load_timeout, open_loads, wait_load
 from sparkdeploy.images.push_progress import PushProgress
-from sparkdeploy.images.streams import NodeStream, StreamGroup
+from sparkdeploy.images.streams import NodeStream, StreamGroup, StreamSource
 from sparkdeploy.nodeside import archive
 from sparkdeploy.nodeside.layer_store import LayerMismatch
 from sparkdeploy.nodeside.layers import chain_ids
+
+if TYPE_CHECKING:
+    from sparkdeploy.runtime.remote import NodeConnection
 
 BATCH_BYTES = 256 * 1024 * 1024  # per load: big enough that a load's fixed cost (~0.3 s) is small
 
@@ -58,7 +62,12 @@ def plan_loads(layer_count: int, positions: list[int], sizes: dict[int, int], ba
 
 
 def stream_from_store(
-    source, groups: list[StreamGroup], conns, progress: PushProgress, temp_tag: str, batch_bytes: int = BATCH_BYTES
+    source: StreamSource,
+    groups: list[StreamGroup],
+    conns: dict[str, NodeConnection],
+    progress: PushProgress,
+    temp_tag: str,
+    batch_bytes: int = BATCH_BYTES,
 ) -> dict[str, NodeStream]:
     """Send each group its loads, the groups in parallel; returns node -> what it received and any error.
 
@@ -89,7 +98,15 @@ def stream_from_store(
 class _GroupSender:
     """The loads of one group, in order, to every node of the group (run() in a thread of its own)."""
 
-    def __init__(self, source, group: StreamGroup, conns, progress: PushProgress, temp_tag: str, batch_bytes: int):
+    def __init__(
+        self,
+        source: StreamSource,
+        group: StreamGroup,
+        conns: dict[str, NodeConnection],
+        progress: PushProgress,
+        temp_tag: str,
+        batch_bytes: int,
+    ) -> None:
         self.source, self.group, self.conns, self.progress = source, group, conns, progress
         self.temp_tag = temp_tag
         self.batch_bytes = 1 << 62 if group.single_load else batch_bytes
@@ -120,6 +137,7 @@ class _GroupSender:
 
     def _send_loads(self) -> None:
         store, source = self.source.store, self.source
+        assert store is not None  # stream_from_store is only called for a source whose layer store opened
         positions = [i for i, d in enumerate(source.diff_ids) if d in self.group.needed]
         sizes = {i: store.layer_size(self.chains[i], source.diff_ids[i]) for i in positions}
         for name in self.group.names:

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sparkdeploy.nodeside.layer_store import LayerStore
+
+
+class StreamSource(Protocol):
+    """What the readers take of the image pushed (push.SourceImage)."""
+
+    id: str
+    diff_ids: list[str]
+    store: LayerStore | None  # the layer store reader's; None: docker save
 
 
 @dataclass
@@ -22,15 +34,3 @@ class NodeStream:
     wire: int = 0  # bytes written to its SSH channels
     error: str | None = None
     partial_ids: list[str] = field(default_factory=list)  # partial images its loads made (store reader)
-
-
-def group_plans(plans) -> list[StreamGroup]:
-    """PushTargets (push.py) that need the same layers with the same compression, as groups."""
-    groups: dict[tuple, StreamGroup] = {}
-    for plan in plans:
-        single = plan.facts.containerd_store
-        key = (frozenset(plan.needed), plan.compression, single)
-        if key not in groups:
-            groups[key] = StreamGroup([], set(plan.needed), plan.compression, plan.estimate, single)
-        groups[key].names.append(plan.node.name)
-    return list(groups.values())

@@ -11,6 +11,7 @@ with the same flag lists, so this module knows nothing of recipes.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from sparkdeploy import paths
 from sparkdeploy.config.userfile import load_json_file
@@ -24,7 +25,7 @@ PLUGIN_FLAGS = {"--reasoning-parser": "--reasoning-parser-plugin", "--tool-call-
 
 
 @cache
-def _read_spec(path: str) -> dict:
+def _read_spec(path: str) -> dict[str, Any]:
     data = load_json_file(path, "vLLM flag dump", limit=16 << 20)
     if not isinstance(data, dict):
         raise ConfigError(Problem(path, "", "not a JSON object", "dump it again (scripts/ in the image definition)"))
@@ -32,7 +33,7 @@ def _read_spec(path: str) -> dict:
 
 
 @cache
-def flag_spec(version: str) -> dict:
+def flag_spec(version: str) -> dict[str, Any]:
     """The dump for a vLLM version, wherever an image definition carries it (images/*/vllm-args-V.json)."""
     matches = sorted(paths.images_dir().glob(f"*/vllm-args-{version}.json"))
     if not matches:
@@ -47,7 +48,7 @@ def flag_spec(version: str) -> dict:
     return _read_spec(str(matches[0]))
 
 
-def image_spec(image: ImageDefinition) -> dict:
+def image_spec(image: ImageDefinition) -> dict[str, Any]:
     """The CLI of the vLLM this image really carries: its own dump (images/<name>/vllm-args-<version>.json,
     made from exactly the sources it pins), else the dump of the same release another definition carries
     (vllm-sim stands in for vllm-node with vLLM 0.32.0's)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.models import ops
-from sparkdeploy.models.ops import ModelRef
+from sparkdeploy.models.ops import Json, ModelRef
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
 
@@ -23,7 +23,9 @@ class Presence:
     commit: str = ""
 
 
-def node_models(conns: dict[str, NodeConnection], nodes: list[Node], hf_cache: str, verify: bool = False) -> dict:
+def node_models(
+    conns: dict[str, NodeConnection], nodes: list[Node], hf_cache: str, verify: bool = False
+) -> dict[str, Json | str]:
     """{node name: status dict (nodeside status) or the error text}."""
     outcomes = on_nodes(nodes, lambda n: ops.status(conns[n.name], hf_cache, None, verify))
     return {o.node.name: (o.value if o.ok else str(o.error)) for o in outcomes}

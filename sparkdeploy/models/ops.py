@@ -7,6 +7,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
@@ -15,6 +16,8 @@ from sparkdeploy.nodeside import ship
 from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.runtime.remote import NodeConnection
 from sparkdeploy.topologies.deployment import Deployment
+
+Json = dict[str, Any]  # an answer of nodeside's models program or the hub client, as JSON decoded it
 
 REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
@@ -108,47 +111,49 @@ def nodeside_argv(cmd: str, hf_cache: str, *args: str) -> list[str]:
 
 def run_json(
     conn: NodeConnection, argv: list[str], what: str, stdin: str | None = None, timeout: float | None = 600
-) -> dict:
+) -> Json:
     result = conn.run(argv, check=False, stdin=stdin, timeout=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if result.exit_code != 0 and not lines:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise StepFailed(f"{conn.node.name}: {what} failed (exit {result.exit_code}): {tail[0]}")
     try:
-        data = json.loads(lines[-1])
+        data: Json = json.loads(lines[-1])
     except (IndexError, ValueError):
         raise StepFailed(f"{conn.node.name}: {what} gave no answer: {result.stdout[-200:]!r}") from None
     data["_exit"] = result.exit_code
     return data
 
 
-def status(conn: NodeConnection, hf_cache: str, repo: str | None = None, verify: bool = False) -> dict:
+def status(conn: NodeConnection, hf_cache: str, repo: str | None = None, verify: bool = False) -> Json:
     argv = nodeside_argv("status", hf_cache, *([repo] if repo else []), *(["--verify"] if verify else []))
     return run_json(conn, argv, "reading the model cache", timeout=None if verify else 600)
 
 
-def have(conn: NodeConnection, hf_cache: str, repo: str) -> dict:
+def have(conn: NodeConnection, hf_cache: str, repo: str) -> Json:
     return run_json(conn, nodeside_argv("have", hf_cache, repo), "listing the model's blobs")
 
 
-def finish(conn: NodeConnection, hf_cache: str, manifest: dict) -> dict:
+def finish(conn: NodeConnection, hf_cache: str, manifest: Json) -> Json:
     return run_json(
         conn, nodeside_argv("finish", hf_cache), "verifying the model", stdin=json.dumps(manifest), timeout=None
     )
 
 
-def complete_commit(state: dict, ref: ModelRef) -> dict | None:
+def complete_commit(state: Json, ref: ModelRef) -> Json | None:
     """The recorded model matching `ref` (its revision or commit) whose files all verified, if any."""
     for m in state.get("models", []):
         if m["repo"] == ref.repo and ref.revision in (m["revision"], m["commit"]) and not m["bad"]:
-            return m
+            model: Json = m
+            return model
     return None
 
 
-def recorded(state: dict, ref: ModelRef) -> dict | None:
+def recorded(state: Json, ref: ModelRef) -> Json | None:
     for m in state.get("models", []):
         if m["repo"] == ref.repo and ref.revision in (m["revision"], m["commit"]):
-            return m
+            model: Json = m
+            return model
     return None
 
 

@@ -21,14 +21,15 @@ import json
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.models import ops
-from sparkdeploy.models.ops import ModelRef
+from sparkdeploy.models.ops import Json, ModelRef
 from sparkdeploy.nodeside import ship
 from sparkdeploy.runtime.peers import ensure_peer_trust, peer_ssh_argv, transfer_plan
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
@@ -36,6 +37,8 @@ from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 MARGIN_BYTES = 64 << 20  # beyond the bytes still to come: the manifest, verify caches, filesystem slack
 ENV_FILE = "models-pull.env"
 POLL_S = 1.0  # each poll starts python3 on the node: often enough for a bar, not a load
+
+TrustFn = Callable[..., list[str]]  # runtime.peers.ensure_peer_trust's shape
 
 
 @dataclass
@@ -69,7 +72,7 @@ class PullResult:
     def ok(self) -> bool:
         return all(r.ok for r in self.nodes.values()) if not self.dry_run else True
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "revision": self.revision,
@@ -82,6 +85,16 @@ class PullResult:
             "ok": self.ok,
             "nodes": {n: {k: v for k, v in vars(r).items() if k != "node"} for n, r in self.nodes.items()},
         }
+
+
+class ProgressSink(Protocol):
+    """What the pull reports per node (Progress, or the CLI's bars)."""
+
+    def start(self, node: str, total: int, what: str) -> None: ...
+
+    def update(self, node: str, done: int) -> None: ...
+
+    def finish(self, node: str, ok: bool, note: str = "") -> None: ...
 
 
 class Progress:
@@ -98,16 +111,16 @@ def _abs(path: str, home: str) -> str:
     return home.rstrip("/") + path[1:] if path.startswith("~/") else path
 
 
-def _blob_sizes(manifest: dict) -> dict[str, int]:
+def _blob_sizes(manifest: Json) -> dict[str, int]:
     return {f["blob"]: f["size"] for f in manifest["files"]}
 
 
-def wanted(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> dict[str, int]:
+def wanted(manifest: Json, held: Json, bad: dict[str, str] | None = None) -> dict[str, int]:
     """{blob: offset} a node still needs: complete blobs skipped, partial ones resumed from their length,
     blobs of files that failed verification (`bad`: path -> problem) fetched again from 0."""
     sizes = _blob_sizes(manifest)
     again = {f["blob"] for f in manifest["files"] if f["path"] in (bad or {})}
-    out = {}
+    out: dict[str, int] = {}
     for blob, size in sizes.items():
         if blob in again:
             out[blob] = 0
@@ -117,14 +130,20 @@ def wanted(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> dic
     return out
 
 
-def _to_come(manifest: dict, held: dict, bad: dict[str, str] | None = None) -> int:
+def _to_come(manifest: Json, held: Json, bad: dict[str, str] | None = None) -> int:
     """Bytes a node still has to receive."""
     sizes = _blob_sizes(manifest)
     return sum(sizes[b] - off for b, off in wanted(manifest, held, bad).items())
 
 
 def _poll(
-    conn: NodeConnection, hf_cache: str, manifest: dict, node: str, progress: Progress, base: int, stop: threading.Event
+    conn: NodeConnection,
+    hf_cache: str,
+    manifest: Json,
+    node: str,
+    progress: ProgressSink,
+    base: int,
+    stop: threading.Event,
 ) -> None:
     """Report bytes arrived on `node` while a download or copy runs (a second SSH session, stat only)."""
     sizes = _blob_sizes(manifest)
@@ -167,12 +186,12 @@ class ClientSession:
         self.seen: list[str] = []
         self.manifest = self._first_json()
 
-    def _first_json(self) -> dict:
+    def _first_json(self) -> Json:
         for raw in self.out:
             line = raw.decode(errors="replace").strip()
             self.seen.append(line)
             if line.startswith("{"):
-                data = json.loads(line)
+                data: Json = json.loads(line)
                 if "error" in data:
                     self.end("stop")
                     self.puller._hub_error(self.node, self.ref, data)
@@ -184,9 +203,10 @@ class ClientSession:
         )
 
     def _stderr(self) -> str:
-        return self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
+        text: str = self.chan.makefile_stderr("rb").read().decode(errors="replace").strip()
+        return text
 
-    def end(self, word: str) -> dict:
+    def end(self, word: str) -> Json:
         """Send `word` (go | stop), wait for the container to end; the download's answer for "go". Stopped
         before any download, the cache folders made for its mount go again (only if still empty): a refused
         pull leaves nothing on the node."""
@@ -213,14 +233,14 @@ class Puller:
         conns: dict[str, NodeConnection],
         secrets: Secrets,
         image: str,
-        progress: Progress | None = None,
-        say=lambda _m: None,
-    ):
+        progress: ProgressSink | None = None,
+        say: Callable[[str], None] = lambda _m: None,
+    ) -> None:
         self.inv = inv
         self.conns = conns
         self.secrets = secrets
         self.image = image
-        self.progress = progress or Progress()
+        self.progress: ProgressSink = progress or Progress()
         self.say = say
         self.hf_cache = inv.cluster.hf_cache
         self.endpoint = inv.cluster.hf_endpoint or "https://huggingface.co"
@@ -269,7 +289,7 @@ class Puller:
         ]
         return argv, env_path, created
 
-    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> dict:
+    def _hub_client(self, node: Node, ref: ModelRef, cmd: str, revision: str) -> Json:
         """One hub client command (plan | download) to its end; its JSON answer."""
         conn = self.conns[node.name]
         argv, env_path, _created = self._client_argv(node, ref, cmd, revision)
@@ -279,9 +299,9 @@ class Puller:
             conn.run(["rm", "-f", env_path], check=False)
         return self._answer(node, ref, cmd, result.exit_code, result.stdout, result.stderr)
 
-    def _answer(self, node: Node, ref: ModelRef, cmd: str, code: int, stdout: str, stderr: str) -> dict:
+    def _answer(self, node: Node, ref: ModelRef, cmd: str, code: int, stdout: str, stderr: str) -> Json:
         lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-        data = json.loads(lines[-1]) if lines else {}
+        data: Json = json.loads(lines[-1]) if lines else {}
         if "error" in data:
             self._hub_error(node, ref, data)
         if code != 0 or not data:
@@ -289,7 +309,7 @@ class Puller:
             raise StepFailed(f"{node.name}: huggingface_hub in {self.image} failed ({cmd} {ref}): {tail[0]}")
         return data
 
-    def _hub_error(self, node: Node, ref: ModelRef, data: dict) -> None:
+    def _hub_error(self, node: Node, ref: ModelRef, data: Json) -> None:
         kind, where = data["error"], f"on {self.endpoint} (asked from {node.name})"
         if kind == "repo":
             raise ConfigError(
@@ -338,50 +358,28 @@ class Puller:
             if not client.chan.closed:  # not started: stop it (a failure, a dry run, nothing to download)
                 client.end("stop")
 
-    def _pull(self, ref, download_node, everyone, held, states, client, result, dry_run) -> PullResult:
+    def _pull(
+        self,
+        ref: ModelRef,
+        download_node: Node,
+        everyone: list[Node],
+        held: dict[str, Json],
+        states: dict[str, Json],
+        client: ClientSession,
+        result: PullResult,
+        dry_run: bool,
+    ) -> PullResult:
         manifest = dict(client.manifest, revision=ref.revision)
         result.commit, result.size, result.files = manifest["commit"], manifest["total"], len(manifest["files"])
         exact = ModelRef(ref.repo, manifest["commit"], ref.include)
-
-        bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
-        want = {
-            n.name: ({} if ops.complete_commit(states[n.name], exact) else wanted(manifest, held[n.name], bad[n.name]))
-            for n in everyone
-        }
+        want = self._wanted_per_node(manifest, exact, everyone, held, states)
         sizes = _blob_sizes(manifest)
         need = {name: sum(sizes[b] - off for b, off in w.items()) for name, w in want.items()}
-        short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
-        if short:
-            raise StepFailed(
-                "; ".join(
-                    f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
-                    f"more (fix: free space there, or set cluster.hf_cache to a larger disk)"
-                    for n in short
-                )
-                + ". Nothing was downloaded or copied."
-            )
+        self._check_room(ref, everyone, held, need)
 
         src_done = need[download_node.name] == 0
-        result.plan.append(
-            f"{download_node.name}: "
-            + (
-                "has it (verified)"
-                if src_done
-                else f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
-                f"in {self.image}"
-            )
-        )
-        todo = [n for n in everyone[1:] if need[n.name]]
-        edges = transfer_plan(download_node, todo)
-        for frm, to in edges:
-            result.plan.append(
-                f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
-                f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked), "
-                f"forwarded as it arrives on {frm.name}"
-            )
-        for n in everyone[1:]:
-            if not need[n.name]:
-                result.plan.append(f"{n.name}: has it (verified)")
+        edges = transfer_plan(download_node, [n for n in everyone[1:] if need[n.name]])
+        result.plan.extend(self._plan_lines(download_node, everyone, need, edges))
         if dry_run:
             if edges:
                 result.plan.extend(self._trust(ensure_peer_trust, edges, dry_run=True))
@@ -397,17 +395,76 @@ class Puller:
                 self.say(line)
         elif src_done:
             return result
-
-        # The download and every hop of the chain at once: each node marks that bytes are arriving, and each
-        # sender forwards them as they are written (nodeside's "follow"), so the model reaches the last node
-        # about when the download ends, not one full copy per hop later.
         if not src_done:
             self._drop_stale(download_node, ref, held, set(want[download_node.name]))
-        arriving = ([] if src_done else [download_node]) + [to for _frm, to in edges]
+        self._transfer(ref, download_node, None if src_done else client, manifest, held, want, edges, result)
+        _blame_feeders(result, download_node, edges)
+        return result
+
+    def _wanted_per_node(
+        self, manifest: Json, exact: ModelRef, everyone: list[Node], held: dict[str, Json], states: dict[str, Json]
+    ) -> dict[str, dict[str, int]]:
+        """{node: {blob: offset}} each node still needs (none where the exact commit verified complete)."""
+        bad = {n.name: (ops.recorded(states[n.name], exact) or {}).get("bad", {}) for n in everyone}
+        return {
+            n.name: ({} if ops.complete_commit(states[n.name], exact) else wanted(manifest, held[n.name], bad[n.name]))
+            for n in everyone
+        }
+
+    def _check_room(self, ref: ModelRef, everyone: list[Node], held: dict[str, Json], need: dict[str, int]) -> None:
+        """Room on every node before the first byte moves."""
+        short = [n for n in everyone if need[n.name] and held[n.name]["free"] < need[n.name] + MARGIN_BYTES]
+        if short:
+            raise StepFailed(
+                "; ".join(
+                    f"{n.name}: {self.hf_cache} has {_mb(held[n.name]['free'])} free, {ref} needs {_mb(need[n.name])} "
+                    f"more (fix: free space there, or set cluster.hf_cache to a larger disk)"
+                    for n in short
+                )
+                + ". Nothing was downloaded or copied."
+            )
+
+    def _plan_lines(
+        self, download_node: Node, everyone: list[Node], need: dict[str, int], edges: list[tuple[Node, Node]]
+    ) -> list[str]:
+        """What the pull does on each node: the download, each hop of the chain, the nodes that have it."""
+        lines = [
+            f"{download_node.name}: "
+            + (
+                "has it (verified)"
+                if need[download_node.name] == 0
+                else f"download {_mb(need[download_node.name])} from {self.endpoint} with huggingface_hub "
+                f"in {self.image}"
+            )
+        ]
+        for frm, to in edges:
+            lines.append(
+                f"{to.name}: copy {_mb(need[to.name])} from {frm.name} over the fabric "
+                f"{frm.fabric_address} -> {to.fabric_address} (ssh, host key checked), "
+                f"forwarded as it arrives on {frm.name}"
+            )
+        lines += [f"{n.name}: has it (verified)" for n in everyone[1:] if not need[n.name]]
+        return lines
+
+    def _transfer(
+        self,
+        ref: ModelRef,
+        download_node: Node,
+        client: ClientSession | None,
+        manifest: Json,
+        held: dict[str, Json],
+        want: dict[str, dict[str, int]],
+        edges: list[tuple[Node, Node]],
+        result: PullResult,
+    ) -> None:
+        """The download (`client`; None: the download node has it) and every hop of the chain at once: each node
+        marks that bytes are arriving, and each sender forwards them as they are written (nodeside's "follow"),
+        so the model reaches the last node about when the download ends, not one full copy per hop later."""
+        arriving = ([] if client is None else [download_node]) + [to for _frm, to in edges]
         for node in arriving:
             self._arriving(node, ref, True)
 
-        def download() -> None:
+        def download(client: ClientSession) -> None:
             try:
                 result.nodes[download_node.name] = self._download(download_node, manifest, held, client)
             except Exception as exc:  # noqa: BLE001 - reported on its node's row, never lost in a thread
@@ -423,32 +480,19 @@ class Puller:
             finally:
                 self._arriving(to, ref, False)
 
-        workers = [] if src_done else [threading.Thread(target=download, daemon=True)]
+        workers = [] if client is None else [threading.Thread(target=download, args=(client,), daemon=True)]
         workers += [threading.Thread(target=copy, args=edge, daemon=True) for edge in edges]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        # A node fed by one that failed says so, not the follower's own "nothing arriving" line.
-        feeder = {to.name: frm.name for frm, to in edges}
-        for _frm, to in edges:
-            up = feeder[to.name]
-            if up in result.nodes and not result.nodes[up].ok and not result.nodes[to.name].ok:
-                what = "the download" if up == download_node.name else "the copy"
-                result.nodes[to.name] = NodeResult(
-                    to.name,
-                    "skipped",
-                    error=f"{what} on {up} failed before it in the chain (what arrived here "
-                    "is kept: run the pull again)",
-                )
-        return result
 
     def _arriving(self, node: Node, ref: ModelRef, on: bool) -> None:
         self.conns[node.name].run(
             ops.nodeside_argv("arriving", self.hf_cache, ref.repo, "on" if on else "off"), check=on
         )
 
-    def _drop_stale(self, node: Node, ref: ModelRef, held: dict, refetch: set[str]) -> None:
+    def _drop_stale(self, node: Node, ref: ModelRef, held: dict[str, Json], refetch: set[str]) -> None:
         """Blobs that failed verification, removed before the download (huggingface_hub trusts a blob's name
         and would keep them) and before any hop could read them."""
         conn = self.conns[node.name]
@@ -457,20 +501,20 @@ class Puller:
             blobs = _abs(self.hf_cache, conn.home()) + "/hub/" + ops.folder(ref.repo) + "/blobs/"
             conn.run(["rm", "-f", "--", *(blobs + b for b in sorted(stale))])
 
-    def _trust(self, ensure_peer_trust, edges, dry_run: bool) -> list[str]:
-        lines = []
+    def _trust(self, ensure_peer_trust: TrustFn, edges: list[tuple[Node, Node]], dry_run: bool) -> list[str]:
+        lines: list[str] = []
         for frm, to in edges:
             lines.extend(ensure_peer_trust(self.inv, frm, [to], dry_run=dry_run))
         return lines
 
-    def _per_node(self, nodes: list[Node], fn) -> dict:
+    def _per_node(self, nodes: list[Node], fn: Callable[[Node], Json]) -> dict[str, Json]:
         outcomes = on_nodes(nodes, fn)
         failed = [o for o in outcomes if not o.ok]
         if failed:
             raise StepFailed("; ".join(f"{o.node.name}: {o.error}" for o in failed))
         return {o.node.name: o.value for o in outcomes}
 
-    def _download(self, node: Node, manifest: dict, held: dict, client: ClientSession) -> NodeResult:
+    def _download(self, node: Node, manifest: Json, held: dict[str, Json], client: ClientSession) -> NodeResult:
         res = NodeResult(node.name, "downloaded", source=self.endpoint)
         base = sum(
             min(v, _blob_sizes(manifest).get(b, 0))
@@ -508,7 +552,7 @@ class Puller:
         return res
 
     def _copy(
-        self, frm: Node, to: Node, manifest: dict, need: dict[str, int], ref: ModelRef, follow: bool = False
+        self, frm: Node, to: Node, manifest: Json, need: dict[str, int], ref: ModelRef, follow: bool = False
     ) -> NodeResult:
         res = NodeResult(to.name, "copied", source=frm.name, via=f"{frm.fabric_address} -> {to.fabric_address}")
         sizes = _blob_sizes(manifest)
@@ -560,6 +604,20 @@ class Puller:
         res.seconds = round(time.monotonic() - t0, 2)
         self.progress.finish(to.name, res.ok, res.error)
         return res
+
+
+def _blame_feeders(result: PullResult, download_node: Node, edges: list[tuple[Node, Node]]) -> None:
+    """A node fed by one that failed says so, not the follower's own "nothing arriving" line."""
+    feeder = {to.name: frm.name for frm, to in edges}
+    for _frm, to in edges:
+        up = feeder[to.name]
+        if up in result.nodes and not result.nodes[up].ok and not result.nodes[to.name].ok:
+            what = "the download" if up == download_node.name else "the copy"
+            result.nodes[to.name] = NodeResult(
+                to.name,
+                "skipped",
+                error=f"{what} on {up} failed before it in the chain (what arrived here is kept: run the pull again)",
+            )
 
 
 def _copy_problem(stderr: str, to: Node, hf_cache: str) -> str:

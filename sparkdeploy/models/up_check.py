@@ -11,7 +11,10 @@ incomplete or corrupt still fails, as it would on real Sparks. doctor's `model.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sparkdeploy.checks import Result, fail, ok
+from sparkdeploy.config.inventory import Node
 from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.models.listing import presence
 from sparkdeploy.models.ops import (
@@ -23,14 +26,15 @@ from sparkdeploy.models.ops import (
     recipe_refs,
 )
 from sparkdeploy.recipes.engines.registered import engine_of
+from sparkdeploy.runtime.remote import NodeConnection
 from sparkdeploy.topologies.deployment import Deployment
 
 
-def engine_nodes(dep: Deployment):
+def engine_nodes(dep: Deployment) -> list[Node]:
     return [nd.node for nd in dep.nodes if nd.runs_engine]
 
 
-def model_of(dep: Deployment):
+def model_of(dep: Deployment) -> ModelRef | None:
     try:
         return recipe_ref(dep)
     except ConfigError:
@@ -48,7 +52,9 @@ def refs_of(dep: Deployment) -> list[ModelRef]:
         return []
 
 
-def checks(dep: Deployment, conns, simulated: bool, only: set[str] | None = None) -> list[Result]:
+def checks(
+    dep: Deployment, conns: dict[str, NodeConnection], simulated: bool, only: set[str] | None = None
+) -> list[Result]:
     """One row per engine node and ref (the model, then its draft); `only`: these nodes (doctor: the reachable)."""
     nodes = [n for n in engine_nodes(dep) if only is None or n.name in only]
     refs = refs_of(dep)
@@ -86,7 +92,7 @@ def _row(node: str, r: Result) -> Result:
     return r
 
 
-def pull(dep: Deployment, conns, say) -> None:
+def pull(dep: Deployment, conns: dict[str, NodeConnection], say: Callable[[str], None]) -> None:
     """`up --pull-model`: the pull, from the head to every engine node."""
     from sparkdeploy.models.pull import Puller  # models.pull: ~8 ms that every `up` without --pull-model skips
 

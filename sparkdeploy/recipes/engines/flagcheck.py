@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, Problem
 
 
 @cache
-def read_dump(path: str) -> dict:
+def read_dump(path: str) -> dict[str, Any]:
     data = load_json_file(path, "engine flag dump", limit=16 << 20)
     if not isinstance(data, dict) or not isinstance(data.get("flags"), dict):
         raise ConfigError(Problem(path, "flags", "not a flag dump", "dump it again (scripts/dump_*_args.py)"))
@@ -34,7 +35,7 @@ def _number(kind: str | None, value: str) -> bool:
     return True
 
 
-def argparse_match(token: str, flags: dict, allow_abbrev: bool) -> tuple[str | None, list[str]]:
+def argparse_match(token: str, flags: dict[str, Any], allow_abbrev: bool) -> tuple[str | None, list[str]]:
     """(the option argparse takes `token` for, the candidates when it is ambiguous)."""
     if token in flags:
         return token, []
@@ -50,8 +51,8 @@ def check_argparse(args: list[str], dump_path: Path, what: str, recipe_file: str
     """`args` (options only) parse with the dumped argparse parser: known (or a unique prefix), values given,
     choices and numbers right."""
     dump = read_dump(str(dump_path))
-    flags: dict = dump["flags"]
-    value_sets: dict = dump.get("value_sets", {})
+    flags: dict[str, Any] = dump["flags"]
+    value_sets: dict[str, Any] = dump.get("value_sets", {})
     problems: list[Problem] = []
     i = 0
     while i < len(args):
@@ -125,7 +126,7 @@ def check_argparse(args: list[str], dump_path: Path, what: str, recipe_file: str
 
 def check_llamacpp(args: list[str], dump_path: Path, what: str, recipe_file: str, field: str) -> None:
     """`args` parse with llama.cpp's own option reader (common_params_parse_ex)."""
-    flags: dict = read_dump(str(dump_path))["flags"]
+    flags: dict[str, Any] = read_dump(str(dump_path))["flags"]
     problems: list[Problem] = []
     i = 0
     while i < len(args):
