@@ -42,7 +42,11 @@ def _targets_answer(port: int) -> dict[str, str]:
     """What the stalling server answers to `top`: one engine whose /metrics is on `port`, no memory guard."""
     manifest = {"containers": [{"name": "sparkdeploy-vllm", "health_port": port}]}
     return {
-        "@@sparkdeploy-manifest@@": f"sparkdeploy-vllm solo\n@@sparkdeploy-manifest@@\n{json.dumps(manifest)}\n",
+        "__f_running()": (  # top's facts (the set TOP), in the facts script's framing
+            "@@sparkdeploy-facts@@ home\n/home/spark\n"
+            "@@sparkdeploy-facts@@ running\nsparkdeploy-vllm\tsolo\t\n"
+            f"@@sparkdeploy-facts@@ manifests\n@@manifest .sparkdeploy\n{json.dumps(manifest)}\n"
+        ),
         'printf %s "$HOME"': "",
     }
 

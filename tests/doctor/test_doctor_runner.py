@@ -22,38 +22,16 @@ from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import GpuFact, NetworkFact, NodeFacts, RdmaFact
 from sparkdeploy.facts.parsers import Link, RdmaDevice, RdmaPort
 from tests.conftest import TWO_NODES
+from tests.support.doubles import RecordingConn
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-class FakeConn:
-    def __init__(self, node, outputs=None):
-        self.node = node
-        self.outputs = outputs or {}
-        self.commands = []
-
-    def run(self, argv, check=False, timeout=None, stdin=None):
-        from sparkdeploy.runtime.remote import CommandResult
-
-        command = argv if isinstance(argv, str) else " ".join(argv)
-        self.commands.append(command)
-        for prefix, (code, out) in self.outputs.items():
-            if command.startswith(prefix):
-                return CommandResult(self.node.name, command, code, out, "")
-        return CommandResult(self.node.name, command, 0, "", "")
-
-    def open(self):
-        raise AssertionError("a check must not open a connection of its own in these tests")
-
-    def close(self):
-        pass
 
 
 def make_run(write_inventory, facts: dict[str, dict], data=None, recipe=None, topology=None):
     path = write_inventory(data)
     run = prepare(str(path), Options(recipe=recipe, topology=topology))
     for node in run.nodes:
-        session = NodeSession(node, FakeConn(node))
+        session = NodeSession(node, RecordingConn(node))
         session.connected = True
         nf = NodeFacts(node=node.name, home="/home/spark", docker_ok=True)
         for key, value in facts.get(node.name, {}).items():
@@ -354,7 +332,7 @@ def test_clock_skew_over_a_second_fails(write_inventory):
     run = make_run(write_inventory, {})
     import sparkdeploy.doctor.network_checks as net
 
-    class Clock(FakeConn):
+    class Clock(RecordingConn):
         def __init__(self, node, offset):
             super().__init__(node)
             self.offset = offset
