@@ -32,11 +32,8 @@ ALLOWED = {
     ("images/build_plan.py", "run", "node_checks"): PROBE,  # the registries' answer from the node
     ("images/build_plan.py", "string", "_PROBE"): IN_STRING,
     ("daytwo/crashes.py", "run", "read"): TO_MOVE,
-    ("doctor/doctor_run.py", "run", "script"): TO_MOVE,  # SCRIPT_PRELUDE: a copy of facts/script.py's prelude
-    ("doctor/endpoint.py", "run", "read"): TO_MOVE,
+    ("doctor/doctor_run.py", "run", "script"): PROBE,  # network_checks' don't-fragment ping (facts' `sec` helper)
     ("doctor/guard_crash.py", "run", "past_crash"): TO_MOVE,
-    ("doctor/image.py", "run", "_versions"): IN_STRING,  # VERSIONS_PY, run in the image
-    ("doctor/image.py", "string", "VERSIONS_PY"): IN_STRING,
     ("guard/state.py", "run", "one"): TO_MOVE,
     ("images/inventory_images.py", "run", "read_node_images"): TO_MOVE,
     ("images/push_from.py", "run", "_store_readable"): TO_MOVE,
@@ -127,3 +124,12 @@ def test_the_scan_sees_a_read_script_and_a_program_in_a_string():
     scan = _Scan("x.py")
     scan.visit(ast.parse(code))
     assert scan.hits == {("x.py", "run", "read"), ("x.py", "run", "versions"), ("x.py", "string", "PY")}
+
+
+def test_the_section_framing_is_written_once():
+    """facts/script.py's `sec` (a command's stdout, stderr and exit code, framed) is the one copy: doctor's probe
+    scripts are prefixed with it, never with a copy of their own."""
+    owners = sorted(
+        path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py") if "sec() {" in path.read_text()
+    )
+    assert owners == ["facts/script.py"]

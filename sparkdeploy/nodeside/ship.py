@@ -34,6 +34,7 @@ PROGRAMS = {
     "relay": "relay",
     "store-reader": "store_reader",
     "netguard": "netguard",
+    "image-versions": "image_versions",
 }
 # The programs shipped together: `images push --from`'s source starts the others from its own archive.
 BUNDLES = {
@@ -41,6 +42,7 @@ BUNDLES = {
     "hub": ("hub_client",),
     "push": ("source", "relay", "store_reader"),
     "network": ("netguard",),  # `setup network`: applied under a node-side rollback timer
+    "image": ("image_versions",),  # doctor's image.torch_nccl, run inside the engine image
 }
 ALWAYS = ("__init__", "__main__", "ship")  # what runs a program of any bundle
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry

@@ -445,3 +445,24 @@ def test_image_engine_names_the_engine_and_its_version(write_inventory, recipe, 
     assert row.measured.startswith(f"{text} ("), row.measured
     assert row.data["engine"] == engine and row.data["engine_version"] == text.split(" ")[-1]
     assert row.to_dict()["data"]["image"] == run.deployment.image_tag
+
+
+def test_a_stack_containers_port_comes_from_its_deployments_manifest_fact():
+    """doctor's endpoint checks find a stack container's port in the fact `manifests` of the node's one facts
+    read (node state only through facts/): the stack's state dirs, not the single deployment's."""
+    from types import SimpleNamespace
+
+    from sparkdeploy.doctor.endpoint import stack_ports
+    from sparkdeploy.facts import parse
+
+    facts = parse(
+        "spark1",
+        "@@sparkdeploy-facts@@ manifests\n"
+        '@@manifest .sparkdeploy\n{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000}]}\n'
+        '@@manifest .sparkdeploy-chat\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8001},'
+        ' {"name": "sparkdeploy-chat-guard", "health_port": null}]}\n',
+    )
+    run = SimpleNamespace(
+        inventory=SimpleNamespace(cluster=SimpleNamespace(state_dir=".sparkdeploy")), node_facts=lambda node: facts
+    )
+    assert stack_ports(run, None) == {"sparkdeploy-chat-vllm": 8001}  # type: ignore[arg-type]
