@@ -332,18 +332,15 @@ def test_clock_skew_over_a_second_fails(write_inventory):
     run = make_run(write_inventory, {})
     import sparkdeploy.doctor.network_checks as net
 
-    class Clock(RecordingConn):
-        def __init__(self, node, offset):
-            super().__init__(node)
-            self.offset = offset
+    def clock(n, offset: float) -> RecordingConn:
+        from sparkdeploy.runtime.remote import CommandResult
 
-        def run(self, argv, check=False, timeout=None, stdin=None):
-            from sparkdeploy.runtime.remote import CommandResult
+        return RecordingConn(
+            n, answer=lambda _c, _s: CommandResult(n.name, "date", 0, f"{time.time() + offset:.6f}\n", "")
+        )
 
-            return CommandResult(self.node.name, "date", 0, f"{time.time() + self.offset:.6f}\n", "")
-
-    run.sessions["spark1"].conn = Clock(node(run, "spark1"), 0.0)
-    run.sessions["spark2"].conn = Clock(node(run, "spark2"), 4.0)
+    run.sessions["spark1"].conn = clock(node(run, "spark1"), 0.0)
+    run.sessions["spark2"].conn = clock(node(run, "spark2"), 4.0)
     res = net.clock(run, node(run, "spark2"))
     assert res.status == "fail" and res.measured.startswith("+4.0") and "timedatectl set-ntp true" in res.fix
     assert net.clock(run, node(run, "spark1")).status == "pass"
