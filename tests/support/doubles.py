@@ -1,7 +1,7 @@
 """The one test double per seam (issue 37 item 5): `RecordingConn` stands in for a node's `NodeConnection`
 (records every command and write, answers by command prefix or computes the answer; `local_shell` runs them on
-this machine), `recording_session` builds the real `Session` over them. Unit tests of pure logic use these; a path's real test
-runs in the lab against a real sshd."""
+this machine), `recording_session` builds the real `Session` over them. Unit tests of pure logic use these; a
+path's real test runs in the lab against a real sshd."""
 
 from __future__ import annotations
 
