@@ -47,7 +47,7 @@ def _targets_answer(port: int) -> dict[str, str]:
             "@@sparkdeploy-facts@@ running\nsparkdeploy-vllm\tsolo\t\n"
             f"@@sparkdeploy-facts@@ manifests\n@@manifest .sparkdeploy\n{json.dumps(manifest)}\n"
         ),
-        'printf %s "$HOME"': "",
+        "__f_guard_status()": "@@sparkdeploy-facts@@ home\n/home/spark\n@@sparkdeploy-facts@@ guard_status\n",
     }
 
 

@@ -12,7 +12,9 @@ import re
 from typing import Any
 
 from sparkdeploy import healthcheck
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.labels import MANAGED_LABEL
+from sparkdeploy.nodeside.guard.run import STATUS
 
 from .node import (
     RESOURCE_FACTS,
@@ -309,6 +311,20 @@ def _manifests(sec: Section) -> dict[str, dict[str, Any]]:
     return out
 
 
+# The memory guard's status file: in the single deployment's state dir, or in a stack's guard unit's
+# (`<state_dir>-guard`); paths relative to the home (guard/state.py picks the one a guard writes).
+GUARD_STATUS_FILES = (f"{GUARD_FOLDER}/{STATUS}", f"-{STACK_UNIT}/{GUARD_FOLDER}/{STATUS}")
+
+
+def _guard_status(sec: Section) -> dict[str, str]:
+    """`@@status PATH` then the file's text, per guard status file there (PATH relative to the home)."""
+    out: dict[str, str] = {}
+    for block in ("\n" + sec.out).split("\n@@status ")[1:]:
+        path, _, text = block.partition("\n")
+        out[path.strip()] = text.rstrip("\n")
+    return out
+
+
 # -- memory, GPU, disk -----------------------------------------------------------------------------------------
 
 
@@ -563,6 +579,19 @@ done; true""",
             _set("manifests"),
         ),
         Fact(
+            "guard_status",  # the memory guard's status.json, where a guard writes it (GUARD_STATUS_FILES)
+            r"""for f in "$sd/"""
+            + GUARD_STATUS_FILES[0]
+            + r"""" "$sd"""
+            + GUARD_STATUS_FILES[1]
+            + r""""; do
+  [ -f "$HOME/$f" ] || continue
+  printf '@@status %s\n' "$f"; cat "$HOME/$f"; printf '\n'
+done; true""",
+            _guard_status,
+            _set("guard_status"),
+        ),
+        Fact(
             "listen",
             r"""cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'""",
             _listening,
@@ -678,5 +707,7 @@ DAYZERO = ("home", "machine_id", "hostname", "gpu", "network", "max_mtu", "rdma_
 ACCESS = ("home", "user", "sudo")
 # `top`: what serves where, and each container's health port (daytwo/top.py)
 TOP = ("home", "running", "manifests")
+# the memory guard's status (guard/state.py: `top`, `status`)
+GUARD = ("home", "guard_status")
 # what a history record keeps of each node (deploy/history.py): the image ID of the tag, the GPU driver
 HISTORY = ("home", "images", "gpu")

@@ -182,6 +182,7 @@ class NodeFacts:
     listening: set[int] = _fact("listen", factory=set)
     running: dict[str, tuple[str, str]] = _fact("running", factory=dict)  # running of ours: name -> (role, deployment)
     manifests: dict[str, dict[str, Any]] = _fact("manifests", factory=dict)  # folder of ours -> its manifest.json
+    guard_status: dict[str, str] = _fact("guard_status", factory=dict)  # path from the home -> the guard's status.json
     engine_errors: dict[str, str] = _fact("engine_errors", factory=dict)  # unhealthy container -> why it died (log)
     resources: bool = _fact("resources", False)  # memory, disk and model cache were read (where something starts)
     # read by doctor (and where asked): the engine's root, the SSH user, the GPU, kernel, network, RDMA

@@ -11,7 +11,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session
 
-from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
+from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
 from .script import FactArgs, script
@@ -28,6 +28,7 @@ SETS = {
     "leftovers": LEFTOVERS,
     "history": HISTORY,
     "top": TOP,
+    "guard": GUARD,
 }
 
 

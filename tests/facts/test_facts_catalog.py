@@ -16,7 +16,7 @@ from pathlib import Path
 from sparkdeploy import facts as facts_mod
 from sparkdeploy.deploy.stack import routes as gateway_routes
 from sparkdeploy.facts import FACTS, FactArgs, parse, parse_sections
-from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
+from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE = (SAMPLES / "lab-node-doctor.txt").read_text()
@@ -28,8 +28,8 @@ def test_every_fact_is_in_the_sample_and_the_doctor_set():
     # engine_errors (issue 43) has its real sample in lab-cluster-*-rank-dead.txt: tests/facts/test_rank_dead_facts.py
     # manifests (doctor's stack ports, issue 37) too: its sample is in lab-every-fact.txt (test_fact_samples.py)
     assert set(DOCTOR) - {"engine_errors", "manifests"} == set(sections)
-    # day zero's: tests/facts/test_dayzero_facts.py; top's (running, manifests): lab-every-fact.txt
-    assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS) | set(TOP)
+    # day zero's: tests/facts/test_dayzero_facts.py; top's and the guard's: lab-every-fact.txt
+    assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS) | set(TOP) | set(GUARD)
     assert set(HISTORY) <= set(DOCTOR)
     assert set(STATE) | set(RESOURCES) | set(DOWN) | set(LEFTOVERS) <= set(DOCTOR)
 
