@@ -33,7 +33,6 @@ ALLOWED = {
     ("images/build_plan.py", "string", "_PROBE"): IN_STRING,
     ("daytwo/crashes.py", "run", "read"): TO_MOVE,
     ("doctor/doctor_run.py", "run", "script"): PROBE,  # network_checks' don't-fragment ping (facts' `sec` helper)
-    ("doctor/guard_crash.py", "run", "past_crash"): TO_MOVE,
     ("images/inventory_images.py", "run", "read_node_images"): TO_MOVE,
     ("images/push_from.py", "run", "_store_readable"): TO_MOVE,
     ("models/pull.py", "run", "_client_argv"): TO_MOVE,  # id -u / -g, which cache folders exist

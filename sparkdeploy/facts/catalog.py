@@ -697,7 +697,18 @@ STATE = (
     "listen",
 )
 RESOURCES = ("home", *RESOURCE_FACTS)
-DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma", "state_dirs", "manifests")
+DOCTOR = (
+    *STATE,
+    "docker_info",
+    "user",
+    *RESOURCES[1:],
+    "kernel",
+    "network",
+    "rdma",
+    "state_dirs",
+    "manifests",
+    "guard_status",
+)
 # `down`: the state, and every folder of ours (a stack's whose containers are gone); after the removal, what is
 # left of sparkdeploy's (its last line): the containers and the folders
 DOWN = (*STATE, "state_dirs")

@@ -38,11 +38,22 @@ def read_status(conn: NodeConnection, folder: str) -> dict[str, Any] | None:
         return {"state": "unreadable", "reason": f"{folder}/{STATUS} is not JSON"}
 
 
-def status_of(f: NodeFacts, inv: Inventory) -> dict[str, Any] | None:
-    """The node's guard status from its fact `guard_status` (the set GUARD): the single deployment's guard
-    folder first, else a stack's guard unit's (as guard_folder picks it); None: no guard has written one."""
+def _status_file(f: NodeFacts, inv: Inventory) -> str:
+    """The guard's status.json from the home, as guard_folder picks it: the single deployment's guard folder
+    first, else a stack's guard unit's (from the fact `guard_status`)."""
     single, stack = (f"{inv.cluster.state_dir}{rel}" for rel in ("/" + GUARD_STATUS_FILES[0], GUARD_STATUS_FILES[1]))
-    rel = stack if single not in f.guard_status and stack in f.guard_status else single
+    return stack if single not in f.guard_status and stack in f.guard_status else single
+
+
+def guard_dir(f: NodeFacts, inv: Inventory) -> str:
+    """The node's guard folder (absolute), from its facts `home` and `guard_status` (guard_folder without a read)."""
+    return f"{f.home.rstrip('/')}/{_status_file(f, inv).rsplit('/', 1)[0]}"
+
+
+def status_of(f: NodeFacts, inv: Inventory) -> dict[str, Any] | None:
+    """The node's guard status from its fact `guard_status` (the set GUARD; doctor's DOCTOR): None: no guard has
+    written one."""
+    rel = _status_file(f, inv)
     return _status(f.guard_status.get(rel), f"{f.home.rstrip('/')}/{rel}")
 
 
