@@ -22,15 +22,12 @@ SHELLS = ("sh", "bash")
 CHANGES = "changes the node: a step, not a read"
 PROBE = "measures between nodes or from the node outward: a probe, not a fact"
 TO_MOVE = "reads node state with its own script: to move into facts/ (issue 37 item 4, left)"
-IN_STRING = "a program held in a string: to move into nodeside/ (issue 37 item 4, left)"
 
 ALLOWED = {
     ("deploy/apply.py", "run", "one"): CHANGES,  # the `clean` step: our temp files in the state dir
     ("images/push.py", "run", "_finalize"): CHANGES,
     ("images/push.py", "run", "_tag_existing"): CHANGES,
     ("dayzero/network_setup.py", "run", "one"): PROBE,  # ping over the fabric at the jumbo MTU
-    ("images/build_plan.py", "run", "node_checks"): PROBE,  # the registries' answer from the node
-    ("images/build_plan.py", "string", "_PROBE"): IN_STRING,
     ("daytwo/crashes.py", "run", "read"): TO_MOVE,
     ("doctor/doctor_run.py", "run", "script"): PROBE,  # network_checks' don't-fragment ping (facts' `sec` helper)
     ("images/inventory_images.py", "run", "read_node_images"): TO_MOVE,

@@ -117,3 +117,11 @@ def test_image_versions_runs_from_its_archive_and_says_what_the_image_lacks():
     assert set(found) >= {"torch", "vllm"}
     if found["torch"] is None:
         assert found["torch_error"].startswith(("ModuleNotFoundError", "ImportError"))
+
+
+def test_reach_says_an_address_that_does_not_answer_and_exits_1():
+    """`images build`'s internet check, run from its archive as on a node: a closed port is no answer."""
+    run = subprocess.run(
+        ship.argv("reach", "http://127.0.0.1:9/", python=sys.executable), capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1 and run.stdout.startswith("URLError"), (run.stdout, run.stderr)
