@@ -8,6 +8,7 @@ import ast
 import base64
 import hashlib
 import io
+import json
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from sparkdeploy.nodeside import ship
 
 PACKAGE = Path(ship.__file__).resolve().parent
 # what a node's python3 lacks but one program's runtime has: the hub client runs in the engine image
-NOT_STDLIB = {"hub_client.py": {"huggingface_hub"}}
+NOT_STDLIB = {"hub_client.py": {"huggingface_hub"}, "image_versions.py": {"torch"}}  # in the engine image
 
 
 def _imports(path: Path) -> tuple[set[str], set[str]]:
@@ -105,3 +106,22 @@ def test_a_remote_command_stays_well_under_the_one_argument_limit():
     pipeline = shlex.join(send) + " | " + shlex.join(["ssh", "10.0.0.2", shlex.join(receive)])
     assert len(shlex.join(["bash", "-o", "pipefail", "-c", pipeline])) < ship.ARG_LIMIT // 4
     assert len(shlex.join(ship.argv("push-source", "x" * 1000))) < ship.ARG_LIMIT // 2
+
+
+def test_image_versions_runs_from_its_archive_and_says_what_the_image_lacks():
+    """doctor's image.torch_nccl: the program shipped whole, run here as in an image without torch or vLLM."""
+    run = subprocess.run(ship.argv("image-versions", python=sys.executable), capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("@@versions@@"))
+    found = json.loads(line[len("@@versions@@") :])
+    assert set(found) >= {"torch", "vllm"}
+    if found["torch"] is None:
+        assert found["torch_error"].startswith(("ModuleNotFoundError", "ImportError"))
+
+
+def test_reach_says_an_address_that_does_not_answer_and_exits_1():
+    """`images build`'s internet check, run from its archive as on a node: a closed port is no answer."""
+    run = subprocess.run(
+        ship.argv("reach", "http://127.0.0.1:9/", python=sys.executable), capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1 and run.stdout.startswith("URLError"), (run.stdout, run.stderr)

@@ -42,8 +42,12 @@ def _targets_answer(port: int) -> dict[str, str]:
     """What the stalling server answers to `top`: one engine whose /metrics is on `port`, no memory guard."""
     manifest = {"containers": [{"name": "sparkdeploy-vllm", "health_port": port}]}
     return {
-        "@@sparkdeploy-manifest@@": f"sparkdeploy-vllm solo\n@@sparkdeploy-manifest@@\n{json.dumps(manifest)}\n",
-        'printf %s "$HOME"': "",
+        "__f_running()": (  # top's facts (the set TOP), in the facts script's framing
+            "@@sparkdeploy-facts@@ home\n/home/spark\n"
+            "@@sparkdeploy-facts@@ running\nsparkdeploy-vllm\tsolo\t\n"
+            f"@@sparkdeploy-facts@@ manifests\n@@manifest .sparkdeploy\n{json.dumps(manifest)}\n"
+        ),
+        "__f_guard_status()": "@@sparkdeploy-facts@@ home\n/home/spark\n@@sparkdeploy-facts@@ guard_status\n",
     }
 
 

@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkdeploy.config.userfile import parse_json
-from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import FactArgs, NodeFacts, gather
+from sparkdeploy.facts.catalog import TOP
 from sparkdeploy.recipes.engines.registered import metric_names
 from sparkdeploy.recipes.speculative import SpecCounters, read_counters
 from sparkdeploy.runtime.interrupts import in_threads
@@ -288,35 +288,18 @@ class Monitor:
         }
 
 
-# What `top` asks each node, in one light read-only command: the running containers of ours with their role,
-# then each manifest (each container's health port): the state dir's and those of a stack's deployments beside it
-# (`<state_dir>-NAME`). $1 the label filter (logs.label_filter), $2 the state dir (relative to $HOME).
-ENDPOINTS_SCRIPT = r"""
-docker ps --filter "label=$1" --format '{{.Names}} {{.Label "io.sparkdeploy.role"}}'
-for f in "$HOME/$2/manifest.json" "$HOME/$2"-*/manifest.json; do
-  [ -f "$f" ] || continue
-  printf '%s\n' '@@sparkdeploy-manifest@@'
-  cat "$f" 2>/dev/null
-done
-"""
-
-
-def node_targets(node: Node, text: str) -> list[Target]:
-    """ENDPOINTS_SCRIPT's output on `node` -> its targets (pure)."""
-    running, *manifest_texts = text.split("@@sparkdeploy-manifest@@")
+def node_targets(node: Node, facts: NodeFacts, deployment: str | None = None) -> list[Target]:
+    """A node's targets from its facts (set TOP: the running containers of ours with their role, and the
+    manifests of the state dir and of a stack's deployments beside it, `<state_dir>-NAME`: each container's
+    health port). deployment: only that deployment of a stack (pure)."""
     ports = {}
-    for manifest_text in manifest_texts:
-        try:
-            manifest = parse_json(manifest_text, f"{node.name}: manifest.json") if manifest_text.strip() else {}
-        except ConfigError:  # a node's file, through the one door's JSON reader: unreadable is no targets
-            manifest = {}
-        listed = manifest.get("containers") or [] if isinstance(manifest, dict) else []
+    for manifest in facts.manifests.values():
+        listed = manifest.get("containers") or []
         ports.update({c.get("name"): c.get("health_port") for c in listed if isinstance(c, dict)})
     out = []
-    for line in running.splitlines():
-        name, _, role = line.strip().partition(" ")
+    for name, (role, of) in facts.running.items():
         port = ports.get(name)
-        if not name or not port:
+        if not port or (deployment and of != deployment):
             continue
         url = f"http://{node.url_host}:{port}/metrics"
         if role == "proxy":
@@ -331,16 +314,12 @@ def read_targets(
 ) -> tuple[list[Target], dict[str, Exception]]:
     """Every node's targets over its SSH connection, in parallel: (targets in node order, node -> error).
     deployment: only that deployment of a stack."""
-    from sparkdeploy.daytwo.logs import label_filter
     from sparkdeploy.runtime.remote import on_nodes
 
+    args = FactArgs(state_dir=inventory.cluster.state_dir)
+
     def one(node: Node) -> list[Target]:
-        r = conns[node.name].run(
-            ["bash", "-c", ENDPOINTS_SCRIPT, "sparkdeploy-top", label_filter(deployment), inventory.cluster.state_dir],
-            check=False,
-            timeout=30,
-        )
-        return node_targets(node, r.stdout)
+        return node_targets(node, gather(conns[node.name], TOP, args, timeout=30), deployment)
 
     outcomes = on_nodes(list(inventory.nodes), one)
     return [t for o in outcomes if o.ok for t in o.value], {o.node.name: o.error for o in outcomes if not o.ok}  # type: ignore[misc]  # not ok: an error

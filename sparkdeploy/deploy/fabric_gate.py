@@ -151,7 +151,7 @@ def gate(
         return
     started = time.monotonic()
     out.progress(f"{at}fabric gate: {decision.reason}")
-    lacking = {n for n, f in facts.items() if isinstance(f, NodeFacts) and f.gpu is None}
+    lacking = {n for n, f in facts.items() if isinstance(f, NodeFacts) and not f.has("gpu")}
     if lacking:  # the driver (nvidia-smi) is a resources fact, read only where something started
         add_resources(session, facts, lacking, dep.inventory.cluster.hf_cache, dep.recipe.recipe.model)
     ctx = GateRun(

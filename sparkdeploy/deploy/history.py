@@ -40,6 +40,8 @@ from sparkdeploy.config.schema import Whole, problems_from_validation
 from sparkdeploy.config.userfile import MAX_FILE_BYTES, JsonSyntaxError, parse_json, read_text
 from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.errors import ConfigError, Invalid, Problem, StepFailed
+from sparkdeploy.facts import FactArgs, gather
+from sparkdeploy.facts.catalog import HISTORY
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.image_ref import RegistryImage, is_reference
 from sparkdeploy.models import up_check
@@ -53,11 +55,6 @@ from sparkdeploy.topologies.deployment import Deployment
 
 FOLDER = "history"
 FILE = "deployments.jsonl"
-# One command per node, a constant script: the image ID of the tag ($1), then the GPU driver (nvidia-smi).
-FACTS_SCRIPT = (
-    'docker image inspect --format "{{.Id}}" "$1" 2>/dev/null || echo; '
-    "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1"
-)
 
 
 def cluster_identity(inventory: Inventory) -> str:
@@ -182,10 +179,13 @@ def _append(data: dict[str, Any]) -> None:
 
 
 def _node_facts(conns: dict[str, NodeConnection], nodes: list[Node], tag: str) -> dict[str, dict[str, str]]:
+    """The image ID of `tag` and the GPU driver of each node: the facts set HISTORY, one command per node
+    ("" where the node could not be read)."""
+
     def read(node: Node) -> dict[str, str]:
-        r = conns[node.name].run(["sh", "-c", FACTS_SCRIPT, "sh", tag], check=False, timeout=30)
-        lines = [x.strip() for x in r.stdout.splitlines()] + ["", ""]
-        return {"image_id": lines[0], "driver": lines[1]}
+        f = gather(conns[node.name], HISTORY, FactArgs(images=(tag,)), timeout=30)
+        first = f.gpu.gpus[0] if f.gpu is not None and f.gpu.gpus else {}
+        return {"image_id": f.images.get(tag) or "", "driver": first.get("driver_version") or ""}
 
     out: dict[str, dict[str, str]] = {}
     for o in on_nodes(nodes, read):

@@ -23,7 +23,9 @@ def ssh(run: CheckContext, node: Node) -> Result:
 def docker_without_sudo(run: CheckContext, node: Node) -> Result:
     """From the facts `docker` (docker version as the SSH user) and `user` (id -un, id -Gn)."""
     f = run.node_facts(node)
-    name = f.user or node.ssh.user or "USER"
+    # `up`'s preflight reads the set STATE, without `user`: the inventory's user names it there, no groups
+    user, groups = (f.user, f.groups) if f.has("user") else ("", [])
+    name = user or node.ssh.user or "USER"
     text = f.docker_error
     expected = f"{name} runs docker without sudo"
     fix = f"sudo usermod -aG docker {name}, then log in again (or restart sshd sessions)"
@@ -33,9 +35,9 @@ def docker_without_sudo(run: CheckContext, node: Node) -> Result:
         return fail("docker is not installed", expected, "install Docker (DGX OS ships it): sudo apt install docker-ce")
     if "permission denied" in text.lower():
         return fail(
-            f"{name}: permission denied on the Docker socket (groups: {' '.join(f.groups) or '-'})", expected, fix
+            f"{name}: permission denied on the Docker socket (groups: {' '.join(groups) or '-'})", expected, fix
         )
-    if name == "root" or "docker" in f.groups:
+    if name == "root" or "docker" in groups:
         return ok(f"{name} is in group docker (the engine does not answer: see engine.running)", expected)
     return fail(
         f"{name} is not in group docker and the engine does not answer ({text or 'no answer'})",
@@ -53,7 +55,8 @@ def state_dir(run: CheckContext, node: Node) -> Result:
     user = node.ssh.user or "$USER"  # ssh.user is validated as a plain user name (names.py: user)
     base = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # checks run only with an inventory
     expected = "the state dirs and their entries are the SSH user's"
-    folders = sorted(f.state_dirs.values(), key=lambda d: d.name)
+    # `up`'s preflight reads the set STATE, without `state_dirs`: there the state dir's own fact speaks
+    folders = sorted(f.state_dirs.values(), key=lambda d: d.name) if f.has("state_dirs") else []
     foreign = [(d.name, d.foreign) for d in folders if d.foreign]
     if not foreign and f.state_dir_foreign:
         foreign = [(base, f.state_dir_foreign)]

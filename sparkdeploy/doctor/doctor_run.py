@@ -21,26 +21,16 @@ from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import FactArgs, NodeFacts, gather, hub_folder
-from sparkdeploy.facts.parsers import SECTION, Section, parse_sections
+from sparkdeploy.facts.parsers import Section, parse_sections
 from sparkdeploy.facts.read import FACTS_TIMEOUT_S, SETS
+from sparkdeploy.facts.script import SECTION_FUNCTION
 from sparkdeploy.runtime.remote import CommandResult, NodeConnection
 from sparkdeploy.topologies.deployment import Deployment, NodeDeployment
 
 T = TypeVar("T")
 
-# A section helper prepended to every gather script: stdout, stderr and exit code of one command, delimited.
-SCRIPT_PRELUDE = (
-    r"""
-sec() { local n=$1 t rc; shift; t=$(mktemp); printf '\n%s %s\n' '"""
-    + SECTION
-    + r"""' "$n"; "$@" 2>"$t"; rc=$?;
-  printf '\n%s %s.err\n' '"""
-    + SECTION
-    + r"""' "$n"; cat "$t"; rm -f "$t"; printf '\n%s %s.rc %s\n' '"""
-    + SECTION
-    + r"""' "$n" "$rc"; }
-"""
-)
+# prepended to every probe script: facts/script.py's `sec` (one command's stdout, stderr and exit code, framed)
+SCRIPT_PRELUDE = "\n" + SECTION_FUNCTION
 
 
 class _Memo:

@@ -21,7 +21,7 @@ from sparkdeploy.facts import ContainerFact
 from sparkdeploy.topologies.deployment import health_path
 
 from . import engine
-from .doctor_run import DoctorRun, NodeSession
+from .doctor_run import DoctorRun
 
 HTTP_TIMEOUT_S = 10
 COMPLETION_TIMEOUT_S = 60
@@ -74,28 +74,17 @@ def _ours(run: DoctorRun, node: Node) -> list[ContainerFact]:
     ]
 
 
-# Each stack deployment's manifest (its state dir `<state_dir>-NAME` beside the single one), after a marker.
-STACK_MANIFESTS = (
-    r"""for f in "$HOME/$1"-*/manifest.json; do [ -f "$f" ] && printf '\n@@manifest@@\n' && cat "$f"; done; exit 0"""
-)
-
-
 def stack_ports(run: DoctorRun, node: Node) -> dict[str, int]:
-    """container name -> its port, for a stack's containers (their deployment's own manifest)."""
+    """container name -> its port, for a stack's containers: their deployment's own manifest (its state dir
+    `<state_dir>-NAME` beside the single one), from the fact `manifests` of the node's one facts read."""
     state_dir = run.inventory.cluster.state_dir  # type: ignore[union-attr]  # checks run only with an inventory (runner)
-
-    def read(session: NodeSession) -> dict[str, int]:
-        r = session.conn.run(["bash", "-c", STACK_MANIFESTS, "sparkdeploy-doctor", state_dir], check=False)
-        out: dict[str, int] = {}
-        for text in r.stdout.split("@@manifest@@")[1:]:
-            try:
-                listed = json.loads(text).get("containers") or []
-            except (ValueError, AttributeError):
-                continue
-            out.update({c["name"]: c["health_port"] for c in listed if isinstance(c, dict) and c.get("health_port")})
-        return out
-
-    return run.facts(node, "stack-ports", read)
+    out: dict[str, int] = {}
+    for folder, manifest in sorted(run.node_facts(node).manifests.items()):
+        if folder == state_dir:
+            continue  # the single deployment's containers use the inventory's ports
+        listed = manifest.get("containers") or []
+        out.update({c["name"]: c["health_port"] for c in listed if isinstance(c, dict) and c.get("health_port")})
+    return out
 
 
 def _base(run: DoctorRun, node: Node, c: ContainerFact) -> str:

@@ -36,7 +36,8 @@ def running(run: CheckContext, node: Node) -> Result:
         )
     if version_tuple(f.docker_version) < MIN_VERSION:
         return warn(f"Docker {f.docker_version} (old)", expected, "upgrade Docker (DGX OS: sudo apt upgrade docker-ce)")
-    return ok(f"Docker {f.docker_version}" + (f" ({f.docker_driver})" if f.docker_driver else ""), expected)
+    driver = f.docker_driver if f.has("docker_info") else ""  # `up`'s preflight reads STATE, without docker_info
+    return ok(f"Docker {f.docker_version}" + (f" ({driver})" if driver else ""), expected)
 
 
 def _disk_rows(run: CheckContext, f: NodeFacts) -> list[tuple[str, float, float, str]]:
@@ -53,7 +54,8 @@ def _disk_rows(run: CheckContext, f: NodeFacts) -> list[tuple[str, float, float,
         need_hf = weights + MIN_FREE_DISK_GIB
         why = f"the model is not in {run.inventory.cluster.hf_cache} yet: {weights:g} GB to download"  # type: ignore[union-attr]  # checks run only with an inventory
     rows = [("hf_cache", need_hf, need_hf, why)] if dep else []
-    where = f" {f.docker_root}" if f.docker_root else ""
+    root = f.docker_root if f.has("docker_info") else ""  # as above: not in `up`'s set
+    where = f" {root}" if root else ""
     rows.append(("docker", MIN_FREE_DISK_GIB, DISK_WARN_GIB, f"Docker's data root{where}: images"))
     rows.append(("home", MIN_FREE_DISK_GIB, MIN_FREE_DISK_GIB, "the state dir"))
     return rows
@@ -63,7 +65,7 @@ def disk(run: CheckContext, node: Node) -> list[Result]:
     """Free disk where a deployment writes: the HF cache (the weights unless cached or simulated), Docker's
     data root (images) and $HOME (the state dir)."""
     f = run.node_facts(node)
-    if not f.resources:
+    if not (f.has("resources") and f.resources):  # read only where something starts
         return [skip("nothing new starts on this node")]
     out = []
     fix = "free space: docker image prune (removes unused images), or move the Docker root to a larger disk"

@@ -153,7 +153,7 @@ def memory(run: CheckContext, node: Node) -> Result:
     engines = {c.name for c in nd.containers if c.is_engine}
     if not run.starts_engine(node):
         return ok("our engine runs unchanged", "")
-    if not f.resources:
+    if not (f.has("resources") and f.resources):
         return fail("free memory was not read", "", "run again")
     b = budget.for_node(dep.recipe.recipe, dep.engine_size(node.name), f)
     if b is None:

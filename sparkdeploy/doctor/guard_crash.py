@@ -9,7 +9,7 @@ from typing import Any
 from sparkdeploy.checks import Result, ok, skip, warn
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.daytwo.postmortem import DEFAULT_MINUTES, evidence, node_postmortem
-from sparkdeploy.guard.state import guard_folder, line, read_status
+from sparkdeploy.guard.state import guard_dir, line, status_of
 
 RECENT_S = 7 * 24 * 3600  # a crash older than a week is history, not a finding
 
@@ -17,11 +17,9 @@ RECENT_S = 7 * 24 * 3600  # a crash older than a week is history, not a finding
 def past_crash(run: Any, node: Node) -> Result:
     if run.inventory is None:
         return skip("no inventory")
-    conn = run.session(node).conn
-    home = conn.run(["sh", "-c", 'printf %s "$HOME"']).stdout
-    folder = guard_folder(home, run.inventory, conn)
-    result = node_postmortem(conn, folder, DEFAULT_MINUTES)
-    status = read_status(conn, folder)
+    f = run.node_facts(node)  # the set DOCTOR: home and guard_status (where the guard writes)
+    result = node_postmortem(run.session(node).conn, guard_dir(f, run.inventory), DEFAULT_MINUTES)
+    status = status_of(f, run.inventory)
     if not result["records"]:
         return skip(result.get("note") or "the black box is empty")
     crash = result["crash"]

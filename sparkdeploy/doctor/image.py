@@ -18,41 +18,11 @@ from sparkdeploy.checks import Result, fail, ok, skip, warn
 from sparkdeploy.config.inventory import Node
 from sparkdeploy.config.userfile import load_json_file
 from sparkdeploy.errors import ConfigError, StepFailed
+from sparkdeploy.nodeside import ship
 from sparkdeploy.recipes.engines.registered import engine_of, engine_version
 
 from .check_context import CheckContext, SessionContext
 from .doctor_run import NodeSession
-
-VERSIONS_PY = r"""
-import json
-out = {}
-# Broad on purpose: torch in an unknown image fails in many ways (ImportError, OSError for a missing CUDA
-# library, RuntimeError from a build without NCCL), importing it or asking it; each failure is the finding.
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    try:
-        v = torch.cuda.nccl.version()
-        out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    except Exception as exc:
-        out["nccl"] = None
-        out["nccl_error"] = (type(exc).__name__ + ": " + str(exc))[:160]
-    try:
-        import torch.distributed as dist
-        out["nccl_backend"] = bool(dist.is_available() and dist.is_nccl_available())
-    except Exception:
-        out["nccl_backend"] = False
-except Exception as exc:
-    out["torch"] = None
-    out["torch_error"] = (type(exc).__name__ + ": " + str(exc))[:160]
-try:
-    import importlib.metadata as md
-    out["vllm"] = md.version("vllm")
-except ImportError:  # PackageNotFoundError: no vLLM in this image
-    out["vllm"] = None
-print("@@versions@@" + json.dumps(out))
-"""
 
 
 def required(run: CheckContext, node: Node) -> list[str]:
@@ -82,8 +52,10 @@ def _engine_up(run: CheckContext, node: Node) -> bool:
 
 
 def _versions(session: NodeSession, ref: str) -> dict[str, Any]:
+    # nodeside/image_versions.py, shipped whole in the command line (nodeside/ship.py), run by the image's python3
+    python, *program = ship.argv("image-versions")
     res = session.run(
-        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", VERSIONS_PY], timeout=120
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", python, ref, *program], timeout=120
     )
     for line in res.stdout.splitlines():
         if line.startswith("@@versions@@"):

@@ -12,9 +12,12 @@ import re
 from typing import Any
 
 from sparkdeploy import healthcheck
+from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.labels import MANAGED_LABEL
+from sparkdeploy.nodeside.guard.run import STATUS
 
 from .node import (
+    RESOURCE_FACTS,
     ContainerFact,
     DiskUsage,
     FileFact,
@@ -211,6 +214,17 @@ def _listening(sec: Section) -> set[int]:
     return ports
 
 
+def _running(sec: Section) -> dict[str, tuple[str, str]]:
+    """`NAME<TAB>ROLE<TAB>DEPLOYMENT` per running container of ours (`docker ps`: the light read of `top`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in sec.out.splitlines():
+        name, _, rest = line.partition("\t")
+        role, _, deployment = rest.partition("\t")
+        if name.strip():
+            out[name.strip()] = (role.strip(), deployment.strip())
+    return out
+
+
 # -- the state dir ---------------------------------------------------------------------------------------------
 
 
@@ -234,7 +248,8 @@ def _files(sec: Section) -> tuple[dict[str, FileFact], list[str]]:
 def _store_files(f: NodeFacts, v: tuple[dict[str, FileFact], list[str]]) -> None:
     # sha256 sums may have been stored first (the order of sections is the script's, not guaranteed here)
     for name, fact in v[0].items():
-        fact.sha256 = f.files[name].sha256 if name in f.files else fact.sha256
+        known = vars(f).get("files", {})  # not read yet: parse stores the registry's order, files first
+        fact.sha256 = known[name].sha256 if name in known else fact.sha256
     f.files, f.other_entries = v
 
 
@@ -284,6 +299,32 @@ def _state_dirs(sec: Section) -> dict[str, StateDirFact]:
     return out
 
 
+def _manifests(sec: Section) -> dict[str, dict[str, Any]]:
+    """`@@manifest NAME` then its manifest.json, per folder of ours (the state dir, a stack's `<state_dir>-NAME`);
+    one that is not a JSON object is left out (it names no container)."""
+    out: dict[str, dict[str, Any]] = {}
+    for block in ("\n" + sec.out).split("\n@@manifest ")[1:]:
+        name, _, text = block.partition("\n")
+        data, _ = _manifest(Section(text, "", 0))
+        if data is not None:
+            out[name.strip()] = data
+    return out
+
+
+# The memory guard's status file: in the single deployment's state dir, or in a stack's guard unit's
+# (`<state_dir>-guard`); paths relative to the home (guard/state.py picks the one a guard writes).
+GUARD_STATUS_FILES = (f"{GUARD_FOLDER}/{STATUS}", f"-{STACK_UNIT}/{GUARD_FOLDER}/{STATUS}")
+
+
+def _guard_status(sec: Section) -> dict[str, str]:
+    """`@@status PATH` then the file's text, per guard status file there (PATH relative to the home)."""
+    out: dict[str, str] = {}
+    for block in ("\n" + sec.out).split("\n@@status ")[1:]:
+        path, _, text = block.partition("\n")
+        out[path.strip()] = text.rstrip("\n")
+    return out
+
+
 # -- memory, GPU, disk -----------------------------------------------------------------------------------------
 
 
@@ -326,8 +367,8 @@ def _store_gpu(f: NodeFacts, v: GpuFact) -> None:
     f.gpu = v
     first = v.gpus[0] if v.gpus else {}  # a DGX Spark has one GPU (and reports [N/A] for unified memory)
     total, free = _int(first.get("memory.total") or ""), _int(first.get("memory.free") or "")
-    if total is not None and free is not None:
-        f.gpu_mem_total_mb, f.gpu_mem_free_mb = total, free
+    known = total is not None and free is not None  # both, or neither (unified memory: MemAvailable counts)
+    f.gpu_mem_total_mb, f.gpu_mem_free_mb = (total, free) if known else (None, None)
 
 
 def _disk(sec: Section) -> dict[str, DiskUsage]:
@@ -520,6 +561,37 @@ done""",
             _set("state_dirs"),
         ),
         Fact(
+            "running",  # the light read: names, roles and stack deployments of our running containers
+            r"""docker ps --filter label=io.sparkdeploy.managed=true \
+  --format '{{.Names}}	{{.Label "io.sparkdeploy.role"}}	{{.Label "io.sparkdeploy.deployment"}}'""",
+            _running,
+            _set("running"),
+        ),
+        Fact(
+            "manifests",  # every folder of ours' manifest.json (each container's health port)
+            r"""for f in "$dir/manifest.json" "$dir"-*/manifest.json; do
+  [ -f "$f" ] || continue
+  d=${f%/manifest.json}; printf '@@manifest %s
+' "${d##*/}"; cat "$f"; printf '
+'
+done; true""",
+            _manifests,
+            _set("manifests"),
+        ),
+        Fact(
+            "guard_status",  # the memory guard's status.json, where a guard writes it (GUARD_STATUS_FILES)
+            r"""for f in "$sd/"""
+            + GUARD_STATUS_FILES[0]
+            + r"""" "$sd"""
+            + GUARD_STATUS_FILES[1]
+            + r""""; do
+  [ -f "$HOME/$f" ] || continue
+  printf '@@status %s\n' "$f"; cat "$HOME/$f"; printf '\n'
+done; true""",
+            _guard_status,
+            _set("guard_status"),
+        ),
+        Fact(
             "listen",
             r"""cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {print $2}'""",
             _listening,
@@ -624,8 +696,19 @@ STATE = (
     "routes",
     "listen",
 )
-RESOURCES = ("home", "resources", "meminfo", "cpus", "gpu", "model", "disk")
-DOCTOR = (*STATE, "docker_info", "user", *RESOURCES[1:], "kernel", "network", "rdma", "state_dirs")
+RESOURCES = ("home", *RESOURCE_FACTS)
+DOCTOR = (
+    *STATE,
+    "docker_info",
+    "user",
+    *RESOURCES[1:],
+    "kernel",
+    "network",
+    "rdma",
+    "state_dirs",
+    "manifests",
+    "guard_status",
+)
 # `down`: the state, and every folder of ours (a stack's whose containers are gone); after the removal, what is
 # left of sparkdeploy's (its last line): the containers and the folders
 DOWN = (*STATE, "state_dirs")
@@ -633,3 +716,9 @@ LEFTOVERS = ("home", "docker", "inspect", "state_dirs")
 # `init` and `setup network` on a node (FactArgs(fabric_ifaces=(EVERY_PORT,))); `setup ssh`'s checks
 DAYZERO = ("home", "machine_id", "hostname", "gpu", "network", "max_mtu", "rdma_netdevs", "rdma")
 ACCESS = ("home", "user", "sudo")
+# `top`: what serves where, and each container's health port (daytwo/top.py)
+TOP = ("home", "running", "manifests")
+# the memory guard's status (guard/state.py: `top`, `status`)
+GUARD = ("home", "guard_status")
+# what a history record keeps of each node (deploy/history.py): the image ID of the tag, the GPU driver
+HISTORY = ("home", "images", "gpu")

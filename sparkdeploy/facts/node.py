@@ -8,10 +8,11 @@ holds the values of `--env-file secrets.env`.
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkdeploy.labels import LABEL_PREFIX
 
@@ -19,6 +20,8 @@ from .parsers import GidEntry, Link, RdmaDevice
 
 MANIFEST = "manifest.json"  # in the state dir: what this tool wrote there (down removes exactly that)
 TEMP_SUFFIX = ".sparkdeploy-tmp"  # NodeConnection.put's temp files: `.NAME.sparkdeploy-tmp`
+# what is read only where something starts (catalog.RESOURCES, facts.add_resources)
+RESOURCE_FACTS = ("resources", "meminfo", "cpus", "gpu", "model", "disk")
 
 
 @dataclass
@@ -125,70 +128,129 @@ class StateDirFact:
         return MANIFEST in self.entries
 
 
-@dataclass
+class UnreadFact(Exception):
+    """A NodeFacts field was read whose fact the reader did not ask for (a bug: the reader's set lacks it).
+    A fact that was read and found nothing holds its empty value; one never read holds nothing at all."""
+
+    def __init__(self, node: str, field_name: str, fact: str) -> None:
+        self.node, self.field, self.fact = node, field_name, fact
+        super().__init__(
+            f"{node}: the fact {fact!r} was not read, so NodeFacts.{field_name} has no value"
+            " (ask for it: a set of facts/catalog.py, or NodeFacts.has first)"
+        )
+
+
+def _fact(name: str, default: Any = MISSING, factory: Any = MISSING) -> Any:
+    """A NodeFacts field filled by the fact `name` (facts/catalog.py); its default is what a hand-made
+    NodeFacts(...) holds (tests, dry runs); facts parsed from a node start with every field unread."""
+    return field(default=default, default_factory=factory, metadata={"fact": name})
+
+
+@dataclass(repr=False, eq=False)
 class NodeFacts:
+    """What a node has now. Each field names the fact that fills it. `parse` (facts/read.py) starts from
+    `NodeFacts.unread(node)`: a field whose fact was not read has no value, and reading it raises UnreadFact
+    (never an empty value that looks read); `has(fact)` asks first. NodeFacts(node, ...) by hand: every field
+    given or defaulted counts as read."""
+
     node: str
-    home: str = ""
-    docker_ok: bool = False
-    docker_version: str = ""
-    docker_error: str = ""
-    containers: list[ContainerFact] = field(default_factory=list)  # ours (label io.sparkdeploy.managed=true)
-    other_names: dict[str, str] = field(default_factory=dict)  # name -> id of containers that are not ours
-    images: dict[str, str | None] = field(default_factory=dict)  # reference -> image ID (None: absent)
-    state_dir_mode: int | None = None  # None: the state dir does not exist
-    state_dir_foreign: str = ""  # the state dir or an entry of it the SSH user does not own (Docker makes them
-    # root's); deeper paths are not ours to write (doctor's probe leaves a root-owned result.json in doctor/)
-    files: dict[str, FileFact] = field(default_factory=dict)
-    other_entries: list[str] = field(default_factory=list)  # folders/links in the state dir (not ours)
-    manifest: dict[str, Any] | None = None
-    manifest_error: str = ""
-    routes: dict[str, Any] | None = None  # the stack gateway's routes.json (its state dir's; deploy/stack/routes.py)
-    routes_error: str = ""
-    state_dirs: dict[str, StateDirFact] = field(default_factory=dict)  # `<state_dir>` and `<state_dir>-*` by name
-    mem_total_mb: int | None = None
-    mem_available_mb: int | None = None
-    cpus: int | None = None  # nproc
-    gpu_mem_total_mb: int | None = None
-    gpu_mem_free_mb: int | None = None
-    model_cached: bool = False
-    disk_free_mb: dict[str, int] = field(default_factory=dict)  # home | hf_cache | docker -> free MiB
-    listening: set[int] = field(default_factory=set)
-    engine_errors: dict[str, str] = field(default_factory=dict)  # unhealthy container -> why its engine died (log)
-    resources: bool = False  # memory, disk and model cache were read (only where something starts)
+    home: str = _fact("home", "")
+    docker_ok: bool = _fact("docker", False)
+    docker_version: str = _fact("docker", "")
+    docker_error: str = _fact("docker", "")
+    containers: list[ContainerFact] = _fact("inspect", factory=list)  # ours (label io.sparkdeploy.managed=true)
+    other_names: dict[str, str] = _fact("names", factory=dict)  # name -> id of containers that are not ours
+    images: dict[str, str | None] = _fact("images", factory=dict)  # reference -> image ID (None: absent)
+    state_dir_mode: int | None = _fact("statedir", None)  # None: the state dir does not exist
+    state_dir_foreign: str = _fact("foreign", "")  # the state dir or an entry of it the SSH user does not own
+    # (Docker makes them root's); deeper paths are not ours to write (doctor's probe leaves a root-owned
+    # result.json in doctor/)
+    files: dict[str, FileFact] = _fact("files", factory=dict)
+    other_entries: list[str] = _fact("files", factory=list)  # folders/links in the state dir (not ours)
+    manifest: dict[str, Any] | None = _fact("manifest", None)
+    manifest_error: str = _fact("manifest", "")
+    routes: dict[str, Any] | None = _fact("routes", None)  # the stack gateway's routes.json (deploy/stack/routes.py)
+    routes_error: str = _fact("routes", "")
+    state_dirs: dict[str, StateDirFact] = _fact("state_dirs", factory=dict)  # `<state_dir>`, `<state_dir>-*` by name
+    mem_total_mb: int | None = _fact("meminfo", None)
+    mem_available_mb: int | None = _fact("meminfo", None)
+    cpus: int | None = _fact("cpus", None)  # nproc
+    gpu_mem_total_mb: int | None = _fact("gpu", None)
+    gpu_mem_free_mb: int | None = _fact("gpu", None)
+    model_cached: bool = _fact("model", False)
+    disk_free_mb: dict[str, int] = _fact("disk", factory=dict)  # home | hf_cache | docker -> free MiB
+    listening: set[int] = _fact("listen", factory=set)
+    running: dict[str, tuple[str, str]] = _fact("running", factory=dict)  # running of ours: name -> (role, deployment)
+    manifests: dict[str, dict[str, Any]] = _fact("manifests", factory=dict)  # folder of ours -> its manifest.json
+    guard_status: dict[str, str] = _fact("guard_status", factory=dict)  # path from the home -> the guard's status.json
+    engine_errors: dict[str, str] = _fact("engine_errors", factory=dict)  # unhealthy container -> why it died (log)
+    resources: bool = _fact("resources", False)  # memory, disk and model cache were read (where something starts)
     # read by doctor (and where asked): the engine's root, the SSH user, the GPU, kernel, network, RDMA
-    docker_root: str = ""
-    docker_driver: str = ""
-    disk: dict[str, DiskUsage] = field(default_factory=dict)  # home | hf_cache | docker -> usage
-    image_errors: dict[str, str] = field(default_factory=dict)  # reference -> why inspect failed (not "no such")
-    user: str = ""
-    groups: list[str] = field(default_factory=list)
-    gpu: GpuFact | None = None
-    kernel: str = ""
-    network: NetworkFact | None = None
-    rdma: RdmaFact | None = None
+    docker_root: str = _fact("docker_info", "")
+    docker_driver: str = _fact("docker_info", "")
+    disk: dict[str, DiskUsage] = _fact("disk", factory=dict)  # home | hf_cache | docker -> usage
+    image_errors: dict[str, str] = _fact("images", factory=dict)  # reference -> why inspect failed (not "no such")
+    user: str = _fact("user", "")
+    groups: list[str] = _fact("user", factory=list)
+    gpu: GpuFact | None = _fact("gpu", None)
+    kernel: str = _fact("kernel", "")
+    network: NetworkFact | None = _fact("network", None)
+    rdma: RdmaFact | None = _fact("rdma", None)
     # read by day zero (dayzero/: init, setup ssh, setup network)
-    machine_id: str = ""  # /etc/machine-id ("" where it cannot be read)
-    hostname: str = ""
-    max_mtu: dict[str, int] = field(default_factory=dict)  # interface -> the largest MTU it takes (ip -d -j link)
-    rdma_netdevs: dict[str, str] = field(default_factory=dict)  # RDMA device -> its network interface
-    rdma_netdevs_simulated: bool = False  # the lab's `rdma link` stand-in answered (no sysfs devices)
-    sudo: dict[str, str] = field(default_factory=dict)  # program -> ok | missing | absent (`sudo -n -l PATH`)
-    sudo_paths: dict[str, str] = field(default_factory=dict)  # program -> its path on the node
+    machine_id: str = _fact("machine_id", "")  # /etc/machine-id ("" where it cannot be read)
+    hostname: str = _fact("hostname", "")
+    max_mtu: dict[str, int] = _fact("max_mtu", factory=dict)  # interface -> the largest MTU it takes (ip -d -j link)
+    rdma_netdevs: dict[str, str] = _fact("rdma_netdevs", factory=dict)  # RDMA device -> its network interface
+    rdma_netdevs_simulated: bool = _fact("rdma_netdevs", False)  # the lab's `rdma link` stand-in answered
+    sudo: dict[str, str] = _fact("sudo", factory=dict)  # program -> ok | missing | absent (`sudo -n -l PATH`)
+    sudo_paths: dict[str, str] = _fact("sudo", factory=dict)  # program -> its path on the node
+
+    @classmethod
+    def unread(cls, node: str) -> NodeFacts:
+        """Facts of `node` with nothing read yet (what `parse` fills, fact by fact)."""
+        f = cls.__new__(cls)
+        f.node = node
+        return f
+
+    def has(self, fact: str) -> bool:
+        """Whether the fact `fact` (a FACTS name) was read: its fields hold values."""
+        names = FACT_FIELDS[fact]
+        return all(n in self.__dict__ for n in names)
+
+    if not TYPE_CHECKING:  # mypy keeps checking attribute names: __getattr__ would make every name valid
+
+        def __getattr__(self, name: str) -> Any:
+            fact = FIELD_FACT.get(name)
+            if fact is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise UnreadFact(self.__dict__.get("node", "?"), name, fact)
+
+    def __repr__(self) -> str:
+        values = ", ".join(
+            f"{f.name}={self.__dict__[f.name]!r}" if f.name in self.__dict__ else f"{f.name}=<unread>"
+            for f in fields(self)
+        )
+        return f"NodeFacts({values})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as the dataclass was)
 
     def add_resources(self, other: NodeFacts) -> None:
-        for name in (
-            "mem_total_mb",
-            "mem_available_mb",
-            "cpus",
-            "gpu_mem_total_mb",
-            "gpu_mem_free_mb",
-            "model_cached",
-            "disk_free_mb",
-            "disk",
-            "gpu",
-            "resources",
-        ):
-            setattr(self, name, getattr(other, name))
+        """Take the resources facts (RESOURCE_FACTS) `other` read: memory, disk, the GPU, the model cache."""
+        for fact in RESOURCE_FACTS:
+            for name in FACT_FIELDS[fact]:
+                setattr(self, name, getattr(other, name))
+
+    def copy(self) -> NodeFacts:
+        """A shallow copy that keeps what was not read unread (dataclasses.replace would read every field)."""
+        return copy.copy(self)
+
+    def with_containers(self, containers: list[ContainerFact]) -> NodeFacts:
+        g = self.copy()
+        g.containers = containers
+        return g
 
     def container(self, name: str) -> ContainerFact | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -212,6 +274,16 @@ class NodeFacts:
     @property
     def total_memory_mb(self) -> int | None:
         return self.gpu_mem_total_mb if self.gpu_mem_total_mb is not None else self.mem_total_mb
+
+
+# field -> the fact that fills it, and back (from each field's metadata: one place)
+FIELD_FACT: dict[str, str] = {f.name: f.metadata["fact"] for f in fields(NodeFacts) if "fact" in f.metadata}
+FACT_FIELDS: dict[str, tuple[str, ...]] = {
+    fact: tuple(n for n, owner in FIELD_FACT.items() if owner == fact) for fact in dict.fromkeys(FIELD_FACT.values())
+}
+for _name in FIELD_FACT:  # the dataclass left plain defaults as class attributes: an unread field must find none
+    if _name in NodeFacts.__dict__:
+        delattr(NodeFacts, _name)
 
 
 def safe_name(name: str) -> bool:

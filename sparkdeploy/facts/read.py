@@ -11,7 +11,7 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session
 
-from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, LEFTOVERS, RESOURCES, STATE
+from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
 from .script import FactArgs, script
@@ -26,14 +26,17 @@ SETS = {
     "access": ACCESS,
     "down": DOWN,
     "leftovers": LEFTOVERS,
+    "history": HISTORY,
+    "top": TOP,
+    "guard": GUARD,
 }
 
 
 def parse(node: str, text: str) -> NodeFacts:
     """Turn the script's output into NodeFacts: each section through its fact's parser (pure: unit-tested
-    without a node). A fact not in the output leaves its field at the default."""
+    without a node). A fact not in the output stays unread: reading its fields raises UnreadFact."""
     sections = parse_sections(text)
-    f = NodeFacts(node=node)
+    f = NodeFacts.unread(node)
     for name, fact in FACTS.items():  # the registry's order: the state dir's files before their sums
         if name in sections:
             fact.store(f, fact.process(sections[name]))
@@ -52,7 +55,7 @@ def gather(conn: NodeConnection, names: Iterable[str], args: FactArgs, timeout: 
     """The facts `names` of the node behind `conn`, in one command (read-only)."""
     result = conn.run(command(names, args), check=False, timeout=timeout)
     facts = parse(conn.node.name, result.stdout)
-    if not facts.home:
+    if not facts.has("home") or not facts.home:
         reason = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise StepFailed(
             f"{conn.node.name}: could not read the node's state (exit {result.exit_code}"

@@ -21,6 +21,20 @@ from typing import Any
 
 from .parsers import SECTION, Section
 
+# `sec NAME CMD...`: one command's stdout, stderr and exit code, framed as a Section (parsers.parse_sections);
+# without a temporary file (a full /tmp) its stderr is dropped. The one copy: doctor's probe scripts use it too.
+SECTION_FUNCTION = (
+    r"""sec() { local n=$1 t rc; shift; t=$(mktemp 2>/dev/null) || t=/dev/null; printf '\n%s %s\n' '"""
+    + SECTION
+    + r"""' "$n"; "$@" 2>"$t"; rc=$?;
+  printf '\n%s %s.err\n' '"""
+    + SECTION
+    + r"""' "$n"; [ "$t" = /dev/null ] || { cat "$t"; rm -f "$t"; }; printf '\n%s %s.rc %s\n' '"""
+    + SECTION
+    + r"""' "$n" "$rc"; }
+"""
+)
+
 # $1 state dir (relative to $HOME), $2 HF cache (~/... or absolute), $3 the model's hub folder name,
 # $4 the fabric interfaces (comma separated; EVERY_PORT: every en* interface), $5 the programs whose
 # `sudo -n -l` is read (comma separated); what follows: the image references to inspect. /usr/sbin and /sbin
@@ -31,15 +45,8 @@ sd="$1"; hf="$2"; model="$3"; ifaces="$4"; progs="$5"; shift 5
 export PATH="$PATH:/usr/sbin:/sbin"
 dir="$HOME/$sd"
 case "$hf" in "~") hf="$HOME";; "~/"*) hf="$HOME/${hf#\~/}";; esac
-sec() { local n=$1 t rc; shift; t=$(mktemp 2>/dev/null) || t=/dev/null; printf '\n%s %s\n' '"""
-    + SECTION
-    + r"""' "$n"; "$@" 2>"$t"; rc=$?;
-  printf '\n%s %s.err\n' '"""
-    + SECTION
-    + r"""' "$n"; [ "$t" = /dev/null ] || { cat "$t"; rm -f "$t"; }; printf '\n%s %s.rc %s\n' '"""
-    + SECTION
-    + r"""' "$n" "$rc"; }
 """
+    + SECTION_FUNCTION
 )
 
 

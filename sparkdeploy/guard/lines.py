@@ -20,7 +20,9 @@ def check_lines(dep: Deployment, facts: Mapping[str, NodeFacts | Exception]) -> 
     problems = []
     for nd in dep.nodes:
         f = facts.get(nd.node.name)
-        if not isinstance(f, NodeFacts) or not f.mem_total_mb or not any(c.role == GUARD_ROLE for c in nd.containers):
+        if not isinstance(f, NodeFacts) or not any(c.role == GUARD_ROLE for c in nd.containers):
+            continue
+        if not f.has("meminfo") or not f.mem_total_mb:  # read only where something starts
             continue
         total_gib = f.mem_total_mb / 1024
         for field, value in (

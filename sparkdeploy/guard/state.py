@@ -10,7 +10,8 @@ from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.userfile import parse_json
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.facts import NodeFacts
+from sparkdeploy.facts import FactArgs, NodeFacts, gather
+from sparkdeploy.facts.catalog import GUARD, GUARD_STATUS_FILES
 from sparkdeploy.nodeside.guard.run import STATUS
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 
@@ -31,12 +32,38 @@ def guard_folder(home: str, inv: Inventory, conn: NodeConnection | None = None) 
 def read_status(conn: NodeConnection, folder: str) -> dict[str, Any] | None:
     """The node's guard status (None: no guard has written one)."""
     raw = conn.read(f"{folder}/{STATUS}")
+    try:
+        return _status(raw.decode("utf-8") if raw is not None else None, f"{folder}/{STATUS}")
+    except UnicodeDecodeError:
+        return {"state": "unreadable", "reason": f"{folder}/{STATUS} is not JSON"}
+
+
+def _status_file(f: NodeFacts, inv: Inventory) -> str:
+    """The guard's status.json from the home, as guard_folder picks it: the single deployment's guard folder
+    first, else a stack's guard unit's (from the fact `guard_status`)."""
+    single, stack = (f"{inv.cluster.state_dir}{rel}" for rel in ("/" + GUARD_STATUS_FILES[0], GUARD_STATUS_FILES[1]))
+    return stack if single not in f.guard_status and stack in f.guard_status else single
+
+
+def guard_dir(f: NodeFacts, inv: Inventory) -> str:
+    """The node's guard folder (absolute), from its facts `home` and `guard_status` (guard_folder without a read)."""
+    return f"{f.home.rstrip('/')}/{_status_file(f, inv).rsplit('/', 1)[0]}"
+
+
+def status_of(f: NodeFacts, inv: Inventory) -> dict[str, Any] | None:
+    """The node's guard status from its fact `guard_status` (the set GUARD; doctor's DOCTOR): None: no guard has
+    written one."""
+    rel = _status_file(f, inv)
+    return _status(f.guard_status.get(rel), f"{f.home.rstrip('/')}/{rel}")
+
+
+def _status(raw: str | None, where: str) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        data = parse_json(raw.decode("utf-8"), f"{folder}/{STATUS}")
-    except (ConfigError, UnicodeDecodeError):  # the node's file, read like every file handed to us (userfile.py)
-        return {"state": "unreadable", "reason": f"{folder}/{STATUS} is not JSON"}
+        data = parse_json(raw, where)
+    except ConfigError:  # the node's file, read like every file handed to us (userfile.py)
+        return {"state": "unreadable", "reason": f"{where} is not JSON"}
     if isinstance(data, dict) and time.time() - float(data.get("updated") or 0) > STALE_S:
         data["stale_s"] = round(time.time() - float(data.get("updated") or 0), 1)
     return data if isinstance(data, dict) else None
@@ -79,11 +106,10 @@ def read_all(session: Any, inv: Inventory, facts: dict[str, NodeFacts | Exceptio
         if isinstance(f := facts.get(n.name), NodeFacts) and any(c.role == "guard" for c in f.containers)
     ]
     homes = {n.name: facts[n.name].home for n in nodes}  # type: ignore[union-attr]  # NodeFacts: filtered above
+    args = FactArgs(state_dir=inv.cluster.state_dir)
     found = {
         o.node.name: o.value
-        for o in on_nodes(
-            nodes, lambda n: read_status(session.conn(n), guard_folder(homes[n.name], inv, session.conn(n)))
-        )
+        for o in on_nodes(nodes, lambda n: status_of(gather(session.conn(n), GUARD, args, timeout=20), inv))
         if o.ok
     }
     return {name: found.get(name) for name in homes}
@@ -148,10 +174,10 @@ def watch_line(group: str, w: dict[str, Any]) -> str:
 
 def read_nodes(inv: Inventory, conns: dict[str, NodeConnection]) -> dict[str, dict[str, Any] | None]:
     """Each node's guard status over connections already open (`top`): node -> status.json or None."""
+    args = FactArgs(state_dir=inv.cluster.state_dir)
 
     def one(node: Node) -> dict[str, Any] | None:
-        home = conns[node.name].run(["sh", "-c", 'printf %s "$HOME"'], check=False, timeout=20).stdout
-        return read_status(conns[node.name], guard_folder(home, inv, conns[node.name])) if home else None
+        return status_of(gather(conns[node.name], GUARD, args, timeout=20), inv)
 
     return {o.node.name: o.value for o in on_nodes(list(inv.nodes), one) if o.ok}
 

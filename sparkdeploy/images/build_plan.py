@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sparkdeploy.images.definitions import ImageDefinition, load_definition
 from sparkdeploy.images.sources import load_sources
+from sparkdeploy.nodeside import ship
 
 if TYPE_CHECKING:
     from sparkdeploy.runtime.remote import NodeConnection
@@ -105,17 +106,6 @@ def build_plan(name: str, node: str) -> BuildPlan:
 
 # -- checks on the node ---------------------------------------------------------------------------------------
 
-# An HTTP answer of any status proves the host is reachable (nvcr.io/v2/ answers 401 without a token).
-_PROBE = (
-    "import sys, urllib.request, urllib.error\n"
-    "try:\n"
-    "    urllib.request.urlopen(urllib.request.Request(sys.argv[1], method='HEAD'), timeout=10)\n"
-    "except urllib.error.HTTPError:\n"
-    "    pass\n"
-    "except Exception as exc:\n"
-    "    print(type(exc).__name__, exc); sys.exit(1)\n"
-)
-
 
 @dataclass(frozen=True)
 class BuildCheck:
@@ -164,7 +154,7 @@ def node_checks(definition: ImageDefinition, conn: NodeConnection) -> list[Build
             )
         )
     for url in needs.internet if needs else []:
-        probe = conn.run(["python3", "-c", _PROBE, url], check=False, timeout=30)
+        probe = conn.run(ship.argv("reach", url), check=False, timeout=30)  # nodeside/reach.py: any HTTP answer
         why = (probe.stdout or probe.stderr).strip().splitlines()
         checks.append(
             BuildCheck(

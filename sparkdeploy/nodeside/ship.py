@@ -35,6 +35,8 @@ PROGRAMS = {
     "relay": "relay",
     "store-reader": "store_reader",
     "netguard": "netguard",
+    "image-versions": "image_versions",
+    "reach": "reach",
 }
 # The programs shipped together: `images push --from`'s source starts the others from its own archive.
 BUNDLES = {
@@ -42,6 +44,8 @@ BUNDLES = {
     "hub": ("hub_client",),
     "push": ("source", "relay", "store_reader"),
     "network": ("netguard",),  # `setup network`: applied under a node-side rollback timer
+    "image": ("image_versions",),  # doctor's image.torch_nccl, run inside the engine image
+    "reach": ("reach",),  # `images build`'s internet check, from the node
 }
 ALWAYS = ("__init__", "__main__", "ship")  # what runs a program of any bundle
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry

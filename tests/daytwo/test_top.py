@@ -97,20 +97,35 @@ def test_counter_reset_is_not_negative():
 
 
 def test_node_targets_from_the_light_read():
+    """top reads the facts set TOP (node state only through facts/): the running containers of ours and every
+    folder's manifest, in the facts script's own framing, parsed by the facts layer."""
     from sparkdeploy.config.inventory import Node
+    from sparkdeploy.facts import parse
 
     node = Node(
         name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["enp1s0f1np1"]
     )
     text = (
-        "sparkdeploy-vllm backend\nsparkdeploy-litellm proxy\nsparkdeploy-prometheus metrics\n"
-        "@@sparkdeploy-manifest@@\n"
+        "@@sparkdeploy-facts@@ home\n/home/spark\n"
+        "@@sparkdeploy-facts@@ running\n"
+        "sparkdeploy-vllm\tbackend\t\nsparkdeploy-litellm\tproxy\t\nsparkdeploy-prometheus\tmetrics\t\n"
+        "sparkdeploy-chat-vllm\tbackend\tchat\n"
+        "@@sparkdeploy-facts@@ manifests\n"
+        "@@manifest .sparkdeploy\n"
         '{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000},'
         ' {"name": "sparkdeploy-litellm", "health_port": 4000},'
         ' {"name": "sparkdeploy-prometheus", "health_port": null}]}\n'
+        "@@manifest .sparkdeploy-chat\n"
+        '{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8001}]}\n'
+        "@@manifest .sparkdeploy-broken\nnot json\n"
     )
-    assert top.node_targets(node, text) == [
+    facts = parse("spark1", text)
+    assert top.node_targets(node, facts) == [
         top.Target("spark1", "sparkdeploy-vllm", "engine", "http://192.0.2.1:8000/metrics"),
         top.Target("spark1", "sparkdeploy-litellm", "proxy", "http://192.0.2.1:4000/metrics"),
+        top.Target("spark1", "sparkdeploy-chat-vllm", "engine", "http://192.0.2.1:8001/metrics"),
     ]
-    assert top.node_targets(node, "sparkdeploy-vllm solo\n@@sparkdeploy-manifest@@\nnot json") == []
+    assert top.node_targets(node, facts, "chat") == [
+        top.Target("spark1", "sparkdeploy-chat-vllm", "engine", "http://192.0.2.1:8001/metrics")
+    ]
+    assert sorted(facts.manifests) == [".sparkdeploy", ".sparkdeploy-chat"]  # the broken one names nothing

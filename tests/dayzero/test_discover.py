@@ -76,6 +76,7 @@ def test_the_lab_stand_ins_are_read_and_marked_simulated():
                 "",
                 0,
             ),
+            "max_mtu": ("[]", "", 0),
             "rdma_netdevs": ("@@rdma-link\n" + json.dumps(rdma), "", 0),
             "rdma": ("", "", 0),
         }

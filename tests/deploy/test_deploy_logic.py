@@ -27,6 +27,7 @@ from tests.deploy.deploy_helpers import (
     empty_facts,
     make_deployment,
 )
+from tests.support.doubles import RecordingConn, recording_session
 
 
 def _facts(dep, f=converged_facts):
@@ -506,36 +507,16 @@ def test_known_hosts_lookup_and_replace(tmp_path):
 # -- apply with fake connections --------------------------------------------------------------------------
 
 
-class FakeConn:
-    def __init__(self, node, fail_on: str | None = None, hook=None):
-        self.node = node
-        self.calls: list = []
-        self.fail_on = fail_on
-        self.hook = hook
-
-    def _check(self, text):
-        if self.hook:
-            self.hook(text)
-        if self.fail_on and self.fail_on in text:
-            raise StepFailed(f"{self.node.name}: `{text}` exited 1: no space left on device {SECRET_HF}")
-
-    def run(self, argv, check=True, timeout=None, stdin=None):
-        from sparkdeploy.runtime.remote import CommandResult
-
-        text = " ".join(argv)
-        self.calls.append(("run", text))
-        self._check(text)
-        return CommandResult(self.node.name, text, 0, "f" * 64 + "\n", "")
-
-    def put(self, content, path, mode=0o644):
-        self.calls.append(("put", path, mode))
-        self._check(f"put {path}")
+def _apply_conn(node, fail_on: str | None = None) -> RecordingConn:
+    """A node that answers every command with a sha256-like line; `fail_on`: a write or command that fails."""
+    failure = f"exited 1: no space left on device {SECRET_HF}"
+    return RecordingConn(node, stdout="f" * 64 + "\n", fail_on=fail_on, failure=failure)
 
 
 def _session(dep, **per_node):
-    from sparkdeploy.runtime.session import Session
-
-    return Session(dep.inventory, {n.name: per_node.get(n.name) or FakeConn(n) for n in dep.inventory.nodes})
+    return recording_session(
+        dep.inventory, **{n.name: per_node.get(n.name) or _apply_conn(n) for n in dep.inventory.nodes}
+    )
 
 
 def test_apply_runs_phase1_everywhere_before_phase2_and_writes_secrets_0600():
@@ -568,7 +549,7 @@ def test_apply_failure_on_one_node_stops_before_starting_anything_and_masks():
     dep = make_deployment("cluster")
     plan = plan_deployment(dep, _facts(dep, empty_facts))
     worker = dep.inventory.nodes[1]
-    s = _session(dep, spark2=FakeConn(worker, fail_on="vllm.entry.sh"))
+    s = _session(dep, spark2=_apply_conn(worker, fail_on="vllm.entry.sh"))
     apply_plan(s, plan, mask=dep.secrets.mask)
     [failed] = plan.failed()
     assert (failed.node, failed.kind, failed.target) == ("spark2", "write", "vllm.entry.sh")

@@ -15,6 +15,7 @@ from sparkdeploy.doctor import gpu, image
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.facts import GpuFact
 from tests.deploy.deploy_helpers import IMAGE, IMAGE_ID, converged_facts, empty_facts, make_deployment
+from tests.support.doubles import recording_session
 
 
 class Lines(Reporter):
@@ -106,12 +107,8 @@ def test_a_failed_check_refuses_with_figure_expected_and_fix(monkeypatch):
         f.gpu = GpuFact()  # read: no extra round trip
     result = UpResult()
 
-    class FakeSession:
-        def conn(self, node):
-            return None
-
     with pytest.raises(StepFailed) as exc:
-        fabric_gate.gate(dep, FakeSession(), facts, plan, Lines(), result, False, True, True)  # type: ignore[arg-type]
+        fabric_gate.gate(dep, recording_session(dep.inventory), facts, plan, Lines(), result, False, True, True)
     text = str(exc.value)
     assert "fabric gate failed SIMULATED" in text
     assert "probe failed: spark2: exit 1: timeout" in text and "busbw >= 18.4 GB/s" in text

@@ -174,3 +174,22 @@ def test_history_filters_by_inventory_and_rollback_refuses_another_cluster_in_on
     for cluster in (cb, None):  # None: the newest record's cluster (b), which has one record
         with pytest.raises(StepFailed, match="holds 1 deployment"):
             history.find(None, cluster)
+
+
+def test_a_record_reads_the_image_id_and_driver_as_registered_facts():
+    """Node state only through facts/ (issue 37 item 4): the record's image ID and GPU driver come from the one
+    facts script (the set HISTORY), fed here a real lab node's output (tests/facts/samples/lab-node-doctor.txt)."""
+    from pathlib import Path
+
+    from sparkdeploy.facts.catalog import HISTORY
+    from tests.deploy.deploy_helpers import make_deployment
+    from tests.support.doubles import RecordingConn
+
+    sample = (Path(__file__).parent.parent / "facts" / "samples" / "lab-node-doctor.txt").read_text()
+    sim = "sparkdeploy/vllm-sim:3cba9f084bdb"
+    node = make_deployment("solo").inventory.nodes[0]
+    conn = RecordingConn(node, {"bash -c": (0, sample)})
+    read = history._node_facts({node.name: conn}, [node], sim)
+    assert read == {node.name: {"image_id": sample.split(f"{sim} ")[1].split()[0], "driver": "580.95.05"}}
+    [command] = conn.commands
+    assert all(f"__f_{name}()" in command for name in HISTORY) and "__f_inspect()" not in command

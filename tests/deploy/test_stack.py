@@ -426,20 +426,27 @@ def test_a_removed_deployment_goes_and_the_gateway_forgets_it_without_a_restart(
 
 
 def test_top_and_logs_see_a_stacks_deployments():
-    """top reads every state dir's manifest (the stack's beside the single one); --deployment is a label filter."""
+    """top reads every state dir's manifest (the stack's beside the single one: the fact `manifests`); a
+    deployment's containers carry its label (the fact `running`), which --deployment picks."""
     from sparkdeploy.config.inventory import Node
     from sparkdeploy.daytwo import logs, top
+    from sparkdeploy.facts import parse
 
     node = Node(name="spark1", role="head", mgmt_ip="192.0.2.1", fabric_ip="198.51.100.1/24", fabric_ifaces=["e0"])
-    text = (
-        "sparkdeploy-chat-vllm solo\nsparkdeploy-gateway-litellm proxy\n"
-        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8000}]}\n'
-        '@@sparkdeploy-manifest@@\n{"containers": [{"name": "sparkdeploy-gateway-litellm", "health_port": 4000}]}\n'
+    facts = parse(
+        "spark1",
+        "@@sparkdeploy-facts@@ running\nsparkdeploy-chat-vllm\tsolo\tchat\n"
+        "sparkdeploy-gateway-litellm\tproxy\tgateway\n"
+        "@@sparkdeploy-facts@@ manifests\n"
+        '@@manifest .sparkdeploy-chat\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8000}]}\n'
+        "@@manifest .sparkdeploy-gateway\n"
+        '{"containers": [{"name": "sparkdeploy-gateway-litellm", "health_port": 4000}]}\n',
     )
-    assert top.node_targets(node, text) == [
+    assert top.node_targets(node, facts) == [
         top.Target("spark1", "sparkdeploy-chat-vllm", "engine", "http://192.0.2.1:8000/metrics"),
         top.Target("spark1", "sparkdeploy-gateway-litellm", "proxy", "http://192.0.2.1:4000/metrics"),
     ]
+    assert [t.container for t in top.node_targets(node, facts, "chat")] == ["sparkdeploy-chat-vllm"]
     assert logs.label_filter("coder") == f"{DEPLOYMENT_LABEL}=coder"
     assert logs.label_filter() == "io.sparkdeploy.managed=true"
 

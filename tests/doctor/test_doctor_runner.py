@@ -22,38 +22,16 @@ from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import GpuFact, NetworkFact, NodeFacts, RdmaFact
 from sparkdeploy.facts.parsers import Link, RdmaDevice, RdmaPort
 from tests.conftest import TWO_NODES
+from tests.support.doubles import RecordingConn
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-class FakeConn:
-    def __init__(self, node, outputs=None):
-        self.node = node
-        self.outputs = outputs or {}
-        self.commands = []
-
-    def run(self, argv, check=False, timeout=None, stdin=None):
-        from sparkdeploy.runtime.remote import CommandResult
-
-        command = argv if isinstance(argv, str) else " ".join(argv)
-        self.commands.append(command)
-        for prefix, (code, out) in self.outputs.items():
-            if command.startswith(prefix):
-                return CommandResult(self.node.name, command, code, out, "")
-        return CommandResult(self.node.name, command, 0, "", "")
-
-    def open(self):
-        raise AssertionError("a check must not open a connection of its own in these tests")
-
-    def close(self):
-        pass
 
 
 def make_run(write_inventory, facts: dict[str, dict], data=None, recipe=None, topology=None):
     path = write_inventory(data)
     run = prepare(str(path), Options(recipe=recipe, topology=topology))
     for node in run.nodes:
-        session = NodeSession(node, FakeConn(node))
+        session = NodeSession(node, RecordingConn(node))
         session.connected = True
         nf = NodeFacts(node=node.name, home="/home/spark", docker_ok=True)
         for key, value in facts.get(node.name, {}).items():
@@ -354,18 +332,15 @@ def test_clock_skew_over_a_second_fails(write_inventory):
     run = make_run(write_inventory, {})
     import sparkdeploy.doctor.network_checks as net
 
-    class Clock(FakeConn):
-        def __init__(self, node, offset):
-            super().__init__(node)
-            self.offset = offset
+    def clock(n, offset: float) -> RecordingConn:
+        from sparkdeploy.runtime.remote import CommandResult
 
-        def run(self, argv, check=False, timeout=None, stdin=None):
-            from sparkdeploy.runtime.remote import CommandResult
+        return RecordingConn(
+            n, answer=lambda _c, _s: CommandResult(n.name, "date", 0, f"{time.time() + offset:.6f}\n", "")
+        )
 
-            return CommandResult(self.node.name, "date", 0, f"{time.time() + self.offset:.6f}\n", "")
-
-    run.sessions["spark1"].conn = Clock(node(run, "spark1"), 0.0)
-    run.sessions["spark2"].conn = Clock(node(run, "spark2"), 4.0)
+    run.sessions["spark1"].conn = clock(node(run, "spark1"), 0.0)
+    run.sessions["spark2"].conn = clock(node(run, "spark2"), 4.0)
     res = net.clock(run, node(run, "spark2"))
     assert res.status == "fail" and res.measured.startswith("+4.0") and "timedatectl set-ntp true" in res.fix
     assert net.clock(run, node(run, "spark1")).status == "pass"
@@ -467,3 +442,24 @@ def test_image_engine_names_the_engine_and_its_version(write_inventory, recipe, 
     assert row.measured.startswith(f"{text} ("), row.measured
     assert row.data["engine"] == engine and row.data["engine_version"] == text.split(" ")[-1]
     assert row.to_dict()["data"]["image"] == run.deployment.image_tag
+
+
+def test_a_stack_containers_port_comes_from_its_deployments_manifest_fact():
+    """doctor's endpoint checks find a stack container's port in the fact `manifests` of the node's one facts
+    read (node state only through facts/): the stack's state dirs, not the single deployment's."""
+    from types import SimpleNamespace
+
+    from sparkdeploy.doctor.endpoint import stack_ports
+    from sparkdeploy.facts import parse
+
+    facts = parse(
+        "spark1",
+        "@@sparkdeploy-facts@@ manifests\n"
+        '@@manifest .sparkdeploy\n{"containers": [{"name": "sparkdeploy-vllm", "health_port": 8000}]}\n'
+        '@@manifest .sparkdeploy-chat\n{"containers": [{"name": "sparkdeploy-chat-vllm", "health_port": 8001},'
+        ' {"name": "sparkdeploy-chat-guard", "health_port": null}]}\n',
+    )
+    run = SimpleNamespace(
+        inventory=SimpleNamespace(cluster=SimpleNamespace(state_dir=".sparkdeploy")), node_facts=lambda node: facts
+    )
+    assert stack_ports(run, None) == {"sparkdeploy-chat-vllm": 8001}  # type: ignore[arg-type]

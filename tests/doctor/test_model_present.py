@@ -4,35 +4,15 @@ as the node runs it, each node's cache its own folder), with the pull that fixes
 
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
-
 from sparkdeploy.config.inventory import load_inventory
 from sparkdeploy.doctor.api import render
 from sparkdeploy.doctor.doctor_run import DoctorRun, NodeSession
 from sparkdeploy.doctor.registry import BY_ID
 from sparkdeploy.doctor.runner import _run_tasks, _Task
-from sparkdeploy.runtime.remote import CommandResult
+from tests.support.doubles import local_shell
 
 RECIPE = "openai-gpt-oss-120b-eagle3"
 DRAFT = "nvidia/gpt-oss-120b-Eagle3-long-context"
-
-
-class LocalNode:
-    """A node's commands run on this machine, as over SSH (through a shell), with the node's own $HOME."""
-
-    def __init__(self, node, home):
-        self.node, self.home = node, home
-
-    def run(self, argv, check=False, timeout=None, stdin=None):
-        cmd = argv if isinstance(argv, str) else shlex.join(argv)
-        env = dict(os.environ, HOME=str(self.home))
-        p = subprocess.run(["sh", "-c", cmd], input=stdin, capture_output=True, text=True, env=env, timeout=120)
-        return CommandResult(self.node.name, cmd, p.returncode, p.stdout, p.stderr)
-
-    def close(self):
-        pass
 
 
 def doctor_run(inventory_file, tmp_path, simulated: bool) -> DoctorRun:
@@ -43,7 +23,7 @@ def doctor_run(inventory_file, tmp_path, simulated: bool) -> DoctorRun:
     for node in run.nodes:
         home = tmp_path / node.name
         home.mkdir(exist_ok=True)
-        run.sessions[node.name] = NodeSession(node, LocalNode(node, home), connected=True)  # type: ignore[arg-type]
+        run.sessions[node.name] = NodeSession(node, local_shell(node, home), connected=True)  # type: ignore[arg-type]
     return run
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from sparkdeploy import facts as facts_mod
 from sparkdeploy.deploy.stack import routes as gateway_routes
 from sparkdeploy.facts import FACTS, FactArgs, parse, parse_sections
-from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, LEFTOVERS, RESOURCES, STATE
+from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE = (SAMPLES / "lab-node-doctor.txt").read_text()
@@ -26,8 +26,12 @@ SIM = "sparkdeploy/vllm-sim:3cba9f084bdb"
 def test_every_fact_is_in_the_sample_and_the_doctor_set():
     sections = parse_sections(SAMPLE)
     # engine_errors (issue 43) has its real sample in lab-cluster-*-rank-dead.txt: tests/facts/test_rank_dead_facts.py
-    assert set(DOCTOR) - {"engine_errors"} == set(sections)
-    assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS)  # day zero's: tests/facts/test_dayzero_facts.py
+    # manifests (doctor's stack ports) and guard_status (guard.crash), issue 37: their real sample is in
+    # lab-every-fact.txt (test_fact_samples.py)
+    assert set(DOCTOR) - {"engine_errors", "manifests", "guard_status"} == set(sections)
+    # day zero's: tests/facts/test_dayzero_facts.py; top's and the guard's: lab-every-fact.txt
+    assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS) | set(TOP) | set(GUARD)
+    assert set(HISTORY) <= set(DOCTOR)
     assert set(STATE) | set(RESOURCES) | set(DOWN) | set(LEFTOVERS) <= set(DOCTOR)
 
 

@@ -72,27 +72,16 @@ def test_hold_point_waits_for_ctrl_c_or_the_release_file(monkeypatch, tmp_path, 
 
 def test_lock_release_skips_a_node_lost_mid_run_and_says_its_lock_stays():
     """Pure logic of NodeLocks' release (the lab matrix shows it against real nodes): no wait on a dead node."""
-    from types import SimpleNamespace
-
     from sparkdeploy.runtime.locks import NodeLocks
+    from tests.support.doubles import RecordingConn, recording_session
 
     dep = make_deployment("cluster")
-    ran = []
-
-    class Conn:
-        def __init__(self, name, lost):
-            self.name, self.lost = name, lost
-
-        def run(self, argv, **kw):
-            ran.append(self.name)
-
-    session = SimpleNamespace(
-        inventory=dep.inventory, conns={"spark1": Conn("spark1", False), "spark2": Conn("spark2", True)}
-    )
+    spark1, spark2 = dep.inventory.nodes
+    session = recording_session(dep.inventory, spark1=RecordingConn(spark1), spark2=RecordingConn(spark2, lost=True))
     said = []
-    locks = NodeLocks(session, said.append)  # type: ignore[arg-type]
+    locks = NodeLocks(session, said.append)
     locks.taken = list(dep.inventory.nodes)
     locks.__exit__()
-    assert ran == ["spark1"]
+    assert [n for n, c in session.conns.items() if c.commands] == ["spark1"]
     assert len(said) == 1 and said[0].startswith("spark2 (192.0.2.2): the node lock ~/.sparkdeploy.lock stays")
     assert "rm -r ~/.sparkdeploy.lock" in said[0]

@@ -74,7 +74,7 @@ from sparkdeploy.topologies.running_stack import GATEWAY, GUARD, RESERVED, deplo
 
 def only(f: NodeFacts, name: str) -> NodeFacts:
     """The node's facts as one deployment sees them: its own containers only."""
-    return dataclasses.replace(f, containers=[c for c in f.containers if c.labels.get(DEPLOYMENT_LABEL) == name])
+    return f.with_containers([c for c in f.containers if c.labels.get(DEPLOYMENT_LABEL) == name])
 
 
 @dataclass
@@ -448,7 +448,7 @@ def _push_images(inv: Inventory, nds: list[NodeDeployment], facts: dict[str, Nod
 
 
 def _with_resources(f: NodeFacts, base: NodeFacts) -> NodeFacts:
-    g = dataclasses.replace(f)
+    g = f.copy()
     g.add_resources(base)
     return g
 
@@ -593,8 +593,7 @@ def health_ports(
 def unlabelled(good: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
     """The facts as the single deployment sees them: containers of no stack deployment."""
     return {
-        n: dataclasses.replace(f, containers=[c for c in f.containers if not c.labels.get(DEPLOYMENT_LABEL)])
-        for n, f in good.items()
+        n: f.with_containers([c for c in f.containers if not c.labels.get(DEPLOYMENT_LABEL)]) for n, f in good.items()
     }
 
 
