@@ -2,11 +2,13 @@
 image.torch_nccl, sparkdeploy/doctor/image.py): the torch, CUDA, NCCL and vLLM versions the image carries, as one
 `@@versions@@ JSON` line. Standard library only; what the image lacks is the finding, never a crash."""
 
+from __future__ import annotations
+
 import json
 
 
-def versions():
-    out = {}
+def versions() -> dict[str, object]:
+    out: dict[str, object] = {}
     # Broad on purpose: torch in an unknown image fails in many ways (ImportError, OSError for a missing CUDA
     # library, RuntimeError from a build without NCCL), importing it or asking it; each failure is the finding.
     try:
@@ -15,7 +17,7 @@ def versions():
         out["torch"] = torch.__version__
         out["cuda"] = torch.version.cuda
         try:
-            v = torch.cuda.nccl.version()
+            v = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
         except Exception as exc:  # noqa: BLE001 - any failure is the finding (above)
             out["nccl"] = None
@@ -38,6 +40,6 @@ def versions():
     return out
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     print("@@versions@@" + json.dumps(versions()))
     return 0

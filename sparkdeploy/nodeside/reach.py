@@ -2,12 +2,14 @@
 An HTTP answer of any status proves the host is reachable (nvcr.io/v2/ answers 401 without a token); anything else
 prints its type and message and exits 1."""
 
+from __future__ import annotations
+
 import sys
 import urllib.error
 import urllib.request
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     try:
         urllib.request.urlopen(urllib.request.Request(argv[0], method="HEAD"), timeout=10)
     except urllib.error.HTTPError:
