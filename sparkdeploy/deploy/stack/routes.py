@@ -81,6 +81,7 @@ class Engine:
 class Group:
     model: str
     engines: tuple[Engine, ...]
+    idle_timeout: int | None = None  # an on-demand member's (seconds; docs/stack.md); None: always on
 
 
 @dataclass
@@ -129,6 +130,7 @@ class Routes:
         return {
             "groups": {
                 name: {"model": g.model, "engines": [e.as_json() for e in g.engines]}
+                | ({"idle_timeout": g.idle_timeout} if g.idle_timeout is not None else {})
                 for name, g in sorted(self.groups.items())
             },
             "out": dict(sorted(self.out.items())),
@@ -162,14 +164,18 @@ def engine_id(deployment: str, index: int) -> str:
 
 
 def group(
-    deployment: str, model: str, urls: Iterable[str], watchers: dict[str, tuple[str, str]] | None = None
+    deployment: str,
+    model: str,
+    urls: Iterable[str],
+    watchers: dict[str, tuple[str, str]] | None = None,
+    idle_timeout: int | None = None,
 ) -> Group:
     """A deployment's engines; `watchers`: an engine's URL -> (its watcher's group, its watcher's URL)."""
     engines = []
     for i, url in enumerate(urls):
         watch_group, watch = (watchers or {}).get(url, (None, None))
         engines.append(Engine(engine_id(deployment, i), url, watch, watch_group))
-    return Group(model, tuple(engines))
+    return Group(model, tuple(engines), idle_timeout)
 
 
 def _text(value: Any) -> str | None:
@@ -188,7 +194,8 @@ def parse(data: dict[str, Any] | None) -> Routes | None:
                 for e in g["engines"]
                 if isinstance(e, dict) and "id" in e
             )
-            groups[str(name)] = Group(g["model"], engines)
+            idle = g.get("idle_timeout")
+            groups[str(name)] = Group(g["model"], engines, idle if isinstance(idle, int) else None)
     out = data.get("out") if isinstance(data.get("out"), dict) else {}
     return Routes(groups, {str(k): str(v) for k, v in (out or {}).items()})
 

@@ -50,7 +50,8 @@ def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
     for m in stack.members:
         dep = m.deployment
         assert dep is not None  # built before the gateway
-        groups[m.name] = group(m.name, m.model, dep.backends or [dep.endpoint], _watchers(stack, dep, m.name))
+        urls = dep.backends or [dep.endpoint]
+        groups[m.name] = group(m.name, m.model, urls, _watchers(stack, dep, m.name), m.entry.idle_timeout_s)
     return Routes(groups, dict(out or {}))
 
 

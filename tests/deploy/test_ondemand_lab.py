@@ -1,0 +1,89 @@
+"""On-demand stack members in the shared lab (issue 40, slice a): `up --stack` prepares an on-demand member
+without starting it (its engine container created, not running: real `docker create` on the lab node), routes the
+always-on one, answers the cold model 503 naming why, `status` shows each member cold or warm, a second `up`
+changes nothing, `down` leaves nothing. The engines are vllm-sim (SIMULATED: no GPU math)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from sparkdeploy.config.secrets import parse_env_file
+from tests.support.cli_process import failure
+from tests.support.cli_process import sd as run_cli_process
+
+pytestmark = pytest.mark.lab
+
+STACK = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+  - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
+     on_demand: true, idle_timeout: 30s}
+"""
+
+
+def sd(*args: str, timeout: float = 900):
+    return run_cli_process(*args, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def inv(lab) -> str:
+    path = str(lab.spec.inventory_path)
+    r = sd("down", "-i", path)
+    assert r.returncode == 0, failure(r)
+    yield path
+    sd("down", "--keys", "-i", path)
+
+
+def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path):
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(STACK)
+    r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    first = json.loads(r.stdout)
+    assert first["routes"]["cold"] == ["coder"] and first["routes"]["served"] == ["glm-4.7-flash"]
+    coder = next(u for u in first["units"] if u["deployment"] == "coder")
+    (create,) = [s for s in coder["steps"] if s["step"] in ("create-container", "start-container")]
+    assert create["step"] == "create-container" and create["status"] == "changed", create
+    assert create["detail"].startswith("created ") and create["detail"].endswith(", not started"), create
+
+    # the engine container exists on spark1 as rendered, created and never started (a second reader: docker)
+    spark1 = lab.nodes[0]
+    out = lab.ssh(
+        spark1, "docker inspect --format '{{.State.Status}} {{.State.StartedAt}}' sparkdeploy-coder-vllm"
+    ).stdout
+    assert out.split()[0] == "created" and out.split()[1].startswith("0001-01-01"), out
+
+    key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
+    client = openai.OpenAI(base_url=f"http://{spark1.mgmt_ip}:4000/v1", api_key=key, max_retries=0, timeout=60)
+    assert {m.id for m in client.models.list()} == {"glm-4.7-flash"}
+    answer = client.chat.completions.create(
+        model="glm-4.7-flash", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert answer.usage is not None and answer.usage.completion_tokens > 0
+    with pytest.raises(openai.APIStatusError) as exc:
+        client.chat.completions.create(
+            model="qwen3-coder-30b", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert exc.value.status_code == 503 and "cold: on demand" in str(exc.value), exc.value
+
+    r = sd("status", "-i", inv, "--json")
+    assert r.returncode == 0, failure(r)
+    data = json.loads(r.stdout)
+    assert data["healthy"], data  # a cold member's created container is not a failure
+    members = {m["deployment"]: m for m in data["members"]}
+    assert (members["chat"]["state"], members["coder"]["state"]) == ("warm", "cold"), members
+    assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 30
+    r = sd("status", "-i", inv)
+    assert "member coder (qwen3-coder-30b, on demand, idle timeout 30 s): cold" in r.stdout, r.stdout
+
+    r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    assert json.loads(r.stdout)["changed"] == 0
+
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    left = lab.ssh(spark1, "docker ps -a --filter label=io.sparkdeploy.deployment --format '{{.Names}}'").stdout
+    assert left.strip() == "", left
