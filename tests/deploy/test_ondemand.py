@@ -125,7 +125,7 @@ def test_up_prepares_a_cold_member_creates_its_engine_and_starts_nothing_of_it(t
     coder = next(u for u in units if u.name == "coder")
     (create,) = [x for x in coder.plan.steps if x.kind in (StepKind.START_CONTAINER, StepKind.CREATE_CONTAINER)]
     assert (create.kind, create.change, create.target) == (StepKind.CREATE_CONTAINER, True, "sparkdeploy-coder-vllm")
-    assert create.reason == f"{st.COLD}: created, not started (missing)"
+    assert create.reason == "on demand: created, not started (missing)"
     assert st.cold(units) == ["coder", "small"]
     manifest = json.loads(next(x.file.content for x in coder.plan.steps if x.kind == StepKind.MANIFEST and x.file))
     assert manifest["on_demand"] == {"idle_timeout": 90, "share": 0.45, "room": {"spark1": 0.93}}
@@ -204,7 +204,7 @@ def test_status_shows_each_member_cold_starting_warm_or_stopping_from_the_routes
     }
     rows = {r["deployment"]: r for r in sm.member_states(routes, facts)}
     assert (rows["chat"]["state"], rows["chat"]["on_demand"]) == ("warm", False)
-    assert (rows["small"]["state"], rows["small"]["why"]) == ("cold", st.COLD)
+    assert (rows["small"]["state"], rows["small"]["why"]) == ("cold", "on demand, not running")
     assert rows["small"]["idle_timeout_s"] == sf.IDLE_TIMEOUT_DEFAULT_S and rows["coder"]["state"] == "cold"
     starting = routes.taken_out("coder", "starting: on demand")
     spark1 = cast(NodeFacts, facts["spark1"])

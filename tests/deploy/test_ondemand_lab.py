@@ -77,11 +77,15 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert (members["chat"]["state"], members["coder"]["state"]) == ("warm", "cold"), members
     assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 30
     r = sd("status", "-i", inv)
-    assert "member coder (qwen3-coder-30b, on demand, idle timeout 30 s): cold" in r.stdout, r.stdout
+    assert "member coder (qwen3-coder-30b, on demand, idle timeout 30 s): cold: on demand, not running" in r.stdout
 
     r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
     assert r.returncode == 0, failure(r)
     assert json.loads(r.stdout)["changed"] == 0
+
+    # nothing on the nodes started it meanwhile (the node's watcher leaves a never-started container alone)
+    out = lab.ssh(spark1, "docker inspect --format '{{.State.Status}}' sparkdeploy-coder-vllm").stdout
+    assert out.strip() == "created", out
 
     r = sd("down", "-i", inv)
     assert r.returncode == 0, failure(r)

@@ -465,7 +465,7 @@ def prepare_only(plan: Plan) -> None:
         if s.kind != StepKind.START_CONTAINER or not s.change:
             continue
         if s.reason.startswith(_RECREATE):
-            s.kind, s.reason = StepKind.CREATE_CONTAINER, f"{COLD}: created, not started ({s.reason})"
+            s.kind, s.reason = StepKind.CREATE_CONTAINER, f"on demand: created, not started ({s.reason})"
         else:
             s.change, s.reason = False, COLD
 
@@ -475,7 +475,9 @@ def cold(units: Sequence[Unit]) -> list[str]:
     return [
         u.name
         for u in units
-        if u.member is not None and u.member.on_demand and any(s.reason.startswith(COLD) for s in u.plan.steps)
+        if u.member is not None
+        and u.member.on_demand
+        and any(s.reason == COLD or s.kind == StepKind.CREATE_CONTAINER for s in u.plan.steps)
     ]
 
 

@@ -32,7 +32,7 @@ def member_state(name: str, routes: Routes, facts: Mapping[str, NodeFacts | Exce
     running = [c for c in engines if c.running]
     out = routes.out.get(name, "")
     if not running:
-        state, why = COLD, out or "no engine runs"
+        state, why = COLD, out.removeprefix(f"{COLD}: ") or "no engine runs"  # up says `cold: WHY`
     elif out.startswith(STOPPING_WHY):
         state, why = STOPPING, out
     elif routes.routed(name) and all(c.health in ("healthy", "") for c in running):
