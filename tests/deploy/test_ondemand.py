@@ -18,6 +18,7 @@ from sparkdeploy.deploy.stack import units as su
 from sparkdeploy.errors import ConfigError
 from sparkdeploy.facts import ContainerFact, NodeFacts
 from sparkdeploy.labels import DEPLOYMENT_LABEL, ROLE_LABEL
+from sparkdeploy.nodeside.gateway import gateway_spend
 
 from .test_stack import TOTAL, apply_to, facts_for, loaded, problems
 
@@ -177,6 +178,48 @@ def test_routes_carry_each_on_demand_members_idle_timeout_and_its_cold_reason(tm
     back = sr.parse(data)
     assert back is not None and back.groups["small"].idle_timeout == sf.IDLE_TIMEOUT_DEFAULT_S
     assert back.text() == routes.text()
+    # every engine of an on-demand member, with its watcher: the hook routes it while the watcher says `ok`
+    od = data["on_demand"]
+    assert sorted(od) == ["coder", "small"] and od["coder"]["idle_timeout"] == 90
+    (entry,) = od["coder"]["model_list"]
+    assert entry["model_name"] == s.member("coder").model and entry["model_info"]["group"] == "coder:spark1"
+    assert entry["model_info"]["watch"].endswith(":7390/watch"), entry
+    assert "on_demand" not in json.loads(su.stack_routes(built(loaded(tmp_path, inventory_file, ONE_ON))).text())
+
+
+ONE_ON = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+"""
+
+
+def test_the_guards_of_a_stack_with_on_demand_members_read_the_gateways_demand(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    (guard,) = su.guard_nodes(s)
+    url = f"http://{s.head.url_host}:{s.gateway_port}/sparkdeploy/demand"
+    assert f'"demand":"{url}"' in guard.file("guard.entry.sh").content  # the config the guard's entry writes
+    (plain,) = su.guard_nodes(built(loaded(tmp_path, inventory_file, ONE_ON)))
+    assert '"demand"' not in plain.file("guard.entry.sh").content
+
+
+def test_the_hook_answers_the_demand_where_the_activators_read_it():
+    hook = su.HOOK_SOURCE.read_text(encoding="utf-8")
+    assert f'DEMAND_PATH = "{sr.DEMAND_PATH}"' in hook
+
+
+def test_demand_counts_waiting_and_in_flight_requests_over_processes_never_below_zero(tmp_path):
+    db = str(tmp_path / "spend.sqlite")
+    gateway_spend.demand_add("m", waiting=1, path=db)
+    gateway_spend.demand_add("m", in_flight=1, path=db)
+    seen = gateway_spend.demand(db)["m"]
+    assert (seen["waiting"], seen["in_flight"]) == (1, 1) and seen["last_request"] is not None
+    last = seen["last_request"]
+    gateway_spend.demand_add("m", waiting=-1, path=db)
+    gateway_spend.demand_add("m", in_flight=-1, path=db)
+    gateway_spend.demand_add("m", in_flight=-1, path=db)  # a stray end: never below 0
+    assert gateway_spend.demand(db)["m"] == {"waiting": 0, "in_flight": 0, "last_request": last}
+    gateway_spend.demand_add("other", in_flight=-1, path=db)  # an end first: counted 0, no last request
+    assert gateway_spend.demand(db)["other"] == {"waiting": 0, "in_flight": 0, "last_request": None}
 
 
 def _engine(name: str, member: str, running: bool, health: str) -> ContainerFact:
@@ -213,4 +256,9 @@ def test_status_shows_each_member_cold_starting_warm_or_stopping_from_the_routes
     assert sm.member_state("coder", routes, facts)["state"] == "starting"  # routed, Docker says not healthy yet
     stopping = routes.taken_out("chat", "stopping: idle for 90 s")
     assert sm.member_state("chat", stopping, facts)["state"] == "stopping"
+    # started on a request: routes.json (written by `up`) still says cold; healthy is warm, before that starting
+    spark1.containers.append(_engine("sparkdeploy-small-vllm", "small", True, "starting"))
+    assert sm.member_state("small", routes, facts)["state"] == "starting"
+    spark1.containers[-1] = _engine("sparkdeploy-small-vllm", "small", True, "healthy")
+    assert sm.member_state("small", routes, facts)["state"] == "warm"
     assert sm.member_states(None, facts) == []

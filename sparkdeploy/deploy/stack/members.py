@@ -37,6 +37,9 @@ def member_state(name: str, routes: Routes, facts: Mapping[str, NodeFacts | Exce
         state, why = STOPPING, out
     elif routes.routed(name) and all(c.health in ("healthy", "") for c in running):
         state, why = WARM, "routed by the gateway"
+    elif routes.groups[name].idle_timeout is not None and all(c.health == "healthy" for c in running):
+        # started on a request (routes.json still says cold): the gateway routes it while its watcher says ok
+        state, why = WARM, "started on demand, routed by the gateway while healthy"
     else:
         state, why = STARTING, out or ", ".join(f"{c.name} {c.health or c.status}" for c in running)
     g = routes.groups[name]

@@ -50,6 +50,11 @@ SETTLE_S = 0.5
 HEALTH_TIMEOUT_S = 5.0  # an unchanged engine's /health, asked by `up --stack`
 
 
+# The gateway hook's read-only answer of each on-demand group's demand (nodeside/gateway/gateway_hook.py's
+# DEMAND_PATH, the same string: a fast test compares them), polled by the nodes' activators (guard/activate.py).
+DEMAND_PATH = "/sparkdeploy/demand"
+
+
 @dataclass(frozen=True)
 class Engine:
     id: str  # `<deployment>-<i>`: LiteLLM's model_info.id
@@ -97,15 +102,17 @@ class Routes:
 
     def model_list(self) -> list[dict[str, Any]]:
         """LiteLLM's model_list: one entry per routed engine; a deployment's engines share its model (one group)."""
-        return [
-            {
-                "model_name": g.model,
-                "litellm_params": {"model": f"hosted_vllm/{g.model}", "api_base": e.api_base, "api_key": "EMPTY"},
-                "model_info": e.model_info(),
-            }
+        return [_entry(g, e) for name, g in sorted(self.groups.items()) for e in self.routed(name)]
+
+    def on_demand(self) -> dict[str, dict[str, Any]]:
+        """The on-demand deployments (docs/stack.md): deployment -> its model, idle timeout and every engine's
+        model_list entry. The gateway's hook routes them while their watchers say `ok` and holds a request for
+        one that is not (it starts on the request), whatever `model_list` says."""
+        return {
+            name: {"model": g.model, "idle_timeout": g.idle_timeout, "model_list": [_entry(g, e) for e in g.engines]}
             for name, g in sorted(self.groups.items())
-            for e in self.routed(name)
-        ]
+            if g.idle_timeout is not None
+        }
 
     def models(self) -> list[str]:
         """Every model of the stack (keys may name any of them)."""
@@ -136,7 +143,7 @@ class Routes:
             "out": dict(sorted(self.out.items())),
             "model_list": self.model_list(),
             "unavailable": self.unavailable(),
-        }
+        } | ({"on_demand": self.on_demand()} if self.on_demand() else {})
 
     def text(self) -> str:
         """routes.json: deterministic (an unchanged stack rewrites nothing)."""
@@ -157,6 +164,14 @@ class Routes:
 
     def put_back(self, name: str) -> Routes:
         return Routes(dict(self.groups), {k: v for k, v in self.out.items() if k != name})
+
+
+def _entry(g: Group, e: Engine) -> dict[str, Any]:
+    return {
+        "model_name": g.model,
+        "litellm_params": {"model": f"hosted_vllm/{g.model}", "api_base": e.api_base, "api_key": "EMPTY"},
+        "model_info": e.model_info(),
+    }
 
 
 def engine_id(deployment: str, index: int) -> str:

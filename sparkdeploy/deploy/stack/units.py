@@ -13,7 +13,7 @@ from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.secrets import digest_key, keyed_digest
 from sparkdeploy.deploy.plan import SPEND_FOLDER
 from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack
-from sparkdeploy.deploy.stack.routes import ROUTES_FILE, Routes, group
+from sparkdeploy.deploy.stack.routes import DEMAND_PATH, ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.up import simulated
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.labels import DEPLOYMENT_LABEL, LABEL_PREFIX, MANAGED_LABEL
@@ -193,7 +193,13 @@ def guard_nodes(stack: Stack) -> list[NodeDeployment]:
     # labels and names of the guard unit: recipe `guard`, topology `stack` (as the gateway's)
     resolved = dataclasses.replace(first, recipe=first.recipe.model_copy(update={"name": GUARD}), topology="stack")
     ctx = Context(inv, resolved, deps[0].image, deps[0].image, stack.secrets, deployment=GUARD)
-    guard_deploy.stack_guards(ctx, nodes, simulated(deps[0]))
+    # on-demand members: each node's activator reads the gateway's demand (nodeside/guard/activate.py)
+    demand = (
+        f"http://{stack.head.url_host}:{stack.gateway_port}{DEMAND_PATH}"
+        if any(m.on_demand for m in stack.members)
+        else None
+    )
+    guard_deploy.stack_guards(ctx, nodes, simulated(deps[0]), demand)
     return [nd for nd in nodes if nd.containers]  # none when cluster.guard.enabled is false: removed everywhere
 
 

@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 
+from . import activate
 from .dockerapi import DockerError
 from .groups import SLACK_S, docker_time, lost_rank
 
@@ -128,6 +129,7 @@ class Watcher:
         self.lock = threading.Lock()
         self.error = None
         self.server = None
+        self.demand = None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
 
     # -- state on disk ---------------------------------------------------------------------------------------
     def _load(self):
@@ -199,6 +201,7 @@ class Watcher:
 
     def tick(self, now):
         groups = {}
+        self.demand = activate.poll(self.cfg["demand"]) if self.cfg.get("demand") else None
         saved = self.saved["groups"]
         for gid, (rank, info) in sorted(self.engines().items()):
             labels = (info.get("Config") or {}).get("Labels") or {}
@@ -239,6 +242,14 @@ class Watcher:
         ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
         decision = g.get("decision")
         if decision and decision.get("phase") != "done":
+            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            return
+        act = activate.choose((self.demand or {}).get(gid), me, now)
+        if act is not None and not g.get("gave_up") and self.guard_state() != "held":
+            action, why = act
+            self.say(f"activate: {gid}: {action}: {why}")
+            g.update(state="starting" if action == "start" else "held", reason=why)
+            self.decide(gid, g, action, why, now)
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
         ok, detail = probe(health_port) if (me["running"] and health_port) else (False, me["status"] or "not running")
@@ -331,6 +342,13 @@ class Watcher:
         """Carry the current decision one step further (stop -> start -> done), never waiting long here."""
         cfg, d = self.cfg, g["decision"]
         cid = info["Id"]
+        if d["phase"] == "stop" and d["action"] == "start":  # an on-demand start: nothing to stop first
+            self.docker.start(cid)
+            t.update(healthy_once=False, started=None)
+            d.update(phase="start", start_at=now)
+            g.update(state="starting", reason="on demand: starting rank 0, then the others")
+            self.publish(gid, g)
+            return
         if d["phase"] == "stop":
             self.publish(gid, g)  # the other ranks' watchers stop theirs meanwhile, not after this one's stop
             self.stop(cid, no_restart=d["action"] == "stop")
@@ -359,13 +377,14 @@ class Watcher:
             return
         if d["phase"] == "start":
             ok, detail = probe(health_port) if health_port else (False, "no health port")
-            rec = (g.get("restarts") or [{}])[-1]
+            rec = (g.get("restarts") or [{}])[-1] if d["action"] == "restart" else {}
             if ok:
                 rec.update(ok=True, took_s=round(now - d["at"], 1))
                 d.update(phase="done", done_at=now)
                 g.update(state="ok", reason="", failing_since=None)
                 t.update(healthy_once=True, last_ok=now)
-                self.say(f"watch: {gid}: serving again {now - d['at']:.1f} s after the decision")
+                what = "serving again" if d["action"] == "restart" else "serving (started on demand)"
+                self.say(f"watch: {gid}: {what} {now - d['at']:.1f} s after the decision")
             elif now - d["start_at"] >= cfg["start_s"] or self.lost(ranks, watchers):
                 why = self.lost(ranks, watchers) or f"not healthy {cfg['start_s']:g} s after the restart: {detail}"
                 rec.update(ok=False, took_s=round(now - d["at"], 1), error=why)
