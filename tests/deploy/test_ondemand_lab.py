@@ -29,6 +29,17 @@ def sd(*args: str, timeout: float = 900):
     return run_cli_process(*args, timeout=timeout)
 
 
+def settled(inv: str, within: float = 90) -> dict:
+    """`status --json`'s members once none is starting (Docker's health check runs every few seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        r = sd("status", "-i", inv, "--json")
+        members = {m["deployment"]: m for m in json.loads(r.stdout)["members"]}
+        if all(m["state"] != "starting" for m in members.values()) or time.monotonic() > deadline:
+            return members
+        time.sleep(3)
+
+
 @pytest.fixture(scope="module")
 def inv(lab) -> str:
     path = str(lab.spec.inventory_path)
@@ -99,8 +110,7 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert out.strip() == "running", out
     logs = lab.ssh(spark1, "docker logs sparkdeploy-guard 2>&1 | grep -E 'activate|on demand' | tail -5").stdout
     assert "activate: coder:spark1: start: on demand: 1 request(s) held at the gateway" in logs, logs
-    r = sd("status", "-i", inv, "--json")
-    members = {m["deployment"]: m for m in json.loads(r.stdout)["members"]}
+    members = settled(inv)  # warm once Docker's health check says healthy (its interval)
     assert members["coder"]["state"] == "warm", members
     answer = client.chat.completions.create(  # warm: answered at once
         model="qwen3-coder-30b", messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -121,6 +131,53 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     r = sd("status", "-i", inv, "--json")
     members = {m["deployment"]: m for m in json.loads(r.stdout)["members"]}
     assert members["coder"]["state"] == "cold", members
+
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    left = lab.ssh(spark1, "docker ps -a --filter label=io.sparkdeploy.deployment --format '{{.Names}}'").stdout
+    assert left.strip() == "", left
+
+
+EVICT = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+  - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
+     on_demand: true, idle_timeout: 10m}
+  - {name: small, recipe: openai-gpt-oss-20b, topology: solo, nodes: [spark1], memory: 0.45, port: 8002,
+     on_demand: true, idle_timeout: 10m}
+"""
+
+
+def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(lab, inv, tmp_path):
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(EVICT)
+    r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    assert sorted(json.loads(r.stdout)["routes"]["cold"]) == ["coder", "small"]
+    spark1 = lab.nodes[0]
+    key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
+    client = openai.OpenAI(base_url=f"http://{spark1.mgmt_ip}:4000/v1", api_key=key, max_retries=0, timeout=240)
+
+    def ask(model: str) -> None:
+        answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert answer.usage is not None and answer.usage.completion_tokens > 0
+
+    def state(name: str) -> str:
+        return lab.ssh(
+            spark1, f"docker inspect --format '{{{{.State.Status}}}}' sparkdeploy-{name}-vllm"
+        ).stdout.strip()
+
+    ask("qwen3-coder-30b")  # coder starts: 0.45 beside chat's 0.45 fits
+    assert (state("coder"), state("small")) == ("running", "created")
+    ask(
+        "openai/gpt-oss-20b"
+    )  # small does not fit beside chat and coder: coder (idle, least recently used) is stopped first
+    assert (state("coder"), state("small")) == ("exited", "running")
+    logs = lab.ssh(spark1, "docker logs sparkdeploy-guard 2>&1 | grep 'activate' | tail -6").stdout
+    assert "activate: coder:spark1: evict: stop coder (least recently used first) to start small" in logs, logs
+    assert "running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45" in logs, logs
+    members = {name: m["state"] for name, m in settled(inv).items()}
+    assert members == {"chat": "warm", "coder": "cold", "small": "warm"}, members
 
     r = sd("down", "-i", inv)
     assert r.returncode == 0, failure(r)

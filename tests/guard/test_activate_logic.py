@@ -12,8 +12,10 @@ import threading
 
 import pytest
 
+from sparkdeploy import labels
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH
-from sparkdeploy.nodeside.guard import activate
+from sparkdeploy.nodeside.guard import activate, watch
+from sparkdeploy.nodeside.guard.ondemand import NoRoom
 from tests.guard.test_watch_logic import GROUP, Pair, _free_port, _iso
 
 
@@ -119,3 +121,44 @@ def test_choose():
     stopped = {"running": False, "started": 1000.0}
     assert activate.choose(d, stopped, 5000.0) is None
     assert activate.choose({**d, "waiting": 1}, stopped, 5000.0)[0] == "start"
+
+
+def test_the_node_side_keeps_the_deployment_label_name():
+    assert watch.DEPLOYMENT == labels.DEPLOYMENT_LABEL
+
+
+def _demand(**members):
+    return {
+        "groups": {f"{n}:spark1": {"deployment": n, "model": f"{n}-m"} for n in members},
+        "members": {
+            n: {
+                "model": f"{n}-m",
+                "on_demand": od,
+                "shares": {"spark1": 0.45},
+                "room": {"spark1": 0.93} if od else {},
+                "waiting": 0,
+                "in_flight": fl,
+                "last_request": last,
+            }
+            for n, (od, fl, last) in members.items()
+        },
+    }
+
+
+def test_room_for_stops_the_least_recently_used_idle_on_demand_member_of_this_node():
+    d = _demand(chat=(False, 0, None), coder=(True, 0, 100.0), small=(True, 0, None), big=(True, 0, 50.0))
+    stop, why = activate.room_for("small:spark1", d, "spark1", {"chat", "coder"})
+    assert stop == ["coder"] and "stop coder (least recently used first) to start small" in why, why
+    assert "spark1: room 0.93, running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45" in why
+    assert activate.room_for("small:spark1", d, "spark1", {"chat"}) == (
+        [],
+        "spark1: room 0.93, running chat 0.45 (always on); small needs 0.45: fits",
+    )
+    busy = _demand(chat=(False, 0, None), coder=(True, 2, 100.0), small=(True, 0, None))
+    with pytest.raises(
+        NoRoom,
+        match=r"small does not fit even with every idle on-demand member stopped: .*"
+        r"coder 0.45 \(2 request\(s\) in flight\)",
+    ):
+        activate.room_for("small:spark1", busy, "spark1", {"chat", "coder"})
+    assert activate.room_for("small:spark1", d, "spark2", {"chat", "coder"})[0] == []  # no figures there

@@ -87,6 +87,10 @@ class Group:
     model: str
     engines: tuple[Engine, ...]
     idle_timeout: int | None = None  # an on-demand member's (seconds; docs/stack.md); None: always on
+    # a stack with on-demand members: node -> the member's share there, and (on-demand ones) node -> the most the
+    # shares there may sum to (the one budget's shared_room): the activators' eviction figures (guard/ondemand.py)
+    shares: dict[str, float] = field(default_factory=dict)
+    room: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,6 +142,8 @@ class Routes:
             "groups": {
                 name: {"model": g.model, "engines": [e.as_json() for e in g.engines]}
                 | ({"idle_timeout": g.idle_timeout} if g.idle_timeout is not None else {})
+                | ({"shares": g.shares} if g.shares else {})
+                | ({"room": g.room} if g.room else {})
                 for name, g in sorted(self.groups.items())
             },
             "out": dict(sorted(self.out.items())),
@@ -184,13 +190,21 @@ def group(
     urls: Iterable[str],
     watchers: dict[str, tuple[str, str]] | None = None,
     idle_timeout: int | None = None,
+    shares: dict[str, float] | None = None,
+    room: dict[str, float] | None = None,
 ) -> Group:
     """A deployment's engines; `watchers`: an engine's URL -> (its watcher's group, its watcher's URL)."""
     engines = []
     for i, url in enumerate(urls):
         watch_group, watch = (watchers or {}).get(url, (None, None))
         engines.append(Engine(engine_id(deployment, i), url, watch, watch_group))
-    return Group(model, tuple(engines), idle_timeout)
+    return Group(model, tuple(engines), idle_timeout, dict(shares or {}), dict(room or {}))
+
+
+def _fractions(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float))}
 
 
 def _text(value: Any) -> str | None:
@@ -210,7 +224,13 @@ def parse(data: dict[str, Any] | None) -> Routes | None:
                 if isinstance(e, dict) and "id" in e
             )
             idle = g.get("idle_timeout")
-            groups[str(name)] = Group(g["model"], engines, idle if isinstance(idle, int) else None)
+            groups[str(name)] = Group(
+                g["model"],
+                engines,
+                idle if isinstance(idle, int) else None,
+                _fractions(g.get("shares")),
+                _fractions(g.get("room")),
+            )
     out = data.get("out") if isinstance(data.get("out"), dict) else {}
     return Routes(groups, {str(k): str(v) for k, v in (out or {}).items()})
 

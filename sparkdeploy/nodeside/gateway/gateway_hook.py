@@ -100,6 +100,8 @@ _left: set[str] = set()  # models routed before and not now (this worker's last 
 _on_demand: dict[str, dict[str, Any]] = {}  # on-demand model -> routes.json's on_demand entry (deployment added)
 _warm: frozenset[str] = frozenset()  # the on-demand models every engine of which its watcher says serve (`ok`)
 _why_cold: dict[str, str] = {}  # an on-demand model not warm -> what its watcher says
+_groups: dict[str, dict[str, Any]] = {}  # routes.json's groups: each member's model, shares, room (eviction)
+NO_ROOM = "no-room"  # a watcher's state for an on-demand start nothing can make room for (activate.py)
 
 
 # -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
@@ -256,6 +258,7 @@ class ClientErrors:
 async def _answer_demand(send: Any) -> None:
     """GET /sparkdeploy/demand: each on-demand engine group's demand, by its watcher's group name (the activator
     of its rank 0's node reads it, docs/stack.md). Read-only; no key: model names and counts, nothing else."""
+    _refresh()  # this worker may not have read routes.json yet (no request reached it)
     counts = await asyncio.to_thread(gateway_spend.demand)
     groups = {}
     for model, od in list(_on_demand.items()):
@@ -271,7 +274,18 @@ async def _answer_demand(send: Any) -> None:
                     "in_flight": seen.get("in_flight", 0),
                     "last_request": seen.get("last_request"),
                 }
-    data = json.dumps({"groups": groups, "now": time.time()}, sort_keys=True).encode()
+    members = {
+        name: {
+            "model": g.get("model"),
+            "on_demand": g.get("idle_timeout") is not None,
+            "shares": g.get("shares") or {},
+            "room": g.get("room") or {},
+            **{k: (counts.get(str(g.get("model"))) or {}).get(k, 0) for k in ("waiting", "in_flight")},
+            "last_request": (counts.get(str(g.get("model"))) or {}).get("last_request"),
+        }
+        for name, g in list(_groups.items())
+    }
+    data = json.dumps({"groups": groups, "members": members, "now": time.time()}, sort_keys=True).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": data})
@@ -339,6 +353,8 @@ def _reload_models() -> None:
         except FileNotFoundError:
             data = {}
         _on_demand = {str(od["model"]): dict(od, deployment=name) for name, od in (data.get("on_demand") or {}).items()}
+        _groups.clear()
+        _groups.update(data.get("groups") or {})
         _models = [m for m in data.get("model_list") or [] if m.get("model_name") not in _on_demand]
         served = {m["model_name"] for m in _models} | (set(_on_demand) & _warm)
         _left.difference_update(served)
@@ -577,6 +593,8 @@ async def _hold(request: Any, model: str | None) -> None:
     await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
     try:
         while model not in _warm and time.monotonic() < deadline:
+            if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
+                raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
             await asyncio.sleep(0.2)
     finally:
         await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)

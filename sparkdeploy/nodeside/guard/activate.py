@@ -16,21 +16,49 @@ node's Docker engine through the watcher.
 import json
 import urllib.request
 
-from .ondemand import idle_due
+from .ondemand import idle_due, make_room
 
 DEMAND_TIMEOUT_S = 1.0
 
 
 def poll(url):
-    """The gateway's demand: watcher group -> {"model", "deployment", "idle_timeout", "waiting", "in_flight",
-    "last_request"}; None when the gateway does not answer (then nothing is started or stopped)."""
+    """The gateway's demand: {"groups": watcher group -> {"model", "deployment", "idle_timeout", "waiting",
+    "in_flight", "last_request"}, "members": deployment -> {"model", "on_demand", "shares", "room", "waiting",
+    "in_flight", "last_request"}}; None when the gateway does not answer (then nothing is started or stopped)."""
     try:
         with urllib.request.urlopen(url, timeout=DEMAND_TIMEOUT_S) as resp:
             data = json.loads(resp.read(1 << 20))
     except (OSError, ValueError):
         return None
-    groups = data.get("groups") if isinstance(data, dict) else None
-    return groups if isinstance(groups, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("groups"), dict):
+        return None
+    return {"groups": data["groups"], "members": data.get("members") if isinstance(data.get("members"), dict) else {}}
+
+
+def room_for(gid, demand, node, running):
+    """What must stop on `node` before group `gid` starts there: (deployments to stop, least recently used first;
+    the decision with its figures). running: the deployments whose engine runs on this node. ondemand.NoRoom when
+    stopping every idle on-demand member there is not enough. Without the budget's figures (no room recorded for
+    this node), nothing is stopped."""
+    members = demand.get("members") or {}
+    name = ((demand.get("groups") or {}).get(gid) or {}).get("deployment")
+    want = members.get(name) or {}
+    if node not in (want.get("room") or {}):
+        return [], "no budget figures for this node"
+    room = {node: float(want["room"][node])}
+
+    def member(n):
+        m = members[n]
+        return {
+            "name": n,
+            "on_demand": bool(m.get("on_demand")),
+            "shares": {node: float((m.get("shares") or {}).get(node, 0.0))},
+            "last_request": m.get("last_request"),
+            "in_flight": int(m.get("in_flight") or 0) + int(m.get("waiting") or 0),
+        }
+
+    stop, why = make_room(member(name), [member(n) for n in sorted(running) if n in members and n != name], room)
+    return [m["name"] for m in stop], why
 
 
 def choose(demand, rank, now):

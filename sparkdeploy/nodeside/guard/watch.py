@@ -34,11 +34,13 @@ import urllib.request
 from . import activate
 from .dockerapi import DockerError
 from .groups import SLACK_S, docker_time, lost_rank
+from .ondemand import NoRoom
 
 GROUP = "io.sparkdeploy.group"
 RANK = "io.sparkdeploy.rank"
 WATCHERS = "io.sparkdeploy.group-watchers"  # NODE@IP:PORT of each rank's watcher, rank order, space separated
 HEALTH_PORT = "io.sparkdeploy.health-port"
+DEPLOYMENT = "io.sparkdeploy.deployment"
 FILE = "watch.json"
 PEER_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -130,6 +132,7 @@ class Watcher:
         self.error = None
         self.server = None
         self.demand = None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
+        self.here, self.others_here = {}, set()
 
     # -- state on disk ---------------------------------------------------------------------------------------
     def _load(self):
@@ -203,7 +206,16 @@ class Watcher:
         groups = {}
         self.demand = activate.poll(self.cfg["demand"]) if self.cfg.get("demand") else None
         saved = self.saved["groups"]
-        for gid, (rank, info) in sorted(self.engines().items()):
+        engines = self.engines()
+        self.here, self.others_here = {}, set()  # the deployments running on this node: led here -> group; others
+        for gid, (rank, info) in engines.items():
+            dep = ((info.get("Config") or {}).get("Labels") or {}).get(DEPLOYMENT)
+            if dep and (info.get("State") or {}).get("Running"):
+                if rank == 0:
+                    self.here[dep] = gid
+                else:
+                    self.others_here.add(dep)
+        for gid, (rank, info) in sorted(engines.items()):
             labels = (info.get("Config") or {}).get("Labels") or {}
             watchers = (labels.get(WATCHERS) or "").split()  # NODE@IP:PORT
             g = saved.setdefault(gid, {})
@@ -244,9 +256,14 @@ class Watcher:
         if decision and decision.get("phase") != "done":
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
-        act = activate.choose((self.demand or {}).get(gid), me, now)
+        act = activate.choose(((self.demand or {}).get("groups") or {}).get(gid), me, now)
         if act is not None and not g.get("gave_up") and self.guard_state() != "held":
             action, why = act
+            if action == "start":
+                fits = self.make_room(gid, g, now)
+                if fits is None:
+                    return
+                why = f"{why}; {fits}"
             self.say(f"activate: {gid}: {action}: {why}")
             g.update(state="starting" if action == "start" else "held", reason=why)
             self.decide(gid, g, action, why, now)
@@ -304,6 +321,37 @@ class Watcher:
         g["last_error"] = why
         self.decide(gid, g, "restart", why, now)
         self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+
+    def make_room(self, gid, g, now):
+        """Before an on-demand start: the budget's figures with what stays, or None (not now): the least recently
+        used idle on-demand members of this node told to stop first (the start follows on a later look), or
+        nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
+        running = dict(self.here)
+        try:
+            stop, why = activate.room_for(gid, self.demand, self.node, set(running) | set(self.others_here))
+        except NoRoom as exc:
+            if g.get("state") != "no-room":
+                self.say(f"activate: {gid}: no room: {exc}")
+            g.update(state="no-room", reason=str(exc))
+            return None
+        if not stop:
+            return why
+        waiting = []
+        for dep in stop:
+            vgid = running.get(dep)
+            vg = self.saved["groups"].get(vgid) if vgid else None
+            if vg is None:  # its rank 0 is on another node: that node's activator must stop it (not built)
+                waiting.append(f"{dep} (led on another node)")
+                continue
+            waiting.append(dep)
+            d = vg.get("decision") or {}
+            if d.get("action") == "stop" and d.get("phase") != "done":
+                continue  # being stopped already
+            self.say(f"activate: {vgid}: evict: {why}")
+            vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
+            self.decide(vgid, vg, "stop", vg["reason"], now)
+        g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
+        return None
 
     def lost(self, ranks, watchers):
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
