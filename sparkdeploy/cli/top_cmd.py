@@ -155,6 +155,7 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.daytwo import top as monitor_mod
+    from sparkdeploy.deploy.stack import members as stack_members
     from sparkdeploy.errors import NothingDeployed, StepFailed
     from sparkdeploy.runtime.remote import NodeConnection
 
@@ -173,7 +174,8 @@ def top(inventory, interval, window, once, sample_gap, deployment, as_json):
     for name, error in errors.items():
         click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(error))}", fg="red", err=True)
     if not targets:
-        raise NothingDeployed(inv.source)
+        fix = stack_members.cold_fix(inv, deployment) if deployment else None
+        raise NothingDeployed(inv.source, fix) if fix else NothingDeployed(inv.source)
 
     if once:
         monitor.sample()

@@ -89,6 +89,9 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert r.returncode == 0, failure(r)
     assert json.loads(r.stdout)["changed"] == 0
 
+    r = sd("top", "--deployment", "coder", "--once", "-i", inv)  # not `run up first`: it is cold, on demand
+    assert r.returncode == 1 and "deployment coder is on demand and cold (not running)" in r.stderr, failure(r)
+
     # nothing on the nodes started it meanwhile (the node's watcher leaves a never-started container alone)
     out = lab.ssh(spark1, "docker inspect --format '{{.State.Status}}' sparkdeploy-coder-vllm").stdout
     assert out.strip() == "created", out

@@ -65,6 +65,23 @@ def member_states(routes: Routes | None, facts: Mapping[str, NodeFacts | Excepti
     return [member_state(name, routes, facts) for name in sorted(routes.groups)]
 
 
+def cold_fix(inv: Inventory, deployment: str) -> str | None:
+    """What `top`/`logs --deployment D` say when nothing of D runs and D is an on-demand member (cold: started by
+    a request through the gateway), not `run up first`; None otherwise (or the head cannot be read)."""
+    with Session.open(inv) as session:
+        try:
+            routes = read_gateway(session, inv).routes
+        except StepFailed:
+            return None
+    g = routes.groups.get(deployment) if routes is not None else None
+    if g is None or g.idle_timeout is None:
+        return None
+    return (
+        f"deployment {deployment} is on demand and cold (not running): a request for {g.model} through the gateway "
+        f"starts it (stopped again after {g.idle_timeout} s idle)"
+    )
+
+
 def read_members(
     session: Session, inv: Inventory, facts: Mapping[str, NodeFacts | Exception], deployment: str | None = None
 ) -> list[dict[str, Any]]:
