@@ -7,9 +7,12 @@ its engine's /health until 200 (the engine load and the first health answer: vll
 modelled delay, not a GB10's), the first token of a streamed chat completion asked of the engine directly, and
 `docker stop` (the idle stop: its memory freed). Medians of the rounds.
 
-NOT measured yet: the same through the gateway (the activator and the gateway's hold are not built: the gateway
-answers a cold member 503), so no "cold start to first token through the gateway" figure and no preflight part
-(a cold start will not run preflight: `up --stack` did; the activator's budget check is a read of the node).
+First, --rounds times, THROUGH THE GATEWAY (the path an owner's request takes): wait until the member is stopped
+(its node's activator stops it after its idle timeout, 10 s here), then a streamed chat completion to the gateway
+with the master key: the gateway holds it, the activator (polling once a second) starts the engine, the hook
+routes it once the watcher says `ok` (polled once a second), and the time to its first token is the cold start an
+owner sees. No preflight part: a cold start runs none (`up --stack` did; the activator's budget check is a read of
+the node's containers).
 
     python benchmarks/ondemand_cold_start.py [--inventory lab] [--rounds 3]
 
@@ -35,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkdeploy.config.inventory import load_inventory
+from sparkdeploy.config.secrets import load_secrets
 from sparkdeploy.deploy.stack.file import load_stack
 from sparkdeploy.runtime.session import Session
 
@@ -42,7 +46,7 @@ CLI = [sys.executable, "-c", "from sparkdeploy.cli.main import main; main()"]
 STACK = """deployments:
   - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
   - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
-     on_demand: true}
+     on_demand: true, idle_timeout: 10s}
 """
 
 
@@ -78,6 +82,28 @@ def first_token(base: str, model: str) -> float:
     raise SystemExit("no token in the stream")
 
 
+def stopped(conn, container: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        out = conn.run(["docker", "inspect", "--format", "{{.State.Running}}", container], timeout=30).stdout
+        if out.strip() == "false":
+            return
+        time.sleep(1)
+    raise SystemExit(f"{container}: not stopped as idle in time")
+
+
+def gateway_first_token(endpoint: str, key: str, model: str) -> float:
+    """Seconds from sending a streamed request to the gateway to its first token."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    req = urllib.request.Request(f"{endpoint}/chat/completions", json.dumps(body).encode(), headers)
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        for line in resp:
+            if line.startswith(b"data: ") and b'"content"' in line:
+                return time.monotonic() - t0
+    raise SystemExit("no token in the gateway's stream")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inventory", "-i", default="lab")
@@ -101,8 +127,15 @@ def main() -> int:
     port, model = stack[args.member]
     base = f"http://{node.url_host}:{port}"
     rows: dict[str, list[float]] = {"container start": [], "engine load + health": [], "first token": [], "stop": []}
+    endpoint = load_stack(str(path), args.inventory).endpoint
+    key = load_secrets(inv.local_path(inv.cluster.secrets_file)).get("LITELLM_MASTER_KEY") or ""
+    through: list[float] = []
     with Session.open(inv) as session:
         conn = session.conns[node_name]
+        for _ in range(args.rounds):
+            stopped(conn, container, time.monotonic() + 120)  # cold: created, or stopped as idle
+            through.append(gateway_first_token(endpoint, key, model))
+        stopped(conn, container, time.monotonic() + 120)
         for _ in range(args.rounds):
             t0 = time.monotonic()
             conn.run(["docker", "start", container], timeout=120)
@@ -123,7 +156,10 @@ def main() -> int:
     print(
         f"{'start to first token':24} {statistics.median(total):9.2f}  (direct to the engine, not through the gateway)"
     )
-    print("through the gateway: not measured (the activator and the gateway's hold are not built yet)")
+    print(
+        f"{'cold start to first token through the gateway':24} {statistics.median(through):9.2f}  "
+        + ", ".join(f"{v:.2f}" for v in through)
+    )
     return 0
 
 
