@@ -170,6 +170,7 @@ def top(
     from sparkdeploy.config.inventory import load_inventory
     from sparkdeploy.config.secrets import load_secrets
     from sparkdeploy.daytwo import top as monitor_mod
+    from sparkdeploy.deploy.stack import members as stack_members
     from sparkdeploy.errors import NothingDeployed
     from sparkdeploy.runtime.remote import NodeConnection
 
@@ -188,7 +189,8 @@ def top(
     for name, error in errors.items():
         click.secho(f"{name}: unreachable over SSH: {secrets.mask(str(error))}", fg="red", err=True)
     if not targets:
-        raise NothingDeployed(inv.source)
+        fix = stack_members.cold_fix(inv, deployment) if deployment else None
+        raise NothingDeployed(inv.source, fix) if fix else NothingDeployed(inv.source)
 
     if once:
         _top_once(monitor, unreachable, guards, sample_gap, as_json, title)

@@ -320,6 +320,7 @@ def status(inventory: str | None, deployment: str | None, as_json: bool) -> None
         for n in nodes:
             if not n["reachable"]:
                 out.line(n["error"] if n["error"].startswith(n["name"]) else f"{n['name']}: {n['error']}", "red")
+        _member_lines(out, data.get("members") or [])
         if data["endpoint"]:
             out.line(
                 f"endpoint: {data['endpoint']} (model {data['model']})" + ("" if data["healthy"] else "  NOT HEALTHY"),
@@ -331,6 +332,18 @@ def status(inventory: str | None, deployment: str | None, as_json: bool) -> None
             out.line(f"metrics: Prometheus at {data['metrics_url']}")
     if unreachable:
         raise StepFailed(f"unreachable: {', '.join(unreachable)}")
+
+
+def _member_lines(out: Out, members: list[dict[str, Any]]) -> None:
+    """A stack's members, one line each: cold / starting / warm / stopping, and on demand with its idle timeout."""
+    colour = {"warm": "green", "starting": "yellow", "stopping": "yellow"}
+    for m in members:
+        kind = f"on demand, idle timeout {m['idle_timeout_s']} s" if m["on_demand"] else "always on"
+        engines = f"{m['engines_running']}/{m['engines']} engine(s) running"
+        out.line(
+            f"member {m['deployment']} ({m['model']}, {kind}): {m['state']}: {m['why']}; {engines}",
+            colour.get(m["state"]),
+        )
 
 
 __all__ = ["down", "run_up", "status", "up"]

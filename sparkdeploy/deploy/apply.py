@@ -106,6 +106,33 @@ def _start_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
     return f"started {new_id[:12]}"
 
 
+# Runs a container's own run script with `docker run --detach` turned into `docker create`: the same container
+# (name, volumes, labels, health check), created and not started (an on-demand stack member, docs/stack.md; the
+# node's watcher starts it). $1: the run script. No value of the step is in this text.
+_CREATE_SHIM = r"""real=$(command -v docker); d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+printf '#!/bin/sh\nif [ "$1" = run ] && [ "$2" = --detach ]; then shift 2; exec "%s" create "$@"; fi\n' "$real" \
+  > "$d/docker"
+printf 'exec "%s" "$@"\n' "$real" >> "$d/docker"
+chmod +x "$d/docker"
+PATH="$d:$PATH" bash "$1"
+"""
+
+
+def _create_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    assert step.container is not None
+    if step.container_id:
+        r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
+        if not r.ok and not _no_such_container(r.stderr):
+            raise conn.failed(r, f"could not remove the old container: {r.stderr.strip()[-300:]}")
+    script = f"{state_dir}/{step.container.run_script}"
+    r = conn.run(["bash", "-c", _CREATE_SHIM, "create", script], check=False, timeout=START_TIMEOUT_S)
+    if not r.ok:
+        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
+        raise conn.failed(r, f"`docker create` of {step.container.run_script} exited {r.exit_code}: {tail}")
+    new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    return f"created {new_id[:12]}, not started"
+
+
 # One handler per step kind: (connection, step, the state dir's absolute path) -> a short detail.
 HANDLERS: dict[StepKind, Callable[[NodeConnection, Step, str], str]] = {
     StepKind.REMOVE_CONTAINER: _remove_container,
@@ -117,6 +144,7 @@ HANDLERS: dict[StepKind, Callable[[NodeConnection, Step, str], str]] = {
     StepKind.RMDIR: _rmdir,
     StepKind.REMOVE_FOLDER: _remove_folder,
     StepKind.START_CONTAINER: _start_container,
+    StepKind.CREATE_CONTAINER: _create_container,
 }
 
 

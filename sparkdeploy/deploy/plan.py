@@ -52,6 +52,7 @@ class StepKind(StrEnum):
     CHMOD = "chmod"
     MANIFEST = "manifest"
     START_CONTAINER = "start-container"
+    CREATE_CONTAINER = "create-container"  # an on-demand stack member's engine: created, not started (issue 40)
     RMDIR = "rmdir"
     REMOVE_FOLDER = "remove-folder"
 

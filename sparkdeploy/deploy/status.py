@@ -11,6 +11,7 @@ from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.daytwo import crashes
 from sparkdeploy.deploy import health
 from sparkdeploy.deploy.stack import converge as stack
+from sparkdeploy.deploy.stack import members as stack_members
 from sparkdeploy.facts import NodeFacts, gather_facts
 from sparkdeploy.guard import state as guard_state
 from sparkdeploy.labels import DEPLOYMENT_LABEL, GROUP_LABEL
@@ -32,6 +33,7 @@ def cluster_status(inventory: str | None = None, deployment: str | None = None) 
         guards = guard_state.read_all(session, inv, facts)  # each guard's state (sparkdeploy/guard, #29)
         watched = guard_state.watched_groups(guards)  # each group as its watcher sees it (#43)
         nodes = [node_status(n, facts[n.name], histories.get(n.name), ports.get(n.name), watched) for n in inv.nodes]
+        members = stack_members.read_members(session, inv, facts, deployment)  # a stack's members: cold .. warm
         for entry in nodes:
             if entry["name"] in guards:
                 entry["guard"] = guards[entry["name"]]
@@ -39,6 +41,7 @@ def cluster_status(inventory: str | None = None, deployment: str | None = None) 
     head = next((n for n in nodes if n["role"] == "head" and n.get("deployment")), None)
     dep_info = (head or {}).get("deployment") or (deployments[0] if deployments else None)
     all_containers = [c for n in nodes for c in n["containers"]]
+    cold = {m["deployment"] for m in members if m["on_demand"] and m["state"] == "cold"}  # stopped on purpose
     data = {
         "inventory": inv.source,
         "deployed": bool(all_containers),
@@ -49,9 +52,15 @@ def cluster_status(inventory: str | None = None, deployment: str | None = None) 
         "endpoint": dep_info.get("endpoint") if dep_info else None,
         "metrics_url": _metrics_url(inv, facts),
         "healthy": bool(all_containers)
-        and all(c["running"] and (c["health"] is None or c["health"]["ok"]) for c in all_containers),
+        and all(
+            c["running"] and (c["health"] is None or c["health"]["ok"])
+            for c in all_containers
+            if c.get("deployment") not in cold
+        ),
         "nodes": nodes,
     }
+    if members:
+        data["members"] = members
     return data
 
 

@@ -36,10 +36,11 @@ HARD_FRACTION = SOFT_FRACTION / 2
 GIB = 1 << 30
 
 
-def guard_config(node: Node, settings: GuardSettings, simulated_gpu: bool) -> dict[str, Any]:
-    """What the guard on `node` runs with (nodeside/guard/run.py reads it; `watch`: nodeside/guard/watch.py)."""
+def guard_config(node: Node, settings: GuardSettings, simulated_gpu: bool, demand: str | None = None) -> dict[str, Any]:
+    """What the guard on `node` runs with (nodeside/guard/run.py reads it; `watch`: nodeside/guard/watch.py;
+    `watch.demand`: a stack with on-demand members, the gateway's demand URL its activator reads, activate.py)."""
     w = settings.watch
-    return {
+    config: dict[str, Any] = {
         "node": node.name,
         "state": "/guard",
         "soft_bytes": int(settings.soft_available_gib * GIB) if settings.soft_available_gib else None,
@@ -64,6 +65,9 @@ def guard_config(node: Node, settings: GuardSettings, simulated_gpu: bool) -> di
             "grace_s": settings.grace_s,
         },
     }
+    if demand:
+        config["watch"]["demand"] = demand
+    return config
 
 
 def watcher_address(node: Node, settings: GuardSettings) -> str:
@@ -94,15 +98,20 @@ def add_guard(ctx: Context, nodes: list[NodeDeployment]) -> None:
     _add(ctx, nodes, effective(ctx.cluster.guard, ctx.recipe.guard), ctx.run_image.simulated)
 
 
-def stack_guards(ctx: Context, nodes: list[NodeDeployment], simulated_gpu: bool) -> None:
+def stack_guards(ctx: Context, nodes: list[NodeDeployment], simulated_gpu: bool, demand: str | None = None) -> None:
     """A stack's guards: one per node in `nodes` (those where any deployment of the stack runs an engine), with the
     inventory's `cluster.guard` lines (a recipe's own `guard:` applies to a single deployment only). ctx: the
     stack's guard unit (deployment `guard`, deploy/stack/units.py)."""
-    _add(ctx, nodes, ctx.cluster.guard, simulated_gpu, every=True)
+    _add(ctx, nodes, ctx.cluster.guard, simulated_gpu, every=True, demand=demand)
 
 
 def _add(
-    ctx: Context, nodes: list[NodeDeployment], settings: GuardSettings, simulated_gpu: bool, every: bool = False
+    ctx: Context,
+    nodes: list[NodeDeployment],
+    settings: GuardSettings,
+    simulated_gpu: bool,
+    every: bool = False,
+    demand: str | None = None,
 ) -> None:
     if not settings.enabled:
         return
@@ -111,7 +120,7 @@ def _add(
     for nd in nodes:
         if not every and not nd.runs_engine:
             continue
-        config = guard_config(nd.node, settings, simulated_gpu)
+        config = guard_config(nd.node, settings, simulated_gpu, demand)
         ctx.container(
             nd,
             role=GUARD_ROLE,

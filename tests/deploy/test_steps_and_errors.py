@@ -144,6 +144,7 @@ def test_step_kinds_print_as_the_strings_the_json_and_golden_files_show():
         "chmod",
         "manifest",
         "start-container",
+        "create-container",
         "rmdir",
         "remove-folder",
     ]
@@ -202,6 +203,20 @@ def test_a_failed_start_is_a_command_failed_with_the_same_message():
     assert str(info.value) == "`bash vllm.run.sh` exited 125: line1 | line2"
     assert info.value.result.command == "bash /home/spark/.sparkdeploy/vllm.run.sh"
     assert (info.value.node, info.value.command) == ("spark1", info.value.result.command)
+
+
+def test_a_create_step_runs_the_run_script_with_docker_create_and_starts_nothing():
+    container = ContainerSpec(
+        name="sparkdeploy-coder-vllm", role="solo", image="img", run_script="vllm.run.sh", config_hash="h"
+    )
+    conn = _connection(Channel(out="0123456789abcdef\n"))
+    step = _step(StepKind.CREATE_CONTAINER, container=container)
+    assert run_step(conn, step, "/home/spark/.sparkdeploy-coder") == "created 0123456789ab, not started"
+    failing = _connection(Channel(err="Conflict\n", code=125), mask=_mask())
+    with pytest.raises(CommandFailed) as info:
+        run_step(failing, step, "/home/spark/.sparkdeploy-coder")
+    assert str(info.value) == "`docker create` of vllm.run.sh exited 125: Conflict"
+    assert info.value.result.command.endswith(" create /home/spark/.sparkdeploy-coder/vllm.run.sh")
 
 
 # -- a lost connection, a timeout, an unreachable node -----------------------------------------------------

@@ -54,7 +54,7 @@ from sparkdeploy.deploy.plan import (
 )
 from sparkdeploy.deploy.progress import Reporter, mask_data, plan_summary
 from sparkdeploy.deploy.stack import routes as gateway_routes
-from sparkdeploy.deploy.stack.file import NAME, Member, Stack, budget, build, fits, load_stack
+from sparkdeploy.deploy.stack.file import NAME, Member, Stack, budget, build, fits, load_stack, on_demand_figures
 from sparkdeploy.deploy.stack.routes import Gateway, Routes
 from sparkdeploy.deploy.stack.units import gateway_about, gateway_node, guard_about, guard_nodes, stack_routes
 from sparkdeploy.deploy.up import apply_phase, failure_lines, health_phase, refusal, run_preflight, simulated
@@ -219,7 +219,7 @@ def _up(
     inv = stack.inventory
     out.progress(f"reading facts on {', '.join(n.name for n in inv.nodes)}")
     base = _read(session, inv, inv.cluster.state_dir, what="all")
-    totals = {n: f.total_memory_mb for n, f in base.items()}
+    totals = stack.totals = {n: f.total_memory_mb for n, f in base.items()}
     stack.head_cpus = base[stack.head.name].cpus
     util = budget(stack, totals)  # refuses (exit 2) before anything changes
     build(stack, util)
@@ -250,12 +250,14 @@ def _up(
     _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
     # the engines of unchanged deployments that do not answer /health stay out of the routes
     gw_sd = state_dir_of(inv, GATEWAY)
-    routes = stack_routes(stack, gateway_routes.unhealthy(stack_routes(stack), [u.name for u in _unchanged(units)]))
+    asleep = cold(units)
+    probed = gateway_routes.unhealthy(stack_routes(stack), [u.name for u in _unchanged(units) if u.name not in asleep])
+    routes = stack_routes(stack, probed | dict.fromkeys(asleep, COLD))
     gateway = next(u for u in units if u.kind == "gateway")
-    if routes.out:
+    if probed or asleep:
         gateway.plan = _plan_gateway(stack, facts, routes)
     result["units"] = [u.as_dict() for u in units]  # a pushed image re-planned its deployment
-    result["routes"] = {"served": routes.served(), "out": routes.out}
+    result["routes"] = {"served": routes.served(), "out": routes.out, "cold": asleep}
     if dry_run:
         for u in units:
             out.line(f"== {u.kind} {u.name}: {u.changes} change(s) ==", "bold")
@@ -311,12 +313,14 @@ def _up(
             result.setdefault("history_ids", {})[u.name] = rec["id"]
     result["units"] = [u.as_dict() for u in units]
     result["changed"] = sum(1 for u in units for s in u.plan.steps if s.status == CHANGED)
-    if routes.out:
-        for engine, why in sorted(routes.out.items()):
+    for name in asleep:
+        out.line(f"{name}: {COLD}")
+    if probed:
+        for engine, why in sorted(probed.items()):
             out.line(f"{engine}: not routed by the gateway: {why}", "red")
         raise StepFailed(
-            f"{len(routes.out)} engine(s) of unchanged deployments do not answer, so the gateway does not route them "
-            f"({', '.join(sorted(routes.out))}); it routes {', '.join(routes.served()) or 'no model'}. See "
+            f"{len(probed)} engine(s) of unchanged deployments do not answer, so the gateway does not route them "
+            f"({', '.join(sorted(probed))}); it routes {', '.join(routes.served()) or 'no model'}. See "
             "`sparkdeploy logs --deployment NAME`; `up --stack` routes them again once they answer"
         )
     result["ok"] = True
@@ -369,8 +373,10 @@ def _check(
             return {n: _with_resources(only(f, name), base[n]) for n, f in read.items()}
 
         u.facts = own(facts[m.state_dir])
-        if not any(s.kind == StepKind.START_CONTAINER and s.change for s in u.plan.steps):
-            continue  # only deployments that start something: ports, images, memory of the engines that change
+        if not any(s.kind == StepKind.START_CONTAINER and s.change for s in u.plan.steps) and not (
+            m.on_demand and u.changes
+        ):
+            continue  # only deployments that start something (or prepare an on-demand one): ports, images, memory
 
         def read(m: Member = m, u: Unit = u) -> dict[str, NodeFacts | Exception]:
             facts[m.state_dir] = _read(session, inv, m.state_dir, dep=m.deployment)
@@ -429,7 +435,50 @@ def _plan_member(stack: Stack, m: Member, facts: dict[str, dict[str, NodeFacts]]
     about = describe(dep) | {"deployment": m.name, "endpoint": stack.endpoint}
     # what renders it again without the stack file (doctor's recipe checks: `rebuild`)
     about["stack"] = {"nodes": m.node_names, "port": m.port, "sets": m.sets}
-    return plan_unit(stack.inventory, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
+    if m.on_demand:
+        about["on_demand"] = on_demand_figures(stack, m)
+    plan = plan_unit(stack.inventory, m.name, facts[m.state_dir], dep.nodes, about, dep.groups)
+    if m.on_demand and not warm(m, facts[m.state_dir]):
+        prepare_only(plan)
+    return plan
+
+
+# An on-demand member that is not running: `up --stack` prepares it (files, image, model: preflight) and starts
+# nothing; the gateway's request starts it (docs/stack.md, "On-demand members").
+COLD = "cold: on demand, not running"
+
+
+def warm(m: Member, facts: dict[str, NodeFacts]) -> bool:
+    """Whether any engine container of the member runs on its nodes (then `up --stack` converges it like any)."""
+    names = {c.name for nd in cast(Deployment, m.deployment).nodes for c in nd.containers if c.is_engine}
+    return any(c.running for f in facts.values() for c in only(f, m.name).containers if c.name in names)
+
+
+# _container_reason's words for a container that is missing or not the one rendered: created again
+_RECREATE = ("missing", "config-hash", "image")
+
+
+def prepare_only(plan: Plan) -> None:
+    """A cold on-demand member's plan: its files are written and its engine containers created, not started (the
+    node's watcher starts them on the gateway's request); one created already as rendered is left as it is."""
+    for s in plan.steps:
+        if s.kind != StepKind.START_CONTAINER or not s.change:
+            continue
+        if s.reason.startswith(_RECREATE):
+            s.kind, s.reason = StepKind.CREATE_CONTAINER, f"on demand: created, not started ({s.reason})"
+        else:
+            s.change, s.reason = False, COLD
+
+
+def cold(units: Sequence[Unit]) -> list[str]:
+    """The on-demand members this `up` leaves cold (out of the routes with COLD, not a failure)."""
+    return [
+        u.name
+        for u in units
+        if u.member is not None
+        and u.member.on_demand
+        and any(s.reason == COLD or s.kind == StepKind.CREATE_CONTAINER for s in u.plan.steps)
+    ]
 
 
 def _push_images(inv: Inventory, nds: list[NodeDeployment], facts: dict[str, NodeFacts], out: Reporter) -> bool:

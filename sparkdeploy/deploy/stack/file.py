@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
@@ -35,6 +36,24 @@ NAME = KINDS["deployment"].pattern  # matched in full (names.py)
 MULTI_NODE = ("cluster", "replicas")  # one engine over several nodes: Ray / torchrun ports per node
 GATEWAY_PORT = "gateway.port"  # the gateway's port setting (the port map names it)
 GIB = 1024
+# On-demand members (issue 40, docs/stack.md): stopped after this much idle time unless the stack file says.
+IDLE_TIMEOUT_DEFAULT_S = 600
+IDLE_TIMEOUT_MIN_S = 10  # shorter: the member would stop between the requests of one conversation
+IDLE_TIMEOUT_MAX_S = 7 * 24 * 3600
+_DURATION = re.compile(r"([0-9]+)\s*(s|m|h)?")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}
+
+
+def idle_seconds(value: int | str) -> int:
+    """An idle timeout as seconds: a whole number of seconds, or `90s`, `10m`, `2h`; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    m = _DURATION.fullmatch(value.strip())
+    if m is None:
+        raise ValueError(value)
+    return int(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 # -- the file -------------------------------------------------------------------------------------------
@@ -53,6 +72,46 @@ class StackDeployment(BaseModel):
         default=None, description="gpu_memory_utilization of its engines, or auto (split what is free)"
     )
     set: list[OneLine] = Field(default_factory=list, description="--set overrides, e.g. vllm.max_model_len=8192")
+    on_demand: StrictBool = Field(
+        default=False, description="started by the gateway on its first request, stopped after idle_timeout"
+    )
+    idle_timeout: Whole | OneLine | None = Field(
+        default=None,
+        description=f"on_demand only: idle time before it stops (600, 90s, 10m; default {IDLE_TIMEOUT_DEFAULT_S} s)",
+    )
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _idle(cls, v: int | str | None) -> int | str | None:
+        if v is None:
+            return v
+        try:
+            seconds = idle_seconds(v)
+        except ValueError:
+            raise Invalid(f"{v!r} is not a duration", "seconds (600) or 90s, 10m, 2h") from None
+        if not IDLE_TIMEOUT_MIN_S <= seconds <= IDLE_TIMEOUT_MAX_S:
+            raise Invalid(
+                f"{seconds} s is out of range",
+                f"from {IDLE_TIMEOUT_MIN_S} s to {IDLE_TIMEOUT_MAX_S // 86400} days, e.g. 10m",
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _idle_needs_on_demand(self) -> StackDeployment:
+        if self.idle_timeout is not None and not self.on_demand:
+            raise Invalid.at(
+                "idle_timeout",
+                "set, but the deployment is not on_demand (an always-on deployment never stops)",
+                "add `on_demand: true`, or remove idle_timeout",
+            )
+        return self
+
+    @property
+    def idle_timeout_s(self) -> int | None:
+        """On demand: its idle timeout in seconds; None: always on."""
+        if not self.on_demand:
+            return None
+        return IDLE_TIMEOUT_DEFAULT_S if self.idle_timeout is None else idle_seconds(self.idle_timeout)
 
     @field_validator("name")
     @classmethod
@@ -151,6 +210,7 @@ class Member:
     port: int
     deployment: Deployment | None = None
     sets: list[str] = field(default_factory=list)  # its --set values with its memory share (history records them)
+    share: float | None = None  # its memory share once the budget ran (build)
 
     @property
     def name(self) -> str:
@@ -167,6 +227,10 @@ class Member:
     @property
     def model(self) -> str:
         return self.resolved.recipe.public_name
+
+    @property
+    def on_demand(self) -> bool:
+        return self.entry.on_demand
 
     def utilization(self) -> float | None:
         """Its fixed share (the stack's memory, else the recipe's after --set); None: auto."""
@@ -194,6 +258,7 @@ class Stack:
     gateway_port: int
     warnings: list[str] = field(default_factory=list)
     head_cpus: int | None = None  # the head node's `cpus` fact, once read (the gateway's `auto` workers)
+    totals: dict[str, int | None] = field(default_factory=dict)  # node -> MiB, once read (the budget's)
 
     @property
     def gateway_workers(self) -> int:
@@ -488,7 +553,7 @@ def memory_problems(
             auto[m.name] = _floor2(min(shares)) if shares else 0.5
     util = {m.name: cast(float, fixed[m.name]) if fixed[m.name] is not None else auto[m.name] for m in stack.members}
     problems: list[tuple[Problem, MemoryFix | None]] = []
-    for n, ms in sorted(on_node.items()):
+    for n, ms in [scenario for node_ms in sorted(on_node.items()) for scenario in _together(*node_ms)]:
         total = totals.get(n)
         if not total or len(ms) < 1:
             continue
@@ -521,10 +586,28 @@ def memory_problems(
                 f"{where}: the engines there need {sum(util[m.name] for m in ms):.2f} of it together ({listed}), "
                 f"at most {room:.2f} fits"
             )
-        fix = memory_fix(stack, totals, util, n)
+        fix = memory_fix(dataclasses.replace(stack, members=_with(stack.members, ms)), totals, util, n)
         text = _fix_text(fix, alone=all(m.engine_nodes() == [n] for m in ms))
-        problems.append((Problem(stack.path, "deployments.memory", message, text), fix))
+        if all(p.message != message for p, _ in problems):  # always-on engines short in every set: said once
+            problems.append((Problem(stack.path, "deployments.memory", message, text), fix))
     return util, problems
+
+
+def _together(node: str, ms: list[Member]) -> list[tuple[str, list[Member]]]:
+    """The sets of a node's engines that must fit together: all of them when none is on demand; else the always-on
+    ones with each on-demand one in turn (on-demand members that do not fit together are started by stopping the
+    least recently used idle one: docs/stack.md), or the always-on ones alone."""
+    always = [m for m in ms if not m.on_demand]
+    demand = [m for m in ms if m.on_demand]
+    if not demand:
+        return [(node, ms)]
+    return [(node, [*always, d]) for d in demand]
+
+
+def _with(members: list[Member], ms: list[Member]) -> list[Member]:
+    """The stack's members that are not engines of this node, and these: what one set of engines must fit with."""
+    on_here = {m.name for m in ms}
+    return [m for m in members if m.name in on_here or not m.on_demand]
 
 
 def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
@@ -544,11 +627,22 @@ def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
     return "e.g. " + fix.text()
 
 
+def on_demand_figures(stack: Stack, m: Member) -> dict[str, object]:
+    """What an on-demand member's manifest records for the node-side activator (nodeside/guard/ondemand.py): its
+    idle timeout, its share and, per engine node, the most the shares there may sum to (the one budget's
+    shared_room, from the node's total as read by this `up`)."""
+    room = {
+        n: _floor2(fits([], total)[1]) for n in m.engine_nodes() if (total := stack.totals.get(n))
+    }  # node -> fraction
+    return {"idle_timeout": m.entry.idle_timeout_s, "share": m.share, "room": room}
+
+
 def build(stack: Stack, util: dict[str, float]) -> None:
     """Render each member's Deployment with its memory share (pure)."""
     for m in stack.members:
         recipe = m.resolved.recipe  # its engine's share setting (SGLang's mem_fraction_static; llama.cpp has none)
         field = engine_of(recipe).reservation(recipe).fraction_field
+        m.share = util[m.name]
         sets = m.sets = [*m.entry.set, *([f"{field}={util[m.name]:g}"] if field else [])]
         resolved = resolve(m.entry.recipe, m.entry.topology, m.entry.backend, sets, None)
         m.deployment = build_deployment(m.inventory, resolved, stack.secrets, stack_name=m.name)

@@ -50,6 +50,11 @@ SETTLE_S = 0.5
 HEALTH_TIMEOUT_S = 5.0  # an unchanged engine's /health, asked by `up --stack`
 
 
+# The gateway hook's read-only answer of each on-demand group's demand (nodeside/gateway/gateway_hook.py's
+# DEMAND_PATH, the same string: a fast test compares them), polled by the nodes' activators (guard/activate.py).
+DEMAND_PATH = "/sparkdeploy/demand"
+
+
 @dataclass(frozen=True)
 class Engine:
     id: str  # `<deployment>-<i>`: LiteLLM's model_info.id
@@ -81,6 +86,11 @@ class Engine:
 class Group:
     model: str
     engines: tuple[Engine, ...]
+    idle_timeout: int | None = None  # an on-demand member's (seconds; docs/stack.md); None: always on
+    # a stack with on-demand members: node -> the member's share there, and (on-demand ones) node -> the most the
+    # shares there may sum to (the one budget's shared_room): the activators' eviction figures (guard/ondemand.py)
+    shares: dict[str, float] = field(default_factory=dict)
+    room: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,15 +106,17 @@ class Routes:
 
     def model_list(self) -> list[dict[str, Any]]:
         """LiteLLM's model_list: one entry per routed engine; a deployment's engines share its model (one group)."""
-        return [
-            {
-                "model_name": g.model,
-                "litellm_params": {"model": f"hosted_vllm/{g.model}", "api_base": e.api_base, "api_key": "EMPTY"},
-                "model_info": e.model_info(),
-            }
+        return [_entry(g, e) for name, g in sorted(self.groups.items()) for e in self.routed(name)]
+
+    def on_demand(self) -> dict[str, dict[str, Any]]:
+        """The on-demand deployments (docs/stack.md): deployment -> its model, idle timeout and every engine's
+        model_list entry. The gateway's hook routes them while their watchers say `ok` and holds a request for
+        one that is not (it starts on the request), whatever `model_list` says."""
+        return {
+            name: {"model": g.model, "idle_timeout": g.idle_timeout, "model_list": [_entry(g, e) for e in g.engines]}
             for name, g in sorted(self.groups.items())
-            for e in self.routed(name)
-        ]
+            if g.idle_timeout is not None
+        }
 
     def models(self) -> list[str]:
         """Every model of the stack (keys may name any of them)."""
@@ -129,12 +141,15 @@ class Routes:
         return {
             "groups": {
                 name: {"model": g.model, "engines": [e.as_json() for e in g.engines]}
+                | ({"idle_timeout": g.idle_timeout} if g.idle_timeout is not None else {})
+                | ({"shares": g.shares} if g.shares else {})
+                | ({"room": g.room} if g.room else {})
                 for name, g in sorted(self.groups.items())
             },
             "out": dict(sorted(self.out.items())),
             "model_list": self.model_list(),
             "unavailable": self.unavailable(),
-        }
+        } | ({"on_demand": self.on_demand()} if self.on_demand() else {})
 
     def text(self) -> str:
         """routes.json: deterministic (an unchanged stack rewrites nothing)."""
@@ -157,19 +172,39 @@ class Routes:
         return Routes(dict(self.groups), {k: v for k, v in self.out.items() if k != name})
 
 
+def _entry(g: Group, e: Engine) -> dict[str, Any]:
+    return {
+        "model_name": g.model,
+        "litellm_params": {"model": f"hosted_vllm/{g.model}", "api_base": e.api_base, "api_key": "EMPTY"},
+        "model_info": e.model_info(),
+    }
+
+
 def engine_id(deployment: str, index: int) -> str:
     return f"{deployment}-{index}"
 
 
 def group(
-    deployment: str, model: str, urls: Iterable[str], watchers: dict[str, tuple[str, str]] | None = None
+    deployment: str,
+    model: str,
+    urls: Iterable[str],
+    watchers: dict[str, tuple[str, str]] | None = None,
+    idle_timeout: int | None = None,
+    shares: dict[str, float] | None = None,
+    room: dict[str, float] | None = None,
 ) -> Group:
     """A deployment's engines; `watchers`: an engine's URL -> (its watcher's group, its watcher's URL)."""
     engines = []
     for i, url in enumerate(urls):
         watch_group, watch = (watchers or {}).get(url, (None, None))
         engines.append(Engine(engine_id(deployment, i), url, watch, watch_group))
-    return Group(model, tuple(engines))
+    return Group(model, tuple(engines), idle_timeout, dict(shares or {}), dict(room or {}))
+
+
+def _fractions(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float))}
 
 
 def _text(value: Any) -> str | None:
@@ -188,7 +223,14 @@ def parse(data: dict[str, Any] | None) -> Routes | None:
                 for e in g["engines"]
                 if isinstance(e, dict) and "id" in e
             )
-            groups[str(name)] = Group(g["model"], engines)
+            idle = g.get("idle_timeout")
+            groups[str(name)] = Group(
+                g["model"],
+                engines,
+                idle if isinstance(idle, int) else None,
+                _fractions(g.get("shares")),
+                _fractions(g.get("room")),
+            )
     out = data.get("out") if isinstance(data.get("out"), dict) else {}
     return Routes(groups, {str(k): str(v) for k, v in (out or {}).items()})
 

@@ -12,8 +12,8 @@ from typing import Any, cast
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.secrets import digest_key, keyed_digest
 from sparkdeploy.deploy.plan import SPEND_FOLDER
-from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack
-from sparkdeploy.deploy.stack.routes import ROUTES_FILE, Routes, group
+from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack, on_demand_figures
+from sparkdeploy.deploy.stack.routes import DEMAND_PATH, ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.up import simulated
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.labels import DEPLOYMENT_LABEL, LABEL_PREFIX, MANAGED_LABEL
@@ -47,10 +47,16 @@ def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
     """The stack's routes: each deployment one group of its engines (a 2xsolo's or replicas' several), `out` the
     deployments or engines left out (deploy/stack/routes.py)."""
     groups = {}
+    budgeted = any(m.on_demand for m in stack.members)  # the activators' eviction figures (docs/stack.md)
     for m in stack.members:
         dep = m.deployment
         assert dep is not None  # built before the gateway
-        groups[m.name] = group(m.name, m.model, dep.backends or [dep.endpoint], _watchers(stack, dep, m.name))
+        urls = dep.backends or [dep.endpoint]
+        shares = dict.fromkeys(m.engine_nodes(), m.share) if budgeted and m.share is not None else None
+        room = cast(dict[str, float], on_demand_figures(stack, m)["room"]) if m.on_demand else None
+        groups[m.name] = group(
+            m.name, m.model, urls, _watchers(stack, dep, m.name), m.entry.idle_timeout_s, shares, room
+        )
     return Routes(groups, dict(out or {}))
 
 
@@ -192,7 +198,13 @@ def guard_nodes(stack: Stack) -> list[NodeDeployment]:
     # labels and names of the guard unit: recipe `guard`, topology `stack` (as the gateway's)
     resolved = dataclasses.replace(first, recipe=first.recipe.model_copy(update={"name": GUARD}), topology="stack")
     ctx = Context(inv, resolved, deps[0].image, deps[0].image, stack.secrets, deployment=GUARD)
-    guard_deploy.stack_guards(ctx, nodes, simulated(deps[0]))
+    # on-demand members: each node's activator reads the gateway's demand (nodeside/guard/activate.py)
+    demand = (
+        f"http://{stack.head.url_host}:{stack.gateway_port}{DEMAND_PATH}"
+        if any(m.on_demand for m in stack.members)
+        else None
+    )
+    guard_deploy.stack_guards(ctx, nodes, simulated(deps[0]), demand)
     return [nd for nd in nodes if nd.containers]  # none when cluster.guard.enabled is false: removed everywhere
 
 

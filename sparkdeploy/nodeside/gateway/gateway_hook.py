@@ -79,13 +79,17 @@ BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body 
 logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 WATCH_S = 1.0  # how often each engine's watcher is asked
+# On-demand members (issue 40, docs/stack.md): a request for one that is not serving is held this long for its start
+HOLD_S = float(os.environ.get("SPARKDEPLOY_HOLD_S") or 300)
+RETRY_S = 30  # the Retry-After of the 503 past the hold
+DEMAND_PATH = "/sparkdeploy/demand"  # GET, read-only: what the nodes' activators poll
 NOT_SERVING = ("restarting", "failing", "backoff", "gave-up", "held")
 
 _lock = threading.Lock()
 _stamps: dict[str, tuple[int, int, int] | None] = {}
 _models: list[dict[str, Any]] = []  # routes.json's model_list
 _withdrawn: frozenset[str] = frozenset()  # model_info ids whose watcher says they do not serve
-_applied: frozenset[str] | None = None  # what the router's list leaves out now (None: not set by us yet)
+_applied: tuple[frozenset[str], frozenset[str]] | None = None  # (withdrawn, warm) the router's list is made of
 _poller: threading.Thread | None = None
 _checked = 0.0
 _keys: dict[str, dict[str, Any]] = {}
@@ -93,6 +97,11 @@ _auth: dict[str, UserAPIKeyAuth] = {}  # sha256 -> the answer for that key, buil
 _served: set[str] = set()  # the models routed now (routes.json's model_list)
 _unavailable: dict[str, str] = {}  # a model of the stack routed nowhere now -> why
 _left: set[str] = set()  # models routed before and not now (this worker's last reloads)
+_on_demand: dict[str, dict[str, Any]] = {}  # on-demand model -> routes.json's on_demand entry (deployment added)
+_warm: frozenset[str] = frozenset()  # the on-demand models every engine of which its watcher says serve (`ok`)
+_why_cold: dict[str, str] = {}  # an on-demand model not warm -> what its watcher says
+_groups: dict[str, dict[str, Any]] = {}  # routes.json's groups: each member's model, shares, room (eviction)
+NO_ROOM = "no-room"  # a watcher's state for an on-demand start nothing can make room for (activate.py)
 
 
 # -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
@@ -189,6 +198,9 @@ class ClientErrors:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("method") == "GET" and scope.get("path") == DEMAND_PATH:
+            await _answer_demand(send)
+            return
         if scope.get("type") != "http" or scope.get("method") != "POST" or not _inference(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
@@ -224,14 +236,59 @@ class ClientErrors:
             400 ("Invalid model name", "no healthy deployments") becomes what a new request gets, 503 or 404."""
             nonlocal held
             if message["type"] == "http.response.start" and message.get("status") == 400:
-                held = model not in _served
+                held = model not in _served and model not in _warm
+            if message["type"] == "http.response.start" and message.get("status") == 503 and model in _on_demand:
+                message = dict(message, headers=[*message.get("headers", []), (b"retry-after", str(RETRY_S).encode())])
             if not held:
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 code, text = _not_routed(model, [])
                 await _answer_error(scope, send, code, text)
 
-        await self.app(scope, replay, answer)
+        if model not in _on_demand:
+            await self.app(scope, replay, answer)
+            return
+        await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=1)  # in flight: not stopped as idle
+        try:
+            await self.app(scope, replay, answer)
+        finally:
+            await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=-1)
+
+
+async def _answer_demand(send: Any) -> None:
+    """GET /sparkdeploy/demand: each on-demand engine group's demand, by its watcher's group name (the activator
+    of its rank 0's node reads it, docs/stack.md). Read-only; no key: model names and counts, nothing else."""
+    _refresh()  # this worker may not have read routes.json yet (no request reached it)
+    counts = await asyncio.to_thread(gateway_spend.demand)
+    groups = {}
+    for model, od in list(_on_demand.items()):
+        for entry in od.get("model_list") or []:
+            gid = (entry.get("model_info") or {}).get("group")
+            if gid:
+                seen = counts.get(model) or {}
+                groups[gid] = {
+                    "model": model,
+                    "deployment": od.get("deployment"),
+                    "idle_timeout": od.get("idle_timeout"),
+                    "waiting": seen.get("waiting", 0),
+                    "in_flight": seen.get("in_flight", 0),
+                    "last_request": seen.get("last_request"),
+                }
+    members = {
+        name: {
+            "model": g.get("model"),
+            "on_demand": g.get("idle_timeout") is not None,
+            "shares": g.get("shares") or {},
+            "room": g.get("room") or {},
+            **{k: (counts.get(str(g.get("model"))) or {}).get(k, 0) for k in ("waiting", "in_flight")},
+            "last_request": (counts.get(str(g.get("model"))) or {}).get("last_request"),
+        }
+        for name, g in list(_groups.items())
+    }
+    data = json.dumps({"groups": groups, "members": members, "now": time.time()}, sort_keys=True).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: str) -> None:
@@ -288,27 +345,34 @@ def _changed(path: str) -> bool:
 
 
 def _reload_models() -> None:
-    global _models, _applied, _served, _unavailable
+    global _models, _applied, _served, _unavailable, _on_demand
     if _changed(ROUTES):
         try:
             with open(ROUTES, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
             data = {}
-        _models = data.get("model_list") or []
-        served = {m["model_name"] for m in _models}
+        _on_demand = {str(od["model"]): dict(od, deployment=name) for name, od in (data.get("on_demand") or {}).items()}
+        _groups.clear()
+        _groups.update(data.get("groups") or {})
+        _models = [m for m in data.get("model_list") or [] if m.get("model_name") not in _on_demand]
+        served = {m["model_name"] for m in _models} | (set(_on_demand) & _warm)
         _left.difference_update(served)
         _left.update(_served - served)
         _served, _unavailable = served, dict(data.get("unavailable") or {})
         _applied = None
-    if _applied == _withdrawn:
+    if _applied == (_withdrawn, _warm):
         return
-    routable = _routable(_models, _withdrawn)
+    # an on-demand model is routed while its watchers say it serves (they start and stop it), not as routes.json
+    # was written at `up`
+    warm = [e for model in sorted(_warm) for e in (_on_demand.get(model) or {}).get("model_list") or []]
+    routable = _routable(_models, _withdrawn) + warm
+    _served = {m["model_name"] for m in _models} | (set(_on_demand) & _warm)
     router = proxy_server.llm_router
     if router is not None:
         router.set_model_list(routable)
     proxy_server.llm_model_list = routable
-    _applied = _withdrawn
+    _applied = (_withdrawn, _warm)
 
 
 def _routable(models: list[dict[str, Any]], withdrawn: frozenset[str]) -> list[dict[str, Any]]:
@@ -345,13 +409,44 @@ def _watch_states() -> frozenset[str]:
     return frozenset(down)
 
 
+def _watch_state(url: str, group: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as resp:
+            g = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group)) or {}
+    except (OSError, ValueError):
+        return None
+    state = g.get("state")
+    return f"{state}: {g.get('reason')}" if g.get("reason") and state != "ok" else state
+
+
+def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
+    """The on-demand models every engine of which its watcher says serve, and what it says of the others."""
+    warm, why = set(), {}
+    for model, od in list(_on_demand.items()):
+        states = [
+            _watch_state(str(info.get("watch")), str(info.get("group")))
+            for info in ((e.get("model_info") or {}) for e in od.get("model_list") or [])
+            if info.get("watch") and info.get("group")
+        ]
+        if states and all(s == "ok" for s in states):
+            warm.add(model)
+        else:
+            why[model] = "; ".join(s or "its watcher does not answer" for s in states if s != "ok") or "no watcher"
+    return frozenset(warm), why
+
+
 def _poll() -> None:
-    global _withdrawn
+    global _withdrawn, _warm, _why_cold
+    log = logging.getLogger("gateway_hook")
     while True:
         found = _watch_states()
         if found != _withdrawn:
-            logging.getLogger("gateway_hook").warning("engines not serving (their watcher says): %s", sorted(found))
+            log.warning("engines not serving (their watcher says): %s", sorted(found))
             _withdrawn = found
+        warm, _why_cold = _warm_models()
+        if warm != _warm:
+            log.warning("on-demand models serving now (their watchers say): %s", sorted(warm) or "none")
+            _warm = warm
         time.sleep(WATCH_S)
 
 
@@ -428,7 +523,7 @@ def _model(request: Any) -> str | None:
 def _check_model(request: Any, model: str | None, allowed: list[str], name: str | None) -> None:
     if model is None:
         return
-    if model not in _served:
+    if model not in _served and model not in _on_demand:
         code, text = _not_routed(model, allowed)
         raise Refusal(text, code, request)
     if allowed and model not in allowed:
@@ -455,6 +550,7 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
     master = os.environ.get("LITELLM_MASTER_KEY", "")
     if master and hmac.compare_digest(token.encode(), master.encode()):
         _check_model(request, _model(request), [], None)
+        await _hold(request, _model(request))
         return _answer("master", lambda: UserAPIKeyAuth(api_key=token, user_role=LitellmUserRoles.PROXY_ADMIN))
     digest = hashlib.sha256(token.encode()).hexdigest()
     entry = keys.get(digest)
@@ -477,12 +573,41 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
     # a write that may wait for another worker's: off the event loop
     if rpm and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
         raise Refusal(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429, request)
+    await _hold(request, _model(request))
     return _answer(
         digest,
         lambda: UserAPIKeyAuth(
             api_key=token, key_alias=entry["name"], models=models, user_role=LitellmUserRoles.INTERNAL_USER
         ),
     )
+
+
+async def _hold(request: Any, model: str | None) -> None:
+    """A request for an on-demand model that does not serve now waits here, before LiteLLM sees it (a streamed
+    one before its first byte), counted as waiting: the activator of its rank 0's node starts it on that. It goes
+    on once its watchers say `ok` and the router has it; past HOLD_S it is refused 503 (ClientErrors adds
+    Retry-After)."""
+    if model is None or model not in _on_demand or model in _warm:
+        return
+    deadline = time.monotonic() + HOLD_S
+    await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
+    try:
+        while model not in _warm and time.monotonic() < deadline:
+            if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
+                raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
+            await asyncio.sleep(0.2)
+    finally:
+        await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)
+    if model not in _warm:
+        why = _why_cold.get(model) or "not started"
+        raise Refusal(
+            f"model {model} is starting (on demand) and was not ready within {HOLD_S:g} s ({why}): "
+            f"retry in {RETRY_S} s",
+            503,
+            request,
+        )
+    with _lock:
+        _reload_models()  # the router has its engines before LiteLLM routes this request
 
 
 class SpendTracker(CustomLogger):

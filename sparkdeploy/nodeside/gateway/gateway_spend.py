@@ -31,6 +31,12 @@ SCHEMA = (
     # one row per request of a key with an rpm, for a minute: every worker counts the same requests
     "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, at REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS hits_key_at ON hits (key, at)",
+    # on-demand members (issue 40): per model, requests held for its start, requests in flight, the last request's
+    # time; read by the nodes' activators through the hook's GET /sparkdeploy/demand
+    (
+        "CREATE TABLE IF NOT EXISTS demand (model TEXT PRIMARY KEY, waiting INTEGER NOT NULL DEFAULT 0, "
+        "in_flight INTEGER NOT NULL DEFAULT 0, last_request REAL)"
+    ),
 )
 WINDOW_S = 60.0
 
@@ -82,6 +88,24 @@ def take(key: str, rpm: int, now: float | None = None, path: str = DB) -> int | 
         return None
     finally:
         conn.execute("COMMIT")
+
+
+def demand_add(model: str, waiting: int = 0, in_flight: int = 0, path: str = DB) -> None:
+    """A request for an on-demand model begins (+1) or ends (-1) waiting or in flight; a beginning is its last
+    request. Counts never go below 0 (a worker killed mid-request leaves its +1: the next gateway start clears)."""
+    now = time.time() if waiting > 0 or in_flight > 0 else None
+    connect(path).execute(
+        "INSERT INTO demand (model, waiting, in_flight, last_request) VALUES (?, max(0, ?), max(0, ?), ?) "
+        "ON CONFLICT(model) DO UPDATE SET waiting = max(0, waiting + ?), in_flight = max(0, in_flight + ?), "
+        "last_request = coalesce(excluded.last_request, last_request)",
+        (model, int(waiting), int(in_flight), now, int(waiting), int(in_flight)),
+    )
+
+
+def demand(path: str = DB) -> dict[str, dict[str, float | int | None]]:
+    """model -> {"waiting", "in_flight", "last_request"} (epoch seconds or None)."""
+    rows = connect(path).execute("SELECT model, waiting, in_flight, last_request FROM demand").fetchall()
+    return {m: {"waiting": int(w), "in_flight": int(f), "last_request": t} for m, w, f, t in rows}
 
 
 def dump(path: str = DB) -> dict[str, dict[str, int]]:

@@ -34,8 +34,10 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
+from . import activate
 from .dockerapi import DockerError
 from .groups import SLACK_S, docker_time, lost_rank
+from .ondemand import NoRoom
 
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
@@ -46,6 +48,7 @@ GROUP = "io.sparkdeploy.group"
 RANK = "io.sparkdeploy.rank"
 WATCHERS = "io.sparkdeploy.group-watchers"  # NODE@IP:PORT of each rank's watcher, rank order, space separated
 HEALTH_PORT = "io.sparkdeploy.health-port"
+DEPLOYMENT = "io.sparkdeploy.deployment"
 FILE = "watch.json"
 PEER_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -126,6 +129,8 @@ class Watcher:
     live: dict[str, dict[str, Any]]  # group -> what is not worth saving (this run's probes)
     error: str | None  # the last tick's failure, shown in status
     server: http.server.ThreadingHTTPServer | None  # the peers' endpoint, once serving
+    here: dict[str, str]  # the on-demand deployments led from this node -> their group
+    others_here: set[str]  # the deployments with a rank here, led from another node
 
     def __init__(
         self,
@@ -148,6 +153,8 @@ class Watcher:
         self.lock = threading.Lock()
         self.error = None
         self.server = None
+        self.demand = None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
+        self.here, self.others_here = {}, set()
 
     # -- state on disk ---------------------------------------------------------------------------------------
     def _load(self):
@@ -219,8 +226,18 @@ class Watcher:
 
     def tick(self, now):
         groups = {}
+        self.demand = activate.poll(self.cfg["demand"]) if self.cfg.get("demand") else None
         saved = self.saved["groups"]
-        for gid, (rank, info) in sorted(self.engines().items()):
+        engines = self.engines()
+        self.here, self.others_here = {}, set()  # the deployments running on this node: led here -> group; others
+        for gid, (rank, info) in engines.items():
+            dep = ((info.get("Config") or {}).get("Labels") or {}).get(DEPLOYMENT)
+            if dep and (info.get("State") or {}).get("Running"):
+                if rank == 0:
+                    self.here[dep] = gid
+                else:
+                    self.others_here.add(dep)
+        for gid, (rank, info) in sorted(engines.items()):
             labels = (info.get("Config") or {}).get("Labels") or {}
             watchers = (labels.get(WATCHERS) or "").split()  # NODE@IP:PORT
             g = saved.setdefault(gid, {})
@@ -259,6 +276,19 @@ class Watcher:
         ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
         decision = g.get("decision")
         if decision and decision.get("phase") != "done":
+            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            return
+        act = activate.choose(((self.demand or {}).get("groups") or {}).get(gid), me, now)
+        if act is not None and not g.get("gave_up") and self.guard_state() != "held":
+            action, why = act
+            if action == "start":
+                fits = self.make_room(gid, g, now)
+                if fits is None:
+                    return
+                why = f"{why}; {fits}"
+            self.say(f"activate: {gid}: {action}: {why}")
+            g.update(state="starting" if action == "start" else "held", reason=why)
+            self.decide(gid, g, action, why, now)
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
         ok, detail = probe(health_port) if (me["running"] and health_port) else (False, me["status"] or "not running")
@@ -314,6 +344,37 @@ class Watcher:
         self.decide(gid, g, "restart", why, now)
         self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
 
+    def make_room(self, gid, g, now):
+        """Before an on-demand start: the budget's figures with what stays, or None (not now): the least recently
+        used idle on-demand members of this node told to stop first (the start follows on a later look), or
+        nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
+        running = dict(self.here)
+        try:
+            stop, why = activate.room_for(gid, self.demand, self.node, set(running) | set(self.others_here))
+        except NoRoom as exc:
+            if g.get("state") != "no-room":
+                self.say(f"activate: {gid}: no room: {exc}")
+            g.update(state="no-room", reason=str(exc))
+            return None
+        if not stop:
+            return why
+        waiting = []
+        for dep in stop:
+            vgid = running.get(dep)
+            vg = self.saved["groups"].get(vgid) if vgid else None
+            if vg is None:  # its rank 0 is on another node: that node's activator must stop it (not built)
+                waiting.append(f"{dep} (led on another node)")
+                continue
+            waiting.append(dep)
+            d = vg.get("decision") or {}
+            if d.get("action") == "stop" and d.get("phase") != "done":
+                continue  # being stopped already
+            self.say(f"activate: {vgid}: evict: {why}")
+            vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
+            self.decide(vgid, vg, "stop", vg["reason"], now)
+        g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
+        return None
+
     def lost(self, ranks, watchers):
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
         labelled = [
@@ -351,6 +412,13 @@ class Watcher:
         """Carry the current decision one step further (stop -> start -> done), never waiting long here."""
         cfg, d = self.cfg, g["decision"]
         cid = info["Id"]
+        if d["phase"] == "stop" and d["action"] == "start":  # an on-demand start: nothing to stop first
+            self.docker.start(cid)
+            t.update(healthy_once=False, started=None)
+            d.update(phase="start", start_at=now)
+            g.update(state="starting", reason="on demand: starting rank 0, then the others")
+            self.publish(gid, g)
+            return
         if d["phase"] == "stop":
             self.publish(gid, g)  # the other ranks' watchers stop theirs meanwhile, not after this one's stop
             self.stop(cid, no_restart=d["action"] == "stop")
@@ -379,13 +447,14 @@ class Watcher:
             return
         if d["phase"] == "start":
             ok, detail = probe(health_port) if health_port else (False, "no health port")
-            rec = (g.get("restarts") or [{}])[-1]
+            rec = (g.get("restarts") or [{}])[-1] if d["action"] == "restart" else {}
             if ok:
                 rec.update(ok=True, took_s=round(now - d["at"], 1))
                 d.update(phase="done", done_at=now)
                 g.update(state="ok", reason="", failing_since=None)
                 t.update(healthy_once=True, last_ok=now)
-                self.say(f"watch: {gid}: serving again {now - d['at']:.1f} s after the decision")
+                what = "serving again" if d["action"] == "restart" else "serving (started on demand)"
+                self.say(f"watch: {gid}: {what} {now - d['at']:.1f} s after the decision")
             elif now - d["start_at"] >= cfg["start_s"] or self.lost(ranks, watchers):
                 why = self.lost(ranks, watchers) or f"not healthy {cfg['start_s']:g} s after the restart: {detail}"
                 rec.update(ok=False, took_s=round(now - d["at"], 1), error=why)

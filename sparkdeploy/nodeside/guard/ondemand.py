@@ -1,0 +1,83 @@
+"""On-demand stack members (issue 40, docs/stack.md): the two decisions the node-side activator makes, pure and
+standard library only (the guard's container runs them): which idle members stop, and what a start must stop
+first to fit the one memory budget.
+
+A member, as the activator knows it (from its manifest, written by `up --stack`, and the gateway's demand):
+    {"name": str, "on_demand": bool, "shares": {node: fraction of the node's total its engine reserves},
+     "last_request": epoch seconds or None, "in_flight": int, "idle_timeout": seconds or None}
+`room`: node -> the most the shares of the engines running there may sum to (the one budget's shared_room,
+computed by `up --stack` on this machine and recorded in the manifest: the formula lives in one place,
+sparkdeploy/recipes/budget.py).
+
+Rules: never stop an always-on member, never one with requests in flight; stop the least recently used idle
+on-demand member(s) first, only those holding memory on a node that lacks it; when nothing can make room, refuse
+with the reason and the figures.
+"""
+
+EPSILON = 1e-9
+
+
+def idle_due(member, now):
+    """Whether a running on-demand member has been idle for its timeout with nothing in flight."""
+    timeout = member.get("idle_timeout")
+    if not member.get("on_demand") or timeout is None or member.get("in_flight"):
+        return False
+    last = member.get("last_request")
+    return last is not None and now - last >= timeout
+
+
+def _used(running, node):
+    return sum(m["shares"].get(node, 0.0) for m in running)
+
+
+def _why_kept(m):
+    if not m.get("on_demand"):
+        return "always on"
+    if m.get("in_flight"):
+        return f"{m['in_flight']} request(s) in flight"
+    return "idle"
+
+
+def _figures(want, running, room, node):
+    """`spark1: room 0.94, running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45`."""
+    listed = ", ".join(f"{m['name']} {m['shares'][node]:g} ({_why_kept(m)})" for m in running if node in m["shares"])
+    return f"{node}: room {room[node]:g}, running {listed or 'nothing'}; {want['name']} needs {want['shares'][node]:g}"
+
+
+class NoRoom(Exception):
+    """Nothing can make room: the reason, with the figures of each node that lacks memory."""
+
+
+def make_room(want, running, room):
+    """The members to stop, least recently used first, so that `want` fits on each of its nodes beside what
+    stays; (stop, figures). NoRoom when stopping every idle on-demand member on those nodes is not enough."""
+    running = [m for m in running if m["name"] != want["name"]]
+    short = {
+        n: _used(running, n) + share - room[n] for n, share in want["shares"].items() if n in room
+    }  # > 0: what is missing there
+    if all(v <= EPSILON for v in short.values()):
+        return [], "; ".join(_figures(want, running, room, n) for n in sorted(short)) + ": fits"
+    candidates = sorted(
+        (m for m in running if m.get("on_demand") and not m.get("in_flight")),
+        key=lambda m: (m.get("last_request") or 0.0, m["name"]),
+    )
+    stop = []
+    for m in candidates:
+        if all(v <= EPSILON for v in short.values()):
+            break
+        if not any(short.get(n, 0.0) > EPSILON and share > 0 for n, share in m["shares"].items()):
+            continue  # it holds no memory where memory is missing: stopping it would not help
+        stop.append(m)
+        for n, share in m["shares"].items():
+            if n in short:
+                short[n] -= share
+    lacking = sorted(n for n, v in short.items() if v > EPSILON)
+    if lacking:
+        raise NoRoom(
+            f"{want['name']} does not fit even with every idle on-demand member stopped: "
+            + "; ".join(_figures(want, running, room, n) for n in lacking)
+        )
+    names = ", ".join(m["name"] for m in stop)
+    return stop, f"stop {names} (least recently used first) to start {want['name']}: " + "; ".join(
+        _figures(want, running, room, n) for n in sorted(want["shares"]) if n in room
+    )

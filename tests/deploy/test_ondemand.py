@@ -1,0 +1,264 @@
+"""On-demand stack members (issue 40), without nodes: the stack file's `on_demand` / `idle_timeout` (one line per
+bad value), the budget per set of engines that must run together, and `up --stack`'s plan that prepares a cold
+member (files written, nothing started) and routes it as cold."""
+
+from __future__ import annotations
+
+import json
+from typing import cast
+
+import pytest
+
+from sparkdeploy.deploy.plan import StepKind
+from sparkdeploy.deploy.stack import converge as st
+from sparkdeploy.deploy.stack import file as sf
+from sparkdeploy.deploy.stack import members as sm
+from sparkdeploy.deploy.stack import routes as sr
+from sparkdeploy.deploy.stack import units as su
+from sparkdeploy.errors import ConfigError
+from sparkdeploy.facts import ContainerFact, NodeFacts
+from sparkdeploy.labels import DEPLOYMENT_LABEL, ROLE_LABEL
+from sparkdeploy.nodeside.gateway import gateway_spend
+
+from .test_stack import TOTAL, apply_to, facts_for, loaded, problems
+
+
+def built(s: sf.Stack) -> sf.Stack:
+    s.totals = {n.name: TOTAL for n in s.inventory.nodes}
+    sf.build(s, sf.budget(s, s.totals))
+    return s
+
+
+# one always-on and two on-demand members on one node: 0.45 + 0.45 + 0.45 cannot all run at once
+THREE = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+  - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
+     on_demand: true, idle_timeout: 90s}
+  - {name: small, recipe: openai-gpt-oss-20b, topology: solo, nodes: [spark1], memory: 0.45, port: 8002,
+     on_demand: true}
+"""
+
+
+def test_bad_on_demand_values_are_one_line_each_naming_the_field(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, nodes: [spark1], idle_timeout: 10m}
+          - {name: b, recipe: qwen3-coder-30b-int4, nodes: [spark2], on_demand: true, idle_timeout: 5 minutes}
+          - {name: c, recipe: openai-gpt-oss-20b, nodes: [spark2], port: 8009, on_demand: true, idle_timeout: 3}
+          - {name: d, recipe: nemotron-3-nano, nodes: [spark2], port: 8010, on_demand: "yes"}
+        """,
+    )
+    assert len(lines) == 4, lines
+    a, b, c, d = sorted(lines, key=lambda line: line.split("deployments[")[1])
+    assert "deployments[0]: idle_timeout: set, but the deployment is not on_demand" in a and "on_demand: true" in a
+    assert "deployments[1].idle_timeout" in b and "'5 minutes' is not a duration" in b and "10m" in b
+    assert "deployments[2].idle_timeout" in c and "3 s is out of range" in c
+    assert "deployments[3].on_demand" in d
+
+
+def test_idle_timeout_reads_seconds_minutes_hours_and_defaults_to_ten_minutes(tmp_path, inventory_file):
+    s = loaded(tmp_path, inventory_file, THREE)
+    assert [m.entry.idle_timeout_s for m in s.members] == [None, 90, sf.IDLE_TIMEOUT_DEFAULT_S]
+    assert [sf.idle_seconds(v) for v in (600, "45s", "10m", "2h", "120")] == [600, 45, 600, 7200, 120]
+
+
+def test_on_demand_members_need_not_fit_together_only_each_with_the_always_on_ones(tmp_path, inventory_file):
+    s = loaded(tmp_path, inventory_file, THREE)
+    util = sf.budget(s, {n.name: TOTAL for n in s.inventory.nodes})  # 0.45 + 0.45 fits; all three would not
+    assert util == {"chat": 0.45, "coder": 0.45, "small": 0.45}
+    always = loaded(
+        tmp_path,
+        inventory_file,
+        THREE.replace("on_demand: true", "on_demand: false").replace(", idle_timeout: 90s", ""),
+    )
+    with pytest.raises(ConfigError) as exc:  # the same three always on: refused as before
+        sf.budget(always, {n.name: TOTAL for n in always.inventory.nodes})
+    assert "at most 0.94 fits" in str(exc.value.problems[0])
+
+
+def test_an_on_demand_member_that_does_not_fit_beside_the_always_on_ones_is_refused_with_a_fix(
+    tmp_path, inventory_file
+):
+    s = loaded(tmp_path, inventory_file, THREE.replace("memory: 0.45, port: 8002", "memory: 0.6, port: 8002"))
+    with pytest.raises(ConfigError) as exc:
+        sf.budget(s, {n.name: TOTAL for n in s.inventory.nodes})
+    (line,) = [str(p) for p in exc.value.problems]
+    assert "chat 0.45" in line and "small 0.6" in line and "coder" not in line.split("(fix")[0], line
+
+
+def created(units: list[st.Unit], containers: dict[str, list]) -> None:
+    """What the create-container steps leave: the container, as rendered, not running (Docker: `created`)."""
+    for u in units:
+        for x in u.plan.steps:
+            if x.kind == StepKind.CREATE_CONTAINER and x.change and x.container is not None:
+                c = x.container
+                labels = {
+                    "io.sparkdeploy.managed": "true",
+                    "io.sparkdeploy.config-hash": c.config_hash,
+                    DEPLOYMENT_LABEL: u.name,
+                    ROLE_LABEL: c.role,
+                }
+                containers[x.node].append(
+                    ContainerFact(
+                        id=c.config_hash * 4,
+                        name=c.name,
+                        image_id="sha256:x",
+                        image_ref=c.image,
+                        labels=labels,
+                        status="created",
+                        running=False,
+                    )
+                )
+
+
+def test_up_prepares_a_cold_member_creates_its_engine_and_starts_nothing_of_it(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "small", "gateway", "guard"], containers)
+    units = st.plan_stack(s, facts, [])
+    started = [x.target for u in units for x in u.plan.steps if x.kind == StepKind.START_CONTAINER and x.change]
+    assert "sparkdeploy-chat-vllm" in started
+    assert not [t for t in started if "coder" in t or "small" in t], started
+    coder = next(u for u in units if u.name == "coder")
+    (create,) = [x for x in coder.plan.steps if x.kind in (StepKind.START_CONTAINER, StepKind.CREATE_CONTAINER)]
+    assert (create.kind, create.change, create.target) == (StepKind.CREATE_CONTAINER, True, "sparkdeploy-coder-vllm")
+    assert create.reason == "on demand: created, not started (missing)"
+    assert st.cold(units) == ["coder", "small"]
+    manifest = json.loads(next(x.file.content for x in coder.plan.steps if x.kind == StepKind.MANIFEST and x.file))
+    assert manifest["on_demand"] == {"idle_timeout": 90, "share": 0.45, "room": {"spark1": 0.93}}
+    apply_to(units, facts, containers)
+    created(units, containers)
+    again = st.plan_stack(s, facts_for(s, [], containers, facts), [])
+    assert [(u.name, u.changes) for u in again] == [
+        ("guard", 0),
+        ("chat", 0),
+        ("coder", 0),
+        ("small", 0),
+        ("gateway", 0),
+    ]
+    assert st.cold(again) == ["coder", "small"]
+    reasons = [x.reason for u in again if u.name == "coder" for x in u.plan.steps if x.target.endswith("-vllm")]
+    assert reasons == [st.COLD]
+    changed = built(loaded(tmp_path, inventory_file, THREE.replace("idle_timeout: 90s", "idle_timeout: 91s")))
+    units = st.plan_stack(changed, facts_for(changed, [], containers, facts), [])
+    steps = [x for u in units if u.name == "coder" for x in u.plan.steps if x.target == "sparkdeploy-coder-vllm"]
+    assert [(x.kind, x.change) for x in steps] == [(StepKind.START_CONTAINER, False)]  # only its manifest changed
+
+
+def test_a_warm_on_demand_member_is_converged_like_any_other(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    containers: dict[str, list] = {n.name: [] for n in s.inventory.nodes}
+    facts = facts_for(s, ["chat", "coder", "small", "gateway", "guard"], containers)
+    units = st.plan_stack(s, facts, [])
+    coder = next(u for u in units if u.name == "coder")
+    for x in coder.plan.steps:  # as if its first request had started it
+        if x.kind == StepKind.CREATE_CONTAINER:
+            x.kind = StepKind.START_CONTAINER
+    apply_to(units, facts, containers)
+    changed = built(
+        loaded(tmp_path, inventory_file, THREE.replace("memory: 0.45, port: 8001", "memory: 0.4, port: 8001"))
+    )
+    again = st.plan_stack(changed, facts_for(changed, [], containers, facts), [])
+    restarted = [x.target for u in again for x in u.plan.steps if x.kind == StepKind.START_CONTAINER and x.change]
+    assert restarted == ["sparkdeploy-coder-vllm"]
+    assert st.cold(again) == ["small"]
+
+
+def test_routes_carry_each_on_demand_members_idle_timeout_and_its_cold_reason(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    routes = su.stack_routes(s, {"coder": st.COLD, "small": st.COLD})
+    data = json.loads(routes.text())
+    assert data["groups"]["coder"]["idle_timeout"] == 90 and "idle_timeout" not in data["groups"]["chat"]
+    assert routes.served() == [s.member("chat").model]
+    assert "cold: on demand" in routes.unavailable()[s.member("coder").model]
+    back = sr.parse(data)
+    assert back is not None and back.groups["small"].idle_timeout == sf.IDLE_TIMEOUT_DEFAULT_S
+    assert back.text() == routes.text()
+    # every engine of an on-demand member, with its watcher: the hook routes it while the watcher says `ok`
+    od = data["on_demand"]
+    assert sorted(od) == ["coder", "small"] and od["coder"]["idle_timeout"] == 90
+    (entry,) = od["coder"]["model_list"]
+    assert entry["model_name"] == s.member("coder").model and entry["model_info"]["group"] == "coder:spark1"
+    assert entry["model_info"]["watch"].endswith(":7390/watch"), entry
+    assert "on_demand" not in json.loads(su.stack_routes(built(loaded(tmp_path, inventory_file, ONE_ON))).text())
+
+
+ONE_ON = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+"""
+
+
+def test_the_guards_of_a_stack_with_on_demand_members_read_the_gateways_demand(tmp_path, inventory_file):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    (guard,) = su.guard_nodes(s)
+    url = f"http://{s.head.url_host}:{s.gateway_port}/sparkdeploy/demand"
+    assert f'"demand":"{url}"' in guard.file("guard.entry.sh").content  # the config the guard's entry writes
+    (plain,) = su.guard_nodes(built(loaded(tmp_path, inventory_file, ONE_ON)))
+    assert '"demand"' not in plain.file("guard.entry.sh").content
+
+
+def test_the_hook_answers_the_demand_where_the_activators_read_it():
+    hook = su.HOOK_SOURCE.read_text(encoding="utf-8")
+    assert f'DEMAND_PATH = "{sr.DEMAND_PATH}"' in hook
+
+
+def test_demand_counts_waiting_and_in_flight_requests_over_processes_never_below_zero(tmp_path):
+    db = str(tmp_path / "spend.sqlite")
+    gateway_spend.demand_add("m", waiting=1, path=db)
+    gateway_spend.demand_add("m", in_flight=1, path=db)
+    seen = gateway_spend.demand(db)["m"]
+    assert (seen["waiting"], seen["in_flight"]) == (1, 1) and seen["last_request"] is not None
+    last = seen["last_request"]
+    gateway_spend.demand_add("m", waiting=-1, path=db)
+    gateway_spend.demand_add("m", in_flight=-1, path=db)
+    gateway_spend.demand_add("m", in_flight=-1, path=db)  # a stray end: never below 0
+    assert gateway_spend.demand(db)["m"] == {"waiting": 0, "in_flight": 0, "last_request": last}
+    gateway_spend.demand_add("other", in_flight=-1, path=db)  # an end first: counted 0, no last request
+    assert gateway_spend.demand(db)["other"] == {"waiting": 0, "in_flight": 0, "last_request": None}
+
+
+def _engine(name: str, member: str, running: bool, health: str) -> ContainerFact:
+    labels = {DEPLOYMENT_LABEL: member, ROLE_LABEL: "head"}
+    return ContainerFact(
+        id="x" * 64,
+        name=name,
+        image_id="sha256:x",
+        image_ref="vllm",
+        labels=labels,
+        running=running,
+        health=health,
+        status="running",
+    )
+
+
+def test_status_shows_each_member_cold_starting_warm_or_stopping_from_the_routes_and_containers(
+    tmp_path, inventory_file
+):
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    routes = su.stack_routes(s, {"small": st.COLD})
+    facts: dict[str, NodeFacts | Exception] = {
+        "spark1": NodeFacts(node="spark1", containers=[_engine("sparkdeploy-chat-vllm", "chat", True, "healthy")]),
+        "spark2": RuntimeError("unreachable"),
+    }
+    rows = {r["deployment"]: r for r in sm.member_states(routes, facts)}
+    assert (rows["chat"]["state"], rows["chat"]["on_demand"]) == ("warm", False)
+    assert (rows["small"]["state"], rows["small"]["why"]) == ("cold", "on demand, not running")
+    assert rows["small"]["idle_timeout_s"] == sf.IDLE_TIMEOUT_DEFAULT_S and rows["coder"]["state"] == "cold"
+    starting = routes.taken_out("coder", "starting: on demand")
+    spark1 = cast(NodeFacts, facts["spark1"])
+    spark1.containers.append(_engine("sparkdeploy-coder-vllm", "coder", True, "starting"))
+    assert sm.member_state("coder", starting, facts)["state"] == "starting"
+    assert sm.member_state("coder", routes, facts)["state"] == "starting"  # routed, Docker says not healthy yet
+    stopping = routes.taken_out("chat", "stopping: idle for 90 s")
+    assert sm.member_state("chat", stopping, facts)["state"] == "stopping"
+    # started on a request: routes.json (written by `up`) still says cold; healthy is warm, before that starting
+    spark1.containers.append(_engine("sparkdeploy-small-vllm", "small", True, "starting"))
+    assert sm.member_state("small", routes, facts)["state"] == "starting"
+    spark1.containers[-1] = _engine("sparkdeploy-small-vllm", "small", True, "healthy")
+    assert sm.member_state("small", routes, facts)["state"] == "warm"
+    assert sm.member_states(None, facts) == []

@@ -1,0 +1,164 @@
+"""The activator (sparkdeploy/nodeside/guard/activate.py, issue 40) driving the real watchers of two nodes: the
+gateway's demand is a real HTTP server answering GET /sparkdeploy/demand, each node's Docker engine the watcher
+tests' stand-in (tests/guard/test_watch_logic.py), the clock driven by the test. A group created and never started
+starts on a held request, rank 0 first and the worker following; it serves once its /health answers; idle past its
+timeout with nothing in flight, every rank stops (restart policy `no`); a request in flight keeps it."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from sparkdeploy import labels
+from sparkdeploy.deploy.stack.routes import DEMAND_PATH
+from sparkdeploy.nodeside.guard import activate, watch
+from sparkdeploy.nodeside.guard.ondemand import NoRoom
+from tests.guard.test_watch_logic import GROUP, Pair, _free_port, _iso
+
+
+class Gateway(http.server.ThreadingHTTPServer):
+    def __init__(self) -> None:
+        self.groups: dict = {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                assert self.path == DEMAND_PATH
+                body = json.dumps({"groups": server.groups}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", _free_port()), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def demand(self, waiting=0, in_flight=0, last=None, idle=30) -> None:
+        self.groups = {
+            GROUP: {
+                "model": "coder-m",
+                "deployment": "coder",
+                "idle_timeout": idle,
+                "waiting": waiting,
+                "in_flight": in_flight,
+                "last_request": last,
+            }
+        }
+
+
+@pytest.fixture
+def cold(tmp_path):
+    gw = Gateway()
+    p = Pair(tmp_path, demand=f"http://127.0.0.1:{gw.server_address[1]}{DEMAND_PATH}")
+    for d in p.docker:  # `up --stack` created them (docker create), nobody started them
+        d.c["State"].update(Status="created", Running=False, StartedAt=_iso(None), FinishedAt=_iso(None))
+    p.engine.ok = False
+    yield p, gw
+    p.close()
+    gw.shutdown()
+
+
+def test_a_held_request_starts_the_group_head_first_and_idle_stops_it(cold):
+    p, gw = cold
+    gw.demand()
+    g = p.look(times=3)  # no request: a cold member stays cold
+    assert p.docker[0].calls == [] and p.docker[1].calls == [] and g["state"] == "starting"
+    gw.demand(waiting=1)
+    g = p.look()
+    assert p.docker[0].calls == ["start"] and g["decision"]["action"] == "start", g
+    assert "1 request(s) held at the gateway for coder-m" in g["decision"]["reason"]
+    p.look()
+    assert p.docker[1].calls == ["start"]  # the worker follows rank 0's published decision
+    p.engine.ok = True
+    g = p.look()
+    assert g["state"] == "ok" and g["decision"]["phase"] == "done" and g["restart_count"] == 0, g
+    assert any("serving (started on demand)" in s for s in p.said), p.said
+
+    t = p.clock.now
+    gw.demand(in_flight=1, last=t)
+    p.look(seconds=10, times=6)  # 60 s past its last request, with one in flight: kept
+    assert p.docker[0].calls == ["start"]
+    gw.demand(last=t + 50)  # answered at t + 50
+    p.look(seconds=10)  # idle 20 s of its 30
+    assert p.docker[0].calls == ["start"]
+    g = p.look(seconds=10)  # idle 30 s: every rank stops, restart policy `no`, its memory freed
+    assert p.docker[0].calls == ["start", "no-restart", "stop"], p.docker[0].calls
+    assert p.docker[1].calls == ["start", "no-restart", "stop"], p.docker[1].calls
+    assert g["state"] == "held" and "idle for 30 s (idle timeout 30 s)" in g["reason"], g
+    assert p.look(times=3)["state"] == "held" and p.docker[0].calls[-1] == "stop"
+
+    p.engine.ok = False
+    gw.demand(waiting=2, last=p.clock.now)  # the next request starts it again
+    g = p.look()
+    assert p.docker[0].calls[-1] == "start" and g["decision"]["action"] == "start"
+    p.look()
+    assert p.docker[1].calls[-1] == "start"
+
+
+def test_no_word_from_the_gateway_starts_and_stops_nothing(tmp_path):
+    p = Pair(tmp_path, demand=f"http://127.0.0.1:{_free_port()}{DEMAND_PATH}")  # nothing answers there
+    try:
+        p.look(seconds=100, times=3)
+        assert p.docker[0].calls == [] and p.look()["state"] == "ok"
+    finally:
+        p.close()
+
+
+def test_choose():
+    rank = {"running": True, "started": 1000.0}
+    d = {"model": "m", "idle_timeout": 60, "waiting": 0, "in_flight": 0, "last_request": None}
+    assert activate.choose(None, rank, 5000.0) is None  # not an on-demand group
+    assert activate.choose(d, rank, 1059.0) is None  # started 59 s ago, never asked: not idle yet
+    assert activate.choose(d, rank, 1060.0)[0] == "stop"
+    assert activate.choose({**d, "waiting": 1}, rank, 5000.0) is None  # held requests count as in flight
+    assert activate.choose({**d, "last_request": 2000.0}, rank, 2059.0) is None
+    stopped = {"running": False, "started": 1000.0}
+    assert activate.choose(d, stopped, 5000.0) is None
+    assert activate.choose({**d, "waiting": 1}, stopped, 5000.0)[0] == "start"
+
+
+def test_the_node_side_keeps_the_deployment_label_name():
+    assert watch.DEPLOYMENT == labels.DEPLOYMENT_LABEL
+
+
+def _demand(**members):
+    return {
+        "groups": {f"{n}:spark1": {"deployment": n, "model": f"{n}-m"} for n in members},
+        "members": {
+            n: {
+                "model": f"{n}-m",
+                "on_demand": od,
+                "shares": {"spark1": 0.45},
+                "room": {"spark1": 0.93} if od else {},
+                "waiting": 0,
+                "in_flight": fl,
+                "last_request": last,
+            }
+            for n, (od, fl, last) in members.items()
+        },
+    }
+
+
+def test_room_for_stops_the_least_recently_used_idle_on_demand_member_of_this_node():
+    d = _demand(chat=(False, 0, None), coder=(True, 0, 100.0), small=(True, 0, None), big=(True, 0, 50.0))
+    stop, why = activate.room_for("small:spark1", d, "spark1", {"chat", "coder"})
+    assert stop == ["coder"] and "stop coder (least recently used first) to start small" in why, why
+    assert "spark1: room 0.93, running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45" in why
+    assert activate.room_for("small:spark1", d, "spark1", {"chat"}) == (
+        [],
+        "spark1: room 0.93, running chat 0.45 (always on); small needs 0.45: fits",
+    )
+    busy = _demand(chat=(False, 0, None), coder=(True, 2, 100.0), small=(True, 0, None))
+    with pytest.raises(
+        NoRoom,
+        match=r"small does not fit even with every idle on-demand member stopped: .*"
+        r"coder 0.45 \(2 request\(s\) in flight\)",
+    ):
+        activate.room_for("small:spark1", busy, "spark1", {"chat", "coder"})
+    assert activate.room_for("small:spark1", d, "spark2", {"chat", "coder"})[0] == []  # no figures there
