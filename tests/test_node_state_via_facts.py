@@ -7,8 +7,8 @@ Docker SDK), no module
     `bash -c`, `bash -s`) or `python3 -c`;
   - holds a program in a string: a multi-line string that is Python source or holds a heredoc (`<<`).
 Today's exceptions are listed below, each with why it is one: a command that changes the node (a step, not a
-read), a probe that measures between nodes (CONVENTIONS.md: not a fact), or a read still to move into facts/
-(issue 37 item 4's backlog: the list only shrinks; an entry that no longer matches fails too)."""
+read) or a probe that measures between nodes (CONVENTIONS.md: not a fact). Every read of node state has moved
+into facts/ (issue 37 item 4): the list only shrinks; an entry that no longer matches fails too."""
 
 from __future__ import annotations
 
@@ -21,18 +21,13 @@ SHELLS = ("sh", "bash")
 
 CHANGES = "changes the node: a step, not a read"
 PROBE = "measures between nodes or from the node outward: a probe, not a fact"
-TO_MOVE = "reads node state with its own script: to move into facts/ (issue 37 item 4, left)"
 
 ALLOWED = {
     ("deploy/apply.py", "run", "one"): CHANGES,  # the `clean` step: our temp files in the state dir
     ("images/push.py", "run", "_finalize"): CHANGES,
     ("images/push.py", "run", "_tag_existing"): CHANGES,
     ("dayzero/network_setup.py", "run", "one"): PROBE,  # ping over the fabric at the jumbo MTU
-    ("daytwo/crashes.py", "run", "read"): TO_MOVE,
     ("doctor/doctor_run.py", "run", "script"): PROBE,  # network_checks' don't-fragment ping (facts' `sec` helper)
-    ("images/inventory_images.py", "run", "read_node_images"): TO_MOVE,
-    ("images/push_from.py", "run", "_store_readable"): TO_MOVE,
-    ("models/pull.py", "run", "_client_argv"): TO_MOVE,  # id -u / -g, which cache folders exist
 }
 
 

@@ -1,9 +1,9 @@
 """Why sparkdeploy's containers stopped: restarts, the last exit (OOM kill, signal, exit code), health.
 
-Read over the node's SSH connection in one read-only command: `docker inspect` of our containers (label
-io.sparkdeploy.managed) for their state, and the engine's recent `die` and `oom` events, because a container
-that its restart policy brought back shows `running` again and no longer says how it died. Only the fields
-named here are read: never Config.Env (the secrets of `--env-file secrets.env`).
+Read as the registered fact `crashes` (facts/catalog.py: one read-only command): `docker inspect` of our
+containers (label io.sparkdeploy.managed) for their state, and the engine's recent `die` and `oom` events,
+because a container that its restart policy brought back shows `running` again and no longer says how it died.
+Only the fields named there are read: never Config.Env (the secrets of `--env-file secrets.env`).
 
 Used by `status` (a column per container) and by doctor's `engine.crashes` (one-line diagnosis + fix).
 """
@@ -16,54 +16,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkdeploy import healthcheck
-from sparkdeploy.config.userfile import parse_json
-from sparkdeploy.errors import ConfigError
-from sparkdeploy.facts import health_probes, parse_time
-from sparkdeploy.labels import LABEL_PREFIX, MANAGED_LABEL
+from sparkdeploy.facts import FactArgs, gather, health_probes, parse_time
+from sparkdeploy.facts.catalog import CRASH_HISTORY_S, CRASH_SECTION, crash_records
+from sparkdeploy.facts.node import CrashRecords
+from sparkdeploy.facts.parsers import Section
 
 if TYPE_CHECKING:
     from sparkdeploy.runtime.remote import NodeConnection
 
-HISTORY_S = 24 * 3600  # how far back the engine's events are read (it keeps the last 256 in memory)
+HISTORY_S = CRASH_HISTORY_S  # how far back the engine's events are read (it keeps the last 256 in memory)
 READ_TIMEOUT_S = 20
-SECTION = "@@sparkdeploy-crashes@@"
-
-# The whole State (a map on some engines, where a missing Health key fails a template that names it); no Env.
-_INSPECT = (
-    '{"id":{{json .Id}},"name":{{json .Name}},"state":{{json .State}},"restarts":{{json .RestartCount}},'
-    '"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}}}'
-)
-_EVENT = (
-    '{"action":{{json .Action}},"time":{{json .TimeNano}},"id":{{json .Actor.ID}},'
-    '"code":{{json (index .Actor.Attributes "exitCode")}}}'
-)
-
-# $1 the managed label, $2 seconds of history. Read-only. --until to the nanosecond: a whole-second bound left out
-# a die event of the current second, so an engine that had just crashed read as "exited (code unknown)".
-SCRIPT = (
-    r"""
-label="$1"; since=$(( $(date +%s) - $2 ))
-printf '%s inspect\n' '"""
-    + SECTION
-    + r"""'
-ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
-[ -n "$ids" ] && docker inspect --format '"""
-    + _INSPECT.replace("'", "'\\''")
-    + r"""' $ids 2>/dev/null
-printf '%s events\n' '"""
-    + SECTION
-    + r"""'
-docker events --since "$since" --until "$(date +%s.%N)" --filter type=container --filter "label=$label=true" \
-  --filter event=die --filter event=oom --filter event=kill \
-  --format '"""
-    + _EVENT.replace("'", "'\\''")
-    + r"""' 2>/dev/null
-printf '%s now\n' '"""
-    + SECTION
-    + r"""'
-date -u +%Y-%m-%dT%H:%M:%SZ
-"""
-)
+SECTION = CRASH_SECTION
 
 
 def _signal_name(number: int) -> str:
@@ -144,30 +107,6 @@ class NodeHistory:
     containers: dict[str, ContainerHistory] = field(default_factory=dict)
 
 
-def _sections(text: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    name = None
-    for line in text.splitlines():
-        if line.startswith(SECTION + " "):
-            name = line[len(SECTION) + 1 :].strip()
-            out[name] = []
-        elif name is not None and line.strip():
-            out[name].append(line.strip())
-    return out
-
-
-def _json_lines(lines: list[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            value = parse_json(line, "crash record")
-        except ConfigError:  # a node's line, through the one door's JSON reader: a bad one is skipped
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
-
-
 def _nano_time(value: Any) -> datetime | None:  # a JSON value: any type, a wrong one is None
     try:
         return datetime.fromtimestamp(int(value) / 1e9, tz=UTC)
@@ -215,12 +154,16 @@ def _failing_since(health: dict[str, Any] | None) -> datetime | None:
 
 
 def parse(text: str) -> NodeHistory:
-    """The script's output -> NodeHistory (pure: unit-tested without a node)."""
-    sec = _sections(text)
-    now = parse_time((sec.get("now") or [""])[0]) or datetime.now(UTC)
+    """The crashes fact's output -> NodeHistory (pure: unit-tested without a node)."""
+    return history_of(crash_records(Section(text, "", 0)))
+
+
+def history_of(records: CrashRecords) -> NodeHistory:
+    """The crashes fact (facts/catalog.py: CRASHES) -> each container's history (pure)."""
+    now = parse_time(records.now) or datetime.now(UTC)
     history = NodeHistory(now)
-    exits = _exits_from_events(_json_lines(sec.get("events", [])))
-    for d in _json_lines(sec.get("inspect", [])):
+    exits = _exits_from_events(records.events)
+    for d in records.inspect:
         name = str(d.get("name") or "").lstrip("/")
         state: Any = d.get("state") if isinstance(d.get("state"), dict) else {}
         running = bool(state.get("Running"))
@@ -254,14 +197,10 @@ def parse(text: str) -> NodeHistory:
     return history
 
 
-def read(conn: NodeConnection, history_s: int = HISTORY_S) -> NodeHistory:
-    """Read one node's container history over its SSH connection (read-only)."""
-    result = conn.run(
-        ["bash", "-c", SCRIPT, "sparkdeploy-crashes", MANAGED_LABEL, str(int(history_s))],
-        check=False,
-        timeout=READ_TIMEOUT_S,
-    )
-    return parse(result.stdout)
+def read(conn: NodeConnection) -> NodeHistory:
+    """Read one node's container history over its SSH connection: the crashes fact (read-only)."""
+    facts = gather(conn, "crashes", FactArgs(), timeout=READ_TIMEOUT_S)
+    return history_of(facts.crashes if facts.has("crashes") and facts.crashes is not None else CrashRecords())
 
 
 def ago(when: datetime | None, now: datetime) -> str:

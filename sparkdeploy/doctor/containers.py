@@ -106,7 +106,7 @@ def diagnose(history: crashes.NodeHistory, node: str, fix_memory: str) -> list[R
 
 
 def recent_crashes(run: DoctorRun, node: Node) -> list[Result] | Result:
-    history = crashes.read(run.session(node).conn, RECENT_S)
+    history = crashes.read(run.session(node).conn)
     if not history.containers:
         return skip(f"no sparkdeploy container on {node.name}")
     return diagnose(history, node.name, _lower_util(run))

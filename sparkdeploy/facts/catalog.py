@@ -13,15 +13,19 @@ from typing import Any
 
 from sparkdeploy import healthcheck
 from sparkdeploy.config.guard_settings import GUARD_FOLDER, STACK_UNIT
-from sparkdeploy.labels import MANAGED_LABEL
+from sparkdeploy.config.userfile import parse_json
+from sparkdeploy.errors import ConfigError
+from sparkdeploy.labels import LABEL_PREFIX, MANAGED_LABEL
 from sparkdeploy.nodeside.guard.run import STATUS
 
 from .node import (
     RESOURCE_FACTS,
     ContainerFact,
+    CrashRecords,
     DiskUsage,
     FileFact,
     GpuFact,
+    ImageStoreFact,
     NetworkFact,
     NodeFacts,
     RdmaFact,
@@ -103,6 +107,130 @@ def _user(sec: Section) -> tuple[str, list[str]]:
 
 def _store_user(f: NodeFacts, v: tuple[str, list[str]]) -> None:
     f.user, f.groups = v
+
+
+def _ids(sec: Section) -> tuple[str, str]:
+    """`id -u; id -g`: the SSH user's numeric user and group ("" where not read)."""
+    words = sec.out.split()
+    return (words[0], words[1]) if len(words) >= 2 and words[0].isdigit() and words[1].isdigit() else ("", "")
+
+
+def _store_ids(f: NodeFacts, v: tuple[str, str]) -> None:
+    f.uid, f.gid = v
+
+
+def _missing_folders(sec: Section) -> list[str]:
+    """The folders of `$hf/hub` and above that do not exist, innermost first (one absolute path a line)."""
+    return [line for line in sec.out.splitlines() if line.startswith("/")]
+
+
+# The image store (ImageStoreFact): engine facts, then one JSON line per image. No values interpolated.
+_IMAGE_FORMAT = (
+    '{"id":{{json .Id}},"tags":{{json .RepoTags}},"layers":{{json .RootFS.Layers}},'
+    '"labels":{{if .Config}}{{json .Config.Labels}}{{else}}null{{end}},"size":{{.Size}}}'
+)
+IMAGE_STORE = r"""
+docker version --format '{{.Server.Version}}' >/dev/null || return 90
+docker info --format 'info {"root":{{json .DockerRootDir}},"driver":{{json .Driver}},"status":{{json .DriverStatus}},"version":{{json .ServerVersion}}}' || return 90
+root=$(docker info --format '{{.DockerRootDir}}')
+echo "df $(df -PB1 "$root" 2>/dev/null | awk 'NR==2 {print $4}')"
+echo "zstd $(command -v zstd >/dev/null 2>&1 && echo yes || echo no)"
+ids=$(docker image ls -aq --no-trunc | sort -u)
+[ -z "$ids" ] || docker image inspect --format 'image FORMAT' $ids || return 91
+""".replace("FORMAT", _IMAGE_FORMAT)  # noqa: E501 - shell lines run as written
+
+
+def image_store(sec: Section) -> ImageStoreFact:
+    """`info JSON`, `df BYTES`, `zstd yes|no`, then `image JSON` per image (the IMAGE_STORE read)."""
+    fact = ImageStoreFact(rc=sec.rc)
+    if sec.rc not in (0, None):
+        fact.error = " | ".join((sec.err or sec.out).strip().splitlines()[-3:])
+    for line in sec.out.splitlines():
+        kind, _, rest = line.partition(" ")
+        try:
+            value = json.loads(rest) if kind in ("info", "image") else None
+        except ValueError:  # a cut line: not a record
+            continue
+        if kind == "info" and isinstance(value, dict):
+            fact.info = value
+        elif kind == "df":
+            fact.free_bytes = int(rest) if rest.strip().isdigit() else None
+        elif kind == "zstd":
+            fact.zstd = rest.strip() == "yes"
+        elif kind == "image" and isinstance(value, dict):
+            fact.images.append(value)
+    return fact
+
+
+# How our containers ended (CrashRecords): the whole State (a map on some engines, where a missing Health key
+# fails a template that names it), never Env; the engine's die/oom/kill events (a container its restart policy
+# brought back shows `running` again and no longer says how it died). --until to the nanosecond: a whole-second
+# bound left out a die event of the current second, so an engine that had just crashed read as "exited (code
+# unknown)". The engine keeps its last 256 events in memory: a day back is as far as it is worth asking.
+CRASH_HISTORY_S = 24 * 3600
+CRASH_SECTION = "@@sparkdeploy-crashes@@"
+_CRASH_INSPECT = (
+    '{"id":{{json .Id}},"name":{{json .Name}},"state":{{json .State}},"restarts":{{json .RestartCount}},'
+    '"role":{{json (index .Config.Labels "' + LABEL_PREFIX + '.role")}}}'
+)
+_CRASH_EVENT = (
+    '{"action":{{json .Action}},"time":{{json .TimeNano}},"id":{{json .Actor.ID}},'
+    '"code":{{json (index .Actor.Attributes "exitCode")}}}'
+)
+CRASHES = (
+    r"""label='"""
+    + MANAGED_LABEL
+    + r"""'; since=$(( $(date +%s) - """
+    + str(CRASH_HISTORY_S)
+    + r""" ))
+printf '%s inspect\n' '"""
+    + CRASH_SECTION
+    + r"""'
+ids=$(docker ps -aq --no-trunc --filter "label=$label=true" 2>/dev/null)
+[ -n "$ids" ] && docker inspect --format '"""
+    + _CRASH_INSPECT.replace("'", "'\\''")
+    + r"""' $ids 2>/dev/null
+printf '%s events\n' '"""
+    + CRASH_SECTION
+    + r"""'
+docker events --since "$since" --until "$(date +%s.%N)" --filter type=container --filter "label=$label=true" \
+  --filter event=die --filter event=oom --filter event=kill \
+  --format '"""
+    + _CRASH_EVENT.replace("'", "'\\''")
+    + r"""' 2>/dev/null
+printf '%s now\n' '"""
+    + CRASH_SECTION
+    + r"""'
+date -u +%Y-%m-%dT%H:%M:%SZ
+"""
+)
+
+
+def _crash_json(lines: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            value = parse_json(line, "crash record")
+        except ConfigError:  # a node's line, through the one door's JSON reader: a bad one is skipped
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def crash_records(sec: Section) -> CrashRecords:
+    """The CRASHES read: `@@sparkdeploy-crashes@@ inspect|events|now` then its lines (pure)."""
+    parts: dict[str, list[str]] = {}
+    name = None
+    for line in sec.out.splitlines():
+        if line.startswith(CRASH_SECTION + " "):
+            name = line[len(CRASH_SECTION) + 1 :].strip()
+            parts[name] = []
+        elif name is not None and line.strip():
+            parts[name].append(line.strip())
+    return CrashRecords(
+        _crash_json(parts.get("inspect", [])), _crash_json(parts.get("events", [])), (parts.get("now") or [""])[0]
+    )
 
 
 def _names(sec: Section) -> dict[str, str]:
@@ -485,6 +613,26 @@ FACTS: dict[str, Fact] = {
         ),
         Fact("docker_info", r"docker info --format '{{.DockerRootDir}}|{{.Driver}}'", _docker_info, _store_docker_info),
         Fact("user", "id -un; id -Gn", _user, _store_user),
+        Fact("ids", "id -u; id -g", _ids, _store_ids),
+        Fact("image_store", IMAGE_STORE, image_store, _set("image_store")),
+        Fact("crashes", CRASHES, crash_records, _set("crashes")),
+        # push --from's layer store reader: may root (sudo -n, no password) read the image's config in the
+        # engine's store? ("$@": the image IDs asked)
+        Fact(
+            "store_readable",
+            r"""store=$(docker info --format '{{.DockerRootDir}}/image/{{.Driver}}') || return 1
+for id; do sudo -n test -r "$store/imagedb/content/sha256/${id#sha256:}" && printf 'readable %s\n' "$id"; done""",
+            lambda s: {line.split(" ", 1)[1] for line in s.out.splitlines() if line.startswith("readable ")},
+            _set("store_readable"),
+        ),
+        # the HF cache's hub folder and its parents that are not there (a pull makes them for its mount and
+        # takes back those still empty when it stops): walking up from $hf/hub to the first that exists
+        Fact(
+            "hf_missing",
+            r"""d="${hf%/}/hub"; while [ -n "$d" ] && [ ! -d "$d" ]; do printf '%s\n' "$d"; d="${d%/*}"; done""",
+            _missing_folders,
+            _set("hf_missing"),
+        ),
         Fact(
             "names",
             r"""docker ps -a --no-trunc --format '{{.ID}} {{.Label "io.sparkdeploy.managed"}} {{.Names}}'""",
@@ -722,3 +870,13 @@ TOP = ("home", "running", "manifests")
 GUARD = ("home", "guard_status")
 # what a history record keeps of each node (deploy/history.py): the image ID of the tag, the GPU driver
 HISTORY = ("home", "images", "gpu")
+# what `models pull` needs of its download node (models/pull.py): the numeric ids its client runs as, and the
+# cache folders its mount would create (a dry run mounts none: PULL_DRY)
+# how our containers ended (daytwo/crashes.py: `status`, doctor's engine.crashes)
+CRASHES_SET = ("home", "crashes")
+# push --from's check of its source's layer store (images/push_from.py)
+STORE_SET = ("home", "store_readable")
+# what a push and a registry pull read of each node (images/inventory_images.py)
+IMAGE_STORE_SET = ("home", "image_store")
+PULL = ("home", "ids", "hf_missing")
+PULL_DRY = ("home", "ids")

@@ -108,6 +108,32 @@ class ContainerFact:
 
 
 @dataclass
+class ImageStoreFact:
+    """The node's image store (images/inventory_images.py: push, push --from, registry pull): the engine's
+    `docker info` (root, driver, its status pairs, version), the Docker root's free bytes, whether zstd is
+    installed, and one `docker image inspect` record per image (id, tags, layers, labels, size). rc: the read's
+    exit code (90: the engine did not answer, 91: inspecting its images failed); error: its last lines then."""
+
+    rc: int | None = None
+    error: str = ""
+    info: dict[str, Any] | None = None
+    free_bytes: int | None = None  # None: df could not read the Docker root
+    zstd: bool = False
+    images: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CrashRecords:
+    """How sparkdeploy's containers ended (daytwo/crashes.py makes their history of it): `docker inspect` of each
+    of ours (id, name, the whole State, restarts, role), the engine's die/oom/kill events of the last
+    catalog.CRASH_HISTORY_S, and the node's clock (`now`, ISO 8601 UTC) when they were read."""
+
+    inspect: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    now: str = ""
+
+
+@dataclass
 class FileFact:
     name: str
     mode: int
@@ -192,6 +218,13 @@ class NodeFacts:
     image_errors: dict[str, str] = _fact("images", factory=dict)  # reference -> why inspect failed (not "no such")
     user: str = _fact("user", "")
     groups: list[str] = _fact("user", factory=list)
+    uid: str = _fact("ids", "")  # `id -u` of the SSH user
+    gid: str = _fact("ids", "")  # `id -g`
+    image_store: ImageStoreFact | None = _fact("image_store", None)
+    crashes: CrashRecords | None = _fact("crashes", None)
+    # image IDs (of the references asked) whose config the layer store lets root read through `sudo -n`
+    store_readable: set[str] = _fact("store_readable", factory=set)
+    hf_missing: list[str] = _fact("hf_missing", factory=list)  # `$hf/hub` and parents not there, innermost first
     gpu: GpuFact | None = _fact("gpu", None)
     kernel: str = _fact("kernel", "")
     network: NetworkFact | None = _fact("network", None)

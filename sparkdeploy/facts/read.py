@@ -11,7 +11,24 @@ from sparkdeploy.errors import StepFailed
 from sparkdeploy.runtime.remote import NodeConnection, on_nodes
 from sparkdeploy.runtime.session import Session
 
-from .catalog import ACCESS, DAYZERO, DOCTOR, DOWN, FACTS, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
+from .catalog import (
+    ACCESS,
+    CRASHES_SET,
+    DAYZERO,
+    DOCTOR,
+    DOWN,
+    FACTS,
+    GUARD,
+    HISTORY,
+    IMAGE_STORE_SET,
+    LEFTOVERS,
+    PULL,
+    PULL_DRY,
+    RESOURCES,
+    STATE,
+    STORE_SET,
+    TOP,
+)
 from .node import NodeFacts, hub_folder
 from .parsers import parse_sections
 from .script import FactArgs, script
@@ -29,6 +46,11 @@ SETS = {
     "history": HISTORY,
     "top": TOP,
     "guard": GUARD,
+    "image_store": IMAGE_STORE_SET,
+    "crashes": CRASHES_SET,
+    "store": STORE_SET,
+    "pull": PULL,
+    "pull_dry": PULL_DRY,
 }
 
 

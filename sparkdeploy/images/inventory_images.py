@@ -9,32 +9,19 @@ and says, per tag, whether the nodes agree on its image ID.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sparkdeploy import facts
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed, no_such
+from sparkdeploy.facts.catalog import image_store
+from sparkdeploy.facts.node import ImageStoreFact
+from sparkdeploy.facts.parsers import Section
 from sparkdeploy.images.definitions import LABEL
 from sparkdeploy.nodeside.archive import PARTIAL_LABEL
 from sparkdeploy.nodeside.layers import chain_ids
 from sparkdeploy.runtime.remote import NodeConnection, NodeOutcome, on_nodes
-
-# A fixed script (no values are interpolated): engine facts, then one JSON line per image.
-_FORMAT = (
-    '{"id":{{json .Id}},"tags":{{json .RepoTags}},"layers":{{json .RootFS.Layers}},'
-    '"labels":{{if .Config}}{{json .Config.Labels}}{{else}}null{{end}},"size":{{.Size}}}'
-)
-FACTS_SCRIPT = r"""
-set -u
-docker version --format '{{.Server.Version}}' >/dev/null || exit 90
-docker info --format 'info {"root":{{json .DockerRootDir}},"driver":{{json .Driver}},"status":{{json .DriverStatus}},"version":{{json .ServerVersion}}}' || exit 90
-root=$(docker info --format '{{.DockerRootDir}}')
-echo "df $(df -PB1 "$root" 2>/dev/null | awk 'NR==2 {print $4}')"
-echo "zstd $(command -v zstd >/dev/null 2>&1 && echo yes || echo no)"
-ids=$(docker image ls -aq --no-trunc | sort -u)
-[ -z "$ids" ] || docker image inspect --format 'image FORMAT' $ids || exit 91
-""".replace("FORMAT", _FORMAT)  # noqa: E501 - shell lines run as written
 
 
 @dataclass
@@ -89,42 +76,44 @@ class NodeImages:
         return counts
 
 
-def parse_facts(node: str, text: str) -> NodeImages:
-    facts = NodeImages(node, "", "", "", None, False, False)
-    for line in text.splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "info":
-            info = json.loads(rest)
-            facts.root_dir, facts.driver, facts.server_version = info["root"], info["driver"], info["version"]
-            # docker info shows ["driver-type", "io.containerd.snapshotter.v1"] with the containerd image store
-            facts.containerd_store = any("containerd.snapshotter" in str(pair) for pair in info["status"] or [])
-        elif kind == "df":
-            facts.free_bytes = int(rest) if rest.strip().isdigit() else None
-        elif kind == "zstd":
-            facts.zstd = rest.strip() == "yes"
-        elif kind == "image":
-            data = json.loads(rest)
-            facts.images.append(
-                ImageRecord(
-                    data["id"],
-                    data["tags"] or [],
-                    data["layers"] or [],
-                    data["labels"] or {},
-                    int(data.get("size") or 0),
-                )
+def node_images(node: str, store: ImageStoreFact) -> NodeImages:
+    """The image store's fact (facts/catalog.py: image_store) as the pushes read it."""
+    images = NodeImages(node, "", "", "", store.free_bytes, store.zstd, False)
+    if store.info is not None:
+        info = store.info
+        images.root_dir, images.driver, images.server_version = info["root"], info["driver"], info["version"]
+        # docker info shows ["driver-type", "io.containerd.snapshotter.v1"] with the containerd image store
+        images.containerd_store = any("containerd.snapshotter" in str(pair) for pair in info["status"] or [])
+    for data in store.images:
+        images.images.append(
+            ImageRecord(
+                data["id"],
+                data["tags"] or [],
+                data["layers"] or [],
+                data["labels"] or {},
+                int(data.get("size") or 0),
             )
-    if not facts.root_dir:
+        )
+    if not images.root_dir:
         raise StepFailed(f"{node}: could not read the Docker engine's facts (is the user in the docker group?)")
-    return facts
+    return images
+
+
+def parse_facts(node: str, text: str) -> NodeImages:
+    """The image store's output (its fact's section) -> NodeImages (pure)."""
+    return node_images(node, image_store(Section(text, "", 0)))
 
 
 def read_node_images(conn: NodeConnection, timeout: float = 60) -> NodeImages:
-    result = conn.run(["sh", "-c", FACTS_SCRIPT], check=False, timeout=timeout)
-    if result.exit_code != 0:
-        tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
-        what = "its Docker engine did not answer" if result.exit_code == 90 else "reading its images failed"
-        raise StepFailed(f"{conn.node.name}: {what} (exit {result.exit_code}): {tail}")
-    return parse_facts(conn.node.name, result.stdout)
+    """The node's image store, read as its registered fact (one command)."""
+    read = facts.gather(conn, "image_store", facts.FactArgs(), timeout=timeout)
+    store = read.image_store if read.has("image_store") else None
+    if store is None or store.rc not in (0, None):
+        code = store.rc if store is not None else None
+        tail = store.error if store is not None else ""
+        what = "its Docker engine did not answer" if code == 90 else "reading its images failed"
+        raise StepFailed(f"{conn.node.name}: {what} (exit {code}): {tail}")
+    return node_images(conn.node.name, store)
 
 
 def select_nodes(inventory: Inventory, nodes: Sequence[str | Node] | None = None) -> list[Node]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.errors import StepFailed
+from sparkdeploy.facts import FactArgs, gather
 from sparkdeploy.images.channel import load_argv, load_failure
 from sparkdeploy.images.definitions import load_definition
 from sparkdeploy.images.inventory_images import NodeImages, read_node_images
@@ -154,19 +155,15 @@ def _source_image(tag: str, facts: NodeImages, history: str) -> SourceImage:
     return SourceImage(tag, record.id, short, list(record.layers), sizes, reader_note="docker save on the node")
 
 
-STORE_CHECK = 'sudo -n test -r "$1/image/$2/imagedb/content/sha256/$3" && echo readable'
-
-
 def _store_readable(src: NodeConnection, facts: NodeImages, image_id: str) -> str:
-    """Why the source's layer store cannot be read as root through `sudo -n` ("" when it can)."""
+    """Why the source's layer store cannot be read as root through `sudo -n` ("" when it can): the
+    store_readable fact."""
     if facts.containerd_store:
         return "the engine keeps images in containerd"
     if facts.driver != "overlay2":
         return f"the storage driver is {facts.driver or 'unknown'}, not overlay2"
-    r = src.run(
-        ["sh", "-c", STORE_CHECK, "sh", facts.root_dir, facts.driver, image_id.removeprefix("sha256:")], check=False
-    )
-    if "readable" not in r.stdout:
+    read = gather(src, "store", FactArgs(images=(image_id,)))
+    if not (read.has("store_readable") and image_id in read.store_readable):
         return f"no passwordless sudo on {src.node.name} to read {facts.root_dir}"
     return ""
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sparkdeploy import facts
 from sparkdeploy.config.inventory import Inventory, Node
 from sparkdeploy.config.secrets import Secrets
 from sparkdeploy.errors import ConfigError, Problem, StepFailed
@@ -256,15 +257,18 @@ class Puller:
         home = conn.home()
         hf_abs = _abs(self.hf_cache, home)
         state = _abs("~/" + self.inv.cluster.state_dir, home)
-        ids = conn.run(["sh", "-c", "id -u; id -g"]).stdout.split()
+        node_facts = facts.gather(
+            conn,
+            "pull_dry" if dry_run else "pull",
+            facts.FactArgs(state_dir=self.inv.cluster.state_dir, hf_cache=self.hf_cache),
+        )
+        if not (node_facts.uid and node_facts.gid):
+            raise StepFailed(f"{node.name}: could not read the SSH user's numeric ids (id -u, id -g)")
         created: list[str] = []
         if not dry_run:
             parts = (hf_abs.rstrip("/") + "/hub").split("/")
             paths = ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
-            created = conn.run(["sh", "-c", 'for d; do [ -d "$d" ] || echo "$d"; done', "sh", *paths]).stdout.split(
-                "\n"
-            )
-            created = [d for d in created if d]
+            created = [d for d in paths if d in node_facts.hf_missing]
         conn.run(["mkdir", "-p", *([] if dry_run else [hf_abs + "/hub"]), state])
         env_path = f"{state}/{ENV_FILE}"
         conn.put(_env_file(ref, self.inv, self.secrets), env_path, mode=0o600)
@@ -278,7 +282,7 @@ class Puller:
             "--network",
             "host",
             "--user",
-            f"{ids[0]}:{ids[1]}",
+            f"{node_facts.uid}:{node_facts.gid}",
             "--env-file",
             env_path,
             *([] if dry_run else ["--volume", f"{hf_abs}:/hf"]),

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from sparkdeploy.checks import FAIL, PASS, WARN
 from sparkdeploy.daytwo import crashes
 from sparkdeploy.doctor.containers import diagnose
+from sparkdeploy.facts import FACTS
 
 NOW = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
 S = crashes.SECTION
@@ -168,8 +169,8 @@ def test_exit_reasons():
 
 
 def test_script_reads_no_environment():
-    """Config.Env holds the secrets of --env-file: the node-side script never asks for it."""
-    assert "Env" not in crashes.SCRIPT
+    """Config.Env holds the secrets of --env-file: the crashes fact never asks for it."""
+    assert "Env" not in FACTS["crashes"].command
 
 
 def test_ends_of_replaced_containers_and_docker_stops_are_not_crashes():

@@ -16,7 +16,22 @@ from pathlib import Path
 from sparkdeploy import facts as facts_mod
 from sparkdeploy.deploy.stack import routes as gateway_routes
 from sparkdeploy.facts import FACTS, FactArgs, parse, parse_sections
-from sparkdeploy.facts.catalog import ACCESS, DAYZERO, DOCTOR, DOWN, GUARD, HISTORY, LEFTOVERS, RESOURCES, STATE, TOP
+from sparkdeploy.facts.catalog import (
+    ACCESS,
+    CRASHES_SET,
+    DAYZERO,
+    DOCTOR,
+    DOWN,
+    GUARD,
+    HISTORY,
+    IMAGE_STORE_SET,
+    LEFTOVERS,
+    PULL,
+    RESOURCES,
+    STATE,
+    STORE_SET,
+    TOP,
+)
 
 SAMPLES = Path(__file__).parent / "samples"
 SAMPLE = (SAMPLES / "lab-node-doctor.txt").read_text()
@@ -30,7 +45,9 @@ def test_every_fact_is_in_the_sample_and_the_doctor_set():
     # lab-every-fact.txt (test_fact_samples.py)
     assert set(DOCTOR) - {"engine_errors", "manifests", "guard_status"} == set(sections)
     # day zero's: tests/facts/test_dayzero_facts.py; top's and the guard's: lab-every-fact.txt
-    assert set(FACTS) == set(DOCTOR) | set(DAYZERO) | set(ACCESS) | set(TOP) | set(GUARD)
+    # models pull's, the image store's, the crashes' and push --from's store check (issue 37 item 4): lab-every-fact.txt
+    readers = (DOCTOR, DAYZERO, ACCESS, TOP, GUARD, PULL, IMAGE_STORE_SET, CRASHES_SET, STORE_SET)
+    assert set(FACTS) == set().union(*readers)
     assert set(HISTORY) <= set(DOCTOR)
     assert set(STATE) | set(RESOURCES) | set(DOWN) | set(LEFTOVERS) <= set(DOCTOR)
 
