@@ -24,6 +24,7 @@ PROBE = "measures between nodes or from the node outward: a probe, not a fact"
 
 ALLOWED = {
     ("deploy/apply.py", "run", "one"): CHANGES,  # the `clean` step: our temp files in the state dir
+    ("deploy/apply.py", "run", "_create_container"): CHANGES,  # an on-demand member's run script, `docker create`
     ("images/push.py", "run", "_finalize"): CHANGES,
     ("images/push.py", "run", "_tag_existing"): CHANGES,
     ("dayzero/network_setup.py", "run", "one"): PROBE,  # ping over the fabric at the jumbo MTU
