@@ -53,7 +53,7 @@ import sys
 import threading
 import time
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 from litellm._logging import verbose_proxy_logger
 from litellm.integrations.custom_logger import CustomLogger
@@ -116,7 +116,7 @@ _TYPES = {
 }
 
 
-class Refusal(ProxyException):
+class Refusal(ProxyException):  # type: ignore[misc]  # LiteLLM ships no types: its class is Any to mypy
     """A request refused by this hook: LiteLLM answers it with the code and message; its log record is made one
     WARNING line by _Refusals."""
 
@@ -226,7 +226,7 @@ class ClientErrors:
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
+            return cast("dict[str, Any]", await receive())  # an ASGI message
 
         held = False
 
@@ -497,7 +497,7 @@ def _answer(cache_key: str, build: Any) -> UserAPIKeyAuth:
 
 def _token(request: Any, api_key: str | None) -> str:
     """The bearer token of the request, or a Refusal (401) saying what is wrong with the header."""
-    header = request.headers.get("authorization")
+    header: str | None = request.headers.get("authorization")
     if header is not None:
         scheme, _, rest = header.strip().partition(" ")
         if scheme.lower() != "bearer":  # never echoed: what stands there may be the key itself
@@ -610,7 +610,7 @@ async def _hold(request: Any, model: str | None) -> None:
         _reload_models()  # the router has its engines before LiteLLM routes this request
 
 
-class SpendTracker(CustomLogger):
+class SpendTracker(CustomLogger):  # type: ignore[misc]  # LiteLLM ships no types: its class is Any to mypy
     """Counts each successful answer's tokens against its key (keys of keys.json only, not the master key)."""
 
     async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:

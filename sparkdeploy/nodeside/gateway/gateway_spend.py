@@ -46,7 +46,7 @@ _local = threading.local()
 
 def connect(path: str = DB) -> sqlite3.Connection:
     """This thread's connection to `path`, opened once (a request's budget check costs one SELECT, not an open)."""
-    conns = _local.__dict__.setdefault("conns", {})
+    conns: dict[str, sqlite3.Connection] = _local.__dict__.setdefault("conns", {})
     if path in conns:
         return conns[path]
     conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)

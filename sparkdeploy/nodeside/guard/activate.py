@@ -13,15 +13,21 @@ Nothing here accepts a command from the network: the activator only reads the ga
 node's Docker engine through the watcher.
 """
 
+from __future__ import annotations
+
 import json
 import urllib.request
+from typing import TYPE_CHECKING, Any
 
 from .ondemand import idle_due, make_room
+
+if TYPE_CHECKING:  # annotations only
+    from .ondemand import Member
 
 DEMAND_TIMEOUT_S = 1.0
 
 
-def poll(url):
+def poll(url: str) -> dict[str, Any] | None:
     """The gateway's demand: {"groups": watcher group -> {"model", "deployment", "idle_timeout", "waiting",
     "in_flight", "last_request"}, "members": deployment -> {"model", "on_demand", "shares", "room", "waiting",
     "in_flight", "last_request"}}; None when the gateway does not answer (then nothing is started or stopped)."""
@@ -35,7 +41,7 @@ def poll(url):
     return {"groups": data["groups"], "members": data.get("members") if isinstance(data.get("members"), dict) else {}}
 
 
-def room_for(gid, demand, node, running):
+def room_for(gid: str, demand: dict[str, Any], node: str | None, running: set[str]) -> tuple[list[str], str]:
     """What must stop on `node` before group `gid` starts there: (deployments to stop, least recently used first;
     the decision with its figures). running: the deployments whose engine runs on this node. ondemand.NoRoom when
     stopping every idle on-demand member there is not enough. Without the budget's figures (no room recorded for
@@ -43,11 +49,11 @@ def room_for(gid, demand, node, running):
     members = demand.get("members") or {}
     name = ((demand.get("groups") or {}).get(gid) or {}).get("deployment")
     want = members.get(name) or {}
-    if node not in (want.get("room") or {}):
+    if not isinstance(name, str) or node is None or node not in (want.get("room") or {}):  # (JSON keys: str)
         return [], "no budget figures for this node"
     room = {node: float(want["room"][node])}
 
-    def member(n):
+    def member(n: str) -> Member:
         m = members[n]
         return {
             "name": n,
@@ -61,7 +67,7 @@ def room_for(gid, demand, node, running):
     return [m["name"] for m in stop], why
 
 
-def choose(demand, rank, now):
+def choose(demand: object, rank: dict[str, Any], now: float) -> tuple[str, str] | None:
     """("start" | "stop", why) for an on-demand group whose rank 0 is `rank` (watch.rank_state), or None.
     demand: the group's entry of the gateway's demand (None: not an on-demand group, or no word from the gateway)."""
     if not isinstance(demand, dict):
@@ -72,7 +78,7 @@ def choose(demand, rank, now):
             return "start", f"on demand: {waiting} request(s) held at the gateway for {demand.get('model')}"
         return None
     last = max(float(demand.get("last_request") or 0.0), float(rank.get("started") or 0.0))
-    member = {
+    member: Member = {
         "on_demand": True,
         "idle_timeout": demand.get("idle_timeout"),
         "in_flight": int(demand.get("in_flight") or 0) + waiting,

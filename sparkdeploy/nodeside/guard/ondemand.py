@@ -14,10 +14,29 @@ on-demand member(s) first, only those holding memory on a node that lacks it; wh
 with the reason and the figures.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Iterable
+    from typing import TypedDict
+
+    class Member(TypedDict, total=False):
+        """A member as the activator knows it (the module's docstring)."""
+
+        name: str
+        on_demand: bool
+        shares: dict[str, float]
+        last_request: float | None
+        in_flight: int
+        idle_timeout: float | None
+
+
 EPSILON = 1e-9
 
 
-def idle_due(member, now):
+def idle_due(member: Member, now: float) -> bool:
     """Whether a running on-demand member has been idle for its timeout with nothing in flight."""
     timeout = member.get("idle_timeout")
     if not member.get("on_demand") or timeout is None or member.get("in_flight"):
@@ -26,11 +45,11 @@ def idle_due(member, now):
     return last is not None and now - last >= timeout
 
 
-def _used(running, node):
+def _used(running: Iterable[Member], node: str) -> float:
     return sum(m["shares"].get(node, 0.0) for m in running)
 
 
-def _why_kept(m):
+def _why_kept(m: Member) -> str:
     if not m.get("on_demand"):
         return "always on"
     if m.get("in_flight"):
@@ -38,7 +57,7 @@ def _why_kept(m):
     return "idle"
 
 
-def _figures(want, running, room, node):
+def _figures(want: Member, running: Iterable[Member], room: dict[str, float], node: str) -> str:
     """`spark1: room 0.94, running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45`."""
     listed = ", ".join(f"{m['name']} {m['shares'][node]:g} ({_why_kept(m)})" for m in running if node in m["shares"])
     return f"{node}: room {room[node]:g}, running {listed or 'nothing'}; {want['name']} needs {want['shares'][node]:g}"
@@ -48,7 +67,7 @@ class NoRoom(Exception):
     """Nothing can make room: the reason, with the figures of each node that lacks memory."""
 
 
-def make_room(want, running, room):
+def make_room(want: Member, running: list[Member], room: dict[str, float]) -> tuple[list[Member], str]:
     """The members to stop, least recently used first, so that `want` fits on each of its nodes beside what
     stays; (stop, figures). NoRoom when stopping every idle on-demand member on those nodes is not enough."""
     running = [m for m in running if m["name"] != want["name"]]

@@ -41,8 +41,11 @@ from .ondemand import NoRoom
 
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
+    from typing import TypeGuard
 
     from .dockerapi import Docker
+
+    Json = dict[str, Any]  # a JSON object: a container's inspect, a group's record, a peer's view
 
 GROUP = "io.sparkdeploy.group"
 RANK = "io.sparkdeploy.rank"
@@ -54,7 +57,7 @@ PEER_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 2.0
 HISTORY = 20  # restarts kept per group
 
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "enabled": True,
     "every_s": 1.0,  # one look a second
     "unhealthy_s": 30.0,  # a serving engine failing its health check this long: restart the group
@@ -67,16 +70,16 @@ DEFAULTS = {
 }
 
 
-def clock(t):
+def clock(t: float | None) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(t)) if t else "?"
 
 
-def http_json(url, timeout):
+def http_json(url: str, timeout: float) -> object:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read(1 << 20))
 
 
-def probe(port, timeout=PROBE_TIMEOUT_S):
+def probe(port: str | int, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
     """(ok, detail) of GET /health on this node (the watcher runs on the host's network)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{int(port)}/health", timeout=timeout) as resp:
@@ -87,7 +90,7 @@ def probe(port, timeout=PROBE_TIMEOUT_S):
         return False, f"{exc.__class__.__name__}: {str(getattr(exc, 'reason', exc))[:120]}"
 
 
-def rank_state(info):
+def rank_state(info: Json) -> Json:
     """What a rank's container is, as its peers need it (from `docker inspect`)."""
     state = info.get("State") or {}
     policy = ((info.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""
@@ -103,17 +106,17 @@ def rank_state(info):
     }
 
 
-def node_of(watchers, i):
+def node_of(watchers: list[str], i: int) -> str:
     """Rank i's node name (from NODE@IP:PORT)."""
     return watchers[i].partition("@")[0] if i < len(watchers) else f"rank {i}"
 
 
-def held(rank):
+def held(rank: Json | None) -> TypeGuard[Json]:
     """Stopped on purpose (the memory guard, or a watcher that gave up): restart policy `no`, not running."""
     return rank is not None and rank.get("policy") == "no" and not rank.get("running")
 
 
-def held_while_serving(ranks):
+def held_while_serving(ranks: list[Json | None]) -> int | None:
     """The first rank stopped on purpose after another rank's current run began (that one still running), or
     None. A stopped container older than the others' runs is a view from before `up` made them: not counted."""
     for i, r in enumerate(ranks):
@@ -141,7 +144,7 @@ class Watcher:
         guard_state: Callable[[], str] = lambda: "ok",
         say: Callable[[str], None] = print,
     ) -> None:
-        self.cfg = dict(DEFAULTS, **{k: v for k, v in (cfg or {}).items() if v is not None})
+        self.cfg: Json = dict(DEFAULTS, **{k: v for k, v in (cfg or {}).items() if v is not None})
         self.docker, self.node, self.folder = docker, node, folder
         self.guard_state, self.say = guard_state, say
         self.path = os.path.join(folder, FILE)
@@ -149,15 +152,17 @@ class Watcher:
         self.saved.setdefault("instance", os.urandom(6).hex())  # this record's identity (a new one after `down`)
         self.saved.setdefault("groups", {})
         self.live = {}  # group -> what is not worth saving (this run's probes)
-        self.view = {"node": node, "instance": self.saved["instance"], "groups": {}}
+        self.view: Json = {"node": node, "instance": self.saved["instance"], "groups": {}}
         self.lock = threading.Lock()
         self.error = None
         self.server = None
-        self.demand = None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
+        self.demand: Json | None = (
+            None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
+        )
         self.here, self.others_here = {}, set()
 
     # -- state on disk ---------------------------------------------------------------------------------------
-    def _load(self):
+    def _load(self) -> Json:
         try:
             with open(self.path) as f:
                 data = json.load(f)
@@ -165,7 +170,7 @@ class Watcher:
         except (OSError, ValueError):
             return {}
 
-    def _save(self):
+    def _save(self) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(self.saved, f, sort_keys=True)
@@ -176,7 +181,7 @@ class Watcher:
         watcher = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] != "/watch":
                     self.send_error(404)
                     return
@@ -188,14 +193,14 @@ class Watcher:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.server = http.server.ThreadingHTTPServer((address, int(port)), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="watch-http", daemon=True).start()
 
-    def peer(self, watcher):
+    def peer(self, watcher: str) -> Json | None:
         """A peer watcher's view (watcher: NODE@IP:PORT), or None (not answering: its node or guard is down)."""
         try:
             data = http_json(f"http://{watcher.rpartition('@')[2]}/watch", PEER_TIMEOUT_S)
@@ -214,9 +219,9 @@ class Watcher:
                 self.error = f"{exc.__class__.__name__}: {str(exc)[:200]}"
             stop_event.wait(max(0.05, self.cfg["every_s"] - (time.monotonic() - t0)))
 
-    def engines(self):
+    def engines(self) -> dict[str, tuple[int, Json]]:
         """group -> (rank, inspect) of this node's engine containers that belong to a group."""
-        out = {}
+        out: dict[str, tuple[int, Json]] = {}
         for c in self.docker.containers(f"{GROUP}", all_=True):
             labels = c.get("Labels") or {}
             if labels.get("io.sparkdeploy.managed") != "true" or not labels.get(GROUP):
@@ -224,8 +229,8 @@ class Watcher:
             out[labels[GROUP]] = (int(labels.get(RANK) or 0), self.docker.inspect(c["Id"]))
         return out
 
-    def tick(self, now):
-        groups = {}
+    def tick(self, now: float) -> None:
+        groups: dict[str, Json] = {}
         self.demand = activate.poll(self.cfg["demand"]) if self.cfg.get("demand") else None
         saved = self.saved["groups"]
         engines = self.engines()
@@ -262,8 +267,11 @@ class Watcher:
         self._save()
 
     # -- rank 0: decide ------------------------------------------------------------------------------------------
-    def lead(self, gid, g, info, me, watchers, health_port, now):
+    def lead(
+        self, gid: str, g: Json, info: Json, me: Json, watchers: list[str], health_port: str | None, now: float
+    ) -> None:
         cfg = self.cfg
+        why: str | None  # this look's reason to act (on demand, or a failure), None: nothing to do
         t = self.live.setdefault(gid, {"healthy_once": False, "started": None})
         if g.get("container") != info["Id"]:  # a new container: `up` made it, a new record (the restarts stay listed)
             for key in ("gave_up", "failing_since", "decision", "state", "reason"):
@@ -344,13 +352,13 @@ class Watcher:
         self.decide(gid, g, "restart", why, now)
         self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
 
-    def make_room(self, gid, g, now):
+    def make_room(self, gid: str, g: Json, now: float) -> str | None:
         """Before an on-demand start: the budget's figures with what stays, or None (not now): the least recently
         used idle on-demand members of this node told to stop first (the start follows on a later look), or
         nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
         running = dict(self.here)
         try:
-            stop, why = activate.room_for(gid, self.demand, self.node, set(running) | set(self.others_here))
+            stop, why = activate.room_for(gid, self.demand or {}, self.node, set(running) | set(self.others_here))
         except NoRoom as exc:
             if g.get("state") != "no-room":
                 self.say(f"activate: {gid}: no room: {exc}")
@@ -362,7 +370,9 @@ class Watcher:
         for dep in stop:
             vgid = running.get(dep)
             vg = self.saved["groups"].get(vgid) if vgid else None
-            if vg is None:  # its rank 0 is on another node: that node's activator must stop it (not built)
+            if (
+                vg is None or vgid is None
+            ):  # its rank 0 is on another node: that node's activator must stop it (not built)
                 waiting.append(f"{dep} (led on another node)")
                 continue
             waiting.append(dep)
@@ -375,7 +385,7 @@ class Watcher:
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
 
-    def lost(self, ranks, watchers):
+    def lost(self, ranks: list[Json | None], watchers: list[str]) -> str | None:
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
         labelled = [
             (f"rank {i} ({node_of(watchers, i)})", r["started"], r["finished"], r["running"])
@@ -385,7 +395,18 @@ class Watcher:
         hit = lost_rank(labelled)
         return f"{hit[0]} exited at {clock(hit[1])} while the group served" if hit else None
 
-    def failure(self, gid, g, t, me, ranks, watchers, ok, detail, now):
+    def failure(
+        self,
+        gid: str,
+        g: Json,
+        t: Json,
+        me: Json,
+        ranks: list[Json | None],
+        watchers: list[str],
+        ok: bool,
+        detail: str,
+        now: float,
+    ) -> str | None:
         """Why the group must restart now, or None."""
         cfg = self.cfg
         lost = self.lost(ranks, watchers)
@@ -400,7 +421,7 @@ class Watcher:
             return f"engine not healthy {cfg['start_s']:g} s after its start: {detail}"
         return None
 
-    def decide(self, gid, g, action, reason, now):
+    def decide(self, gid: str, g: Json, action: str, reason: str, now: float) -> None:
         # Numbered across this node's record, not per group: a group's entry goes when its containers do (`up`
         # replacing them), while the other ranks' watchers keep what they acted on; a number starting again at
         # 1 would be one they have acted on already, and they would never stop or start their rank.
@@ -408,7 +429,18 @@ class Watcher:
         self.saved["generation"] = g["generation"] = gen
         g["decision"] = {"gen": gen, "action": action, "phase": "stop", "reason": reason, "at": now}
 
-    def drive(self, gid, g, t, info, watchers, peers, ranks, health_port, now):
+    def drive(
+        self,
+        gid: str,
+        g: Json,
+        t: Json,
+        info: Json,
+        watchers: list[str],
+        peers: dict[int, Json | None],
+        ranks: list[Json | None],
+        health_port: str | None,
+        now: float,
+    ) -> None:
         """Carry the current decision one step further (stop -> start -> done), never waiting long here."""
         cfg, d = self.cfg, g["decision"]
         cid = info["Id"]
@@ -463,13 +495,13 @@ class Watcher:
             else:
                 g.update(state="restarting", reason=f"waiting for health ({detail})")
 
-    def publish(self, gid, g):
+    def publish(self, gid: str, g: Json) -> None:
         """This group's entry of /watch now, ahead of the look's end (a decision the other ranks must see)."""
         with self.lock:
             entry = dict(self.view.get("groups", {}).get(gid) or {}, **self.summary(gid, g))
             self.view = dict(self.view, groups=dict(self.view.get("groups", {}), **{gid: entry}))
 
-    def stop(self, cid, no_restart=False):
+    def stop(self, cid: str, no_restart: bool = False) -> None:
         if no_restart:
             self.docker.no_restart(cid)
         if (self.docker.inspect(cid).get("State") or {}).get("Paused"):  # frozen: no signal reaches it
@@ -477,7 +509,7 @@ class Watcher:
         self.docker.stop(cid, self.cfg["grace_s"])
 
     # -- ranks > 0: follow rank 0's decisions -----------------------------------------------------------------------
-    def follow(self, gid, g, info, me, watchers):
+    def follow(self, gid: str, g: Json, info: Json, me: Json, watchers: list[str]) -> None:
         head = self.peer(watchers[0]) if watchers else None
         if head is None:
             g.update(state="no word from rank 0", reason=f"{watchers[0]} does not answer" if watchers else "no watcher")
@@ -516,7 +548,7 @@ class Watcher:
         with self.lock:
             return {"groups": self.view.get("groups", {}), "error": self.error, "settings": self.cfg}
 
-    def summary(self, gid, g):
+    def summary(self, gid: str, g: Json) -> Json:
         t = self.live.get(gid, {})
         restarts = g.get("restarts") or []
         d = g.get("decision") or {}
