@@ -60,6 +60,41 @@ def test_bad_on_demand_values_are_one_line_each_naming_the_field(tmp_path, inven
     assert "deployments[3].on_demand" in d
 
 
+def test_bad_hold_values_are_one_line_each_naming_the_field(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        gateway: {hold: soon}
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, nodes: [spark1], start_timeout: 10m}
+          - {name: b, recipe: qwen3-coder-30b-int4, nodes: [spark2], on_demand: true, start_timeout: 2h}
+        """,
+    )
+    assert len(lines) == 3, lines
+    hold = next(line for line in lines if "gateway.hold" in line)
+    assert "'soon' is not a duration" in hold and "90s, 10m" in hold, hold
+    a = next(line for line in lines if "deployments[0]" in line)
+    assert "start_timeout: set, but the deployment is not on_demand" in a and "on_demand: true" in a, a
+    b = next(line for line in lines if "deployments[1]" in line)
+    assert "deployments[1].start_timeout" in b and "7200 s is out of range" in b and "3600 s" in b, b
+
+
+def test_the_hold_is_the_members_start_timeout_else_the_stacks_else_the_default(tmp_path, inventory_file):
+    """routes.json carries each on-demand member's hold (the gateway's hook reads it, not only its env var)."""
+    held = "gateway: {hold: 45s}\n" + THREE.replace("idle_timeout: 90s}", "idle_timeout: 90s, start_timeout: 4m}")
+    s = built(loaded(tmp_path, inventory_file, held))
+    assert [sf.hold_s(s, m) for m in s.members] == [None, 240, 45]
+    routes = su.stack_routes(s, {"coder": st.COLD, "small": st.COLD})
+    data = json.loads(routes.text())
+    assert (data["on_demand"]["coder"]["hold"], data["on_demand"]["small"]["hold"]) == (240, 45)
+    assert "hold" not in data["groups"]["chat"]
+    back = sr.parse(data)
+    assert back is not None and back.groups["coder"].hold == 240 and back.text() == routes.text()
+    plain = built(loaded(tmp_path, inventory_file, THREE))
+    assert [sf.hold_s(plain, m) for m in plain.members] == [None, sf.HOLD_DEFAULT_S, sf.HOLD_DEFAULT_S]
+
+
 def test_idle_timeout_reads_seconds_minutes_hours_and_defaults_to_ten_minutes(tmp_path, inventory_file):
     s = loaded(tmp_path, inventory_file, THREE)
     assert [m.entry.idle_timeout_s for m in s.members] == [None, 90, sf.IDLE_TIMEOUT_DEFAULT_S]

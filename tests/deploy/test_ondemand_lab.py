@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -147,11 +148,14 @@ deployments:
   - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
      on_demand: true, idle_timeout: 10m}
   - {name: small, recipe: openai-gpt-oss-20b, topology: solo, nodes: [spark1], memory: 0.45, port: 8002,
-     on_demand: true, idle_timeout: 10m}
+     on_demand: true, idle_timeout: 10m, start_timeout: 1s}
+gateway: {hold: 4m}
 """
 
 
 def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(lab, inv, tmp_path):
+    """Also the hold from the stack file (routes.json, read by the gateway's hook): a request arriving during a
+    start is held and answered; one past its member's start_timeout is refused 503 with Retry-After."""
     stack = tmp_path / "stack.yaml"
     stack.write_text(EVICT)
     r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
@@ -170,11 +174,41 @@ def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(la
             spark1, f"docker inspect --format '{{{{.State.Status}}}}' sparkdeploy-{name}-vllm"
         ).stdout.strip()
 
-    ask("qwen3-coder-30b")  # coder starts: 0.45 beside chat's 0.45 fits
+    def starts() -> int:
+        return int(
+            lab.ssh(
+                spark1, "docker logs sparkdeploy-guard 2>&1 | grep -c 'activate: coder:spark1: start' || true"
+            ).stdout
+        )
+
+    # coder starts on the first request (the stack's hold: 4 m); a second request arriving during its start is
+    # held too, and both are answered (0.45 beside chat's 0.45 fits)
+    before = starts()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(ask, "qwen3-coder-30b")
+        time.sleep(0.5)
+        assert not first.done(), "coder answered within 0.5 s of a cold start: no start to arrive during"
+        second = pool.submit(ask, "qwen3-coder-30b")
+        first.result(), second.result()
     assert (state("coder"), state("small")) == ("running", "created")
-    ask(
-        "openai/gpt-oss-20b"
-    )  # small does not fit beside chat and coder: coder (idle, least recently used) is stopped first
+    assert starts() == before + 1  # one start for both requests
+
+    # small's start_timeout (1 s) is shorter than its start (coder is evicted first): 503, Retry-After, one line
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(
+            model="openai/gpt-oss-20b", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"] == "30"
+    assert "model openai/gpt-oss-20b is starting (on demand) and was not ready within 1 s (" in str(refused.value)
+    assert "): retry in 30 s" in str(refused.value), str(refused.value)
+    deadline = time.monotonic() + 120  # a client retrying: each held 1 s, the activator starts small meanwhile
+    while True:
+        try:
+            ask("openai/gpt-oss-20b")
+            break
+        except openai.APIStatusError as exc:
+            assert exc.status_code == 503 and time.monotonic() < deadline, exc
+    # small did not fit beside chat and coder: coder (idle, least recently used) was stopped first
     assert (state("coder"), state("small")) == ("exited", "running")
     logs = lab.ssh(spark1, "docker logs sparkdeploy-guard 2>&1 | grep 'activate' | tail -6").stdout
     assert "activate: coder:spark1: evict: stop coder (least recently used first) to start small" in logs, logs

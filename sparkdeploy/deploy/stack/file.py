@@ -40,6 +40,11 @@ GIB = 1024
 IDLE_TIMEOUT_DEFAULT_S = 600
 IDLE_TIMEOUT_MIN_S = 10  # shorter: the member would stop between the requests of one conversation
 IDLE_TIMEOUT_MAX_S = 7 * 24 * 3600
+# How long the gateway holds a request for an on-demand member that does not serve yet (its start): the stack's
+# `gateway.hold`, or a member's `start_timeout` (its own cold start: a bigger model loads longer); then 503.
+HOLD_DEFAULT_S = 300
+HOLD_MIN_S = 1
+HOLD_MAX_S = 3600
 _DURATION = re.compile(r"([0-9]+)\s*(s|m|h)?")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, None: 1}
 
@@ -54,6 +59,18 @@ def idle_seconds(value: int | str) -> int:
     if m is None:
         raise ValueError(value)
     return int(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _duration(v: int | str, low: int, high: int, example: str) -> int:
+    """A duration field's seconds, within [low, high]; Invalid (one line: what, and the fix) otherwise."""
+    try:
+        seconds = idle_seconds(v)
+    except ValueError:
+        raise Invalid(f"{v!r} is not a duration", f"seconds ({example}) or 90s, 10m, 2h") from None
+    if not low <= seconds <= high:
+        high_text = f"{high // 86400} days" if high >= 86400 else f"{high} s"
+        raise Invalid(f"{seconds} s is out of range", f"from {low} s to {high_text}, e.g. {example}")
+    return seconds
 
 
 # -- the file -------------------------------------------------------------------------------------------
@@ -80,20 +97,24 @@ class StackDeployment(BaseModel):
         description=f"on_demand only: idle time before it stops (600, 90s, 10m; default {IDLE_TIMEOUT_DEFAULT_S} s)",
     )
 
+    start_timeout: Whole | OneLine | None = Field(
+        default=None,
+        description="on_demand only: how long the gateway holds a request for its start before a 503 "
+        "(default: the stack's gateway.hold)",
+    )
+
     @field_validator("idle_timeout")
     @classmethod
     def _idle(cls, v: int | str | None) -> int | str | None:
-        if v is None:
-            return v
-        try:
-            seconds = idle_seconds(v)
-        except ValueError:
-            raise Invalid(f"{v!r} is not a duration", "seconds (600) or 90s, 10m, 2h") from None
-        if not IDLE_TIMEOUT_MIN_S <= seconds <= IDLE_TIMEOUT_MAX_S:
-            raise Invalid(
-                f"{seconds} s is out of range",
-                f"from {IDLE_TIMEOUT_MIN_S} s to {IDLE_TIMEOUT_MAX_S // 86400} days, e.g. 10m",
-            )
+        if v is not None:
+            _duration(v, IDLE_TIMEOUT_MIN_S, IDLE_TIMEOUT_MAX_S, "10m")
+        return v
+
+    @field_validator("start_timeout")
+    @classmethod
+    def _start(cls, v: int | str | None) -> int | str | None:
+        if v is not None:
+            _duration(v, HOLD_MIN_S, HOLD_MAX_S, "5m")
         return v
 
     @model_validator(mode="after")
@@ -103,6 +124,12 @@ class StackDeployment(BaseModel):
                 "idle_timeout",
                 "set, but the deployment is not on_demand (an always-on deployment never stops)",
                 "add `on_demand: true`, or remove idle_timeout",
+            )
+        if self.start_timeout is not None and not self.on_demand:
+            raise Invalid.at(
+                "start_timeout",
+                "set, but the deployment is not on_demand (an always-on deployment is never started by a request)",
+                "add `on_demand: true`, or remove start_timeout",
             )
         return self
 
@@ -156,6 +183,19 @@ class GatewaySettings(BaseModel):
     num_workers: Whole | Literal["auto"] = Field(
         default="auto", description=f"proxy processes; auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}"
     )
+
+    hold: Whole | OneLine | None = Field(
+        default=None,
+        description=f"how long a request for a starting on-demand member is held before a 503 "
+        f"(default {HOLD_DEFAULT_S} s; a member's start_timeout overrides it)",
+    )
+
+    @field_validator("hold")
+    @classmethod
+    def _hold(cls, v: int | str | None) -> int | str | None:
+        if v is not None:
+            _duration(v, HOLD_MIN_S, HOLD_MAX_S, "5m")
+        return v
 
     @field_validator("num_workers")
     @classmethod
@@ -625,6 +665,15 @@ def _fix_text(fix: MemoryFix | None, alone: bool) -> str:
             ", or memory: auto" if alone else ""
         )
     return "e.g. " + fix.text()
+
+
+def hold_s(stack: Stack, m: Member) -> int | None:
+    """How long the gateway holds a request for on-demand member `m` while it starts (its start_timeout, else the
+    stack's gateway.hold, else HOLD_DEFAULT_S); None: always on (never held)."""
+    if not m.on_demand:
+        return None
+    value = m.entry.start_timeout if m.entry.start_timeout is not None else stack.file.gateway.hold
+    return HOLD_DEFAULT_S if value is None else idle_seconds(value)
 
 
 def on_demand_figures(stack: Stack, m: Member) -> dict[str, object]:

@@ -91,6 +91,7 @@ class Group:
     # shares there may sum to (the one budget's shared_room): the activators' eviction figures (guard/ondemand.py)
     shares: dict[str, float] = field(default_factory=dict)
     room: dict[str, float] = field(default_factory=dict)
+    hold: int | None = None  # an on-demand member's: seconds the gateway holds a request for its start, then 503
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Routes:
         one that is not (it starts on the request), whatever `model_list` says."""
         return {
             name: {"model": g.model, "idle_timeout": g.idle_timeout, "model_list": [_entry(g, e) for e in g.engines]}
+            | ({"hold": g.hold} if g.hold is not None else {})
             for name, g in sorted(self.groups.items())
             if g.idle_timeout is not None
         }
@@ -144,6 +146,7 @@ class Routes:
                 | ({"idle_timeout": g.idle_timeout} if g.idle_timeout is not None else {})
                 | ({"shares": g.shares} if g.shares else {})
                 | ({"room": g.room} if g.room else {})
+                | ({"hold": g.hold} if g.hold is not None else {})
                 for name, g in sorted(self.groups.items())
             },
             "out": dict(sorted(self.out.items())),
@@ -192,13 +195,14 @@ def group(
     idle_timeout: int | None = None,
     shares: dict[str, float] | None = None,
     room: dict[str, float] | None = None,
+    hold: int | None = None,
 ) -> Group:
     """A deployment's engines; `watchers`: an engine's URL -> (its watcher's group, its watcher's URL)."""
     engines = []
     for i, url in enumerate(urls):
         watch_group, watch = (watchers or {}).get(url, (None, None))
         engines.append(Engine(engine_id(deployment, i), url, watch, watch_group))
-    return Group(model, tuple(engines), idle_timeout, dict(shares or {}), dict(room or {}))
+    return Group(model, tuple(engines), idle_timeout, dict(shares or {}), dict(room or {}), hold)
 
 
 def _fractions(value: Any) -> dict[str, float]:
@@ -223,13 +227,14 @@ def parse(data: dict[str, Any] | None) -> Routes | None:
                 for e in g["engines"]
                 if isinstance(e, dict) and "id" in e
             )
-            idle = g.get("idle_timeout")
+            idle, hold = g.get("idle_timeout"), g.get("hold")
             groups[str(name)] = Group(
                 g["model"],
                 engines,
                 idle if isinstance(idle, int) else None,
                 _fractions(g.get("shares")),
                 _fractions(g.get("room")),
+                hold if isinstance(hold, int) else None,
             )
     out = data.get("out") if isinstance(data.get("out"), dict) else {}
     return Routes(groups, {str(k): str(v) for k, v in (out or {}).items()})

@@ -12,7 +12,7 @@ from typing import Any, cast
 from sparkdeploy import __version__, healthcheck
 from sparkdeploy.config.secrets import digest_key, keyed_digest
 from sparkdeploy.deploy.plan import SPEND_FOLDER
-from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack, on_demand_figures
+from sparkdeploy.deploy.stack.file import GATEWAY_PORT, Stack, hold_s, on_demand_figures
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH, ROUTES_FILE, Routes, group
 from sparkdeploy.deploy.up import simulated
 from sparkdeploy.images.definitions import load_definition
@@ -55,7 +55,7 @@ def stack_routes(stack: Stack, out: dict[str, str] | None = None) -> Routes:
         shares = dict.fromkeys(m.engine_nodes(), m.share) if budgeted and m.share is not None else None
         room = cast(dict[str, float], on_demand_figures(stack, m)["room"]) if m.on_demand else None
         groups[m.name] = group(
-            m.name, m.model, urls, _watchers(stack, dep, m.name), m.entry.idle_timeout_s, shares, room
+            m.name, m.model, urls, _watchers(stack, dep, m.name), m.entry.idle_timeout_s, shares, room, hold_s(stack, m)
         )
     return Routes(groups, dict(out or {}))
 

@@ -79,7 +79,8 @@ BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body 
 logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 WATCH_S = 1.0  # how often each engine's watcher is asked
-# On-demand members (issue 40, docs/stack.md): a request for one that is not serving is held this long for its start
+# On-demand members (issue 40, docs/stack.md): a request for one that is not serving is held for its start as long
+# as routes.json's on_demand entry says (`hold`: the stack's gateway.hold or the member's start_timeout), else this
 HOLD_S = float(os.environ.get("SPARKDEPLOY_HOLD_S") or 300)
 RETRY_S = 30  # the Retry-After of the 503 past the hold
 DEMAND_PATH = "/sparkdeploy/demand"  # GET, read-only: what the nodes' activators poll
@@ -585,11 +586,12 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
 async def _hold(request: Any, model: str | None) -> None:
     """A request for an on-demand model that does not serve now waits here, before LiteLLM sees it (a streamed
     one before its first byte), counted as waiting: the activator of its rank 0's node starts it on that. It goes
-    on once its watchers say `ok` and the router has it; past HOLD_S it is refused 503 (ClientErrors adds
+    on once its watchers say `ok` and the router has it; past its hold it is refused 503 (ClientErrors adds
     Retry-After)."""
     if model is None or model not in _on_demand or model in _warm:
         return
-    deadline = time.monotonic() + HOLD_S
+    hold_s = float(_on_demand[model].get("hold") or HOLD_S)
+    deadline = time.monotonic() + hold_s
     await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
     try:
         while model not in _warm and time.monotonic() < deadline:
@@ -601,7 +603,7 @@ async def _hold(request: Any, model: str | None) -> None:
     if model not in _warm:
         why = _why_cold.get(model) or "not started"
         raise Refusal(
-            f"model {model} is starting (on demand) and was not ready within {HOLD_S:g} s ({why}): "
+            f"model {model} is starting (on demand) and was not ready within {hold_s:g} s ({why}): "
             f"retry in {RETRY_S} s",
             503,
             request,
