@@ -99,6 +99,11 @@ def test_a_held_request_starts_the_group_head_first_and_idle_stops_it(cold):
     assert p.docker[0].calls[-1] == "start" and g["decision"]["action"] == "start"
     p.look()
     assert p.docker[1].calls[-1] == "start"
+    # started again with the restart policy it was made with: a crash of the warm engine is Docker's to restart
+    # and the watcher's to see as a crash, not as a rank stopped on purpose (`no` and not running)
+    for d in p.docker:
+        assert d.calls[-2:] == ["restart-policy unless-stopped", "start"], d.calls
+        assert d.c["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
 
 
 def test_no_word_from_the_gateway_starts_and_stops_nothing(tmp_path):

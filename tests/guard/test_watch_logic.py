@@ -83,6 +83,10 @@ class FakeDocker:
         self.calls.append("no-restart")
         self.c["HostConfig"]["RestartPolicy"]["Name"] = "no"
 
+    def set_restart(self, cid, policy):
+        self.calls.append(f"restart-policy {policy}")
+        self.c["HostConfig"]["RestartPolicy"]["Name"] = policy
+
 
 class Engine(http.server.ThreadingHTTPServer):
     """Rank 0's engine: /health 200 while `ok`, else 503."""

@@ -58,7 +58,11 @@ class Docker:
 
     def no_restart(self, cid: str) -> None:
         """Restart policy `no`: the engine stays stopped, also across a Docker or node restart."""
-        self.call("POST", f"/containers/{cid}/update", {"RestartPolicy": {"Name": "no"}})
+        self.set_restart(cid, "no")
+
+    def set_restart(self, cid: str, policy: str) -> None:
+        """The container's restart policy (`no`, `unless-stopped`, ...), changed in place."""
+        self.call("POST", f"/containers/{cid}/update", {"RestartPolicy": {"Name": policy}})
 
     def stop(self, cid: str, grace_s: float) -> None:
         """SIGTERM (the image's stop signal), SIGKILL after grace_s: Docker's own stop, which returns once the

@@ -445,7 +445,7 @@ class Watcher:
         cfg, d = self.cfg, g["decision"]
         cid = info["Id"]
         if d["phase"] == "stop" and d["action"] == "start":  # an on-demand start: nothing to stop first
-            self.docker.start(cid)
+            self.start(cid)
             t.update(healthy_once=False, started=None)
             d.update(phase="start", start_at=now)
             g.update(state="starting", reason="on demand: starting rank 0, then the others")
@@ -472,7 +472,7 @@ class Watcher:
                 d.update(phase="done", done_at=now)
                 g.update(state="held", reason="this node's memory guard holds its engines")
                 return
-            self.docker.start(cid)
+            self.start(cid)
             t.update(healthy_once=False, started=None)
             d.update(phase="start", start_at=now, unstopped=waiting)
             g.update(state="restarting", reason="starting rank 0, then the others")
@@ -502,11 +502,27 @@ class Watcher:
             self.view = dict(self.view, groups=dict(self.view.get("groups", {}), **{gid: entry}))
 
     def stop(self, cid: str, no_restart: bool = False) -> None:
+        info = self.docker.inspect(cid)
         if no_restart:
+            # kept, so that a start by a watcher (on demand, or the group's restart) gives the rank its policy back:
+            # left at `no`, a crash of the warm engine would not be restarted and would read as stopped on purpose
+            policy = ((info.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""
+            if policy and policy != "no":
+                policies = self.saved.setdefault("policies", {})
+                policies[cid] = policy
+                for old in list(policies)[:-64]:  # containers `up` replaced since: their entries are never read
+                    del policies[old]
             self.docker.no_restart(cid)
-        if (self.docker.inspect(cid).get("State") or {}).get("Paused"):  # frozen: no signal reaches it
+        if (info.get("State") or {}).get("Paused"):  # frozen: no signal reaches it
             self.docker.unpause(cid)
         self.docker.stop(cid, self.cfg["grace_s"])
+
+    def start(self, cid: str) -> None:
+        """Start a rank this watcher stopped or `up --stack` created, with the restart policy it was made with."""
+        policy = (self.saved.get("policies") or {}).pop(cid, None)
+        if policy:
+            self.docker.set_restart(cid, str(policy))
+        self.docker.start(cid)
 
     # -- ranks > 0: follow rank 0's decisions -----------------------------------------------------------------------
     def follow(self, gid: str, g: Json, info: Json, me: Json, watchers: list[str]) -> None:
@@ -538,7 +554,7 @@ class Watcher:
                 self.stop(cid)
             g["stopped_gen"] = d["gen"]
         if d["phase"] in ("start", "done"):
-            self.docker.start(cid)
+            self.start(cid)
             g.update(acted=d["gen"], reason=f"restarted with the group: {d['reason']}")
             self.say(f"watch: {gid}: restarted this rank with the group")
 
