@@ -346,3 +346,16 @@ def test_a_new_rank_from_up_ignores_a_decision_older_than_its_container(pair):
     pair.clock.now += 1
     pair.w[1].tick(pair.clock.now)
     assert spark2.calls == [], spark2.calls
+
+
+def test_a_rank_of_the_group_up_is_replacing_exiting_after_the_new_rank_0_started_is_no_lost_rank(pair):
+    pair.look(seconds=10, times=10)
+    # `up` replaced rank 0 first (a new container, started now); the worker's old container, made long before,
+    # exits a moment later, as a multi-node engine's worker does when its head goes, before `up` replaces it too
+    pair.docker[0].c.update(Id="c" * 64, Created=_iso(pair.clock.now))
+    pair.docker[0].c["State"].update(StartedAt=_iso(pair.clock.now), FinishedAt=_iso(None))
+    pair.engine.ok = False  # the new rank 0 is still loading
+    pair.docker[1].c["State"].update(Status="exited", Running=False, FinishedAt=_iso(pair.clock.now + 6))
+    g = pair.look(seconds=8, times=2)
+    assert pair.docker[0].calls == [] and pair.docker[1].calls == [], (pair.docker[0].calls, g)
+    assert not (g.get("decision") or {}).get("action"), g

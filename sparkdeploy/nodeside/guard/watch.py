@@ -96,6 +96,7 @@ def rank_state(info: Json) -> Json:
     policy = ((info.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""
     return {
         "id": info.get("Id", "")[:12],
+        "created": docker_time(info.get("Created")),
         "status": state.get("Status", ""),
         "running": bool(state.get("Running")),
         "started": docker_time(state.get("StartedAt")),
@@ -387,10 +388,14 @@ class Watcher:
 
     def lost(self, ranks: list[Json | None], watchers: list[str]) -> str | None:
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
+        born = (ranks[0] or {}).get("created") if ranks else None
         labelled = [
             (f"rank {i} ({node_of(watchers, i)})", r["started"], r["finished"], r["running"])
             for i, r in enumerate(ranks)
-            if r
+            # a container older than rank 0's is of the group `up` is replacing (rank 0's node first): its exit is
+            # that `up`, not a rank lost while the group served (seen: TP=4 native replaced by TP=2 PP=2 torchrun,
+            # the old workers exiting as the new rank 0 started; the watcher stopped the new group mid-start)
+            if r and not (born is not None and r.get("created") is not None and r["created"] < born - SLACK_S)
         ]
         hit = lost_rank(labelled)
         return f"{hit[0]} exited at {clock(hit[1])} while the group served" if hit else None
