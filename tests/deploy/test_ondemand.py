@@ -80,6 +80,25 @@ def test_bad_hold_values_are_one_line_each_naming_the_field(tmp_path, inventory_
     assert "deployments[1].start_timeout" in b and "7200 s is out of range" in b and "3600 s" in b, b
 
 
+def test_a_duration_of_the_wrong_type_is_one_line_without_the_schemas_inner_names(tmp_path, inventory_file):
+    lines = problems(
+        tmp_path,
+        inventory_file,
+        """
+        gateway: {hold: true}
+        deployments:
+          - {name: a, recipe: glm-4.7-flash-int4, nodes: [spark1], on_demand: true, idle_timeout: [1]}
+          - {name: b, recipe: qwen3-coder-30b-int4, nodes: [spark2], on_demand: true, idle_timeout: "10s\\n"}
+        """,
+    )
+    assert len(lines) == 3, lines  # one per field, not one per branch of int | str
+    assert any("gateway.hold: True is not a duration" in line for line in lines), lines
+    assert any("deployments[0].idle_timeout: [1] is not a duration" in line for line in lines), lines
+    assert any("deployments[1].idle_timeout: holds a newline" in line for line in lines), lines
+    assert not any("function-after" in line or ".int:" in line for line in lines), lines
+    assert all("fix: " in line for line in lines), lines
+
+
 def test_the_hold_is_the_members_start_timeout_else_the_stacks_else_the_default(tmp_path, inventory_file):
     """routes.json carries each on-demand member's hold (the gateway's hook reads it, not only its env var)."""
     held = "gateway: {hold: 45s}\n" + THREE.replace("idle_timeout: 90s}", "idle_timeout: 90s, start_timeout: 4m}")

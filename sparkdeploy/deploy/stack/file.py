@@ -13,16 +13,25 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Annotated, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sparkdeploy.config.inventory import Inventory, Node, load_inventory
 from sparkdeploy.config.schema import Number, Whole, problems_from_validation
 from sparkdeploy.config.secrets import Secrets, load_secrets
 from sparkdeploy.config.userfile import load_yaml_file
 from sparkdeploy.errors import ConfigError, Invalid, Problem
-from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine
+from sparkdeploy.names import KINDS, DeploymentName, NodeName, OneLine, one_line
 from sparkdeploy.recipes import budget as memory_budget
 from sparkdeploy.recipes.engines.registered import engine_of
 from sparkdeploy.recipes.recipe import ResolvedRecipe, resolve
@@ -66,11 +75,25 @@ def _duration(v: int | str, low: int, high: int, example: str) -> int:
     try:
         seconds = idle_seconds(v)
     except ValueError:
-        raise Invalid(f"{v!r} is not a duration", f"seconds ({example}) or 90s, 10m, 2h") from None
+        fix = f"a whole number of seconds, or 90s, 10m, 2h (e.g. {example})"
+        raise Invalid(f"{v!r} is not a duration", fix) from None
     if not low <= seconds <= high:
         high_text = f"{high // 86400} days" if high >= 86400 else f"{high} s"
         raise Invalid(f"{seconds} s is out of range", f"from {low} s to {high_text}, e.g. {example}")
     return seconds
+
+
+def _duration_as_written(v: object) -> object:
+    """A duration field as the file gives it: a whole number of seconds or one line of text (checked by
+    _duration); anything else is one problem, not one per branch of the union."""
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    if isinstance(v, str):
+        return one_line(v)
+    raise Invalid(f"{v!r} is not a duration", "a whole number of seconds, or 90s, 10m, 2h (e.g. 600)")
+
+
+Duration = Annotated[int | str | None, BeforeValidator(_duration_as_written)]
 
 
 # -- the file -------------------------------------------------------------------------------------------
@@ -92,12 +115,12 @@ class StackDeployment(BaseModel):
     on_demand: StrictBool = Field(
         default=False, description="started by the gateway on its first request, stopped after idle_timeout"
     )
-    idle_timeout: Whole | OneLine | None = Field(
+    idle_timeout: Duration = Field(
         default=None,
         description=f"on_demand only: idle time before it stops (600, 90s, 10m; default {IDLE_TIMEOUT_DEFAULT_S} s)",
     )
 
-    start_timeout: Whole | OneLine | None = Field(
+    start_timeout: Duration = Field(
         default=None,
         description="on_demand only: how long the gateway holds a request for its start before a 503 "
         "(default: the stack's gateway.hold)",
@@ -184,7 +207,7 @@ class GatewaySettings(BaseModel):
         default="auto", description=f"proxy processes; auto: the head node's CPUs, at most {GATEWAY_WORKERS_MAX}"
     )
 
-    hold: Whole | OneLine | None = Field(
+    hold: Duration = Field(
         default=None,
         description=f"how long a request for a starting on-demand member is held before a 503 "
         f"(default {HOLD_DEFAULT_S} s; a member's start_timeout overrides it)",
