@@ -445,7 +445,8 @@ def test_up_restarts_an_unanswering_engine_and_takes_a_replaced_one_out_first(la
     converged = up(inv, stack, TWO)
     changes = {u["deployment"]: u["changes"] for u in converged["units"]}
     assert changes["coder"] > 0 and changes["chat"] == 0, changes
-    assert converged["routes"] == {"served": sorted([MODELS["chat"], MODELS["coder"]]), "out": {}}
+    # nothing out, nothing cold (no on-demand member in this stack)
+    assert converged["routes"] == {"served": sorted([MODELS["chat"], MODELS["coder"]]), "out": {}, "cold": []}
     assert ids(client) == {MODELS["chat"], MODELS["coder"]}
 
     seen: list[str] = []
