@@ -92,18 +92,27 @@ def _rmdir(conn: NodeConnection, step: Step, state_dir: str) -> str:
     return "removed"
 
 
-def _start_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
-    assert step.container is not None
+def _remove_old(conn: NodeConnection, step: Step) -> None:
+    """The container this step replaces, removed first (already gone is fine)."""
     if step.container_id:
         r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
         if not r.ok and not _no_such_container(r.stderr):
             raise conn.failed(r, f"could not remove the old container: {r.stderr.strip()[-300:]}")
+
+
+def _new_id(stdout: str) -> str:
+    """The short id Docker printed last (`docker run --detach` / `docker create`)."""
+    return (stdout.strip().splitlines()[-1] if stdout.strip() else "")[:12]
+
+
+def _start_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
+    assert step.container is not None
+    _remove_old(conn, step)
     r = conn.run(["bash", f"{state_dir}/{step.container.run_script}"], check=False, timeout=START_TIMEOUT_S)
     if not r.ok:
         tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
         raise conn.failed(r, f"`bash {step.container.run_script}` exited {r.exit_code}: {tail}")
-    new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-    return f"started {new_id[:12]}"
+    return f"started {_new_id(r.stdout)}"
 
 
 # Runs a container's own run script with `docker run --detach` turned into `docker create`: the same container
@@ -120,17 +129,13 @@ PATH="$d:$PATH" bash "$1"
 
 def _create_container(conn: NodeConnection, step: Step, state_dir: str) -> str:
     assert step.container is not None
-    if step.container_id:
-        r = conn.run(["docker", "rm", "--force", step.container_id], check=False)
-        if not r.ok and not _no_such_container(r.stderr):
-            raise conn.failed(r, f"could not remove the old container: {r.stderr.strip()[-300:]}")
+    _remove_old(conn, step)
     script = f"{state_dir}/{step.container.run_script}"
     r = conn.run(["bash", "-c", _CREATE_SHIM, "create", script], check=False, timeout=START_TIMEOUT_S)
     if not r.ok:
         tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-4:])
         raise conn.failed(r, f"`docker create` of {step.container.run_script} exited {r.exit_code}: {tail}")
-    new_id = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-    return f"created {new_id[:12]}, not started"
+    return f"created {_new_id(r.stdout)}, not started"
 
 
 # One handler per step kind: (connection, step, the state dir's absolute path) -> a short detail.
