@@ -154,6 +154,9 @@ def test_a_victim_led_from_another_node_stops_itself_only_while_idle_and_asked()
         {"big": "spark1", "right": "spark2"},
     )
     assert activate.wanted("right:spark2", d) == {"big:spark1": "http://spark1:7390/watch"}
+    d["members"]["right"]["shares"] = {"spark3": 0.5}  # no node in common: big's start never asks it
+    assert activate.wanted("right:spark2", d) == {}
+    d["members"]["right"]["shares"] = {"spark2": 0.5}
     asked = {"big:spark1": {"evict": {"for": "big", "node": "spark1", "stop": ["right"], "why": "FIGURES"}}}
     assert activate.asked_to_stop("right:spark2", d, asked) == (
         "stop",
@@ -220,44 +223,41 @@ class Demand(http.server.ThreadingHTTPServer):
 
 
 class Stack:
-    """spark1 and spark2: `big` (on demand, TP=2: rank 0 on spark1, rank 1 on spark2, created and never started),
-    `right` (on demand, solo on spark2, running and idle) and `chat` (always on, solo on `chat_on`)."""
+    """spark1 and spark2, each member as given: name -> (its nodes, rank 0's first; its share on each; on demand;
+    cold: created and never started, else running and idle). By default `big` (on demand, TP=2 led from spark1,
+    cold), `right` (on demand, solo on spark2, running) and `chat` (always on, solo on `chat_on`)."""
 
-    def __init__(self, tmp_path, chat_on="spark1", chat_share=0.4):
+    def __init__(self, tmp_path, chat_on="spark1", chat_share=0.4, spec=None):
+        spec = spec or {
+            "big": (["spark1", "spark2"], 0.5, True, True),
+            "right": (["spark2"], 0.5, True, False),
+            "chat": ([chat_on], chat_share, False, False),
+        }
         self.clock = Clock()
         self.gw = Demand()
         ports = {n: _free_port() for n in ("spark1", "spark2")}
         self.url = {n: f"http://127.0.0.1:{p}/watch" for n, p in ports.items()}
         at = {n: f"{n}@127.0.0.1:{p}" for n, p in ports.items()}
-        self.engine = {g: Engine() for g in ("big", "right", "chat")}
-        self.engine["big"].ok = False
-
-        def container(dep, rank, nodes):
-            labels = {
-                watch.GROUP: f"{dep}:{nodes[0]}",
-                watch.WATCHERS: " ".join(at[n] for n in nodes),
-                watch.DEPLOYMENT: dep,
-            }
-            if rank == 0:
-                labels[watch.HEALTH_PORT] = str(self.engine[dep].server_address[1])
-            return FakeDocker(self.clock, f"{dep}{rank}".ljust(64, "0"), rank, labels)
-
-        self.c = {
-            "big0": container("big", 0, ["spark1", "spark2"]),
-            "big1": container("big", 1, ["spark1", "spark2"]),
-            "right0": container("right", 0, ["spark2"]),
-            "chat0": container("chat", 0, [chat_on]),
-        }
-        for k in ("big0", "big1"):
-            self.c[k].c["State"].update(Status="created", Running=False, StartedAt=_iso(None), FinishedAt=_iso(None))
-        docker = {
-            "spark1": Node(self.c["big0"], *([self.c["chat0"]] if chat_on == "spark1" else [])),
-            "spark2": Node(self.c["big1"], self.c["right0"], *([self.c["chat0"]] if chat_on == "spark2" else [])),
-        }
+        self.engine = {dep: Engine() for dep in spec}
+        self.c: dict[str, FakeDocker] = {}
+        on: dict[str, list[FakeDocker]] = {"spark1": [], "spark2": []}
+        for dep, (nodes, _, _, cold) in spec.items():
+            self.engine[dep].ok = not cold
+            for rank, node in enumerate(nodes):
+                labels = {
+                    watch.GROUP: f"{dep}:{nodes[0]}",
+                    watch.WATCHERS: " ".join(at[n] for n in nodes),
+                    watch.DEPLOYMENT: dep,
+                }
+                if rank == 0:
+                    labels[watch.HEALTH_PORT] = str(self.engine[dep].server_address[1])
+                c = self.c[f"{dep}{rank}"] = FakeDocker(self.clock, f"{dep}{rank}".ljust(64, "0"), rank, labels)
+                if cold:
+                    c.c["State"].update(Status="created", Running=False, StartedAt=_iso(None), FinishedAt=_iso(None))
+                on[node].append(c)
+        self.lead = {dep: nodes[0] for dep, (nodes, _, od, _) in spec.items() if od}
         self.members = {
-            "big": _member({"spark1": 0.5, "spark2": 0.5}),
-            "right": _member({"spark2": 0.5}),
-            "chat": _member({chat_on: chat_share}, on_demand=False),
+            dep: _member(dict.fromkeys(nodes, share), on_demand=od) for dep, (nodes, share, od, _) in spec.items()
         }
         self.said: list[str] = []
         self.w = {}
@@ -265,7 +265,7 @@ class Stack:
         for n in ("spark1", "spark2"):
             folder = tmp_path / n
             folder.mkdir()
-            w = watch.Watcher({"start_s": 60, "demand": demand_url}, docker[n], n, str(folder), say=self.said.append)
+            w = watch.Watcher({"start_s": 60, "demand": demand_url}, Node(*on[n]), n, str(folder), say=self.said.append)
             w.serve("127.0.0.1", ports[n])
             self.w[n] = w
         self.publish()
@@ -281,7 +281,7 @@ class Stack:
                 "last_request": self.members[n]["last_request"],
                 "watch": self.url[lead],
             }
-            for n, lead in (("big", "spark1"), ("right", "spark2"))
+            for n, lead in self.lead.items()
         }
         self.gw.data = {"groups": groups, "members": self.members}
 
@@ -358,5 +358,38 @@ def test_no_room_on_the_other_node_is_refused_naming_it(tmp_path):
         assert big["state"] == "no-room" and s.c["big0"].calls == [] and s.c["chat0"].calls == [], big
         assert big["reason"].startswith("big does not fit even with every idle on-demand member stopped: spark2:")
         assert "running chat 0.5 (always on), right 0.5 (idle); big needs 0.5" in big["reason"]
+    finally:
+        s.close()
+
+
+def test_two_tp2_members_waiting_at_once_led_from_different_nodes_only_the_first_starts(tmp_path):
+    s = Stack(
+        tmp_path,
+        spec={
+            "a": (["spark1", "spark2"], 0.5, True, True),
+            "b": (["spark2", "spark1"], 0.5, True, True),
+        },
+    )
+    try:
+        s.members["a"]["waiting"] = s.members["b"]["waiting"] = 1
+        s.publish()
+        s.look(times=3)
+        assert s.c["a0"].calls == ["start"] and s.c["a1"].calls == ["start"], s.said
+        assert s.c["b0"].calls == [] and s.c["b1"].calls == [], s.said
+        b = s.group("b:spark2")
+        assert b["state"] == "no-room" and "running a 0.5 (" in b["reason"], b
+        s.engine["a"].ok = True
+        s.look(times=2)
+        assert s.group("a:spark1")["state"] == "ok"
+        # a answered its requests and is idle; b's next request evicts it (a, with no request, evicts nothing)
+        s.members["a"].update(waiting=0, last_request=s.clock.now)
+        s.members["b"]["waiting"] = 1
+        s.publish()
+        s.look(times=4)
+        assert s.c["a0"].calls == ["start", "no-restart", "stop"] and s.c["a1"].calls[-1] == "stop", s.said
+        assert s.c["b0"].calls == ["start"] and s.c["b1"].calls == ["start"], s.said
+        assert sum("activate: b:spark2: evict (led from another node): stop a" in line for line in s.said) == 1
+        s.look(times=3)
+        assert s.c["a0"].calls[-1] == "stop" and s.c["b0"].calls == ["start"]  # no eviction back and forth
     finally:
         s.close()

@@ -139,13 +139,18 @@ def asked_to_stop(gid: str, demand: dict[str, Any], views: dict[str, Any]) -> tu
 
 
 def wanted(gid: str, demand: dict[str, Any]) -> dict[str, str]:
-    """The other on-demand groups with requests held (group -> its rank 0's watcher URL): whose published eviction
-    a running on-demand group's activator reads (asked_to_stop)."""
-    groups = demand.get("groups") or {}
+    """The other on-demand groups with requests held whose member shares a node with this group's (group -> its
+    rank 0's watcher URL): whose published eviction a running on-demand group's activator reads (asked_to_stop)."""
+    groups, members = demand.get("groups") or {}, demand.get("members") or {}
+    mine = set((members.get((groups.get(gid) or {}).get("deployment")) or {}).get("shares") or {})
     return {
         o: str(g["watch"])
         for o, g in sorted(groups.items())
-        if o != gid and isinstance(g, dict) and g.get("watch") and int(g.get("waiting") or 0) > 0
+        if o != gid
+        and isinstance(g, dict)
+        and g.get("watch")
+        and int(g.get("waiting") or 0) > 0
+        and mine & set((members.get(g.get("deployment")) or {}).get("shares") or {})
     }
 
 

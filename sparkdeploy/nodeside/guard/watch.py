@@ -401,6 +401,7 @@ class Watcher:
             g.update(state="no-room", reason=str(exc))
             return None
         if not stop:
+            self.live.get(gid, {}).pop("evict", None)
             return why
         waiting, elsewhere = [], []
         for dep in stop:
@@ -418,8 +419,10 @@ class Watcher:
             vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
             self.decide(vgid, vg, "stop", vg["reason"], now)
         if elsewhere:
-            if (g.get("evict") or {}).get("stop") != elsewhere:
+            said = self.live.setdefault(gid, {})
+            if said.get("evict") != elsewhere:  # once per victim set, not once a look
                 self.say(f"activate: {gid}: evict (led from another node): {why}")
+                said["evict"] = elsewhere
             g["evict"] = {"for": gid.partition(":")[0], "node": self.node, "stop": elsewhere, "why": why, "at": now}
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
