@@ -140,8 +140,8 @@ def running_on(
         if view is None or gid not in (view.get("groups") or {}):
             return node_of(watchers, i)
         seen[node_of(watchers, i)] = {
-            str(e.get("deployment") or gid.rpartition(":")[0])
-            for gid, e in (view.get("groups") or {}).items()
+            str(e.get("deployment") or other.rpartition(":")[0])
+            for other, e in (view.get("groups") or {}).items()
             if isinstance(e, dict) and (e.get("container") or {}).get("running")
         }
     return seen
