@@ -220,3 +220,57 @@ def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(la
     assert r.returncode == 0, failure(r)
     left = lab.ssh(spark1, "docker ps -a --filter label=io.sparkdeploy.deployment --format '{{.Names}}'").stdout
     assert left.strip() == "", left
+
+
+ACROSS = """
+deployments:
+  - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
+  - {name: right, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark2], memory: 0.5, port: 8001,
+     on_demand: true, idle_timeout: 10m}
+  - {name: dist, recipe: openai-gpt-oss-120b, topology: cluster, nodes: [spark1, spark2], memory: 0.45,
+     port: 8003, on_demand: true, idle_timeout: 10m}
+"""
+
+
+def test_a_start_across_two_nodes_evicts_the_idle_member_led_from_the_other_node(lab, inv, tmp_path):
+    """A tensor-parallel on-demand member over spark1 and spark2 (rank 0 on spark1) is budgeted on both: it fits
+    beside chat on spark1, not beside right on spark2 (0.5 + 0.45), so right, led from spark2, is stopped first,
+    by spark2's own activator reading dist's published eviction; then both of dist's ranks start."""
+    stack = tmp_path / "stack.yaml"
+    stack.write_text(ACROSS)
+    r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
+    assert r.returncode == 0, failure(r)
+    assert sorted(json.loads(r.stdout)["routes"]["cold"]) == ["dist", "right"]
+    spark1, spark2 = lab.nodes[0], lab.nodes[1]
+    key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
+    client = openai.OpenAI(base_url=f"http://{spark1.mgmt_ip}:4000/v1", api_key=key, max_retries=0, timeout=240)
+
+    def ask(model: str) -> None:
+        answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert answer.usage is not None and answer.usage.completion_tokens > 0
+
+    def states(node, *names: str) -> list[str]:
+        fmt = "'{{.Names}} {{.State}}'"
+        out = lab.ssh(node, f"docker ps -a --filter label=io.sparkdeploy.deployment --format {fmt}").stdout
+        return sorted(line for line in out.splitlines() if any(n in line for n in names))
+
+    ask("qwen3-coder-30b")  # right starts alone on spark2
+    ask("openai/gpt-oss-120b")  # dist needs spark2 too: right (idle) stopped first, by spark2's activator
+    logs1 = lab.ssh(spark1, "docker logs sparkdeploy-guard 2>&1 | grep 'activate: dist' | tail -5").stdout
+    logs2 = lab.ssh(spark2, "docker logs sparkdeploy-guard 2>&1 | grep 'activate: right' | tail -5").stdout
+    assert "activate: dist:spark1: evict (led from another node): stop right (least recently used first)" in logs1
+    assert "spark2: room " in logs1 and "running right 0.5 (idle); dist needs 0.45" in logs1, logs1
+    assert "activate: right:spark2: stop: on demand: evicted for dist (decided by its activator on spark1)" in logs2
+    out = lab.ssh(spark2, "docker inspect --format '{{.State.Status}}' sparkdeploy-right-vllm").stdout.strip()
+    assert out == "exited", (out, logs2)
+    assert "activate: dist:spark1: start: on demand:" in logs1, logs1
+    assert all(line.endswith(" running") for line in states(spark1, "dist") + states(spark2, "dist")), (
+        states(spark1, "dist"),
+        states(spark2, "dist"),
+    )
+
+    r = sd("down", "-i", inv)
+    assert r.returncode == 0, failure(r)
+    for node in (spark1, spark2):
+        left = lab.ssh(node, "docker ps -a --filter label=io.sparkdeploy.deployment --format '{{.Names}}'").stdout
+        assert left.strip() == "", left

@@ -274,6 +274,8 @@ async def _answer_demand(send: Any) -> None:
                     "waiting": seen.get("waiting", 0),
                     "in_flight": seen.get("in_flight", 0),
                     "last_request": seen.get("last_request"),
+                    # its rank 0's watcher: where another node's activator reads this group's evictions (activate.py)
+                    "watch": (entry.get("model_info") or {}).get("watch"),
                 }
     members = {
         name: {

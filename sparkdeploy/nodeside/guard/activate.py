@@ -42,29 +42,116 @@ def poll(url: str) -> dict[str, Any] | None:
 
 
 def room_for(gid: str, demand: dict[str, Any], node: str | None, running: set[str]) -> tuple[list[str], str]:
-    """What must stop on `node` before group `gid` starts there: (deployments to stop, least recently used first;
-    the decision with its figures). running: the deployments whose engine runs on this node. ondemand.NoRoom when
-    stopping every idle on-demand member there is not enough. Without the budget's figures (no room recorded for
-    this node), nothing is stopped."""
+    """What must stop on `node` alone before group `gid` starts there (room_across with one node's view)."""
+    return room_across(gid, demand, {node: running} if node is not None else {})
+
+
+def _busy(m: dict[str, Any]) -> int:
+    return int(m.get("waiting") or 0) + int(m.get("in_flight") or 0)
+
+
+def room_across(
+    gid: str, demand: dict[str, Any], seen: dict[str, set[str]], started: set[str] | frozenset[str] = frozenset()
+) -> tuple[list[str], str]:
+    """What must stop before group `gid`'s member starts on EVERY node it needs (a tensor-parallel member spans
+    several): (deployments to stop, least recently used first, wherever they are led from; the decision with each
+    node's figures). seen: node -> the deployments whose engine runs there, for each node of the member (its own
+    node's containers, the other ranks' watchers); started: the members with requests held whose rank 0 runs on a
+    node not in `seen` (its watcher says so: `unseen_starts`). ondemand.NoRoom, naming the node(s) and figures,
+    when stopping every idle on-demand member there is not enough. Without the budget's figures, nothing stops.
+
+    Two members waiting at once never both take the same room, and never evict each other: a member with
+    requests held or in flight is never a victim (the requests that start a member are held until it serves), and
+    one started (seen running on a node of it, or in `started`) holds its share on every node of it; of two members
+    not started yet, the one first in name order starts first: the later one counts the earlier one's share as
+    taken (the same order on every node, whenever each reads the demand), the earlier one ignores the later one
+    until it runs."""
     members = demand.get("members") or {}
     name = ((demand.get("groups") or {}).get(gid) or {}).get("deployment")
-    want = members.get(name) or {}
-    if not isinstance(name, str) or node is None or node not in (want.get("room") or {}):  # (JSON keys: str)
-        return [], "no budget figures for this node"
-    room = {node: float(want["room"][node])}
-
-    def member(n: str) -> Member:
-        m = members[n]
-        return {
-            "name": n,
-            "on_demand": bool(m.get("on_demand")),
-            "shares": {node: float((m.get("shares") or {}).get(node, 0.0))},
-            "last_request": m.get("last_request"),
-            "in_flight": int(m.get("in_flight") or 0) + int(m.get("waiting") or 0),
-        }
-
-    stop, why = make_room(member(name), [member(n) for n in sorted(running) if n in members and n != name], room)
+    want = members.get(name) or {} if isinstance(name, str) else {}
+    room = {n: float(v) for n, v in (want.get("room") or {}).items() if n in seen}  # (JSON keys: str)
+    if not isinstance(name, str) or not room:
+        return [], "no budget figures for " + (", ".join(sorted(seen)) or "this node")
+    nodes = sorted(room)
+    others: list[Member] = []
+    for n, m in sorted(members.items()):
+        shares = {x: float(v) for x, v in (m.get("shares") or {}).items() if x in room}
+        on = [x for x in nodes if x in shares and n in seen[x]]
+        starting = not on and bool(m.get("on_demand")) and _busy(m) > 0 and (n < name or n in started)
+        if n == name or not (on or starting):
+            continue
+        if _busy(m) or starting:  # starting or serving with requests: its share is taken on every node of it
+            on = [x for x in nodes if x in shares]
+        others.append(
+            {
+                "name": n,
+                "on_demand": bool(m.get("on_demand")),
+                "shares": {x: shares[x] for x in on},
+                "last_request": m.get("last_request"),
+                "in_flight": _busy(m),
+                "starting": starting,
+            }
+        )
+    mine: Member = {
+        "name": name,
+        "on_demand": True,
+        "shares": {x: float((want.get("shares") or {}).get(x, 0.0)) for x in nodes},
+    }
+    stop, why = make_room(mine, others, room)
     return [m["name"] for m in stop], why
+
+
+def unseen_starts(gid: str, demand: dict[str, Any], seen: dict[str, set[str]]) -> dict[str, str]:
+    """The groups whose watcher must say whether they started, before group `gid` is budgeted (room_across's
+    `started`): of the on-demand members after it in name order with requests held and a share on a node of it,
+    not seen running there, each group led from a node not in `seen` -> its rank 0's watcher URL."""
+    groups, members = demand.get("groups") or {}, demand.get("members") or {}
+    name = (groups.get(gid) or {}).get("deployment")
+    if not isinstance(name, str):
+        return {}
+    out = {}
+    for o, g in sorted(groups.items()):
+        dep = g.get("deployment") if isinstance(g, dict) else None
+        m = members.get(dep) or {}
+        if not isinstance(dep, str) or dep <= name or not _busy(m) or not g.get("watch"):
+            continue
+        mine = [x for x in seen if x in (m.get("shares") or {})]
+        if mine and not any(dep in seen[x] for x in mine) and o.rpartition(":")[2] not in seen:
+            out[o] = str(g["watch"])
+    return out
+
+
+def asked_to_stop(gid: str, demand: dict[str, Any], views: dict[str, Any]) -> tuple[str, str] | None:
+    """("stop", why) when another node's activator named this on-demand group's member as a victim of its start
+    (its group's `evict` in its watcher's view: `views`, group -> that watcher's entry of it, for the groups of
+    `wanted`) and the member is still idle by this look's demand (nothing held, nothing in flight); else None. The
+    victim's own activator acts: nothing on a node takes a command from the network, it reads its peers."""
+    groups, members = demand.get("groups") or {}, demand.get("members") or {}
+    name = (groups.get(gid) or {}).get("deployment")
+    if not isinstance(name, str) or _busy(members.get(name) or groups.get(gid) or {}):
+        return None
+    for other, entry in sorted(views.items()):
+        ev = (entry or {}).get("evict") if isinstance(entry, dict) else None
+        if isinstance(ev, dict) and name in (ev.get("stop") or []) and _busy(groups.get(other) or {}):
+            by = f"decided by its activator on {ev.get('node')}"
+            return "stop", f"on demand: evicted for {ev.get('for')} ({by}): {ev.get('why')}"
+    return None
+
+
+def wanted(gid: str, demand: dict[str, Any]) -> dict[str, str]:
+    """The other on-demand groups with requests held whose member shares a node with this group's (group -> its
+    rank 0's watcher URL): whose published eviction a running on-demand group's activator reads (asked_to_stop)."""
+    groups, members = demand.get("groups") or {}, demand.get("members") or {}
+    mine = set((members.get((groups.get(gid) or {}).get("deployment")) or {}).get("shares") or {})
+    return {
+        o: str(g["watch"])
+        for o, g in sorted(groups.items())
+        if o != gid
+        and isinstance(g, dict)
+        and g.get("watch")
+        and int(g.get("waiting") or 0) > 0
+        and mine & set((members.get(g.get("deployment")) or {}).get("shares") or {})
+    }
 
 
 def choose(demand: object, rank: dict[str, Any], now: float) -> tuple[str, str] | None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # annotations only
         last_request: float | None
         in_flight: int
         idle_timeout: float | None
+        starting: bool  # not running here yet, but its held requests start it (its room is taken: activate.py)
 
 
 EPSILON = 1e-9
@@ -52,6 +53,8 @@ def _used(running: Iterable[Member], node: str) -> float:
 def _why_kept(m: Member) -> str:
     if not m.get("on_demand"):
         return "always on"
+    if m.get("starting"):
+        return f"starting for {m.get('in_flight')} held request(s)"
     if m.get("in_flight"):
         return f"{m['in_flight']} request(s) in flight"
     return "idle"

@@ -129,6 +129,24 @@ def held_while_serving(ranks: list[Json | None]) -> int | None:
     return None
 
 
+def running_on(
+    gid: str, node: str | None, here: set[str], watchers: list[str], peers: dict[int, Json | None]
+) -> dict[str, set[str]] | str:
+    """node -> the deployments whose engine runs there, for this node (`here`) and each other rank's node of group
+    `gid` (its watcher's view); or the name of a node whose watcher does not answer, or has not looked yet (its
+    view does not list the group's rank there) (str)."""
+    seen: dict[str, set[str]] = {node: set(here)} if node else {}
+    for i, view in sorted(peers.items()):
+        if view is None or gid not in (view.get("groups") or {}):
+            return node_of(watchers, i)
+        seen[node_of(watchers, i)] = {
+            str(e.get("deployment") or other.rpartition(":")[0])
+            for other, e in (view.get("groups") or {}).items()
+            if isinstance(e, dict) and (e.get("container") or {}).get("running")
+        }
+    return seen
+
+
 class Watcher:
     live: dict[str, dict[str, Any]]  # group -> what is not worth saving (this run's probes)
     error: str | None  # the last tick's failure, shown in status
@@ -258,7 +276,7 @@ class Watcher:
                 entry.update(state=g.get("state"), reason=g.get("reason", ""))
                 if g.get("acted") != acted:  # it acted: its container as it is now
                     me = rank_state(self.docker.inspect(info["Id"]))
-            entry.update(rank=rank, container=me, stopped_gen=g.get("stopped_gen"))
+            entry.update(rank=rank, container=me, stopped_gen=g.get("stopped_gen"), deployment=labels.get(DEPLOYMENT))
             groups[gid] = entry
         for gid in [k for k in saved if k not in groups]:
             saved.pop(gid)  # its containers are gone (`down`)
@@ -287,11 +305,14 @@ class Watcher:
         if decision and decision.get("phase") != "done":
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
+        g.pop("evict", None)  # asked again below while this start still needs it (make_room)
         act = activate.choose(((self.demand or {}).get("groups") or {}).get(gid), me, now)
+        if act is None and me["running"]:
+            act = self.asked_to_stop(gid)  # a victim of another node's on-demand start (activate.asked_to_stop)
         if act is not None and not g.get("gave_up") and self.guard_state() != "held":
             action, why = act
             if action == "start":
-                fits = self.make_room(gid, g, now)
+                fits = self.make_room(gid, g, now, peers, watchers)
                 if fits is None:
                     return
                 why = f"{why}; {fits}"
@@ -353,28 +374,42 @@ class Watcher:
         self.decide(gid, g, "restart", why, now)
         self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
 
-    def make_room(self, gid: str, g: Json, now: float) -> str | None:
-        """Before an on-demand start: the budget's figures with what stays, or None (not now): the least recently
-        used idle on-demand members of this node told to stop first (the start follows on a later look), or
+    def make_room(
+        self, gid: str, g: Json, now: float, peers: dict[int, Json | None], watchers: list[str]
+    ) -> str | None:
+        """Before an on-demand start: the budget's figures with what stays on every node of the group, or None
+        (not now): the least recently used idle on-demand members told to stop first, those led from this node
+        by their decision `stop`, those led from another node by this group's published `evict` (their own
+        activator reads it: asked_to_stop), the start following on a later look once every node has room; or
         nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
         running = dict(self.here)
+        seen = running_on(gid, self.node, set(running) | set(self.others_here), watchers, peers)
+        if isinstance(seen, str):  # a node of the group whose watcher does not answer: its memory is not known
+            g.update(state="starting", reason=f"on demand: waiting for word from {seen}'s watcher (its memory there)")
+            return None
+        demand = self.demand or {}
+        started = set()
+        for other, url in activate.unseen_starts(gid, demand, seen).items():
+            entry = self.entry_at(url, other)
+            if entry is None or (entry.get("container") or {}).get("running"):  # started (or not known): its room
+                started.add(str(demand["groups"][other].get("deployment")))
         try:
-            stop, why = activate.room_for(gid, self.demand or {}, self.node, set(running) | set(self.others_here))
+            stop, why = activate.room_across(gid, demand, seen, started)
         except NoRoom as exc:
             if g.get("state") != "no-room":
                 self.say(f"activate: {gid}: no room: {exc}")
             g.update(state="no-room", reason=str(exc))
             return None
         if not stop:
+            self.live.get(gid, {}).pop("evict", None)
             return why
-        waiting = []
+        waiting, elsewhere = [], []
         for dep in stop:
             vgid = running.get(dep)
             vg = self.saved["groups"].get(vgid) if vgid else None
-            if (
-                vg is None or vgid is None
-            ):  # its rank 0 is on another node: that node's activator must stop it (not built)
-                waiting.append(f"{dep} (led on another node)")
+            if vg is None or vgid is None:  # led from another node: its activator stops it on reading `evict`
+                waiting.append(f"{dep} (led from another node)")
+                elsewhere.append(dep)
                 continue
             waiting.append(dep)
             d = vg.get("decision") or {}
@@ -383,8 +418,32 @@ class Watcher:
             self.say(f"activate: {vgid}: evict: {why}")
             vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
             self.decide(vgid, vg, "stop", vg["reason"], now)
+        if elsewhere:
+            said = self.live.setdefault(gid, {})
+            if said.get("evict") != elsewhere:  # once per victim set, not once a look
+                self.say(f"activate: {gid}: evict (led from another node): {why}")
+                said["evict"] = elsewhere
+            g["evict"] = {"for": gid.partition(":")[0], "node": self.node, "stop": elsewhere, "why": why, "at": now}
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
+
+    def entry_at(self, url: str, group: str) -> Json | None:
+        """Group `group`'s entry in the view of the watcher at `url` (http://IP:PORT/watch), or None."""
+        try:
+            data = http_json(url, PEER_TIMEOUT_S)
+        except (OSError, ValueError):
+            return None
+        entry = ((data.get("groups") or {}) if isinstance(data, dict) else {}).get(group)
+        return entry if isinstance(entry, dict) else None
+
+    def asked_to_stop(self, gid: str) -> tuple[str, str] | None:
+        """("stop", why) when another node's activator published this on-demand group as a victim of its start
+        and it is idle (activate.asked_to_stop), else None; reads only the starters' watchers."""
+        demand = self.demand or {}
+        if gid not in (demand.get("groups") or {}):
+            return None
+        asks = activate.wanted(gid, demand)
+        return activate.asked_to_stop(gid, demand, {o: self.entry_at(u, o) for o, u in asks.items()}) if asks else None
 
     def lost(self, ranks: list[Json | None], watchers: list[str]) -> str | None:
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
@@ -588,4 +647,5 @@ class Watcher:
             if d
             else None,
             "detail": t.get("detail"),
+            "evict": g.get("evict"),  # an on-demand start's victims led from other nodes (make_room)
         }
