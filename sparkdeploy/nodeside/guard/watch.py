@@ -281,6 +281,9 @@ class Watcher:
             t.update(healthy_once=False, started=None)
         if t["started"] != me["started"]:  # (re)started: by Docker's restart policy, by `up` or by us
             t.update(healthy_once=False, started=me["started"])
+        seen = activate.demand_seen(((self.demand or {}).get("groups") or {}).get(gid), me, now)
+        if seen is not None:  # an on-demand group's last request and idle time, for `status` (issue 40)
+            g["demand"] = seen
         peers = {i: self.peer(w) for i, w in enumerate(watchers) if i > 0}
         ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
         decision = g.get("decision")
@@ -296,6 +299,7 @@ class Watcher:
                     return
                 why = f"{why}; {fits}"
             self.say(f"activate: {gid}: {action}: {why}")
+            self.note(gid, g, action, why, now)
             g.update(state="starting" if action == "start" else "held", reason=why)
             self.decide(gid, g, action, why, now)
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
@@ -363,11 +367,12 @@ class Watcher:
         except NoRoom as exc:
             if g.get("state") != "no-room":
                 self.say(f"activate: {gid}: no room: {exc}")
+                g["activation"] = activate.decision("refuse", str(exc), now, figures=self.figures(gid))
             g.update(state="no-room", reason=str(exc))
             return None
         if not stop:
             return why
-        waiting = []
+        waiting, told = [], False
         for dep in stop:
             vgid = running.get(dep)
             vg = self.saved["groups"].get(vgid) if vgid else None
@@ -378,13 +383,35 @@ class Watcher:
                 continue
             waiting.append(dep)
             d = vg.get("decision") or {}
-            if d.get("action") == "stop" and d.get("phase") != "done":
-                continue  # being stopped already
+            if d.get("action") == "stop":
+                continue  # stopped or being stopped already (this look's list of what runs was read before)
             self.say(f"activate: {vgid}: evict: {why}")
             vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
             self.decide(vgid, vg, "stop", vg["reason"], now)
+            vg["activation"] = activate.decision(
+                "stop", vg["reason"], now, evicted_for=gid.partition(":")[0], figures=self.figures(gid)
+            )
+            told = True
+        if told:  # this start's own record: what it stops first, and why
+            g["activation"] = activate.decision("evict", why, now, stopped=stop, figures=self.figures(gid))
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
+
+    def figures(self, gid: str) -> dict[str, Any]:
+        """The budget's figures of a start of `gid` on this node (activate.figures), for its decision's record."""
+        return activate.figures(gid, self.demand or {}, self.node, set(self.here) | set(self.others_here))
+
+    def note(self, gid: str, g: Json, action: str, why: str, now: float) -> None:
+        """An on-demand start or idle stop's record with its figures (`activation`: status shows it, the gateway
+        logs it once): a start names what was stopped for it (this start's eviction), a stop its idle time."""
+        if action == "start":
+            prior = g.get("activation") or {}
+            stopped = prior.get("stopped") if prior.get("action") == "evict" else []
+            g["activation"] = activate.decision(action, why, now, stopped=stopped, figures=self.figures(gid))
+            return
+        seen = g.get("demand") or {}
+        idle_s = round(now - seen["idle_from"], 1) if seen.get("idle_from") else None
+        g["activation"] = activate.decision(action, why, now, idle_s=idle_s, idle_timeout=seen.get("idle_timeout"))
 
     def lost(self, ranks: list[Json | None], watchers: list[str]) -> str | None:
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
@@ -588,4 +615,6 @@ class Watcher:
             if d
             else None,
             "detail": t.get("detail"),
+            "on_demand": g.get("demand"),  # an on-demand group's demand as last seen (activate.demand_seen)
+            "activation": g.get("activation"),  # its last on-demand decision with its figures (activate.decision)
         }
