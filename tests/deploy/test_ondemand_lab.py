@@ -23,7 +23,7 @@ STACK = """
 deployments:
   - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
   - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
-     on_demand: true, idle_timeout: 10s}
+     on_demand: true, idle_timeout: 20s}
 """
 
 
@@ -83,9 +83,9 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert data["healthy"], data  # a cold member's created container is not a failure
     members = {m["deployment"]: m for m in data["members"]}
     assert (members["chat"]["state"], members["coder"]["state"]) == ("warm", "cold"), members
-    assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 10
+    assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 20
     r = sd("status", "-i", inv)
-    assert "member coder (qwen3-coder-30b, on demand, idle timeout 10 s): cold: on demand, not running" in r.stdout
+    assert "member coder (qwen3-coder-30b, on demand, idle timeout 20 s): cold: on demand, not running" in r.stdout
 
     r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
     assert r.returncode == 0, failure(r)
@@ -127,7 +127,7 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert answer.usage is not None and answer.usage.completion_tokens > 0
     print(f"cold start through the gateway, held request answered after {held_s:.1f} s (SIMULATED engine)")
 
-    # idle for its timeout (10 s): stopped by its node's activator, its memory freed; status says cold again
+    # idle for its timeout (20 s): stopped by its node's activator, its memory freed; status says cold again
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out = lab.ssh(spark1, "docker inspect --format '{{.State.Status}}' sparkdeploy-coder-vllm").stdout.strip()
@@ -141,7 +141,7 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     members = {m["deployment"]: m for m in json.loads(r.stdout)["members"]}
     assert members["coder"]["state"] == "cold", members
     stop = members["coder"]["decision"]  # the idle stop with its figures, in status and in the gateway's log
-    assert stop["action"] == "stop" and stop["idle_timeout"] == 10 and 10 <= stop["idle_s"] < 30, stop
+    assert stop["action"] == "stop" and stop["idle_timeout"] == 20 and 20 <= stop["idle_s"] < 40, stop
     gw_log = lab.ssh(spark1, "docker logs sparkdeploy-gateway-litellm 2>&1 | grep 'on-demand ' || true").stdout
     assert gw_log.count("on-demand stop coder:spark1: on demand: idle for") == 1, gw_log
 

@@ -249,6 +249,7 @@ class Watcher:
             g = saved.setdefault(gid, {})
             me = rank_state(info)
             if rank == 0:
+                self.saw(gid, g, me, now)
                 self.lead(gid, g, info, me, watchers, labels.get(HEALTH_PORT), now)
                 entry = self.summary(gid, g)
             else:
@@ -281,9 +282,6 @@ class Watcher:
             t.update(healthy_once=False, started=None)
         if t["started"] != me["started"]:  # (re)started: by Docker's restart policy, by `up` or by us
             t.update(healthy_once=False, started=me["started"])
-        seen = activate.demand_seen(((self.demand or {}).get("groups") or {}).get(gid), me, now)
-        if seen is not None:  # an on-demand group's last request and idle time, for `status` (issue 40)
-            g["demand"] = seen
         peers = {i: self.peer(w) for i, w in enumerate(watchers) if i > 0}
         ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
         decision = g.get("decision")
@@ -298,7 +296,6 @@ class Watcher:
                 if fits is None:
                     return
                 why = f"{why}; {fits}"
-            self.say(f"activate: {gid}: {action}: {why}")
             self.note(gid, g, action, why, now)
             g.update(state="starting" if action == "start" else "held", reason=why)
             self.decide(gid, g, action, why, now)
@@ -401,9 +398,18 @@ class Watcher:
         """The budget's figures of a start of `gid` on this node (activate.figures), for its decision's record."""
         return activate.figures(gid, self.demand or {}, self.node, set(self.here) | set(self.others_here))
 
+    def saw(self, gid: str, g: Json, me: Json, now: float) -> None:
+        """An on-demand group's demand as this look saw it (activate.demand_seen: its last request, idle time), kept
+        for `status`; the last one seen stays while the gateway does not answer."""
+        seen = activate.demand_seen(((self.demand or {}).get("groups") or {}).get(gid), me, now)
+        if seen is not None:
+            g["demand"] = seen
+
     def note(self, gid: str, g: Json, action: str, why: str, now: float) -> None:
-        """An on-demand start or idle stop's record with its figures (`activation`: status shows it, the gateway
-        logs it once): a start names what was stopped for it (this start's eviction), a stop its idle time."""
+        """An on-demand start or idle stop: said in the guard's log, and its record with its figures (`activation`:
+        status shows it, the gateway logs it once): a start names what was stopped for it (this start's eviction),
+        a stop its idle time."""
+        self.say(f"activate: {gid}: {action}: {why}")
         if action == "start":
             prior = g.get("activation") or {}
             stopped = prior.get("stopped") if prior.get("action") == "evict" else []
