@@ -20,6 +20,7 @@ from sparkdeploy.cli.common import UpArgs, emit_json, inventory_option, json_opt
 from sparkdeploy.deploy.down import remove
 from sparkdeploy.deploy.plan import CHANGED, FAILED, OK, SKIPPED, Plan, StepKind
 from sparkdeploy.deploy.progress import Reporter
+from sparkdeploy.deploy.stack import members as stack_members
 from sparkdeploy.deploy.stack.converge import up as stack_up
 from sparkdeploy.deploy.status import cluster_status
 from sparkdeploy.deploy.up import deploy
@@ -335,15 +336,21 @@ def status(inventory: str | None, deployment: str | None, as_json: bool) -> None
 
 
 def _member_lines(out: Out, members: list[dict[str, Any]]) -> None:
-    """A stack's members, one line each: cold / starting / warm / stopping, and on demand with its idle timeout."""
+    """A stack's members, one line each: cold / starting / warm / stopping, and on demand with its idle timeout,
+    its last request and idle time; under it, its activator's last decision with its figures (a short line)."""
     colour = {"warm": "green", "starting": "yellow", "stopping": "yellow"}
+    now = time.time()
     for m in members:
         kind = f"on demand, idle timeout {m['idle_timeout_s']} s" if m["on_demand"] else "always on"
         engines = f"{m['engines_running']}/{m['engines']} engine(s) running"
+        usage = stack_members.usage_text(m, now)
         out.line(
-            f"member {m['deployment']} ({m['model']}, {kind}): {m['state']}: {m['why']}; {engines}",
+            f"member {m['deployment']} ({m['model']}, {kind}): {m['state']}: {m['why']}; {engines}"
+            + (f"; {usage}" if usage else ""),
             colour.get(m["state"]),
         )
+        if m.get("decision"):
+            out.line(f"  last decision: {stack_members.decision_text(m['decision'], now)}")
 
 
 __all__ = ["down", "run_up", "status", "up"]

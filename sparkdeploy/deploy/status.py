@@ -33,7 +33,7 @@ def cluster_status(inventory: str | None = None, deployment: str | None = None) 
         guards = guard_state.read_all(session, inv, facts)  # each guard's state (sparkdeploy/guard, #29)
         watched = guard_state.watched_groups(guards)  # each group as its watcher sees it (#43)
         nodes = [node_status(n, facts[n.name], histories.get(n.name), ports.get(n.name), watched) for n in inv.nodes]
-        members = stack_members.read_members(session, inv, facts, deployment)  # a stack's members: cold .. warm
+        members = stack_members.read_members(session, inv, facts, deployment, watched)  # cold .. warm, last request
         for entry in nodes:
             if entry["name"] in guards:
                 entry["guard"] = guards[entry["name"]]

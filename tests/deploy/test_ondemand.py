@@ -5,6 +5,8 @@ member (files written, nothing started) and routes it as cold."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -16,10 +18,12 @@ from sparkdeploy.deploy.stack import members as sm
 from sparkdeploy.deploy.stack import routes as sr
 from sparkdeploy.deploy.stack import units as su
 from sparkdeploy.errors import ConfigError
-from sparkdeploy.facts import ContainerFact, NodeFacts
-from sparkdeploy.labels import DEPLOYMENT_LABEL, ROLE_LABEL
+from sparkdeploy.facts import ContainerFact, NodeFacts, parse
+from sparkdeploy.guard import state as guard_state
+from sparkdeploy.labels import DEPLOYMENT_LABEL, GROUP_LABEL, ROLE_LABEL
 from sparkdeploy.nodeside.gateway import gateway_spend
 
+from .deploy_helpers import make_deployment
 from .test_stack import TOTAL, apply_to, facts_for, loaded, problems
 
 
@@ -316,3 +320,123 @@ def test_status_shows_each_member_cold_starting_warm_or_stopping_from_the_routes
     spark1.containers[-1] = _engine("sparkdeploy-small-vllm", "small", True, "healthy")
     assert sm.member_state("small", routes, facts)["state"] == "warm"
     assert sm.member_states(None, facts) == []
+
+
+def test_the_gateway_logs_each_on_demand_decision_once_over_every_worker_and_a_restart(tmp_path):
+    """Issue 40 item 2: the poller of each proxy worker sees a watcher's decision (`activation`) once a second;
+    the gateway's log has one line for it, in one line whatever the watcher says, no matter how many workers
+    (each with its own connection) or restarts see it."""
+    db = str(tmp_path / "spend.sqlite")
+    record = {
+        "action": "start",
+        "why": "on demand: 1 request(s) held at the gateway for small-m; spark1: room 0.93, running chat 0.45 "
+        "(always on); small needs 0.45: fits",
+        "at": 1_800_000_000.5,
+        "stopped": ["coder"],
+    }
+    line = gateway_spend.decision_line("small:spark1", record, path=db)
+    assert line == (
+        "on-demand start small:spark1: on demand: 1 request(s) held at the gateway for small-m; spark1: room 0.93, "
+        "running chat 0.45 (always on); small needs 0.45: fits; stopped for it: coder"
+    )
+    assert gateway_spend.decision_line("small:spark1", record, path=db) is None  # this worker, the next look
+    other = sqlite3.connect(db)  # another worker's (or a restarted gateway's) view of the same file
+    assert other.execute("SELECT key FROM decisions").fetchall() == [("small:spark1@1800000000.5",)]
+    assert gateway_spend.decision_line("small:spark1", dict(record, at=1_800_000_060.0), path=db) is not None
+    assert gateway_spend.decision_line("coder:spark1", record, path=db) is not None  # another group's
+    hostile = dict(record, at=1.0, why="evil\nFAKE LINE\r" + "x" * 2000, stopped=[])
+    text = gateway_spend.decision_line("small:spark1", hostile, path=db)
+    assert text is not None and "\n" not in text and "\r" not in text and len(text) == gateway_spend.LINE_MAX
+    assert gateway_spend.decision_line("g", {"why": "no action, no time"}, path=db) is None
+
+
+def _watched(gid: str, **entry: object) -> dict[str, dict[str, object]]:
+    return {gid: {"rank": 0, "state": "ok", "node": "spark1", **entry}}
+
+
+def test_status_shows_last_request_idle_time_stopping_and_the_last_decision_from_the_watchers(tmp_path, inventory_file):
+    """Issue 40 item 3: an on-demand member's last request and idle time as its watcher published them (epoch in
+    --json, `12 s ago` / `idle 12 s of 600 s` in the table), `stopping` while its activator stops it, and its
+    last decision with its figures, short."""
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    routes = su.stack_routes(s, {"small": st.COLD})
+    small = _engine("sparkdeploy-small-vllm", "small", True, "healthy")
+    small.labels[GROUP_LABEL] = "small:spark1"
+    facts: dict[str, NodeFacts | Exception] = {"spark1": NodeFacts(node="spark1", containers=[small])}
+    now = 1_800_000_100.0
+    seen = {"last_request": now - 12, "waiting": 0, "in_flight": 0, "idle_timeout": 600, "idle_from": now - 12}
+    fig = {
+        "member": "small",
+        "node": "spark1",
+        "room": 0.93,
+        "needs": 0.45,
+        "running": [{"deployment": "chat", "share": 0.45, "kept": "always on"}],
+    }
+    start = {"action": "start", "why": "on demand: ...: fits", "at": now - 40, "stopped": ["coder"], "figures": fig}
+    row = sm.member_state("small", routes, facts, _watched("small:spark1", on_demand=seen, activation=start), now)
+    assert (row["state"], row["last_request"], row["idle_s"], row["busy"]) == ("warm", now - 12, 12.0, 0), row
+    assert row["decision"] == start
+    assert sm.usage_text(row, now) == "last request 12 s ago, idle 12 s of 600 s"
+    assert sm.decision_text(row["decision"], now) == (
+        "started 40 s ago, coder stopped for it: spark1: small needs 0.45, room 0.93, beside chat 0.45 (always on)"
+    )
+    busy = sm.member_state("small", routes, facts, _watched("small:spark1", on_demand=dict(seen, in_flight=2)), now)
+    assert busy["idle_s"] == 0 and sm.usage_text(busy, now) == "last request 12 s ago, 2 request(s) held or in flight"
+    stopping = {"action": "stop", "phase": "stopping", "reason": "on demand: evicted for big: stop small ..."}
+    row = sm.member_state("small", routes, facts, _watched("small:spark1", decision=stopping, on_demand=seen), now)
+    assert (row["state"], row["why"]) == ("stopping", "on demand: evicted for big: stop small ..."), row
+    evicted = {
+        "action": "stop",
+        "why": "...",
+        "at": now - 300,
+        "evicted_for": "big",
+        "figures": dict(fig, member="big"),
+    }
+    assert sm.decision_text(evicted, now).startswith("evicted 5 min ago for big (least recently used idle member): ")
+    idle = {"action": "stop", "why": "...", "at": now - 2, "idle_s": 601.0, "idle_timeout": 600}
+    assert sm.decision_text(idle, now) == "stopped 2 s ago: idle 10 min of 600 s, its memory freed"
+    refuse = {"action": "refuse", "why": "small does not fit even with every idle ...", "at": now - 3, "figures": fig}
+    assert sm.decision_text(refuse, now) == "refuse 3 s ago: small does not fit even with every idle ..."
+    small.running = False  # cold: a last request, no idle time
+    row = sm.member_state("small", routes, facts, _watched("small:spark1", on_demand=seen), now)
+    assert (row["state"], row["last_request"], row["idle_s"]) == ("cold", now - 12, None), row
+    nothing = sm.member_state("small", routes, facts, {}, now)  # no watcher has published: nothing made up
+    assert (nothing["last_request"], nothing["idle_s"], nothing["decision"]) == (None, None, None)
+    assert sm.usage_text(nothing, now) == ""
+
+
+def test_members_read_from_a_real_guard_status_after_an_eviction(tmp_path, inventory_file):
+    """The fact `guard_status` of the lab's spark1 (tests/facts/samples/lab-ondemand-guard.txt: the GUARD set read
+    over SSH while tests/deploy/test_ondemand_lab.py's eviction had just happened: small started, coder evicted
+    for it, chat always on) read as `status` reads it: each watcher's demand and last decision, per member."""
+    sample = (Path(__file__).resolve().parents[1] / "facts" / "samples" / "lab-ondemand-guard.txt").read_text()
+    f = parse("spark1", sample)
+    watched = guard_state.watched_groups({"spark1": guard_state.status_of(f, make_deployment("solo").inventory)})
+    assert set(watched) == {"chat:spark1", "coder:spark1", "small:spark1"}
+    s = built(loaded(tmp_path, inventory_file, THREE))
+    routes = su.stack_routes(s, {"coder": st.COLD, "small": st.COLD})
+    engines = []
+    for name, running in (("chat", True), ("coder", False), ("small", True)):
+        c = _engine(f"sparkdeploy-{name}-vllm", name, running, "healthy" if running else "")
+        c.labels[GROUP_LABEL] = f"{name}:spark1"
+        engines.append(c)
+    facts: dict[str, NodeFacts | Exception] = {"spark1": NodeFacts(node="spark1", containers=engines)}
+    start = watched["small:spark1"]["activation"]
+    now = start["at"] + 30
+    rows = {r["deployment"]: r for r in sm.member_states(routes, facts, watched, now)}
+    small, coder, chat = rows["small"], rows["coder"], rows["chat"]
+    assert (
+        small["state"] == "warm"
+        and small["decision"]["action"] == "start"
+        and small["decision"]["stopped"] == ["coder"]
+    )
+    assert small["decision"]["figures"]["running"] == [{"deployment": "chat", "kept": "always on", "share": 0.45}]
+    assert start["at"] < small["last_request"] < now and 0 < small["idle_s"] < 30 and small["busy"] == 0, small
+    assert coder["state"] == "cold" and coder["idle_s"] is None and coder["last_request"] < small["last_request"]
+    evicted = coder["decision"]
+    assert (evicted["action"], evicted["evicted_for"]) == ("stop", "small") and evicted["at"] < start["at"], evicted
+    assert sm.decision_text(evicted, now).startswith(
+        "evicted 32 s ago for small (least recently used idle member): spark1: small needs 0.45, room 0.93, "
+        "beside chat 0.45 (always on), coder 0.45 (idle)"
+    )
+    assert (chat["last_request"], chat["decision"], chat["busy"]) == (None, None, None)  # always on: no demand

@@ -6,6 +6,7 @@ changes nothing, `down` leaves nothing. The engines are vllm-sim (SIMULATED: no 
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,7 +23,7 @@ STACK = """
 deployments:
   - {name: chat, recipe: glm-4.7-flash-int4, topology: solo, nodes: [spark1], memory: 0.45}
   - {name: coder, recipe: qwen3-coder-30b-int4, topology: solo, nodes: [spark1], memory: 0.45, port: 8001,
-     on_demand: true, idle_timeout: 10s}
+     on_demand: true, idle_timeout: 20s}
 """
 
 
@@ -82,9 +83,9 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert data["healthy"], data  # a cold member's created container is not a failure
     members = {m["deployment"]: m for m in data["members"]}
     assert (members["chat"]["state"], members["coder"]["state"]) == ("warm", "cold"), members
-    assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 10
+    assert members["coder"]["on_demand"] and members["coder"]["idle_timeout_s"] == 20
     r = sd("status", "-i", inv)
-    assert "member coder (qwen3-coder-30b, on demand, idle timeout 10 s): cold: on demand, not running" in r.stdout
+    assert "member coder (qwen3-coder-30b, on demand, idle timeout 20 s): cold: on demand, not running" in r.stdout
 
     r = sd("up", "--stack", str(stack), "-i", inv, "--timeout", "240", "--json")
     assert r.returncode == 0, failure(r)
@@ -99,7 +100,7 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
 
     # a streamed request for the cold model is held at the gateway, its node's activator starts the engine, and
     # the request is answered once the watcher says it serves
-    t0 = time.monotonic()
+    t0, t_sent = time.monotonic(), time.time()
     stream = client.chat.completions.create(
         model="qwen3-coder-30b",
         messages=[{"role": "user", "content": "hi"}],
@@ -116,13 +117,17 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     assert "activate: coder:spark1: start: on demand: 1 request(s) held at the gateway" in logs, logs
     members = settled(inv)  # warm once Docker's health check says healthy (its interval)
     assert members["coder"]["state"] == "warm", members
+    # its last request (the held one, as the gateway counted it and its watcher published it) and its idle time
+    coder = members["coder"]
+    assert coder["last_request"] is not None and t_sent - 1 <= coder["last_request"] <= time.time(), coder
+    assert coder["busy"] == 0 and 0 <= coder["idle_s"] <= time.time() - t_sent + 1, coder
     answer = client.chat.completions.create(  # warm: answered at once
         model="qwen3-coder-30b", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert answer.usage is not None and answer.usage.completion_tokens > 0
     print(f"cold start through the gateway, held request answered after {held_s:.1f} s (SIMULATED engine)")
 
-    # idle for its timeout (10 s): stopped by its node's activator, its memory freed; status says cold again
+    # idle for its timeout (20 s): stopped by its node's activator, its memory freed; status says cold again
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out = lab.ssh(spark1, "docker inspect --format '{{.State.Status}}' sparkdeploy-coder-vllm").stdout.strip()
@@ -135,6 +140,10 @@ def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path)
     r = sd("status", "-i", inv, "--json")
     members = {m["deployment"]: m for m in json.loads(r.stdout)["members"]}
     assert members["coder"]["state"] == "cold", members
+    stop = members["coder"]["decision"]  # the idle stop with its figures, in status and in the gateway's log
+    assert stop["action"] == "stop" and stop["idle_timeout"] == 20 and 20 <= stop["idle_s"] < 40, stop
+    gw_log = lab.ssh(spark1, "docker logs sparkdeploy-gateway-litellm 2>&1 | grep 'on-demand ' || true").stdout
+    assert gw_log.count("on-demand stop coder:spark1: on demand: idle for") == 1, gw_log
 
     r = sd("down", "-i", inv)
     assert r.returncode == 0, failure(r)
@@ -194,6 +203,7 @@ def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(la
     assert starts() == before + 1  # one start for both requests
 
     # small's start_timeout (1 s) is shorter than its start (coder is evicted first): 503, Retry-After, one line
+    t_small = time.time()
     with pytest.raises(openai.APIStatusError) as refused:
         client.chat.completions.create(
             model="openai/gpt-oss-20b", messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -209,12 +219,40 @@ def test_a_start_that_does_not_fit_evicts_the_least_recently_used_idle_member(la
         except openai.APIStatusError as exc:
             assert exc.status_code == 503 and time.monotonic() < deadline, exc
     # small did not fit beside chat and coder: coder (idle, least recently used) was stopped first
+    t_answered = time.time()
     assert (state("coder"), state("small")) == ("exited", "running")
     logs = lab.ssh(spark1, "docker logs sparkdeploy-guard 2>&1 | grep 'activate' | tail -6").stdout
     assert "activate: coder:spark1: evict: stop coder (least recently used first) to start small" in logs, logs
     assert "running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45" in logs, logs
-    members = {name: m["state"] for name, m in settled(inv).items()}
+    rows = settled(inv)
+    members = {name: m["state"] for name, m in rows.items()}
     assert members == {"chat": "warm", "coder": "cold", "small": "warm"}, members
+
+    # status names each decision with its figures: small started once coder (idle) was stopped for it, beside
+    # chat (always on); coder evicted for small; each member's last request and small's idle time
+    start, evicted = rows["small"]["decision"], rows["coder"]["decision"]
+    assert start["action"] == "start" and start["stopped"] == ["coder"], start
+    fig = start["figures"]
+    assert (fig["node"], fig["member"], fig["needs"]) == ("spark1", "small", 0.45), fig
+    assert 0.9 <= fig["room"] < 1.35, fig  # small fits beside chat alone, not beside chat and coder
+    assert fig["running"] == [{"deployment": "chat", "share": 0.45, "kept": "always on"}], fig
+    assert evicted["action"] == "stop" and evicted["evicted_for"] == "small", evicted
+    assert {"deployment": "coder", "share": 0.45, "kept": "idle"} in evicted["figures"]["running"], evicted
+    assert t_small - 1 <= rows["small"]["last_request"] <= t_answered + 1, rows["small"]
+    assert rows["coder"]["last_request"] <= t_small and rows["coder"]["idle_s"] is None, rows["coder"]
+    assert 0 <= rows["small"]["idle_s"] <= time.time() - t_small + 1, rows["small"]
+    text = sd("status", "-i", inv).stdout
+    assert "  last decision: started " in text and ", coder stopped for it: spark1: small needs 0.45, room " in text
+    assert "beside chat 0.45 (always on)" in text and "  last decision: evicted " in text, text
+    assert re.search(r"member small \(openai/gpt-oss-20b, .*; last request \d+ s ago, idle \d+ s of 600 s", text), text
+    # the gateway's log: one line per decision (over its workers), no traceback
+    gw_log = lab.ssh(spark1, "docker logs sparkdeploy-gateway-litellm 2>&1").stdout
+    lines = [ln for ln in gw_log.splitlines() if "on-demand " in ln]
+    evict = [ln for ln in lines if "on-demand evict small:spark1: stop coder (least recently used first)" in ln]
+    assert len(evict) == 1 and "running chat 0.45 (always on), coder 0.45 (idle); small needs 0.45" in evict[0], lines
+    assert len([ln for ln in lines if "on-demand stop coder:spark1: on demand: evicted for small: " in ln]) == 1
+    assert len([ln for ln in lines if "on-demand start small:spark1: " in ln and "stopped for it: coder" in ln]) == 1
+    assert "Traceback" not in gw_log and key not in gw_log
 
     r = sd("down", "-i", inv)
     assert r.returncode == 0, failure(r)

@@ -16,18 +16,19 @@ from sparkdeploy import labels
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH
 from sparkdeploy.nodeside.guard import activate, watch
 from sparkdeploy.nodeside.guard.ondemand import NoRoom
-from tests.guard.test_watch_logic import GROUP, Pair, _free_port, _iso
+from tests.guard.test_watch_logic import GROUP, Clock, Engine, Pair, _free_port, _iso
 
 
 class Gateway(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         self.groups: dict = {}
+        self.members: dict = {}
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 assert self.path == DEMAND_PATH
-                body = json.dumps({"groups": server.groups}).encode()
+                body = json.dumps({"groups": server.groups, "members": server.members}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -167,3 +168,189 @@ def test_room_for_stops_the_least_recently_used_idle_on_demand_member_of_this_no
     ):
         activate.room_for("small:spark1", busy, "spark1", {"chat", "coder"})
     assert activate.room_for("small:spark1", d, "spark2", {"chat", "coder"})[0] == []  # no figures there
+
+
+def test_the_watcher_publishes_the_demand_it_saw_and_each_decision_with_its_figures(cold):
+    """What `status` shows of an on-demand member (issue 40 item 3): its last request, what is held or in flight,
+    since when it is idle (its last request or its start, the later), and each decision with its figures."""
+    p, gw = cold
+    gw.demand()
+    p.look()  # each watcher's first look: rank 0 starts only once the other rank's watcher answers (running_on)
+    gw.demand(waiting=1, last=p.clock.now + 1)
+    g = p.look()
+    seen = g["on_demand"]
+    assert (seen["last_request"], seen["waiting"], seen["idle_timeout"]) == (p.clock.now, 1, 30), seen
+    assert seen["idle_from"] is None  # not running yet: not idle
+    start = g["activation"]
+    assert start["action"] == "start" and start["at"] == p.clock.now and start["stopped"] == [], start
+    assert "1 request(s) held at the gateway for coder-m" in start["why"] and start["figures"] == {}, start
+    p.engine.ok = True
+    p.look()
+    started = p.clock.now - 1  # rank 0 started at the first look
+    gw.demand(last=started - 5)  # the held request's arrival, before the start: idle counts from the start
+    g = p.look(seconds=9)
+    assert g["on_demand"]["idle_from"] == started and g["on_demand"]["last_request"] == started - 5, g
+    g = p.look(seconds=10, times=2)  # idle 30 s of its 30: stopped
+    stop = g["activation"]
+    assert (stop["action"], stop["idle_s"], stop["idle_timeout"]) == ("stop", 30.0, 30), stop
+    assert stop["why"].startswith("on demand: idle for 30 s (idle timeout 30 s)"), stop
+
+
+class Node:
+    """One node's Docker engine with several single-rank engine groups (one per stack member), as `docker
+    inspect` shows them; every group's rank 0 is here, so this node's activator decides for all of them."""
+
+    def __init__(self, clock, watcher: str, health_port: int, running: dict[str, bool]):
+        self.clock, self.calls = clock, []
+        self.c = {}
+        for i, (name, up) in enumerate(running.items()):
+            cid = f"{i}" * 64
+            self.c[cid] = {
+                "Id": cid,
+                "Created": _iso(clock.now - 100),
+                "State": {
+                    "Status": "running" if up else "created",
+                    "Running": up,
+                    "StartedAt": _iso(clock.now - 100 if up else None),
+                    "FinishedAt": _iso(None),
+                },
+                "RestartCount": 0,
+                "HostConfig": {"RestartPolicy": {"Name": "unless-stopped"}},
+                "Config": {
+                    "Labels": {
+                        "io.sparkdeploy.managed": "true",
+                        watch.GROUP: f"{name}:spark1",
+                        watch.RANK: "0",
+                        watch.WATCHERS: watcher,
+                        watch.HEALTH_PORT: str(health_port),
+                        watch.DEPLOYMENT: name,
+                    }
+                },
+            }
+
+    def containers(self, label, all_=False):
+        return [{"Id": c["Id"], "Labels": c["Config"]["Labels"]} for c in self.c.values()]
+
+    def inspect(self, cid):
+        return self.c[cid]
+
+    def name(self, cid):
+        return self.c[cid]["Config"]["Labels"][watch.DEPLOYMENT]
+
+    def stop(self, cid, grace_s):
+        self.calls.append(f"stop {self.name(cid)}")
+        self.c[cid]["State"].update(Status="exited", Running=False, FinishedAt=_iso(self.clock.now))
+
+    def start(self, cid):
+        self.calls.append(f"start {self.name(cid)}")
+        self.c[cid]["State"].update(Status="running", Running=True, StartedAt=_iso(self.clock.now))
+
+    def no_restart(self, cid):
+        self.c[cid]["HostConfig"]["RestartPolicy"]["Name"] = "no"
+
+    def set_restart(self, cid, policy):
+        self.c[cid]["HostConfig"]["RestartPolicy"]["Name"] = policy
+
+    def unpause(self, cid):
+        pass
+
+
+def test_an_eviction_is_recorded_for_both_members_with_the_figures_and_the_start_names_what_it_stopped(tmp_path):
+    """Issue 40 item 2: the decision and its figures, as the watcher publishes them for `status` and the gateway's
+    log: the evicted member's stop (evicted for whom), the starting member's eviction then its start, which names
+    what was stopped for it; each decision once (a stop under way is not decided again)."""
+    gw, engine, clock = Gateway(), Engine(), Clock()
+    port = _free_port()
+    docker = Node(
+        clock, f"spark1@127.0.0.1:{port}", engine.server_address[1], {"chat": True, "coder": True, "small": False}
+    )
+    said: list[str] = []
+    w = watch.Watcher(
+        {"demand": f"http://127.0.0.1:{gw.server_address[1]}{DEMAND_PATH}"},
+        docker,
+        "spark1",
+        str(tmp_path),
+        say=said.append,
+    )
+    w.serve("127.0.0.1", port)
+    try:
+        d = _demand(chat=(False, 0, None), coder=(True, 0, clock.now - 50), small=(True, 0, None))
+        gw.members = d["members"]
+        gw.groups = {
+            "coder:spark1": {
+                "deployment": "coder",
+                "model": "coder-m",
+                "idle_timeout": 600,
+                "waiting": 0,
+                "in_flight": 0,
+                "last_request": clock.now - 50,
+            },
+            "small:spark1": {
+                "deployment": "small",
+                "model": "small-m",
+                "idle_timeout": 600,
+                "waiting": 1,
+                "in_flight": 0,
+                "last_request": clock.now,
+            },
+        }
+        gw.members["small"]["waiting"] = 1
+        for _ in range(4):
+            clock.now += 1
+            w.tick(clock.now)
+        groups = w.view["groups"]
+        evict, stop = groups["small:spark1"]["activation"], groups["coder:spark1"]["activation"]
+        assert docker.calls == ["stop coder", "start small"], docker.calls
+        assert len([s for s in said if ": evict: " in s]) == 1, said
+        figures = {
+            "member": "small",
+            "node": "spark1",
+            "room": 0.93,
+            "needs": 0.45,
+            "running": [
+                {"deployment": "chat", "share": 0.45, "kept": "always on"},
+                {"deployment": "coder", "share": 0.45, "kept": "idle"},
+            ],
+        }
+        assert stop["action"] == "stop" and stop["evicted_for"] == "small" and stop["figures"] == figures, stop
+        assert stop["why"].startswith("on demand: evicted for small: stop coder (least recently used first)"), stop
+        start = evict  # the eviction came first; once coder stopped, small started, naming it
+        assert start["action"] == "start" and start["stopped"] == ["coder"], start
+        assert start["figures"] == dict(figures, running=figures["running"][:1]), start
+        assert "small needs 0.45: fits" in start["why"], start
+        assert groups["coder:spark1"]["on_demand"]["last_request"] == 1_800_000_000.0 - 50
+    finally:
+        w.server.shutdown()
+        gw.shutdown()
+        engine.shutdown()
+
+
+def test_nothing_can_make_room_is_a_refuse_decision_with_the_figures(tmp_path):
+    gw, engine, clock = Gateway(), Engine(), Clock()
+    port = _free_port()
+    docker = Node(
+        clock, f"spark1@127.0.0.1:{port}", engine.server_address[1], {"chat": True, "coder": True, "small": False}
+    )
+    w = watch.Watcher(
+        {"demand": f"http://127.0.0.1:{gw.server_address[1]}{DEMAND_PATH}"},
+        docker,
+        "spark1",
+        str(tmp_path),
+        say=lambda s: None,
+    )
+    w.serve("127.0.0.1", port)
+    try:
+        gw.members = _demand(chat=(False, 0, None), coder=(True, 2, clock.now), small=(True, 0, None))["members"]
+        gw.groups = {"small:spark1": {"deployment": "small", "model": "small-m", "idle_timeout": 600, "waiting": 1}}
+        for _ in range(3):
+            clock.now += 1
+            w.tick(clock.now)
+        refuse = w.view["groups"]["small:spark1"]["activation"]
+        assert refuse["action"] == "refuse" and refuse["at"] == 1_800_000_001.0, refuse  # once: the first look's
+        assert refuse["why"].startswith("small does not fit even with every idle on-demand member stopped"), refuse
+        assert {"deployment": "coder", "share": 0.45, "kept": "2 request(s) in flight"} in refuse["figures"]["running"]
+        assert docker.calls == []
+    finally:
+        w.server.shutdown()
+        gw.shutdown()
+        engine.shutdown()

@@ -49,6 +49,7 @@ import hmac
 import json
 import logging
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -102,6 +103,7 @@ _on_demand: dict[str, dict[str, Any]] = {}  # on-demand model -> routes.json's o
 _warm: frozenset[str] = frozenset()  # the on-demand models every engine of which its watcher says serve (`ok`)
 _why_cold: dict[str, str] = {}  # an on-demand model not warm -> what its watcher says
 _groups: dict[str, dict[str, Any]] = {}  # routes.json's groups: each member's model, shares, room (eviction)
+_decided: set[tuple[str, object]] = set()  # (group, at) of the on-demand decisions this worker has seen
 NO_ROOM = "no-room"  # a watcher's state for an on-demand start nothing can make room for (activate.py)
 
 
@@ -418,8 +420,28 @@ def _watch_state(url: str, group: str) -> str | None:
             g = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group)) or {}
     except (OSError, ValueError):
         return None
+    _log_decision(group, g.get("activation"))
     state = g.get("state")
     return f"{state}: {g.get('reason')}" if g.get("reason") and state != "ok" else state
+
+
+def _log_decision(group: str, record: object) -> None:
+    """An on-demand decision the watcher publishes (its activator's start, stop, eviction or refusal, with its
+    figures): one line in the gateway's log, once over every worker (gateway_spend's decisions table). At
+    WARNING, as the poller's other lines: the level the proxy's log shows. Read from the watcher's /watch, which
+    this poller asks anyway: nothing here takes a command from the network."""
+    key = (group, record.get("at") if isinstance(record, dict) else None)
+    if key[1] is None or key in _decided:
+        return
+    try:
+        line = gateway_spend.decision_line(group, record)
+    except sqlite3.Error:  # the file busy past its timeout: tried again at the next look
+        return
+    if len(_decided) > 1000:
+        _decided.clear()
+    _decided.add(key)
+    if line is not None:
+        logging.getLogger("gateway_hook").warning("%s", line)
 
 
 def _warm_models() -> tuple[frozenset[str], dict[str, str]]:

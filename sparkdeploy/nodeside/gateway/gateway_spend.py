@@ -37,6 +37,8 @@ SCHEMA = (
         "CREATE TABLE IF NOT EXISTS demand (model TEXT PRIMARY KEY, waiting INTEGER NOT NULL DEFAULT 0, "
         "in_flight INTEGER NOT NULL DEFAULT 0, last_request REAL)"
     ),
+    # the on-demand decisions the gateway's log has a line for (decision_line): one line over every worker
+    "CREATE TABLE IF NOT EXISTS decisions (key TEXT PRIMARY KEY, at REAL NOT NULL)",
 )
 WINDOW_S = 60.0
 
@@ -106,6 +108,29 @@ def demand(path: str = DB) -> dict[str, dict[str, float | int | None]]:
     """model -> {"waiting", "in_flight", "last_request"} (epoch seconds or None)."""
     rows = connect(path).execute("SELECT model, waiting, in_flight, last_request FROM demand").fetchall()
     return {m: {"waiting": int(w), "in_flight": int(f), "last_request": t} for m, w, f, t in rows}
+
+
+DECISIONS_KEPT_S = 7 * 24 * 3600  # a decision's row: long enough that no watcher publishes it again meanwhile
+LINE_MAX = 600
+
+
+def decision_line(group: str, record: object, path: str = DB) -> str | None:
+    """The gateway log's line for an on-demand decision of `group` that a watcher publishes (`activation` in its
+    /watch, nodeside/guard/activate.py's decision; issue 40): the first time any worker sees it, None after (and
+    for what is not a decision). Its row keeps it once over every worker and a gateway restart. One line: what
+    the watcher says is printed without its control characters, cut at LINE_MAX."""
+    if not isinstance(record, dict) or not isinstance(record.get("at"), (int, float)) or not record.get("action"):
+        return None
+    conn = connect(path)
+    at = float(record["at"])
+    if conn.execute("INSERT OR IGNORE INTO decisions (key, at) VALUES (?, ?)", (f"{group}@{at!r}", at)).rowcount != 1:
+        return None
+    conn.execute("DELETE FROM decisions WHERE at < ?", (at - DECISIONS_KEPT_S,))
+    parts = [f"on-demand {record['action']} {group}: {record.get('why') or ''}"]
+    if record.get("stopped"):
+        parts.append(f"stopped for it: {', '.join(str(n) for n in record['stopped'])}")
+    text = "; ".join(parts)
+    return "".join(c if c.isprintable() else " " for c in text)[:LINE_MAX]
 
 
 def dump(path: str = DB) -> dict[str, dict[str, int]]:

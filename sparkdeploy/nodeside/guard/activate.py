@@ -19,7 +19,7 @@ import json
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from .ondemand import idle_due, make_room
+from .ondemand import _why_kept, idle_due, make_room
 
 if TYPE_CHECKING:  # annotations only
     from .ondemand import Member
@@ -177,3 +177,60 @@ def choose(demand: object, rank: dict[str, Any], now: float) -> tuple[str, str] 
             "stopped, its memory freed"
         )
     return None
+
+
+# -- what `status` and the gateway's log show of the activator (issue 40 items 2 and 3) ------------------------
+
+
+def demand_seen(entry: object, rank: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """An on-demand group's demand as this look saw it (the gateway's entry for the group; rank 0's container as
+    watch.rank_state reads it), for `status`: its last request, what is held or in flight, its idle timeout, and
+    since when it is idle as `choose` counts it (its last request or its start, the later; None when it does not
+    run). None: not an on-demand group, or no word from the gateway (the last one seen stays)."""
+    if not isinstance(entry, dict):
+        return None
+    last = entry.get("last_request")
+    since = max(float(last or 0.0), float(rank.get("started") or 0.0)) if rank.get("running") else 0.0
+    return {
+        "last_request": float(last) if last else None,
+        "waiting": int(entry.get("waiting") or 0),
+        "in_flight": int(entry.get("in_flight") or 0),
+        "idle_timeout": entry.get("idle_timeout"),
+        "idle_from": since or None,
+        "at": now,
+    }
+
+
+def figures(gid: str, demand: dict[str, Any], node: str | None, running: set[str]) -> dict[str, Any]:
+    """The budget's figures of a start of group `gid` on `node` (its rank 0's), as room_for weighs them: the
+    member's share there, the room there, and each member running there with its share and why it is kept
+    (always on, requests in flight) or may be stopped (idle); {} without the budget's figures for this node."""
+    members = demand.get("members") or {}
+    name = ((demand.get("groups") or {}).get(gid) or {}).get("deployment")
+    want = members.get(name) if isinstance(name, str) else None
+    room = ((want or {}).get("room") or {}).get(node) if node is not None else None
+    if not isinstance(want, dict) or room is None:
+        return {}
+    beside = []
+    for n in sorted(running - {name}):
+        m = members.get(n)
+        share = ((m or {}).get("shares") or {}).get(node) if isinstance(m, dict) else None
+        if isinstance(m, dict) and share is not None:
+            busy = int(m.get("in_flight") or 0) + int(m.get("waiting") or 0)
+            kept = _why_kept({"name": n, "on_demand": bool(m.get("on_demand")), "in_flight": busy})
+            beside.append({"deployment": n, "share": float(share), "kept": kept})
+    return {
+        "member": name,
+        "node": node,
+        "room": float(room),
+        "needs": float((want.get("shares") or {}).get(node, 0.0)),
+        "running": beside,
+    }
+
+
+def decision(action: str, why: str, now: float, **details: Any) -> dict[str, Any]:
+    """The last on-demand decision of a group, as its watcher publishes it (`activation` in /watch and status.json):
+    action start, stop (idle, or evicted for another member: `evicted_for`), evict (this start stops `stopped`
+    first) or refuse (nothing can make room); why, the activator's own words with the figures; when; and the
+    figures as data (`figures`, `stopped`, `idle_s` / `idle_timeout`). `status` shows it, the gateway logs it once."""
+    return {"action": action, "why": why, "at": now, **details}

@@ -267,6 +267,7 @@ class Watcher:
             g = saved.setdefault(gid, {})
             me = rank_state(info)
             if rank == 0:
+                self.saw(gid, g, me, now)
                 self.lead(gid, g, info, me, watchers, labels.get(HEALTH_PORT), now)
                 entry = self.summary(gid, g)
             else:
@@ -316,7 +317,7 @@ class Watcher:
                 if fits is None:
                     return
                 why = f"{why}; {fits}"
-            self.say(f"activate: {gid}: {action}: {why}")
+            self.note(gid, g, action, why, now)
             g.update(state="starting" if action == "start" else "held", reason=why)
             self.decide(gid, g, action, why, now)
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
@@ -398,12 +399,13 @@ class Watcher:
         except NoRoom as exc:
             if g.get("state") != "no-room":
                 self.say(f"activate: {gid}: no room: {exc}")
+                g["activation"] = activate.decision("refuse", str(exc), now, figures=self.figures(gid))
             g.update(state="no-room", reason=str(exc))
             return None
         if not stop:
             self.live.get(gid, {}).pop("evict", None)
             return why
-        waiting, elsewhere = [], []
+        waiting, elsewhere, told = [], [], False
         for dep in stop:
             vgid = running.get(dep)
             vg = self.saved["groups"].get(vgid) if vgid else None
@@ -413,17 +415,24 @@ class Watcher:
                 continue
             waiting.append(dep)
             d = vg.get("decision") or {}
-            if d.get("action") == "stop" and d.get("phase") != "done":
-                continue  # being stopped already
+            if d.get("action") == "stop":
+                continue  # stopped or being stopped already (this look's list of what runs was read before)
             self.say(f"activate: {vgid}: evict: {why}")
             vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
             self.decide(vgid, vg, "stop", vg["reason"], now)
+            vg["activation"] = activate.decision(
+                "stop", vg["reason"], now, evicted_for=gid.partition(":")[0], figures=self.figures(gid)
+            )
+            told = True
         if elsewhere:
             said = self.live.setdefault(gid, {})
             if said.get("evict") != elsewhere:  # once per victim set, not once a look
                 self.say(f"activate: {gid}: evict (led from another node): {why}")
                 said["evict"] = elsewhere
+                told = True
             g["evict"] = {"for": gid.partition(":")[0], "node": self.node, "stop": elsewhere, "why": why, "at": now}
+        if told:  # this start's own record: what it stops first, and why
+            g["activation"] = activate.decision("evict", why, now, stopped=stop, figures=self.figures(gid))
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
 
@@ -444,6 +453,31 @@ class Watcher:
             return None
         asks = activate.wanted(gid, demand)
         return activate.asked_to_stop(gid, demand, {o: self.entry_at(u, o) for o, u in asks.items()}) if asks else None
+
+    def figures(self, gid: str) -> dict[str, Any]:
+        """The budget's figures of a start of `gid` on this node (activate.figures), for its decision's record."""
+        return activate.figures(gid, self.demand or {}, self.node, set(self.here) | set(self.others_here))
+
+    def saw(self, gid: str, g: Json, me: Json, now: float) -> None:
+        """An on-demand group's demand as this look saw it (activate.demand_seen: its last request, idle time), kept
+        for `status`; the last one seen stays while the gateway does not answer."""
+        seen = activate.demand_seen(((self.demand or {}).get("groups") or {}).get(gid), me, now)
+        if seen is not None:
+            g["demand"] = seen
+
+    def note(self, gid: str, g: Json, action: str, why: str, now: float) -> None:
+        """An on-demand start or idle stop: said in the guard's log, and its record with its figures (`activation`:
+        status shows it, the gateway logs it once): a start names what was stopped for it (this start's eviction),
+        a stop its idle time."""
+        self.say(f"activate: {gid}: {action}: {why}")
+        if action == "start":
+            prior = g.get("activation") or {}
+            stopped = prior.get("stopped") if prior.get("action") == "evict" else []
+            g["activation"] = activate.decision(action, why, now, stopped=stopped, figures=self.figures(gid))
+            return
+        seen = g.get("demand") or {}
+        idle_s = round(now - seen["idle_from"], 1) if seen.get("idle_from") else None
+        g["activation"] = activate.decision(action, why, now, idle_s=idle_s, idle_timeout=seen.get("idle_timeout"))
 
     def lost(self, ranks: list[Json | None], watchers: list[str]) -> str | None:
         """`rank N (NODE) exited at HH:MM:SS UTC while the group served` (groups.lost_rank), or None."""
@@ -648,4 +682,6 @@ class Watcher:
             else None,
             "detail": t.get("detail"),
             "evict": g.get("evict"),  # an on-demand start's victims led from other nodes (make_room)
+            "on_demand": g.get("demand"),  # an on-demand group's demand as last seen (activate.demand_seen)
+            "activation": g.get("activation"),  # its last on-demand decision with its figures (activate.decision)
         }
