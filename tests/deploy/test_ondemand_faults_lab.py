@@ -1,9 +1,10 @@
 """On-demand stack members' faults in the shared lab (issue 40, item 5 and item 3's keys): requests the gateway
-refuses start nothing and count nothing; the gateway killed while a member starts (its held request dropped, a
-retry answered, no count left behind by the dead workers, so the member still stops when idle); the warm engine
-killed (a crash: Docker restarts it with the policy the idle stop took and the start gave back, the watcher does
-not read it as a rank stopped on purpose, the next request is answered). After each, nothing runs that `status`
-does not show. The engines are vllm-sim (SIMULATED: no GPU math). The tests run in order on one stack."""
+refuses start nothing and count nothing; the gateway restarted while a member starts (its held request answered
+503 at once, a retry answered); the gateway killed with requests held (dropped, a retry answered, no count left
+behind by the dead workers, which would keep the member from its idle stop for ever); the warm engine killed (a
+crash: Docker restarts it with the policy the idle stop took and the start gave back, the watcher does not read it
+as a rank stopped on purpose, the next request is answered). After each, nothing runs that `status` does not
+show. The engines are vllm-sim (SIMULATED: no GPU math). The tests run in order on one stack."""
 
 from __future__ import annotations
 
@@ -72,6 +73,17 @@ def demand(base: str) -> dict[str, Any]:
         return dict(json.loads(resp.read())["members"]["coder"])
 
 
+def drained(base: str, within: float = 10) -> dict[str, Any]:
+    """The demand once nothing is held or in flight (an answered request's end is counted just after its answer
+    is sent), or as it is after `within` s."""
+    deadline = time.monotonic() + within
+    while True:
+        seen = demand(base)
+        if (seen["waiting"], seen["in_flight"]) == (0, 0) or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.5)
+
+
 def activations(lab) -> str:
     return on_node(lab, "docker logs sparkdeploy-guard 2>&1 | grep -E 'activate: coder|watch: coder' || true")
 
@@ -134,39 +146,55 @@ def test_a_refused_key_starts_nothing_and_counts_nothing(lab, stack):
     assert members(inv)["coder"] == "cold"
 
 
-def test_the_gateway_killed_while_a_member_starts(lab, stack):
-    """The held request is dropped with its gateway (a connection error at once: never a hang, never a 500); a
-    retry is answered once the member serves; the dead workers' counts are not counted, so the member is stopped
-    when idle, as `status` then says."""
-    inv, base, admin = stack["inv"], stack["base"], stack["admin"]
-    with ThreadPoolExecutor(1) as pool:
-        held = pool.submit(admin.chat.completions.create, model=CODER, messages=HI, max_tokens=4)
-        deadline = time.monotonic() + 60
-        while "activate: coder:spark1: start" not in activations(lab):  # the member is starting
-            assert time.monotonic() < deadline and not held.done(), activations(lab)
-            time.sleep(0.5)
-        killed = time.monotonic()
-        on_node(lab, "kill -KILL \"$(docker inspect --format '{{.State.Pid}}' sparkdeploy-gateway-litellm)\"")
-        with pytest.raises(openai.APIConnectionError):
-            held.result(timeout=30)
-        assert time.monotonic() - killed < 30
-    deadline = time.monotonic() + 180
-    while True:  # a client retrying: connection refused while Docker restarts the gateway, then held, answered
+def retried(client: openai.OpenAI, within: float = 180) -> Any:
+    """A client retrying: connection refused while Docker restarts the gateway, a 503 while the member starts,
+    then held and answered."""
+    deadline = time.monotonic() + within
+    while True:
         try:
-            answer = admin.chat.completions.create(model=CODER, messages=HI, max_tokens=4)
-            break
+            return client.chat.completions.create(model=CODER, messages=HI, max_tokens=4)
         except (openai.APIConnectionError, openai.InternalServerError) as exc:
             assert not isinstance(exc, openai.InternalServerError) or exc.status_code == 503, exc
             assert time.monotonic() < deadline, exc
             time.sleep(1)
+
+
+def kill(lab, container: str) -> None:
+    """SIGKILL of the container's main process (a crash: not `docker stop`, so its restart policy applies)."""
+    on_node(lab, f"kill -KILL \"$(docker inspect --format '{{{{.State.Pid}}}}' {container})\"")
+
+
+def test_the_gateway_restarted_while_a_request_is_held(lab, stack):
+    """`docker restart` of the gateway while a request is held for the member's start (its node's guard paused
+    meanwhile, so that the start cannot win the race): the request is answered the one clear 503 at once, not
+    dropped when Docker kills the worker 10 s after its SIGTERM; a retry starts the member and is answered; it is
+    stopped when idle (restart policy `no`), as `status` then says."""
+    inv, base, admin = stack["inv"], stack["base"], stack["admin"]
+    on_node(lab, "docker pause sparkdeploy-guard")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(admin.chat.completions.create, model=CODER, messages=HI, max_tokens=4)
+            deadline = time.monotonic() + 30
+            while demand(base)["waiting"] != 1:
+                assert time.monotonic() < deadline and not held.done(), demand(base)
+                time.sleep(0.2)
+            asked = time.monotonic()
+            on_node(lab, "docker restart sparkdeploy-gateway-litellm")
+            with pytest.raises(openai.InternalServerError) as refused:
+                held.result(timeout=60)
+            took = time.monotonic() - asked
+    finally:
+        on_node(lab, "docker unpause sparkdeploy-guard")
+    assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"] == "30", refused.value
+    assert f"model {CODER} is starting (on demand) and the gateway is restarting: retry in 30 s" in str(refused.value)
+    assert took < 9, took  # before Docker kills the worker (10 s after its SIGTERM)
+    answer = retried(admin)
     assert answer.usage is not None and answer.usage.completion_tokens > 0
-    assert engine(lab)["Status"] == "running"
-    seen = demand(base)
-    assert (seen["waiting"], seen["in_flight"]) == (0, 0), seen  # nothing left by the killed workers
+    seen = drained(base)
+    assert (seen["waiting"], seen["in_flight"]) == (0, 0), seen
     assert settled(inv, {"chat": "warm", "coder": "warm"}) == {"chat": "warm", "coder": "warm"}
     nothing_unseen(lab, inv)
-    # idle for its timeout (15 s): stopped, with restart policy `no`
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 90  # idle for its timeout: stopped, with restart policy `no`
     while engine(lab)["Status"] != "exited":
         assert time.monotonic() < deadline, (engine(lab), demand(base), activations(lab))
         time.sleep(2)
@@ -176,31 +204,40 @@ def test_the_gateway_killed_while_a_member_starts(lab, stack):
     nothing_unseen(lab, inv)
 
 
-def test_a_crash_of_the_warm_engine_is_restarted_as_a_crash(lab, stack):
-    """Started again after its idle stop (the restart policy given back), the engine is killed (SIGKILL of its
-    main process, not `docker stop`): Docker restarts it, its watcher does not stop the group as held, the next
-    request is answered, `status` says warm. Also: an rpm-limited key's held requests count in its minute."""
-    inv, base = stack["inv"], stack["base"]
-    token = key(inv, "e40-held", "--rpm", "2")
-    user = openai.OpenAI(base_url=f"{base}/v1", api_key=token, max_retries=0, timeout=240)
+def test_the_gateway_killed_with_held_requests_then_the_warm_engine_crashes(lab, stack):
+    """Started again after its idle stop: an rpm-limited key's two held requests count in its minute (429 for a
+    third); the gateway's main process killed while they are held (both dropped at once, never a hang or a 500),
+    a retry answered, and the killed workers' counts not counted (else the member is never stopped as idle).
+    Then the warm engine killed (not `docker stop`): Docker restarts it with the policy the start gave back, its
+    watcher does not stop it as held, the next request is answered, `status` says warm."""
+    inv, base, admin = stack["inv"], stack["base"], stack["admin"]
+    user = openai.OpenAI(base_url=f"{base}/v1", api_key=key(inv, "e40-held", "--rpm", "2"), max_retries=0, timeout=240)
     with ThreadPoolExecutor(2) as pool:
         held = [pool.submit(user.chat.completions.create, model=CODER, messages=HI, max_tokens=4) for _ in range(2)]
-        time.sleep(1)
-        assert not any(f.done() for f in held), "answered within 1 s of a cold start: nothing held"
+        time.sleep(0.3)  # both admitted (and counted in the key's minute), held for the start
         with pytest.raises(openai.RateLimitError, match="2 requests per minute"):  # the two held ones counted
             user.chat.completions.create(model=CODER, messages=HI, max_tokens=4)
+        assert not any(f.done() for f in held), "answered at once from a cold start: nothing held"
+        killed = time.monotonic()
+        kill(lab, "sparkdeploy-gateway-litellm")
         for f in held:
-            assert f.result().usage.completion_tokens > 0
+            with pytest.raises(openai.APIConnectionError):
+                f.result(timeout=30)
+        assert time.monotonic() - killed < 30
+    answer = retried(admin)
+    assert answer.usage is not None and answer.usage.completion_tokens > 0
+    seen = drained(base)
+    assert (seen["waiting"], seen["in_flight"]) == (0, 0), seen  # nothing left by the killed workers
     up = engine(lab)
     assert up["Running"] and up["policy"] == "unless-stopped", up  # given back by the start
     assert settled(inv, {"chat": "warm", "coder": "warm"}) == {"chat": "warm", "coder": "warm"}
 
-    on_node(lab, "kill -KILL \"$(docker inspect --format '{{.State.Pid}}' sparkdeploy-coder-vllm)\"")
+    kill(lab, "sparkdeploy-coder-vllm")
     deadline = time.monotonic() + 60
     while engine(lab)["restarts"] == up["restarts"] or not engine(lab)["Running"]:  # Docker's restart policy
         assert time.monotonic() < deadline, (engine(lab), activations(lab))
         time.sleep(1)
-    answer = stack["admin"].chat.completions.create(model=CODER, messages=HI, max_tokens=4)
+    answer = admin.chat.completions.create(model=CODER, messages=HI, max_tokens=4)
     assert answer.usage is not None and answer.usage.completion_tokens > 0
     assert settled(inv, {"chat": "warm", "coder": "warm"}) == {"chat": "warm", "coder": "warm"}
     logs = activations(lab)

@@ -49,6 +49,7 @@ import hmac
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -611,6 +612,12 @@ async def _hold(request: Any, model: str | None) -> None:
         while model not in _warm and time.monotonic() < deadline:
             if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
                 raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
+            if _stopping():  # the gateway restarts: answered now, not dropped when Docker kills the worker
+                raise Refusal(
+                    f"model {model} is starting (on demand) and the gateway is restarting: retry in {RETRY_S} s",
+                    503,
+                    request,
+                )
             await asyncio.sleep(0.2)
     finally:
         await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)
@@ -624,6 +631,15 @@ async def _hold(request: Any, model: str | None) -> None:
         )
     with _lock:
         _reload_models()  # the router has its engines before LiteLLM routes this request
+
+
+def _stopping() -> bool:
+    """Whether this worker was told to stop (`docker restart`, `up` replacing the gateway: SIGTERM): uvicorn's
+    server, whose handler of the signal says so, then waits for its requests before it exits, and a request held
+    for an on-demand start would wait there until Docker kills the worker, its client getting a dropped
+    connection. False when the handler is not uvicorn's."""
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return bool(getattr(server, "should_exit", False))
 
 
 class SpendTracker(CustomLogger):  # type: ignore[misc]  # LiteLLM ships no types: its class is Any to mypy
