@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import cast
 
@@ -278,6 +280,26 @@ def test_demand_counts_waiting_and_in_flight_requests_over_processes_never_below
     assert gateway_spend.demand(db)["m"] == {"waiting": 0, "in_flight": 0, "last_request": last}
     gateway_spend.demand_add("other", in_flight=-1, path=db)  # an end first: counted 0, no last request
     assert gateway_spend.demand(db)["other"] == {"waiting": 0, "in_flight": 0, "last_request": None}
+
+
+def test_a_killed_gateway_workers_demand_counts_are_not_counted(tmp_path):
+    """A gateway worker killed mid-request (the gateway's container killed or restarted, uvicorn respawning a
+    worker) never ends its requests: its +1 waiting and in flight must not count, or the member's activator would
+    see a request held for ever (started again after every stop, never stopped as idle). Its last request stays."""
+    db = str(tmp_path / "spend.sqlite")
+    gone = (
+        f"import gateway_spend as g\ng.demand_add('m', waiting=1, path={db!r})\n"
+        f"g.demand_add('m', in_flight=1, path={db!r})\nprint(g.demand({db!r})['m'])"
+    )
+    env = {"PYTHONPATH": str(gateway_spend.__file__).rsplit("/", 1)[0]}
+    r = subprocess.run([sys.executable, "-c", gone], capture_output=True, text=True, check=True, env=env)
+    assert "'waiting': 1, 'in_flight': 1" in r.stdout, r.stdout  # counted while its worker lived
+    gateway_spend.demand_add("m", in_flight=1, path=db)  # a live worker's request (this process)
+    seen = gateway_spend.demand(db)["m"]
+    assert (seen["waiting"], seen["in_flight"]) == (0, 1) and seen["last_request"] is not None, seen
+    gateway_spend.demand_add("m", in_flight=-1, path=db)
+    assert gateway_spend.demand(db)["m"]["in_flight"] == 0
+    assert gateway_spend.alive(gateway_spend.worker()) and not gateway_spend.alive("?/1/0")
 
 
 def _engine(name: str, member: str, running: bool, health: str) -> ContainerFact:

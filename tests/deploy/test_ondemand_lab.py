@@ -42,15 +42,6 @@ def settled(inv: str, within: float = 90) -> dict:
         time.sleep(3)
 
 
-@pytest.fixture(scope="module")
-def inv(lab) -> str:
-    path = str(lab.spec.inventory_path)
-    r = sd("down", "-i", path)
-    assert r.returncode == 0, failure(r)
-    yield path
-    sd("down", "--keys", "-i", path)
-
-
 def test_up_prepares_an_on_demand_member_without_starting_it(lab, inv, tmp_path):
     stack = tmp_path / "stack.yaml"
     stack.write_text(STACK)

@@ -38,15 +38,6 @@ def sd(*args: str, timeout: float = 900):
 
 
 @pytest.fixture(scope="module")
-def inv(lab) -> str:
-    path = str(lab.spec.inventory_path)
-    r = sd("down", "-i", path)
-    assert r.returncode == 0, failure(r)
-    yield path
-    sd("down", "--keys", "-i", path)
-
-
-@pytest.fixture(scope="module")
 def client(lab, inv) -> openai.OpenAI:
     key = parse_env_file(lab.spec.directory / "secrets.env")["LITELLM_MASTER_KEY"]
     return openai.OpenAI(base_url=f"http://{lab.nodes[0].mgmt_ip}:4000/v1", api_key=key, max_retries=0, timeout=60)

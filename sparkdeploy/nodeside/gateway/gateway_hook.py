@@ -49,6 +49,7 @@ import hmac
 import json
 import logging
 import os
+import signal
 import sqlite3
 import sys
 import threading
@@ -74,6 +75,7 @@ INFERENCE = ("/chat/completions", "/completions", "/embeddings", "/responses", "
 FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")  # curl -d's default, for one
 FORM = "the request body is a form: send JSON (Content-Type: application/json) with model and messages"
 BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body (ClientErrors puts it there)
+ADMITTED = "sparkdeploy.admitted"  # the scope's key for a request for an on-demand model: counted in flight yet?
 
 # uvicorn's access log writes one line per request from the event loop (about 3 % of the proxy's CPU under
 # load, measured with py-spy): errors still reach the container log, LiteLLM's own logger is untouched.
@@ -251,11 +253,14 @@ class ClientErrors:
         if model not in _on_demand:
             await self.app(scope, replay, answer)
             return
-        await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=1)  # in flight: not stopped as idle
+        # in flight (not stopped as idle) from when the hook admits it (key, model, budget and rpm checked:
+        # `_admit`), not before: a refused request for an on-demand model counts nothing and starts nothing
+        scope[ADMITTED] = admitted = {"model": model, "counted": False}
         try:
             await self.app(scope, replay, answer)
         finally:
-            await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=-1)
+            if admitted["counted"]:
+                await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=-1)
 
 
 async def _answer_demand(send: Any) -> None:
@@ -575,7 +580,7 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
     master = os.environ.get("LITELLM_MASTER_KEY", "")
     if master and hmac.compare_digest(token.encode(), master.encode()):
         _check_model(request, _model(request), [], None)
-        await _hold(request, _model(request))
+        await _admit(request, _model(request))
         return _answer("master", lambda: UserAPIKeyAuth(api_key=token, user_role=LitellmUserRoles.PROXY_ADMIN))
     digest = hashlib.sha256(token.encode()).hexdigest()
     entry = keys.get(digest)
@@ -598,13 +603,23 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
     # a write that may wait for another worker's: off the event loop
     if rpm and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
         raise Refusal(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429, request)
-    await _hold(request, _model(request))
+    await _admit(request, _model(request))
     return _answer(
         digest,
         lambda: UserAPIKeyAuth(
             api_key=token, key_alias=entry["name"], models=models, user_role=LitellmUserRoles.INTERNAL_USER
         ),
     )
+
+
+async def _admit(request: Any, model: str | None) -> None:
+    """A request the hook let through: one for an on-demand model is counted in flight from now (ClientErrors
+    counts its end) and held while the model does not serve."""
+    admitted = request.scope.get(ADMITTED)
+    if model is not None and model in _on_demand and isinstance(admitted, dict) and not admitted["counted"]:
+        await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=1)
+        admitted["counted"] = True
+    await _hold(request, model)
 
 
 async def _hold(request: Any, model: str | None) -> None:
@@ -621,6 +636,12 @@ async def _hold(request: Any, model: str | None) -> None:
         while model not in _warm and time.monotonic() < deadline:
             if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
                 raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
+            if _stopping():  # the gateway restarts: answered now, not dropped when Docker kills the worker
+                raise Refusal(
+                    f"model {model} is starting (on demand) and the gateway is restarting: retry in {RETRY_S} s",
+                    503,
+                    request,
+                )
             await asyncio.sleep(0.2)
     finally:
         await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)
@@ -634,6 +655,15 @@ async def _hold(request: Any, model: str | None) -> None:
         )
     with _lock:
         _reload_models()  # the router has its engines before LiteLLM routes this request
+
+
+def _stopping() -> bool:
+    """Whether this worker was told to stop (`docker restart`, `up` replacing the gateway: SIGTERM): uvicorn's
+    server, whose handler of the signal says so, then waits for its requests before it exits, and a request held
+    for an on-demand start would wait there until Docker kills the worker, its client getting a dropped
+    connection. False when the handler is not uvicorn's."""
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return bool(getattr(server, "should_exit", False))
 
 
 class SpendTracker(CustomLogger):  # type: ignore[misc]  # LiteLLM ships no types: its class is Any to mypy

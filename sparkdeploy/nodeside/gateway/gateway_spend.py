@@ -31,14 +31,22 @@ SCHEMA = (
     # one row per request of a key with an rpm, for a minute: every worker counts the same requests
     "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, at REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS hits_key_at ON hits (key, at)",
-    # on-demand members (issue 40): per model, requests held for its start, requests in flight, the last request's
-    # time; read by the nodes' activators through the hook's GET /sparkdeploy/demand
+    # on-demand members (issue 40): per model, the last request's time (its waiting and in_flight columns, of an
+    # older gateway, are no longer read: demand_worker below); read by the nodes' activators through the hook's
+    # GET /sparkdeploy/demand
     (
         "CREATE TABLE IF NOT EXISTS demand (model TEXT PRIMARY KEY, waiting INTEGER NOT NULL DEFAULT 0, "
         "in_flight INTEGER NOT NULL DEFAULT 0, last_request REAL)"
     ),
     # the on-demand decisions the gateway's log has a line for (decision_line): one line over every worker
     "CREATE TABLE IF NOT EXISTS decisions (key TEXT PRIMARY KEY, at REAL NOT NULL)",
+    # the counts per worker process (demand's own waiting/in_flight columns are no longer written): a worker
+    # killed mid-request (the gateway's container killed or restarted, uvicorn respawning a worker) leaves its
+    # rows, and demand() counts only the rows of workers alive now, so a dead one's +1 never blocks an idle stop
+    (
+        "CREATE TABLE IF NOT EXISTS demand_worker (model TEXT NOT NULL, worker TEXT NOT NULL, "
+        "waiting INTEGER NOT NULL DEFAULT 0, in_flight INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (model, worker))"
+    ),
 )
 WINDOW_S = 60.0
 
@@ -92,22 +100,82 @@ def take(key: str, rpm: int, now: float | None = None, path: str = DB) -> int | 
         conn.execute("COMMIT")
 
 
+def _boot() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def _started(pid: int) -> str | None:
+    """Process `pid`'s start time (clock ticks since boot, /proc/PID/stat's 22nd field), None when it is gone: with
+    the pid and the boot it names one process for good (a pid is reused, a pid and its start time are not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+_me: tuple[int, str] | None = None  # (pid, this process's worker id), made once per process
+
+
+def worker() -> str:
+    """This process's id in the demand counts: `BOOT/PID/START`."""
+    global _me
+    pid = os.getpid()
+    if _me is None or _me[0] != pid:  # (a fork after import is another process)
+        _me = (pid, f"{_boot()}/{pid}/{_started(pid)}")
+    return _me[1]
+
+
+def alive(worker_id: str) -> bool:
+    """Whether the process a worker id names runs now (in this container's pid namespace, where every gateway
+    worker runs: a worker of a gateway before a restart is gone, its pid maybe reused by another process)."""
+    boot, _, rest = worker_id.partition("/")
+    pid, _, started = rest.partition("/")
+    return boot == _boot() and pid.isdigit() and _started(int(pid)) == started
+
+
 def demand_add(model: str, waiting: int = 0, in_flight: int = 0, path: str = DB) -> None:
-    """A request for an on-demand model begins (+1) or ends (-1) waiting or in flight; a beginning is its last
-    request. Counts never go below 0 (a worker killed mid-request leaves its +1: the next gateway start clears)."""
+    """A request for an on-demand model begins (+1) or ends (-1) waiting or in flight, counted for this worker
+    process; a beginning is its last request. Counts never go below 0."""
     now = time.time() if waiting > 0 or in_flight > 0 else None
-    connect(path).execute(
-        "INSERT INTO demand (model, waiting, in_flight, last_request) VALUES (?, max(0, ?), max(0, ?), ?) "
-        "ON CONFLICT(model) DO UPDATE SET waiting = max(0, waiting + ?), in_flight = max(0, in_flight + ?), "
-        "last_request = coalesce(excluded.last_request, last_request)",
-        (model, int(waiting), int(in_flight), now, int(waiting), int(in_flight)),
+    conn = connect(path)
+    conn.execute(
+        "INSERT INTO demand (model, last_request) VALUES (?, ?) "
+        "ON CONFLICT(model) DO UPDATE SET last_request = coalesce(excluded.last_request, last_request)",
+        (model, now),
+    )
+    conn.execute(
+        "INSERT INTO demand_worker (model, worker, waiting, in_flight) VALUES (?, ?, max(0, ?), max(0, ?)) "
+        "ON CONFLICT(model, worker) DO UPDATE SET waiting = max(0, waiting + ?), in_flight = max(0, in_flight + ?)",
+        (model, worker(), int(waiting), int(in_flight), int(waiting), int(in_flight)),
     )
 
 
 def demand(path: str = DB) -> dict[str, dict[str, float | int | None]]:
-    """model -> {"waiting", "in_flight", "last_request"} (epoch seconds or None)."""
-    rows = connect(path).execute("SELECT model, waiting, in_flight, last_request FROM demand").fetchall()
-    return {m: {"waiting": int(w), "in_flight": int(f), "last_request": t} for m, w, f, t in rows}
+    """model -> {"waiting", "in_flight", "last_request"} (epoch seconds or None): the counts of the workers alive
+    now (a dead worker's rows are dropped here)."""
+    conn = connect(path)
+    out: dict[str, dict[str, float | int | None]] = {
+        m: {"waiting": 0, "in_flight": 0, "last_request": t}
+        for m, t in conn.execute("SELECT model, last_request FROM demand").fetchall()
+    }
+    rows = conn.execute("SELECT model, worker, waiting, in_flight FROM demand_worker").fetchall()
+    living = {w: alive(w) for w in {row[1] for row in rows}}
+    for model, w, waiting, in_flight in rows:
+        if living[w]:
+            seen = out.setdefault(model, {"waiting": 0, "in_flight": 0, "last_request": None})
+            seen["waiting"] = int(seen["waiting"] or 0) + int(waiting)
+            seen["in_flight"] = int(seen["in_flight"] or 0) + int(in_flight)
+    dead = [w for w, up in living.items() if not up]
+    if dead:
+        conn.executemany("DELETE FROM demand_worker WHERE worker = ?", [(w,) for w in dead])
+    return out
 
 
 DECISIONS_KEPT_S = 7 * 24 * 3600  # a decision's row: long enough that no watcher publishes it again meanwhile
