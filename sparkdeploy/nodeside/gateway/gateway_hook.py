@@ -79,6 +79,9 @@ BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body 
 logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 WATCH_S = 1.0  # how often each engine's watcher is asked
+# while a request is held for an on-demand model (issue 40): its watchers asked this often, with `?look=1` (its
+# rank 0's watcher looks at once, reads the demand and starts it: watch.py), and the held request looks this often
+HELD_WATCH_S, HELD_STEP_S = 0.1, 0.05
 # On-demand members (issue 40, docs/stack.md): a request for one that is not serving is held for its start as long
 # as routes.json's on_demand entry says (`hold`: the stack's gateway.hold or the member's start_timeout), else this
 HOLD_S = float(os.environ.get("SPARKDEPLOY_HOLD_S") or 300)
@@ -103,6 +106,9 @@ _warm: frozenset[str] = frozenset()  # the on-demand models every engine of whic
 _why_cold: dict[str, str] = {}  # an on-demand model not warm -> what its watcher says
 _groups: dict[str, dict[str, Any]] = {}  # routes.json's groups: each member's model, shares, room (eviction)
 NO_ROOM = "no-room"  # a watcher's state for an on-demand start nothing can make room for (activate.py)
+_held: dict[str, int] = {}  # on-demand model -> this worker's requests held for it now
+_hurry = threading.Event()  # set by a request being held: the poller asks at once, not at its next second
+_in_flight = gateway_spend.InFlight()  # an on-demand model's requests in flight, written by its own thread
 
 
 # -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
@@ -249,11 +255,11 @@ class ClientErrors:
         if model not in _on_demand:
             await self.app(scope, replay, answer)
             return
-        await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=1)  # in flight: not stopped as idle
+        _in_flight.begin(model)  # in flight: not stopped as idle (written beside the request, not awaited)
         try:
             await self.app(scope, replay, answer)
         finally:
-            await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=-1)
+            _in_flight.end(model)
 
 
 async def _answer_demand(send: Any) -> None:
@@ -410,7 +416,11 @@ def _watch_states() -> frozenset[str]:
     return frozenset(down)
 
 
-def _watch_state(url: str, group: str) -> str | None:
+def _watch_state(url: str, group: str, look: bool = False) -> str | None:
+    """What `group`'s watcher says of it (`state` or `state: reason`), None when it does not answer. look: a
+    request is held for it: the watcher is asked to look now (at most every few tenths of a second: watch.py)."""
+    if look:
+        url += ("&" if "?" in url else "?") + "look=1"
     try:
         with urllib.request.urlopen(url, timeout=0.5) as resp:
             g = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group)) or {}
@@ -425,7 +435,7 @@ def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
     warm, why = set(), {}
     for model, od in list(_on_demand.items()):
         states = [
-            _watch_state(str(info.get("watch")), str(info.get("group")))
+            _watch_state(str(info.get("watch")), str(info.get("group")), model in _held)
             for info in ((e.get("model_info") or {}) for e in od.get("model_list") or [])
             if info.get("watch") and info.get("group")
         ]
@@ -439,16 +449,26 @@ def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
 def _poll() -> None:
     global _withdrawn, _warm, _why_cold
     log = logging.getLogger("gateway_hook")
+    asked = 0.0  # when every engine's watcher was asked last
     while True:
-        found = _watch_states()
-        if found != _withdrawn:
-            log.warning("engines not serving (their watcher says): %s", sorted(found))
-            _withdrawn = found
+        if time.monotonic() - asked >= WATCH_S:  # once a second; the passes between: the on-demand models only
+            asked = time.monotonic()
+            found = _watch_states()
+            if found != _withdrawn:
+                log.warning("engines not serving (their watcher says): %s", sorted(found))
+                _withdrawn = found
         warm, _why_cold = _warm_models()
         if warm != _warm:
             log.warning("on-demand models serving now (their watchers say): %s", sorted(warm) or "none")
             _warm = warm
-        time.sleep(WATCH_S)
+        _pause()
+
+
+def _pause() -> None:
+    """Until the poller's next pass: WATCH_S, HELD_WATCH_S while a request of this worker is held, and no wait
+    for the first pass after a request was held (_hurry). Idle, one pass a second as before."""
+    _hurry.wait(HELD_WATCH_S if _held else WATCH_S)
+    _hurry.clear()
 
 
 def _start_poller() -> None:
@@ -593,12 +613,17 @@ async def _hold(request: Any, model: str | None) -> None:
     hold_s = float(_on_demand[model].get("hold") or HOLD_S)
     deadline = time.monotonic() + hold_s
     await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
+    _held[model] = _held.get(model, 0) + 1
+    _hurry.set()  # the poller asks its watchers now (and to look now), not at its next second
     try:
         while model not in _warm and time.monotonic() < deadline:
             if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
                 raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(HELD_STEP_S)
     finally:
+        _held[model] -= 1
+        if not _held[model]:
+            del _held[model]
         await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)
     if model not in _warm:
         why = _why_cold.get(model) or "not started"
