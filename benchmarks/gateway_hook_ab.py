@@ -8,16 +8,17 @@ and workers, with the hook and spend files of --base (default: the commit before
 its own routes.json in which the on-demand member's engine is an ordinary route (that hook knows no on-demand).
 
 Two models, each asked --rounds times, and in each round: c1, --c1 requests per path, alternating direct
-(the engine's own port), A and B request by request; then c64 (64 in flight, --c64 requests per path), the three
-paths one after another, their order rotated every round. Per round: the p50 each gateway adds over direct, and
-its c64 requests/s over direct's; printed as medians over the rounds, with the load average, and whether today's
-hook meets the gateway's goals (<= 5 ms added at p50, <= 5 % lost at c64) and what it adds over the old one.
+(the engine's own port), A and B request by request; then c64 (64 in flight, --c64 requests per path), the
+three paths taking turns, --segment requests each, their order rotated every round. Per round: the p50 each
+gateway adds over direct, and its c64 requests/s over direct's; printed as medians over the rounds, with the
+load average, and whether today's hook meets the gateway's goals (<= 5 ms added at p50, <= 5 % lost at c64)
+and what it adds over the old one.
 - always-on: chat (glm-4.7-flash), routed by both hooks as before;
 - on-demand, warm: coder (qwen3-coder-30b), `on_demand: true` for A (warmed by a first request, the hook's
   on-demand path: the in-flight count around every request), an always-on route for B.
 
-    python benchmarks/gateway_hook_ab.py [-i lab] [--rounds 4] [--c1 30] [--c64 256] [--running] [--keep]
-        [--base COMMIT] [--same-routes]
+    python benchmarks/gateway_hook_ab.py [-i lab] [--rounds 3] [--c1 30] [--c64 384] [--segment 128] [--running]
+        [--keep] [--base COMMIT] [--same-routes]
 
 --same-routes gives B A's routes.json unchanged, for a --base whose hook knows on-demand members (an A/B of a change
 to the on-demand path itself).
@@ -78,13 +79,19 @@ def load() -> str:
 
 async def one(client: aiohttp.ClientSession, url: str, headers: dict, model: str, max_tokens: int) -> float:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
-    t0 = time.perf_counter()
-    async with client.post(f"{url}/chat/completions", json=body, headers=headers) as r:
-        data = await r.json(content_type=None)
-        seconds = time.perf_counter() - t0
-        if r.status != 200 or not data.get("usage", {}).get("completion_tokens"):
-            raise SystemExit(f"{url} ({model}): HTTP {r.status}: {str(data)[:300]}")
-    return seconds
+    for attempt in range(2):
+        t0 = time.perf_counter()
+        try:
+            async with client.post(f"{url}/chat/completions", json=body, headers=headers) as r:
+                data = await r.json(content_type=None)
+                seconds = time.perf_counter() - t0
+                if r.status != 200 or not data.get("usage", {}).get("completion_tokens"):
+                    raise SystemExit(f"{url} ({model}): HTTP {r.status}: {str(data)[:300]}")
+                return seconds
+        except aiohttp.ServerDisconnectedError:  # a kept-alive connection the server closed while idle (5 s)
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def c1(paths: dict[str, tuple[str, dict]], model: str, n: int, max_tokens: int) -> dict[str, float]:
@@ -100,22 +107,39 @@ async def c1(paths: dict[str, tuple[str, dict]], model: str, n: int, max_tokens:
     return {name: statistics.median(v) for name, v in out.items()}
 
 
-async def c64(url: str, headers: dict, model: str, total: int, max_tokens: int) -> float:
-    """Requests per second with 64 in flight."""
-    connector = aiohttp.TCPConnector(limit=80)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600), connector=connector) as client:
-        await asyncio.gather(*(one(client, url, headers, model, max_tokens) for _ in range(64)))  # warm
-        left = total
+async def c64(
+    paths: dict[str, tuple[str, dict]], model: str, total: int, seg: int, max_tokens: int
+) -> dict[str, float]:
+    """Requests per second of each path with 64 in flight: `total` requests each, in segments of `seg` taken in
+    turn (path by path, segment by segment), so that a change of the machine's load falls on every path alike."""
+    clients = {
+        n: aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600), connector=aiohttp.TCPConnector(limit=80))
+        for n in paths
+    }
+    spent, done = dict.fromkeys(paths, 0.0), dict.fromkeys(paths, 0)
+    try:
+        for n, (url, headers) in paths.items():  # warm: 64 connections each
+            await asyncio.gather(*(one(clients[n], url, headers, model, max_tokens) for _ in range(64)))
+        while min(done.values()) < total:
+            for n, (url, headers) in paths.items():
+                left = seg
 
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await one(client, url, headers, model, max_tokens)
+                async def worker(
+                    client: aiohttp.ClientSession = clients[n], url: str = url, headers: dict = headers
+                ) -> None:
+                    nonlocal left
+                    while left > 0:
+                        left -= 1
+                        await one(client, url, headers, model, max_tokens)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(64)))
-        return total / (time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await asyncio.gather(*(worker() for _ in range(64)))
+                spent[n] += time.perf_counter() - t0
+                done[n] += seg
+    finally:
+        for client in clients.values():
+            await client.close()
+    return {n: done[n] / spent[n] for n in paths}
 
 
 def healthy(url: str, seconds: float) -> None:
@@ -162,7 +186,7 @@ def rounds(paths: dict[str, tuple[str, dict]], model: str, args: argparse.Namesp
     for i in range(args.rounds):
         order = names[i % 3 :] + names[: i % 3]  # rotated: no path always first
         p50 = asyncio.run(c1({n: paths[n] for n in order}, model, args.c1, args.max_tokens))
-        rps = {n: asyncio.run(c64(*paths[n], model, args.c64, args.max_tokens)) for n in order}
+        rps = asyncio.run(c64({n: paths[n] for n in order}, model, args.c64, args.segment, args.max_tokens))
         for g in ("A", "B"):
             got[f"{g} p50+"].append((p50[g] - p50["direct"]) * 1000)
             got[f"{g} c64"].append(rps[g] / rps["direct"])
@@ -177,9 +201,10 @@ def rounds(paths: dict[str, tuple[str, dict]], model: str, args: argparse.Namesp
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inventory", "-i", default="lab")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--c1", type=int, default=30, help="c1 requests per path per round")
-    ap.add_argument("--c64", type=int, default=256, help="c64 requests per path per round")
+    ap.add_argument("--c64", type=int, default=384, help="c64 requests per path per round")
+    ap.add_argument("--segment", type=int, default=128, help="c64: requests per path before the next path's turn")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--base", default=BASE, help="the commit whose hook is B (default: before on-demand)")
     ap.add_argument("--b-port", type=int, default=4100)

@@ -27,7 +27,8 @@ On every authenticated request (every /v1 route, /v1/models included):
    into gateway_spend's sqlite file, shared by every worker and kept over a restart) it gets 429 "budget
    exceeded".
 4. The engines a restart takes away (issue 43): each engine's `model_info` names its group and its rank 0's watcher
-   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second and
+   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second (an
+   on-demand model's every HELD_WATCH_S while this worker holds a request for it, asking it to look) and
    the next request's hook leaves out of the router's list every engine whose watcher says it does not serve
    (restarting, failing, waiting to restart, given up, held), as long as another engine of the same model
    stays; it is back in the list once its watcher says `ok`. A watcher that does not answer changes nothing
