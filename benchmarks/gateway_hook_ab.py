@@ -230,7 +230,8 @@ def main() -> int:
             # the on-demand member warm: a first request through A starts it (held until its watcher says ok)
             asyncio.run(c1({"A": (a_url, auth)}, MODELS["on-demand warm"][0], 1, args.max_tokens))
             print(
-                f"SIMULATED engines (vllm-sim); gateways: real LiteLLM; A = today's hook, B = the hook of {args.base}; "
+                f"SIMULATED engines (vllm-sim); gateways: real LiteLLM; A = this tree's hook, "
+                f"B = the hook of {args.base}; "
                 f"{args.rounds} rounds x (c1 {args.c1} per path, c64 {args.c64} per path), {args.max_tokens} tokens; "
                 f"{os.cpu_count()} CPUs here; load average at the start {load()}",
                 flush=True,
