@@ -117,3 +117,13 @@ def test_a_held_models_watcher_is_asked_to_look_the_others_are_only_read(hook):
         server.shutdown()
     assert warm == frozenset() and why == {"held": "starting", "cold": "starting"}
     assert sorted(paths) == ["/watch", "/watch?look=1"]
+
+
+def test_a_warm_model_whose_watcher_does_not_answer_once_stays_warm_a_cold_one_stays_cold(hook):
+    """A watcher busy past the hook's 0.5 s once (a loaded node) changes nothing, as for issue 43's withdrawal:
+    a warm on-demand model is not taken out of the router for it (its requests would be refused 503 cold)."""
+    entry = {"model_list": [{"model_info": {"watch": "http://127.0.0.1:9/watch", "group": "g"}}]}  # nobody there
+    hook._on_demand = {"warm": entry, "cold": entry}
+    hook._warm = frozenset({"warm"})
+    warm, why = hook._warm_models()
+    assert warm == frozenset({"warm"}) and why == {"cold": "its watcher does not answer"}

@@ -432,7 +432,8 @@ def _watch_state(url: str, group: str, look: bool = False) -> str | None:
 
 
 def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
-    """The on-demand models every engine of which its watcher says serve, and what it says of the others."""
+    """The on-demand models every engine of which its watcher says serve, and what it says of the others. A warm
+    model stays warm while a watcher of it does not answer (a busy node): only a state that is not `ok` cools it."""
     warm, why = set(), {}
     for model, od in list(_on_demand.items()):
         states = [
@@ -442,6 +443,8 @@ def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
         ]
         if states and all(s == "ok" for s in states):
             warm.add(model)
+        elif model in _warm and states and all(s in ("ok", None) for s in states):
+            warm.add(model)  # a watcher that does not answer (busy, past 0.5 s) changes nothing, as for withdrawal
         else:
             why[model] = "; ".join(s or "its watcher does not answer" for s in states if s != "ok") or "no watcher"
     return frozenset(warm), why
