@@ -25,7 +25,7 @@ to the on-demand path itself).
 
 The engines are vllm-sim: SIMULATED (no GPU math, modelled timings); the gateways are the real LiteLLM proxy.
 Needs the lab (`sparkdeploy lab up`). Leaves the stack up (`sparkdeploy down -i lab` removes it) and removes
-gateway B (unless --keep).
+gateway B and its state dir (unless --keep).
 """
 
 from __future__ import annotations
@@ -243,8 +243,9 @@ def main() -> int:
                 paths = {"direct": (url, {}), "A": (a_url, auth), "B": (b_url, auth)}
                 results[label] = rounds(paths, model, args)
         finally:
-            if not args.keep:
+            if not args.keep:  # gateway B and its state dir (else `down` finds a dir it did not write)
                 conn.run(["docker", "rm", "-f", B_CONTAINER], timeout=120, check=False)
+                conn.run(["rm", "-rf", f"{state_dir_of(inv, GATEWAY)}-ab"], timeout=120, check=False)
     print(f"load average at the end {load()}")
     print("| model | A added p50 | B added p50 | A - B | A c64 ratio | B c64 ratio | A / B | goals (A) |")
     print("|---|---|---|---|---|---|---|---|")
