@@ -8,6 +8,8 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -462,3 +464,46 @@ def test_members_read_from_a_real_guard_status_after_an_eviction(tmp_path, inven
         "beside chat 0.45 (always on), coder 0.45 (idle)"
     )
     assert (chat["last_request"], chat["decision"], chat["busy"]) == (None, None, None)  # always on: no demand
+
+
+def test_in_flight_counts_are_noted_without_a_write_and_written_merged_by_one_thread(tmp_path):
+    """The warm on-demand path (issue 40 item 4): a request's beginning and end only note the change; the writer
+    thread writes them, a pass's beginnings in one write (the last request's time) and its ends in another."""
+    db = str(tmp_path / "spend.sqlite")
+    writes: list[tuple[str, int]] = []
+
+    def write(model: str, in_flight: int, path: str) -> None:
+        writes.append((model, in_flight))
+        gateway_spend.demand_add(model, in_flight=in_flight, path=path)
+
+    counts = gateway_spend.InFlight(db, write)
+    counts._thread = threading.current_thread()  # no writer thread: this test flushes by hand
+    for _ in range(5):
+        counts.begin("m")
+    counts.end("m")
+    counts.end("m")
+    assert writes == [] and gateway_spend.demand(db) == {}  # nothing written on the request's path
+    assert counts.flush() == 2 and writes == [("m", 5), ("m", -2)]
+    seen = gateway_spend.demand(db)["m"]
+    assert seen["in_flight"] == 3 and seen["last_request"] is not None
+    assert counts.flush() == 0
+
+
+def test_in_flight_counts_reach_the_table_through_the_writer_thread_and_survive_a_failed_write(tmp_path):
+    db = str(tmp_path / "spend.sqlite")
+    failing = [True]
+
+    def write(model: str, in_flight: int, path: str) -> None:
+        if failing[0]:
+            failing[0] = False
+            raise sqlite3.OperationalError("database is locked")
+        gateway_spend.demand_add(model, in_flight=in_flight, path=path)
+
+    counts = gateway_spend.InFlight(db, write)
+    counts.begin("m")
+    counts.begin("m")
+    counts.end("m")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (gateway_spend.demand(db).get("m") or {}).get("in_flight") != 1:
+        time.sleep(0.05)
+    assert gateway_spend.demand(db)["m"]["in_flight"] == 1  # the failed pass's counts written on the next

@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
+import urllib.request
 from datetime import UTC, datetime
 
 import pytest
@@ -359,3 +361,31 @@ def test_a_rank_of_the_group_up_is_replacing_exiting_after_the_new_rank_0_starte
     g = pair.look(seconds=8, times=2)
     assert pair.docker[0].calls == [] and pair.docker[1].calls == [], (pair.docker[0].calls, g)
     assert not (g.get("decision") or {}).get("action"), g
+
+
+def test_a_look_asked_for_cuts_the_wait_to_the_next_look_and_idle_the_period_stays(tmp_path):
+    """Issue 40's cold start: the gateway's hook, holding a request for an on-demand group, asks its rank 0's
+    watcher GET /watch?look=1; the watcher then looks LOOK_SOON_S after its last look began, not at its second.
+    A plain GET /watch (a peer's read) changes nothing, and without one the looks stay every_s apart."""
+    w = watch.Watcher({"every_s": 1.0}, FakeDocker(Clock(), "a" * 64, 0, {}), "spark1", str(tmp_path))
+    w.serve("127.0.0.1", 0)
+    port = w.server.server_address[1]
+    stop = threading.Event()
+    try:
+        t0 = time.monotonic()
+        w.rest(stop, t0)
+        assert time.monotonic() - t0 >= 0.95  # idle: the whole period, as before
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/watch", timeout=5).read()
+        t0 = time.monotonic()
+        w.rest(stop, t0)
+        assert time.monotonic() - t0 >= 0.95  # a peer's read asks for nothing
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/watch?look=1", timeout=5).read()
+        t0 = time.monotonic()
+        w.rest(stop, t0)
+        took = time.monotonic() - t0
+        assert watch.LOOK_SOON_S - 0.02 <= took < 0.6  # asked for: LOOK_SOON_S after the last look began
+        t0 = time.monotonic()
+        w.rest(stop, t0)
+        assert time.monotonic() - t0 >= 0.95  # once: the next wait is the period again
+    finally:
+        w.server.shutdown()

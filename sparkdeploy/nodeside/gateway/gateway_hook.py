@@ -27,7 +27,8 @@ On every authenticated request (every /v1 route, /v1/models included):
    into gateway_spend's sqlite file, shared by every worker and kept over a restart) it gets 429 "budget
    exceeded".
 4. The engines a restart takes away (issue 43): each engine's `model_info` names its group and its rank 0's watcher
-   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second and
+   (sparkdeploy/nodeside/guard/watch.py); a thread of each proxy worker asks those watchers once a second (an
+   on-demand model's every HELD_WATCH_S while this worker holds a request for it, asking it to look) and
    the next request's hook leaves out of the router's list every engine whose watcher says it does not serve
    (restarting, failing, waiting to restart, given up, held), as long as another engine of the same model
    stays; it is back in the list once its watcher says `ok`. A watcher that does not answer changes nothing
@@ -82,6 +83,9 @@ ADMITTED = "sparkdeploy.admitted"  # the scope's key for a request for an on-dem
 logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 
 WATCH_S = 1.0  # how often each engine's watcher is asked
+# while a request is held for an on-demand model (issue 40): its watchers asked this often, with `?look=1` (its
+# rank 0's watcher looks at once, reads the demand and starts it: watch.py), and the held request looks this often
+HELD_WATCH_S, HELD_STEP_S = 0.1, 0.05
 # On-demand members (issue 40, docs/stack.md): a request for one that is not serving is held for its start as long
 # as routes.json's on_demand entry says (`hold`: the stack's gateway.hold or the member's start_timeout), else this
 HOLD_S = float(os.environ.get("SPARKDEPLOY_HOLD_S") or 300)
@@ -107,6 +111,9 @@ _why_cold: dict[str, str] = {}  # an on-demand model not warm -> what its watche
 _groups: dict[str, dict[str, Any]] = {}  # routes.json's groups: each member's model, shares, room (eviction)
 _decided: set[tuple[str, object]] = set()  # (group, at) of the on-demand decisions this worker has seen
 NO_ROOM = "no-room"  # a watcher's state for an on-demand start nothing can make room for (activate.py)
+_held: dict[str, int] = {}  # on-demand model -> this worker's requests held for it now
+_hurry = threading.Event()  # set by a request being held: the poller asks at once, not at its next second
+_in_flight = gateway_spend.InFlight()  # an on-demand model's requests in flight, written by its own thread
 
 
 # -- refusals: one line at WARNING, no traceback -----------------------------------------------------------
@@ -260,7 +267,7 @@ class ClientErrors:
             await self.app(scope, replay, answer)
         finally:
             if admitted["counted"]:
-                await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=-1)
+                _in_flight.end(model)  # written beside the request by this worker's writer, not awaited
 
 
 async def _answer_demand(send: Any) -> None:
@@ -419,7 +426,11 @@ def _watch_states() -> frozenset[str]:
     return frozenset(down)
 
 
-def _watch_state(url: str, group: str) -> str | None:
+def _watch_state(url: str, group: str, look: bool = False) -> str | None:
+    """What `group`'s watcher says of it (`state` or `state: reason`), None when it does not answer. look: a
+    request is held for it: the watcher is asked to look now (at most every few tenths of a second: watch.py)."""
+    if look:
+        url += ("&" if "?" in url else "?") + "look=1"
     try:
         with urllib.request.urlopen(url, timeout=0.5) as resp:
             g = ((json.loads(resp.read(1 << 20)).get("groups") or {}).get(group)) or {}
@@ -450,16 +461,19 @@ def _log_decision(group: str, record: object) -> None:
 
 
 def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
-    """The on-demand models every engine of which its watcher says serve, and what it says of the others."""
+    """The on-demand models every engine of which its watcher says serve, and what it says of the others. A warm
+    model stays warm while a watcher of it does not answer (a busy node): only a state that is not `ok` cools it."""
     warm, why = set(), {}
     for model, od in list(_on_demand.items()):
         states = [
-            _watch_state(str(info.get("watch")), str(info.get("group")))
+            _watch_state(str(info.get("watch")), str(info.get("group")), model in _held)
             for info in ((e.get("model_info") or {}) for e in od.get("model_list") or [])
             if info.get("watch") and info.get("group")
         ]
         if states and all(s == "ok" for s in states):
             warm.add(model)
+        elif model in _warm and states and all(s in ("ok", None) for s in states):
+            warm.add(model)  # a watcher that does not answer (busy, past 0.5 s) changes nothing, as for withdrawal
         else:
             why[model] = "; ".join(s or "its watcher does not answer" for s in states if s != "ok") or "no watcher"
     return frozenset(warm), why
@@ -468,16 +482,26 @@ def _warm_models() -> tuple[frozenset[str], dict[str, str]]:
 def _poll() -> None:
     global _withdrawn, _warm, _why_cold
     log = logging.getLogger("gateway_hook")
+    asked = 0.0  # when every engine's watcher was asked last
     while True:
-        found = _watch_states()
-        if found != _withdrawn:
-            log.warning("engines not serving (their watcher says): %s", sorted(found))
-            _withdrawn = found
+        if time.monotonic() - asked >= WATCH_S:  # once a second; the passes between: the on-demand models only
+            asked = time.monotonic()
+            found = _watch_states()
+            if found != _withdrawn:
+                log.warning("engines not serving (their watcher says): %s", sorted(found))
+                _withdrawn = found
         warm, _why_cold = _warm_models()
         if warm != _warm:
             log.warning("on-demand models serving now (their watchers say): %s", sorted(warm) or "none")
             _warm = warm
-        time.sleep(WATCH_S)
+        _pause()
+
+
+def _pause() -> None:
+    """Until the poller's next pass: WATCH_S, HELD_WATCH_S while a request of this worker is held, and no wait
+    for the first pass after a request was held (_hurry). Idle, one pass a second as before."""
+    _hurry.wait(HELD_WATCH_S if _held else WATCH_S)
+    _hurry.clear()
 
 
 def _start_poller() -> None:
@@ -617,7 +641,7 @@ async def _admit(request: Any, model: str | None) -> None:
     counts its end) and held while the model does not serve."""
     admitted = request.scope.get(ADMITTED)
     if model is not None and model in _on_demand and isinstance(admitted, dict) and not admitted["counted"]:
-        await asyncio.to_thread(gateway_spend.demand_add, model, in_flight=1)
+        _in_flight.begin(model)  # noted now, written by this worker's writer (gateway_spend.InFlight)
         admitted["counted"] = True
     await _hold(request, model)
 
@@ -632,6 +656,8 @@ async def _hold(request: Any, model: str | None) -> None:
     hold_s = float(_on_demand[model].get("hold") or HOLD_S)
     deadline = time.monotonic() + hold_s
     await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
+    _held[model] = _held.get(model, 0) + 1
+    _hurry.set()  # the poller asks its watchers now (and to look now), not at its next second
     try:
         while model not in _warm and time.monotonic() < deadline:
             if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
@@ -642,8 +668,11 @@ async def _hold(request: Any, model: str | None) -> None:
                     503,
                     request,
                 )
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(HELD_STEP_S)
     finally:
+        _held[model] -= 1
+        if not _held[model]:
+            del _held[model]
         await asyncio.to_thread(gateway_spend.demand_add, model, waiting=-1)
     if model not in _warm:
         why = _why_cold.get(model) or "not started"

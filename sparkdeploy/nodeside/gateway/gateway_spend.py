@@ -21,6 +21,10 @@ import sqlite3
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Callable
 
 DB = os.environ.get("SPARKDEPLOY_SPEND_DB", "/sparkdeploy-spend/spend.sqlite")
 SCHEMA = (
@@ -155,6 +159,69 @@ def demand_add(model: str, waiting: int = 0, in_flight: int = 0, path: str = DB)
         "ON CONFLICT(model, worker) DO UPDATE SET waiting = max(0, waiting + ?), in_flight = max(0, in_flight + ?)",
         (model, worker(), int(waiting), int(in_flight), int(waiting), int(in_flight)),
     )
+
+
+class InFlight:
+    """Requests in flight per on-demand model, counted without waiting (issue 40: the warm path's cost): `begin`
+    and `end` only note the change (a dict update under a lock, on the proxy's event loop); this worker's writer
+    thread, started on the first, adds the noted changes to the demand table as `demand_add` does, merged per
+    model and pass: the beginnings in one write (which sets the last request's time), then the ends in another.
+    Under load a pass carries many requests; alone, a request's two writes happen beside it, not before and
+    after it. The activator (docs/stack.md) sees a count a write later (milliseconds, against its look of a
+    second). A failed write is noted again and tried on the next pass."""
+
+    def __init__(self, path: str = DB, write: Callable[..., None] | None = None) -> None:
+        self.path = path
+        self.write = write or demand_add
+        self._cond = threading.Condition()
+        self._begun: dict[str, int] = {}
+        self._ended: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+
+    def begin(self, model: str) -> None:
+        self._note(self._begun, model)
+
+    def end(self, model: str) -> None:
+        self._note(self._ended, model)
+
+    def _note(self, counts: dict[str, int], model: str) -> None:
+        with self._cond:
+            counts[model] = counts.get(model, 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gateway-in-flight", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def flush(self) -> int:
+        """Write what is noted now; the number of writes."""
+        with self._cond:
+            begun, ended = self._begun, self._ended
+            self._begun, self._ended = {}, {}
+        writes = 0
+        try:
+            for model in sorted(set(begun) | set(ended)):
+                for counts, sign in ((begun, 1), (ended, -1)):  # a request's beginning before its end
+                    if counts.get(model):
+                        self.write(model, in_flight=sign * counts[model], path=self.path)
+                        del counts[model]
+                        writes += 1
+        except sqlite3.Error:  # locked past its timeout, or the disk: what is not written is noted again
+            with self._cond:
+                for mine, left in ((self._begun, begun), (self._ended, ended)):
+                    for m, n in left.items():
+                        mine[m] = mine.get(m, 0) + n
+            raise
+        return writes
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._begun and not self._ended:
+                    self._cond.wait()
+            try:
+                self.flush()
+            except sqlite3.Error:
+                time.sleep(0.5)
 
 
 def demand(path: str = DB) -> dict[str, dict[str, float | int | None]]:

@@ -55,6 +55,10 @@ DEPLOYMENT = "io.sparkdeploy.deployment"
 FILE = "watch.json"
 PEER_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 2.0
+# GET /watch?look=1 (the gateway's hook, while it holds a request for an on-demand group: issue 40): the next look
+# now rather than at its second, but never sooner than this after the last one began (a read that asks for a look,
+# not a command: what the look does still comes from the gateway's demand and this node's Docker engine)
+LOOK_SOON_S = 0.2
 HISTORY = 20  # restarts kept per group
 
 DEFAULTS: dict[str, Any] = {
@@ -179,6 +183,7 @@ class Watcher:
             None  # the gateway's on-demand demand this look (activate.py), None: none or no answer
         )
         self.here, self.others_here = {}, set()
+        self.soon = threading.Event()  # a look asked for (GET /watch?look=1): the wait before the next look cut
 
     # -- state on disk ---------------------------------------------------------------------------------------
     def _load(self) -> Json:
@@ -201,9 +206,12 @@ class Watcher:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?")[0] != "/watch":
+                path, _, query = self.path.partition("?")
+                if path != "/watch":
                     self.send_error(404)
                     return
+                if "look=1" in query.split("&"):
+                    watcher.soon.set()
                 with watcher.lock:
                     body = json.dumps(watcher.view, sort_keys=True).encode()
                 self.send_response(200)
@@ -236,7 +244,17 @@ class Watcher:
                 self.error = None
             except (DockerError, OSError, ValueError, KeyError, TypeError) as exc:  # reported, tried again next look
                 self.error = f"{exc.__class__.__name__}: {str(exc)[:200]}"
-            stop_event.wait(max(0.05, self.cfg["every_s"] - (time.monotonic() - t0)))
+            self.rest(stop_event, t0)
+
+    def rest(self, stop_event: threading.Event, t0: float) -> None:
+        """Wait for the next look (the last began at t0): every_s after it, or LOOK_SOON_S after it when a look is
+        asked for (`soon`, set by GET /watch?look=1, before or during the wait). A stop ends the wait at once
+        until the asked-for part, then at the next look (the guard's process ends with it anyway)."""
+        period = float(self.cfg["every_s"])
+        if stop_event.wait(max(0.05, min(LOOK_SOON_S, period) - (time.monotonic() - t0))):
+            return
+        self.soon.wait(max(0.0, period - (time.monotonic() - t0)))
+        self.soon.clear()
 
     def engines(self) -> dict[str, tuple[int, Json]]:
         """group -> (rank, inspect) of this node's engine containers that belong to a group."""

@@ -1,0 +1,129 @@
+"""The gateway hook's hold, as pure logic (issue 40: the cold start's polls): the hook runs inside LiteLLM's
+container, so here LiteLLM's few names it imports are stand-ins (a unit test of the hook's own logic; the lab
+tests and benchmarks/ondemand_cold_start.py run it in the real proxy)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import importlib.util
+import logging
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from sparkdeploy.deploy.stack import units as su
+from sparkdeploy.nodeside.gateway import gateway_spend
+
+
+class _Auth:
+    def __init__(self, **kw: object) -> None:
+        self.__dict__.update(kw)
+
+
+class _ProxyException(Exception):
+    def __init__(self, message: str = "", type: str = "", param: object = None, code: object = None) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+@pytest.fixture
+def hook(monkeypatch):
+    """gateway_hook loaded from its source with LiteLLM's names stood in for, its sibling gateway_spend real."""
+    app = types.SimpleNamespace(middleware_stack=object())
+    stubs = {
+        "litellm": types.ModuleType("litellm"),
+        "litellm._logging": types.SimpleNamespace(verbose_proxy_logger=logging.getLogger("test-litellm")),
+        "litellm.integrations": types.ModuleType("litellm.integrations"),
+        "litellm.integrations.custom_logger": types.SimpleNamespace(CustomLogger=object),
+        "litellm.proxy": types.SimpleNamespace(proxy_server=types.SimpleNamespace(app=app, llm_router=None)),
+        "litellm.proxy._types": types.SimpleNamespace(
+            LitellmUserRoles=types.SimpleNamespace(PROXY_ADMIN="admin", INTERNAL_USER="user"),
+            ProxyException=_ProxyException,
+            UserAPIKeyAuth=_Auth,
+        ),
+    }
+    for name, module in stubs.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "gateway_spend", gateway_spend)  # the hook's sibling, as the hook finds it
+    monkeypatch.setattr(gateway_spend, "demand_add", lambda *a, **kw: None)  # no sqlite file here
+    monkeypatch.syspath_prepend(str(su.HOOK_SOURCE.parent))  # what the hook adds: taken away after the test
+    spec = importlib.util.spec_from_file_location("gateway_hook_under_test", su.HOOK_SOURCE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_held_request_hurries_the_poller_and_goes_on_within_a_step_of_its_model_serving(hook):
+    hook._on_demand = {"m": {"hold": 30}}
+    hook._reload_models = lambda: None
+
+    async def held() -> float:
+        task = asyncio.create_task(hook._hold(None, "m"))
+        await asyncio.sleep(0.3)
+        assert hook._held == {"m": 1} and hook._hurry.is_set()  # counted, and the poller woken
+        hook._warm = frozenset({"m"})  # what the poller sets once the member's watcher says ok
+        t0 = time.monotonic()
+        await task
+        return time.monotonic() - t0
+
+    assert asyncio.run(held()) < 0.15  # a step of HELD_STEP_S, not the old 0.2 s
+    assert hook._held == {}
+
+
+def test_the_poller_waits_its_second_when_idle_a_tenth_while_a_request_is_held_none_when_hurried(hook):
+    hook.WATCH_S = 0.5
+    t0 = time.monotonic()
+    hook._pause()
+    assert time.monotonic() - t0 >= 0.45  # idle: as before
+    hook._held["m"] = 1
+    t0 = time.monotonic()
+    hook._pause()
+    assert time.monotonic() - t0 < 0.3  # held: HELD_WATCH_S
+    hook._hurry.set()
+    t0 = time.monotonic()
+    hook._pause()
+    assert time.monotonic() - t0 < 0.05  # a request just held: at once
+
+
+def test_a_held_models_watcher_is_asked_to_look_the_others_are_only_read(hook):
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            body = b'{"groups": {"g": {"state": "starting"}}}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/watch"
+    entry = {"model_list": [{"model_info": {"watch": url, "group": "g"}}]}
+    hook._on_demand = {"held": entry, "cold": entry}
+    hook._held["held"] = 1
+    try:
+        warm, why = hook._warm_models()
+    finally:
+        server.shutdown()
+    assert warm == frozenset() and why == {"held": "starting", "cold": "starting"}
+    assert sorted(paths) == ["/watch", "/watch?look=1"]
+
+
+def test_a_warm_model_whose_watcher_does_not_answer_once_stays_warm_a_cold_one_stays_cold(hook):
+    """A watcher busy past the hook's 0.5 s once (a loaded node) changes nothing, as for issue 43's withdrawal:
+    a warm on-demand model is not taken out of the router for it (its requests would be refused 503 cold)."""
+    entry = {"model_list": [{"model_info": {"watch": "http://127.0.0.1:9/watch", "group": "g"}}]}  # nobody there
+    hook._on_demand = {"warm": entry, "cold": entry}
+    hook._warm = frozenset({"warm"})
+    warm, why = hook._warm_models()
+    assert warm == frozenset({"warm"}) and why == {"cold": "its watcher does not answer"}
