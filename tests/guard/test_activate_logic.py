@@ -88,7 +88,14 @@ def test_a_held_request_starts_the_group_head_first_and_idle_stops_it(cold):
     gw.demand(last=t + 50)  # answered at t + 50
     p.look(seconds=10)  # idle 20 s of its 30
     assert p.docker[0].calls == ["start"]
-    g = p.look(seconds=10)  # idle 30 s: every rank stops, restart policy `no`, its memory freed
+    g = p.look(seconds=10)  # idle 30 s: first out of the gateway's routes (published `held`), no rank stopped yet
+    assert g["state"] == "held" and g["decision"]["phase"] == "withdraw", g
+    assert p.docker[0].calls == ["start"] and p.docker[1].calls == ["start"], "stopped before the gateway let go"
+    gw.demand(in_flight=1, last=t + 50)  # a request that reached it before the gateway let go: waited for
+    p.look(seconds=watch.WITHDRAW_S, times=2)
+    assert p.docker[0].calls == ["start"] and p.docker[1].calls == ["start"], "stopped under a request in flight"
+    gw.demand(last=t + 50)
+    g = p.look(seconds=watch.WITHDRAW_S)  # then every rank stops, restart policy `no`, its memory freed
     assert p.docker[0].calls == ["start", "no-restart", "stop"], p.docker[0].calls
     assert p.docker[1].calls == ["start", "no-restart", "stop"], p.docker[1].calls
     assert g["state"] == "held" and "idle for 30 s (idle timeout 30 s)" in g["reason"], g
@@ -295,7 +302,7 @@ def test_an_eviction_is_recorded_for_both_members_with_the_figures_and_the_start
             },
         }
         gw.members["small"]["waiting"] = 1
-        for _ in range(4):
+        for _ in range(6):  # the eviction; coder out of the gateway's routes for WITHDRAW_S, stopped; small started
             clock.now += 1
             w.tick(clock.now)
         groups = w.view["groups"]

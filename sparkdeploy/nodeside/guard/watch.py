@@ -59,6 +59,11 @@ PROBE_TIMEOUT_S = 2.0
 # now rather than at its second, but never sooner than this after the last one began (a read that asks for a look,
 # not a command: what the look does still comes from the gateway's demand and this node's Docker engine)
 LOOK_SOON_S = 0.2
+# An on-demand member's stop (idle, evicted) is published this long before its engine stops: the gateway's
+# poller (WATCH_S = 1 s, its watcher asked within 0.5 s) takes it out of the routes first and holds new requests
+# for its next start, so none is sent to an engine that is going (a 500); one that slipped in is waited for.
+WITHDRAW_S = 2.0
+WITHDRAW_MAX_S = 120.0  # ... at most this long: a request in flight past it is cut by the stop
 HISTORY = 20  # restarts kept per group
 
 DEFAULTS: dict[str, Any] = {
@@ -337,7 +342,7 @@ class Watcher:
                 why = f"{why}; {fits}"
             self.note(gid, g, action, why, now)
             g.update(state="starting" if action == "start" else "held", reason=why)
-            self.decide(gid, g, action, why, now)
+            self.decide(gid, g, action, why, now, phase="withdraw" if action == "stop" else "stop")
             self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
             return
         ok, detail = probe(health_port) if (me["running"] and health_port) else (False, me["status"] or "not running")
@@ -437,7 +442,7 @@ class Watcher:
                 continue  # stopped or being stopped already (this look's list of what runs was read before)
             self.say(f"activate: {vgid}: evict: {why}")
             vg.update(state="held", reason=f"on demand: evicted for {gid.partition(':')[0]}: {why}")
-            self.decide(vgid, vg, "stop", vg["reason"], now)
+            self.decide(vgid, vg, "stop", vg["reason"], now, phase="withdraw")
             vg["activation"] = activate.decision(
                 "stop", vg["reason"], now, evicted_for=gid.partition(":")[0], figures=self.figures(gid)
             )
@@ -537,13 +542,13 @@ class Watcher:
             return f"engine not healthy {cfg['start_s']:g} s after its start: {detail}"
         return None
 
-    def decide(self, gid: str, g: Json, action: str, reason: str, now: float) -> None:
+    def decide(self, gid: str, g: Json, action: str, reason: str, now: float, phase: str = "stop") -> None:
         # Numbered across this node's record, not per group: a group's entry goes when its containers do (`up`
         # replacing them), while the other ranks' watchers keep what they acted on; a number starting again at
         # 1 would be one they have acted on already, and they would never stop or start their rank.
         gen = max(int(self.saved.get("generation") or 0), int(g.get("generation") or 0)) + 1
         self.saved["generation"] = g["generation"] = gen
-        g["decision"] = {"gen": gen, "action": action, "phase": "stop", "reason": reason, "at": now}
+        g["decision"] = {"gen": gen, "action": action, "phase": phase, "reason": reason, "at": now}
 
     def drive(
         self,
@@ -567,6 +572,10 @@ class Watcher:
             g.update(state="starting", reason="on demand: starting rank 0, then the others")
             self.publish(gid, g)
             return
+        if d["phase"] == "withdraw":  # an on-demand stop: out of the gateway's routes before its engine goes
+            if not self.withdrawn(gid, g, d, now):
+                return
+            d["phase"] = "stop"
         if d["phase"] == "stop":
             self.publish(gid, g)  # the other ranks' watchers stop theirs meanwhile, not after this one's stop
             self.stop(cid, no_restart=d["action"] == "stop")
@@ -610,6 +619,19 @@ class Watcher:
                 g.update(state="failing", reason=why, last_error=why)
             else:
                 g.update(state="restarting", reason=f"waiting for health ({detail})")
+
+    def withdrawn(self, gid: str, g: Json, d: Json, now: float) -> bool:
+        """Whether an on-demand group told to stop (idle, evicted: phase `withdraw`) may stop now: its stop
+        published WITHDRAW_S ago (the gateway routes it no more) and no request of it in flight, or WITHDRAW_MAX_S
+        gone. The other ranks' watchers wait for the phase `stop` (follow)."""
+        demand = ((self.demand or {}).get("groups") or {}).get(gid)
+        if "withdrawn_at" not in d:
+            d["withdrawn_at"] = now
+            self.publish(gid, g)  # `held` in /watch: the gateway's poller cools the model before its engine goes
+            return False
+        gone = now - float(d["withdrawn_at"])
+        busy = int(demand.get("in_flight") or 0) if isinstance(demand, dict) else 0  # no word: none known
+        return gone >= WITHDRAW_MAX_S or (gone >= WITHDRAW_S and not busy)
 
     def publish(self, gid: str, g: Json) -> None:
         """This group's entry of /watch now, ahead of the look's end (a decision the other ranks must see)."""
@@ -660,6 +682,8 @@ class Watcher:
             g["acted"] = d["gen"]
             return
         cid = info["Id"]
+        if d["phase"] == "withdraw":  # an on-demand stop still being taken out of the gateway's routes
+            return
         if d["action"] == "stop":
             self.stop(cid, no_restart=True)
             g.update(acted=d["gen"], stopped_gen=d["gen"], reason=d["reason"])
