@@ -16,7 +16,7 @@ from sparkdeploy.cli.common import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # No process a test starts outlives it, none outlives the suite; pytest is their subreaper (issue 44).
-pytest_plugins = ["tests.support.processes"]
+pytest_plugins = ["tests.support.processes", "tests.support.module_times"]
 
 TWO_NODES = {
     "cluster": {"name": "test", "default_recipe": "openai-gpt-oss-120b", "secrets_file": "secrets.env"},

@@ -18,6 +18,8 @@ saying so); `--no-fabric-gate` skips it and the output says so; `up --dry-run` s
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from sparkdeploy.doctor import nccl_probe
 from sparkdeploy.doctor.check_context import SessionContext
 from sparkdeploy.doctor.doctor_run import NodeSession, Options, _Memo
 from sparkdeploy.doctor.registry import BY_ID
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, Problem, StepFailed
 from sparkdeploy.facts import NodeFacts, add_resources
 from sparkdeploy.runtime.session import Session
 from sparkdeploy.topologies.deployment import Deployment
@@ -42,6 +44,9 @@ GATED = ("cluster", "replicas")  # topologies whose engines all-reduce over the 
 CHECKS = ("image.same_id", "image.torch_nccl", "gpu.same_driver")  # doctor's, in this order, before the probe
 PROBE = "nccl.allreduce"
 TIMEOUT_S = 40.0  # the probe's own --timeout: a rank that cannot reach the head ends within it (+20 s for SSH)
+# Another probe timeout, in seconds, from the environment: for a test that breaks the fabric on purpose and
+# would otherwise wait the whole TIMEOUT_S for the refusal it expects (tests/deploy/test_fabric_gate_lab.py).
+TIMEOUT_ENV = "SPARKDEPLOY_FABRIC_GATE_TIMEOUT_S"
 MAX_BYTES_SIMULATED = 4 * 2**20  # gloo on CPU: the rendezvous and a few sizes, quick on 2 cores
 MAX_BYTES_GPU = 64 * 2**20  # NCCL on the CX7: near the peak busbw, a few seconds
 
@@ -104,6 +109,27 @@ def _rows(check_id: str, out: Result | list[Result], node: Node | None) -> list[
     return [r for r in rows if r.status != SKIP]
 
 
+def probe_timeout_s() -> float:
+    """TIMEOUT_S, or the environment's TIMEOUT_ENV (seconds above 0; anything else is refused, exit 2)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            Problem(
+                "environment",
+                TIMEOUT_ENV,
+                f"{raw!r} is not a number of seconds above 0",
+                f"unset it (the gate then waits {TIMEOUT_S:g} s) or set seconds, e.g. 20",
+            )
+        )
+    return value
+
+
 def run_checks(ctx: SessionContext, timeout_s: float = TIMEOUT_S) -> list[Result]:
     """doctor's version checks, then (when they pass) the probe; one row per node or per cluster check."""
     rows: list[Result] = []
@@ -161,7 +187,7 @@ def gate(
         sessions={n.name: NodeSession(n, session.conn(n), connected=True) for n in dep.inventory.nodes},
         options=Options(nccl=True, nccl_max_bytes=MAX_BYTES_SIMULATED if simulated else MAX_BYTES_GPU),
     )
-    rows = run_checks(ctx)
+    rows = run_checks(ctx, probe_timeout_s())
     seconds = time.monotonic() - started
     failed = failures(rows)
     report.update(

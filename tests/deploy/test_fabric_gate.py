@@ -12,7 +12,7 @@ from sparkdeploy.deploy.preflight import PreflightRun
 from sparkdeploy.deploy.progress import Reporter
 from sparkdeploy.deploy.up_result import UpResult
 from sparkdeploy.doctor import gpu, image
-from sparkdeploy.errors import StepFailed
+from sparkdeploy.errors import ConfigError, StepFailed
 from sparkdeploy.facts import GpuFact
 from tests.deploy.deploy_helpers import IMAGE, IMAGE_ID, converged_facts, empty_facts, make_deployment
 from tests.support.doubles import recording_session
@@ -115,6 +115,31 @@ def test_a_failed_check_refuses_with_figure_expected_and_fix(monkeypatch):
     assert "fix: check the rendezvous path" in text and "No engine was started" in text
     assert result.fabric_gate is not None
     assert result.fabric_gate["status"] == "failed" and len(result.fabric_gate["checks"]) == 2
+
+
+def test_the_probe_waits_the_environments_timeout_else_its_own(monkeypatch):
+    """A test that breaks the fabric on purpose sets a shorter wait (tests/deploy/test_fabric_gate_lab.py)."""
+    asked: list[float] = []
+    monkeypatch.setattr(fabric_gate, "run_checks", lambda ctx, timeout_s: asked.append(timeout_s) or [])
+    dep, facts, plan = _plan("cluster", empty_facts)
+    for f in facts.values():
+        f.gpu = GpuFact()
+
+    def gate() -> None:
+        fabric_gate.gate(dep, recording_session(dep.inventory), facts, plan, Lines(), UpResult(), False, True, True)
+
+    monkeypatch.delenv(fabric_gate.TIMEOUT_ENV, raising=False)
+    gate()
+    monkeypatch.setenv(fabric_gate.TIMEOUT_ENV, " 12.5 ")
+    gate()
+    assert asked == [fabric_gate.TIMEOUT_S, 12.5]
+    for bad in ("0", "-3", "soon", "nan", "inf"):
+        monkeypatch.setenv(fabric_gate.TIMEOUT_ENV, bad)
+        with pytest.raises(ConfigError) as exc:
+            gate()
+        line = str(exc.value)
+        assert fabric_gate.TIMEOUT_ENV in line and "seconds above 0" in line and "\n" not in line, line
+    assert len(asked) == 2  # a refused value runs no probe
 
 
 def _driver_run(versions: dict[str, str | None]) -> PreflightRun:

@@ -6,10 +6,12 @@ deploys twice in all. The lab's fabric is real (a Docker network); its GPUs are 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
+from sparkdeploy.deploy.fabric_gate import TIMEOUT_ENV
 from tests.deploy.test_deploy_lab import assert_nothing_of_ours, sd
 from tests.support.cli_process import failure
 
@@ -17,6 +19,9 @@ pytestmark = pytest.mark.lab
 
 RECIPE = "openai-gpt-oss-120b"
 CHANGE = "vllm.max_model_len=32768"  # any value that restarts the engines
+# The refusal of a broken fabric waits for the probe's timeout (40 s by default): here a shorter one, still far
+# longer than the probe needs on a working fabric (the whole passing gate below: about 8 s).
+BROKEN_FABRIC_TIMEOUT_S = "15"
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +33,8 @@ def inv(lab):
     sd("down", "-i", path)
 
 
-def _up(inv: str, *extra: str) -> subprocess.CompletedProcess:
-    return sd("up", "--recipe", RECIPE, "-t", "cluster", "-i", inv, "--timeout", "240", *extra)
+def _up(inv: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return sd("up", "--recipe", RECIPE, "-t", "cluster", "-i", inv, "--timeout", "240", *extra, env=env)
 
 
 def _iptables(lab, node: str, op: str) -> None:
@@ -42,7 +47,7 @@ def _iptables(lab, node: str, op: str) -> None:
 def test_broken_fabric_is_refused_before_any_engine(lab, inv):
     _iptables(lab, "spark2", "-I")  # spark2 drops everything on its fabric port
     try:
-        r = _up(inv)
+        r = _up(inv, env={**os.environ, TIMEOUT_ENV: BROKEN_FABRIC_TIMEOUT_S})
     finally:
         _iptables(lab, "spark2", "-D")
     assert r.returncode == 1, failure(r)
