@@ -7,15 +7,12 @@ test_watch_logic.py), the gateway's demand a real HTTP server, the clock driven 
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
-
 import pytest
 
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH
 from sparkdeploy.nodeside.guard import activate, watch
 from sparkdeploy.nodeside.guard.ondemand import NoRoom
+from tests.guard.test_activate_logic import Gateway
 from tests.guard.test_watch_logic import Clock, Engine, FakeDocker, _free_port, _iso
 
 ROOM = {"spark1": 0.93, "spark2": 0.93, "spark3": 0.93}
@@ -201,27 +198,6 @@ class Node:
         self.by[cid].set_restart(cid, policy)
 
 
-class Demand(http.server.ThreadingHTTPServer):
-    def __init__(self) -> None:
-        self.data: dict = {"groups": {}, "members": {}}
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                assert self.path == DEMAND_PATH
-                body = json.dumps(server.data).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        super().__init__(("127.0.0.1", _free_port()), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
 class Stack:
     """spark1 and spark2, each member as given: name -> (its nodes, rank 0's first; its share on each; on demand;
     cold: created and never started, else running and idle). By default `big` (on demand, TP=2 led from spark1,
@@ -234,7 +210,7 @@ class Stack:
             "chat": ([chat_on], chat_share, False, False),
         }
         self.clock = Clock()
-        self.gw = Demand()
+        self.gw = Gateway()  # the gateway's demand, served over HTTP (test_activate_logic's)
         ports = {n: _free_port() for n in ("spark1", "spark2")}
         self.url = {n: f"http://127.0.0.1:{p}/watch" for n, p in ports.items()}
         at = {n: f"{n}@127.0.0.1:{p}" for n, p in ports.items()}
@@ -283,7 +259,7 @@ class Stack:
             }
             for n, lead in self.lead.items()
         }
-        self.gw.data = {"groups": groups, "members": self.members}
+        self.gw.groups, self.gw.members = groups, self.members
 
     def look(self, times: int = 1) -> None:
         for _ in range(times):
