@@ -421,6 +421,8 @@ def test_status_shows_last_request_idle_time_stopping_and_the_last_decision_from
     assert sm.decision_text(idle, now) == "stopped 2 s ago: idle 10 min of 600 s, its memory freed"
     refuse = {"action": "refuse", "why": "small does not fit even with every idle ...", "at": now - 3, "figures": fig}
     assert sm.decision_text(refuse, now) == "refuse 3 s ago: small does not fit even with every idle ..."
+    wait = {"action": "wait", "why": "small waits for coder ...", "at": now - 4, "busy": ["coder"], "figures": fig}
+    assert sm.decision_text(wait, now).startswith("waiting since 4 s ago for coder to go idle (busy now): spark1: ")
     small.running = False  # cold: a last request, no idle time
     row = sm.member_state("small", routes, facts, _watched("small:spark1", on_demand=seen), now)
     assert (row["state"], row["last_request"], row["idle_s"]) == ("cold", now - 12, None), row

@@ -15,7 +15,7 @@ import pytest
 from sparkdeploy import labels
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH
 from sparkdeploy.nodeside.guard import activate, watch
-from sparkdeploy.nodeside.guard.ondemand import NoRoom
+from sparkdeploy.nodeside.guard.ondemand import NoRoom, NotYet
 from tests.guard.test_watch_logic import GROUP, Clock, Engine, Pair, _free_port, _iso
 
 
@@ -168,11 +168,16 @@ def test_room_for_stops_the_least_recently_used_idle_on_demand_member_of_this_no
         "spark1: room 0.93, running chat 0.45 (always on); small needs 0.45: fits",
     )
     busy = _demand(chat=(False, 0, None), coder=(True, 2, 100.0), small=(True, 0, None))
+    # coder busy holds the room: the start waits for it to go idle (a moment: a request just answered is counted
+    # a write later), not refused
     with pytest.raises(
-        NoRoom,
-        match=r"small does not fit even with every idle on-demand member stopped: .*"
+        NotYet,
+        match=r"small waits for coder to go idle \(never stopped while busy\): .*"
         r"coder 0.45 \(2 request\(s\) in flight\)",
     ):
+        activate.room_for("small:spark1", busy, "spark1", {"chat", "coder"})
+    busy["members"]["chat"]["shares"] = {"spark1": 0.6}  # chat (always on) leaves no room whatever stops: refused
+    with pytest.raises(NoRoom, match=r"small does not fit even with every idle on-demand member stopped: "):
         activate.room_for("small:spark1", busy, "spark1", {"chat", "coder"})
     assert activate.room_for("small:spark1", d, "spark2", {"chat", "coder"})[0] == []  # no figures there
 
@@ -332,7 +337,7 @@ def test_an_eviction_is_recorded_for_both_members_with_the_figures_and_the_start
         engine.shutdown()
 
 
-def test_nothing_can_make_room_is_a_refuse_decision_with_the_figures(tmp_path):
+def test_a_start_beside_a_busy_member_waits_then_evicts_it_once_idle_and_no_room_is_refused(tmp_path):
     gw, engine, clock = Gateway(), Engine(), Clock()
     port = _free_port()
     docker = Node(
@@ -352,11 +357,31 @@ def test_nothing_can_make_room_is_a_refuse_decision_with_the_figures(tmp_path):
         for _ in range(3):
             clock.now += 1
             w.tick(clock.now)
+        small = w.view["groups"]["small:spark1"]
+        wait = small["activation"]
+        assert wait["action"] == "wait" and wait["at"] == 1_800_000_001.0, wait  # once: the first look's
+        assert wait["busy"] == ["coder"] and wait["why"].startswith("small waits for coder to go idle"), wait
+        assert {"deployment": "coder", "share": 0.45, "kept": "2 request(s) in flight"} in wait["figures"]["running"]
+        assert small["state"] == "starting" and small["reason"].startswith("on demand: small waits for coder"), small
+        assert docker.calls == []  # nothing stopped nor started while coder is busy
+        gw.members["coder"]["in_flight"] = 0  # coder answered its requests: idle, the least recently used
+        clock.now += 1
+        w.tick(clock.now)
+        evict = w.view["groups"]["small:spark1"]["activation"]
+        assert evict["action"] == "evict" and evict["stopped"] == ["coder"], evict
+        clock.now += 1
+        w.tick(clock.now)
+        coder = w.view["groups"]["coder:spark1"]
+        assert (coder["decision"] or {}).get("action") == "stop", coder
+        # always-on chat grew past what leaves small room: nothing can make room, refused once with the figures
+        gw.members["chat"]["shares"] = {"spark1": 0.6}
+        for _ in range(3):
+            clock.now += 1
+            w.tick(clock.now)
         refuse = w.view["groups"]["small:spark1"]["activation"]
-        assert refuse["action"] == "refuse" and refuse["at"] == 1_800_000_001.0, refuse  # once: the first look's
+        assert refuse["action"] == "refuse" and refuse["at"] == clock.now - 2, refuse  # once: the first look's
         assert refuse["why"].startswith("small does not fit even with every idle on-demand member stopped"), refuse
-        assert {"deployment": "coder", "share": 0.45, "kept": "2 request(s) in flight"} in refuse["figures"]["running"]
-        assert docker.calls == []
+        assert w.view["groups"]["small:spark1"]["state"] == "no-room"
     finally:
         w.server.shutdown()
         gw.shutdown()

@@ -11,7 +11,7 @@ import pytest
 
 from sparkdeploy.deploy.stack.routes import DEMAND_PATH
 from sparkdeploy.nodeside.guard import activate, watch
-from sparkdeploy.nodeside.guard.ondemand import NoRoom
+from sparkdeploy.nodeside.guard.ondemand import NoRoom, NotYet
 from tests.guard.test_activate_logic import Gateway
 from tests.guard.test_watch_logic import Clock, Engine, FakeDocker, _free_port, _iso
 
@@ -118,10 +118,10 @@ def test_two_members_waiting_at_once_never_both_take_the_room_nor_evict_each_oth
     # a is first in name order: it ignores b (not started) and evicts old
     assert activate.room_across("a:spark1", d, seen)[0] == ["old"]
     # b counts a's share as taken on both nodes (a starts first): it cannot start beside a, and a is not a victim
-    with pytest.raises(NoRoom, match=r"spark1: room 0.93, running a 0.5 \(starting for 1 held request\(s\)\), old"):
+    with pytest.raises(NotYet, match=r"^b waits for a to go idle .*spark1: room 0.93, running a 0.5 \(starting for 1"):
         activate.room_across("b:spark2", d, seen)
     # a running (rank 0 started, rank 1 not yet): its held requests protect it, its share is taken on spark2 too
-    with pytest.raises(NoRoom, match=r"spark2: room 0.93, running a 0.5 \(1 request\(s\) in flight\)"):
+    with pytest.raises(NotYet, match=r"spark2: room 0.93, running a 0.5 \(1 request\(s\) in flight\)"):
         activate.room_across("b:spark2", d, {"spark1": {"a"}, "spark2": set()})
     # a served and went idle: b may now evict it, and a (no request) evicts nothing: no loop without a new request
     members["a"].update(waiting=0, last_request=200.0)
@@ -140,7 +140,7 @@ def test_a_later_member_started_on_a_node_not_seen_takes_its_share():
     seen = {"spark1": set(), "spark2": set()}  # z's rank 1 (spark2) not started yet; its rank 0 is on spark3
     assert activate.unseen_starts("a:spark1", d, seen) == {"z:spark3": "http://spark3:7390/watch"}
     assert activate.room_across("a:spark1", d, seen)[0] == []  # z not started: a first (name order)
-    with pytest.raises(NoRoom, match=r"spark2: room 0.93, running z 0.5 \(starting for 1 held request\(s\)\)"):
+    with pytest.raises(NotYet, match=r"spark2: room 0.93, running z 0.5 \(starting for 1 held request\(s\)\)"):
         activate.room_across("a:spark1", d, seen, started={"z"})  # its watcher says its rank 0 runs
     assert activate.unseen_starts("a:spark1", d, {**seen, "spark3": set()}) == {}  # seen: not asked
 
@@ -320,8 +320,15 @@ def test_a_victim_with_a_request_in_flight_is_not_stopped_and_the_start_waits(st
     s.look(times=3)
     assert s.c["right0"].calls == [] and s.c["big0"].calls == []
     big = s.group("big:spark1")
-    assert big["state"] == "no-room", big
+    assert big["state"] == "starting" and big["reason"].startswith("on demand: big waits for right to go idle"), big
     assert "spark2: room 0.93, running right 0.5 (1 request(s) in flight); big needs 0.5" in big["reason"]
+    assert big["activation"]["action"] == "wait" and big["activation"]["busy"] == ["right"], big
+    s.members["right"]["in_flight"] = 0  # right answered: idle now, evicted (by spark2's own activator)
+    s.publish()
+    s.look(times=4)  # as the test above: the eviction published, right withdrawn for WITHDRAW_S, then stopped
+    assert s.c["right0"].calls == ["no-restart", "stop"], s.said
+    s.look()  # spark2's watcher shows right stopped: every node has room, big starts
+    assert s.c["big0"].calls == ["start"] and s.c["big1"].calls == ["start"], s.said
 
 
 def test_no_room_on_the_other_node_is_refused_naming_it(tmp_path):
@@ -353,7 +360,8 @@ def test_two_tp2_members_waiting_at_once_led_from_different_nodes_only_the_first
         assert s.c["a0"].calls == ["start"] and s.c["a1"].calls == ["start"], s.said
         assert s.c["b0"].calls == [] and s.c["b1"].calls == [], s.said
         b = s.group("b:spark2")
-        assert b["state"] == "no-room" and "running a 0.5 (" in b["reason"], b
+        assert b["state"] == "starting" and b["reason"].startswith("on demand: b waits for a to go idle"), b
+        assert "running a 0.5 (" in b["reason"], b
         s.engine["a"].ok = True
         s.look(times=2)
         assert s.group("a:spark1")["state"] == "ok"

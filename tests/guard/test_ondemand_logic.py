@@ -53,12 +53,21 @@ def test_never_an_always_on_member_nor_one_with_requests_in_flight_and_none_on_o
         member("busy", {"spark1": 0.45}, last=1.0, in_flight=2),
         member("elsewhere", {"spark2": 0.9}, last=0.0),
     ]
-    with pytest.raises(od.NoRoom) as exc:
+    # only busy holds the room small lacks: wait for it to go idle (never stopped while busy), stop nothing now
+    with pytest.raises(od.NotYet) as wait:
         od.make_room(member("small", {"spark1": 0.45}), running, ROOM)
+    text = str(wait.value)
+    assert text.startswith("small waits for busy to go idle (never stopped while busy): spark1: room 0.94") and (
+        wait.value.busy == ["busy"]
+    )
+    assert "chat 0.45 (always on)" in text and "busy 0.45 (2 request(s) in flight)" in text
+    assert "elsewhere" not in text
+    # more than busy's share lacking: even busy idle would not make room, refused now
+    with pytest.raises(od.NoRoom) as exc:
+        od.make_room(member("small", {"spark1": 0.5}), running, ROOM)
     text = str(exc.value)
     assert "small does not fit even with every idle on-demand member stopped" in text
     assert "chat 0.45 (always on)" in text and "busy 0.45 (2 request(s) in flight)" in text
-    assert "elsewhere" not in text
 
 
 def test_a_multi_node_start_frees_every_node_it_needs():

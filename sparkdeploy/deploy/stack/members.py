@@ -188,6 +188,8 @@ def decision_text(d: dict[str, Any], now: float) -> str:
         return f"started {when}{stopped}: {fig or d.get('why')}"
     if action == "evict":
         return f"stopping {', '.join(d.get('stopped') or [])} {when} to make room for it: {fig or d.get('why')}"
+    if action == "wait":
+        return f"waiting since {when} for {', '.join(d.get('busy') or [])} to go idle (busy now): {fig or d.get('why')}"
     if action == "stop" and d.get("evicted_for"):
         return f"evicted {when} for {d['evicted_for']} (least recently used idle member): {fig or d.get('why')}"
     if action == "stop" and d.get("idle_s") is not None:

@@ -57,8 +57,9 @@ def room_across(
     several): (deployments to stop, least recently used first, wherever they are led from; the decision with each
     node's figures). seen: node -> the deployments whose engine runs there, for each node of the member (its own
     node's containers, the other ranks' watchers); started: the members with requests held whose rank 0 runs on a
-    node not in `seen` (its watcher says so: `unseen_starts`). ondemand.NoRoom, naming the node(s) and figures,
-    when stopping every idle on-demand member there is not enough. Without the budget's figures, nothing stops.
+    node not in `seen` (its watcher says so: `unseen_starts`). ondemand.NotYet when on-demand members busy there
+    hold what is lacking (the start waits for them to go idle); ondemand.NoRoom, naming the node(s) and figures,
+    when stopping every on-demand member there is not enough. Without the budget's figures, nothing stops.
 
     Two members waiting at once never both take the same room, and never evict each other: a member with
     requests held or in flight is never a victim (the requests that start a member are held until it serves), and
@@ -231,6 +232,7 @@ def figures(gid: str, demand: dict[str, Any], node: str | None, running: set[str
 def decision(action: str, why: str, now: float, **details: Any) -> dict[str, Any]:
     """The last on-demand decision of a group, as its watcher publishes it (`activation` in /watch and status.json):
     action start, stop (idle, or evicted for another member: `evicted_for`), evict (this start stops `stopped`
-    first) or refuse (nothing can make room); why, the activator's own words with the figures; when; and the
-    figures as data (`figures`, `stopped`, `idle_s` / `idle_timeout`). `status` shows it, the gateway logs it once."""
+    first), wait (only members busy now hold the room it lacks: `busy`) or refuse (nothing can make room); why,
+    the activator's own words with the figures; when; and the figures as data (`figures`, `stopped`, `idle_s` /
+    `idle_timeout`). `status` shows it, the gateway logs it once."""
     return {"action": action, "why": why, "at": now, **details}

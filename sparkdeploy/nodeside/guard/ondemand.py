@@ -10,8 +10,9 @@ computed by `up --stack` on this machine and recorded in the manifest: the formu
 sparkdeploy/recipes/budget.py).
 
 Rules: never stop an always-on member, never one with requests in flight; stop the least recently used idle
-on-demand member(s) first, only those holding memory on a node that lacks it; when nothing can make room, refuse
-with the reason and the figures.
+on-demand member(s) first, only those holding memory on a node that lacks it; when only on-demand members busy now
+(requests in flight, or held for their own start) hold the memory still lacking, wait for them to finish (the held
+request waits, up to its hold); when nothing can make room, refuse with the reason and the figures.
 """
 
 from __future__ import annotations
@@ -70,9 +71,20 @@ class NoRoom(Exception):
     """Nothing can make room: the reason, with the figures of each node that lacks memory."""
 
 
+class NotYet(Exception):
+    """Room only once on-demand members busy now are idle (never evicted with requests in flight or held): the
+    reason, with the figures; `busy`, their names. A moment's state (a request answered a few milliseconds before
+    the gateway's count of it is written), so the start waits rather than refuses."""
+
+    def __init__(self, why: str, busy: list[str]) -> None:
+        super().__init__(why)
+        self.busy = busy
+
+
 def make_room(want: Member, running: list[Member], room: dict[str, float]) -> tuple[list[Member], str]:
     """The members to stop, least recently used first, so that `want` fits on each of its nodes beside what
-    stays; (stop, figures). NoRoom when stopping every idle on-demand member on those nodes is not enough."""
+    stays; (stop, figures). NotYet when that needs on-demand members busy now stopped too (nothing is stopped
+    meanwhile); NoRoom when stopping every on-demand member on those nodes is not enough."""
     running = [m for m in running if m["name"] != want["name"]]
     short = {
         n: _used(running, n) + share - room[n] for n, share in want["shares"].items() if n in room
@@ -95,10 +107,20 @@ def make_room(want: Member, running: list[Member], room: dict[str, float]) -> tu
                 short[n] -= share
     lacking = sorted(n for n, v in short.items() if v > EPSILON)
     if lacking:
-        raise NoRoom(
-            f"{want['name']} does not fit even with every idle on-demand member stopped: "
-            + "; ".join(_figures(want, running, room, n) for n in lacking)
-        )
+        busy = [m for m in running if m.get("on_demand") and m.get("in_flight")]
+        after = dict(short)
+        for m in busy:
+            for n, share in m["shares"].items():
+                if n in after:
+                    after[n] -= share
+        figures = "; ".join(_figures(want, running, room, n) for n in lacking)
+        if all(after[n] <= EPSILON for n in lacking):
+            holding = sorted(m["name"] for m in busy if any(m["shares"].get(n, 0.0) > 0 for n in lacking))
+            raise NotYet(
+                f"{want['name']} waits for {', '.join(holding)} to go idle (never stopped while busy): {figures}",
+                holding,
+            )
+        raise NoRoom(f"{want['name']} does not fit even with every idle on-demand member stopped: {figures}")
     names = ", ".join(m["name"] for m in stop)
     return stop, f"stop {names} (least recently used first) to start {want['name']}: " + "; ".join(
         _figures(want, running, room, n) for n in sorted(want["shares"]) if n in room

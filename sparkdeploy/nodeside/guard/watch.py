@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from . import activate
 from .dockerapi import DockerError
 from .groups import SLACK_S, docker_time, lost_rank
-from .ondemand import NoRoom
+from .ondemand import NoRoom, NotYet
 
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
@@ -404,7 +404,8 @@ class Watcher:
         """Before an on-demand start: the budget's figures with what stays on every node of the group, or None
         (not now): the least recently used idle on-demand members told to stop first, those led from this node
         by their decision `stop`, those led from another node by this group's published `evict` (their own
-        activator reads it: asked_to_stop), the start following on a later look once every node has room; or
+        activator reads it: asked_to_stop), the start following on a later look once every node has room; or it
+        waits for busy on-demand members to go idle (the decision `wait`, the held requests still held); or
         nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
         running = dict(self.here)
         seen = running_on(gid, self.node, set(running) | set(self.others_here), watchers, peers)
@@ -425,6 +426,15 @@ class Watcher:
                 g["activation"] = activate.decision("refuse", str(exc), now, figures=self.figures(gid))
             g.update(state="no-room", reason=str(exc))
             return None
+        except NotYet as exc:  # held, not refused: the busy members go idle (evicted then) or its hold runs out
+            said = self.live.setdefault(gid, {})
+            if said.get("wait") != exc.busy:  # once per set of busy members, not once a look
+                self.say(f"activate: {gid}: wait: {exc}")
+                said["wait"] = exc.busy
+                g["activation"] = activate.decision("wait", str(exc), now, busy=exc.busy, figures=self.figures(gid))
+            g.update(state="starting", reason=f"on demand: {exc}")
+            return None
+        self.live.get(gid, {}).pop("wait", None)
         if not stop:
             self.live.get(gid, {}).pop("evict", None)
             return why
