@@ -127,3 +127,62 @@ def test_a_warm_model_whose_watcher_does_not_answer_once_stays_warm_a_cold_one_s
     hook._warm = frozenset({"warm"})
     warm, why = hook._warm_models()
     assert warm == frozenset({"warm"}) and why == {"cold": "its watcher does not answer"}
+
+
+def test_a_held_client_that_hangs_up_is_no_longer_counted_waiting(hook, monkeypatch):
+    """Before, a client gone while held counted as waiting until its hold ended (300 s by default): its member was
+    started, and kept from its idle stop, for nobody. Now the hold ends within a step of the hang-up."""
+    counted: list[int] = []
+    monkeypatch.setattr(hook.gateway_spend, "demand_add", lambda model, waiting=0, **kw: counted.append(waiting))
+    hook._on_demand = {"m": {"hold": 30}}
+
+    async def held() -> tuple[Exception, float]:
+        gone = asyncio.Event()
+
+        async def hung_up() -> bool:  # ClientErrors' wait for the client's next message: here, its hang-up
+            await gone.wait()
+            return True
+
+        request = types.SimpleNamespace(
+            scope={hook.HUNG_UP: hung_up}, method="POST", url=types.SimpleNamespace(path="/v1/chat/completions")
+        )
+        task = asyncio.create_task(hook._hold(request, "m"))
+        await asyncio.sleep(0.3)
+        assert not task.done() and hook._held == {"m": 1} and counted == [1]
+        gone.set()
+        t0 = time.monotonic()
+        try:
+            await task
+        except hook.Refusal as exc:
+            return exc, time.monotonic() - t0
+        raise AssertionError("the hold went on after its client hung up")
+
+    refusal, took = asyncio.run(held())
+    assert took < 0.15 and refusal.code == 499, (took, refusal.code)
+    assert "the client hung up after 0 s held for its start (on demand): no longer waiting" in refusal.message
+    assert hook._held == {} and counted == [1, -1]
+
+
+def test_client_errors_hands_the_hang_up_the_hold_read_to_the_app_and_a_hold_ended_reads_nothing(hook):
+    """ClientErrors' hung_up reads the server's next message (after the whole body only a hang-up comes); the
+    app's own next receive gets it too, and a wait cancelled at a hold's end takes nothing from the app."""
+
+    async def run() -> list[object]:
+        queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+        await queue.put({"type": "http.request", "body": b'{"model": "m", "messages": []}', "more_body": False})
+        seen: list[object] = []
+
+        async def app(scope: dict[str, object], receive: object, send: object) -> None:
+            seen.append((await receive())["body"])  # type: ignore[operator]  # the body, replayed
+            wait = asyncio.ensure_future(scope[hook.HUNG_UP]())  # type: ignore[operator]
+            await asyncio.sleep(0.05)
+            wait.cancel()  # a hold that ended (its model serves): nothing read
+            await queue.put({"type": "http.disconnect"})
+            seen.append(await scope[hook.HUNG_UP]())  # type: ignore[operator]
+            seen.append((await receive())["type"])  # type: ignore[operator]  # the app is told too
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+        await hook.ClientErrors(app)(scope, queue.get, None)
+        return seen
+
+    assert asyncio.run(run()) == [b'{"model": "m", "messages": []}', True, "http.disconnect"]

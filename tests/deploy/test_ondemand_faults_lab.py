@@ -1,10 +1,11 @@
 """On-demand stack members' faults in the shared lab (issue 40, item 5 and item 3's keys): requests the gateway
-refuses start nothing and count nothing; the gateway restarted while a member starts (its held request answered
-503 at once, a retry answered); the gateway killed with requests held (dropped, a retry answered, no count left
-behind by the dead workers, which would keep the member from its idle stop for ever); the warm engine killed (a
-crash: Docker restarts it with the policy the idle stop took and the start gave back, the watcher does not read it
-as a rank stopped on purpose, the next request is answered). After each, nothing runs that `status` does not
-show. The engines are vllm-sim (SIMULATED: no GPU math). The tests run in order on one stack."""
+refuses start nothing and count nothing, nor does a client that hangs up while held; the gateway restarted while a
+member starts (its held request answered 503 at once, a retry answered); the gateway killed with requests held
+(dropped, a retry answered, no count left behind by the dead workers, which would keep the member from its idle
+stop for ever); the warm engine killed (a crash: Docker restarts it with the policy the idle stop took and the
+start gave back, the watcher does not read it as a rank stopped on purpose, the next request is answered). After
+each, nothing runs that `status` does not show. The engines are vllm-sim (SIMULATED: no GPU math). The tests run in
+order on one stack."""
 
 from __future__ import annotations
 
@@ -143,6 +144,29 @@ def test_a_refused_key_starts_nothing_and_counts_nothing(lab, stack):
     assert engine(lab)["Status"] == "created", engine(lab)
     assert demand(base) == before, (demand(base), before)  # no request held, in flight, or last
     assert "activate: coder" not in activations(lab)
+    assert members(inv)["coder"] == "cold"
+
+
+def test_a_held_client_that_hangs_up_starts_nothing(lab, stack):
+    """A client that gives up while its request is held for a cold member's start (its node's guard paused, so
+    that the start cannot win the race) is counted out at once, not at the end of its hold (4 m here): the member
+    is then not started for nobody, and the gateway's log says so in one line."""
+    inv, base, admin = stack["inv"], stack["base"], stack["admin"]
+    assert engine(lab)["Status"] == "created", engine(lab)
+    impatient = admin.with_options(timeout=3)
+    on_node(lab, "docker pause sparkdeploy-guard")
+    try:
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model=CODER, messages=HI, max_tokens=4)
+        seen = drained(base, within=3)
+    finally:
+        on_node(lab, "docker unpause sparkdeploy-guard")
+    assert (seen["waiting"], seen["in_flight"]) == (0, 0), seen
+    time.sleep(3)  # three looks of coder's activator, which would start it for a request still counted
+    assert engine(lab)["Status"] == "created", (engine(lab), activations(lab))
+    assert "activate: coder" not in activations(lab)
+    log = on_node(lab, "docker logs sparkdeploy-gateway-litellm 2>&1 | grep 'the client hung up' || true")
+    assert len(log.splitlines()) == 1 and "HTTP 499" in log and f"model {CODER}: the client hung up after " in log, log
     assert members(inv)["coder"] == "cold"
 
 

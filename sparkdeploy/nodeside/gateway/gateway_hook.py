@@ -77,6 +77,7 @@ FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")  # curl -
 FORM = "the request body is a form: send JSON (Content-Type: application/json) with model and messages"
 BODY = "sparkdeploy.body"  # the ASGI scope's key for the request's parsed body (ClientErrors puts it there)
 ADMITTED = "sparkdeploy.admitted"  # the scope's key for a request for an on-demand model: counted in flight yet?
+HUNG_UP = "sparkdeploy.hung_up"  # the scope's key for ClientErrors' wait for the client's hang-up (the hold's)
 
 # uvicorn's access log writes one line per request from the event loop (about 3 % of the proxy's CPU under
 # load, measured with py-spy): errors still reach the container log, LiteLLM's own logger is untouched.
@@ -124,6 +125,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     429: "rate_limit_error",
+    499: "client_closed_request",  # (nginx's code: nobody reads it, the gateway's log line does)
     503: "service_unavailable",
 }
 
@@ -233,12 +235,25 @@ class ClientErrors:
         model = str(body["model"]) if isinstance(body, dict) else ""  # _body_problem: an object naming a model
         sent = False
 
+        later: list[dict[str, Any]] = []  # what hung_up read from the server, for the app's next receive
+
         async def replay() -> dict[str, Any]:
             nonlocal sent
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": raw, "more_body": False}
+            if later:
+                return later.pop(0)
             return cast("dict[str, Any]", await receive())  # an ASGI message
+
+        async def hung_up() -> bool:
+            """Waits for the client's next message (its body is read whole: only a hang-up can come, which the
+            app is then told too): whether it hung up. For a hold (cancelled at its end: nothing is read then)."""
+            message = cast("dict[str, Any]", await receive())
+            later.append(message)
+            return message.get("type") == "http.disconnect"
+
+        scope[HUNG_UP] = hung_up
 
         held = False
 
@@ -654,12 +669,23 @@ async def _hold(request: Any, model: str | None) -> None:
     if model is None or model not in _on_demand or model in _warm:
         return
     hold_s = float(_on_demand[model].get("hold") or HOLD_S)
-    deadline = time.monotonic() + hold_s
+    t0 = time.monotonic()
+    deadline = t0 + hold_s
     await asyncio.to_thread(gateway_spend.demand_add, model, waiting=1)
     _held[model] = _held.get(model, 0) + 1
     _hurry.set()  # the poller asks its watchers now (and to look now), not at its next second
+    # a client that hangs up is no longer counted as waiting: a member is not started (nor kept) for nobody
+    watch = request.scope.get(HUNG_UP) if request is not None else None
+    gone = asyncio.ensure_future(watch()) if watch is not None else None
     try:
         while model not in _warm and time.monotonic() < deadline:
+            if _hung(gone):
+                raise Refusal(
+                    f"model {model}: the client hung up after {time.monotonic() - t0:.0f} s held for its start "
+                    "(on demand): no longer waiting",
+                    499,
+                    request,
+                )
             if (_why_cold.get(model) or "").startswith(NO_ROOM):  # its activator found no room: refused now
                 raise Refusal(f"model {model} cannot start (on demand): {_why_cold[model]}", 503, request)
             if _stopping():  # the gateway restarts: answered now, not dropped when Docker kills the worker
@@ -670,6 +696,8 @@ async def _hold(request: Any, model: str | None) -> None:
                 )
             await asyncio.sleep(HELD_STEP_S)
     finally:
+        if gone is not None:
+            gone.cancel()
         _held[model] -= 1
         if not _held[model]:
             del _held[model]
@@ -684,6 +712,11 @@ async def _hold(request: Any, model: str | None) -> None:
         )
     with _lock:
         _reload_models()  # the router has its engines before LiteLLM routes this request
+
+
+def _hung(gone: asyncio.Future[bool] | None) -> bool:
+    """Whether the hold's watch (ClientErrors' hung_up) saw the client hang up."""
+    return gone is not None and gone.done() and not gone.cancelled() and gone.exception() is None and gone.result()
 
 
 def _stopping() -> bool:
