@@ -129,6 +129,35 @@ def test_two_members_waiting_at_once_never_both_take_the_room_nor_evict_each_oth
     assert activate.choose(d["groups"]["a:spark1"], {"running": True, "started": 150.0}, 300.0) is None
 
 
+def test_a_decisions_figures_are_the_reading_its_room_was_weighed_by():
+    """The decision's `figures` come from the same reading of the demand as the decision (activate.weigh): a
+    member starting first (not running anywhere yet) is in them as it is in the reason, as are the shares of a
+    member seen only by another node's watcher."""
+    members = {
+        "a": _member({"spark1": 0.5, "spark2": 0.5}, waiting=1),
+        "b": _member({"spark1": 0.5, "spark2": 0.5}, waiting=3),
+        "old": _member({"spark2": 0.4}, last=10.0),
+    }
+    d = _demand(members, {"a": "spark1", "b": "spark2", "old": "spark2"})
+    seen = {"spark1": set(), "spark2": {"old"}}
+    with pytest.raises(NotYet) as wait:
+        activate.room_across("b:spark2", d, seen)
+    fig = activate.figures("b:spark2", d, seen, set(), "spark2")
+    assert fig == {
+        "member": "b",
+        "node": "spark2",
+        "room": 0.93,
+        "needs": 0.5,
+        "running": [
+            {"deployment": "a", "share": 0.5, "kept": "starting for 1 held request(s)"},
+            {"deployment": "old", "share": 0.4, "kept": "idle"},
+        ],
+    }, fig
+    assert "running a 0.5 (starting for 1 held request(s)), old 0.4 (idle); b needs 0.5" in str(wait.value)
+    assert activate.figures("b:spark2", d, seen, set(), "spark3") == {}  # not a node of it
+    assert activate.figures("b:spark2", d, {}, set(), "spark2") == {}  # nothing weighed: no figures
+
+
 def test_a_later_member_started_on_a_node_not_seen_takes_its_share():
     d = _demand(
         {

@@ -55,11 +55,24 @@ def room_across(
 ) -> tuple[list[str], str]:
     """What must stop before group `gid`'s member starts on EVERY node it needs (a tensor-parallel member spans
     several): (deployments to stop, least recently used first, wherever they are led from; the decision with each
-    node's figures). seen: node -> the deployments whose engine runs there, for each node of the member (its own
-    node's containers, the other ranks' watchers); started: the members with requests held whose rank 0 runs on a
-    node not in `seen` (its watcher says so: `unseen_starts`). ondemand.NotYet when on-demand members busy there
-    hold what is lacking (the start waits for them to go idle); ondemand.NoRoom, naming the node(s) and figures,
-    when stopping every on-demand member there is not enough. Without the budget's figures, nothing stops.
+    node's figures), as `weigh` reads the demand. ondemand.NotYet when on-demand members busy there hold what is
+    lacking (the start waits for them to go idle); ondemand.NoRoom, naming the node(s) and figures, when stopping
+    every on-demand member there is not enough. Without the budget's figures, nothing stops."""
+    weighed = weigh(gid, demand, seen, started)
+    if isinstance(weighed, str):
+        return [], weighed
+    stop, why = make_room(*weighed)
+    return [m["name"] for m in stop], why
+
+
+def weigh(
+    gid: str, demand: dict[str, Any], seen: dict[str, set[str]], started: set[str] | frozenset[str] = frozenset()
+) -> tuple[Member, list[Member], dict[str, float]] | str:
+    """The one reading of the demand that a start of group `gid` is budgeted by (room_across decides on it, the
+    decision's `figures` show it): (its member, the others holding memory on its nodes, the room on each node), or
+    why there is nothing to weigh (no budget figures). seen: node -> the deployments whose engine runs there, for
+    each node of the member (its own node's containers, the other ranks' watchers); started: the members with
+    requests held whose rank 0 runs on a node not in `seen` (its watcher says so: `unseen_starts`).
 
     Two members waiting at once never both take the same room, and never evict each other: a member with
     requests held or in flight is never a victim (the requests that start a member are held until it serves), and
@@ -72,7 +85,7 @@ def room_across(
     want = members.get(name) or {} if isinstance(name, str) else {}
     room = {n: float(v) for n, v in (want.get("room") or {}).items() if n in seen}  # (JSON keys: str)
     if not isinstance(name, str) or not room:
-        return [], "no budget figures for " + (", ".join(sorted(seen)) or "this node")
+        return "no budget figures for " + (", ".join(sorted(seen)) or "this node")
     nodes = sorted(room)
     others: list[Member] = []
     for n, m in sorted(members.items()):
@@ -98,8 +111,7 @@ def room_across(
         "on_demand": True,
         "shares": {x: float((want.get("shares") or {}).get(x, 0.0)) for x in nodes},
     }
-    stop, why = make_room(mine, others, room)
-    return [m["name"] for m in stop], why
+    return mine, others, room
 
 
 def unseen_starts(gid: str, demand: dict[str, Any], seen: dict[str, set[str]]) -> dict[str, str]:
@@ -202,30 +214,27 @@ def demand_seen(entry: object, rank: dict[str, Any], now: float) -> dict[str, An
     }
 
 
-def figures(gid: str, demand: dict[str, Any], node: str | None, running: set[str]) -> dict[str, Any]:
-    """The budget's figures of a start of group `gid` on `node` (its rank 0's), as room_for weighs them: the
-    member's share there, the room there, and each member running there with its share and why it is kept
-    (always on, requests in flight) or may be stopped (idle); {} without the budget's figures for this node."""
-    members = demand.get("members") or {}
-    name = ((demand.get("groups") or {}).get(gid) or {}).get("deployment")
-    want = members.get(name) if isinstance(name, str) else None
-    room = ((want or {}).get("room") or {}).get(node) if node is not None else None
-    if not isinstance(want, dict) or room is None:
+def figures(
+    gid: str, demand: dict[str, Any], seen: dict[str, set[str]], started: set[str] | frozenset[str], node: str | None
+) -> dict[str, Any]:
+    """The budget's figures of a start of group `gid` on `node` (its rank 0's), from the reading room_across
+    decides on (`weigh`): the member's share there, the room there, and each member holding memory there with its
+    share and why it is kept (always on, starting, requests in flight) or may be stopped (idle); {} without the
+    budget's figures for this node."""
+    weighed = weigh(gid, demand, seen, started)
+    if isinstance(weighed, str) or node not in weighed[2]:
         return {}
-    beside = []
-    for n in sorted(running - {name}):
-        m = members.get(n)
-        share = ((m or {}).get("shares") or {}).get(node) if isinstance(m, dict) else None
-        if isinstance(m, dict) and share is not None:
-            busy = int(m.get("in_flight") or 0) + int(m.get("waiting") or 0)
-            kept = _why_kept({"name": n, "on_demand": bool(m.get("on_demand")), "in_flight": busy})
-            beside.append({"deployment": n, "share": float(share), "kept": kept})
+    mine, others, room = weighed
     return {
-        "member": name,
+        "member": mine["name"],
         "node": node,
-        "room": float(room),
-        "needs": float((want.get("shares") or {}).get(node, 0.0)),
-        "running": beside,
+        "room": room[node],
+        "needs": mine["shares"][node],
+        "running": [
+            {"deployment": m["name"], "share": m["shares"][node], "kept": _why_kept(m)}
+            for m in others
+            if node in m["shares"]
+        ],
     }
 
 

@@ -418,6 +418,7 @@ class Watcher:
             entry = self.entry_at(url, other)
             if entry is None or (entry.get("container") or {}).get("running"):  # started (or not known): its room
                 started.add(str(demand["groups"][other].get("deployment")))
+        self.live.setdefault(gid, {})["weighed"] = (seen, started)  # what this look weighs: its figures too
         try:
             stop, why = activate.room_across(gid, demand, seen, started)
         except NoRoom as exc:
@@ -488,8 +489,13 @@ class Watcher:
         return activate.asked_to_stop(gid, demand, {o: self.entry_at(u, o) for o, u in asks.items()}) if asks else None
 
     def figures(self, gid: str) -> dict[str, Any]:
-        """The budget's figures of a start of `gid` on this node (activate.figures), for its decision's record."""
-        return activate.figures(gid, self.demand or {}, self.node, set(self.here) | set(self.others_here))
+        """The budget's figures of a start of `gid` on this node (activate.figures), for its decision's record: from
+        what its last make_room weighed (every node of it), else from this node's containers alone."""
+        if self.node is None:
+            return {}
+        here: dict[str, set[str]] = {self.node: set(self.here) | set(self.others_here)}
+        seen, started = self.live.get(gid, {}).get("weighed") or (here, set())
+        return activate.figures(gid, self.demand or {}, seen, started, self.node)
 
     def saw(self, gid: str, g: Json, me: Json, now: float) -> None:
         """An on-demand group's demand as this look saw it (activate.demand_seen: its last request, idle time), kept
