@@ -263,45 +263,7 @@ def status(inventory: str | None, deployment: str | None, as_json: bool) -> None
     if as_json:
         emit_json(data)
     else:
-        table = Table(title=f"sparkdeploy status ({data['inventory']})", title_justify="left")
-        for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health", "restarts"):
-            table.add_column(col)
-        for n in nodes:
-            if not n["reachable"]:
-                table.add_row(
-                    out.cell(n["name"]),
-                    out.cell("-"),
-                    out.cell("-"),
-                    out.cell("-"),
-                    out.cell("UNREACHABLE", "red"),
-                    out.cell("-"),
-                    out.cell("-"),
-                    out.cell("see below"),
-                    out.cell("-"),
-                )
-                continue
-            if not n["containers"]:
-                table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])
-            for c in n["containers"]:
-                h = c["health"]
-                table.add_row(
-                    out.cell(n["name"]),
-                    out.cell(c["name"]),
-                    out.cell(c["role"]),
-                    out.cell(
-                        f"{c['recipe']} / {c['topology']}"
-                        + (f" / {c['backend']}" if c["backend"] and c["backend"] != "none" else "")
-                    ),
-                    out.cell(c["state"], "green" if c["running"] else "red"),
-                    out.cell(_uptime(c["uptime_s"])),
-                    out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
-                    out.cell(
-                        "-" if h is None else ("ok" if h["ok"] else h["detail"]),
-                        "" if h is None else ("green" if h["ok"] else "red"),
-                    ),
-                    out.cell(c.get("restarts", 0), _crash_style(c)),
-                )
-        out.table(table)
+        out.table(_status_table(out, data))
         for n in nodes:  # in full, one line each (a table folds them): how each container last stopped
             for c in n["containers"]:
                 if c.get("last_exit") or c.get("docker_health") == "unhealthy":
@@ -333,6 +295,49 @@ def status(inventory: str | None, deployment: str | None, as_json: bool) -> None
             out.line(f"metrics: Prometheus at {data['metrics_url']}")
     if unreachable:
         raise StepFailed(f"unreachable: {', '.join(unreachable)}")
+
+
+def _status_table(out: Out, data: dict[str, Any]) -> Table:
+    """The status table: a row per container of each node (an unreachable node's row says so)."""
+    table = Table(title=f"sparkdeploy status ({data['inventory']})", title_justify="left")
+    for col in ("node", "container", "role", "recipe / topology", "state", "uptime", "image", "health", "restarts"):
+        table.add_column(col)
+    for n in data["nodes"]:
+        if not n["reachable"]:
+            table.add_row(
+                out.cell(n["name"]),
+                out.cell("-"),
+                out.cell("-"),
+                out.cell("-"),
+                out.cell("UNREACHABLE", "red"),
+                out.cell("-"),
+                out.cell("-"),
+                out.cell("see below"),
+                out.cell("-"),
+            )
+            continue
+        if not n["containers"]:
+            table.add_row(out.cell(n["name"]), out.cell("(none)"), *[out.cell("-") for _ in range(7)])
+        for c in n["containers"]:
+            h = c["health"]
+            table.add_row(
+                out.cell(n["name"]),
+                out.cell(c["name"]),
+                out.cell(c["role"]),
+                out.cell(
+                    f"{c['recipe']} / {c['topology']}"
+                    + (f" / {c['backend']}" if c["backend"] and c["backend"] != "none" else "")
+                ),
+                out.cell(c["state"], "green" if c["running"] else "red"),
+                out.cell(_uptime(c["uptime_s"])),
+                out.cell(f"{c['image']} ({c['image_id'].removeprefix('sha256:')[:12]})"),
+                out.cell(
+                    "-" if h is None else ("ok" if h["ok"] else h["detail"]),
+                    "" if h is None else ("green" if h["ok"] else "red"),
+                ),
+                out.cell(c.get("restarts", 0), _crash_style(c)),
+            )
+    return table
 
 
 def _member_lines(out: Out, members: list[dict[str, Any]]) -> None:

@@ -237,19 +237,11 @@ def _up(
             f"a single deployment runs on the nodes ({', '.join(unlabelled)}): run `sparkdeploy down` first "
             "(a stack never removes what `up` without --stack made). Nothing was changed."
         )
-    facts = {m.state_dir: _read(session, inv, m.state_dir, dep=m.deployment) for m in stack.members}
-    for name, nds in ((GATEWAY, [gateway_node(stack)]), (GUARD, guard_nodes(stack))):
-        sd = state_dir_of(inv, name)  # their images: pushed here (they have no preflight of their own)
-        facts[sd] = _read(session, inv, sd, dep=nds)
-        if not dry_run and _push_images(inv, nds, facts[sd], out):
-            facts[sd] = _read(session, inv, sd, dep=nds)
-    for n in gone:
-        facts[state_dir_of(inv, n)] = _read(session, inv, state_dir_of(inv, n))
+    facts = _unit_facts(stack, session, gone, dry_run, out)
     units = plan_stack(stack, facts, gone)
     result["units"] = [u.as_dict() for u in units]
     _check(stack, session, units, facts, base, out, result, dry_run, fabric_gate_on)  # nothing changed before
     # the engines of unchanged deployments that do not answer /health stay out of the routes
-    gw_sd = state_dir_of(inv, GATEWAY)
     asleep = cold(units)
     probed = gateway_routes.unhealthy(stack_routes(stack), [u.name for u in _unchanged(units) if u.name not in asleep])
     routes = stack_routes(stack, probed | dict.fromkeys(asleep, COLD))
@@ -264,6 +256,66 @@ def _up(
             out.dry_run(u.plan)
         result["ok"] = True
         return
+    _apply_units(stack, session, interrupt, out, result, units, facts, routes, timeout)
+    key = stack.secrets.get("LITELLM_MASTER_KEY")
+    if any(s.status == CHANGED for s in gateway.plan.steps):
+        time.sleep(gateway_routes.SETTLE_S)  # every gateway worker routes by the new routes.json
+    ok, detail = gateway_routes.wait_served(stack.endpoint, key, routes.served(), time.monotonic() + timeout)
+    result.setdefault("health", {})[GATEWAY] = {"ok": ok, "detail": detail}
+    if not ok:
+        raise StepFailed(f"gateway: {detail}")
+    for u in units:
+        if u.kind == "remove":
+            _apply(session, u, out, stack, interrupt)
+    _record(stack, session, units, inventory_arg, result)
+    result["units"] = [u.as_dict() for u in units]
+    result["changed"] = sum(1 for u in units for s in u.plan.steps if s.status == CHANGED)
+    for name in asleep:
+        out.line(f"{name}: {COLD}")
+    if probed:
+        for engine, why in sorted(probed.items()):
+            out.line(f"{engine}: not routed by the gateway: {why}", "red")
+        raise StepFailed(
+            f"{len(probed)} engine(s) of unchanged deployments do not answer, so the gateway does not route them "
+            f"({', '.join(sorted(probed))}); it routes {', '.join(routes.served()) or 'no model'}. See "
+            "`sparkdeploy logs --deployment NAME`; `up --stack` routes them again once they answer"
+        )
+    result["ok"] = True
+    out.line(f"{result['changed']} change(s); gateway {stack.endpoint}: {detail}", "green")
+
+
+def _unit_facts(
+    stack: Stack, session: Session, gone: list[str], dry_run: bool, out: Reporter
+) -> dict[str, dict[str, NodeFacts]]:
+    """Each unit's facts, by its state dir: the members', the gateway's and the guards' (their images pushed
+    here first: they have no preflight of their own), and those of the deployments this stack no longer has."""
+    inv = stack.inventory
+    facts = {m.state_dir: _read(session, inv, m.state_dir, dep=m.deployment) for m in stack.members}
+    for name, nds in ((GATEWAY, [gateway_node(stack)]), (GUARD, guard_nodes(stack))):
+        sd = state_dir_of(inv, name)
+        facts[sd] = _read(session, inv, sd, dep=nds)
+        if not dry_run and _push_images(inv, nds, facts[sd], out):
+            facts[sd] = _read(session, inv, sd, dep=nds)
+    for n in gone:
+        facts[state_dir_of(inv, n)] = _read(session, inv, state_dir_of(inv, n))
+    return facts
+
+
+def _apply_units(
+    stack: Stack,
+    session: Session,
+    interrupt: Interrupt,
+    out: Reporter,
+    result: dict[str, Any],
+    units: list[Unit],
+    facts: dict[str, dict[str, NodeFacts]],
+    routes: Routes,
+    timeout: float,
+) -> None:
+    """Each unit's plan applied in order, the removals aside (_up applies them once the gateway serves the new
+    routes): a member that starts leaves the gateway's routes first, and passes its health gate before the next."""
+    inv = stack.inventory
+    gw_sd = state_dir_of(inv, GATEWAY)
     gw = Gateway(stack.head, gw_sd, facts[gw_sd][stack.head.name])
     rerouted = False
     for u in units:
@@ -294,37 +346,19 @@ def _up(
         finally:
             if mine.health is not None:
                 result.setdefault("health", {})[u.name] = mine.health
-    key = stack.secrets.get("LITELLM_MASTER_KEY")
-    if any(s.status == CHANGED for s in gateway.plan.steps):
-        time.sleep(gateway_routes.SETTLE_S)  # every gateway worker routes by the new routes.json
-    ok, detail = gateway_routes.wait_served(stack.endpoint, key, routes.served(), time.monotonic() + timeout)
-    result.setdefault("health", {})[GATEWAY] = {"ok": ok, "detail": detail}
-    if not ok:
-        raise StepFailed(f"gateway: {detail}")
+
+
+def _record(
+    stack: Stack, session: Session, units: list[Unit], inventory_arg: str | None, result: dict[str, Any]
+) -> None:
+    """What runs now, for `sparkdeploy history` (rollback names the stack file: it says what runs)."""
     for u in units:
-        if u.kind == "remove":
-            _apply(session, u, out, stack, interrupt)
-    for u in units:  # what runs now, for `sparkdeploy history` (rollback names the stack file: it says what runs)
         if u.member is not None and u.changes:
             dep = cast(Deployment, u.member.deployment)
             rec = history.record_deployment(
                 dep, session.conns, u.member.sets, inventory_arg, simulated(dep), stack=(stack.path, u.name)
             )
             result.setdefault("history_ids", {})[u.name] = rec["id"]
-    result["units"] = [u.as_dict() for u in units]
-    result["changed"] = sum(1 for u in units for s in u.plan.steps if s.status == CHANGED)
-    for name in asleep:
-        out.line(f"{name}: {COLD}")
-    if probed:
-        for engine, why in sorted(probed.items()):
-            out.line(f"{engine}: not routed by the gateway: {why}", "red")
-        raise StepFailed(
-            f"{len(probed)} engine(s) of unchanged deployments do not answer, so the gateway does not route them "
-            f"({', '.join(sorted(probed))}); it routes {', '.join(routes.served()) or 'no model'}. See "
-            "`sparkdeploy logs --deployment NAME`; `up --stack` routes them again once they answer"
-        )
-    result["ok"] = True
-    out.line(f"{result['changed']} change(s); gateway {stack.endpoint}: {detail}", "green")
 
 
 def _unchanged(units: list[Unit]) -> list[Unit]:

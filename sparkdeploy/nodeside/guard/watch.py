@@ -313,7 +313,6 @@ class Watcher:
     def lead(
         self, gid: str, g: Json, info: Json, me: Json, watchers: list[str], health_port: str | None, now: float
     ) -> None:
-        cfg = self.cfg
         why: str | None  # this look's reason to act (on demand, or a failure), None: nothing to do
         t = self.live.setdefault(gid, {"healthy_once": False, "started": None})
         if g.get("container") != info["Id"]:  # a new container: `up` made it, a new record (the restarts stay listed)
@@ -372,6 +371,24 @@ class Watcher:
         if why is None:
             g.update(state="ok" if ok else ("starting" if not t["healthy_once"] else "failing"), reason=detail)
             return
+        self.restart(gid, g, t, info, watchers, peers, ranks, health_port, why, now)
+
+    def restart(
+        self,
+        gid: str,
+        g: Json,
+        t: Json,
+        info: Json,
+        watchers: list[str],
+        peers: dict[int, Json | None],
+        ranks: list[Json | None],
+        health_port: str | None,
+        why: str,
+        now: float,
+    ) -> None:
+        """A group that failed (`why`): restarted within its budget (max_restarts in window_s, each restart in a
+        row that did not bring it back doubling the wait before the next), else given up and stopped."""
+        cfg = self.cfg
         since = max(now - cfg["window_s"], g.get("since") or 0)  # the budget: this window, these containers
         recent = [r for r in g.get("restarts") or [] if r["at"] >= since]
         if len(recent) >= cfg["max_restarts"]:
