@@ -5,7 +5,9 @@ Runs `bash scripts/test.sh` (what CI runs: setup, lint and types, the fast suite
 mode, in this checkout's own lab (SPARKDEPLOY_LAB_INSTANCE, SPARKDEPLOY_LAB_SUBNETS, SPARKDEPLOY_STATE set; shard 2
 derives its own lab from them): SPARKDEPLOY_LAB_SHARDS=1 (one lab suite on one lab, as before) and
 SPARKDEPLOY_LAB_SHARDS=2 (two at once, each on its own lab). Prints each run's wall time, exit status, the test
-counts it reported, the most memory the machine had in use (MemTotal - MemAvailable, sampled every 2 s: the
+counts it reported, its CPU seconds (the run's process tree, its rusage, plus this instance's node containers,
+ci_overlap.LabCpu: a figure a busy shared machine changes little, unlike wall time) and the cores they kept busy,
+the most memory the machine had in use (MemTotal - MemAvailable, sampled every 2 s: the
 2-core CI machine has 23 GB) and the ratio split / single (goal: the split run under 30 minutes). Each run's log
 goes to --logs. Run it with the labs already up (a first run brings them up) for CI's case, the lab kept.
 
@@ -25,6 +27,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from ci_overlap import LabCpu  # noqa: E402 - a sibling benchmark's sampler
+
 COUNTS = re.compile(r"^=* ?(\d+ (?:passed|failed|error|errors|skipped|deselected)\b.*) in [\d.]+s", re.M)
 
 
@@ -59,19 +65,23 @@ def run(shards: int, logs: Path) -> dict[str, object]:
     log = logs / f"test-sh-shards{shards}.log"
     env = {**os.environ, "SPARKDEPLOY_LAB_SHARDS": str(shards)}
     load = os.getloadavg()[0]
-    with PeakMemory() as memory, open(log, "w") as out:
+    with LabCpu(os.environ["SPARKDEPLOY_LAB_INSTANCE"]) as nodes, PeakMemory() as memory, open(log, "w") as out:
         t0 = time.monotonic()
-        rc = subprocess.call(
+        proc = subprocess.Popen(
             ["bash", "scripts/test.sh", "-p", "no:cacheprovider"], cwd=REPO, env=env, stdout=out, stderr=out
         )
+        _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime + nodes.seconds
     counts = COUNTS.findall(log.read_text(errors="replace"))
     print(
-        f"{shards} lab suite(s): exit {rc}, wall {wall:7.1f} s ({wall / 60:.1f} min), peak memory in use "
-        f"{memory.peak} MB, load average {load:.1f} at the start; {' | '.join(counts)}; log {log}",
+        f"{shards} lab suite(s): exit {rc}, wall {wall:7.1f} s ({wall / 60:.1f} min), CPU {cpu:.0f} s "
+        f"(cores busy {cpu / wall:.2f}), peak memory in use {memory.peak} MB, load average {load:.1f} at the start; "
+        f"{' | '.join(counts)}; log {log}",
         flush=True,
     )
-    return {"wall": wall, "rc": rc}
+    return {"wall": wall, "rc": rc, "cpu": cpu}
 
 
 def main() -> int:
