@@ -40,7 +40,8 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 
 # Developers running several checkouts on one engine keep their labs apart: SPARKDEPLOY_LAB_INSTANCE prefixes
 # every Docker object (and label) a lab makes, and SPARKDEPLOY_LAB_SUBNETS ("MGMT,FABRIC") moves the default
-# lab to subnets of its own. Both are unset for users and CI.
+# lab to subnets of its own. Both are unset for users and for CI's first lab shard; its second shard sets both
+# (tests/support/lab_shards.py: a lab of its own beside the first, on the same engine).
 INSTANCE_ENV = "SPARKDEPLOY_LAB_INSTANCE"
 SUBNETS_ENV = "SPARKDEPLOY_LAB_SUBNETS"
 # The throw-away labs beside the shared one (tests, benchmarks, `lab up --name`) take two free 172.30.X.0/24 subnets
