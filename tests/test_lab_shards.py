@@ -113,6 +113,7 @@ def lab4(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> list[ipaddress
 )
 def test_the_second_shard_gets_a_lab_of_its_own(caller, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPARKDEPLOY_STATE", raising=False)  # a developer's own (shard_env falls back to paths)
     first, second = (shard_env(i, 2, caller) for i in range(2))
     for key in (INSTANCE_ENV, SUBNETS_ENV, "SPARKDEPLOY_STATE"):
         assert first.get(key) == caller.get(key)  # shard 1 is the caller's own lab: CI's kept `lab`
