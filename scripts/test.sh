@@ -18,7 +18,8 @@ python3 -m mypy || { echo "test.sh: mypy failed (see above)" >&2; exit 1; }
 # first's), its modules split by their seconds in tests/support/lab_module_seconds.json (tests/support/lab_shards.py,
 # which also says how a module not listed there is placed). They mostly wait on nodes, engines and SSH, so on a
 # 2-core machine the three take little more than the slowest (docs/benchmarks.md, "CI's time").
-# SPARKDEPLOY_LAB_SHARDS=1 runs the lab suite as one process on the default lab, as before. Shard 1's output is
+# SPARKDEPLOY_LAB_SHARDS=1 runs the lab suite as one process on the default lab, as before (use it with test paths
+# in "$@": each shard adds its own modules to them). Shard 1's output is
 # shown as it runs, shard 2's and the fast suite's after it; every one must pass. --durations: CI must stay under
 # 30 minutes on 2 cores; the slowest tests and the seconds per module (tests/support/module_times.py) are printed.
 shards="${SPARKDEPLOY_LAB_SHARDS:-2}"
