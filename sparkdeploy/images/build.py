@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkdeploy import paths
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.definitions import LABEL, ImageDefinition, load_definition
 
@@ -95,7 +94,10 @@ def ensure_image(
 
 @contextlib.contextmanager
 def _build_lock(name: str) -> Iterator[None]:
-    with open(paths.state_folder("locks") / f"image-{name}.lock", "w") as fh:
+    """One build of an image at a time on this machine, whatever the state folder: what it guards (the engine's
+    tag, the checkout's wheels folder) is shared by processes with different SPARKDEPLOY_STATE (CI's two lab shards,
+    tests/support/lab_shards.py), like the lab's own lock (lab/lifecycle.py _lab_lock)."""
+    with open(Path(tempfile.gettempdir()) / f"sparkdeploy-image-{name}.lock", "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

@@ -21,7 +21,7 @@ from docker.models.networks import Network
 from docker.types import IPAMConfig, IPAMPool
 
 from sparkdeploy.errors import ConfigError, Problem
-from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, Filters, LabSpec
+from sparkdeploy.lab.spec import LAB_LABEL, NAME_LABEL, Filters, LabSpec, side_octets
 
 if TYPE_CHECKING:  # the docker SDK's types only: no import at run time
     from docker import DockerClient
@@ -103,11 +103,14 @@ def _overlapping(client: DockerClient, subnet: str, name: str) -> list[str]:
     return hits
 
 
-def free_subnets(client: DockerClient, count: int = 2, second_octets: range = range(100, 250)) -> list[str]:
-    """`count` 172.30.X.0/24 subnets no Docker network on this engine uses (for extra labs: tests, benchmarks).
+def free_subnets(client: DockerClient, count: int = 2, second_octets: range | None = None) -> list[str]:
+    """`count` 172.30.X.0/24 subnets no Docker network on this engine uses (for extra labs: tests, benchmarks),
+    X in `second_octets` (default: spec.side_octets(), SPARKDEPLOY_LAB_SIDE_OCTETS or 100-249).
 
     Fixed subnets for throw-away labs collide sooner or later with someone's experiment on a shared engine.
     """
+    if second_octets is None:
+        second_octets = side_octets()
     used = []
     for net in client.networks.list():
         for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:

@@ -40,9 +40,17 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 
 # Developers running several checkouts on one engine keep their labs apart: SPARKDEPLOY_LAB_INSTANCE prefixes
 # every Docker object (and label) a lab makes, and SPARKDEPLOY_LAB_SUBNETS ("MGMT,FABRIC") moves the default
-# lab to subnets of its own. Both are unset for users and CI.
+# lab to subnets of its own. Both are unset for users and for CI's first lab shard; its second shard sets both
+# (tests/support/lab_shards.py: a lab of its own beside the first, on the same engine).
 INSTANCE_ENV = "SPARKDEPLOY_LAB_INSTANCE"
 SUBNETS_ENV = "SPARKDEPLOY_LAB_SUBNETS"
+# The throw-away labs beside the shared one (tests, benchmarks, `lab up --name`) take two free 172.30.X.0/24 subnets
+# (lab/network.py free_subnets) with X in FIRST-LAST; SPARKDEPLOY_LAB_SIDE_OCTETS ("FIRST-LAST", inside the default)
+# narrows it, so that two test processes at once (CI's two lab shards, tests/support/lab_shards.py) never pick the
+# same free subnets before either has made its networks.
+SIDE_OCTETS_ENV = "SPARKDEPLOY_LAB_SIDE_OCTETS"
+SIDE_OCTETS_FIRST = 100
+SIDE_OCTETS_LAST = 249
 # Each node's memory limit (a cgroup: `docker run --memory`), standing in for a Spark's 128 GB of unified memory
 # scaled down (1/10); the inner engine's containers run under it (lab/nodes.py nests their cgroups), so the guard
 # (sparkdeploy/guard) sees one node's memory run out as on a Spark. 0 turns it off.
@@ -62,6 +70,24 @@ def _default_subnet(index: int) -> str:
         if len(parts) == 2:
             return parts[index]
     return (DEFAULT_MGMT_SUBNET, DEFAULT_FABRIC_SUBNET)[index]
+
+
+def side_octets() -> range:
+    """The X of the 172.30.X.0/24 subnets a throw-away lab may take (see SIDE_OCTETS_ENV); bad input is exit 2."""
+    value = os.environ.get(SIDE_OCTETS_ENV, "")
+    if not value:
+        return range(SIDE_OCTETS_FIRST, SIDE_OCTETS_LAST + 1)
+    first, _, last = value.partition("-")
+    if first.isdigit() and last.isdigit() and SIDE_OCTETS_FIRST <= int(first) <= int(last) <= SIDE_OCTETS_LAST:
+        return range(int(first), int(last) + 1)
+    raise ConfigError(
+        Problem(
+            "environment",
+            SIDE_OCTETS_ENV,
+            f"{value!r} is not FIRST-LAST",
+            f"unset it, or give two numbers from {SIDE_OCTETS_FIRST} to {SIDE_OCTETS_LAST}, e.g. 100-174",
+        )
+    )
 
 
 # A docker SDK list filter (label, name, ...), the SDK's own type for it.
