@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CI's time with the lab suite split in two (scripts/test.sh, tests/support/lab_shards.py) against one lab suite.
 
-Runs `bash scripts/test.sh` (what CI runs: setup, lint and types, the fast suite beside the lab suite) once per
+Runs `bash scripts/test.sh` (what CI runs: setup, lint and types, the lab suite, then the fast suite) once per
 mode, in this checkout's own lab (SPARKDEPLOY_LAB_INSTANCE, SPARKDEPLOY_LAB_SUBNETS, SPARKDEPLOY_STATE set; shard 2
 derives its own lab from them): SPARKDEPLOY_LAB_SHARDS=1 (one lab suite on one lab, as before) and
 SPARKDEPLOY_LAB_SHARDS=2 (two at once, each on its own lab). Prints each run's wall time, exit status, the test

@@ -12,7 +12,8 @@ Removed:
   step of a failed build: steps inherit the label of their sparkdeploy base). The classic builder's cached steps
   go with the tagged image above them. An image someone else also tagged keeps that tag, and stays;
 - the checkout's .venv, .venv-litellm and images/*/wheels (the wheels downloaded for image builds);
-- the state folder ($SPARKDEPLOY_STATE, else ~/.local/state/sparkdeploy: lab keys, inventories, results).
+- the state folder ($SPARKDEPLOY_STATE, else ~/.local/state/sparkdeploy: lab keys, inventories, results), and the
+  lab suite's second shard's beside it (its name with "-b").
 Kept: every other container, image, network and volume; the build cache (sparkdeploy builds with the classic
 builder, which keeps its steps as the images above and nothing in BuildKit's cache, so `docker builder prune`
 would remove only other projects' caches); every package of the system interpreter; pip's download cache
@@ -187,7 +188,8 @@ def remove(chosen: Selection, only: tuple[str, str] | None) -> list[str]:
 
 def remove_files(repo: Path, dry_run: bool) -> list[str]:
     folders = [repo / name for name in CHECKOUT_FOLDERS] + sorted((repo / "images").glob("*/wheels"))
-    folders.append(state_dir())
+    # and the lab suite's second shard's (tests/support/lab_shards.py: the state folder's name with "-b")
+    folders += [state_dir(), state_dir().with_name(state_dir().name + "-b")]
     present = [f for f in folders if f.exists()]
     if not dry_run:
         for folder in present:

@@ -13,43 +13,40 @@ python3 -m ruff check "${lint_paths[@]}" \
 python3 -m ruff format --check "${lint_paths[@]}" \
   || { echo "test.sh: ruff format --check failed (python3 -m ruff format ${lint_paths[*]} rewrites them)" >&2; exit 1; }
 python3 -m mypy || { echo "test.sh: mypy failed (see above)" >&2; exit 1; }
-# The fast suite runs BESIDE the lab suite, and the lab suite itself as two pytest processes at once, each on a lab
-# of its own (shard 1: the default lab; shard 2: a second instance, subnets and state folder derived from the
-# first's), its modules split by their seconds in tests/support/lab_module_seconds.json (tests/support/lab_shards.py,
-# which also says how a module not listed there is placed). They mostly wait on nodes, engines and SSH, so on a
-# 2-core machine the three take little more than the slowest (docs/benchmarks.md, "CI's time").
-# SPARKDEPLOY_LAB_SHARDS=1 runs the lab suite as one process on the default lab, as before (use it with test paths
-# in "$@": each shard adds its own modules to them). Shard 1's output is
-# shown as it runs, shard 2's and the fast suite's after it; every one must pass. --durations: CI must stay under
-# 30 minutes on 2 cores; the slowest tests and the seconds per module (tests/support/module_times.py) are printed.
+# The lab suite runs as two pytest processes at once, each on a lab of its own (shard 1: the default lab; shard 2: a
+# second instance, subnets and state folder derived from the first's), its modules split by their seconds in
+# tests/support/lab_module_seconds.json (tests/support/lab_shards.py, which also says how a module not listed there
+# is placed). They mostly wait on nodes, engines and SSH, so on a 2-core machine the two take little more than one
+# half. The fast suite runs AFTER them, on a quiet machine: beside both shards it got too little CPU for its few
+# timed checks (docs/benchmarks.md, "CI's time"). SPARKDEPLOY_LAB_SHARDS=1 runs the lab suite as one process on
+# the default lab, as before (use it with test paths in "$@": each shard adds its own modules to them). Shard 1's
+# output is shown as it runs, shard 2's after it, then the fast suite's; every one must pass. --durations: CI must
+# stay under 30 minutes on 2 cores; the slowest tests and the seconds per module (tests/support/module_times.py)
+# are printed.
 shards="${SPARKDEPLOY_LAB_SHARDS:-2}"
 [[ "$shards" == 1 || "$shards" == 2 ]] \
   || { echo "test.sh: SPARKDEPLOY_LAB_SHARDS=$shards: use 1 (one lab suite) or 2 (two at once; the default)" >&2; exit 2; }
-fast_log="$(mktemp -t sparkdeploy-fast-suite.XXXXXX)"
 shard2_log="$(mktemp -t sparkdeploy-lab-shard2.XXXXXX)"
-python3 -m pytest -q -m "not lab" --durations=10 "$@" >"$fast_log" 2>&1 &
-fast_pid=$!
 shard2_pid=""
 if ((shards == 2)); then
   python3 -m tests.support.lab_shards run 2 2 --durations=30 "$@" >"$shard2_log" 2>&1 &
   shard2_pid=$!
 fi
-# a lab suite stopped early does not leave the others running
-trap 'kill "$fast_pid" $shard2_pid 2>/dev/null || true' EXIT
+# a lab suite stopped early does not leave the other running
+trap 'kill $shard2_pid 2>/dev/null || true' EXIT
 lab_rc=0
 python3 -m tests.support.lab_shards run 1 "$shards" --durations=30 "$@" || lab_rc=$?
 shard2_rc=0
 [[ -z "$shard2_pid" ]] || wait "$shard2_pid" || shard2_rc=$?
-fast_rc=0
-wait "$fast_pid" || fast_rc=$?
 trap - EXIT
 if [[ -n "$shard2_pid" ]]; then
   echo "============================ the lab suite's shard 2 (run beside shard 1, on its own lab) ============================"
   cat "$shard2_log"
 fi
-echo "=============================== the fast suite (run beside the lab suite) ==============================="
-cat "$fast_log"
-rm -f "$fast_log" "$shard2_log"
+rm -f "$shard2_log"
+echo "=============================== the fast suite (after the lab suite) ==============================="
+fast_rc=0
+python3 -m pytest -q -m "not lab" --durations=10 "$@" || fast_rc=$?
 ((lab_rc == 0)) || echo "test.sh: the lab suite's shard 1 failed (exit $lab_rc)" >&2
 ((shard2_rc == 0)) || echo "test.sh: the lab suite's shard 2 failed (exit $shard2_rc)" >&2
 ((fast_rc == 0)) || echo "test.sh: the fast suite failed (exit $fast_rc)" >&2
