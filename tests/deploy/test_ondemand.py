@@ -509,3 +509,29 @@ def test_in_flight_counts_reach_the_table_through_the_writer_thread_and_survive_
     while time.monotonic() < deadline and (gateway_spend.demand(db).get("m") or {}).get("in_flight") != 1:
         time.sleep(0.05)
     assert gateway_spend.demand(db)["m"]["in_flight"] == 1  # the failed pass's counts written on the next
+
+
+def test_a_note_made_while_the_writer_swaps_its_counts_is_not_lost(tmp_path):
+    """The writer takes the noted counts by swapping both dicts for new ones under the lock. A note must go into the
+    dict current once it holds the lock, not the one it saw before: the writer may already have written (and
+    dropped) that model from the dict it took. Here the swap happens just as the note takes the lock."""
+    counts = gateway_spend.InFlight(str(tmp_path / "spend.sqlite"), write=lambda *a, **kw: None)
+    counts._thread = threading.current_thread()  # no writer thread: this test swaps as the writer would
+    lock, taken = counts._cond, []
+
+    class SwapOnEnter:
+        def __enter__(self) -> None:
+            if not taken:  # the writer's swap, between the note's look at its dict and its taking the lock
+                taken.append((counts._begun, counts._ended))
+                counts._begun, counts._ended = {}, {}
+            lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.__exit__(*exc)
+
+        def notify(self) -> None:
+            lock.notify()
+
+    counts._cond = SwapOnEnter()  # type: ignore[assignment]
+    counts.end("m")
+    assert counts._ended == {"m": 1} and taken == [({}, {})], (counts._ended, taken)  # noted for the next pass

@@ -179,13 +179,17 @@ class InFlight:
         self._thread: threading.Thread | None = None
 
     def begin(self, model: str) -> None:
-        self._note(self._begun, model)
+        self._note(True, model)
 
     def end(self, model: str) -> None:
-        self._note(self._ended, model)
+        self._note(False, model)
 
-    def _note(self, counts: dict[str, int], model: str) -> None:
+    def _note(self, beginning: bool, model: str) -> None:
         with self._cond:
+            # the dict is picked under the lock: the writer swaps both for new ones under it, and a note added to
+            # the one it took after it wrote that model is lost (a lost end kept a model "in flight" for good, so
+            # it was never evicted nor stopped as idle: CI's lab, twice)
+            counts = self._begun if beginning else self._ended
             counts[model] = counts.get(model, 0) + 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gateway-in-flight", daemon=True)
