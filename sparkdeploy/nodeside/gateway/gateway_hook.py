@@ -666,7 +666,12 @@ async def _hold(request: Any, model: str | None) -> None:
     one before its first byte), counted as waiting: the activator of its rank 0's node starts it on that. It goes
     on once its watchers say `ok` and the router has it; past its hold it is refused 503 (ClientErrors adds
     Retry-After)."""
-    if model is None or model not in _on_demand or model in _warm:
+    if model is None or model not in _on_demand:
+        return
+    if model in _warm:
+        if _applied != (_withdrawn, _warm):  # the poller made it warm again since this worker's router was set:
+            with _lock:  # routed now, not at the next CHECK_S (else LiteLLM answers 400 "Invalid model name")
+                _reload_models()
         return
     hold_s = float(_on_demand[model].get("hold") or HOLD_S)
     t0 = time.monotonic()
