@@ -186,3 +186,85 @@ def test_client_errors_hands_the_hang_up_the_hold_read_to_the_app_and_a_hold_end
         return seen
 
     assert asyncio.run(run()) == [b'{"model": "m", "messages": []}', True, "http.disconnect"]
+
+
+def _ask(hook, app, model: str = "m") -> list[dict[str, object]]:
+    """One request through ClientErrors in front of `app`: what the client is sent."""
+    sent: list[dict[str, object]] = []
+    body = b'{"model": "%s", "messages": []}' % model.encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        if not messages:
+            await asyncio.Event().wait()  # a client that waits for its answer: nothing more comes
+        return messages.pop(0)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "client": ("1.2.3.4", 1), "headers": []}
+    asyncio.run(hook.ClientErrors(app)(scope, receive, send))
+    return sent
+
+
+INVALID = b'{"error": {"message": "Invalid model name passed in model=m"}}'
+
+
+def test_an_on_demand_request_whose_engine_leaves_under_it_is_held_again_and_answered(hook, monkeypatch):
+    """Its engine crashed after the hold let it go, before LiteLLM's router picked it (the watcher saw the crash in
+    that window, the router's list was reloaded without it: LiteLLM answers 400 "Invalid model name"). Before,
+    the client got 503 "deployment coder is out of the gateway: cold: on demand, not running" (CI's faults lab
+    test, once). Now nothing is sent: the request runs again, with its body and the scope as it came, is held by
+    the hook until the model serves again, and is answered; counted in flight once, its end once."""
+    flights: list[str] = []
+    monkeypatch.setattr(hook._in_flight, "begin", lambda model: flights.append("begin"))
+    monkeypatch.setattr(hook._in_flight, "end", lambda model: flights.append("end"))
+    hook._reload_models = lambda: None
+    hook._on_demand, hook._warm, hook._served = {"m": {"hold": 30}}, frozenset({"m"}), {"m"}
+    runs: list[tuple[bytes, bool]] = []
+
+    async def litellm(scope: dict[str, object], receive, send) -> None:
+        request = types.SimpleNamespace(
+            scope=scope, method="POST", url=types.SimpleNamespace(path="/v1/chat/completions")
+        )
+        body = (await receive())["body"]
+        runs.append((body, "litellm.own" in scope))
+        scope["litellm.own"] = True  # what an app writes into its scope
+        await hook._admit(request, "m")  # the auth hook: counted, held while the model does not serve
+        if len(runs) == 1:  # the crash, seen between the hold and the router's pick
+            hook._warm, hook._served = frozenset(), set()
+            asyncio.get_running_loop().call_later(0.2, lambda: setattr(hook, "_warm", frozenset({"m"})))
+            await send({"type": "http.response.start", "status": 400, "headers": []})
+            await send({"type": "http.response.body", "body": INVALID})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+
+    sent = _ask(hook, litellm)
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [200]
+    assert [m["body"] for m in sent if m["type"] == "http.response.body"] == [b'{"ok": true}']
+    assert runs == [(b'{"model": "m", "messages": []}', False)] * 2
+    assert flights == ["begin", "end"]
+
+
+def test_an_on_demand_request_held_again_at_most_replays_times_then_told_why(hook):
+    """A model whose engines keep leaving under the request: after REPLAYS more runs, the 503 a new request would
+    get (its deployment out of the gateway, with why), never a loop."""
+    hook._reload_models = lambda: None
+    hook._on_demand, hook._warm, hook._served = {"m": {"hold": 30}}, frozenset({"m"}), {"m"}
+    hook._unavailable = {"m": "deployment coder is out of the gateway: restarting"}
+    runs: list[int] = []
+
+    async def litellm(scope: dict[str, object], receive, send) -> None:
+        await receive()
+        runs.append(1)
+        hook._warm, hook._served = frozenset(), set()  # gone again under it
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": INVALID})
+        hook._warm, hook._served = frozenset({"m"}), {"m"}
+
+    hook._warm, hook._served = frozenset({"m"}), {"m"}
+    sent = _ask(hook, litellm)
+    assert len(runs) == hook.REPLAYS + 1
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [503]
+    assert b"deployment coder is out of the gateway: restarting" in sent[-1]["body"]  # type: ignore[operator]

@@ -91,6 +91,7 @@ HELD_WATCH_S, HELD_STEP_S = 0.1, 0.05
 # as routes.json's on_demand entry says (`hold`: the stack's gateway.hold or the member's start_timeout), else this
 HOLD_S = float(os.environ.get("SPARKDEPLOY_HOLD_S") or 300)
 RETRY_S = 30  # the Retry-After of the 503 past the hold
+REPLAYS = 3  # an on-demand model's request held again at most this often when its engines leave under it
 DEMAND_PATH = "/sparkdeploy/demand"  # GET, read-only: what the nodes' activators poll
 NOT_SERVING = ("restarting", "failing", "backoff", "gave-up", "held")
 
@@ -255,17 +256,22 @@ class ClientErrors:
 
         scope[HUNG_UP] = hung_up
 
-        held = False
+        held = again = False
+        replays = 0  # times it was held again (below)
 
         async def answer(message: dict[str, Any]) -> None:
             """A request admitted while its model was routed, whose model left the routes before LiteLLM's
             router picked an engine (another request of this worker reloaded routes.json meanwhile): LiteLLM's
-            400 ("Invalid model name", "no healthy deployments") becomes what a new request gets, 503 or 404."""
-            nonlocal held
+            400 ("Invalid model name", "no healthy deployments") becomes what a new request gets, 503 or 404;
+            for an on-demand model (its engine crashed, or was stopped), nothing: the request is held again."""
+            nonlocal held, again
             if message["type"] == "http.response.start" and message.get("status") == 400:
                 held = model not in _served and model not in _warm
+                again = held and model in _on_demand and replays < REPLAYS and not _stopping()
             if message["type"] == "http.response.start" and message.get("status") == 503 and model in _on_demand:
                 message = dict(message, headers=[*message.get("headers", []), (b"retry-after", str(RETRY_S).encode())])
+            if again:
+                return  # nothing sent yet: run again below, held by the hook until the model serves
             if not held:
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
@@ -278,8 +284,19 @@ class ClientErrors:
         # in flight (not stopped as idle) from when the hook admits it (key, model, budget and rpm checked:
         # `_admit`), not before: a refused request for an on-demand model counts nothing and starts nothing
         scope[ADMITTED] = admitted = {"model": model, "counted": False}
+        first = dict(scope)  # each run gets the scope as it came: the app writes its own keys into it
         try:
-            await self.app(scope, replay, answer)
+            while True:
+                await self.app(scope, replay, answer)
+                if not again:
+                    return
+                # its engines left the routes between its hold and LiteLLM's pick (a crash the watcher saw in
+                # that window): the client is never told so, it waits for the restart like a request held
+                verbose_proxy_logger.warning(
+                    "gateway: a request for %s was in flight when its engines stopped serving: held again", model
+                )
+                replays, held, again, sent = replays + 1, False, False, False
+                scope = dict(first)
         finally:
             if admitted["counted"]:
                 _in_flight.end(model)  # written beside the request by this worker's writer, not awaited
@@ -639,8 +656,10 @@ async def _authorize(request: Any, api_key: str | None) -> UserAPIKeyAuth:
                 request,
             )
     rpm = entry.get("rpm")
-    # a write that may wait for another worker's: off the event loop
-    if rpm and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
+    # a write that may wait for another worker's: off the event loop; a request held again (ClientErrors) was
+    # counted in the key's minute when it was admitted
+    again = isinstance(request.scope.get(ADMITTED), dict) and request.scope[ADMITTED]["counted"]
+    if rpm and not again and await asyncio.to_thread(gateway_spend.take, digest, int(rpm)) is not None:
         raise Refusal(f"key {entry['name']} is over its limit of {rpm} requests per minute", 429, request)
     await _admit(request, _model(request))
     return _answer(
