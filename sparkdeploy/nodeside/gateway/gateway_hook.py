@@ -182,8 +182,11 @@ def _kind(value: Any) -> str:
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
-def _body_problem(raw: bytes) -> tuple[Any, str]:
+def _body_problem(raw: bytes, scope: dict[str, Any]) -> tuple[Any, str]:
     """(the parsed body, "") or (None, what is wrong with it, in one sentence)."""
+    ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
+    if ctype in FORMS:
+        return None, FORM
     if not raw.strip():
         return None, "the request has no body: send a JSON object with model and messages"
     try:
@@ -204,6 +207,18 @@ def _inference(path: str) -> bool:
     return path.rstrip("/").endswith(INFERENCE)
 
 
+async def _whole_body(receive: Any) -> bytes | None:
+    """The request's body, read whole; None when the client hangs up first."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        more = bool(message.get("more_body"))
+    return b"".join(chunks)
+
+
 class ClientErrors:
     """ASGI: a POST to an inference route whose body is not a JSON object naming a model (a form, not JSON, a
     JSON list, no model) gets 400 here, logged as one WARNING line; any other request, and a good body (kept in
@@ -219,16 +234,10 @@ class ClientErrors:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not _inference(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message.get("type") == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = bool(message.get("more_body"))
-        raw = b"".join(chunks)
-        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0].strip().lower()
-        body, problem = (None, FORM) if ctype in FORMS else _body_problem(raw)
+        raw = await _whole_body(receive)
+        if raw is None:
+            return
+        body, problem = _body_problem(raw, scope)
         if problem:
             await _answer_error(scope, send, 400, problem)
             return
@@ -248,8 +257,7 @@ class ClientErrors:
             return cast("dict[str, Any]", await receive())  # an ASGI message
 
         async def hung_up() -> bool:
-            """Waits for the client's next message (its body is read whole: only a hang-up can come, which the
-            app is then told too): whether it hung up. For a hold (cancelled at its end: nothing is read then)."""
+            """For a hold (cancelled at its end): whether the client's next message is its hang-up (the app's too)."""
             message = cast("dict[str, Any]", await receive())
             later.append(message)
             return message.get("type") == "http.disconnect"
@@ -278,12 +286,11 @@ class ClientErrors:
                 code, text = _not_routed(model, [])
                 await _answer_error(scope, send, code, text)
 
-        if model not in _on_demand:
-            await self.app(scope, replay, answer)
-            return
-        # in flight (not stopped as idle) from when the hook admits it (key, model, budget and rpm checked:
-        # `_admit`), not before: a refused request for an on-demand model counts nothing and starts nothing
-        scope[ADMITTED] = admitted = {"model": model, "counted": False}
+        # an on-demand model's request is in flight (not stopped as idle) from when the hook admits it (key, model,
+        # budget and rpm checked: `_admit`), not before: a refused one counts nothing and starts nothing
+        admitted = {"model": model, "counted": False}
+        if model in _on_demand:
+            scope[ADMITTED] = admitted
         first = dict(scope)  # each run gets the scope as it came: the app writes its own keys into it
         try:
             while True:

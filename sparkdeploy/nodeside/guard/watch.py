@@ -32,6 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import activate
@@ -154,6 +155,21 @@ def running_on(
             if isinstance(e, dict) and (e.get("container") or {}).get("running")
         }
     return seen
+
+
+@dataclass
+class Look:
+    """One look of rank 0's watcher at its group: what each step of its decision reads."""
+
+    gid: str
+    g: Json  # the group's record (saved)
+    t: Json  # this run's memory of it (`live`: healthy once, started)
+    info: Json  # rank 0's container (inspect)
+    watchers: list[str]  # NODE@IP:PORT, rank order
+    peers: dict[int, Json | None]  # the other ranks' watchers' views (None: no answer)
+    ranks: list[Json | None]  # each rank's container state
+    health_port: str | None
+    now: float
 
 
 class Watcher:
@@ -324,9 +340,10 @@ class Watcher:
             t.update(healthy_once=False, started=me["started"])
         peers = {i: self.peer(w) for i, w in enumerate(watchers) if i > 0}
         ranks = [me] + [((v or {}).get("groups") or {}).get(gid, {}).get("container") for v in peers.values()]
+        look = Look(gid, g, t, info, watchers, peers, ranks, health_port, now)
         decision = g.get("decision")
         if decision and decision.get("phase") != "done":
-            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            self.drive(look)
             return
         g.pop("evict", None)  # asked again below while this start still needs it (make_room)
         act = activate.choose(((self.demand or {}).get("groups") or {}).get(gid), me, now)
@@ -335,14 +352,14 @@ class Watcher:
         if act is not None and not g.get("gave_up") and self.guard_state() != "held":
             action, why = act
             if action == "start":
-                fits = self.make_room(gid, g, now, peers, watchers)
+                fits = self.make_room(look)
                 if fits is None:
                     return
                 why = f"{why}; {fits}"
             self.note(gid, g, action, why, now)
             g.update(state="starting" if action == "start" else "held", reason=why)
             self.decide(gid, g, action, why, now, phase="withdraw" if action == "stop" else "stop")
-            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            self.drive(look)
             return
         ok, detail = probe(health_port) if (me["running"] and health_port) else (False, me["status"] or "not running")
         t["detail"] = detail
@@ -362,33 +379,21 @@ class Watcher:
             who = f"rank {stopped} ({node_of(watchers, stopped)}) was stopped on purpose (restart policy no)"
             g.update(state="held", reason=who)
             self.decide(gid, g, "stop", f"{who}: the rest of the group stopped, its memory freed", now)
-            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            self.drive(look)
             return
         if self.guard_state() == "held":  # this node's engines were stopped by its memory guard: hands off
             g.update(state="held", reason="this node's memory guard holds its engines")
             return
-        why = self.failure(gid, g, t, me, ranks, watchers, ok, detail, now)
+        why = self.failure(look, me, ok, detail)
         if why is None:
             g.update(state="ok" if ok else ("starting" if not t["healthy_once"] else "failing"), reason=detail)
             return
-        self.restart(gid, g, t, info, watchers, peers, ranks, health_port, why, now)
+        self.restart(look, why)
 
-    def restart(
-        self,
-        gid: str,
-        g: Json,
-        t: Json,
-        info: Json,
-        watchers: list[str],
-        peers: dict[int, Json | None],
-        ranks: list[Json | None],
-        health_port: str | None,
-        why: str,
-        now: float,
-    ) -> None:
+    def restart(self, look: Look, why: str) -> None:
         """A group that failed (`why`): restarted within its budget (max_restarts in window_s, each restart in a
         row that did not bring it back doubling the wait before the next), else given up and stopped."""
-        cfg = self.cfg
+        cfg, gid, g, now = self.cfg, look.gid, look.g, look.now
         since = max(now - cfg["window_s"], g.get("since") or 0)  # the budget: this window, these containers
         recent = [r for r in g.get("restarts") or [] if r["at"] >= since]
         if len(recent) >= cfg["max_restarts"]:
@@ -396,7 +401,7 @@ class Watcher:
             g.update(state="gave-up", reason=why, last_error=why)
             self.say(f"watch: {gid}: giving up after {len(recent)} restart(s) in {cfg['window_s']:g} s: {why}")
             self.decide(gid, g, "stop", f"gave up after {len(recent)} restart(s): {why}", now)
-            self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+            self.drive(look)
             return
         failed = 0  # restarts in a row that did not bring it back: each doubles the wait before the next
         for r in reversed(recent):
@@ -413,19 +418,17 @@ class Watcher:
         g["restarts"] = g["restarts"][-HISTORY:]
         g["last_error"] = why
         self.decide(gid, g, "restart", why, now)
-        self.drive(gid, g, t, info, watchers, peers, ranks, health_port, now)
+        self.drive(look)
 
-    def make_room(
-        self, gid: str, g: Json, now: float, peers: dict[int, Json | None], watchers: list[str]
-    ) -> str | None:
+    def make_room(self, look: Look) -> str | None:
         """Before an on-demand start: the budget's figures with what stays on every node of the group, or None
         (not now): the least recently used idle on-demand members told to stop first, those led from this node
         by their decision `stop`, those led from another node by this group's published `evict` (their own
         activator reads it: asked_to_stop), the start following on a later look once every node has room; or it
         waits for busy on-demand members to go idle (the decision `wait`, the held requests still held); or
         nothing can make room (state no-room: the gateway refuses the held requests with the reason)."""
-        running = dict(self.here)
-        seen = running_on(gid, self.node, set(running) | set(self.others_here), watchers, peers)
+        gid, g, now, running = look.gid, look.g, look.now, dict(self.here)
+        seen = running_on(gid, self.node, set(running) | set(self.others_here), look.watchers, look.peers)
         if isinstance(seen, str):  # a node of the group whose watcher does not answer: its memory is not known
             g.update(state="starting", reason=f"on demand: waiting for word from {seen}'s watcher (its memory there)")
             return None
@@ -549,21 +552,10 @@ class Watcher:
         hit = lost_rank(labelled)
         return f"{hit[0]} exited at {clock(hit[1])} while the group served" if hit else None
 
-    def failure(
-        self,
-        gid: str,
-        g: Json,
-        t: Json,
-        me: Json,
-        ranks: list[Json | None],
-        watchers: list[str],
-        ok: bool,
-        detail: str,
-        now: float,
-    ) -> str | None:
+    def failure(self, look: Look, me: Json, ok: bool, detail: str) -> str | None:
         """Why the group must restart now, or None."""
-        cfg = self.cfg
-        lost = self.lost(ranks, watchers)
+        cfg, g, t, now = self.cfg, look.g, look.t, look.now
+        lost = self.lost(look.ranks, look.watchers)
         if lost is not None:
             return lost
         if ok:
@@ -583,21 +575,11 @@ class Watcher:
         self.saved["generation"] = g["generation"] = gen
         g["decision"] = {"gen": gen, "action": action, "phase": phase, "reason": reason, "at": now}
 
-    def drive(
-        self,
-        gid: str,
-        g: Json,
-        t: Json,
-        info: Json,
-        watchers: list[str],
-        peers: dict[int, Json | None],
-        ranks: list[Json | None],
-        health_port: str | None,
-        now: float,
-    ) -> None:
+    def drive(self, look: Look) -> None:
         """Carry the current decision one step further (stop -> start -> done), never waiting long here."""
+        gid, g, t, now, watchers, ranks = look.gid, look.g, look.t, look.now, look.watchers, look.ranks
         cfg, d = self.cfg, g["decision"]
-        cid = info["Id"]
+        cid = look.info["Id"]
         if d["phase"] == "stop" and d["action"] == "start":  # an on-demand start: nothing to stop first
             self.start(cid)
             t.update(healthy_once=False, started=None)
@@ -620,7 +602,7 @@ class Watcher:
                 return
             waiting = [
                 node_of(watchers, i)
-                for i, v in peers.items()
+                for i, v in look.peers.items()
                 if v is None or ((v.get("groups") or {}).get(gid, {}).get("stopped_gen") or 0) < d["gen"]
             ]
             if waiting and now - d["stopping_at"] < cfg["stop_wait_s"]:
@@ -636,7 +618,7 @@ class Watcher:
             g.update(state="restarting", reason="starting rank 0, then the others")
             return
         if d["phase"] == "start":
-            ok, detail = probe(health_port) if health_port else (False, "no health port")
+            ok, detail = probe(look.health_port) if look.health_port else (False, "no health port")
             rec = (g.get("restarts") or [{}])[-1] if d["action"] == "restart" else {}
             if ok:
                 rec.update(ok=True, took_s=round(now - d["at"], 1))
