@@ -22,20 +22,21 @@ python3 -m mypy || { echo "test.sh: mypy failed (see above)" >&2; exit 1; }
 # the default lab, as before (use it with test paths in "$@": each shard adds its own modules to them). Shard 1's
 # output is shown as it runs, shard 2's after it, then the fast suite's; every one must pass. --durations: CI must
 # stay under 30 minutes on 2 cores; the slowest tests and the seconds per module (tests/support/module_times.py)
-# are printed.
+# are printed. --tb=short: a failure's every frame in a line or two (a client library's frames were pages), so
+# what CI shows of its output reaches the failing line and its error.
 shards="${SPARKDEPLOY_LAB_SHARDS:-2}"
 [[ "$shards" == 1 || "$shards" == 2 ]] \
   || { echo "test.sh: SPARKDEPLOY_LAB_SHARDS=$shards: use 1 (one lab suite) or 2 (two at once; the default)" >&2; exit 2; }
 shard2_log="$(mktemp -t sparkdeploy-lab-shard2.XXXXXX)"
 shard2_pid=""
 if ((shards == 2)); then
-  python3 -m tests.support.lab_shards run 2 2 --durations=30 "$@" >"$shard2_log" 2>&1 &
+  python3 -m tests.support.lab_shards run 2 2 --durations=30 --tb=short "$@" >"$shard2_log" 2>&1 &
   shard2_pid=$!
 fi
 # a lab suite stopped early does not leave the other running
 trap 'kill $shard2_pid 2>/dev/null || true' EXIT
 lab_rc=0
-python3 -m tests.support.lab_shards run 1 "$shards" --durations=30 "$@" || lab_rc=$?
+python3 -m tests.support.lab_shards run 1 "$shards" --durations=30 --tb=short "$@" || lab_rc=$?
 shard2_rc=0
 [[ -z "$shard2_pid" ]] || wait "$shard2_pid" || shard2_rc=$?
 trap - EXIT
