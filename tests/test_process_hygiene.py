@@ -99,3 +99,49 @@ def test_spawn_starts_the_child_with_sigint_at_its_default_whatever_the_suite_ig
     finally:
         plain.kill()
         plain.wait()
+
+
+def test_a_containers_shim_re_parented_to_the_suite_and_what_runs_below_it_are_dockers_not_the_suites(tmp_path):
+    """A shim daemonizes: when the suite started the Docker engine, it is re-parented to pytest (the subreaper).
+    It and its container's processes are the engine's: a process a lab node's engine starts in a test (a gateway
+    `docker restart`ed) is not killed when that test ends. Before, it was (the next test: connection refused).
+    A plain orphan of the same test is still killed."""
+    shim = tmp_path / "containerd-shim-runc-v2"  # a copy of sleep under a shim's name: its command name says so
+    shim.write_bytes(Path("/bin/sleep").read_bytes())
+    shim.chmod(0o755)
+    (tmp_path / "shim.sh").write_text(f"{shim} 303 >/dev/null 2>&1 & echo $!\n")
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.support.processes"]\n')
+    (tmp_path / "test_shim.py").write_text(
+        textwrap.dedent("""
+        import subprocess
+        from pathlib import Path
+
+        OUT = Path(__file__).parent
+
+        def test_the_engine_starts_a_container():
+            run = lambda cmd: subprocess.run(["sh", "-c", cmd], capture_output=True, text=True).stdout.strip()
+            (OUT / "shim.pid").write_text(run(f"sh {OUT / 'shim.sh'}"))  # re-parented to pytest: an orphan
+            (OUT / "orphan.pid").write_text(run("sleep 304 >/dev/null 2>&1 & echo $!"))
+
+        def test_next():
+            assert (OUT / "shim.pid").exists()
+        """)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+    )
+    pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in ("shim", "orphan")}
+    try:
+        assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout + run.stderr
+        assert _alive(pids["shim"]), "the shim was killed with the test that started it"
+        assert not _alive(pids["orphan"]), "a plain orphan outlived its test"
+        assert "still alive" not in run.stdout, run.stdout
+    finally:
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,7 @@
     that is still alive is killed, with its children: a failing test leaves nothing behind;
   - when the session ends (every fixture torn down), a process of the suite still alive fails the run, named,
     and is killed. What is started on purpose to outlive the suite (the Docker engine ensure_engine may start)
-    is declared with `outliving()`.
+    is declared with `outliving()`; a container's shim, and what runs below it, is the engine's (`_engines`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT)  # what a shell ignores for `c
 Proc = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process
 
 _outliving: set[Proc] = set()
+SHIM = "containerd-shim"  # a container's shim's command name (containerd-shim-runc-v2, cut to 15 characters)
 
 
 def _defaults() -> None:  # in the child, between fork and exec: async-signal-safe calls only
@@ -71,14 +72,26 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _engines(pid: int) -> bool:
+    """Whether it is a container's shim: the Docker engine's, not the suite's. It daemonizes, so when the suite
+    started the engine (ensure_engine) it is re-parented to pytest; its container is stopped by Docker, and every
+    process in it (a lab node's Docker engine restarting a container inside) is Docker's too. Counted as the
+    suite's, a lab gateway restarted during one test was killed at its end (the next test: connection refused)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().startswith(SHIM)
+    except OSError:
+        return False
+
+
 def descendants(pid: int | None = None, spare: frozenset[Proc] = frozenset()) -> set[Proc]:
-    """The live processes below `pid` (default: this one), zombies left out; `spare`: not them, nor below them."""
+    """The live processes below `pid` (default: this one), zombies left out; `spare`: not them, nor below them,
+    nor containers' shims and what runs below them (_engines)."""
     found: set[Proc] = set()
     todo = [os.getpid() if pid is None else pid]
     while todo:
         for child in _children(todo.pop()):
             stat = _stat(child)
-            if stat is None or (child, stat[0]) in spare:
+            if stat is None or (child, stat[0]) in spare or _engines(child):
                 continue
             todo.append(child)
             if stat[1] != "Z":
