@@ -55,10 +55,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_leaks_are_killed_and_a_process_left_after_the_session_fails_the_run(tmp_path):
+def _suite(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """pytest run on the suite in tmp_path, with the plugin under test."""
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.support.processes"]\n')
-    (tmp_path / "test_leaky.py").write_text(LEAKY)
-    run = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True,
         text=True,
@@ -66,6 +66,11 @@ def test_leaks_are_killed_and_a_process_left_after_the_session_fails_the_run(tmp
         env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=tmp_path,
     )
+
+
+def test_leaks_are_killed_and_a_process_left_after_the_session_fails_the_run(tmp_path):
+    (tmp_path / "test_leaky.py").write_text(LEAKY)
+    run = _suite(tmp_path)
     pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in ("child", "orphan", "server")}
     try:
         assert run.returncode == 1, run.stdout + run.stderr
@@ -110,7 +115,6 @@ def test_a_containers_shim_re_parented_to_the_suite_and_what_runs_below_it_are_d
     shim.write_bytes(Path("/bin/sleep").read_bytes())
     shim.chmod(0o755)
     (tmp_path / "shim.sh").write_text(f"{shim} 303 >/dev/null 2>&1 & echo $!\n")
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.support.processes"]\n')
     (tmp_path / "test_shim.py").write_text(
         textwrap.dedent("""
         import subprocess
@@ -127,14 +131,7 @@ def test_a_containers_shim_re_parented_to_the_suite_and_what_runs_below_it_are_d
             assert (OUT / "shim.pid").exists()
         """)
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        cwd=tmp_path,
-    )
+    run = _suite(tmp_path)
     pids = {name: int((tmp_path / f"{name}.pid").read_text()) for name in ("shim", "orphan")}
     try:
         assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout + run.stderr
