@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 from sparkdeploy.config.inventory import Inventory
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.runtime.locks import cluster_lock, lock_path
-from sparkdeploy.runtime.remote import HostKeyError, NodeConnection, _RejectUnknown
+from sparkdeploy.runtime.remote import REKEY_BYTES, HostKeyError, NodeConnection, NodeTransport, _RejectUnknown
 from tests.conftest import REPO, TWO_NODES
 from tests.support.processes import spawn
 
@@ -81,6 +82,25 @@ def test_proxyjump_hops_get_the_reject_policy_and_the_pinned_keys(tmp_path, home
     hop = conn.gateway
     assert isinstance(hop.client._policy, _RejectUnknown), "the jump host would auto-add an unknown key"
     assert hop.client.get_host_keys().lookup("198.51.100.9")[pinned.get_name()] == pinned
+
+
+def test_connections_offer_aes_gcm_first_and_re_key_at_the_aes_limit(tmp_path, home):
+    """The cipher is chosen at the first key exchange (GCM when the node offers it), never by a re-key of our own
+    mid-run (tests/images/test_push_lab.py shows why); every cipher offered has 128-bit blocks, for which
+    OpenSSH's 64 GiB between key exchanges holds."""
+    inv = _inventory(tmp_path)
+    assert NodeConnection(inv.nodes[0], inv)._fabric().connect_kwargs["transport_factory"] is NodeTransport
+    offered = NodeTransport._preferred_ciphers
+    assert offered[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+    assert all(c.startswith("aes") for c in offered) and "3des-cbc" not in offered
+    a, b = socket.socketpair()
+    try:
+        transport = NodeTransport(a)
+        assert transport.packetizer.REKEY_BYTES == REKEY_BYTES == 1 << 36
+        assert paramiko.Transport(b).packetizer.REKEY_BYTES == 1 << 29  # paramiko's own, which this replaces
+    finally:
+        a.close()
+        b.close()
 
 
 def test_cluster_lock_is_keyed_by_the_nodes_not_the_file(tmp_path, monkeypatch):

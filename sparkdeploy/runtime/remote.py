@@ -47,6 +47,10 @@ SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Sent data unacknowledged this long fails the connection. Generous: Linux also counts a zero receive window
 # (a node's `docker load` pausing its reads during a push) against it.
 TCP_USER_TIMEOUT_S = 300
+AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+# Data between key exchanges: OpenSSH's own limit for 128-bit block ciphers (2^32 blocks, RFC 4344), not
+# paramiko's 512 MiB (see NodeTransport).
+REKEY_BYTES = 1 << 36
 
 # paramiko's transport thread logs every failed handshake with its traceback (a port that accepts TCP but is not
 # sshd: a dozen "Error reading SSH protocol banner" tracebacks), and with no logging configured Python's last-resort
@@ -214,6 +218,7 @@ class NodeConnection:
             connect_kwargs["key_filename"] = str(self.inventory.local_path(ssh.key))
         if self.password is not None:
             connect_kwargs["password"] = self.password
+        connect_kwargs["transport_factory"] = NodeTransport
         conn = Connection(
             self.node.mgmt_ip,
             user=ssh.user,
@@ -497,6 +502,32 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.is_file() and b.is_file() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+class NodeTransport(paramiko.Transport):
+    """paramiko's transport with AES-GCM first and OpenSSH's re-key limit: no key exchange of our own mid-run.
+
+    paramiko handles a channel's close in its transport thread, and the reply it sends there waits for any key
+    exchange in progress, which only that thread can finish: a close that arrives while our side re-keys hangs the
+    connection for 30 s, then kills every command and stream on it ("Key-exchange timed out waiting for key
+    negotiation"). A re-key started by us mid-run (paramiko's after 512 MiB, or a switch to a faster cipher) races
+    every command's close on other threads; one started by the node cannot, since the node sends nothing else
+    once it asks. So the cipher is chosen at the first key exchange, and the node's sshd decides when to re-key.
+
+    GCM first: for bulk data (pushes) it costs about 40% less CPU here and 35% less in the node's sshd than
+    paramiko's default AES-CTR + HMAC (500 MB: 1.4-1.8 cpu-s here and 0.7 in sshd, against 2.3-2.6 and 1.05).
+    """
+
+    # AES only (128-bit blocks, so the limit below holds for each); 3des-cbc (64-bit blocks) is left out.
+    _preferred_ciphers = AEAD_CIPHERS + tuple(
+        c
+        for c in paramiko.Transport._preferred_ciphers  # type: ignore[attr-defined]  # not in types-paramiko
+        if c.startswith("aes") and c not in AEAD_CIPHERS
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.packetizer.REKEY_BYTES = REKEY_BYTES
 
 
 def _keepalive(transport: paramiko.Transport | None) -> None:

@@ -7,16 +7,18 @@ file; v2 = v1 with that file changed; big = v1 + a 24 MB random layer (long enou
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 
 from sparkdeploy.errors import ConfigError
+from sparkdeploy.images.channel import FeedChannel
 from sparkdeploy.images.inventory_images import read_node_images
 from sparkdeploy.images.push import PushProgress, plan_target, push_image, source_image
 from sparkdeploy.nodeside.layer_store import LayerStore
 from sparkdeploy.nodeside.layers import chain_ids
-from sparkdeploy.runtime.remote import NodeConnection
+from sparkdeploy.runtime.remote import AEAD_CIPHERS, NodeConnection
 from tests.images.conftest import CutAfter
 
 pytestmark = pytest.mark.lab
@@ -39,6 +41,44 @@ def ok_results(outcomes):
 
 
 READERS = ["store", "save"]  # where the layers are read here: the engine's layer store, or a docker save
+
+
+def test_a_stream_opened_while_other_commands_end_keeps_the_connection(lab, lab_inventory):
+    """A push opens its streams on the connection its other steps run commands on (facts, tags). paramiko answers
+    a channel's close in its transport thread, which a key exchange of our own blocks until it times out (30 s,
+    then every command and stream on the connection is lost): the connection picks its cipher at the first key
+    exchange and never re-keys mid-run. Before, streams re-keyed to AES-GCM as they opened: 5 of 20 rounds of
+    this lost the connection (CI, 2026-11-28: "could not start docker load over SSH: SSH session not active")."""
+    node = lab_inventory.nodes[0]
+    for _ in range(6):
+        with NodeConnection(node, lab_inventory) as conn:
+            transport = conn.open().client.get_transport()
+            cipher = transport.local_cipher
+            assert cipher in AEAD_CIPHERS, cipher  # the lab's sshd offers GCM, as a Spark's OpenSSH does
+            stop, errors = threading.Event(), []
+
+            def commands(conn=conn, stop=stop, errors=errors):
+                while not stop.is_set():
+                    try:
+                        conn.run(["echo", "done"], timeout=60)
+                    except Exception as exc:  # noqa: BLE001 - the test reports what ended the loop
+                        errors.append(f"command: {exc}")
+                        return
+
+            threads = [threading.Thread(target=commands) for _ in range(3)]
+            for t in threads:
+                t.start()
+            try:
+                stream = FeedChannel(conn, ["wc", "-c"])
+                stream.put(b"x" * 100_000)
+                code, output = stream.finish(60)
+                assert (code, output.strip()) == (0, "100000"), (code, output)
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join()
+            assert errors == [], errors
+            assert conn.open().client.get_transport() is transport and transport.local_cipher == cipher
 
 
 @pytest.mark.parametrize("reader", READERS)
