@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import importlib.util
+import json
 import logging
 import sys
 import threading
@@ -248,11 +249,12 @@ def test_an_on_demand_request_whose_engine_leaves_under_it_is_held_again_and_ans
 
 
 def test_an_on_demand_request_held_again_at_most_replays_times_then_told_why(hook):
-    """A model whose engines keep leaving under the request: after REPLAYS more runs, the 503 a new request would
-    get (its deployment out of the gateway, with why), never a loop."""
+    """A model whose engines keep leaving under the request: after REPLAYS more runs, a 503 with Retry-After and
+    its watcher's reason (not the routes' "cold: on demand, not running" written at `up`), never a loop."""
     hook._reload_models = lambda: None
     hook._on_demand, hook._warm, hook._served = {"m": {"hold": 30}}, frozenset({"m"}), {"m"}
-    hook._unavailable = {"m": "deployment coder is out of the gateway: restarting"}
+    hook._unavailable = {"m": "deployment coder is out of the gateway: cold: on demand, not running"}
+    hook._why_cold = {"m": "restarting"}
     runs: list[int] = []
 
     async def litellm(scope: dict[str, object], receive, send) -> None:
@@ -266,5 +268,11 @@ def test_an_on_demand_request_held_again_at_most_replays_times_then_told_why(hoo
     hook._warm, hook._served = frozenset({"m"}), {"m"}
     sent = _ask(hook, litellm)
     assert len(runs) == hook.REPLAYS + 1
-    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [503]
-    assert b"deployment coder is out of the gateway: restarting" in sent[-1]["body"]  # type: ignore[operator]
+    starts = [m for m in sent if m["type"] == "http.response.start"]
+    assert [m.get("status") for m in starts] == [503]
+    assert (b"retry-after", str(hook.RETRY_S).encode()) in starts[0]["headers"]  # type: ignore[operator]
+    body = json.loads(sent[-1]["body"])  # type: ignore[arg-type]
+    assert body["error"]["message"] == (
+        f"model m stopped serving {hook.REPLAYS + 1} times under this request (on demand; now: restarting): "
+        f"retry in {hook.RETRY_S} s"
+    )

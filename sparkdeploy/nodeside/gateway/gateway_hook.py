@@ -283,8 +283,10 @@ class ClientErrors:
             if not held:
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                code, text = _not_routed(model, [])
-                await _answer_error(scope, send, code, text)
+                if model in _on_demand:  # held again as often as it may be, or the gateway restarts
+                    await _answer_error(scope, send, 503, _left_under(model, replays), retry=True)
+                else:
+                    await _answer_error(scope, send, *_not_routed(model, []))
 
         # an on-demand model's request is in flight (not stopped as idle) from when the hook admits it (key, model,
         # budget and rpm checked: `_admit`), not before: a refused one counts nothing and starts nothing
@@ -347,8 +349,9 @@ async def _answer_demand(send: Any) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: str) -> None:
-    """The answer to a refused request, in OpenAI's error shape, and its one WARNING line."""
+async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: str, retry: bool = False) -> None:
+    """The answer to a refused request, in OpenAI's error shape (with Retry-After when `retry`), and its one
+    WARNING line."""
     client = (scope.get("client") or ("?",))[0]
     msg, args = _say(f"{scope.get('method')} {scope.get('path')}", client, code, message)
     verbose_proxy_logger.warning(msg, *args)
@@ -356,8 +359,25 @@ async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: st
     error = {"message": message, "type": _TYPES.get(code, "invalid_request_error"), "param": param, "code": str(code)}
     data = json.dumps({"error": error}, separators=(",", ":")).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if retry:
+        headers.append((b"retry-after", str(RETRY_S).encode()))
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+def _left_under(model: str, replays: int) -> str:
+    """Why an on-demand model's request, held again each time its engines left under it, is refused now: its
+    watcher's word (restarting, failing, stopped), not the routes' "cold" written at `up`."""
+    why = _why_cold.get(model) or "not serving"
+    if _stopping():
+        return (
+            f"model {model} stopped serving under this request ({why}) and the gateway is restarting: "
+            f"retry in {RETRY_S} s"
+        )
+    return (
+        f"model {model} stopped serving {replays + 1} times under this request (on demand; now: {why}): "
+        f"retry in {RETRY_S} s"
+    )
 
 
 def _not_routed(model: str, allowed: list[str]) -> tuple[int, str]:
