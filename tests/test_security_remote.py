@@ -86,8 +86,8 @@ def test_proxyjump_hops_get_the_reject_policy_and_the_pinned_keys(tmp_path, home
 
 def test_connections_offer_aes_gcm_first_and_re_key_at_the_aes_limit(tmp_path, home):
     """The cipher is chosen at the first key exchange (GCM when the node offers it), never by a re-key of our own
-    mid-run (tests/images/test_push_lab.py shows why); every cipher offered has 128-bit blocks, for which
-    OpenSSH's 64 GiB between key exchanges holds."""
+    mid-run (tests/images/test_push_lab.py shows why); every cipher offered has 128-bit blocks, for which the
+    node's sshd re-keys every 64 GiB, before our backstop at twice that."""
     inv = _inventory(tmp_path)
     assert NodeConnection(inv.nodes[0], inv)._fabric().connect_kwargs["transport_factory"] is NodeTransport
     offered = NodeTransport._preferred_ciphers
@@ -96,7 +96,7 @@ def test_connections_offer_aes_gcm_first_and_re_key_at_the_aes_limit(tmp_path, h
     a, b = socket.socketpair()
     try:
         transport = NodeTransport(a)
-        assert transport.packetizer.REKEY_BYTES == REKEY_BYTES == 1 << 36
+        assert transport.packetizer.REKEY_BYTES == REKEY_BYTES == 2 * (1 << 36)  # twice OpenSSH's 64 GiB
         assert paramiko.Transport(b).packetizer.REKEY_BYTES == 1 << 29  # paramiko's own, which this replaces
     finally:
         a.close()

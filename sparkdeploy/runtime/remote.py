@@ -48,9 +48,10 @@ SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # (a node's `docker load` pausing its reads during a push) against it.
 TCP_USER_TIMEOUT_S = 300
 AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
-# Data between key exchanges: OpenSSH's own limit for 128-bit block ciphers (2^32 blocks, RFC 4344), not
-# paramiko's 512 MiB (see NodeTransport).
-REKEY_BYTES = 1 << 36
+# Data between key exchanges from our side: twice OpenSSH's own limit for 128-bit block ciphers (2^32 blocks =
+# 64 GiB, RFC 4344), not paramiko's 512 MiB. The node's sshd counts the same bytes and asks first; ours is the
+# backstop for a server that never does (see NodeTransport).
+REKEY_BYTES = 1 << 37
 
 # paramiko's transport thread logs every failed handshake with its traceback (a port that accepts TCP but is not
 # sshd: a dozen "Error reading SSH protocol banner" tracebacks), and with no logging configured Python's last-resort
