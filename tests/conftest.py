@@ -6,6 +6,9 @@ from tests.support.environment import stop_unless_collectable
 
 stop_unless_collectable()  # before anything else is imported: one line when this venv cannot run the suite
 
+import json  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
 import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -90,6 +93,23 @@ def write_inventory(tmp_path):
 @pytest.fixture
 def inventory_file(write_inventory) -> Path:
     return write_inventory()
+
+
+@pytest.fixture
+def refusing_inventory(write_inventory) -> Path:
+    """TWO_NODES at two of this machine's own addresses, on a port nothing listens on: nodes that refuse SSH at
+    once, for a test of what a run says when the nodes are down. Answered in seconds (CONNECT_ATTEMPTS' backoff),
+    not the ~30 s a TEST-NET address that drops packets takes. Without two such addresses, TWO_NODES as it is."""
+    data = json.loads(json.dumps(TWO_NODES))
+    ip = subprocess.run(["ip", "-o", "-4", "addr", "show", "scope", "global"], capture_output=True, text=True)
+    own = [line.split()[3].split("/")[0] for line in ip.stdout.splitlines() if len(line.split()) > 3]
+    if ip.returncode == 0 and len(own) >= 2:
+        with socket.socket() as probe:  # a port free now on every address: nothing listens on it
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        for node, address in zip(data["nodes"], own, strict=False):
+            node["mgmt_ip"], node["ssh"]["port"] = address, port
+    return write_inventory(data)
 
 
 @pytest.fixture

@@ -233,7 +233,8 @@ def test_import_lints_extra_flags_against_the_image_cli(cli, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_run_recipe_and_up_accept_an_eugr_file(cli, inventory_file):
+def test_run_recipe_and_up_accept_an_eugr_file(cli, refusing_inventory):
+    inventory_file = refusing_inventory  # up reads the nodes (down here); run-recipe --dry-run does not
     code, out, err = cli("run-recipe", GPT_OSS, "--dry-run", "-i", str(inventory_file))
     assert code == 0, err
     assert "--tool-call-parser openai" in out and "--enable-auto-tool-choice" in out
