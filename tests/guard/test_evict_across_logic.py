@@ -406,3 +406,28 @@ def test_two_tp2_members_waiting_at_once_led_from_different_nodes_only_the_first
         assert s.c["a0"].calls[-1] == "stop" and s.c["b0"].calls == ["start"]  # no eviction back and forth
     finally:
         s.close()
+
+
+def test_a_victim_led_from_a_node_whose_watcher_does_not_answer_is_named_in_the_start_reason(tmp_path):
+    """The victim (TP=2, led from spark2, a rank on spark1) must stop for a start on spark1, and spark2's guard is
+    down: nothing reads the eviction there, so the start waits out its hold, and its reason (the held requests'
+    503 quotes it) names the node and why, not just "another node"."""
+    spec = {"wide": (["spark2", "spark1"], 0.5, True, False), "small": (["spark1"], 0.5, True, True)}
+    s = Stack(tmp_path, spec=spec)
+    try:
+        s.look(times=2)
+        s.w["spark2"].server.shutdown()  # spark2's watcher stops answering (its node or guard is down)
+        s.w["spark2"].server.server_close()
+        s.members["small"]["waiting"] = 1
+        s.publish()
+        for _ in range(3):  # spark1's watcher alone looks
+            s.clock.now += 1.0
+            s.w["spark1"].tick(s.clock.now)
+        small = s.group("small:spark1")
+        assert small["state"] == "starting", small
+        assert (
+            "waiting for wide (led from spark2, whose watcher does not answer) to stop: stop wide" in small["reason"]
+        ), small
+        assert s.c["small0"].calls == [] and s.c["wide1"].calls == [], s.said  # nothing started over wide
+    finally:
+        s.close()

@@ -283,10 +283,7 @@ class ClientErrors:
             if not held:
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                if model in _on_demand:  # held again as often as it may be, or the gateway restarts
-                    await _answer_error(scope, send, 503, _left_under(model, replays), retry=True)
-                else:
-                    await _answer_error(scope, send, *_not_routed(model, []))
+                await _answer_gone(scope, send, model, replays)
 
         # an on-demand model's request is in flight (not stopped as idle) from when the hook admits it (key, model,
         # budget and rpm checked: `_admit`), not before: a refused one counts nothing and starts nothing
@@ -363,6 +360,16 @@ async def _answer_error(scope: dict[str, Any], send: Any, code: int, message: st
         headers.append((b"retry-after", str(RETRY_S).encode()))
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+async def _answer_gone(scope: dict[str, Any], send: Any, model: str, replays: int) -> None:
+    """The answer to a request whose model left the routes under it, not run again: an on-demand model's is 503
+    with Retry-After and its watcher's word (held again as often as it may be, or the gateway restarts); any
+    other's what a new request gets (503 while its deployment is out, else 404)."""
+    if model in _on_demand:
+        await _answer_error(scope, send, 503, _left_under(model, replays), retry=True)
+    else:
+        await _answer_error(scope, send, *_not_routed(model, []))
 
 
 def _left_under(model: str, replays: int) -> str:

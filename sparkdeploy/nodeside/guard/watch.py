@@ -464,7 +464,7 @@ class Watcher:
             vgid = running.get(dep)
             vg = self.saved["groups"].get(vgid) if vgid else None
             if vg is None or vgid is None:  # led from another node: its activator stops it on reading `evict`
-                waiting.append(f"{dep} (led from another node)")
+                waiting.append(f"{dep} ({self.led_from(dep, demand)})")
                 elsewhere.append(dep)
                 continue
             waiting.append(dep)
@@ -489,6 +489,18 @@ class Watcher:
             g["activation"] = activate.decision("evict", why, now, stopped=stop, figures=self.figures(gid))
         g.update(state="starting", reason=f"on demand: waiting for {', '.join(waiting)} to stop: {why}")
         return None
+
+    def led_from(self, dep: str, demand: Json) -> str:
+        """Where a victim led from another node is led from, for the start's reason, and whether that node's
+        watcher answers: one that does not (its node or guard down) never reads the eviction, so the start waits
+        until its hold ends, and the held requests' 503 says why."""
+        for o, vg in (demand.get("groups") or {}).items():
+            if isinstance(vg, dict) and vg.get("deployment") == dep and vg.get("watch"):
+                node = o.rpartition(":")[2]
+                if self.entry_at(str(vg["watch"]), o) is None:
+                    return f"led from {node}, whose watcher does not answer"
+                return f"led from {node}"
+        return "led from another node"
 
     def entry_at(self, url: str, group: str) -> Json | None:
         """Group `group`'s entry in the view of the watcher at `url` (http://IP:PORT/watch), or None."""
