@@ -16,14 +16,11 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from sparkdeploy.errors import StepFailed
 from sparkdeploy.images.push_progress import PushProgress
 from sparkdeploy.runtime.remote import NodeConnection
-
-if TYPE_CHECKING:
-    pass
 
 CHUNK = 1024 * 1024
 QUEUE_DEPTH = 16  # chunks buffered per node between the compressor and the SSH channel

@@ -506,7 +506,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 class NodeTransport(paramiko.Transport):
-    """paramiko's transport with AES-GCM first and OpenSSH's re-key limit: no key exchange of our own mid-run.
+    """paramiko's transport with AES-GCM first and a re-key limit past OpenSSH's: no key exchange of ours mid-run.
 
     paramiko handles a channel's close in its transport thread, and the reply it sends there waits for any key
     exchange in progress, which only that thread can finish: a close that arrives while our side re-keys hangs the
