@@ -183,9 +183,16 @@ def test_load_killed_on_one_node_fails_that_node_only(lab, lab_inventory, test_i
     victim = lab.nodes[0]
 
     def kill_load():
-        pids = lab.docker_exec(
-            victim, "pgrep", "-u", "spark", "-f", "^(/[^ ]*/)?docker load$", check=False
-        ).stdout.split()
+        # the store reader's loads are a pipeline: at the cut, one may have ended and the next not begun yet
+        # (CI 2026-11-28: none found once); the push waits here meanwhile (this runs in its reader's thread)
+        deadline = time.monotonic() + 5
+        while True:
+            pids = lab.docker_exec(
+                victim, "pgrep", "-u", "spark", "-f", "^(/[^ ]*/)?docker load$", check=False
+            ).stdout.split()
+            if pids or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert len(pids) == 1, f"expected one docker load on {victim.name}, found {pids}"
         lab.docker_exec(victim, "kill", "-9", pids[0])
 
